@@ -1,0 +1,113 @@
+/* autodiff.c - reverse-mode differentiation on the graph: walks the nodes between the
+ * differentiated tensors and the loss backwards, calls each op's gradient rule (ops/), and
+ * sums the gradient contributions of tensors used more than once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/op.h"
+#include "ir.h"
+
+typedef struct {
+    dfg_graph *g;
+    int n_tensors;   /* tensor ids below this existed before backward started */
+    bool *needs;     /* [tensor id] depends on some wrt tensor */
+    dfg_tensor **gr; /* [tensor id] accumulated gradient */
+} ad_ctx;
+
+/* Marks every tensor that depends on a wrt tensor, in build (topological) order. */
+static void mark_dependents(ad_ctx *c, int last_node) {
+    for (int i = 0; i <= last_node; i++) {
+        const dfg_node *n = c->g->nodes[i];
+        bool any = false;
+        for (int j = 0; j < n->n_in && !any; j++) any = c->needs[n->in[j]->id];
+        if (!any) continue;
+        for (int k = 0; k < n->n_out; k++) c->needs[n->out[k]->id] = true;
+    }
+}
+
+static void add_grad(ad_ctx *c, const dfg_tensor *t, dfg_tensor *d) {
+    dfg_tensor *cur = c->gr[t->id];
+    c->gr[t->id] = cur ? dfg_add(c->g, cur, d) : d;
+}
+
+/* Applies node n's gradient rule and distributes the input gradients. */
+static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const *wrt_names) {
+    dfg_graph *g = c->g;
+    const dfg_op_info *info = &dfg_ops[n->op];
+    dfg_tensor **dout = dfg_arena_alloc(&g->program->arena, sizeof(*dout) * (size_t)n->n_out);
+    dfg_tensor **din = dfg_arena_alloc(&g->program->arena, sizeof(*din) * (size_t)(n->n_in + 1));
+    bool *need = dfg_arena_alloc(&g->program->arena, sizeof(*need) * (size_t)(n->n_in + 1));
+    if (!dout || !din || !need) return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
+    bool any_out = false, any_in = false;
+    for (int k = 0; k < n->n_out; k++) any_out |= (dout[k] = c->gr[n->out[k]->id]) != NULL;
+    for (int j = 0; j < n->n_in; j++) {
+        need[j] = c->needs[n->in[j]->id] && dfg_is_float(n->in[j]->dtype);
+        any_in |= need[j];
+    }
+    if (!any_out || !any_in || info->grad_kind == DFG_GRAD_ZERO) return DFG_OK;
+    if (info->grad_kind == DFG_GRAD_NONE || !info->grad)
+        return dfg_node_fail(g, n, DFG_ERR_ARG,
+                             "is not differentiable, but lies between the loss and '%s'; compute the loss "
+                             "without it or stop the gradient before it",
+                             wrt_names[0]->name);
+    dfg_status st = info->grad(g, n, dout, need, din);
+    if (st) return st;
+    for (int j = 0; j < n->n_in; j++) {
+        if (!need[j] || !din[j]) continue;
+        if (!dfg_shape_equal(din[j]->shape, n->in[j]->shape) || din[j]->dtype != n->in[j]->dtype)
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "gradient rule gave input #%d a gradient of the wrong shape", j);
+        add_grad(c, n->in[j], din[j]);
+    }
+    return g->status;
+}
+
+dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads) {
+    if (!g) return DFG_ERR_ARG;
+    if (g->status) return g->status;
+    char db[160];
+    if (!loss || (loss->flags & DFG_TF_POISON) || loss->kind != DFG_TEMP || loss->graph != g ||
+        dfg_shape_numel(loss->shape) != 1 || !dfg_is_float(loss->dtype))
+        return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: the loss must be a float scalar computed in graph '%s', got %s",
+                               g->name, dfg_tensor_desc(loss, db, sizeof(db)));
+    if (n < 1 || !wrt || !grads) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
+    for (int i = 0; i < n; i++)
+        if (!wrt[i] || (wrt[i]->flags & DFG_TF_POISON) || !dfg_is_float(wrt[i]->dtype))
+            return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: wrt[%d] is NULL, poisoned or not float", i);
+
+    dfg_program *p = g->program;
+    ad_ctx c = {.g = g, .n_tensors = p->n_tensors};
+    c.needs = calloc((size_t)c.n_tensors, sizeof(*c.needs));
+    c.gr = calloc((size_t)c.n_tensors, sizeof(*c.gr));
+    if (!c.needs || !c.gr) {
+        free(c.needs), free(c.gr);
+        return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
+    }
+    for (int i = 0; i < n; i++) c.needs[wrt[i]->id] = true;
+    int last = loss->producer->id;
+    mark_dependents(&c, last);
+    c.gr[loss->id] = dfg_fill(g, loss->dtype, loss->shape, 1.0f);
+    for (int i = last; i >= 0 && !g->status; i--) {
+        const dfg_node *node = g->nodes[i];
+        bool relevant = false;
+        for (int k = 0; k < node->n_out && !relevant; k++) relevant = c.needs[node->out[k]->id];
+        if (relevant) backprop_node(&c, node, wrt);
+    }
+    for (int i = 0; i < n && !g->status; i++)
+        grads[i] = c.gr[wrt[i]->id] ? c.gr[wrt[i]->id] : dfg_fill(g, wrt[i]->dtype, wrt[i]->shape, 0.0f);
+    free(c.needs);
+    free(c.gr);
+    return g->status;
+}
+
+dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n,
+                                   dfg_tensor *const *accum) {
+    if (!g) return DFG_ERR_ARG;
+    if (g->status) return g->status;
+    if (n < 1 || !accum) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward_accumulate: needs n >= 1 accumulators");
+    dfg_tensor **grads = calloc((size_t)n, sizeof(*grads));
+    if (!grads) return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
+    if (!dfg_backward(g, loss, wrt, n, grads))
+        for (int i = 0; i < n && !g->status; i++) dfg_accumulate(g, accum[i], grads[i]);
+    free(grads);
+    return g->status;
+}

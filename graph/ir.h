@@ -1,0 +1,147 @@
+/* ir.h - the IR's plain-data structs, shared by the graph layer, ops, passes and the runtime.
+ * Users of the DSL include dfg.h only; this header is for the library's own modules.
+ */
+#ifndef DFG_IR_H
+#define DFG_IR_H
+
+#include <stdarg.h>
+
+#include "arena.h"
+#include "dfg.h"
+
+#include <uthash.h>
+
+/* ---------------------------------------------------------------- op ids */
+typedef enum {
+#define X(E, name, nin, nout, gk, infer, grad, cost, cpu) DFG_OP_##E,
+#include "../ops/ops.def"
+#undef X
+    DFG_OP_COUNT
+} dfg_op;
+
+/* ---------------------------------------------------------------- attributes (one plain struct per op family) */
+typedef enum { DFG_ASSIGN_COPY, DFG_ASSIGN_ADD, DFG_ASSIGN_FILL } dfg_assign_mode;
+
+typedef union {
+    struct { float alpha, beta; } scale;
+    struct { float lo, hi; } clamp;
+    struct { dfg_dtype to; } cast;
+    struct { dfg_dtype dtype; float value; dfg_shape shape; } fill;
+    struct { dfg_shape shape; } reshape; /* also expand's target */
+    struct { int perm[DFG_MAX_RANK]; } permute;
+    struct { int axis; int64_t start, len; } slice;
+    struct { int axis; } concat;
+    struct { int axis; bool keepdim; } reduce;
+    struct { bool trans_a, trans_b; } matmul;
+    struct { float eps; } layernorm;
+    struct { int n_head; } attention;
+    struct { int64_t vocab; } scatter; /* embed_bwd, take_bwd: size of the scattered axis */
+    struct { float temperature; int top_k; } sample;
+    struct { dfg_assign_mode mode; float value; } assign;
+    struct { int axis; int64_t start; bool dynamic; } slice_assign; /* dynamic: start from input 2 */
+    dfg_adamw_config adamw;
+    struct { float max_norm; } clip;
+    unsigned char raw[72];
+} dfg_attrs;
+
+/* ---------------------------------------------------------------- tensors */
+enum {
+    DFG_TF_POISON = 1u << 0, /* the stand-in returned after an error */
+    DFG_TF_OUTPUT = 1u << 1, /* readable by name after the step (dfg_output) */
+};
+
+struct dfg_tensor {
+    int id;            /* index in the program's tensor table */
+    dfg_kind kind;
+    dfg_dtype dtype;
+    dfg_role role;
+    dfg_shape shape;
+    char *name;
+    uint32_t flags;
+    dfg_graph *graph;   /* the graph of a TEMP or INPUT; NULL for program-wide tensors */
+    dfg_node *producer; /* the node that makes a TEMP */
+    int producer_slot;  /* which of the producer's outputs */
+    /* Storage: a tensor either owns its bytes (storage == itself) or shares another's:
+     * a reshape view shares its source's, and a new version of a persistent tensor (the
+     * output of an in-place write) shares the persistent tensor's. */
+    dfg_tensor *storage;
+    dfg_tensor *version_of; /* for versions: the persistent tensor written; else NULL */
+    dfg_tensor *view_of;    /* for views: the tensor viewed; else NULL */
+    dfg_init init;          /* PARAM/STATE */
+    void *data;             /* CONST: numel * dtype_size bytes */
+    UT_hash_handle hh;      /* program's by-name index (persistent and output tensors) */
+};
+
+/* ---------------------------------------------------------------- nodes and graphs */
+struct dfg_node {
+    int id; /* index in its graph, in build order (a valid topological order) */
+    dfg_op op;
+    char *name;
+    int n_in, n_out;
+    dfg_tensor **in;
+    dfg_tensor **out;
+    dfg_attrs attr;
+    dfg_graph *graph;
+};
+
+struct dfg_graph {
+    int id;
+    char *name;
+    dfg_program *program;
+    dfg_node **nodes;
+    int n_nodes, cap_nodes;
+    /* latest[t->id] is the current version of persistent tensor t in this graph (NULL: t itself) */
+    dfg_tensor **latest;
+    int cap_latest;
+    dfg_tensor *poison;
+    dfg_status status;
+    char error[1024];
+};
+
+typedef enum { DFG_STAGE_GRAPH, DFG_STAGE_HOST } dfg_stage_kind;
+
+typedef struct {
+    dfg_stage_kind kind;
+    char *name;
+    dfg_graph *graph; /* GRAPH */
+    int repeat;       /* GRAPH: runs per step */
+    char *symbol;     /* HOST: function name */
+} dfg_stage;
+
+typedef struct {
+    char *key, *value;
+} dfg_setting;
+
+struct dfg_program {
+    char *name;
+    dfg_setting *settings;
+    int n_settings, cap_settings;
+    dfg_arena arena;
+    dfg_tensor **tensors;
+    int n_tensors, cap_tensors;
+    dfg_tensor *by_name; /* uthash head */
+    dfg_graph **graphs;
+    int n_graphs, cap_graphs;
+    dfg_stage *stages;
+    int n_stages, cap_stages;
+    dfg_status status;
+    char error[1024];
+};
+
+/* ---------------------------------------------------------------- helpers for the library */
+bool dfg_is_persistent(const dfg_tensor *t); /* PARAM, STATE, INPUT or CONST, not a version */
+dfg_tensor *dfg_tensor_new_(dfg_program *p, dfg_kind kind, dfg_dtype dt, dfg_shape shape, const char *name);
+char *dfg_strdup_(dfg_program *p, const char *s);
+dfg_status dfg_program_fail_(dfg_program *p, dfg_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+dfg_status dfg_graph_fail_(dfg_graph *g, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "x 'h.0.qkv' f32 (4,19,144)" */
+char *dfg_tensor_desc(const dfg_tensor *t, char *buf, size_t len);
+bool dfg_shape_equal(dfg_shape a, dfg_shape b);
+int dfg_norm_axis(int axis, int rank); /* -1 -> rank-1; returns -1 when out of range */
+/* numpy broadcasting; false when the shapes do not broadcast */
+bool dfg_shape_broadcast(dfg_shape a, dfg_shape b, dfg_shape *out);
+/* Value of a DFG_SHAPE literal with rank and dims given as an array. */
+dfg_shape dfg_shape_of(int rank, const int64_t *dims);
+
+#endif

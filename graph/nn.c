@@ -1,0 +1,108 @@
+/* nn.c - GPT-2 built only from public DSL calls: what a user of dfg would write. */
+#include <math.h>
+#include <stdio.h>
+
+#include "dfg_nn.h"
+
+dfg_gpt2_config dfg_gpt2_config_default(void) {
+    return (dfg_gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
+                             .ln_eps = 1e-5f, .dtype = DFG_F32};
+}
+
+typedef struct {
+    dfg_program *p;
+    dfg_gpt2 *m;
+    const char *prefix;
+    dfg_dtype dt;
+} param_ctx;
+
+static dfg_tensor *param(param_ctx *c, const char *name, dfg_shape s, dfg_init init) {
+    char full[256];
+    snprintf(full, sizeof(full), "%s%s", c->prefix, name);
+    dfg_tensor *t = dfg_param(c->p, full, c->dt, s, init);
+    if (t && c->m->n_params < (int)(sizeof(c->m->params) / sizeof(c->m->params[0]))) c->m->params[c->m->n_params++] = t;
+    return t;
+}
+
+static dfg_tensor *block_param(param_ctx *c, int layer, const char *name, dfg_shape s, dfg_init init) {
+    char nm[128];
+    snprintf(nm, sizeof(nm), "h.%d.%s", layer, name);
+    return param(c, nm, s, init);
+}
+
+dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out) {
+    if (!p || !out) return DFG_ERR_ARG;
+    *out = (dfg_gpt2){.cfg = cfg};
+    if (cfg.n_layer < 1 || cfg.n_layer > DFG_GPT2_MAX_LAYERS || cfg.n_head < 1 || cfg.n_embd < 1 ||
+        cfg.n_embd % cfg.n_head || cfg.vocab_size < 1 || cfg.block_size < 1 || !(cfg.ln_eps > 0))
+        return dfg_program_status(p) ? dfg_program_status(p) : DFG_ERR_ARG;
+    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype};
+    int64_t C = cfg.n_embd, V = cfg.vocab_size;
+    dfg_init w = dfg_init_normal(0.0f, 0.02f), zero = dfg_init_zeros(), one = dfg_init_ones();
+    dfg_init proj = dfg_init_normal(0.0f, 0.02f / sqrtf(2.0f * (float)cfg.n_layer)); /* GPT-2's residual scaling */
+    out->wte = param(&c, "wte.weight", DFG_SHAPE(V, C), w);
+    out->wpe = param(&c, "wpe.weight", DFG_SHAPE(cfg.block_size, C), dfg_init_normal(0.0f, 0.01f));
+    for (int l = 0; l < cfg.n_layer; l++) {
+        dfg_gpt2_block *b = &out->h[l];
+        b->ln_1_w = block_param(&c, l, "ln_1.weight", DFG_SHAPE(C), one);
+        b->ln_1_b = block_param(&c, l, "ln_1.bias", DFG_SHAPE(C), zero);
+        b->c_attn_w = block_param(&c, l, "attn.c_attn.weight", DFG_SHAPE(C, 3 * C), w);
+        b->c_attn_b = block_param(&c, l, "attn.c_attn.bias", DFG_SHAPE(3 * C), zero);
+        b->attn_proj_w = block_param(&c, l, "attn.c_proj.weight", DFG_SHAPE(C, C), proj);
+        b->attn_proj_b = block_param(&c, l, "attn.c_proj.bias", DFG_SHAPE(C), zero);
+        b->ln_2_w = block_param(&c, l, "ln_2.weight", DFG_SHAPE(C), one);
+        b->ln_2_b = block_param(&c, l, "ln_2.bias", DFG_SHAPE(C), zero);
+        b->c_fc_w = block_param(&c, l, "mlp.c_fc.weight", DFG_SHAPE(C, 4 * C), w);
+        b->c_fc_b = block_param(&c, l, "mlp.c_fc.bias", DFG_SHAPE(4 * C), zero);
+        b->mlp_proj_w = block_param(&c, l, "mlp.c_proj.weight", DFG_SHAPE(4 * C, C), proj);
+        b->mlp_proj_b = block_param(&c, l, "mlp.c_proj.bias", DFG_SHAPE(C), zero);
+    }
+    out->ln_f_w = param(&c, "ln_f.weight", DFG_SHAPE(C), one);
+    out->ln_f_b = param(&c, "ln_f.bias", DFG_SHAPE(C), zero);
+    return dfg_program_status(p);
+}
+
+dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b) {
+    dfg_tensor *y = dfg_matmul(g, x, w, false, false); /* (..., in) @ (in, out) */
+    return b ? dfg_bias_add(g, y, b) : y;
+}
+
+dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps) {
+    return dfg_layernorm(g, x, w, b, eps);
+}
+
+dfg_tensor *dfg_nn_self_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, int n_head) {
+    dfg_tensor *qkv = dfg_nn_linear(g, x, blk->c_attn_w, blk->c_attn_b); /* (B, T, 3C) */
+    dfg_tensor *y = dfg_attention(g, qkv, n_head);                       /* (B, T, C) */
+    return dfg_nn_linear(g, y, blk->attn_proj_w, blk->attn_proj_b);
+}
+
+dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk) {
+    dfg_tensor *h = dfg_gelu(g, dfg_nn_linear(g, x, blk->c_fc_w, blk->c_fc_b)); /* (..., 4C) */
+    return dfg_nn_linear(g, h, blk->mlp_proj_w, blk->mlp_proj_b);
+}
+
+dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg) {
+    dfg_tensor *a = dfg_nn_self_attention(g, dfg_nn_layernorm(g, x, blk->ln_1_w, blk->ln_1_b, cfg->ln_eps), blk,
+                                          cfg->n_head);
+    x = dfg_add(g, x, a);
+    dfg_tensor *m = dfg_nn_mlp(g, dfg_nn_layernorm(g, x, blk->ln_2_w, blk->ln_2_b, cfg->ln_eps), blk);
+    return dfg_add(g, x, m);
+}
+
+dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens) {
+    dfg_shape ts = dfg_tensor_shape(tokens);
+    /* T > block_size (or tokens not 2-D) fails in the slice of wpe, naming wpe's size */
+    int64_t T = ts.rank == 2 ? ts.d[1] : 0;
+    dfg_tensor *x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (B, T, C) */
+    for (int l = 0; l < m->cfg.n_layer; l++) x = dfg_nn_gpt2_block(g, x, &m->h[l], &m->cfg);
+    return dfg_nn_layernorm(g, x, m->ln_f_w, m->ln_f_b, m->cfg.ln_eps);
+}
+
+dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden) {
+    return dfg_matmul(g, hidden, m->wte, false, true); /* (..., C) @ (V, C)^T */
+}
+
+dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens) {
+    return dfg_gpt2_lm_head(g, m, dfg_gpt2_hidden(g, m, tokens));
+}

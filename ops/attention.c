@@ -1,0 +1,81 @@
+/* attention.c - causal multi-head attention over a fused QKV tensor, its backward, and the
+ * KV-cache decoding form: builders, shape rules, gradient rule, cost. The forward also returns
+ * the per-row log-sum-exp of the scores so that backward recomputes probabilities instead of
+ * keeping the (T x T) matrix. Kernels: ops/cpu/attention.c. */
+#include "op.h"
+
+static bool heads_ok(int64_t c, int h) { return h > 0 && c % h == 0; }
+
+dfg_status infer_attention(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *qkv = n->in[0];
+    int h = n->attr.attention.n_head;
+    if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !dfg_is_float(qkv->dtype))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs a float qkv of shape (B, T, 3C)");
+    int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
+    if (!heads_ok(C, h)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "C=%lld does not split into %d heads", (long long)C, h);
+    out[0] = (dfg_out_spec){qkv->dtype, DFG_SHAPE(B, T, C), -1, false};
+    out[1] = (dfg_out_spec){DFG_F32, DFG_SHAPE(B, h, T), -1, false};
+    return DFG_OK;
+}
+
+/* inputs: dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) -> dqkv (B,T,3C) */
+dfg_status infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *dy = n->in[0], *qkv = n->in[1], *y = n->in[2], *lse = n->in[3];
+    int h = n->attr.attention.n_head;
+    if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !heads_ok(qkv->shape.d[2] / 3, h))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs qkv of shape (B, T, 3C)");
+    int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
+    if (!dfg_shape_equal(dy->shape, DFG_SHAPE(B, T, C)) || !dfg_shape_equal(y->shape, DFG_SHAPE(B, T, C)) ||
+        !dfg_shape_equal(lse->shape, DFG_SHAPE(B, h, T)) || dy->dtype != qkv->dtype || y->dtype != qkv->dtype)
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
+    out[0] = (dfg_out_spec){qkv->dtype, qkv->shape, -1, false};
+    return DFG_OK;
+}
+
+/* inputs: q (B,Tq,C), k_cache (B,Tmax,C), v_cache (B,Tmax,C), pos (i32, one element) */
+dfg_status infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *pos = n->in[3];
+    int h = n->attr.attention.n_head;
+    if (q->shape.rank != 3 || k->shape.rank != 3 || !dfg_shape_equal(k->shape, v->shape) ||
+        q->shape.d[0] != k->shape.d[0] || q->shape.d[2] != k->shape.d[2] || q->shape.d[1] > k->shape.d[1])
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs q (B, Tq, C) and caches (B, Tmax, C) with Tq <= Tmax");
+    if (q->dtype != k->dtype || q->dtype != v->dtype || !dfg_is_float(q->dtype))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "q and the caches need one float dtype");
+    if (pos->dtype != DFG_I32 || dfg_shape_numel(pos->shape) != 1)
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "pos must be an i32 scalar");
+    if (!heads_ok(q->shape.d[2], h))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "C=%lld does not split into %d heads", (long long)q->shape.d[2], h);
+    out[0] = (dfg_out_spec){q->dtype, q->shape, -1, false};
+    return DFG_OK;
+}
+
+/* Causal attention does about half of the dense 2*T*T*C multiply-adds for QK^T and PV each;
+ * backward does about twice the forward. */
+dfg_cost cost_attention(const dfg_node *n) {
+    const dfg_tensor *x = n->in[n->op == DFG_OP_ATTENTION_BWD ? 1 : 0];
+    double B = (double)x->shape.d[0], T = (double)x->shape.d[1], C = (double)n->out[0]->shape.d[2];
+    if (n->op == DFG_OP_ATTENTION_BWD) C /= 3.0;
+    double f = 2.0 * B * T * T * C;
+    if (n->op == DFG_OP_ATTENTION_BWD) f *= 2.0;
+    if (n->op == DFG_OP_ATTENTION_CACHED) f = 4.0 * B * T * (double)n->in[1]->shape.d[1] * C;
+    return dfg_cost_io(n, f);
+}
+
+dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head) {
+    dfg_attrs a = {.attention = {n_head}};
+    dfg_node *n = dfg_node_add(g, DFG_OP_ATTENTION, &qkv, 1, &a, 2);
+    return n ? n->out[0] : (g ? g->poison : NULL);
+}
+
+dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
+                                 dfg_tensor *pos, int n_head) {
+    dfg_attrs a = {.attention = {n_head}};
+    return dfg_op_out(g, DFG_OP_ATTENTION_CACHED, (dfg_tensor *[]){q, k_cache, v_cache, pos}, 4, &a);
+}
+
+dfg_status grad_attention(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+                          dfg_tensor **din) {
+    if (!dout[0] || !need[0]) return g->status;
+    din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->out[0], n->out[1]}, 4, &n->attr);
+    return g->status;
+}

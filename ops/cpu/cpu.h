@@ -1,0 +1,52 @@
+/* cpu.h - the fp32 reference kernels: one function per op family, dispatched by op id.
+ *
+ * A kernel gets the node (shapes and attributes), one data pointer per input and output, and a
+ * context with per-thread scratch and an error buffer. Outputs that alias an input (reshape
+ * views, in-place writes) arrive with the same pointer as that input. Kernels never allocate;
+ * bad values found at run time (a token id out of range) are reported, not trusted.
+ */
+#ifndef DFG_CPU_H
+#define DFG_CPU_H
+
+#include "../op.h"
+
+typedef struct {
+    int n_threads;
+    void *scratch;        /* n_threads * scratch_per_thread bytes, see dfg_cpu_scratch_bytes */
+    size_t scratch_per_thread;
+    char *err;            /* where a kernel writes why it failed */
+    size_t err_len;
+} dfg_cpu_ctx;
+
+typedef dfg_status (*dfg_cpu_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx);
+
+extern const dfg_cpu_fn dfg_cpu_kernels[DFG_OP_COUNT];
+
+/* Per-thread scratch a node's kernel needs (0 for most). */
+size_t dfg_cpu_scratch_bytes(const dfg_node *n);
+/* Formats "<op> '<node>': <reason>" into ctx->err and returns s. */
+dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define X(E, name, nin, nout, gk, infer, grad, cost, cpu) \
+    dfg_status cpu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx);
+#include "../ops.def"
+#undef X
+
+/* ---------------------------------------------------------------- shared helpers */
+/* Strides (in elements) that read `in` broadcast to `out`: 0 along broadcast dims. */
+void dfg_bcast_strides(dfg_shape out, dfg_shape in, int64_t *strides);
+/* Element offset into an input with `strides` for the output's flat index `idx`. */
+static inline int64_t dfg_bcast_offset(const dfg_shape *out, const int64_t *strides, int64_t idx) {
+    int64_t off = 0;
+    for (int d = out->rank - 1; d >= 0; d--) {
+        int64_t i = idx % out->d[d];
+        idx /= out->d[d];
+        off += i * strides[d];
+    }
+    return off;
+}
+/* (outer, axis, inner) split of a shape around `axis` */
+void dfg_split_axis(dfg_shape s, int axis, int64_t *outer, int64_t *len, int64_t *inner);
+
+#endif

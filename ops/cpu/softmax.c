@@ -1,0 +1,81 @@
+/* softmax.c - CPU softmax and log-softmax over the last axis, and their backward ops, which
+ * take (dy, y): the saved output is all they need. */
+#include <math.h>
+
+#include "cpu.h"
+
+static void rows_of(const dfg_node *n, int64_t *rows, int64_t *v) {
+    const dfg_shape s = n->out[0]->shape;
+    *v = s.d[s.rank - 1];
+    *rows = dfg_shape_numel(s) / *v;
+}
+
+/* log-sum-exp of one row, stable against large values */
+static double row_lse(const float *x, int64_t v) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < v; j++) m = x[j] > m ? x[j] : m;
+    if (m == -INFINITY) return -INFINITY;
+    double s = 0.0;
+    for (int64_t j = 0; j < v; j++) s += exp((double)x[j] - m);
+    return m + log(s);
+}
+
+dfg_status cpu_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    int64_t rows, v;
+    rows_of(n, &rows, &v);
+    const float *x = in[0]; /* (rows, V) */
+    float *y = out[0];      /* (rows, V) */
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        double lse = row_lse(x + r * v, v);
+        for (int64_t j = 0; j < v; j++) y[r * v + j] = (float)exp((double)x[r * v + j] - lse);
+    }
+    return DFG_OK;
+}
+
+dfg_status cpu_log_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    int64_t rows, v;
+    rows_of(n, &rows, &v);
+    const float *x = in[0];
+    float *y = out[0];
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        double lse = row_lse(x + r * v, v);
+        for (int64_t j = 0; j < v; j++) y[r * v + j] = (float)((double)x[r * v + j] - lse);
+    }
+    return DFG_OK;
+}
+
+/* dx = y * (dy - sum(dy * y)) */
+dfg_status cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    int64_t rows, v;
+    rows_of(n, &rows, &v);
+    const float *dy = in[0], *y = in[1];
+    float *dx = out[0];
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        double dot = 0.0;
+        for (int64_t j = 0; j < v; j++) dot += (double)dy[r * v + j] * y[r * v + j];
+        for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)(y[r * v + j] * ((double)dy[r * v + j] - dot));
+    }
+    return DFG_OK;
+}
+
+/* dx = dy - exp(y) * sum(dy) */
+dfg_status cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    int64_t rows, v;
+    rows_of(n, &rows, &v);
+    const float *dy = in[0], *y = in[1];
+    float *dx = out[0];
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0.0;
+        for (int64_t j = 0; j < v; j++) s += dy[r * v + j];
+        for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)((double)dy[r * v + j] - exp((double)y[r * v + j]) * s);
+    }
+    return DFG_OK;
+}

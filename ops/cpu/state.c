@@ -1,0 +1,95 @@
+/* state.c - CPU kernels that write persistent tensors in place: assign (copy, add, fill),
+ * slice_assign, the AdamW step (as torch.optim.AdamW) and global-norm clipping (as
+ * torch.nn.utils.clip_grad_norm_). Outputs arrive aliased to the tensors they write. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "dtype.h"
+
+dfg_status cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    const dfg_tensor *dst = n->in[0];
+    int64_t cnt = dfg_shape_numel(dst->shape);
+    switch (n->attr.assign.mode) {
+    case DFG_ASSIGN_COPY:
+        if (out[0] != in[1]) memmove(out[0], in[1], dfg_tensor_bytes(dst));
+        break;
+    case DFG_ASSIGN_ADD:
+        if (dst->dtype == DFG_F32) {
+            float *y = out[0];
+            const float *x = in[1];
+            for (int64_t i = 0; i < cnt; i++) y[i] += x[i];
+        } else {
+            for (int64_t i = 0; i < cnt; i++)
+                dfg_store(out[0], dst->dtype, i, dfg_load(out[0], dst->dtype, i) + dfg_load(in[1], dst->dtype, i));
+        }
+        break;
+    case DFG_ASSIGN_FILL:
+        for (int64_t i = 0; i < cnt; i++) dfg_store(out[0], dst->dtype, i, n->attr.assign.value);
+        break;
+    }
+    return DFG_OK;
+}
+
+dfg_status cpu_slice_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    const dfg_tensor *dst = n->in[0], *src = n->in[1];
+    int ax = n->attr.slice_assign.axis;
+    int64_t start = n->attr.slice_assign.start;
+    if (n->attr.slice_assign.dynamic) start = *(const int32_t *)in[2];
+    int64_t outer, len, inner, slen = src->shape.d[ax];
+    dfg_split_axis(dst->shape, ax, &outer, &len, &inner);
+    if (start < 0 || start + slen > len)
+        return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows",
+                            (long long)start, (long long)(start + slen), dst->name, (long long)len);
+    size_t esz = dfg_dtype_size(dst->dtype), row = (size_t)(slen * inner) * esz;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)out[0] + (size_t)((o * len + start) * inner) * esz, (const char *)in[1] + (size_t)o * row, row);
+    return DFG_OK;
+}
+
+dfg_status cpu_adamw(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    const dfg_adamw_config c = n->attr.adamw;
+    int32_t t = *(const int32_t *)in[0];
+    if (t < 1) return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "step is %d; it counts from 1", t);
+    double bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t);
+    float step_size = (float)(c.lr / bc1), bc2_sqrt = (float)sqrt(bc2), decay = 1.0f - c.lr * c.weight_decay;
+    int np = (n->n_in - 1) / 4;
+    for (int i = 0; i < np; i++) {
+        float *p = out[3 * i], *m = out[3 * i + 1], *v = out[3 * i + 2];
+        const float *g = in[2 + 4 * i];
+        int64_t cnt = dfg_shape_numel(n->in[1 + 4 * i]->shape);
+#pragma omp parallel for schedule(static) if (cnt > 65536)
+        for (int64_t j = 0; j < cnt; j++) {
+            float gj = g[j];
+            m[j] = c.beta1 * m[j] + (1.0f - c.beta1) * gj;
+            v[j] = c.beta2 * v[j] + (1.0f - c.beta2) * gj * gj;
+            p[j] = p[j] * decay - step_size * m[j] / (sqrtf(v[j]) / bc2_sqrt + c.eps);
+        }
+    }
+    return DFG_OK;
+}
+
+/* out[0] = the global norm; out[1+i] = in[i] * min(1, max_norm / (norm + 1e-6)) */
+dfg_status cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    double ss = 0.0;
+    for (int i = 0; i < n->n_in; i++) {
+        const float *g = in[i];
+        int64_t cnt = dfg_shape_numel(n->in[i]->shape);
+        double part = 0.0;
+#pragma omp parallel for reduction(+ : part) schedule(static) if (cnt > 65536)
+        for (int64_t j = 0; j < cnt; j++) part += (double)g[j] * g[j];
+        ss += part;
+    }
+    double norm = sqrt(ss), coef = (double)n->attr.clip.max_norm / (norm + 1e-6);
+    float scale = (float)(coef < 1.0 ? coef : 1.0);
+    *(float *)out[0] = (float)norm;
+    for (int i = 0; i < n->n_in; i++) {
+        const float *g = in[i];
+        float *y = out[1 + i];
+        int64_t cnt = dfg_shape_numel(n->in[i]->shape);
+        for (int64_t j = 0; j < cnt; j++) y[j] = g[j] * scale;
+    }
+    return DFG_OK;
+}

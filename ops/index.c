@@ -1,0 +1,97 @@
+/* index.c - embedding lookup, gather along the last axis (take), their scatter-add backward
+ * ops, and categorical sampling: builders, shape rules, gradient rules. Kernels:
+ * ops/cpu/index.c and ops/cpu/sample.c. */
+#include "op.h"
+
+/* (...) + (c) */
+static bool append_dim(dfg_shape s, int64_t c, dfg_shape *out) {
+    if (s.rank >= DFG_MAX_RANK) return false;
+    s.d[s.rank++] = c;
+    *out = s;
+    return true;
+}
+
+/* (..., c) -> (...) */
+static dfg_shape drop_last(dfg_shape s) {
+    s.rank--;
+    return s;
+}
+
+dfg_status infer_embed(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *w = n->in[0], *ids = n->in[1];
+    if (w->shape.rank != 2 || !dfg_is_float(w->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "table must be float (V, C)");
+    if (ids->dtype != DFG_I32) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "ids must be i32");
+    if (!append_dim(ids->shape, w->shape.d[1], &out[0].shape)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "ids rank too large");
+    out[0].dtype = w->dtype;
+    return DFG_OK;
+}
+
+dfg_status infer_take(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *x = n->in[0], *idx = n->in[1];
+    if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "x must be float (..., V)");
+    if (idx->dtype != DFG_I32 || !dfg_shape_equal(idx->shape, drop_last(x->shape)))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "idx must be i32 with x's shape minus the last dim");
+    out[0].dtype = x->dtype;
+    out[0].shape = idx->shape;
+    return DFG_OK;
+}
+
+/* embed_bwd: dy (..., C), ids (...) -> (V, C); take_bwd: dy (...), idx (...) -> (..., V) */
+dfg_status infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *dy = n->in[0], *idx = n->in[1];
+    int64_t v = n->attr.scatter.vocab;
+    if (v < 1 || idx->dtype != DFG_I32 || !dfg_is_float(dy->dtype))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs float dy, i32 indices and vocab >= 1");
+    out[0].dtype = dy->dtype;
+    if (n->op == DFG_OP_EMBED_BWD) {
+        if (dy->shape.rank < 1 || !dfg_shape_equal(drop_last(dy->shape), idx->shape))
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "dy must be (..., C) for ids (...)");
+        out[0].shape = DFG_SHAPE(v, dy->shape.d[dy->shape.rank - 1]);
+        return DFG_OK;
+    }
+    if (!dfg_shape_equal(dy->shape, idx->shape) || !append_dim(dy->shape, v, &out[0].shape))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "dy and idx must have one shape");
+    return DFG_OK;
+}
+
+dfg_status infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *x = n->in[0], *rng = n->in[1];
+    if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
+    if (rng->dtype != DFG_I32 || !dfg_shape_equal(rng->shape, DFG_SHAPE(4)))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rng must be an i32 STATE of shape (4)");
+    out[0] = (dfg_out_spec){DFG_I32, drop_last(x->shape), -1, false};
+    out[1] = (dfg_out_spec){DFG_I32, rng->shape, 1, true};
+    return DFG_OK;
+}
+
+dfg_cost cost_sample(const dfg_node *n) { return dfg_cost_io(n, 10.0 * (double)dfg_shape_numel(n->in[0]->shape)); }
+
+dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids) {
+    return dfg_op_out(g, DFG_OP_EMBED, (dfg_tensor *[]){table, ids}, 2, NULL);
+}
+
+dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx) {
+    return dfg_op_out(g, DFG_OP_TAKE, (dfg_tensor *[]){x, idx}, 2, NULL);
+}
+
+dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k) {
+    dfg_attrs a = {.sample = {temperature, top_k}};
+    dfg_node *n = dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){logits, rng}, 2, &a, 2);
+    return n ? n->out[0] : (g ? g->poison : NULL);
+}
+
+static dfg_tensor *scatter(dfg_graph *g, dfg_op op, dfg_tensor *dy, dfg_tensor *idx, int64_t vocab) {
+    dfg_attrs a = {.scatter = {vocab}};
+    return dfg_op_out(g, op, (dfg_tensor *[]){dy, idx}, 2, &a);
+}
+
+dfg_status grad_embed(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    if (need[0]) din[0] = scatter(g, DFG_OP_EMBED_BWD, dout[0], n->in[1], n->in[0]->shape.d[0]);
+    return g->status;
+}
+
+dfg_status grad_take(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    const dfg_tensor *x = n->in[0];
+    if (need[0]) din[0] = scatter(g, DFG_OP_TAKE_BWD, dout[0], n->in[1], x->shape.d[x->shape.rank - 1]);
+    return g->status;
+}

@@ -1,0 +1,87 @@
+/* dfg_runtime.h - running a program: runtime objects, tensor access by name, host stages,
+ * checkpoints. A runtime is an opaque handle; every call returns a dfg_status and leaves a
+ * message in dfg_runtime_error() when it fails. */
+#ifndef DFG_RUNTIME_H
+#define DFG_RUNTIME_H
+
+#include "../graph/dfg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DFG_TARGET_CPU, DFG_TARGET_CUDA, DFG_TARGET_COUNT } dfg_target;
+const char *dfg_target_name(dfg_target t);
+
+typedef struct {
+    dfg_target target;
+    int n_threads;   /* 0: the OpenMP default (all cores) */
+    uint64_t seed;   /* parameter initialisation and RNG keys */
+    void *host_lib;  /* dlopen handle that host-stage symbols are looked up in; NULL: the process */
+} dfg_run_options;
+
+dfg_run_options dfg_run_options_default(void);
+
+typedef struct dfg_runtime dfg_runtime;
+
+/* Creates a runtime: plans memory, allocates the arena, resolves host stages and initialises
+ * every PARAM and STATE from its init spec and the seed. On failure *out may still hold a
+ * runtime whose dfg_runtime_error() says why; free it with dfg_runtime_free. */
+dfg_status dfg_runtime_create(const dfg_program *p, const dfg_run_options *opt, dfg_runtime **out);
+void dfg_runtime_free(dfg_runtime *rt);
+const char *dfg_runtime_error(const dfg_runtime *rt);
+const dfg_program *dfg_runtime_program(const dfg_runtime *rt);
+
+/* Runs every stage once (one training step). */
+dfg_status dfg_runtime_step(dfg_runtime *rt);
+int64_t dfg_runtime_steps_done(const dfg_runtime *rt);
+/* Re-runs parameter/state initialisation (called by create). */
+dfg_status dfg_runtime_init_state(dfg_runtime *rt);
+
+/* Host view of a tensor's bytes (persistent tensors and dfg_output tensors). */
+typedef struct {
+    void *data;
+    dfg_dtype dtype;
+    dfg_shape shape;
+    size_t bytes;
+    const char *name;
+} dfg_buffer;
+
+dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buffer *out);
+/* Copies exactly the tensor's bytes in or out; a size mismatch is an error. */
+dfg_status dfg_runtime_write(dfg_runtime *rt, const char *name, const void *data, size_t bytes);
+dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_t bytes);
+
+/* Metrics (dfg_metric) in creation order, read after a step. */
+int dfg_runtime_metric_count(const dfg_runtime *rt);
+const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i);
+float dfg_runtime_metric_value(dfg_runtime *rt, int i);
+
+/* Bytes of the arena the runtime allocated (one allocation for every tensor). */
+size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
+
+/* ---------------------------------------------------------------- host stages
+ * A host stage is `dfg_status fn(dfg_host_ctx *ctx)`, exported by the pipeline's shared object. */
+typedef struct dfg_host_ctx dfg_host_ctx;
+typedef dfg_status (*dfg_host_fn)(dfg_host_ctx *ctx);
+
+dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out);
+int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step */
+uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
+/* The value of a program setting (dfg_program_set); NULL when absent. */
+const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
+dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------------- checkpoints (safetensors)
+ * Loading matches file tensors to PARAM/STATE names, also after stripping a "transformer."
+ * prefix; GPT-2's attn.bias / attn.masked_bias buffers and a tied lm_head.weight are skipped.
+ * f32/bf16/f16 values convert to the tensor's dtype. With `strict`, every PARAM must be found
+ * and every other file tensor must be known; *n_loaded (may be NULL) counts the tensors set. */
+dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
+/* Writes every PARAM (and every STATE when with_state), atomically: temp file, fsync, rename. */
+dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,216 @@
+/* runtime.c - the executor: creates the arena from a memory plan, resolves host stages, and
+ * walks the stages of a step, node by node, through the backend. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_internal.h"
+
+const char *dfg_target_name(dfg_target t) {
+    static const char *const names[DFG_TARGET_COUNT] = {[DFG_TARGET_CPU] = "cpu", [DFG_TARGET_CUDA] = "cuda"};
+    return (unsigned)t < DFG_TARGET_COUNT ? names[t] : "?";
+}
+
+dfg_run_options dfg_run_options_default(void) {
+    return (dfg_run_options){.target = DFG_TARGET_CPU, .n_threads = 0, .seed = 1234, .host_lib = NULL};
+}
+
+dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rt->error, sizeof(rt->error), fmt, ap);
+    va_end(ap);
+    if (sticky) rt->status = s;
+    return s;
+}
+
+const char *dfg_runtime_error(const dfg_runtime *rt) { return rt ? rt->error : "runtime is NULL"; }
+const dfg_program *dfg_runtime_program(const dfg_runtime *rt) { return rt ? rt->p : NULL; }
+int64_t dfg_runtime_steps_done(const dfg_runtime *rt) { return rt ? rt->step : 0; }
+size_t dfg_runtime_arena_bytes(const dfg_runtime *rt) { return rt ? rt->plan.arena_bytes : 0; }
+
+/* Sizes the per-node pointer arrays and lists the metrics. */
+static dfg_status scan_program(dfg_runtime *rt) {
+    const dfg_program *p = rt->p;
+    int max_in = 1, max_out = 1;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[gi]->nodes[i];
+            max_in = n->n_in > max_in ? n->n_in : max_in;
+            max_out = n->n_out > max_out ? n->n_out : max_out;
+        }
+    rt->in_ptrs = calloc((size_t)max_in, sizeof(void *));
+    rt->out_ptrs = calloc((size_t)max_out, sizeof(void *));
+    rt->metrics = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*rt->metrics));
+    if (!rt->in_ptrs || !rt->out_ptrs || !rt->metrics) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->role == DFG_ROLE_METRIC && p->tensors[i]->kind == DFG_STATE)
+            rt->metrics[rt->n_metrics++] = p->tensors[i];
+    return DFG_OK;
+}
+
+static dfg_status resolve_host_stages(dfg_runtime *rt) {
+    const dfg_program *p = rt->p;
+    rt->host = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->host));
+    if (!rt->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stages[s].kind != DFG_STAGE_HOST) continue;
+        void *sym = dlsym(rt->opt.host_lib ? rt->opt.host_lib : RTLD_DEFAULT, p->stages[s].symbol);
+        if (!sym)
+            return dfg_rt_fail(rt, DFG_ERR_ARG, true, "host stage '%s': function '%s' not found (is it exported by the pipeline?)",
+                               p->stages[s].name, p->stages[s].symbol);
+        *(void **)&rt->host[s] = sym;
+    }
+    return DFG_OK;
+}
+
+dfg_status dfg_runtime_create(const dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
+    if (!out) return DFG_ERR_ARG;
+    *out = NULL;
+    dfg_runtime *rt = calloc(1, sizeof(*rt));
+    if (!rt) return DFG_ERR_NOMEM;
+    *out = rt;
+    rt->p = p;
+    rt->opt = opt ? *opt : dfg_run_options_default();
+    if (!p) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "program is NULL");
+    if (dfg_program_status(p)) return dfg_rt_fail(rt, DFG_ERR_STATE, true, "program has an error: %s", dfg_program_error(p));
+    if (rt->opt.target != DFG_TARGET_CPU)
+        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "target '%s' is not available in this build; use --target cpu",
+                           dfg_target_name(rt->opt.target));
+    rt->be = &dfg_backend_cpu;
+    dfg_status st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
+    if (st) return rt->status = st;
+    if ((st = scan_program(rt)) || (st = resolve_host_stages(rt))) return st;
+    if (dfg_memplan_naive(p, 64, &rt->plan)) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory planning");
+    rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
+    if (!rt->arena)
+        return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
+    return dfg_runtime_init_state(rt);
+}
+
+void dfg_runtime_free(dfg_runtime *rt) {
+    if (!rt) return;
+    if (rt->arena) rt->be->free(rt->be_state, rt->arena);
+    if (rt->be && rt->be_state) rt->be->destroy(rt->be_state);
+    dfg_memplan_free(&rt->plan);
+    free(rt->in_ptrs);
+    free(rt->out_ptrs);
+    free(rt->host);
+    free(rt->metrics);
+    free(rt);
+}
+
+static dfg_status run_graph(dfg_runtime *rt, const dfg_stage *s) {
+    const dfg_graph *g = s->graph;
+    char why[512];
+    for (int r = 0; r < s->repeat; r++)
+        for (int i = 0; i < g->n_nodes; i++) {
+            const dfg_node *n = g->nodes[i];
+            for (int j = 0; j < n->n_in; j++) rt->in_ptrs[j] = dfg_rt_ptr(rt, n->in[j]);
+            for (int k = 0; k < n->n_out; k++) rt->out_ptrs[k] = dfg_rt_ptr(rt, n->out[k]);
+            why[0] = '\0';
+            dfg_status st = rt->be->exec(rt->be_state, n, rt->in_ptrs, rt->out_ptrs, why, sizeof(why));
+            if (st)
+                return dfg_rt_fail(rt, st, true, "step %lld, stage '%s' (run %d of %d): %s", (long long)rt->step, s->name,
+                                   r + 1, s->repeat, why[0] ? why : dfg_status_name(st));
+        }
+    return DFG_OK;
+}
+
+static dfg_status run_host(dfg_runtime *rt, int si) {
+    dfg_host_ctx ctx = {rt, si};
+    rt->error[0] = '\0';
+    dfg_status st = rt->host[si](&ctx);
+    if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step,
+                                         rt->p->stages[si].name, dfg_status_name(st));
+    if (st) rt->status = st;
+    return st;
+}
+
+dfg_status dfg_runtime_step(dfg_runtime *rt) {
+    if (!rt) return DFG_ERR_ARG;
+    if (rt->status) return rt->status;
+    for (int s = 0; s < rt->p->n_stages; s++) {
+        const dfg_stage *stage = &rt->p->stages[s];
+        dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, stage) : run_host(rt, s);
+        if (st) return st;
+    }
+    dfg_status st = rt->be->sync(rt->be_state);
+    if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step);
+    rt->step++;
+    return DFG_OK;
+}
+
+/* ---------------------------------------------------------------- tensor access */
+const dfg_tensor *dfg_rt_lookup(dfg_runtime *rt, const char *name) {
+    const dfg_tensor *t = dfg_find(rt->p, name ? name : "");
+    if (!t) dfg_rt_fail(rt, DFG_ERR_ARG, false, "no tensor named '%s'", name ? name : "(null)");
+    return t;
+}
+
+dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buffer *out) {
+    if (!rt || !out) return DFG_ERR_ARG;
+    const dfg_tensor *t = dfg_rt_lookup(rt, name);
+    if (!t) return DFG_ERR_ARG;
+    *out = (dfg_buffer){dfg_rt_ptr(rt, t), t->dtype, t->shape, dfg_tensor_bytes(t), t->name};
+    return DFG_OK;
+}
+
+static dfg_status check_size(dfg_runtime *rt, const dfg_tensor *t, size_t bytes) {
+    if (bytes != dfg_tensor_bytes(t))
+        return dfg_rt_fail(rt, DFG_ERR_ARG, false, "'%s' holds %zu bytes, not %zu", t->name, dfg_tensor_bytes(t), bytes);
+    return DFG_OK;
+}
+
+dfg_status dfg_runtime_write(dfg_runtime *rt, const char *name, const void *data, size_t bytes) {
+    if (!rt || !data) return DFG_ERR_ARG;
+    const dfg_tensor *t = dfg_rt_lookup(rt, name);
+    if (!t) return DFG_ERR_ARG;
+    if (check_size(rt, t, bytes)) return DFG_ERR_ARG;
+    return rt->be->upload(rt->be_state, dfg_rt_ptr(rt, t), data, bytes);
+}
+
+dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_t bytes) {
+    if (!rt || !data) return DFG_ERR_ARG;
+    const dfg_tensor *t = dfg_rt_lookup(rt, name);
+    if (!t) return DFG_ERR_ARG;
+    if (check_size(rt, t, bytes)) return DFG_ERR_ARG;
+    return rt->be->download(rt->be_state, data, dfg_rt_ptr(rt, t), bytes);
+}
+
+int dfg_runtime_metric_count(const dfg_runtime *rt) { return rt ? rt->n_metrics : 0; }
+
+const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i) {
+    if (!rt || i < 0 || i >= rt->n_metrics) return NULL;
+    return rt->metrics[i]->name + strlen("metric.");
+}
+
+float dfg_runtime_metric_value(dfg_runtime *rt, int i) {
+    float v = 0.0f;
+    if (!rt || i < 0 || i >= rt->n_metrics) return v;
+    rt->be->download(rt->be_state, &v, dfg_rt_ptr(rt, rt->metrics[i]), sizeof(v));
+    return v;
+}
+
+/* ---------------------------------------------------------------- host-stage context */
+dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out) {
+    return ctx ? dfg_runtime_buffer(ctx->rt, name, out) : DFG_ERR_ARG;
+}
+int64_t dfg_host_step(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->step : 0; }
+uint64_t dfg_host_seed(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->opt.seed : 0; }
+const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key) {
+    return ctx ? dfg_program_setting(ctx->rt->p, key) : NULL;
+}
+
+dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) {
+    if (!ctx) return DFG_ERR_ARG;
+    dfg_runtime *rt = ctx->rt;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return dfg_rt_fail(rt, DFG_ERR_RUNTIME, true, "step %lld, host stage '%s': %s", (long long)rt->step,
+                       rt->p->stages[ctx->stage].name, msg);
+}
