@@ -73,7 +73,8 @@ double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double fl
     for (int64_t i = 0; i < n; i++) {
         if (fabs((double)b[i]) > maxb) maxb = fabs((double)b[i]);
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= maxd)) maxd = d; /* NaN propagates as a failure */
+        if (isnan(d)) return NAN; /* a NaN anywhere fails every tolerance */
+        if (d > maxd) maxd = d;
     }
     return maxd / maxb;
 }
