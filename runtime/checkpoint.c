@@ -1,0 +1,211 @@
+/* checkpoint.c - loading PARAM/STATE tensors from safetensors files (Hugging Face GPT-2
+ * weights or dfg's own checkpoints) and saving them atomically.
+ *
+ * Loading checks the whole file against the program first (names, shapes, dtypes, strictness)
+ * and only then writes tensors, so a rejected file leaves the runtime as it was. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/cpu/dtype.h"
+#include "runtime_internal.h"
+#include "safetensors.h"
+
+#define CKPT_PREFIX "transformer."
+#define CKPT_MAX_LISTED 4 /* missing names listed in one message */
+
+/* ---------------------------------------------------------------- matching file names to tensors */
+
+static bool ckpt_ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* GPT-2 buffers that are not weights: the causal masks, and lm_head.weight (tied to wte). */
+static bool ckpt_is_skipped_buffer(const char *name) {
+    const char *s = strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 ? name + strlen(CKPT_PREFIX) : name;
+    return ckpt_ends_with(s, ".attn.bias") || ckpt_ends_with(s, ".attn.masked_bias") || strcmp(s, "lm_head.weight") == 0;
+}
+
+/* The PARAM or STATE a file name loads into: the exact name, else without "transformer.". */
+static const dfg_tensor *ckpt_match(const dfg_program *p, const char *name) {
+    const dfg_tensor *t = dfg_find(p, name);
+    if ((!t || (t->kind != DFG_PARAM && t->kind != DFG_STATE)) && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0)
+        t = dfg_find(p, name + strlen(CKPT_PREFIX));
+    return t && (t->kind == DFG_PARAM || t->kind == DFG_STATE) ? t : NULL;
+}
+
+static bool ckpt_is_float(dfg_dtype dt) { return dt == DFG_F32 || dt == DFG_BF16 || dt == DFG_F16; }
+
+/* A file tensor may fill t when the shapes are equal and the dtypes are equal or both float. */
+static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *t) {
+    char fs[96], ts[96];
+    if (f->shape.rank != t->shape.rank || memcmp(f->shape.d, t->shape.d, sizeof(int64_t) * (size_t)f->shape.rank) != 0)
+        return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' has shape %s in the file but %s in the program", path,
+                           f->name, dfg_shape_str(f->shape, fs, sizeof(fs)), dfg_shape_str(t->shape, ts, sizeof(ts)));
+    bool ok = f->dtype == t->dtype || (ckpt_is_float(f->dtype) && ckpt_is_float(t->dtype));
+    if (!ok)
+        return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' is %s in the file and cannot load into the program's %s",
+                           path, f->name, f->dtype_name, dfg_dtype_name(t->dtype));
+    return DFG_OK;
+}
+
+/* Pairs every file tensor with its program tensor (target[i], NULL when skipped) and applies
+ * the strict rules. owner[t->id] remembers which file tensor claimed t, to refuse two. */
+static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safetensors *st, bool strict,
+                            const dfg_tensor **target, int *owner) {
+    for (int i = 0; i < dfg_st_count(st); i++) {
+        const dfg_st_tensor *f = dfg_st_get(st, i);
+        const dfg_tensor *t = ckpt_match(rt->p, f->name);
+        target[i] = t;
+        if (!t) {
+            if (strict && !ckpt_is_skipped_buffer(f->name))
+                return dfg_rt_fail(rt, DFG_ERR_FORMAT, false,
+                                   "%s: tensor '%s' matches no param or state of the program (strict load)", path, f->name);
+            continue;
+        }
+        if (owner[t->id])
+            return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensors '%s' and '%s' both load into '%s'", path,
+                               dfg_st_get(st, owner[t->id] - 1)->name, f->name, t->name);
+        owner[t->id] = i + 1;
+        dfg_status s = ckpt_check_fit(rt, path, f, t);
+        if (s) return s;
+    }
+    return DFG_OK;
+}
+
+/* With strict, every PARAM must have come from the file; lists the first few missing. */
+static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const int *owner) {
+    const dfg_program *p = rt->p;
+    char list[512] = "";
+    int missing = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind != DFG_PARAM || owner[t->id]) continue;
+        if (++missing <= CKPT_MAX_LISTED) {
+            size_t n = strlen(list);
+            snprintf(list + n, sizeof(list) - n, "%s'%s'", missing > 1 ? ", " : "", t->name);
+        }
+    }
+    if (!missing) return DFG_OK;
+    if (missing > CKPT_MAX_LISTED)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), " and %d more", missing - CKPT_MAX_LISTED);
+    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d param%s missing from the file (strict load): %s", path, missing,
+                       missing > 1 ? "s" : "", list);
+}
+
+/* ---------------------------------------------------------------- moving the bytes */
+
+/* Element i of unaligned file data of a float dtype (file data has no alignment guarantee). */
+static double ckpt_load_float(const unsigned char *p, dfg_dtype dt, int64_t i) {
+    union {
+        float f;
+        uint16_t h;
+    } u;
+    size_t es = dfg_dtype_size(dt);
+    memcpy(&u, p + (size_t)i * es, es);
+    return dfg_load(&u, dt, 0);
+}
+
+/* Fills host (t's bytes) from f: a copy when the dtypes agree (bit-exact), else a float
+ * conversion with round-to-nearest-even. */
+static void ckpt_convert(const dfg_st_tensor *f, const dfg_tensor *t, void *host) {
+    if (f->dtype == t->dtype) {
+        memcpy(host, f->data, f->bytes);
+        return;
+    }
+    int64_t n = dfg_shape_numel(t->shape);
+    for (int64_t i = 0; i < n; i++) dfg_store(host, t->dtype, i, ckpt_load_float(f->data, f->dtype, i));
+}
+
+static dfg_status ckpt_apply(dfg_runtime *rt, const char *path, const dfg_safetensors *st, const dfg_tensor **target,
+                             int *n_loaded) {
+    size_t max_bytes = 1;
+    for (int i = 0; i < dfg_st_count(st); i++)
+        if (target[i] && dfg_tensor_bytes(target[i]) > max_bytes) max_bytes = dfg_tensor_bytes(target[i]);
+    void *host = malloc(max_bytes);
+    if (!host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory (%zu bytes) loading", path, max_bytes);
+    dfg_status s = DFG_OK;
+    for (int i = 0; i < dfg_st_count(st) && !s; i++) {
+        if (!target[i]) continue;
+        ckpt_convert(dfg_st_get(st, i), target[i], host);
+        s = rt->be->upload(rt->be_state, dfg_rt_ptr(rt, target[i]), host, dfg_tensor_bytes(target[i]));
+        /* a half-written set of weights must not be trained on */
+        if (s) dfg_rt_fail(rt, s, true, "%s: uploading '%s' failed; the runtime's state is now partly loaded", path,
+                           target[i]->name);
+        else if (n_loaded) (*n_loaded)++;
+    }
+    free(host);
+    return s;
+}
+
+dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded) {
+    if (n_loaded) *n_loaded = 0;
+    if (!rt) return DFG_ERR_ARG;
+    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
+    char err[1024];
+    dfg_safetensors *st = NULL;
+    dfg_status s = dfg_st_open(path, &st, err, sizeof(err));
+    if (s) return dfg_rt_fail(rt, s, false, "%s", err);
+    int n = dfg_st_count(st);
+    const dfg_tensor **target = calloc((size_t)(n ? n : 1), sizeof(*target));
+    int *owner = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*owner));
+    if (!target || !owner) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
+    if (!s) s = ckpt_plan(rt, path, st, strict, target, owner);
+    if (!s && strict) s = ckpt_check_missing(rt, path, owner);
+    if (!s) s = ckpt_apply(rt, path, st, target, n_loaded);
+    free(target);
+    free(owner);
+    dfg_st_free(st);
+    return s;
+}
+
+/* ---------------------------------------------------------------- saving */
+
+static bool ckpt_saved(const dfg_tensor *t, bool with_state) {
+    return t->kind == DFG_PARAM || (with_state && t->kind == DFG_STATE);
+}
+
+/* Downloads every saved tensor into one host buffer and describes it for the writer. */
+static dfg_status ckpt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host) {
+    const dfg_program *p = rt->p;
+    size_t total = 1;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (ckpt_saved(p->tensors[i], with_state)) total += dfg_tensor_bytes(p->tensors[i]);
+    *host = malloc(total);
+    if (!*host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory (%zu bytes)", total);
+    size_t off = 0;
+    *n = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (!ckpt_saved(t, with_state)) continue;
+        size_t bytes = dfg_tensor_bytes(t);
+        dfg_status s = rt->be->download(rt->be_state, *host + off, dfg_rt_ptr(rt, t), bytes);
+        if (s) return dfg_rt_fail(rt, s, false, "save: reading '%s' from the device failed", t->name);
+        ts[(*n)++] = (dfg_st_tensor){.name = t->name, .dtype = t->dtype, .dtype_name = NULL, .shape = t->shape,
+                                     .data = *host + off, .bytes = bytes};
+        off += bytes;
+    }
+    return DFG_OK;
+}
+
+dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state) {
+    if (!rt) return DFG_ERR_ARG;
+    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: path is NULL");
+    dfg_st_tensor *ts = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*ts));
+    char *host = NULL;
+    int n = 0;
+    dfg_status s = ts ? ckpt_gather(rt, with_state, ts, &n, &host)
+                      : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    if (!s) {
+        char step[32], err[1024];
+        snprintf(step, sizeof(step), "%" PRId64, rt->step);
+        const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", step};
+        s = dfg_st_write(path, ts, n, meta, 3, err, sizeof(err));
+        if (s) dfg_rt_fail(rt, s, false, "%s", err);
+    }
+    free(ts);
+    free(host);
+    return s;
+}
