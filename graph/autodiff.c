@@ -70,11 +70,16 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
         return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: the loss must be a float scalar computed in graph '%s', got %s",
                                g->name, dfg_tensor_desc(loss, db, sizeof(db)));
     if (n < 1 || !wrt || !grads) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
-    for (int i = 0; i < n; i++)
+    dfg_program *p = g->program;
+    for (int i = 0; i < n; i++) {
         if (!wrt[i] || (wrt[i]->flags & DFG_TF_POISON) || !dfg_is_float(wrt[i]->dtype))
             return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: wrt[%d] is NULL, poisoned or not float", i);
+        /* its id indexes this program's tables below */
+        if (wrt[i]->id < 0 || wrt[i]->id >= p->n_tensors || p->tensors[wrt[i]->id] != wrt[i])
+            return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: wrt[%d] '%s' belongs to another program", i,
+                                   wrt[i]->name);
+    }
 
-    dfg_program *p = g->program;
     ad_ctx c = {.g = g, .n_tensors = p->n_tensors};
     c.needs = calloc((size_t)c.n_tensors, sizeof(*c.needs));
     c.gr = calloc((size_t)c.n_tensors, sizeof(*c.gr));
