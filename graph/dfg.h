@@ -123,6 +123,26 @@ dfg_status dfg_program_set(dfg_program *p, const char *key, const char *value);
 const char *dfg_program_setting(const dfg_program *p, const char *key); /* NULL when absent */
 int dfg_program_setting_count(const dfg_program *p);
 const char *dfg_program_setting_key(const dfg_program *p, int i);
+/* Whether a dfg_setting_* accessor read the key (the CLI rejects --set keys nobody read). */
+bool dfg_program_setting_used(const dfg_program *p, const char *key);
+
+/* Typed settings for pipelines. Each returns the key's value when it is set (by `dfg compile
+ * --set key=value`), parsed strictly: a value that is not entirely a number of the right kind
+ * sets the program's sticky error naming the key and the value, and the default is returned.
+ * When the key is absent, the default is recorded as its value, so the saved plan lists every
+ * setting the pipeline used. Either way the key is marked used.
+ *   int:   decimal, optional sign ("12", "-3")
+ *   float: a finite C floating-point literal ("1e-3", "0.5")
+ *   bool:  true/false, 1/0, yes/no, on/off
+ *   str:   any text; the returned string lives as long as the program (def NULL means "") */
+int64_t dfg_setting_int(dfg_program *p, const char *key, int64_t def);
+double dfg_setting_float(dfg_program *p, const char *key, double def);
+const char *dfg_setting_str(dfg_program *p, const char *key, const char *def);
+bool dfg_setting_bool(dfg_program *p, const char *key, bool def);
+
+/* Sets the program's sticky error (the first one is kept) and returns s: how a pipeline
+ * reports a setting out of range ("n_head 5 does not divide n_embd 64"). */
+dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Stages run in order, once per step. A graph stage runs its graph `repeat` times (decode
  * steps, micro-batches); a host stage calls a C function by symbol name: one exported by the
@@ -242,6 +262,21 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
 /* As dfg_backward, then accumulates each gradient into the STATE accum[i] (micro-batching). */
 dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n,
                                    dfg_tensor *const *accum);
+
+/* ---------------------------------------------------------------- pipelines
+ * A pipeline is a C file that `dfg compile PIPELINE.c` builds into a shared object and loads.
+ * It defines the entry point
+ *
+ *     dfg_status dfg_pipeline(dfg_program *p);
+ *
+ * which reads its settings (dfg_setting_*; the setting "target" holds "cpu" or "cuda" before
+ * the call), creates tensors, graphs and stages on p, and returns DFG_OK or an error (details
+ * go to the program's sticky error, e.g. through dfg_program_fail). Host-stage functions
+ * (`dfg_status fn(dfg_host_ctx *ctx)`, see dfg_runtime.h) are exported from the same file; the
+ * plan embeds the shared object so that `dfg run` finds them. See examples/gpt2_train.c. */
+dfg_status dfg_pipeline(dfg_program *p); /* declared so that a pipeline's definition is type-checked */
+typedef dfg_status (*dfg_pipeline_fn)(dfg_program *p);
+#define DFG_PIPELINE_SYMBOL "dfg_pipeline"
 
 #ifdef __cplusplus
 }

@@ -110,6 +110,7 @@ typedef struct {
 
 typedef struct {
     char *key, *value;
+    bool used; /* read by the pipeline through a dfg_setting_* accessor (graph/settings.c) */
 } dfg_setting;
 
 struct dfg_program {

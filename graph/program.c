@@ -81,9 +81,9 @@ static bool shape_valid(dfg_shape s) {
     if (s.rank < 0 || s.rank > DFG_MAX_RANK) return false;
     int64_t n = 1;
     for (int i = 0; i < s.rank; i++) {
-        if (s.d[i] <= 0 || s.d[i] > ((int64_t)1 << 40)) return false;
+        /* 1 Ti elements: no real tensor is larger; checked before multiplying, which could overflow */
+        if (s.d[i] <= 0 || s.d[i] > ((int64_t)1 << 40) || n > ((int64_t)1 << 40) / s.d[i]) return false;
         n *= s.d[i];
-        if (n > ((int64_t)1 << 40)) return false; /* 1 Ti elements: no real tensor is larger */
     }
     return true;
 }
@@ -352,41 +352,4 @@ char *dfg_tensor_desc(const dfg_tensor *t, char *buf, size_t len) {
 /* Grows g->latest to hold tensor id `id`. */
 bool dfg_graph_latest_reserve_(dfg_graph *g, int id) {
     return grow((void **)&g->latest, &g->cap_latest, id + 1, sizeof(*g->latest));
-}
-
-/* ---------------------------------------------------------------- settings */
-static int setting_index(const dfg_program *p, const char *key) {
-    for (int i = 0; i < p->n_settings; i++)
-        if (!strcmp(p->settings[i].key, key)) return i;
-    return -1;
-}
-
-dfg_status dfg_program_set(dfg_program *p, const char *key, const char *value) {
-    if (!p) return DFG_ERR_ARG;
-    if (p->status) return p->status;
-    if (!key || !*key || !value) return dfg_program_fail_(p, DFG_ERR_ARG, "setting: a key and a value are required");
-    char *v = dfg_strdup_(p, value);
-    if (!v) return dfg_program_fail_(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
-    int i = setting_index(p, key);
-    if (i >= 0) {
-        p->settings[i].value = v;
-        return DFG_OK;
-    }
-    char *k = dfg_strdup_(p, key);
-    if (!k || !grow((void **)&p->settings, &p->cap_settings, p->n_settings + 1, sizeof(*p->settings)))
-        return dfg_program_fail_(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
-    p->settings[p->n_settings++] = (dfg_setting){k, v};
-    return DFG_OK;
-}
-
-const char *dfg_program_setting(const dfg_program *p, const char *key) {
-    if (!p || !key) return NULL;
-    int i = setting_index(p, key);
-    return i >= 0 ? p->settings[i].value : NULL;
-}
-
-int dfg_program_setting_count(const dfg_program *p) { return p ? p->n_settings : 0; }
-
-const char *dfg_program_setting_key(const dfg_program *p, int i) {
-    return p && i >= 0 && i < p->n_settings ? p->settings[i].key : NULL;
 }

@@ -13,6 +13,9 @@ dfg_status infer_reshape(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     for (int i = 0; i < s.rank; i++) {
         if (s.d[i] == -1 && free_dim < 0) free_dim = i;
         else if (s.d[i] < 1) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "target dim %d is %lld", i, (long long)s.d[i]);
+        else if (known > ((int64_t)1 << 40) / s.d[i]) /* checked before multiplying, which could overflow */
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "target dim %d (%lld) makes the target over 2^40 elements", i,
+                                 (long long)s.d[i]);
         else known *= s.d[i];
     }
     if (free_dim >= 0) {

@@ -1,0 +1,97 @@
+/* planfile.h - saving a program to a plan file (P.dfg, written by `dfg compile`) and loading it
+ * back (`dfg run`, `dfg info`).
+ *
+ * A plan file holds what the pipeline built: settings, every tensor, every graph's nodes, the
+ * stages, and the pipeline's shared object when the program has host stages. Loading never
+ * trusts the file: the header, every section's length and CRC are checked against the file's
+ * size before a payload is read, every count and length is capped and checked against the
+ * bytes that remain, and the program is REBUILT through the public construction calls
+ * (dfg_param, dfg_input, dfg_graph_new, dfg_node_add with the stored attributes, dfg_output,
+ * dfg_stage_graph, ...) so every shape rule re-validates the file's contents. A file that fails
+ * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
+ * allocates more than a small multiple of the file's size.
+ *
+ * ---------------------------------------------------------------- format, version 1
+ * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
+ * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
+ *
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (1) | u32 section count
+ *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
+ *             crc32) | payload
+ *
+ * Sections appear at most once each; all but hostlib are required; nothing follows the last.
+ *   1 info      u32 target | str program name | str source file | i64 compile time (unix
+ *               seconds) | str dfg version of the writer | u32 sizeof(dfg_attrs) | u32 op count
+ *   2 settings  u32 n | n x (str key | str value | u8 used)
+ *   3 tensors   u32 n | n x tensor, in tensor-id order (ids are 0 .. n-1), temporaries included
+ *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 = dfg_output) | u8 rank | rank x i64
+ *               dim | str name | PARAM, STATE: u8 init kind, f32 a, f32 b | CONST: u64 byte
+ *               count, the data (numel x dtype size bytes)
+ *   4 graphs    u32 n | n x (str name | u32 node count | nodes, in build order)
+ *     node      u32 op id | str op name | str node name | u32 n_in | n_in x u32 input tensor id
+ *               | u32 n_out | u32 id of the first output (the outputs are consecutive ids) |
+ *               the node's dfg_attrs, raw (sizeof(dfg_attrs) bytes, as info says)
+ *   5 stages    u32 n | n x (u8 kind (0 graph, 1 host) | str name | graph: u32 graph index,
+ *               u32 repeat | host: str function symbol)
+ *   6 hostlib   the pipeline's shared object, byte for byte
+ *
+ * Rebuilding walks tensor ids in order: a persistent tensor is created by its constructor, and
+ * the first output of a node adds that node (the next one of its graph), whose outputs must get
+ * exactly the recorded ids, dtypes and shapes. Op ids are checked against the recorded op names,
+ * so a dfg whose op table changed refuses old plans instead of misreading them. Attributes are
+ * the in-memory struct (little-endian hosts, the layout of this build: sizeof is checked);
+ * changing dfg_attrs' layout requires a new format version. */
+#ifndef DFG_PLANFILE_H
+#define DFG_PLANFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dfg_runtime.h"
+
+#define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
+#define DFG_PLAN_VERSION 1u
+
+typedef enum {
+    DFG_PLAN_SEC_INFO = 1,
+    DFG_PLAN_SEC_SETTINGS,
+    DFG_PLAN_SEC_TENSORS,
+    DFG_PLAN_SEC_GRAPHS,
+    DFG_PLAN_SEC_STAGES,
+    DFG_PLAN_SEC_HOSTLIB,
+    DFG_PLAN_SEC_END /* one past the last kind */
+} dfg_plan_section;
+
+/* What a plan records besides the program. */
+typedef struct {
+    dfg_target target;
+    char source[512];      /* the pipeline file given to dfg compile */
+    int64_t compile_time;  /* unix seconds */
+    char dfg_version[32];  /* load: the writer's DFG_VERSION_STRING (save writes this build's) */
+    /* The pipeline's shared object (host-stage functions), or NULL. Save only reads it; load
+     * returns a malloc'd copy that dfg_plan_info_free releases. */
+    void *host_lib;
+    size_t host_lib_size;
+} dfg_plan_info;
+
+/* Writes p and info to path atomically (temp file in the same directory, fsync, rename).
+ * Refuses a program that has an error. On failure writes one line to err. */
+dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len);
+/* The same bytes in memory: *out is malloc'd (free it), *out_len its size. */
+dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
+                              size_t len);
+
+/* Reads and rebuilds a plan. On success *out is a new program (dfg_program_free it) and *info
+ * is filled (dfg_plan_info_free it; info may be NULL). On failure *out is NULL, info is zeroed
+ * and err holds one line: "P.dfg: <what is wrong>". */
+dfg_status dfg_plan_load(const char *path, dfg_program **out, dfg_plan_info *info, char *err, size_t len);
+/* As dfg_plan_load on n bytes in memory (tests, fuzzing); label names them in messages. */
+dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
+                          char *err, size_t len);
+void dfg_plan_info_free(dfg_plan_info *info);
+
+/* Helpers shared by the writer, the reader and the tests. */
+uint32_t dfg_plan_crc32(const void *data, size_t n);
+const char *dfg_plan_section_name(uint32_t kind); /* "tensors", ...; "?" when unknown */
+
+#endif

@@ -1,0 +1,348 @@
+/* planfile_build.c - rebuilds a program from a plan file's records (planfile_read.c) through the
+ * public construction calls, so that the shape rules, name rules and write-order rules of the
+ * DSL check the file exactly as they checked the pipeline that wrote it.
+ *
+ * Tensor ids are replayed in order: a persistent tensor is made by its constructor, and a
+ * temporary is the first output of the next node of its graph, which dfg_node_add creates with
+ * its outputs on the following ids. Any difference between what the construction gives and what
+ * the file says (ids, dtypes, shapes, names) refuses the file. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/op.h"
+#include "planfile_internal.h"
+
+
+typedef struct {
+    dfg_plan_reader *r;
+    dfg_program *p;
+    dfg_graph **graphs;
+    uint32_t *next_node;         /* [graph] index of the next node to add */
+    dfg_plan_node_rec **first_of; /* [tensor id] the node whose first output has this id */
+    dfg_tensor **in;             /* scratch: one node's inputs */
+} builder;
+
+/* ---------------------------------------------------------------- attributes
+ * dfg_node_add takes a dfg_attrs as the builders fill it. The shape rules check most fields;
+ * what they would trip over before checking (bool bytes that are neither 0 nor 1, enums outside
+ * their range, sizes whose products overflow) is checked here on the raw bytes. */
+#define RAW(T, field) raw_##T(raw + offsetof(dfg_attrs, field))
+static int64_t raw_i64(const unsigned char *b) {
+    int64_t v;
+    memcpy(&v, b, sizeof(v));
+    return v;
+}
+static int raw_int(const unsigned char *b) {
+    int v;
+    memcpy(&v, b, sizeof(v));
+    return v;
+}
+static unsigned raw_byte(const unsigned char *b) { return *b; }
+
+static bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
+/* A target shape of reshape (allow_free: one dim may be -1), expand or fill. */
+static bool attr_shape_ok(const unsigned char *b, bool allow_free) {
+    dfg_shape s;
+    memcpy(&s, b, sizeof(s));
+    if (s.rank < 0 || s.rank > DFG_MAX_RANK) return false;
+    int64_t n = 1;
+    bool free_seen = false;
+    for (int i = 0; i < s.rank; i++) {
+        if (allow_free && s.d[i] == -1 && !free_seen) {
+            free_seen = true;
+            continue;
+        }
+        if (!in_range(s.d[i], 1, DFG_PLAN_MAX_DIM) || n > DFG_PLAN_MAX_DIM / s.d[i]) return false;
+        n *= s.d[i];
+    }
+    return true;
+}
+
+static const char *attrs_problem(dfg_op op, const unsigned char *raw) {
+    switch (op) {
+    case DFG_OP_FILL: return attr_shape_ok(raw + offsetof(dfg_attrs, fill.shape), false) ? NULL : "fill shape";
+    case DFG_OP_RESHAPE: return attr_shape_ok(raw + offsetof(dfg_attrs, reshape.shape), true) ? NULL : "target shape";
+    case DFG_OP_EXPAND: return attr_shape_ok(raw + offsetof(dfg_attrs, reshape.shape), false) ? NULL : "target shape";
+    case DFG_OP_SLICE:
+        return in_range(RAW(i64, slice.start), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM) && in_range(RAW(i64, slice.len), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM)
+                   ? NULL
+                   : "slice range";
+    case DFG_OP_SUM: case DFG_OP_MEAN: case DFG_OP_MASKED_SUM:
+        return RAW(byte, reduce.keepdim) <= 1 ? NULL : "keepdim flag";
+    case DFG_OP_MATMUL:
+        return RAW(byte, matmul.trans_a) <= 1 && RAW(byte, matmul.trans_b) <= 1 ? NULL : "transpose flags";
+    case DFG_OP_EMBED_BWD: case DFG_OP_TAKE_BWD:
+        return in_range(RAW(i64, scatter.vocab), 1, DFG_PLAN_MAX_DIM) ? NULL : "vocabulary size";
+    case DFG_OP_ASSIGN:
+        return in_range(RAW(int, assign.mode), DFG_ASSIGN_COPY, DFG_ASSIGN_FILL) ? NULL : "assign mode";
+    case DFG_OP_SLICE_ASSIGN:
+        return RAW(byte, slice_assign.dynamic) <= 1 && in_range(RAW(i64, slice_assign.start), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM)
+                   ? NULL
+                   : "slice_assign start or dynamic flag";
+    default: return NULL;
+    }
+}
+
+/* ---------------------------------------------------------------- helpers */
+static void *bcalloc(builder *b, size_t n, size_t elem) {
+    void *a = calloc(n ? n : 1, elem);
+    if (!a) dfg_plan_fail_(b->r, DFG_ERR_NOMEM, "out of memory");
+    return a;
+}
+
+/* After a construction call: turns the program's sticky error into the reader's. */
+static bool construction_ok(builder *b, const char *what) {
+    if (b->r->status) return false;
+    if (!dfg_program_status(b->p)) return true;
+    dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: %s: %s", what, dfg_program_error(b->p));
+    return false;
+}
+
+static void build_settings(builder *b) {
+    dfg_plan_reader *r = b->r;
+    for (uint32_t i = 0; i < r->n_settings && !r->status; i++) {
+        const dfg_plan_setting_rec *s = &r->settings[i];
+        if (dfg_program_setting(b->p, s->key)) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: setting '%s' appears twice", s->key);
+            return;
+        }
+        dfg_program_set(b->p, s->key, s->value);
+        if (!construction_ok(b, "settings")) return;
+        b->p->settings[b->p->n_settings - 1].used = s->used;
+    }
+}
+
+static void build_graphs(builder *b) {
+    dfg_plan_reader *r = b->r;
+    b->graphs = bcalloc(b, r->n_graphs, sizeof(*b->graphs));
+    b->next_node = bcalloc(b, r->n_graphs, sizeof(*b->next_node));
+    b->first_of = bcalloc(b, r->n_tensors, sizeof(*b->first_of));
+    for (uint32_t gi = 0; gi < r->n_graphs && !r->status; gi++) {
+        b->graphs[gi] = dfg_graph_new(b->p, r->graphs[gi].name);
+        if (!construction_ok(b, "graphs")) return;
+        for (uint32_t i = 0; i < r->graphs[gi].n_nodes; i++) {
+            dfg_plan_node_rec *n = &r->graphs[gi].nodes[i];
+            if (n->n_out < 1 || n->first_out >= r->n_tensors || n->n_out > r->n_tensors - n->first_out) {
+                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: node %u of graph '%s' has %u outputs from tensor %u (of %u)",
+                               i, r->graphs[gi].name, n->n_out, n->first_out, r->n_tensors);
+                return;
+            }
+            if (b->first_of[n->first_out]) {
+                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: two nodes produce tensor %u", n->first_out);
+                return;
+            }
+            b->first_of[n->first_out] = n;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- tensors */
+static dfg_tensor *make_persistent(builder *b, const dfg_plan_tensor_rec *t) {
+    dfg_dtype dt = (dfg_dtype)t->dtype;
+    switch ((dfg_kind)t->kind) {
+    case DFG_PARAM: return dfg_param(b->p, t->name, dt, t->shape, t->init);
+    case DFG_STATE: return dfg_state(b->p, t->name, dt, t->shape, (dfg_role)t->role, t->init);
+    case DFG_CONST: return dfg_const(b->p, t->name, dt, t->shape, t->data);
+    case DFG_INPUT: {
+        /* the IR does not keep which graph declared an input (any graph may read it) */
+        if (b->r->n_graphs == 0) return NULL;
+        dfg_tensor *x = dfg_input(b->graphs[0], t->name, dt, t->shape);
+        return x && !(x->flags & DFG_TF_POISON) ? x : NULL;
+    }
+    default: return NULL;
+    }
+}
+
+static void build_persistent(builder *b, uint32_t id) {
+    const dfg_plan_tensor_rec *t = &b->r->tensors[id];
+    char what[64];
+    snprintf(what, sizeof(what), "tensor %u", id);
+    dfg_tensor *x = make_persistent(b, t);
+    if (!construction_ok(b, what)) return;
+    if (!x) {
+        dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: %s '%s' (%s) cannot be created", what, t->name,
+                       dfg_kind_name((dfg_kind)t->kind));
+        return;
+    }
+    if (x->role != (dfg_role)t->role) dfg_set_role(x, (dfg_role)t->role);
+    if ((uint32_t)x->id != id)
+        dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: tensor '%s' was rebuilt as id %d, the file says %u", t->name,
+                       x->id, id);
+}
+
+/* Names the outputs of a rebuilt node as the file does (dfg_output or dfg_name). */
+static void name_outputs(builder *b, dfg_graph *g, dfg_node *n) {
+    for (int k = 0; k < n->n_out && !b->r->status; k++) {
+        dfg_tensor *t = n->out[k];
+        const dfg_plan_tensor_rec *rec = &b->r->tensors[t->id];
+        if (rec->flags & 1u) {
+            dfg_output(g, t, rec->name);
+            if (g->status)
+                dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: output '%s': %s", rec->name, dfg_graph_error(g));
+        } else if (strcmp(t->name, rec->name)) {
+            dfg_name(t, rec->name);
+        }
+    }
+}
+
+/* Checks that node n, just rebuilt from record nr at tensor id `id`, matches the file. */
+static void check_node(builder *b, const dfg_plan_node_rec *nr, const dfg_node *n, uint32_t id, const char *where) {
+    dfg_plan_reader *r = b->r;
+    for (uint32_t j = 0; j < nr->n_in; j++)
+        if ((uint32_t)n->in[j]->id != nr->in[j]) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: input #%u resolves to tensor %d, the file says %u", where,
+                           j, n->in[j]->id, nr->in[j]);
+            return;
+        }
+    for (int k = 0; k < n->n_out; k++) {
+        const dfg_tensor *t = n->out[k];
+        const dfg_plan_tensor_rec *rec = t->id >= 0 && (uint32_t)t->id < r->n_tensors ? &r->tensors[t->id] : NULL;
+        char s1[96], s2[96];
+        if ((uint32_t)t->id != id + (uint32_t)k || !rec || rec->kind != DFG_TEMP) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d became tensor %d, the file says %u", where, k,
+                           t->id, id + (uint32_t)k);
+            return;
+        }
+        if (t->dtype != (dfg_dtype)rec->dtype || !dfg_shape_equal(t->shape, rec->shape)) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d is %s %s, the file says %s %s", where, k,
+                           dfg_dtype_name(t->dtype), dfg_shape_str(t->shape, s1, sizeof(s1)),
+                           dfg_dtype_name((dfg_dtype)rec->dtype), dfg_shape_str(rec->shape, s2, sizeof(s2)));
+            return;
+        }
+    }
+}
+
+/* Adds the node whose first output is tensor `id`; returns how many ids it used (0: error). */
+static uint32_t build_node(builder *b, uint32_t id) {
+    dfg_plan_reader *r = b->r;
+    dfg_plan_node_rec *nr = b->first_of[id];
+    if (!nr) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: temporary tensor %u '%s' is produced by no node", id,
+                       r->tensors[id].name);
+        return 0;
+    }
+    const dfg_plan_graph_rec *gr = &r->graphs[nr->graph];
+    dfg_graph *g = b->graphs[nr->graph];
+    char where[160];
+    snprintf(where, sizeof(where), "graph '%.60s', node %u", gr->name, nr->index);
+    if (b->next_node[nr->graph] != nr->index) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s comes before node %u of its graph", where,
+                       b->next_node[nr->graph]);
+        return 0;
+    }
+    if (nr->op >= DFG_OP_COUNT || strcmp(nr->op_name, dfg_op_name((dfg_op)nr->op))) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "%s is op %u '%s', which this dfg does not have (it has '%s'); recompile the pipeline",
+                       where, nr->op, nr->op_name, dfg_op_name((dfg_op)nr->op));
+        return 0;
+    }
+    const char *bad = attrs_problem((dfg_op)nr->op, nr->attr);
+    if (bad) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s (%s): the %s attribute is out of range", where, nr->op_name, bad);
+        return 0;
+    }
+    for (uint32_t j = 0; j < nr->n_in; j++) {
+        if (nr->in[j] >= id) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s reads tensor %u, which does not exist yet", where, nr->in[j]);
+            return 0;
+        }
+        b->in[j] = b->p->tensors[nr->in[j]];
+    }
+    dfg_attrs attr;
+    memcpy(&attr, nr->attr, sizeof(attr));
+    dfg_node *n = dfg_node_add(g, (dfg_op)nr->op, b->in, (int)nr->n_in, &attr, (int)nr->n_out);
+    if (!n) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: %s", where,
+                       g->status ? dfg_graph_error(g) : dfg_program_error(b->p));
+        return 0;
+    }
+    b->next_node[nr->graph]++;
+    check_node(b, nr, n, id, where);
+    name_outputs(b, g, n);
+    if (!r->status && strcmp(n->name, nr->name))
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s is named '%s' after rebuilding, the file says '%s'", where,
+                       n->name, nr->name);
+    return r->status ? 0 : nr->n_out;
+}
+
+/* Every tensor as the file describes it, after all names were applied. */
+static void verify_tensors(builder *b) {
+    dfg_plan_reader *r = b->r;
+    for (uint32_t i = 0; i < r->n_tensors && !r->status; i++) {
+        const dfg_tensor *t = b->p->tensors[i];
+        const dfg_plan_tensor_rec *rec = &r->tensors[i];
+        if (t->kind != (dfg_kind)rec->kind || t->dtype != (dfg_dtype)rec->dtype || t->role != (dfg_role)rec->role ||
+            !dfg_shape_equal(t->shape, rec->shape) || strcmp(t->name, rec->name) ||
+            ((t->flags & DFG_TF_OUTPUT) != 0) != (rec->flags != 0))
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u was rebuilt as '%s' (%s), the file says '%s' (%s)", i,
+                           t->name, dfg_kind_name(t->kind), rec->name, dfg_kind_name((dfg_kind)rec->kind));
+    }
+}
+
+static void build_tensors_and_nodes(builder *b) {
+    dfg_plan_reader *r = b->r;
+    uint32_t max_in = 1;
+    for (uint32_t gi = 0; gi < r->n_graphs; gi++)
+        for (uint32_t i = 0; i < r->graphs[gi].n_nodes; i++)
+            if (r->graphs[gi].nodes[i].n_in > max_in) max_in = r->graphs[gi].nodes[i].n_in;
+    b->in = bcalloc(b, max_in, sizeof(*b->in));
+    for (uint32_t id = 0; id < r->n_tensors && !r->status;) {
+        const dfg_plan_tensor_rec *t = &r->tensors[id];
+        if (t->kind == DFG_TEMP) {
+            id += build_node(b, id);
+            continue;
+        }
+        if (t->flags) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output", id, t->name);
+            return;
+        }
+        build_persistent(b, id++);
+    }
+    for (uint32_t gi = 0; gi < r->n_graphs && !r->status; gi++)
+        if (b->next_node[gi] != r->graphs[gi].n_nodes)
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: graph '%s' lists %u nodes, but only %u produce tensors",
+                           r->graphs[gi].name, r->graphs[gi].n_nodes, b->next_node[gi]);
+    verify_tensors(b);
+}
+
+static void build_stages(builder *b) {
+    dfg_plan_reader *r = b->r;
+    for (uint32_t i = 0; i < r->n_stages && !r->status; i++) {
+        const dfg_plan_stage_rec *s = &r->stages[i];
+        if (s->kind == 1) {
+            dfg_stage_host(b->p, s->name, s->symbol);
+        } else if (s->graph >= r->n_graphs || s->repeat < 1 || s->repeat > (uint32_t)INT32_MAX ||
+                   strcmp(s->name, r->graphs[s->graph].name)) {
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: stage %u '%s' names graph %u (of %u) with repeat %u", i,
+                           s->name, s->graph, r->n_graphs, s->repeat);
+            return;
+        } else {
+            dfg_stage_graph(b->p, b->graphs[s->graph], (int)s->repeat);
+        }
+        construction_ok(b, "stages");
+    }
+}
+
+dfg_program *dfg_plan_build_(dfg_plan_reader *r) {
+    builder b = {.r = r, .p = dfg_program_new(r->name)};
+    if (!b.p) {
+        dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    build_settings(&b);
+    if (!r->status) build_graphs(&b);
+    if (!r->status) build_tensors_and_nodes(&b);
+    if (!r->status) build_stages(&b);
+    if (!r->status) construction_ok(&b, "program");
+    free(b.graphs);
+    free(b.next_node);
+    free(b.first_of);
+    free(b.in);
+    if (r->status) {
+        dfg_program_free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

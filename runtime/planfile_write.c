@@ -1,0 +1,312 @@
+/* planfile_write.c - serialises a program into the plan format of planfile.h and writes it
+ * atomically. The writer checks the invariants the reader relies on (ids in order, outputs of a
+ * node on consecutive ids) so that a bug elsewhere gives a clear refusal, not an unreadable file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../ops/op.h"
+#include "planfile.h"
+
+/* ---------------------------------------------------------------- a growable byte buffer */
+typedef struct {
+    unsigned char *b;
+    size_t n, cap;
+    bool oom;
+} wbuf;
+
+static void put(wbuf *w, const void *data, size_t k) {
+    if (w->oom) return;
+    if (k > SIZE_MAX - w->n) {
+        w->oom = true;
+        return;
+    }
+    if (w->n + k > w->cap) {
+        size_t nc = w->cap ? w->cap : 4096;
+        while (nc < w->n + k) nc = nc > SIZE_MAX / 2 ? w->n + k : nc * 2;
+        unsigned char *nb = realloc(w->b, nc);
+        if (!nb) {
+            w->oom = true;
+            return;
+        }
+        w->b = nb;
+        w->cap = nc;
+    }
+    if (k) memcpy(w->b + w->n, data, k);
+    w->n += k;
+}
+
+static void put_le(wbuf *w, uint64_t v, int bytes) {
+    unsigned char b[8];
+    for (int i = 0; i < bytes; i++) b[i] = (unsigned char)(v >> (8 * i));
+    put(w, b, (size_t)bytes);
+}
+static void put_u8(wbuf *w, unsigned v) { put_le(w, v, 1); }
+static void put_u32(wbuf *w, uint32_t v) { put_le(w, v, 4); }
+static void put_u64(wbuf *w, uint64_t v) { put_le(w, v, 8); }
+static void put_f32(wbuf *w, float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    put_u32(w, u);
+}
+static void put_str(wbuf *w, const char *s) {
+    size_t k = s ? strlen(s) : 0;
+    put_u32(w, (uint32_t)k);
+    put(w, s, k);
+}
+
+/* Patches a little-endian u32/u64 at offset `at` (space reserved earlier). */
+static void patch_le(wbuf *w, size_t at, uint64_t v, int bytes) {
+    if (w->oom) return;
+    for (int i = 0; i < bytes; i++) w->b[at + (size_t)i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Sections: the header is reserved first and patched once the payload is written. */
+static size_t section_begin(wbuf *w, dfg_plan_section kind) {
+    put_u32(w, (uint32_t)kind);
+    size_t at = w->n;
+    put_u64(w, 0);
+    put_u32(w, 0);
+    return at;
+}
+
+static void section_end(wbuf *w, size_t at) {
+    if (w->oom) return;
+    size_t start = at + 12, len = w->n - start;
+    patch_le(w, at, len, 8);
+    patch_le(w, at + 8, dfg_plan_crc32(w->b + start, len), 4);
+}
+
+/* ---------------------------------------------------------------- checks */
+static dfg_status fail(char *err, size_t len, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static dfg_status fail(char *err, size_t len, dfg_status s, const char *fmt, ...) {
+    if (err && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+#define NAME_MAX_BYTES 4096u
+
+static bool name_ok(const char *s) { return s && strlen(s) <= NAME_MAX_BYTES; }
+
+/* The reader rebuilds nodes from their first output's id; that needs these invariants. */
+static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
+    if (dfg_program_status(p))
+        return fail(err, len, DFG_ERR_STATE, "the program has an error: %s", dfg_program_error(p));
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->id != i || !name_ok(t->name))
+            return fail(err, len, DFG_ERR_STATE, "tensor %d has an inconsistent id or a name over %u bytes", i,
+                        NAME_MAX_BYTES);
+        if (t->kind == DFG_TEMP && (!t->producer || t->producer->out[t->producer_slot] != t))
+            return fail(err, len, DFG_ERR_STATE, "temporary '%s' has no producing node", t->name);
+    }
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        const dfg_graph *g = p->graphs[gi];
+        if (g->id != gi || !name_ok(g->name)) return fail(err, len, DFG_ERR_STATE, "graph %d is inconsistent", gi);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const dfg_node *n = g->nodes[i];
+            for (int k = 1; k < n->n_out; k++)
+                if (n->out[k]->id != n->out[0]->id + k)
+                    return fail(err, len, DFG_ERR_STATE, "node '%s' in graph '%s': outputs are not consecutive tensors",
+                                n->name, g->name);
+        }
+    }
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_stage *st = &p->stages[s];
+        if (st->kind == DFG_STAGE_GRAPH && (!st->graph || st->graph->program != p))
+            return fail(err, len, DFG_ERR_STATE, "stage '%s' runs a graph of another program", st->name);
+        if (!name_ok(st->name) || (st->kind == DFG_STAGE_HOST && !name_ok(st->symbol)))
+            return fail(err, len, DFG_ERR_STATE, "stage %d has a name over %u bytes", s, NAME_MAX_BYTES);
+    }
+    return DFG_OK;
+}
+
+/* ---------------------------------------------------------------- sections */
+static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_INFO);
+    put_u32(w, (uint32_t)info->target);
+    put_str(w, p->name);
+    put_str(w, info->source);
+    put_u64(w, (uint64_t)info->compile_time);
+    put_str(w, DFG_VERSION_STRING);
+    put_u32(w, (uint32_t)sizeof(dfg_attrs));
+    put_u32(w, (uint32_t)DFG_OP_COUNT);
+    section_end(w, at);
+}
+
+static void write_settings(wbuf *w, const dfg_program *p) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_SETTINGS);
+    put_u32(w, (uint32_t)p->n_settings);
+    for (int i = 0; i < p->n_settings; i++) {
+        put_str(w, p->settings[i].key);
+        put_str(w, p->settings[i].value);
+        put_u8(w, p->settings[i].used ? 1u : 0u);
+    }
+    section_end(w, at);
+}
+
+static void write_tensor(wbuf *w, const dfg_tensor *t) {
+    put_u8(w, (unsigned)t->kind);
+    put_u8(w, (unsigned)t->dtype);
+    put_u8(w, (unsigned)t->role);
+    put_u8(w, (t->flags & DFG_TF_OUTPUT) ? 1u : 0u);
+    put_u8(w, (unsigned)t->shape.rank);
+    for (int d = 0; d < t->shape.rank; d++) put_u64(w, (uint64_t)t->shape.d[d]);
+    put_str(w, t->name);
+    if (t->kind == DFG_PARAM || t->kind == DFG_STATE) {
+        put_u8(w, (unsigned)t->init.kind);
+        put_f32(w, t->init.a);
+        put_f32(w, t->init.b);
+    } else if (t->kind == DFG_CONST) {
+        size_t bytes = dfg_tensor_bytes(t);
+        put_u64(w, bytes);
+        put(w, t->data, bytes);
+    }
+}
+
+static void write_tensors(wbuf *w, const dfg_program *p) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_TENSORS);
+    put_u32(w, (uint32_t)p->n_tensors);
+    for (int i = 0; i < p->n_tensors; i++) write_tensor(w, p->tensors[i]);
+    section_end(w, at);
+}
+
+static void write_node(wbuf *w, const dfg_node *n) {
+    put_u32(w, (uint32_t)n->op);
+    put_str(w, dfg_op_name(n->op));
+    put_str(w, n->name);
+    put_u32(w, (uint32_t)n->n_in);
+    for (int j = 0; j < n->n_in; j++) put_u32(w, (uint32_t)n->in[j]->id);
+    put_u32(w, (uint32_t)n->n_out);
+    put_u32(w, (uint32_t)n->out[0]->id);
+    put(w, &n->attr, sizeof(n->attr));
+}
+
+static void write_graphs(wbuf *w, const dfg_program *p) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_GRAPHS);
+    put_u32(w, (uint32_t)p->n_graphs);
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        const dfg_graph *g = p->graphs[gi];
+        put_str(w, g->name);
+        put_u32(w, (uint32_t)g->n_nodes);
+        for (int i = 0; i < g->n_nodes; i++) write_node(w, g->nodes[i]);
+    }
+    section_end(w, at);
+}
+
+static void write_stages(wbuf *w, const dfg_program *p) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_STAGES);
+    put_u32(w, (uint32_t)p->n_stages);
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_stage *st = &p->stages[s];
+        put_u8(w, st->kind == DFG_STAGE_GRAPH ? 0u : 1u);
+        put_str(w, st->name);
+        if (st->kind == DFG_STAGE_GRAPH) {
+            put_u32(w, (uint32_t)st->graph->id);
+            put_u32(w, (uint32_t)st->repeat);
+        } else {
+            put_str(w, st->symbol);
+        }
+    }
+    section_end(w, at);
+}
+
+dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
+                              size_t len) {
+    if (!p || !info || !out || !out_len) return fail(err, len, DFG_ERR_ARG, "plan: NULL argument");
+    *out = NULL;
+    *out_len = 0;
+    if ((unsigned)info->target >= DFG_TARGET_COUNT) return fail(err, len, DFG_ERR_ARG, "plan: unknown target %d", (int)info->target);
+    if (!info->host_lib != !info->host_lib_size)
+        return fail(err, len, DFG_ERR_ARG, "plan: host library bytes and size disagree");
+    dfg_status st = check_program(p, err, len);
+    if (st) return st;
+    wbuf w = {0};
+    put(&w, DFG_PLAN_MAGIC, 8); /* the 7 letters and their NUL */
+    put_u32(&w, DFG_PLAN_VERSION);
+    put_u32(&w, info->host_lib ? 6u : 5u);
+    write_info(&w, p, info);
+    write_settings(&w, p);
+    write_tensors(&w, p);
+    write_graphs(&w, p);
+    write_stages(&w, p);
+    if (info->host_lib) {
+        size_t at = section_begin(&w, DFG_PLAN_SEC_HOSTLIB);
+        put(&w, info->host_lib, info->host_lib_size);
+        section_end(&w, at);
+    }
+    if (w.oom) {
+        free(w.b);
+        return fail(err, len, DFG_ERR_NOMEM, "plan: out of memory serialising the program");
+    }
+    *out = w.b;
+    *out_len = w.n;
+    return DFG_OK;
+}
+
+/* ---------------------------------------------------------------- atomic write */
+static bool write_all(int fd, const unsigned char *b, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        b += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* fsync of the directory makes the rename itself durable. */
+static void sync_dir_of(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof(dir), ".");
+    else if (slash == path) snprintf(dir, sizeof(dir), "/");
+    else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len) {
+    if (!path || !*path) return fail(err, len, DFG_ERR_ARG, "plan: no output path");
+    void *bytes = NULL;
+    size_t n = 0;
+    dfg_status st = dfg_plan_serialize(p, info, &bytes, &n, err, len);
+    if (st) return st;
+    size_t tl = strlen(path) + 16;
+    char *tmp = malloc(tl);
+    if (!tmp) {
+        free(bytes);
+        return fail(err, len, DFG_ERR_NOMEM, "%s: out of memory", path);
+    }
+    snprintf(tmp, tl, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = fail(err, len, DFG_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
+    } else {
+        /* mkstemp makes the file private (0600); a plan is an ordinary, shareable file */
+        bool ok = fchmod(fd, 0644) == 0 && write_all(fd, bytes, n) && fsync(fd) == 0;
+        int saved = errno;
+        ok = (close(fd) == 0) && ok;
+        if (!ok) st = fail(err, len, DFG_ERR_IO, "%s: write failed: %s", path, strerror(saved ? saved : errno));
+        else if (rename(tmp, path) != 0) st = fail(err, len, DFG_ERR_IO, "%s: cannot rename the written file into place: %s",
+                                                    path, strerror(errno));
+        if (st) unlink(tmp);
+        else sync_dir_of(path);
+    }
+    free(tmp);
+    free(bytes);
+    return st;
+}

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# cli_test.sh - the dfg tool end to end, as a user drives it.
+#   usage: cli_test.sh /path/to/dfg /path/to/source-tree
+# Each check prints "ok - ..." or "FAIL - ..." (with the command's output); the script exits 1
+# when any check failed. Training runs use --threads 1: deterministic and fast on a busy machine.
+set -u
+DFG=$1
+SRC=$2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-cli-test-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+failures=0
+
+ok() { echo "ok - $1"; }
+fail() {
+  echo "FAIL - $1"
+  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null
+  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null
+  failures=$((failures + 1))
+}
+# run CMD...: runs the command, keeping stdout, stderr and the exit code in out.txt, err.txt, $rc
+run() { "$@" >out.txt 2>err.txt; rc=$?; }
+expect_rc() { # expect_rc CODE WHAT
+  if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi
+}
+expect_in() { # expect_in FILE TEXT WHAT
+  if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi
+}
+expect_one_line() { # expect_one_line WHAT: stderr is exactly one line
+  local n; n=$(wc -l <err.txt)
+  if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line on stderr, got $n"; fi
+}
+# loss_at STEP: the loss printed on "step STEP" in out.txt
+loss_at() { awk -v s="$1" '$1 == "step" && $2 == s { for (i = 3; i < NF; i++) if ($i == "loss") print $(i + 1) }' out.txt; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
+
+# ---------------------------------------------------------------- help and version
+run "$DFG" --version
+expect_rc 0 "--version"
+expect_in out.txt "dfg 0.1.0" "--version prints the version"
+run "$DFG" --help
+expect_rc 0 "--help"
+expect_in out.txt "compile" "--help lists compile"
+expect_in out.txt "run" "--help lists run"
+for c in compile run info; do
+  run "$DFG" $c --help
+  expect_rc 0 "$c --help"
+  expect_in out.txt "usage: dfg $c" "$c --help shows its usage"
+done
+run "$DFG"
+expect_rc 2 "no command"
+run "$DFG" frobnicate
+expect_rc 2 "unknown command"
+expect_in err.txt "valid: compile, run, info" "unknown command names the valid ones"
+run "$DFG" compile
+expect_rc 2 "compile without a pipeline"
+expect_in err.txt "missing the pipeline file" "compile names the missing argument"
+run "$DFG" run
+expect_rc 2 "run without a plan"
+expect_in err.txt "missing the plan file" "run names the missing argument"
+
+# ---------------------------------------------------------------- compile and train the GPT-2 example
+run "$DFG" compile "$SRC/examples/gpt2_train.c" -o gpt2.dfg
+expect_rc 0 "compile examples/gpt2_train.c"
+expect_in out.txt "wrote gpt2.dfg" "compile reports the plan"
+expect_in out.txt "n_layer=2" "compile lists the settings with their defaults"
+[ -s gpt2.dfg ] && ok "gpt2.dfg exists" || fail "gpt2.dfg was not written"
+
+run "$DFG" run gpt2.dfg --steps 100 --threads 1 --every 1
+expect_rc 0 "run 100 steps"
+n=$(grep -c '^step ' out.txt)
+[ "$n" -eq 100 ] && ok "one line per step" || fail "expected 100 step lines, got $n"
+expect_in out.txt "grad_norm" "step lines carry grad_norm"
+expect_in out.txt " acc " "step lines carry the token accuracy"
+first=$(loss_at 1)
+last=$(loss_at 100)
+# a fresh model guesses among 63 tokens: loss ~ ln(63) = 4.14; the task is learned by step 100
+if lt 3.9 "$first" && lt "$first" 4.4; then ok "step 1 loss $first is near ln(63)"; else fail "step 1 loss '$first' is not near ln(63)"; fi
+if lt "$last" 2.0; then ok "loss fell from $first to $last in 100 steps"; else fail "loss did not fall below 2.0 in 100 steps (step 100: '$last')"; fi
+
+run "$DFG" info gpt2.dfg
+expect_rc 0 "info"
+expect_in out.txt "host function gpt2_make_batch" "info lists the host stage"
+expect_in out.txt "graph 'train'" "info lists the graph stage"
+expect_in out.txt "optimizer" "info lists optimizer bytes"
+expect_in out.txt "lr=0.003" "info lists the settings"
+
+# ---------------------------------------------------------------- settings
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layer=1 -o l1.dfg
+expect_rc 0 "--set n_layer=1"
+expect_in out.txt "n_layer=1" "--set value is recorded"
+run "$DFG" run l1.dfg --steps 2 --threads 1
+expect_rc 0 "run the 1-layer plan"
+# the 1-layer model has 12 fewer parameter tensors than the 2-layer one
+p2=$("$DFG" info gpt2.dfg | awk '$1 == "param" { print $2 }')
+p1=$("$DFG" info l1.dfg | awk '$1 == "param" { print $2 }')
+[ "$p1" = 16 ] && [ "$p2" = 28 ] && ok "n_layer=1 gives 16 parameter tensors (2 layers: 28)" \
+  || fail "parameter tensors: 1 layer '$p1', 2 layers '$p2'"
+
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set bogus=1 -o bad.dfg
+expect_rc 2 "--set bogus=1"
+expect_in err.txt "'bogus'" "the unknown key is named"
+expect_in err.txt "n_layer" "the valid keys are listed"
+[ ! -e bad.dfg ] && ok "no plan written for a bad setting" || fail "bad.dfg was written"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layr=1 -o bad.dfg
+expect_rc 2 "--set n_layr=1"
+expect_in err.txt "did you mean 'n_layer'?" "a misspelt key gets a suggestion"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layer=two -o bad.dfg
+expect_rc 2 "--set n_layer=two"
+expect_in err.txt "setting 'n_layer': 'two' is not an integer" "a malformed number names key and value"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_head=5
+expect_rc 2 "--set n_head=5"
+expect_in err.txt "n_head (5) must divide n_embd (64)" "the pipeline's own check is reported"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layer
+expect_rc 2 "--set without a value"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --frobnicate
+expect_rc 2 "unknown compile option"
+expect_in err.txt "valid: --set, --target" "unknown option names the valid ones"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --target tpu
+expect_rc 2 "unknown target"
+expect_in err.txt "valid: cpu, cuda" "unknown target names the valid ones"
+run "$DFG" run gpt2.dfg --steps many
+expect_rc 2 "--steps many"
+run "$DFG" run gpt2.dfg --bogus
+expect_rc 2 "unknown run option"
+expect_in err.txt "--weights" "unknown run option names the valid ones"
+
+# ---------------------------------------------------------------- pipelines that do not build
+printf '#include "dfg.h"\n\ndfg_status dfg_pipeline(dfg_program *p) {\n    return dfg_oops(p)\n}\n' >broken.c
+run "$DFG" compile broken.c -o broken.dfg
+expect_rc 2 "a pipeline with a C error"
+expect_in err.txt "broken.c:4:" "the compiler's message names file and line"
+expect_in err.txt "broken.c does not compile" "dfg says the pipeline does not compile"
+printf '#include "dfg.h"\nint nothing_here(void) { return 0; }\n' >noentry.c
+run "$DFG" compile noentry.c
+expect_rc 2 "a pipeline without dfg_pipeline"
+expect_in err.txt "does not define the entry point" "a missing entry point is named"
+run "$DFG" compile missing.c
+expect_rc 2 "a missing pipeline file"
+expect_in err.txt "missing.c" "the missing file is named"
+
+# ---------------------------------------------------------------- plan files that cannot be read
+run "$DFG" run nope.dfg
+expect_rc 2 "run a missing plan"
+expect_in err.txt "nope.dfg: cannot open" "a missing plan is named"
+expect_one_line "missing plan"
+cp gpt2.dfg damaged.dfg
+size=$(stat -c %s damaged.dfg)
+printf '\xAA' | dd of=damaged.dfg bs=1 seek=$((size / 2)) conv=notrunc status=none
+run "$DFG" run damaged.dfg
+expect_rc 2 "run a damaged plan"
+expect_in err.txt "damaged.dfg: checksum mismatch in section" "damage is reported as a checksum mismatch"
+expect_one_line "damaged plan"
+head -c $((size - 100)) gpt2.dfg >short.dfg
+run "$DFG" info short.dfg
+expect_rc 2 "a truncated plan"
+expect_in err.txt "is truncated" "truncation is reported"
+expect_one_line "truncated plan"
+cp "$SRC/examples/gpt2_train.c" notaplan.dfg
+run "$DFG" run notaplan.dfg
+expect_rc 2 "a file that is not a plan"
+expect_in err.txt "notaplan.dfg: not a dfg plan file (bad magic)" "a foreign file is named as such"
+expect_one_line "foreign file"
+
+# ---------------------------------------------------------------- targets
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --target cuda -o gpu.dfg
+expect_rc 0 "compile for cuda"
+expect_in out.txt "target=cuda" "the target is recorded as a setting"
+run "$DFG" run gpu.dfg
+expect_rc 2 "run a cuda plan on this build"
+expect_in err.txt "plan targets cuda; this build's runtime supports cpu" "a cuda plan is refused clearly"
+
+# ---------------------------------------------------------------- weights: --save, then --weights
+run "$DFG" run gpt2.dfg --steps 3 --threads 1 --save w1.safetensors
+expect_rc 0 "run 3 steps and --save"
+[ -s w1.safetensors ] && ok "w1.safetensors written" || fail "w1.safetensors missing"
+run "$DFG" run gpt2.dfg --steps 0 --weights w1.safetensors --save w2.safetensors
+expect_rc 0 "--weights then --save"
+expect_in out.txt "loaded 28 tensors from w1.safetensors" "every parameter is loaded"
+# the tensor bytes after the JSON header must be identical (the header's metadata records the step)
+data_of() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1"; }
+cmp -s <(data_of w1.safetensors) <(data_of w2.safetensors) && [ "$(stat -c %s w1.safetensors)" = "$(stat -c %s w2.safetensors)" ] \
+  && ok "loaded weights save back byte for byte" || fail "the tensor data of w2 differs from w1"
+run "$DFG" run gpt2.dfg --steps 1 --threads 1
+fresh=$(loss_at 1)
+run "$DFG" run gpt2.dfg --steps 1 --threads 1 --weights w1.safetensors
+trained=$(loss_at 1)
+if lt "$trained" "$fresh"; then ok "trained weights lower step-1 loss ($fresh -> $trained)"; else fail "with trained weights the loss is $trained, fresh $fresh"; fi
+run "$DFG" run l1.dfg --steps 0 --weights w1.safetensors
+expect_rc 2 "weights of another model are refused"
+expect_one_line "mismatched weights"
+run "$DFG" run gpt2.dfg --weights missing.safetensors
+expect_rc 2 "missing weights file"
+
+echo
+if [ "$failures" -eq 0 ]; then echo "cli_test: all checks passed"; exit 0; fi
+echo "cli_test: $failures check(s) failed"
+exit 1

@@ -1,0 +1,460 @@
+/* test_planfile.c - plan files (runtime/planfile.h): a GPT-2 training program saved and loaded
+ * back is the same program (tensors, nodes, attributes, stages, settings) and trains to
+ * bit-identical metrics and parameters; every damaged, truncated, foreign or future file is
+ * refused with one clear line; files whose checksums were fixed up after damage never crash the
+ * reader, and semantic damage is caught by the rebuild's own checks.
+ *
+ * The GPT-2 program comes from examples/gpt2_train.c, built as the module
+ * gpt2_train_pipeline.so next to this executable (tests/cli/CMakeLists.txt) and dlopened here
+ * exactly as `dfg compile` and `dfg run` do. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph/ir.h"
+#include "ops/op.h"
+#include "runtime/planfile.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- the GPT-2 pipeline module */
+static void *open_pipeline(void) {
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    const char *env = getenv("DFG_GPT2_PIPELINE");
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (env) snprintf(path, sizeof(path), "%s", env);
+    else if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(path, sizeof(path), "%s/gpt2_train_pipeline.so", exe);
+    } else snprintf(path, sizeof(path), "gpt2_train_pipeline.so");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "cannot load %s (build the target gpt2_train_pipeline): %s", path, dlerror());
+    return lib;
+}
+
+/* A small GPT-2 training program (1 layer, short rows) with some settings overridden. */
+static dfg_program *gpt2_program(void *lib) {
+    dfg_pipeline_fn fn;
+    *(void **)&fn = dlsym(lib, "dfg_pipeline");
+    dfg_program *p = dfg_program_new("gpt2_train");
+    dfg_program_set(p, "target", "cpu");
+    dfg_program_set(p, "n_layer", "1");
+    dfg_program_set(p, "seq", "16");
+    dfg_program_set(p, "batch", "4");
+    dfg_status st = fn ? fn(p) : DFG_ERR_ARG;
+    CHECK(fn && st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
+    return p;
+}
+
+/* ---------------------------------------------------------------- a tiny program of every kind */
+static const unsigned char fake_lib[] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 'n', 'o', 't', ' ', 'r', 'e', 'a', 'l'};
+
+static dfg_program *tiny_program(void) {
+    dfg_program *p = dfg_program_new("tiny");
+    dfg_setting_int(p, "width", 3);
+    dfg_setting_str(p, "task", "copy");
+    float cdata[3] = {1, 2, 3};
+    dfg_tensor *w = dfg_param(p, "w", DFG_F32, DFG_SHAPE(2, 3), dfg_init_normal(0, 0.5f));
+    dfg_tensor *c = dfg_const(p, "c", DFG_F32, DFG_SHAPE(3), cdata);
+    dfg_tensor *acc = dfg_state(p, "acc", DFG_F32, DFG_SHAPE(2, 3), DFG_ROLE_GRAD, dfg_init_zeros());
+    dfg_set_role(w, DFG_ROLE_REF_MODEL);
+    dfg_graph *g = dfg_graph_new(p, "main");
+    dfg_tensor *x = dfg_input(g, "x", DFG_F32, DFG_SHAPE(2, 3));
+    dfg_tensor *y = dfg_name(dfg_mul(g, dfg_add(g, x, c), w), "y");
+    dfg_tensor *t = dfg_transpose(g, dfg_reshape(g, y, DFG_SHAPE(3, 2)), 0, 1);
+    dfg_output(g, dfg_matmul(g, t, w, true, false), "z");
+    dfg_accumulate(g, acc, y);
+    dfg_metric(g, "total", dfg_sum(g, dfg_sum(g, acc, 0), 0));
+    dfg_graph *g2 = dfg_graph_new(p, "second");
+    dfg_assign(g2, acc, dfg_scale(g2, acc, 0.5f));
+    dfg_stage_host(p, "feed", "tiny_feed");
+    dfg_stage_graph(p, g, 1);
+    dfg_stage_graph(p, g2, 2);
+    CHECK(!dfg_program_status(p), "tiny program: %s", dfg_program_error(p));
+    return p;
+}
+
+static dfg_plan_info tiny_info(void) {
+    dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 1700000000, .host_lib = (void *)fake_lib,
+                          .host_lib_size = sizeof(fake_lib)};
+    snprintf(info.source, sizeof(info.source), "tiny.c");
+    return info;
+}
+
+static unsigned char *serialize(const dfg_program *p, const dfg_plan_info *info, size_t *n) {
+    void *b = NULL;
+    char err[512];
+    dfg_status st = dfg_plan_serialize(p, info, &b, n, err, sizeof(err));
+    CHECK(st == DFG_OK, "serialize: %s", err);
+    return b;
+}
+
+/* ---------------------------------------------------------------- structural equality */
+static int id_of(const dfg_tensor *t) { return t ? t->id : -1; }
+
+static bool tensors_equal(const dfg_tensor *a, const dfg_tensor *b) {
+    bool same = a->id == b->id && a->kind == b->kind && a->dtype == b->dtype && a->role == b->role &&
+                dfg_shape_equal(a->shape, b->shape) && !strcmp(a->name, b->name) && a->flags == b->flags &&
+                id_of(a->storage) == id_of(b->storage) && id_of(a->version_of) == id_of(b->version_of) &&
+                id_of(a->view_of) == id_of(b->view_of) && (a->graph ? a->graph->id : -1) == (b->graph ? b->graph->id : -1) &&
+                (a->producer ? a->producer->id : -1) == (b->producer ? b->producer->id : -1) &&
+                a->producer_slot == b->producer_slot;
+    if (a->kind == DFG_PARAM || a->kind == DFG_STATE)
+        same = same && a->init.kind == b->init.kind && a->init.a == b->init.a && a->init.b == b->init.b;
+    if (a->kind == DFG_CONST) same = same && !memcmp(a->data, b->data, dfg_tensor_bytes(a));
+    return same;
+}
+
+static bool nodes_equal(const dfg_node *a, const dfg_node *b) {
+    if (a->op != b->op || strcmp(a->name, b->name) || a->n_in != b->n_in || a->n_out != b->n_out ||
+        memcmp(&a->attr, &b->attr, sizeof(a->attr)))
+        return false;
+    for (int j = 0; j < a->n_in; j++)
+        if (a->in[j]->id != b->in[j]->id) return false;
+    for (int k = 0; k < a->n_out; k++)
+        if (a->out[k]->id != b->out[k]->id) return false;
+    return true;
+}
+
+static void check_programs_equal(const dfg_program *a, const dfg_program *b, const char *what) {
+    CHECK(!strcmp(a->name, b->name), "%s: program name", what);
+    CHECK(a->n_settings == b->n_settings, "%s: %d settings vs %d", what, a->n_settings, b->n_settings);
+    for (int i = 0; i < a->n_settings && i < b->n_settings; i++)
+        CHECK(!strcmp(a->settings[i].key, b->settings[i].key) && !strcmp(a->settings[i].value, b->settings[i].value) &&
+                  a->settings[i].used == b->settings[i].used,
+              "%s: setting %d '%s'", what, i, a->settings[i].key);
+    CHECK(a->n_tensors == b->n_tensors, "%s: %d tensors vs %d", what, a->n_tensors, b->n_tensors);
+    for (int i = 0; i < a->n_tensors && i < b->n_tensors; i++)
+        CHECK(tensors_equal(a->tensors[i], b->tensors[i]), "%s: tensor %d '%s' differs", what, i, a->tensors[i]->name);
+    CHECK(a->n_graphs == b->n_graphs, "%s: graph count", what);
+    for (int g = 0; g < a->n_graphs && g < b->n_graphs; g++) {
+        const dfg_graph *ga = a->graphs[g], *gb = b->graphs[g];
+        CHECK(!strcmp(ga->name, gb->name) && ga->n_nodes == gb->n_nodes, "%s: graph %d", what, g);
+        for (int i = 0; i < ga->n_nodes && i < gb->n_nodes; i++)
+            CHECK(nodes_equal(ga->nodes[i], gb->nodes[i]), "%s: graph '%s' node %d '%s' differs", what, ga->name, i,
+                  ga->nodes[i]->name);
+    }
+    CHECK(a->n_stages == b->n_stages, "%s: stage count", what);
+    for (int s = 0; s < a->n_stages && s < b->n_stages; s++) {
+        const dfg_stage *sa = &a->stages[s], *sb = &b->stages[s];
+        bool same = sa->kind == sb->kind && !strcmp(sa->name, sb->name) && sa->repeat == sb->repeat;
+        if (sa->kind == DFG_STAGE_GRAPH) same = same && sa->graph->id == sb->graph->id;
+        else same = same && !strcmp(sa->symbol, sb->symbol);
+        CHECK(same, "%s: stage %d '%s' differs", what, s, sa->name);
+    }
+}
+
+/* ---------------------------------------------------------------- round trips */
+static void test_tiny_round_trip(void) {
+    dfg_program *p = tiny_program();
+    dfg_plan_info info = tiny_info(), back;
+    size_t n, n2;
+    unsigned char *b = serialize(p, &info, &n);
+    dfg_program *q = NULL;
+    char err[512];
+    dfg_status st = dfg_plan_parse(b, n, "tiny.dfg", &q, &back, err, sizeof(err));
+    CHECK(st == DFG_OK, "tiny: %s", err);
+    if (q) {
+        check_programs_equal(p, q, "tiny");
+        CHECK(back.target == DFG_TARGET_CPU && !strcmp(back.source, "tiny.c") && back.compile_time == 1700000000 &&
+                  !strcmp(back.dfg_version, DFG_VERSION_STRING),
+              "tiny: info fields");
+        CHECK(back.host_lib_size == sizeof(fake_lib) && !memcmp(back.host_lib, fake_lib, sizeof(fake_lib)), "tiny: host lib");
+        unsigned char *b2 = serialize(q, &info, &n2);
+        CHECK(n2 == n && !memcmp(b, b2, n), "tiny: saving the loaded program gives other bytes");
+        free(b2);
+    }
+    dfg_program_free(q);
+    dfg_plan_info_free(&back);
+    free(b);
+    dfg_program_free(p);
+}
+
+/* Runs p for `steps` steps; returns every metric of every step and, at the end, the bytes of
+ * every persistent tensor, concatenated. */
+static unsigned char *train(const dfg_program *p, void *lib, int steps, size_t *n) {
+    dfg_run_options o = dfg_run_options_default();
+    o.seed = 77;
+    o.n_threads = 1;
+    o.host_lib = lib;
+    dfg_runtime *rt = NULL;
+    dfg_status st = dfg_runtime_create(p, &o, &rt);
+    CHECK(st == DFG_OK, "runtime: %s", dfg_runtime_error(rt));
+    size_t cap = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->kind != DFG_TEMP) cap += dfg_tensor_bytes(p->tensors[i]);
+    cap += (size_t)steps * 64 * sizeof(float);
+    unsigned char *out = calloc(1, cap);
+    size_t used = 0;
+    for (int s = 0; s < steps && !st; s++) {
+        st = dfg_runtime_step(rt);
+        CHECK(st == DFG_OK, "step %d: %s", s, dfg_runtime_error(rt));
+        for (int m = 0; m < dfg_runtime_metric_count(rt) && m < 64; m++) {
+            float v = dfg_runtime_metric_value(rt, m);
+            memcpy(out + used, &v, sizeof(v));
+            used += sizeof(v);
+        }
+    }
+    for (int i = 0; i < p->n_tensors && !st; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind == DFG_TEMP) continue;
+        st = dfg_runtime_read(rt, t->name, out + used, dfg_tensor_bytes(t));
+        used += dfg_tensor_bytes(t);
+    }
+    dfg_runtime_free(rt);
+    *n = used;
+    return out;
+}
+
+static void test_gpt2_round_trip(void *lib, unsigned char **plan, size_t *plan_len) {
+    dfg_program *p = gpt2_program(lib);
+    dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 42};
+    snprintf(info.source, sizeof(info.source), "examples/gpt2_train.c");
+    char path[] = "/tmp/dfg-test-planfile-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    dfg_status st = dfg_plan_save(p, &info, path, err, sizeof(err));
+    CHECK(st == DFG_OK, "save: %s", err);
+    dfg_program *q = NULL;
+    dfg_plan_info back;
+    st = dfg_plan_load(path, &q, &back, err, sizeof(err));
+    CHECK(st == DFG_OK && q, "load: %s", err);
+    unlink(path);
+    if (!q) return;
+    check_programs_equal(p, q, "gpt2");
+    CHECK(!strcmp(back.source, "examples/gpt2_train.c") && back.compile_time == 42 && !back.host_lib, "gpt2: info");
+    /* both programs train identically, bit for bit */
+    size_t na, nb;
+    unsigned char *ra = train(p, lib, 3, &na), *rb = train(q, lib, 3, &nb);
+    CHECK(na == nb && na > 0 && !memcmp(ra, rb, na), "gpt2: the loaded program trains differently (%zu vs %zu bytes)", na, nb);
+    free(ra);
+    free(rb);
+    *plan = serialize(p, &info, plan_len);
+    dfg_program_free(q);
+    dfg_program_free(p);
+}
+
+/* ---------------------------------------------------------------- refusals */
+/* Parses n bytes and expects a refusal whose message contains `want` (any when NULL). */
+static void expect_refused(const unsigned char *b, size_t n, const char *want, const char *what) {
+    dfg_program *q = (dfg_program *)1;
+    char err[512];
+    dfg_status st = dfg_plan_parse(b, n, "P.dfg", &q, NULL, err, sizeof(err));
+    CHECK(st != DFG_OK && q == NULL, "%s: accepted", what);
+    CHECK(!strncmp(err, "P.dfg: ", 7) && !strchr(err, '\n'), "%s: message '%s' is not one line naming the file", what, err);
+    if (want) CHECK(strstr(err, want) != NULL, "%s: message '%s' lacks '%s'", what, err, want);
+    if (st == DFG_OK) dfg_program_free(q);
+}
+
+typedef struct {
+    uint32_t kind;
+    size_t payload, len; /* offset and length of the payload */
+} section;
+
+static uint64_t rd_le(const unsigned char *b, int k) {
+    uint64_t v = 0;
+    for (int i = 0; i < k; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+static int sections_of(const unsigned char *b, size_t n, section *out) {
+    int count = (int)rd_le(b + 12, 4);
+    size_t off = 16;
+    for (int i = 0; i < count && off + 16 <= n; i++) {
+        out[i] = (section){(uint32_t)rd_le(b + off, 4), off + 16, (size_t)rd_le(b + off + 4, 8)};
+        off += 16 + out[i].len;
+    }
+    return count;
+}
+
+static void fix_crcs(unsigned char *b, size_t n) {
+    section s[8];
+    int count = sections_of(b, n, s);
+    for (int i = 0; i < count && i < 8; i++) {
+        uint32_t crc = dfg_plan_crc32(b + s[i].payload, s[i].len);
+        for (int k = 0; k < 4; k++) b[s[i].payload - 4 + (size_t)k] = (unsigned char)(crc >> (8 * k));
+    }
+}
+
+static void test_damage(const unsigned char *plan, size_t n, const char *what) {
+    unsigned char *b = malloc(n);
+    section s[8];
+    int count = sections_of(plan, n, s);
+    CHECK(count >= 5, "%s: %d sections", what, count);
+    for (int i = 0; i < count && i < 8; i++) { /* one flipped byte inside each section */
+        char want[96], label[96];
+        memcpy(b, plan, n);
+        b[s[i].payload + s[i].len / 2] ^= 0x5A;
+        snprintf(want, sizeof(want), "checksum mismatch in section '%s'", dfg_plan_section_name(s[i].kind));
+        snprintf(label, sizeof(label), "%s: damaged section '%s'", what, dfg_plan_section_name(s[i].kind));
+        expect_refused(b, n, want, label);
+    }
+    memcpy(b, plan, n);
+    b[8] = 7; /* format version */
+    expect_refused(b, n, "format version 7 is newer than this dfg (1)", "future version");
+    memcpy(b, plan, n);
+    b[0] = 'X';
+    expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");
+    memcpy(b, plan, n);
+    b[s[2].payload - 12 + 7] = 0x40; /* a section length in the exabytes */
+    expect_refused(b, n, "is truncated (needs", "huge section length");
+    free(b);
+    b = malloc(n + 3);
+    memcpy(b, plan, n);
+    memset(b + n, 0, 3);
+    expect_refused(b, n + 3, "3 unexpected bytes after the last section", "trailing bytes");
+    free(b);
+}
+
+/* Every prefix of the file is refused (lengths `stride` apart, plus each section boundary +-1). */
+static void test_truncation(const unsigned char *plan, size_t n, size_t stride, const char *what) {
+    char label[96];
+    for (size_t len = 0; len < n; len += stride) {
+        snprintf(label, sizeof(label), "%s truncated to %zu of %zu bytes", what, len, n);
+        expect_refused(plan, len, NULL, label);
+    }
+    section s[8];
+    int count = sections_of(plan, n, s);
+    for (int i = 0; i < count && i < 8; i++)
+        for (int d = -1; d <= 1; d++) {
+            size_t len = s[i].payload + s[i].len + (size_t)d;
+            if (len >= n) continue;
+            snprintf(label, sizeof(label), "%s truncated to %zu bytes (near the end of '%s')", what, len,
+                     dfg_plan_section_name(s[i].kind));
+            expect_refused(plan, len, "truncated", label);
+        }
+}
+
+/* Random damage with the checksums fixed up afterwards reaches the decoder and the rebuild: the
+ * file must be refused cleanly or load as a valid program (some bytes, e.g. an init value, are
+ * free). Sanitizer builds turn any out-of-bounds read or overflow here into a failure. */
+static void test_fuzz(const unsigned char *plan, size_t n, int rounds, const char *what) {
+    unsigned char *b = malloc(n);
+    section s[8];
+    int count = sections_of(plan, n, s), loaded = 0, refused = 0;
+    for (int r = 0; r < rounds; r++) {
+        memcpy(b, plan, n);
+        int flips = dfg_test_int(1, 4);
+        for (int f = 0; f < flips; f++) {
+            const section *sec = &s[dfg_test_int(0, count - 1)];
+            if (!sec->len) continue;
+            size_t at = sec->payload + (size_t)dfg_test_int(0, (int)sec->len - 1);
+            b[at] = dfg_test_int(0, 3) ? (unsigned char)dfg_test_int(0, 255) : (unsigned char)(b[at] ^ 0x80);
+        }
+        fix_crcs(b, n);
+        dfg_program *q = NULL;
+        char err[512] = "";
+        if (dfg_plan_parse(b, n, "P.dfg", &q, NULL, err, sizeof(err)) == DFG_OK) {
+            loaded++;
+            CHECK(q && !dfg_program_status(q), "%s fuzz %d: loaded an invalid program", what, r);
+            void *again = NULL;
+            size_t n2 = 0;
+            dfg_plan_info info = {0};
+            CHECK(q && dfg_plan_serialize(q, &info, &again, &n2, err, sizeof(err)) == DFG_OK,
+                  "%s fuzz %d: a loaded program does not save: %s", what, r, err);
+            free(again);
+            dfg_program_free(q);
+        } else {
+            refused++;
+            CHECK(!strncmp(err, "P.dfg: ", 7) && !q, "%s fuzz %d: refusal without a message", what, r);
+        }
+    }
+    printf("%s fuzz: %d loaded, %d refused\n", what, loaded, refused);
+    CHECK(refused > rounds / 2, "%s fuzz: only %d of %d damaged files were refused", what, refused, rounds);
+    free(b);
+}
+
+/* Damage the checksum cannot see: a program altered in memory, then saved (the writer does not
+ * re-validate nodes), must be refused by the rebuild with a message naming the problem. */
+static void expect_semantic_refusal(dfg_program *p, const char *want, const char *what) {
+    dfg_plan_info info = {.target = DFG_TARGET_CPU};
+    void *b = NULL;
+    size_t n = 0;
+    char err[512];
+    CHECK(dfg_plan_serialize(p, &info, &b, &n, err, sizeof(err)) == DFG_OK, "%s: serialize: %s", what, err);
+    if (b) expect_refused(b, n, want, what);
+    free(b);
+    dfg_program_free(p);
+}
+
+static dfg_node *find_node(dfg_program *p, dfg_op op) {
+    for (int g = 0; g < p->n_graphs; g++)
+        for (int i = 0; i < p->graphs[g]->n_nodes; i++)
+            if (p->graphs[g]->nodes[i]->op == op) return p->graphs[g]->nodes[i];
+    return NULL;
+}
+
+static void test_semantic_damage(void) {
+    dfg_program *p = tiny_program();
+    dfg_node *mm = find_node(p, DFG_OP_MATMUL);
+    ((unsigned char *)&mm->attr)[offsetof(dfg_attrs, matmul.trans_a)] = 2;
+    expect_semantic_refusal(p, "the transpose flags attribute is out of range", "bool attribute of 2");
+
+    p = tiny_program();
+    find_node(p, DFG_OP_PERMUTE)->attr.permute.perm[0] = 0; /* (0, 0): not a permutation */
+    expect_semantic_refusal(p, "perm is not a permutation", "bad permutation");
+
+    p = tiny_program();
+    find_node(p, DFG_OP_RESHAPE)->attr.reshape.shape = DFG_SHAPE((int64_t)1 << 39, (int64_t)1 << 39);
+    expect_semantic_refusal(p, "target shape attribute is out of range", "overflowing reshape");
+
+    p = tiny_program();
+    dfg_node *add = find_node(p, DFG_OP_ADD);
+    add->in[0] = p->tensors[p->n_tensors - 1]; /* reads a tensor made later */
+    expect_semantic_refusal(p, "which does not exist yet", "input from the future");
+
+    p = tiny_program();
+    find_node(p, DFG_OP_MUL)->out[0]->shape.d[0] = 5;
+    expect_semantic_refusal(p, "the file says f32 (5,3)", "recorded output shape disagrees");
+
+    p = tiny_program();
+    find_node(p, DFG_OP_SCALE)->op = (dfg_op)(DFG_OP_COUNT + 5);
+    expect_semantic_refusal(p, "which this dfg does not have", "unknown op id");
+
+    p = tiny_program();
+    find_node(p, DFG_OP_SCALE)->op = DFG_OP_ADD; /* one input where add takes two */
+    expect_semantic_refusal(p, "add: called with 1 inputs", "op of another arity");
+
+    p = tiny_program();
+    dfg_find(p, "c")->name = "w"; /* duplicate persistent name */
+    expect_semantic_refusal(p, "already exists", "duplicate tensor name");
+
+    p = tiny_program();
+    p->stages[1].repeat = 0;
+    expect_semantic_refusal(p, "with repeat 0", "stage repeat 0");
+}
+
+int main(void) {
+    dfg_test_init("test_planfile");
+    test_tiny_round_trip();
+    test_semantic_damage();
+    dfg_program *tiny = tiny_program();
+    dfg_plan_info info = tiny_info();
+    size_t tiny_len;
+    unsigned char *tiny_plan = serialize(tiny, &info, &tiny_len);
+    if (tiny_plan) {
+        test_damage(tiny_plan, tiny_len, "tiny");
+        test_truncation(tiny_plan, tiny_len, 1, "tiny"); /* every length */
+        test_fuzz(tiny_plan, tiny_len, 20000, "tiny");
+    }
+    free(tiny_plan);
+    dfg_program_free(tiny);
+
+    void *lib = open_pipeline();
+    if (!lib) return dfg_test_finish();
+    unsigned char *plan = NULL;
+    size_t plan_len = 0;
+    test_gpt2_round_trip(lib, &plan, &plan_len);
+    if (plan) {
+        test_damage(plan, plan_len, "gpt2");
+        test_truncation(plan, plan_len, 97, "gpt2");
+        test_fuzz(plan, plan_len, 2000, "gpt2");
+    }
+    free(plan);
+    dlclose(lib);
+    return dfg_test_finish();
+}

@@ -1,0 +1,60 @@
+/* cli.h - the dfg command-line tool's commands and the small helpers they share. */
+#ifndef DFG_CLI_H
+#define DFG_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/planfile.h"
+
+/* Exit codes: what a script can rely on. */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+
+/* Each command takes its own arguments (argv[0] is the command name) and returns an exit code. */
+int cli_compile(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_info(int argc, char **argv);
+
+/* "dfg <cmd>: <message>" on stderr; returns code. */
+int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Options. A command walks argv with cli_next: each call classifies argv[*i] and advances *i.
+ * Long options take their value as "--name=value" or as the next argument. */
+typedef struct {
+    const char *name;  /* "--steps", "-o" */
+    bool has_value;
+} cli_option;
+
+typedef struct {
+    const char *cmd;           /* for messages */
+    const cli_option *options; /* terminated by {NULL} */
+    int argc;
+    char **argv;
+    int i;          /* next argument */
+    bool only_positional; /* after "--" */
+} cli_args;
+
+typedef enum { CLI_ARG_END, CLI_ARG_OPTION, CLI_ARG_POSITIONAL, CLI_ARG_ERROR } cli_arg_kind;
+
+/* Returns the next argument's kind; for an option *opt is its name as in the table and *value
+ * its value (NULL when it takes none); for a positional *value is the argument. On an unknown
+ * option or a missing value it prints the error (naming the valid options) and returns
+ * CLI_ARG_ERROR. */
+cli_arg_kind cli_next(cli_args *a, const char **opt, const char **value);
+/* Strict integer in [lo, hi]; prints "dfg <cmd>: <what> must be ..." and returns false otherwise. */
+bool cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* A fresh private directory under $TMPDIR (or /tmp); false with a message on failure. */
+bool cli_make_tempdir(const char *cmd, char *dir, size_t len);
+/* Removes dir/name (when name is not NULL) and then dir. */
+void cli_remove_temp(const char *dir, const char *name);
+/* Reads a whole file into a malloc'd buffer; false with a message on failure. */
+bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n);
+/* Writes bytes to path (mode 0600); false with a message on failure. */
+bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n);
+
+/* "1.5 MiB" */
+char *cli_bytes_str(double bytes, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,292 @@
+/* cli_compile.c - `dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [-o P.dfg]`.
+ *
+ * Builds the pipeline into a shared object with the C compiler dfg was built with, loads it
+ * (its calls into libdfg resolve to the libdfg this executable runs with), calls its
+ * dfg_pipeline entry point on a fresh program carrying the --set values, and saves the program
+ * as a plan file, with the shared object inside when the program has host stages. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../graph/ir.h"
+#include "cli.h"
+
+extern char **environ;
+
+#ifndef DFG_SOURCE_DIR
+#error "DFG_SOURCE_DIR must be defined (the build passes the source tree's path)"
+#endif
+#ifndef DFG_C_COMPILER
+#define DFG_C_COMPILER "cc"
+#endif
+
+#define CMD "compile"
+#define MAX_SETS 256
+
+typedef struct {
+    const char *pipeline, *output, *target_name;
+    dfg_target target;
+    const char *sets[MAX_SETS]; /* "key=value" as given */
+    int n_sets;
+} compile_args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dfg compile PIPELINE.c [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
+            "\n"
+            "Compiles a pipeline written in the dfg C DSL, runs its entry point\n"
+            "    dfg_status dfg_pipeline(dfg_program *p);\n"
+            "and saves the program it builds as a plan file (default: PIPELINE.dfg in the current\n"
+            "directory).\n"
+            "\n"
+            "  --set key=value   a pipeline setting (repeatable); the pipeline reads it with\n"
+            "                    dfg_setting_int/float/str/bool. A key it never reads is an error.\n"
+            "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'\n"
+            "  -o, --output P    where to write the plan\n"
+            "\n"
+            "The compiler is %s (override with $DFG_CC); headers come from %s.\n",
+            DFG_C_COMPILER, DFG_SOURCE_DIR);
+}
+
+static int parse_args(int argc, char **argv, compile_args *c) {
+    static const cli_option opts[] = {{"--set", true}, {"--target", true}, {"-o", true}, {"--output", true},
+                                      {"--help", false}, {"-h", false}, {NULL, false}};
+    cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
+    const char *opt, *val;
+    *c = (compile_args){.target_name = "cpu", .target = DFG_TARGET_CPU};
+    for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
+        if (k == CLI_ARG_ERROR) return CLI_USAGE;
+        if (k == CLI_ARG_POSITIONAL) {
+            if (c->pipeline) return cli_error(CMD, CLI_USAGE, "one pipeline file at a time (got '%s' and '%s')", c->pipeline, val);
+            c->pipeline = val;
+        } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(opt, "--set")) {
+            const char *eq = strchr(val, '=');
+            if (!eq || eq == val) return cli_error(CMD, CLI_USAGE, "--set needs key=value, got '%s'", val);
+            if (!strncmp(val, "target=", 7)) return cli_error(CMD, CLI_USAGE, "use --target to choose the target, not --set target=");
+            if (c->n_sets == MAX_SETS) return cli_error(CMD, CLI_USAGE, "more than %d --set options", MAX_SETS);
+            c->sets[c->n_sets++] = val;
+        } else if (!strcmp(opt, "--target")) {
+            if (strcmp(val, "cpu") && strcmp(val, "cuda"))
+                return cli_error(CMD, CLI_USAGE, "unknown target '%s' (valid: cpu, cuda)", val);
+            c->target_name = val;
+            c->target = strcmp(val, "cpu") ? DFG_TARGET_CUDA : DFG_TARGET_CPU;
+        } else {
+            c->output = val;
+        }
+    }
+    if (!c->pipeline) {
+        usage(stderr);
+        return cli_error(CMD, CLI_USAGE, "missing the pipeline file (PIPELINE.c)");
+    }
+    return CLI_OK;
+}
+
+/* "examples/gpt2_train.c" -> "gpt2_train" */
+static void stem_of(const char *path, char *out, size_t len) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    snprintf(out, len, "%.*s", (int)n, base);
+}
+
+/* Runs the C compiler; its diagnostics (file:line: error: ...) go straight to our stderr. */
+static int compile_shared_object(const char *pipeline, const char *so_path) {
+    const char *cc = getenv("DFG_CC");
+    if (!cc || !*cc) cc = DFG_C_COMPILER;
+    char inc_graph[4200], inc_runtime[4200];
+    snprintf(inc_graph, sizeof(inc_graph), "-I%s/graph", DFG_SOURCE_DIR);
+    snprintf(inc_runtime, sizeof(inc_runtime), "-I%s/runtime", DFG_SOURCE_DIR);
+    const char *argv[] = {cc, "-std=c11", "-O2", "-fPIC", "-shared", inc_graph, inc_runtime,
+                          "-o", so_path, pipeline, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, cc, NULL, NULL, (char *const *)argv, environ);
+    if (rc) return cli_error(CMD, CLI_USAGE, "cannot run the C compiler '%s': %s", cc, strerror(rc));
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return cli_error(CMD, CLI_FAILED, "waiting for the C compiler: %s", strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return CLI_OK;
+    if (WIFEXITED(status))
+        return cli_error(CMD, CLI_USAGE, "%s does not compile (%s exited with status %d; its messages are above)", pipeline,
+                         cc, WEXITSTATUS(status));
+    return cli_error(CMD, CLI_USAGE, "the C compiler was killed by signal %d while compiling %s", WTERMSIG(status), pipeline);
+}
+
+/* Applies the --set values; they stay unused until the pipeline reads them. */
+static int apply_sets(dfg_program *p, const compile_args *c) {
+    char key[512];
+    dfg_program_set(p, "target", c->target_name);
+    for (int i = 0; i < c->n_sets; i++) {
+        const char *eq = strchr(c->sets[i], '=');
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - c->sets[i]), c->sets[i]);
+        dfg_program_set(p, key, eq + 1);
+    }
+    if (dfg_program_status(p)) return cli_error(CMD, CLI_FAILED, "%s", dfg_program_error(p));
+    return CLI_OK;
+}
+
+/* Edit distance of two short strings (longer ones count as far apart). */
+static int distance(const char *a, const char *b) {
+    enum { MAX = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAX || lb >= MAX) return MAX;
+    int row[MAX + 1];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The used key closest to `key` when it is plausibly a typo of it, else NULL. */
+static const char *closest_key(const dfg_program *p, const char *key) {
+    const char *best = NULL;
+    int best_d = 3; /* up to two edits */
+    for (int k = 0; k < dfg_program_setting_count(p); k++) {
+        const char *name = dfg_program_setting_key(p, k);
+        int d = dfg_program_setting_used(p, name) ? distance(key, name) : best_d;
+        if (d < best_d) best = name, best_d = d;
+    }
+    return best;
+}
+
+/* A --set key the pipeline never read is almost always a typo: refuse it, listing the keys. */
+static int check_unused(const dfg_program *p, const compile_args *c) {
+    char key[512], valid[4096], hint[600] = "";
+    for (int i = 0; i < c->n_sets; i++) {
+        const char *eq = strchr(c->sets[i], '=');
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - c->sets[i]), c->sets[i]);
+        if (dfg_program_setting_used(p, key)) continue;
+        size_t used = 0;
+        valid[0] = '\0';
+        for (int k = 0; k < dfg_program_setting_count(p) && used < sizeof(valid); k++) {
+            const char *name = dfg_program_setting_key(p, k);
+            if (dfg_program_setting_used(p, name) && strcmp(name, "target"))
+                used += (size_t)snprintf(valid + used, sizeof(valid) - used, "%s%s", used ? ", " : "", name);
+        }
+        const char *near = closest_key(p, key);
+        if (near) snprintf(hint, sizeof(hint), "did you mean '%s'? ", near);
+        return cli_error(CMD, CLI_USAGE, "%s does not use the setting '%s' (%sits settings: %s)", c->pipeline, key, hint,
+                         used ? valid : "none");
+    }
+    return CLI_OK;
+}
+
+/* Every host stage's function must be exported by the pipeline (or be in the process). */
+static int check_host_stages(const dfg_program *p, void *lib, const char *pipeline, bool *any) {
+    *any = false;
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_stage *st = &p->stages[s];
+        if (st->kind != DFG_STAGE_HOST) continue;
+        *any = true;
+        if (!dlsym(lib, st->symbol) && !dlsym(RTLD_DEFAULT, st->symbol))
+            return cli_error(CMD, CLI_USAGE,
+                             "host stage '%s' calls '%s', which %s does not export (define it there without 'static')",
+                             st->name, st->symbol, pipeline);
+    }
+    return CLI_OK;
+}
+
+static int run_pipeline(const compile_args *c, dfg_pipeline_fn fn, dfg_program **out) {
+    char name[256];
+    stem_of(c->pipeline, name, sizeof(name));
+    dfg_program *p = *out = dfg_program_new(name);
+    if (!p) return cli_error(CMD, CLI_FAILED, "out of memory");
+    int rc = apply_sets(p, c);
+    if (rc) return rc;
+    dfg_status st = fn(p);
+    if (dfg_program_status(p))
+        return cli_error(CMD, CLI_USAGE, "%s: the pipeline failed: %s", c->pipeline, dfg_program_error(p));
+    if (st)
+        return cli_error(CMD, CLI_USAGE, "%s: dfg_pipeline returned '%s' without recording an error", c->pipeline,
+                         dfg_status_name(st));
+    if (p->n_stages == 0) return cli_error(CMD, CLI_USAGE, "%s: the pipeline added no stages, so it would do nothing", c->pipeline);
+    return CLI_OK;
+}
+
+/* "compiled gpt2.dfg: ..." and the settings, so the log of a compile says what was built. */
+static void print_summary(const dfg_program *p, const char *out, size_t plan_bytes, const char *target) {
+    int64_t n_params = 0, nodes = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
+    for (int g = 0; g < p->n_graphs; g++) nodes += p->graphs[g]->n_nodes;
+    char sb[32];
+    printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %.3g M parameters\n", out,
+           cli_bytes_str((double)plan_bytes, sb, sizeof(sb)), p->name, target, p->n_stages, p->n_stages == 1 ? "" : "s",
+           (long long)nodes, (double)n_params / 1e6);
+    printf("settings:");
+    for (int i = 0; i < p->n_settings; i++) printf(" %s=%s", p->settings[i].key, p->settings[i].value);
+    printf("\n");
+}
+
+static int save(const compile_args *c, const dfg_program *p, const char *so, const char *out) {
+    dfg_plan_info info = {.target = c->target, .compile_time = (int64_t)time(NULL)};
+    snprintf(info.source, sizeof(info.source), "%s", c->pipeline);
+    if (so && !cli_read_file(CMD, so, &info.host_lib, &info.host_lib_size)) return CLI_FAILED;
+    char err[1024];
+    dfg_status st = dfg_plan_save(p, &info, out, err, sizeof(err));
+    free(info.host_lib);
+    if (st) return cli_error(CMD, CLI_FAILED, "%s", err);
+    struct stat sb;
+    print_summary(p, out, stat(out, &sb) == 0 ? (size_t)sb.st_size : 0, c->target_name);
+    return CLI_OK;
+}
+
+/* Loads the compiled pipeline, builds the program, checks it and saves the plan. */
+static int build_and_save(const compile_args *c, const char *so, const char *out) {
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return cli_error(CMD, CLI_USAGE, "cannot load the compiled %s: %s", c->pipeline, dlerror());
+    dfg_pipeline_fn fn;
+    *(void **)&fn = dlsym(lib, DFG_PIPELINE_SYMBOL);
+    dfg_program *p = NULL;
+    bool host = false;
+    int rc = fn ? run_pipeline(c, fn, &p)
+                : cli_error(CMD, CLI_USAGE, "%s does not define the entry point 'dfg_status %s(dfg_program *p)'",
+                            c->pipeline, DFG_PIPELINE_SYMBOL);
+    if (!rc) rc = check_unused(p, c);
+    if (!rc) rc = check_host_stages(p, lib, c->pipeline, &host);
+    if (!rc) rc = save(c, p, host ? so : NULL, out);
+    dfg_program_free(p);
+    dlclose(lib);
+    return rc;
+}
+
+int cli_compile(int argc, char **argv) {
+    compile_args c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    struct stat st;
+    if (stat(c.pipeline, &st) != 0) return cli_error(CMD, CLI_USAGE, "cannot read %s: %s", c.pipeline, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return cli_error(CMD, CLI_USAGE, "%s is not a regular file", c.pipeline);
+    char out[4096], dir[4096], so[4200];
+    if (c.output) {
+        snprintf(out, sizeof(out), "%s", c.output);
+    } else {
+        stem_of(c.pipeline, out, sizeof(out) - 4);
+        strcat(out, ".dfg");
+    }
+    if (!cli_make_tempdir(CMD, dir, sizeof(dir))) return CLI_FAILED;
+    snprintf(so, sizeof(so), "%s/pipeline.so", dir);
+    rc = compile_shared_object(c.pipeline, so);
+    if (!rc) rc = build_and_save(&c, so, out);
+    cli_remove_temp(dir, "pipeline.so");
+    return rc;
+}

@@ -1,0 +1,146 @@
+/* cli_util.c - option parsing, strict numbers, temporary files and messages for the dfg tool. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int cli_error(const char *cmd, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dfg %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+/* "--steps, --seed, -o" */
+static void list_options(const cli_option *o, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (; o->name && used < len; o++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", o->name);
+}
+
+cli_arg_kind cli_next(cli_args *a, const char **opt, const char **value) {
+    *opt = NULL;
+    *value = NULL;
+    if (a->i >= a->argc) return CLI_ARG_END;
+    const char *arg = a->argv[a->i++];
+    if (a->only_positional || arg[0] != '-' || !strcmp(arg, "-")) {
+        *value = arg;
+        return CLI_ARG_POSITIONAL;
+    }
+    if (!strcmp(arg, "--")) {
+        a->only_positional = true;
+        return cli_next(a, opt, value);
+    }
+    const char *eq = strchr(arg, '=');
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (const cli_option *o = a->options; o->name; o++) {
+        if (strlen(o->name) != name_len || strncmp(o->name, arg, name_len)) continue;
+        *opt = o->name;
+        if (!o->has_value) {
+            if (eq) return cli_error(a->cmd, CLI_USAGE, "option %s takes no value", o->name), CLI_ARG_ERROR;
+            return CLI_ARG_OPTION;
+        }
+        if (eq) *value = eq + 1;
+        else if (a->i < a->argc) *value = a->argv[a->i++];
+        else return cli_error(a->cmd, CLI_USAGE, "option %s needs a value", o->name), CLI_ARG_ERROR;
+        return CLI_ARG_OPTION;
+    }
+    char valid[512];
+    list_options(a->options, valid, sizeof(valid));
+    cli_error(a->cmd, CLI_USAGE, "unknown option '%s' (valid: %s)", arg, valid);
+    return CLI_ARG_ERROR;
+}
+
+bool cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = (*s && (*s == '-' || *s == '+' || (*s >= '0' && *s <= '9'))) ? strtoll(s, &end, 10) : 0;
+    if (!end || *end || errno || v < lo || v > hi) {
+        cli_error(cmd, CLI_USAGE, "%s must be an integer in %lld..%lld, got '%s'", what, (long long)lo, (long long)hi, s);
+        return false;
+    }
+    *out = (int64_t)v;
+    return true;
+}
+
+bool cli_make_tempdir(const char *cmd, char *dir, size_t len) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    snprintf(dir, len, "%s/dfg-%s-XXXXXX", base, cmd);
+    if (mkdtemp(dir)) return true;
+    cli_error(cmd, CLI_FAILED, "cannot create a temporary directory in %s: %s", base, strerror(errno));
+    return false;
+}
+
+void cli_remove_temp(const char *dir, const char *name) {
+    if (!dir || !dir[0]) return;
+    if (name) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0) {
+        cli_error(cmd, CLI_FAILED, "cannot read %s: %s", path, strerror(errno));
+        if (f) fclose(f);
+        return false;
+    }
+    size_t size = (size_t)st.st_size;
+    void *b = malloc(size ? size : 1);
+    if (!b || fread(b, 1, size, f) != size) {
+        cli_error(cmd, CLI_FAILED, "cannot read %s: %s", path, b ? "short read" : "out of memory");
+        free(b);
+        fclose(f);
+        return false;
+    }
+    fclose(f);
+    *out = b;
+    *n = size;
+    return true;
+}
+
+bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return cli_error(cmd, CLI_FAILED, "cannot create %s: %s", path, strerror(errno)), false;
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t k = write(fd, p, left);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            cli_error(cmd, CLI_FAILED, "cannot write %s: %s", path, strerror(errno));
+            close(fd);
+            return false;
+        }
+        p += k;
+        left -= (size_t)k;
+    }
+    if (close(fd) != 0) return cli_error(cmd, CLI_FAILED, "cannot write %s: %s", path, strerror(errno)), false;
+    return true;
+}
+
+char *cli_bytes_str(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, u++;
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : 1, bytes, units[u]);
+    return buf;
+}
