@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# test.sh - builds dfg and runs the whole test suite:
+#   1. the release build and every ctest suite (unit, gradcheck, golden vs PyTorch, planfile, CLI, fuzz replay);
+#   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer.
+# GPU tests report "skipped" on machines without an NVIDIA GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+tools/deps.sh --test
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDFG_SANITIZE=ON
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest -L c --output-on-failure -j"$jobs")
+echo "test.sh: all suites passed"
