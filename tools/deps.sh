@@ -5,7 +5,8 @@
 # Runs apt-get non-interactively (through sudo when not root). Prints what it installs.
 set -euo pipefail
 
-build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-dev)
+# OpenBLAS's OpenMP build shares one thread pool with dfg's kernels (see CMakeLists.txt)
+build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-openmp-dev)
 test_pkgs=(python3 python3-numpy python3-torch)
 
 want=("${build_pkgs[@]}")
