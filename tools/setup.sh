@@ -12,4 +12,4 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 
 build/dfg compile examples/gpt2_train.c -o build/gpt2_train.dfg
-build/dfg run build/gpt2_train.dfg --steps "$steps" --save build/gpt2_train.safetensors
+build/dfg run build/gpt2_train.dfg --steps "$steps" --every 20 --save build/gpt2_train.safetensors
