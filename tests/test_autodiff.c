@@ -14,51 +14,6 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-/* ---------------------------------------------------------------- fixture */
-typedef struct {
-    dfg_program *p;
-    dfg_graph *g;
-    dfg_runtime *rt;
-} fx;
-
-static void fx_begin(fx *f, const char *name) {
-    f->p = dfg_program_new(name);
-    f->g = dfg_graph_new(f->p, "g");
-    f->rt = NULL;
-}
-
-static bool fx_create(fx *f, int repeat) {
-    CHECK(dfg_program_status(f->p) == DFG_OK, "build: %s", dfg_program_error(f->p));
-    if (dfg_stage_graph(f->p, f->g, repeat) != DFG_OK) return false;
-    dfg_run_options o = dfg_run_options_default();
-    o.seed = dfg_test_u64();
-    o.n_threads = 2;
-    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
-    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static bool fx_step(fx *f) {
-    dfg_status st = dfg_runtime_step(f->rt);
-    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static void fx_read(fx *f, const char *name, void *dst, size_t bytes) {
-    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
-    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_write(fx *f, const char *name, const void *src, size_t bytes) {
-    dfg_status st = dfg_runtime_write(f->rt, name, src, bytes);
-    CHECK(st == DFG_OK, "write '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_end(fx *f) {
-    dfg_runtime_free(f->rt);
-    dfg_program_free(f->p);
-}
-
 /* The sum of every element: a scalar loss. */
 static dfg_tensor *total(dfg_graph *g, dfg_tensor *x) { return dfg_sum(g, dfg_reshape(g, x, DFG_SHAPE(-1)), 0); }
 
@@ -77,8 +32,8 @@ static void test_structure(void) {
     enum { N = 6 };
     float pv[N], c[12], pw[12];
     dfg_test_fill_normal(pv, N, 1), dfg_test_fill_normal(c, 12, 1), dfg_test_fill_normal(pw, 12, 1);
-    fx f;
-    fx_begin(&f, "structure");
+    dfg_fx f;
+    dfg_fx_begin(&f, "structure");
     dfg_graph *g = f.g;
     dfg_tensor *p = dfg_param(f.p, "p", DFG_F32, DFG_SHAPE(2, 3), dfg_init_zeros());
     dfg_tensor *q = dfg_param(f.p, "q", DFG_F32, DFG_SHAPE(4, 1), dfg_init_normal(0, 1)); /* unused */
@@ -101,14 +56,14 @@ static void test_structure(void) {
     dfg_output(g, grads[0], "dp");
     dfg_output(g, grads[1], "dq");
     dfg_output(g, grads[2], "dw");
-    if (fx_create(&f, 1)) {
-        fx_write(&f, "p", pv, sizeof(pv));
-        fx_write(&f, "w", pw, sizeof(pw));
-        if (fx_step(&f)) {
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "p", pv, sizeof(pv));
+        dfg_fx_write(&f, "w", pw, sizeof(pw));
+        if (dfg_fx_step(&f)) {
             float dp[N], dq[4], dw[12], want[N];
-            fx_read(&f, "dp", dp, sizeof(dp));
-            fx_read(&f, "dq", dq, sizeof(dq));
-            fx_read(&f, "dw", dw, sizeof(dw));
+            dfg_fx_read(&f, "dp", dp, sizeof(dp));
+            dfg_fx_read(&f, "dq", dq, sizeof(dq));
+            dfg_fx_read(&f, "dw", dw, sizeof(dw));
             for (int i = 0; i < N; i++) want[i] = 18.0f * pv[i] + 3.0f;
             double e = max_err(dp, want, N);
             CHECK(e < 1e-5, "a tensor used three times gets the sum of its contributions: err %g", e);
@@ -117,7 +72,7 @@ static void test_structure(void) {
             CHECK(memcmp(dw, c, sizeof(c)) == 0, "through two reshape views dL/dw is c, element for element");
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- states read after an assign */
@@ -125,8 +80,8 @@ static void test_state_reads(void) {
     enum { N = 5 };
     float x[N], wv[N];
     dfg_test_fill_normal(x, N, 1), dfg_test_fill_normal(wv, N, 1);
-    fx f;
-    fx_begin(&f, "state_reads");
+    dfg_fx f;
+    dfg_fx_begin(&f, "state_reads");
     dfg_graph *g = f.g;
     dfg_tensor *w = dfg_param(f.p, "w", DFG_F32, DFG_SHAPE(N), dfg_init_zeros());
     dfg_tensor *s = dfg_state(f.p, "s", DFG_F32, DFG_SHAPE(N), DFG_ROLE_NONE, dfg_init_ones());
@@ -142,20 +97,20 @@ static void test_state_reads(void) {
     CHECK(dfg_backward(g, loss, &w, 1, &dw) == DFG_OK, "backward with a state read after its assign: %s",
           dfg_graph_error(g));
     dfg_output(g, dw, "dw");
-    if (fx_create(&f, 1)) {
-        fx_write(&f, "w", wv, sizeof(wv));
-        fx_write(&f, "x", x, sizeof(x));
-        if (fx_step(&f)) {
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "w", wv, sizeof(wv));
+        dfg_fx_write(&f, "x", x, sizeof(x));
+        if (dfg_fx_step(&f)) {
             float d[N], want[N], sd[N];
-            fx_read(&f, "dw", d, sizeof(d));
-            fx_read(&f, "side", sd, sizeof(sd));
+            dfg_fx_read(&f, "dw", d, sizeof(d));
+            dfg_fx_read(&f, "side", sd, sizeof(sd));
             for (int i = 0; i < N; i++) want[i] = x[i] + 2.0f * wv[i] * x[i];
             double e = max_err(d, want, N);
             CHECK(e < 1e-5, "the gradient uses the state's new value (x), not its old one (1): err %g", e);
             CHECK(sd[0] == 2.0f * wv[0] && sd[N - 1] == 2.0f * wv[N - 1], "the side assign ran");
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- micro-batch accumulation */
@@ -163,8 +118,8 @@ static void test_accumulate(void) {
     enum { N = 5, REPEAT = 4 };
     float x[N], pv[N], bv[3];
     dfg_test_fill_normal(x, N, 1), dfg_test_fill_normal(pv, N, 1), dfg_test_fill_normal(bv, 3, 1);
-    fx f;
-    fx_begin(&f, "accumulate");
+    dfg_fx f;
+    dfg_fx_begin(&f, "accumulate");
     dfg_graph *g = f.g;
     dfg_tensor *p = dfg_param(f.p, "p", DFG_F32, DFG_SHAPE(N), dfg_init_zeros());
     dfg_tensor *b = dfg_param(f.p, "b", DFG_F32, DFG_SHAPE(3), dfg_init_zeros());
@@ -175,14 +130,14 @@ static void test_accumulate(void) {
     dfg_tensor *loss = dfg_add(g, total(g, dfg_mul(g, dfg_mul(g, p, p), cx)), total(g, dfg_mul(g, dfg_mul(g, b, b), b)));
     dfg_tensor *wrt[2] = {p, b};
     CHECK(dfg_backward_accumulate(g, loss, wrt, 2, acc) == DFG_OK, "backward_accumulate: %s", dfg_graph_error(g));
-    if (fx_create(&f, REPEAT)) {
-        fx_write(&f, "p", pv, sizeof(pv));
-        fx_write(&f, "b", bv, sizeof(bv));
+    if (dfg_fx_create(&f, REPEAT)) {
+        dfg_fx_write(&f, "p", pv, sizeof(pv));
+        dfg_fx_write(&f, "b", bv, sizeof(bv));
         for (int step = 1; step <= 2; step++) {
-            if (!fx_step(&f)) break;
+            if (!dfg_fx_step(&f)) break;
             float gp[N], gb[3], wp[N], wb[3];
-            fx_read(&f, "grad.p", gp, sizeof(gp));
-            fx_read(&f, "grad.b", gb, sizeof(gb));
+            dfg_fx_read(&f, "grad.p", gp, sizeof(gp));
+            dfg_fx_read(&f, "grad.b", gb, sizeof(gb));
             for (int i = 0; i < N; i++) wp[i] = (float)(step * REPEAT) * 2.0f * pv[i] * x[i];
             for (int i = 0; i < 3; i++) wb[i] = (float)(step * REPEAT) * 3.0f * bv[i] * bv[i];
             double e = fmax(max_err(gp, wp, N), max_err(gb, wb, 3));
@@ -190,7 +145,7 @@ static void test_accumulate(void) {
                   step * REPEAT, e);
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- gradients stop at argmax, sample, equal */
@@ -199,8 +154,8 @@ static void test_stops(void) {
     float lv[R * V], pv[R * V], cv[R * V];
     dfg_test_fill_normal(lv, R * V, 1), dfg_test_fill_normal(pv, R * V, 1);
     for (int i = 0; i < R * V; i++) cv[i] = i % 3 ? pv[i] : pv[i] + 1.0f; /* equal in 2 of 3 places */
-    fx f;
-    fx_begin(&f, "stops");
+    dfg_fx f;
+    dfg_fx_begin(&f, "stops");
     dfg_graph *g = f.g;
     dfg_tensor *L = dfg_param(f.p, "L", DFG_F32, DFG_SHAPE(R, V), dfg_init_zeros());
     dfg_tensor *P = dfg_param(f.p, "P", DFG_F32, DFG_SHAPE(R, V), dfg_init_zeros());
@@ -218,16 +173,16 @@ static void test_stops(void) {
           dfg_graph_error(g));
     dfg_output(g, grads[0], "dL");
     dfg_output(g, grads[1], "dP");
-    if (fx_create(&f, 1)) {
-        fx_write(&f, "L", lv, sizeof(lv));
-        fx_write(&f, "P", pv, sizeof(pv));
-        if (fx_step(&f)) {
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "L", lv, sizeof(lv));
+        dfg_fx_write(&f, "P", pv, sizeof(pv));
+        if (dfg_fx_step(&f)) {
             float dL[R * V], dP[R * V], want[R * V];
             int32_t a[R], t[R];
-            fx_read(&f, "dL", dL, sizeof(dL));
-            fx_read(&f, "dP", dP, sizeof(dP));
-            fx_read(&f, "am", a, sizeof(a));
-            fx_read(&f, "tok", t, sizeof(t));
+            dfg_fx_read(&f, "dL", dL, sizeof(dL));
+            dfg_fx_read(&f, "dP", dP, sizeof(dP));
+            dfg_fx_read(&f, "am", a, sizeof(a));
+            dfg_fx_read(&f, "tok", t, sizeof(t));
             for (int r = 0; r < R; r++) {
                 double m = -INFINITY, z = 0;
                 for (int j = 0; j < V; j++) m = fmax(m, lv[r * V + j]);
@@ -241,15 +196,15 @@ static void test_stops(void) {
             CHECK(memcmp(dP, want, sizeof(want)) == 0, "d/dP of sum(P * [P == c]) is exactly the mask");
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- imperative state */
 static void test_imperative(void) {
     enum { N = 3 };
     const float x[N] = {1.5f, -2.0f, 4.0f};
-    fx f;
-    fx_begin(&f, "imperative");
+    dfg_fx f;
+    dfg_fx_begin(&f, "imperative");
     dfg_graph *g = f.g;
     dfg_tensor *s = dfg_state(f.p, "s", DFG_F32, DFG_SHAPE(N), DFG_ROLE_NONE, dfg_init_constant(5.0f));
     dfg_tensor *cx = dfg_const(f.p, "x", DFG_F32, DFG_SHAPE(N), x);
@@ -259,15 +214,15 @@ static void test_imperative(void) {
     dfg_accumulate(g, s, cx);                                  /* s = 2x */
     dfg_output(g, dfg_reshape(g, s, DFG_SHAPE(N, 1)), "view"); /* a view of the latest value: 2x */
     dfg_output(g, dfg_scale(g, s, 1.0f), "after2");            /* 2x */
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         for (int step = 1; step <= 2; step++) {
-            if (!fx_step(&f)) break;
+            if (!dfg_fx_step(&f)) break;
             float b[N], a[N], v[N], a2[N], sv[N];
-            fx_read(&f, "before", b, sizeof(b));
-            fx_read(&f, "after", a, sizeof(a));
-            fx_read(&f, "view", v, sizeof(v));
-            fx_read(&f, "after2", a2, sizeof(a2));
-            fx_read(&f, "s", sv, sizeof(sv));
+            dfg_fx_read(&f, "before", b, sizeof(b));
+            dfg_fx_read(&f, "after", a, sizeof(a));
+            dfg_fx_read(&f, "view", v, sizeof(v));
+            dfg_fx_read(&f, "after2", a2, sizeof(a2));
+            dfg_fx_read(&f, "s", sv, sizeof(sv));
             int bad = 0;
             for (int i = 0; i < N; i++) {
                 float old = step == 1 ? 5.0f : 2.0f * x[i]; /* the previous step left 2x behind */
@@ -278,7 +233,7 @@ static void test_imperative(void) {
             CHECK(bad == 0, "step %d: reads see the value of the latest write before them (%d wrong)", step, bad);
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* A KV cache written in a graph and read by attention_cached in the same graph: two chunks, each
@@ -288,8 +243,8 @@ static void test_kv_cache_sequence(void) {
     enum { B = 2, T = 5, C = 8, H = 2, TMAX = 8, T0 = 3 };
     float q[B * T * C], k[B * T * C], v[B * T * C];
     dfg_test_fill_normal(q, B * T * C, 1), dfg_test_fill_normal(k, B * T * C, 1), dfg_test_fill_normal(v, B * T * C, 1);
-    fx f;
-    fx_begin(&f, "kv_sequence");
+    dfg_fx f;
+    dfg_fx_begin(&f, "kv_sequence");
     dfg_graph *g = f.g;
     dfg_tensor *tq = dfg_const(f.p, "q", DFG_F32, DFG_SHAPE(B, T, C), q);
     dfg_tensor *tk = dfg_const(f.p, "k", DFG_F32, DFG_SHAPE(B, T, C), k);
@@ -306,14 +261,14 @@ static void test_kv_cache_sequence(void) {
     dfg_tensor *y1 = dfg_attention_cached(g, dfg_slice(g, tq, 1, T0, T - T0), kc, vc, pos1, H);
     dfg_output(g, dfg_concat(g, (dfg_tensor *[]){y0, y1}, 2, 1), "cached");
     dfg_output(g, dfg_attention(g, dfg_concat(g, (dfg_tensor *[]){tq, tk, tv}, 3, 2), H), "full");
-    if (fx_create(&f, 1) && fx_step(&f)) {
+    if (dfg_fx_create(&f, 1) && dfg_fx_step(&f)) {
         float yc[B * T * C], yf[B * T * C];
-        fx_read(&f, "cached", yc, sizeof(yc));
-        fx_read(&f, "full", yf, sizeof(yf));
+        dfg_fx_read(&f, "cached", yc, sizeof(yc));
+        dfg_fx_read(&f, "full", yf, sizeof(yf));
         double e = max_err(yc, yf, B * T * C);
         CHECK(e < 1e-5, "attention over the rows written earlier in the graph equals full attention: err %g", e);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 int main(void) {

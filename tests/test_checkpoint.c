@@ -12,16 +12,6 @@
 #include "runtime/safetensors.h"
 #include "testutil.h"
 
-static char tmpdir[64];
-
-static char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 256, "%s/%s", tmpdir, name);
-    return p;
-}
-
 /* ---------------------------------------------------------------- the program under test */
 typedef struct {
     const char *name;
@@ -127,7 +117,7 @@ static void test_round_trip(const dfg_program *p) {
     if (!a || !b) return;
     randomize(a);
     CHECK(dfg_runtime_step(a) == DFG_OK, "step: %s", dfg_runtime_error(a)); /* steps done = 1 */
-    const char *params = tmp_path("params.safetensors"), *full = tmp_path("full.safetensors");
+    const char *params = dfg_test_tmp_path("params.safetensors"), *full = dfg_test_tmp_path("full.safetensors");
     CHECK(dfg_runtime_save_safetensors(a, params, false) == DFG_OK, "save: %s", dfg_runtime_error(a));
     CHECK(dfg_runtime_save_safetensors(a, full, true) == DFG_OK, "save with state: %s", dfg_runtime_error(a));
 
@@ -202,7 +192,7 @@ static void test_hf_names(const dfg_program *p) {
     };
     const char *names[N_PARAMS] = {"transformer.wte.weight", "transformer.h.0.attn.c_attn.weight",
                                    "transformer.h.0.attn.c_attn.bias", "transformer.ln_f.weight"};
-    const char *path = tmp_path("hf.safetensors");
+    const char *path = dfg_test_tmp_path("hf.safetensors");
     write_params(path, sa, names, extra, 3);
     int n = -1;
     CHECK(dfg_runtime_load_safetensors(b, path, true, &n) == DFG_OK, "HF-named load: %s", dfg_runtime_error(b));
@@ -246,7 +236,7 @@ static void test_errors(const dfg_program *p) {
     if (!a || !b) return;
     unsigned char *sa[N_SPECS];
     snapshot(a, sa);
-    const char *path = tmp_path("bad.safetensors");
+    const char *path = dfg_test_tmp_path("bad.safetensors");
 
     /* shape mismatch, after tensors that do fit (nothing may be written) */
     const char *names[N_PARAMS] = {"h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias", "ln_f.weight", NULL};
@@ -340,7 +330,7 @@ static void test_bf16(void) {
     }
     dfg_st_tensor ts[2] = {{.name = "w", .dtype = DFG_BF16, .shape = DFG_SHAPE(8, 9), .data = wb, .bytes = sizeof(wb)},
                            {.name = "h", .dtype = DFG_F32, .shape = DFG_SHAPE(16), .data = hb, .bytes = sizeof(hb)}};
-    const char *path = tmp_path("bf16.safetensors");
+    const char *path = dfg_test_tmp_path("bf16.safetensors");
     char err[1024];
     CHECK(dfg_st_write(path, ts, 2, NULL, 0, err, sizeof(err)) == DFG_OK, "%s", err);
     int n = -1;
@@ -364,17 +354,13 @@ static void test_bf16(void) {
 
 int main(void) {
     dfg_test_init("test_checkpoint");
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/dfg_ckpt_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "cannot create a temporary directory\n");
-        return 1;
-    }
+    if (!dfg_test_tmpdir_create("dfg_ckpt")) return 1;
     dfg_program *p = make_program();
     test_round_trip(p);
     test_hf_names(p);
     test_errors(p);
     test_bf16();
     dfg_program_free(p);
-    rmdir(tmpdir);
+    dfg_test_tmpdir_remove();
     return dfg_test_finish();
 }

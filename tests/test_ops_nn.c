@@ -10,58 +10,6 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-/* ---------------------------------------------------------------- fixture */
-typedef struct {
-    dfg_program *p;
-    dfg_graph *g;
-    dfg_runtime *rt;
-} fx;
-
-static void fx_begin(fx *f, const char *name) {
-    f->p = dfg_program_new(name);
-    f->g = dfg_graph_new(f->p, "g");
-    f->rt = NULL;
-}
-
-/* Stages f->g (repeat times) unless staged already, and creates the runtime. */
-static bool fx_create(fx *f, int repeat) {
-    CHECK(dfg_program_status(f->p) == DFG_OK, "build: %s", dfg_program_error(f->p));
-    if (repeat > 0 && dfg_stage_graph(f->p, f->g, repeat) != DFG_OK) return false;
-    dfg_run_options o = dfg_run_options_default();
-    o.seed = dfg_test_u64();
-    o.n_threads = 2;
-    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
-    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static bool fx_step(fx *f) {
-    dfg_status st = dfg_runtime_step(f->rt);
-    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static bool fx_run(fx *f) { return fx_create(f, 1) && fx_step(f); }
-
-static void fx_read(fx *f, const char *name, void *dst, size_t bytes) {
-    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
-    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_write(fx *f, const char *name, const void *src, size_t bytes) {
-    dfg_status st = dfg_runtime_write(f->rt, name, src, bytes);
-    CHECK(st == DFG_OK, "write '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_end(fx *f) {
-    dfg_runtime_free(f->rt);
-    dfg_program_free(f->p);
-}
-
-static dfg_tensor *cf32(fx *f, const char *name, dfg_shape s, const float *data) {
-    return dfg_const(f->p, name, DFG_F32, s, data);
-}
-
 static float *rndn(int64_t n, float std) {
     float *x = malloc(sizeof(float) * (size_t)n);
     dfg_test_fill_normal(x, n, std);
@@ -122,15 +70,15 @@ static void test_matmul(void) {
         int64_t batch = dfg_shape_numel(md->bo), na = dfg_shape_numel(md->ba) * MM * MK,
                 nb = dfg_shape_numel(md->bb) * MK * MN;
         float *a = rndn(na, 1), *b = rndn(nb, 1);
-        fx f;
-        fx_begin(&f, "matmul");
+        dfg_fx f;
+        dfg_fx_begin(&f, "matmul");
         char nm[4][8];
         for (int t = 0; t < 4; t++) {
             bool ta = t & 1, tb = t & 2;
             /* the same bytes read as (M,K) or (K,M): the reference indexes them the same way */
-            dfg_tensor *A = cf32(&f, t ? (t == 1 ? "a1" : t == 2 ? "a2" : "a3") : "a0",
+            dfg_tensor *A = dfg_fx_const_f32(&f, t ? (t == 1 ? "a1" : t == 2 ? "a2" : "a3") : "a0",
                                  ta ? with2(md->ba, MK, MM) : with2(md->ba, MM, MK), a);
-            dfg_tensor *B = cf32(&f, t ? (t == 1 ? "b1" : t == 2 ? "b2" : "b3") : "b0",
+            dfg_tensor *B = dfg_fx_const_f32(&f, t ? (t == 1 ? "b1" : t == 2 ? "b2" : "b3") : "b0",
                                  tb ? with2(md->bb, MN, MK) : with2(md->bb, MK, MN), b);
             snprintf(nm[t], sizeof(nm[t]), "c%d", t);
             dfg_tensor *c = dfg_output(f.g, dfg_matmul(f.g, A, B, ta, tb), nm[t]);
@@ -139,36 +87,36 @@ static void test_matmul(void) {
             for (int d = 0; same && d < got.rank; d++) same = got.d[d] == want.d[d];
             CHECK(same, "matmul %s ta=%d tb=%d: result shape", md->name, ta, tb);
         }
-        if (fx_run(&f)) {
+        if (dfg_fx_run(&f)) {
             float *c = malloc(sizeof(float) * (size_t)(batch * MM * MN));
             double *r = malloc(sizeof(double) * (size_t)(batch * MM * MN));
             for (int t = 0; t < 4; t++) {
                 bool ta = t & 1, tb = t & 2;
                 ref_matmul(a, b, r, batch, md->ba.rank > 0, md->bb.rank > 0, ta, tb);
-                fx_read(&f, nm[t], c, sizeof(float) * (size_t)(batch * MM * MN));
+                dfg_fx_read(&f, nm[t], c, sizeof(float) * (size_t)(batch * MM * MN));
                 double e = rel_err(c, r, batch * MM * MN, 1.0);
                 CHECK(e < 1e-5, "matmul %s ta=%d tb=%d: rel err %g", md->name, ta, tb, e);
             }
             free(c), free(r);
         }
-        fx_end(&f);
+        dfg_fx_end(&f);
         free(a), free(b);
     }
 }
 
 static void test_bias_add(void) {
     float *x = rndn(24, 1), *b = rndn(4, 1);
-    fx f;
-    fx_begin(&f, "bias");
-    dfg_output(f.g, dfg_bias_add(f.g, cf32(&f, "x", DFG_SHAPE(2, 3, 4), x), cf32(&f, "b", DFG_SHAPE(4), b)), "y");
-    if (fx_run(&f)) {
+    dfg_fx f;
+    dfg_fx_begin(&f, "bias");
+    dfg_output(f.g, dfg_bias_add(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(2, 3, 4), x), dfg_fx_const_f32(&f, "b", DFG_SHAPE(4), b)), "y");
+    if (dfg_fx_run(&f)) {
         float y[24];
-        fx_read(&f, "y", y, sizeof(y));
+        dfg_fx_read(&f, "y", y, sizeof(y));
         int bad = 0;
         for (int i = 0; i < 24; i++) bad += y[i] != x[i] + b[i % 4];
         CHECK(bad == 0, "bias_add: %d wrong elements", bad);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x), free(b);
 }
 
@@ -179,13 +127,13 @@ static void test_layernorm(void) {
     for (int i = 0; i < R * C; i++) x[i] += 3.0f; /* an offset the normalisation must remove */
     for (int i = 0; i < C; i++) x[5 * C + i] = 7.0f; /* a constant row: variance 0, y = b */
     const float eps = 1e-5f;
-    fx f;
-    fx_begin(&f, "layernorm");
+    dfg_fx f;
+    dfg_fx_begin(&f, "layernorm");
     dfg_output(f.g,
-               dfg_layernorm(f.g, cf32(&f, "x", DFG_SHAPE(3, 4, C), x), cf32(&f, "w", DFG_SHAPE(C), w),
-                             cf32(&f, "b", DFG_SHAPE(C), b), eps),
+               dfg_layernorm(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(3, 4, C), x), dfg_fx_const_f32(&f, "w", DFG_SHAPE(C), w),
+                             dfg_fx_const_f32(&f, "b", DFG_SHAPE(C), b), eps),
                "y");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float y[R * C];
         double r[R * C];
         for (int row = 0; row < R; row++) {
@@ -196,14 +144,14 @@ static void test_layernorm(void) {
             v /= C;
             for (int i = 0; i < C; i++) r[row * C + i] = (x[row * C + i] - m) / sqrt(v + eps) * w[i] + b[i];
         }
-        fx_read(&f, "y", y, sizeof(y));
+        dfg_fx_read(&f, "y", y, sizeof(y));
         double e = rel_err(y, r, R * C, 1.0);
         CHECK(e < 2e-6, "layernorm vs double reference: rel err %g", e);
         double e5 = 0;
         for (int i = 0; i < C; i++) e5 = fmax(e5, fabs(y[5 * C + i] - b[i]));
         CHECK(e5 < 1e-6, "a constant row normalises to the bias, err %g", e5);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x), free(w), free(b);
 }
 
@@ -213,15 +161,15 @@ static void test_softmax(void) {
     float *x = rndn(R * V, 4);
     for (int j = 0; j < V; j++) x[4 * V + j] = 1000.0f + 0.5f * (float)j; /* overflows exp() unless shifted */
     for (int j = 0; j < V; j += 3) x[5 * V + j] = -INFINITY;                 /* masked entries */
-    fx f;
-    fx_begin(&f, "softmax");
-    dfg_tensor *tx = cf32(&f, "x", DFG_SHAPE(2, 3, V), x);
+    dfg_fx f;
+    dfg_fx_begin(&f, "softmax");
+    dfg_tensor *tx = dfg_fx_const_f32(&f, "x", DFG_SHAPE(2, 3, V), x);
     dfg_output(f.g, dfg_softmax(f.g, tx), "sm");
     dfg_output(f.g, dfg_log_softmax(f.g, tx), "lsm");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float sm[R * V], lsm[R * V];
-        fx_read(&f, "sm", sm, sizeof(sm));
-        fx_read(&f, "lsm", lsm, sizeof(lsm));
+        dfg_fx_read(&f, "sm", sm, sizeof(sm));
+        dfg_fx_read(&f, "lsm", lsm, sizeof(lsm));
         double es = 0, el = 0, esum = 0, else_ = 0;
         for (int r = 0; r < R; r++) {
             const float *xr = x + r * V;
@@ -249,7 +197,7 @@ static void test_softmax(void) {
         CHECK(el < 1e-4, "log_softmax = x - logsumexp(x) within %g (the 1000s row included)", el);
         CHECK(else_ < 1e-5, "exp(log_softmax) rows sum to 1 within %g", else_);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x);
 }
 
@@ -282,16 +230,16 @@ static void ref_attention(const float *q, const float *k, const float *v, int B,
 static void test_attention(void) {
     enum { B = 2, T = 6, C = 12, H = 3 };
     float *q = rndn(B * T * C, 1.5f), *k = rndn(B * T * C, 1.5f), *v = rndn(B * T * C, 1);
-    fx f;
-    fx_begin(&f, "attention");
-    dfg_tensor *parts[3] = {cf32(&f, "q", DFG_SHAPE(B, T, C), q), cf32(&f, "k", DFG_SHAPE(B, T, C), k),
-                            cf32(&f, "v", DFG_SHAPE(B, T, C), v)};
+    dfg_fx f;
+    dfg_fx_begin(&f, "attention");
+    dfg_tensor *parts[3] = {dfg_fx_const_f32(&f, "q", DFG_SHAPE(B, T, C), q), dfg_fx_const_f32(&f, "k", DFG_SHAPE(B, T, C), k),
+                            dfg_fx_const_f32(&f, "v", DFG_SHAPE(B, T, C), v)};
     dfg_output(f.g, dfg_attention(f.g, dfg_concat(f.g, parts, 3, 2), H), "y");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float y[B * T * C];
         double r[B * T * C];
         ref_attention(q, k, v, B, T, C, H, r);
-        fx_read(&f, "y", y, sizeof(y));
+        dfg_fx_read(&f, "y", y, sizeof(y));
         double e = rel_err(y, r, B * T * C, 1.0);
         CHECK(e < 1e-5, "attention vs naive causal attention: rel err %g", e);
         /* row 0 attends only to itself: y equals v exactly up to rounding */
@@ -299,7 +247,7 @@ static void test_attention(void) {
         for (int i = 0; i < C; i++) e0 = fmax(e0, fabs(y[i] - v[i]));
         CHECK(e0 < 1e-6, "the first position returns its own value, err %g", e0);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(q), free(k), free(v);
 }
 
@@ -310,16 +258,16 @@ static void test_attention(void) {
 static void test_attention_cached(void) {
     enum { B = 2, T = 5, C = 8, H = 2, TMAX = T + 2 };
     float *q = rndn(B * T * C, 1), *k = rndn(B * T * C, 1), *v = rndn(B * T * C, 1);
-    fx f;
-    fx_begin(&f, "attention_cached");
+    dfg_fx f;
+    dfg_fx_begin(&f, "attention_cached");
     dfg_program *p = f.p;
     dfg_graph *g = f.g;
     dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     dfg_tensor *kc = dfg_state(p, "kc", DFG_F32, DFG_SHAPE(B, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
     dfg_tensor *vc = dfg_state(p, "vc", DFG_F32, DFG_SHAPE(B, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
     dfg_tensor *out = dfg_state(p, "out", DFG_F32, DFG_SHAPE(B, T, C), DFG_ROLE_NONE, dfg_init_zeros());
-    dfg_tensor *tq = cf32(&f, "q", DFG_SHAPE(B, T, C), q), *tk = cf32(&f, "k", DFG_SHAPE(B, T, C), k),
-               *tv = cf32(&f, "v", DFG_SHAPE(B, T, C), v);
+    dfg_tensor *tq = dfg_fx_const_f32(&f, "q", DFG_SHAPE(B, T, C), q), *tk = dfg_fx_const_f32(&f, "k", DFG_SHAPE(B, T, C), k),
+               *tv = dfg_fx_const_f32(&f, "v", DFG_SHAPE(B, T, C), v);
     const int32_t base[B] = {0, T}; /* row b*T + pos of the (B*T, C) tables */
     dfg_tensor *ids = dfg_add(g, dfg_const(p, "base", DFG_I32, DFG_SHAPE(B, 1), base), pos); /* (B,1) */
     dfg_tensor *rows[3];
@@ -340,15 +288,15 @@ static void test_attention_cached(void) {
     dfg_tensor *three = dfg_const(p, "three", DFG_I32, DFG_SCALAR, &(int32_t){3});
     dfg_output(g3, dfg_attention_cached(g3, dfg_slice(g3, tq, 1, 3, 2), kc, vc, three, H), "chunk");
     dfg_stage_graph(p, g3, 1);
-    if (fx_create(&f, 0) && fx_step(&f)) {
+    if (dfg_fx_create(&f, 0) && dfg_fx_step(&f)) {
         float yo[B * T * C], yf[B * T * C], yc[B * 2 * C];
         double r[B * T * C], rc[B * 2 * C];
         int32_t pv;
         ref_attention(q, k, v, B, T, C, H, r);
-        fx_read(&f, "out", yo, sizeof(yo));
-        fx_read(&f, "full", yf, sizeof(yf));
-        fx_read(&f, "chunk", yc, sizeof(yc));
-        fx_read(&f, "pos", &pv, sizeof(pv));
+        dfg_fx_read(&f, "out", yo, sizeof(yo));
+        dfg_fx_read(&f, "full", yf, sizeof(yf));
+        dfg_fx_read(&f, "chunk", yc, sizeof(yc));
+        dfg_fx_read(&f, "pos", &pv, sizeof(pv));
         CHECK(pv == T, "pos advanced once per run: %d, want %d", pv, T);
         double e = rel_err(yo, r, B * T * C, 1.0), ef = rel_err(yf, r, B * T * C, 1.0);
         CHECK(e < 1e-5, "cached attention, one token per run, vs naive causal attention: rel err %g", e);
@@ -358,33 +306,33 @@ static void test_attention_cached(void) {
         double ec = rel_err(yc, rc, B * 2 * C, 1.0);
         CHECK(ec < 1e-5, "a 2-query chunk at pos 3 sees rows 0..3 and 0..4: rel err %g", ec);
         float kv[B * TMAX * C];
-        fx_read(&f, "kc", kv, sizeof(kv));
+        dfg_fx_read(&f, "kc", kv, sizeof(kv));
         CHECK(kv[(0 * TMAX + 2) * C + 1] == k[(0 * T + 2) * C + 1] && kv[(1 * TMAX + 4) * C] == k[(1 * T + 4) * C],
               "cache rows hold the written keys");
         CHECK(kv[(1 * TMAX + T) * C] == 50.0f, "rows past the last write keep their value");
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(q), free(k), free(v);
 }
 
 /* pos + Tq beyond the cache, or pos < 0, fails the step with DFG_ERR_RANGE and says why. */
 static void test_attention_cached_range(void) {
     enum { C = 4, TMAX = 4 };
-    fx f;
-    fx_begin(&f, "attention_cached_range");
+    dfg_fx f;
+    dfg_fx_begin(&f, "attention_cached_range");
     dfg_tensor *q = dfg_input(f.g, "q", DFG_F32, DFG_SHAPE(1, 2, C));
     dfg_tensor *pos = dfg_input(f.g, "pos", DFG_I32, DFG_SCALAR);
     dfg_tensor *kc = dfg_state(f.p, "kc", DFG_F32, DFG_SHAPE(1, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_ones());
     dfg_tensor *vc = dfg_state(f.p, "vc", DFG_F32, DFG_SHAPE(1, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_ones());
     dfg_output(f.g, dfg_name(dfg_attention_cached(f.g, q, kc, vc, pos, 2), "decode_attn"), "y");
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         const int32_t ok = TMAX - 2, over = TMAX - 1, neg = -1;
-        fx_write(&f, "pos", &ok, sizeof(ok));
-        fx_step(&f); /* the last two rows: fits exactly */
+        dfg_fx_write(&f, "pos", &ok, sizeof(ok));
+        dfg_fx_step(&f); /* the last two rows: fits exactly */
         float y[2 * C];
-        fx_read(&f, "y", y, sizeof(y));
+        dfg_fx_read(&f, "y", y, sizeof(y));
         CHECK(y[0] == 1.0f && y[2 * C - 1] == 1.0f, "all-ones values give ones: %g %g", y[0], y[2 * C - 1]);
-        fx_write(&f, "pos", &over, sizeof(over));
+        dfg_fx_write(&f, "pos", &over, sizeof(over));
         dfg_status st = dfg_runtime_step(f.rt);
         const char *msg = dfg_runtime_error(f.rt);
         CHECK(st == DFG_ERR_RANGE, "pos %d with 2 queries and %d rows: status %s", over, TMAX, dfg_status_name(st));
@@ -392,12 +340,12 @@ static void test_attention_cached_range(void) {
               "message names the op, the position and the cache length: %s", msg);
         CHECK(dfg_runtime_step(f.rt) == DFG_ERR_RANGE, "a failed runtime stays failed");
         CHECK(dfg_runtime_init_state(f.rt) == DFG_OK, "re-initialising clears the failure");
-        fx_write(&f, "pos", &neg, sizeof(neg));
+        dfg_fx_write(&f, "pos", &neg, sizeof(neg));
         st = dfg_runtime_step(f.rt);
         CHECK(st == DFG_ERR_RANGE && contains(dfg_runtime_error(f.rt), "position -1"), "pos -1: %s / %s",
               dfg_status_name(st), dfg_runtime_error(f.rt));
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- embed and take */
@@ -407,21 +355,21 @@ static void test_embed_take(void) {
     int32_t ids[R], idx[R];
     for (int i = 0; i < R; i++) ids[i] = dfg_test_int(0, V - 1), idx[i] = dfg_test_int(0, V - 1);
     ids[0] = 0, ids[1] = V - 1, idx[2] = V - 1; /* both ends of the range */
-    fx f;
-    fx_begin(&f, "embed");
+    dfg_fx f;
+    dfg_fx_begin(&f, "embed");
     dfg_tensor *tids = dfg_input(f.g, "ids", DFG_I32, DFG_SHAPE(2, 3));
     dfg_tensor *tidx = dfg_input(f.g, "idx", DFG_I32, DFG_SHAPE(2, 3));
-    dfg_tensor *e = dfg_output(f.g, dfg_embed(f.g, cf32(&f, "w", DFG_SHAPE(V, C), w), tids), "e");
-    dfg_output(f.g, dfg_take(f.g, cf32(&f, "x", DFG_SHAPE(2, 3, V), x), tidx), "t");
+    dfg_tensor *e = dfg_output(f.g, dfg_embed(f.g, dfg_fx_const_f32(&f, "w", DFG_SHAPE(V, C), w), tids), "e");
+    dfg_output(f.g, dfg_take(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(2, 3, V), x), tidx), "t");
     dfg_shape es = dfg_tensor_shape(e);
     CHECK(es.rank == 3 && es.d[0] == 2 && es.d[1] == 3 && es.d[2] == C, "embed (V,C) by (2,3) ids is (2,3,C)");
-    if (fx_create(&f, 1)) {
-        fx_write(&f, "ids", ids, sizeof(ids));
-        fx_write(&f, "idx", idx, sizeof(idx));
-        if (fx_step(&f)) {
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "ids", ids, sizeof(ids));
+        dfg_fx_write(&f, "idx", idx, sizeof(idx));
+        if (dfg_fx_step(&f)) {
             float ye[R * C], yt[R];
-            fx_read(&f, "e", ye, sizeof(ye));
-            fx_read(&f, "t", yt, sizeof(yt));
+            dfg_fx_read(&f, "e", ye, sizeof(ye));
+            dfg_fx_read(&f, "t", yt, sizeof(yt));
             int bad = 0;
             for (int i = 0; i < R; i++) {
                 bad += memcmp(ye + i * C, w + ids[i] * C, sizeof(float) * C) != 0;
@@ -431,7 +379,7 @@ static void test_embed_take(void) {
         }
         /* an id out of range fails the step and names the id tensor and the bad index */
         const int32_t bad_ids[R] = {0, 1, 2, 3, V, 1};
-        fx_write(&f, "ids", bad_ids, sizeof(bad_ids));
+        dfg_fx_write(&f, "ids", bad_ids, sizeof(bad_ids));
         dfg_status st = dfg_runtime_step(f.rt);
         const char *msg = dfg_runtime_error(f.rt);
         CHECK(st == DFG_ERR_RANGE, "embed id %d of %d rows: %s", V, V, dfg_status_name(st));
@@ -439,15 +387,15 @@ static void test_embed_take(void) {
               "embed message names the op, the tensor, the id and where: %s", msg);
         dfg_runtime_init_state(f.rt);
         const int32_t neg_idx[R] = {0, 0, 0, 0, 0, -1};
-        fx_write(&f, "ids", ids, sizeof(ids));
-        fx_write(&f, "idx", neg_idx, sizeof(neg_idx));
+        dfg_fx_write(&f, "ids", ids, sizeof(ids));
+        dfg_fx_write(&f, "idx", neg_idx, sizeof(neg_idx));
         st = dfg_runtime_step(f.rt);
         msg = dfg_runtime_error(f.rt);
         CHECK(st == DFG_ERR_RANGE, "take index -1: %s", dfg_status_name(st));
         CHECK(contains(msg, "take") && contains(msg, "'idx'") && contains(msg, "index -1"),
               "take message names the op, the tensor and the index: %s", msg);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(w), free(x);
 }
 

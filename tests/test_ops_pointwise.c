@@ -10,48 +10,6 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-/* ---------------------------------------------------------------- fixture: one graph, one stage */
-typedef struct {
-    dfg_program *p;
-    dfg_graph *g;
-    dfg_runtime *rt;
-} fx;
-
-static void fx_begin(fx *f, const char *name) {
-    f->p = dfg_program_new(name);
-    f->g = dfg_graph_new(f->p, "g");
-    f->rt = NULL;
-}
-
-/* Stages the graph once, creates a CPU runtime and runs one step; false (reported) on failure. */
-static bool fx_run(fx *f) {
-    CHECK(dfg_graph_status(f->g) == DFG_OK, "build: %s", dfg_graph_error(f->g));
-    if (dfg_stage_graph(f->p, f->g, 1) != DFG_OK) return false;
-    dfg_run_options o = dfg_run_options_default();
-    o.seed = dfg_test_u64();
-    o.n_threads = 2;
-    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
-    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
-    if (st) return false;
-    st = dfg_runtime_step(f->rt);
-    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static void fx_read(fx *f, const char *name, void *dst, size_t bytes) {
-    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
-    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_end(fx *f) {
-    dfg_runtime_free(f->rt);
-    dfg_program_free(f->p);
-}
-
-static dfg_tensor *cf32(fx *f, const char *name, dfg_shape s, const float *data) {
-    return dfg_const(f->p, name, DFG_F32, s, data);
-}
-
 static float *rnd(int64_t n, float lo, float hi) {
     float *x = malloc(sizeof(float) * (size_t)n);
     dfg_test_fill_uniform(x, n, lo, hi);
@@ -109,9 +67,9 @@ static void test_binary_f32(void) {
         /* small integers collide often, so equal/minimum/maximum see ties; b is never 0 */
         for (int64_t i = 0; i < na; i++) a[i] = (float)dfg_test_int(-3, 3) * 0.5f;
         for (int64_t i = 0; i < nb; i++) b[i] = (float)(dfg_test_int(1, 3) * (dfg_test_int(0, 1) ? 1 : -1)) * 0.5f;
-        fx f;
-        fx_begin(&f, "binary_f32");
-        dfg_tensor *ta = cf32(&f, "a", sa, a), *tb = cf32(&f, "b", sb, b);
+        dfg_fx f;
+        dfg_fx_begin(&f, "binary_f32");
+        dfg_tensor *ta = dfg_fx_const_f32(&f, "a", sa, a), *tb = dfg_fx_const_f32(&f, "b", sb, b);
         dfg_tensor *(*fn[7])(dfg_graph *, dfg_tensor *, dfg_tensor *) = {dfg_add,     dfg_sub,     dfg_mul, dfg_div,
                                                                           dfg_minimum, dfg_maximum, dfg_equal};
         for (int op = 0; op < 7; op++) {
@@ -119,10 +77,10 @@ static void test_binary_f32(void) {
             CHECK(shape_is(dfg_tensor_shape(y), so), "%s: broadcast shape of pair %d", names[op], pi);
             CHECK(dfg_tensor_dtype(y) == DFG_F32, "%s: dtype", names[op]);
         }
-        if (fx_run(&f)) {
+        if (dfg_fx_run(&f)) {
             float *y = malloc(sizeof(float) * (size_t)no);
             for (int op = 0; op < 7; op++) {
-                fx_read(&f, names[op], y, sizeof(float) * (size_t)no);
+                dfg_fx_read(&f, names[op], y, sizeof(float) * (size_t)no);
                 int bad = 0;
                 for (int64_t i = 0; i < no; i++) {
                     float want = ref_f32(op, a[bcast_index(so, sa, i)], b[bcast_index(so, sb, i)]);
@@ -133,7 +91,7 @@ static void test_binary_f32(void) {
             }
             free(y);
         }
-        fx_end(&f);
+        dfg_fx_end(&f);
         free(a), free(b);
     }
 }
@@ -159,8 +117,8 @@ static void test_binary_i32(void) {
     /* a (4,1) against b (5): every a meets every b, including the overflow and /0 corners */
     const int32_t a[4] = {INT32_MAX, INT32_MIN, -7, dfg_test_int(-1000, 1000)};
     const int32_t b[5] = {1, -1, 0, 2, 65536};
-    fx f;
-    fx_begin(&f, "binary_i32");
+    dfg_fx f;
+    dfg_fx_begin(&f, "binary_i32");
     dfg_tensor *ta = dfg_const(f.p, "a", DFG_I32, DFG_SHAPE(4, 1), a);
     dfg_tensor *tb = dfg_const(f.p, "b", DFG_I32, DFG_SHAPE(5), b);
     for (int op = 0; op < 6; op++) {
@@ -170,10 +128,10 @@ static void test_binary_i32(void) {
     }
     dfg_tensor *eq = dfg_output(f.g, dfg_equal(f.g, ta, dfg_const(f.p, "c", DFG_I32, DFG_SHAPE(1), &a[2])), "eq");
     CHECK(dfg_tensor_dtype(eq) == DFG_F32, "equal of i32 gives f32");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         int32_t y[6][20];
         for (int op = 0; op < 6; op++) {
-            fx_read(&f, names[op], y[op], sizeof(y[op]));
+            dfg_fx_read(&f, names[op], y[op], sizeof(y[op]));
             for (int i = 0; i < 4; i++)
                 for (int j = 0; j < 5; j++)
                     CHECK(y[op][i * 5 + j] == ref_i32(op, a[i], b[j]), "%s(%d, %d) = %d, want %d", names[op], a[i],
@@ -188,11 +146,11 @@ static void test_binary_i32(void) {
         CHECK(y[3][5 + 1] == INT32_MIN, "INT32_MIN / -1 wraps to INT32_MIN, got %d", y[3][6]);
         CHECK(y[3][10 + 3] == -3, "-7 / 2 truncates toward zero to -3, got %d", y[3][13]);
         float e[4];
-        fx_read(&f, "eq", e, sizeof(e));
+        dfg_fx_read(&f, "eq", e, sizeof(e));
         CHECK(e[0] == 0.0f && e[1] == 0.0f && e[2] == 1.0f, "i32 equal: %g %g %g", e[0], e[1], e[2]);
         CHECK(e[3] == (a[3] == -7 ? 1.0f : 0.0f), "i32 equal of a random value");
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- where with f32, i32 and u8 conditions */
@@ -204,11 +162,11 @@ static void test_where(void) {
     dfg_test_fill_uniform(a, 12, -1, 1);
     dfg_test_fill_uniform(b, 4, 2, 3);
     const int32_t ai[4] = {INT32_MIN, 5, INT32_MAX, 11}, bi[3] = {-9, 0, 9};
-    fx f;
-    fx_begin(&f, "where");
+    dfg_fx f;
+    dfg_fx_begin(&f, "where");
     /* b (4,1) is stretched along columns, so a flat index modulo its size would read it wrong */
-    dfg_tensor *ta = cf32(&f, "a", DFG_SHAPE(4, 3), a), *tb = cf32(&f, "b", DFG_SHAPE(4, 1), b);
-    dfg_tensor *conds[3] = {cf32(&f, "cf", DFG_SHAPE(4, 1), cf), dfg_const(f.p, "ci", DFG_I32, DFG_SHAPE(4, 1), ci),
+    dfg_tensor *ta = dfg_fx_const_f32(&f, "a", DFG_SHAPE(4, 3), a), *tb = dfg_fx_const_f32(&f, "b", DFG_SHAPE(4, 1), b);
+    dfg_tensor *conds[3] = {dfg_fx_const_f32(&f, "cf", DFG_SHAPE(4, 1), cf), dfg_const(f.p, "ci", DFG_I32, DFG_SHAPE(4, 1), ci),
                             dfg_const(f.p, "cu", DFG_U8, DFG_SHAPE(4, 1), cu)};
     static const char *nm[3] = {"wf", "wi", "wu"};
     for (int k = 0; k < 3; k++) dfg_output(f.g, dfg_where(f.g, conds[k], ta, tb), nm[k]);
@@ -217,11 +175,11 @@ static void test_where(void) {
                dfg_where(f.g, conds[1], dfg_const(f.p, "ai", DFG_I32, DFG_SHAPE(1, 4, 1), ai),
                          dfg_const(f.p, "bi", DFG_I32, DFG_SHAPE(3), bi)),
                "wii");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         const bool truth[3][4] = {{false, false, true, true}, {false, true, true, false}, {false, true, true, false}};
         for (int k = 0; k < 3; k++) {
             float y[12];
-            fx_read(&f, nm[k], y, sizeof(y));
+            dfg_fx_read(&f, nm[k], y, sizeof(y));
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 3; c++) {
                     float want = truth[k][r] ? a[r * 3 + c] : b[r];
@@ -229,12 +187,12 @@ static void test_where(void) {
                 }
         }
         int32_t yi[12];
-        fx_read(&f, "wii", yi, sizeof(yi));
+        dfg_fx_read(&f, "wii", yi, sizeof(yi));
         for (int r = 0; r < 4; r++)
             for (int c = 0; c < 3; c++)
                 CHECK(yi[r * 3 + c] == (truth[1][r] ? ai[r] : bi[c]), "i32 where[%d,%d] = %d", r, c, yi[r * 3 + c]);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- cast: round to nearest even */
@@ -276,27 +234,27 @@ static void test_cast(void) {
                                    0x322c, 0x3728, 0x33c0, 0x3300, 0x8000, 0,      0x7f80, 0x7f80};
     const uint16_t want_f16[N] = {0x3c00, 0x3c04, 0x3c06, 0x3c0c, 0x3c00, 0x3c02, 0x7bff, 0x7bff, 0x7c00,
                                   0x0000, 0x00a8, 0x0002, 0x0000, 0x8000, 0,      0x7c00, 0x7c00};
-    fx f;
-    fx_begin(&f, "cast");
-    dfg_tensor *tx = cf32(&f, "x", DFG_SHAPE(N), x);
+    dfg_fx f;
+    dfg_fx_begin(&f, "cast");
+    dfg_tensor *tx = dfg_fx_const_f32(&f, "x", DFG_SHAPE(N), x);
     dfg_tensor *bf = dfg_output(f.g, dfg_cast(f.g, tx, DFG_BF16), "bf");
     dfg_tensor *hf = dfg_output(f.g, dfg_cast(f.g, tx, DFG_F16), "hf");
     dfg_output(f.g, dfg_cast(f.g, bf, DFG_F32), "bf_back");
     dfg_output(f.g, dfg_cast(f.g, hf, DFG_F32), "hf_back");
     /* 2^31 is the first float above INT32_MAX; 2147483520 the last one below it */
     const float xi[10] = {2.7f, -2.7f, 0.5f, -0.5f, 1e10f, -1e10f, NAN, 2147483520.0f, -0.0f, 2147483648.0f};
-    dfg_output(f.g, dfg_cast(f.g, cf32(&f, "xi", DFG_SHAPE(10), xi), DFG_I32), "to_i32");
+    dfg_output(f.g, dfg_cast(f.g, dfg_fx_const_f32(&f, "xi", DFG_SHAPE(10), xi), DFG_I32), "to_i32");
     const int32_t ii[3] = {16777217, -3, INT32_MIN};
     dfg_output(f.g, dfg_cast(f.g, dfg_const(f.p, "ii", DFG_I32, DFG_SHAPE(3), ii), DFG_F32), "from_i32");
     const float xu[4] = {300.0f, -5.0f, 3.9f, 255.0f};
-    dfg_output(f.g, dfg_cast(f.g, cf32(&f, "xu", DFG_SHAPE(4), xu), DFG_U8), "to_u8");
-    if (fx_run(&f)) {
+    dfg_output(f.g, dfg_cast(f.g, dfg_fx_const_f32(&f, "xu", DFG_SHAPE(4), xu), DFG_U8), "to_u8");
+    if (dfg_fx_run(&f)) {
         uint16_t b[N], h[N];
         float bb[N], hb[N];
-        fx_read(&f, "bf", b, sizeof(b));
-        fx_read(&f, "hf", h, sizeof(h));
-        fx_read(&f, "bf_back", bb, sizeof(bb));
-        fx_read(&f, "hf_back", hb, sizeof(hb));
+        dfg_fx_read(&f, "bf", b, sizeof(b));
+        dfg_fx_read(&f, "hf", h, sizeof(h));
+        dfg_fx_read(&f, "bf_back", bb, sizeof(bb));
+        dfg_fx_read(&f, "hf_back", hb, sizeof(hb));
         for (int i = 0; i < N; i++) {
             if (isnan(x[i])) {
                 CHECK((b[i] & 0x7f80) == 0x7f80 && (b[i] & 0x7f), "bf16 of NaN must stay NaN, got 0x%04x", b[i]);
@@ -312,26 +270,26 @@ static void test_cast(void) {
                   (double)hb[i], (double)f16_value(want_f16[i]));
         }
         int32_t yi[10];
-        fx_read(&f, "to_i32", yi, sizeof(yi));
+        dfg_fx_read(&f, "to_i32", yi, sizeof(yi));
         const int32_t want_i[10] = {2, -2, 0, 0, INT32_MAX, INT32_MIN, 0, 2147483520, 0, INT32_MAX};
         for (int i = 0; i < 10; i++)
             CHECK(yi[i] == want_i[i], "i32(%g) = %d, want %d (truncate, saturate, NaN -> 0)", xi[i], yi[i],
                   want_i[i]);
         float fi[3];
-        fx_read(&f, "from_i32", fi, sizeof(fi));
+        dfg_fx_read(&f, "from_i32", fi, sizeof(fi));
         CHECK(fi[0] == 16777216.0f && fi[1] == -3.0f && fi[2] == -2147483648.0f, "i32 -> f32: %.1f %.1f %.1f",
               fi[0], fi[1], fi[2]);
         uint8_t yu[4];
-        fx_read(&f, "to_u8", yu, sizeof(yu));
+        dfg_fx_read(&f, "to_u8", yu, sizeof(yu));
         CHECK(yu[0] == 255 && yu[1] == 0 && yu[2] == 3 && yu[3] == 255, "u8: %d %d %d %d", yu[0], yu[1], yu[2], yu[3]);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- fill */
 static void test_fill(void) {
-    fx f;
-    fx_begin(&f, "fill");
+    dfg_fx f;
+    dfg_fx_begin(&f, "fill");
     float v = dfg_test_uniform(-10, 10);
     dfg_output(f.g, dfg_fill(f.g, DFG_F32, DFG_SHAPE(2, 3, 5), v), "f");
     dfg_output(f.g, dfg_fill(f.g, DFG_I32, DFG_SHAPE(4), -7.0f), "i");
@@ -339,23 +297,23 @@ static void test_fill(void) {
     dfg_output(f.g, dfg_fill(f.g, DFG_U8, DFG_SHAPE(2), 200.0f), "u");
     dfg_tensor *s = dfg_output(f.g, dfg_fill(f.g, DFG_F32, DFG_SCALAR, -0.25f), "s");
     CHECK(dfg_tensor_shape(s).rank == 0, "a scalar fill has rank 0");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float y[30], sc;
         int32_t yi[4];
         uint16_t yb[3];
         uint8_t yu[2];
-        fx_read(&f, "f", y, sizeof(y));
-        fx_read(&f, "i", yi, sizeof(yi));
-        fx_read(&f, "b", yb, sizeof(yb));
-        fx_read(&f, "u", yu, sizeof(yu));
-        fx_read(&f, "s", &sc, sizeof(sc));
+        dfg_fx_read(&f, "f", y, sizeof(y));
+        dfg_fx_read(&f, "i", yi, sizeof(yi));
+        dfg_fx_read(&f, "b", yb, sizeof(yb));
+        dfg_fx_read(&f, "u", yu, sizeof(yu));
+        dfg_fx_read(&f, "s", &sc, sizeof(sc));
         for (int i = 0; i < 30; i++) CHECK(same_bits(y[i], v), "fill f32[%d] = %g, want %g", i, y[i], v);
         for (int i = 0; i < 4; i++) CHECK(yi[i] == -7, "fill i32[%d] = %d", i, yi[i]);
         for (int i = 0; i < 3; i++) CHECK(yb[i] == 0x3f81, "fill bf16[%d] = 0x%04x, want 0x3f81 (rounded)", i, yb[i]);
         CHECK(yu[0] == 200 && yu[1] == 200, "fill u8 = %d %d", yu[0], yu[1]);
         CHECK(sc == -0.25f, "scalar fill = %g", sc);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- reshape, permute, slice, concat, expand */
@@ -370,13 +328,13 @@ static int64_t ravel(dfg_shape s, const int64_t *c) {
 }
 
 static void test_reshape_permute(void) {
-    fx f;
-    fx_begin(&f, "layout");
+    dfg_fx f;
+    dfg_fx_begin(&f, "layout");
     dfg_shape s3 = DFG_SHAPE(2, 3, 4), s4 = DFG_SHAPE(2, 3, 4, 5);
     float *x3 = rnd(24, -1, 1), *x4 = rnd(120, -1, 1);
     uint8_t u4[120];
     for (int i = 0; i < 120; i++) u4[i] = (uint8_t)dfg_test_int(0, 255);
-    dfg_tensor *t3 = cf32(&f, "x3", s3, x3), *t4 = cf32(&f, "x4", s4, x4);
+    dfg_tensor *t3 = dfg_fx_const_f32(&f, "x3", s3, x3), *t4 = dfg_fx_const_f32(&f, "x4", s4, x4);
     dfg_tensor *r1 = dfg_output(f.g, dfg_reshape(f.g, t3, DFG_SHAPE(-1, 4)), "r1");
     dfg_tensor *r2 = dfg_output(f.g, dfg_reshape(f.g, t3, DFG_SHAPE(4, -1, 2)), "r2");
     CHECK(shape_is(dfg_tensor_shape(r1), DFG_SHAPE(6, 4)), "reshape (-1, 4) of 24 elements is (6, 4)");
@@ -387,16 +345,16 @@ static void test_reshape_permute(void) {
     dfg_output(f.g, dfg_permute(f.g, dfg_const(f.p, "u4", DFG_U8, s4, u4), p4), "p4u");
     dfg_output(f.g, dfg_transpose(f.g, t4, 0, -1), "tr");
     CHECK(shape_is(dfg_tensor_shape(y3), DFG_SHAPE(4, 2, 3)), "permute (2,0,1) of (2,3,4) is (4,2,3)");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float y[120];
-        fx_read(&f, "r1", y, 24 * sizeof(float));
+        dfg_fx_read(&f, "r1", y, 24 * sizeof(float));
         CHECK(memcmp(y, x3, 24 * sizeof(float)) == 0, "reshape keeps row-major order");
-        fx_read(&f, "r2", y, 24 * sizeof(float));
+        dfg_fx_read(&f, "r2", y, 24 * sizeof(float));
         CHECK(memcmp(y, x3, 24 * sizeof(float)) == 0, "reshape with -1 in the middle keeps row-major order");
         int64_t c[6], ci[6];
         int bad = 0;
         dfg_shape o3 = DFG_SHAPE(4, 2, 3), o4 = DFG_SHAPE(5, 3, 2, 4), ot = DFG_SHAPE(5, 3, 4, 2);
-        fx_read(&f, "p3", y, 24 * sizeof(float));
+        dfg_fx_read(&f, "p3", y, 24 * sizeof(float));
         for (int64_t i = 0; i < 24; i++) { /* out[c] = in[c'] with c'[perm[k]] = c[k] */
             unravel(o3, i, c);
             for (int k = 0; k < 3; k++) ci[p3[k]] = c[k];
@@ -404,7 +362,7 @@ static void test_reshape_permute(void) {
         }
         CHECK(bad == 0, "3-D permute: %d wrong elements", bad);
         bad = 0;
-        fx_read(&f, "p4", y, 120 * sizeof(float));
+        dfg_fx_read(&f, "p4", y, 120 * sizeof(float));
         for (int64_t i = 0; i < 120; i++) {
             unravel(o4, i, c);
             for (int k = 0; k < 4; k++) ci[p4[k]] = c[k];
@@ -413,7 +371,7 @@ static void test_reshape_permute(void) {
         CHECK(bad == 0, "4-D permute: %d wrong elements", bad);
         uint8_t yu[120];
         bad = 0;
-        fx_read(&f, "p4u", yu, sizeof(yu));
+        dfg_fx_read(&f, "p4u", yu, sizeof(yu));
         for (int64_t i = 0; i < 120; i++) {
             unravel(o4, i, c);
             for (int k = 0; k < 4; k++) ci[p4[k]] = c[k];
@@ -421,7 +379,7 @@ static void test_reshape_permute(void) {
         }
         CHECK(bad == 0, "4-D permute of 1-byte elements: %d wrong", bad);
         bad = 0;
-        fx_read(&f, "tr", y, 120 * sizeof(float));
+        dfg_fx_read(&f, "tr", y, 120 * sizeof(float));
         for (int64_t i = 0; i < 120; i++) {
             unravel(ot, i, c);
             ci[0] = c[3], ci[1] = c[1], ci[2] = c[2], ci[3] = c[0];
@@ -429,43 +387,43 @@ static void test_reshape_permute(void) {
         }
         CHECK(bad == 0, "transpose(0, -1): %d wrong elements", bad);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x3), free(x4);
 }
 
 static void test_slice_concat_expand(void) {
-    fx f;
-    fx_begin(&f, "slice");
+    dfg_fx f;
+    dfg_fx_begin(&f, "slice");
     dfg_shape sx = DFG_SHAPE(3, 5, 4);
     float *x = rnd(60, -1, 1), *a = rnd(6, -1, 1), *b = rnd(24, -1, 1), *c = rnd(12, -1, 1), *e = rnd(3, -1, 1);
-    dfg_tensor *tx = cf32(&f, "x", sx, x);
+    dfg_tensor *tx = dfg_fx_const_f32(&f, "x", sx, x);
     dfg_output(f.g, dfg_slice(f.g, tx, 1, 1, 3), "s1");  /* (3,3,4) */
     dfg_output(f.g, dfg_slice(f.g, tx, -1, 2, 2), "s2"); /* (3,5,2) */
     dfg_output(f.g, dfg_slice(f.g, tx, 0, 2, 1), "s0");  /* (1,5,4) */
-    dfg_tensor *parts[3] = {cf32(&f, "a", DFG_SHAPE(2, 1, 3), a), cf32(&f, "b", DFG_SHAPE(2, 4, 3), b),
-                            cf32(&f, "c", DFG_SHAPE(2, 2, 3), c)};
+    dfg_tensor *parts[3] = {dfg_fx_const_f32(&f, "a", DFG_SHAPE(2, 1, 3), a), dfg_fx_const_f32(&f, "b", DFG_SHAPE(2, 4, 3), b),
+                            dfg_fx_const_f32(&f, "c", DFG_SHAPE(2, 2, 3), c)};
     dfg_tensor *cc = dfg_output(f.g, dfg_concat(f.g, parts, 3, 1), "cat");
     CHECK(shape_is(dfg_tensor_shape(cc), DFG_SHAPE(2, 7, 3)), "concat along axis 1 sums the lengths");
     dfg_tensor *lastp[3] = {parts[1], dfg_slice(f.g, parts[1], 2, 0, 1), parts[1]};
     dfg_output(f.g, dfg_concat(f.g, lastp, 3, -1), "cat_last"); /* (2,4,7) */
-    dfg_tensor *te = cf32(&f, "e", DFG_SHAPE(3, 1), e);
+    dfg_tensor *te = dfg_fx_const_f32(&f, "e", DFG_SHAPE(3, 1), e);
     dfg_output(f.g, dfg_expand(f.g, te, DFG_SHAPE(2, 3, 4)), "ex");
     dfg_output(f.g, dfg_expand(f.g, dfg_reshape(f.g, te, DFG_SHAPE(3)), DFG_SHAPE(4, 3)), "ex2");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         float y[64];
         int bad = 0;
-        fx_read(&f, "s1", y, 36 * sizeof(float));
+        dfg_fx_read(&f, "s1", y, 36 * sizeof(float));
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 3; j++)
                 for (int k = 0; k < 4; k++) bad += !same_bits(y[(i * 3 + j) * 4 + k], x[(i * 5 + j + 1) * 4 + k]);
-        fx_read(&f, "s2", y, 30 * sizeof(float));
+        dfg_fx_read(&f, "s2", y, 30 * sizeof(float));
         for (int i = 0; i < 15; i++)
             for (int k = 0; k < 2; k++) bad += !same_bits(y[i * 2 + k], x[i * 4 + 2 + k]);
-        fx_read(&f, "s0", y, 20 * sizeof(float));
+        dfg_fx_read(&f, "s0", y, 20 * sizeof(float));
         bad += memcmp(y, x + 40, 20 * sizeof(float)) != 0;
         CHECK(bad == 0, "slice: %d wrong", bad);
         bad = 0;
-        fx_read(&f, "cat", y, 42 * sizeof(float));
+        dfg_fx_read(&f, "cat", y, 42 * sizeof(float));
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 7; j++)
                 for (int k = 0; k < 3; k++) {
@@ -474,7 +432,7 @@ static void test_slice_concat_expand(void) {
                 }
         CHECK(bad == 0, "concat of 3 inputs along axis 1: %d wrong", bad);
         bad = 0;
-        fx_read(&f, "cat_last", y, 56 * sizeof(float));
+        dfg_fx_read(&f, "cat_last", y, 56 * sizeof(float));
         for (int r = 0; r < 8; r++)
             for (int k = 0; k < 7; k++) {
                 float want = k < 3 ? b[r * 3 + k] : k == 3 ? b[r * 3] : b[r * 3 + k - 4];
@@ -482,26 +440,26 @@ static void test_slice_concat_expand(void) {
             }
         CHECK(bad == 0, "concat along the last axis: %d wrong", bad);
         bad = 0;
-        fx_read(&f, "ex", y, 24 * sizeof(float));
+        dfg_fx_read(&f, "ex", y, 24 * sizeof(float));
         for (int i = 0; i < 24; i++) bad += !same_bits(y[i], e[(i / 4) % 3]);
-        fx_read(&f, "ex2", y, 12 * sizeof(float));
+        dfg_fx_read(&f, "ex2", y, 12 * sizeof(float));
         for (int i = 0; i < 12; i++) bad += !same_bits(y[i], e[i % 3]);
         CHECK(bad == 0, "expand: %d wrong", bad);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x), free(a), free(b), free(c), free(e);
 }
 
 /* ---------------------------------------------------------------- reductions */
 static void test_reduce(void) {
-    fx f;
-    fx_begin(&f, "reduce");
+    dfg_fx f;
+    dfg_fx_begin(&f, "reduce");
     enum { A = 3, B = 4, C = 5 };
     dfg_shape sx = DFG_SHAPE(A, B, C);
     float *x = rnd(A * B * C, -2, 2), m1[B * C], m2[A * B];
     for (int i = 0; i < B * C; i++) m1[i] = (float)dfg_test_int(0, 2) * 0.5f; /* 0, 0.5, 1 */
     for (int i = 0; i < A * B; i++) m2[i] = (float)dfg_test_int(0, 1);
-    dfg_tensor *tx = cf32(&f, "x", sx, x);
+    dfg_tensor *tx = dfg_fx_const_f32(&f, "x", sx, x);
     dfg_output(f.g, dfg_sum(f.g, tx, 0), "sum0");  /* (B,C) */
     dfg_output(f.g, dfg_sum(f.g, tx, 1), "sum1");  /* (A,C) */
     dfg_output(f.g, dfg_sum(f.g, tx, -1), "sum2"); /* (A,B) */
@@ -509,9 +467,9 @@ static void test_reduce(void) {
     CHECK(shape_is(dfg_tensor_shape(k), DFG_SHAPE(A, 1, C)), "sum_keepdim keeps a 1");
     dfg_output(f.g, dfg_mean(f.g, tx, 1), "mean1");
     dfg_output(f.g, dfg_mean(f.g, tx, -3), "mean0");
-    dfg_output(f.g, dfg_masked_sum(f.g, tx, cf32(&f, "m1", DFG_SHAPE(B, C), m1), 1), "ms1");      /* (A,C) */
-    dfg_output(f.g, dfg_masked_sum(f.g, tx, cf32(&f, "m2", DFG_SHAPE(A, B, 1), m2), -1), "ms2");  /* (A,B) */
-    if (fx_run(&f)) {
+    dfg_output(f.g, dfg_masked_sum(f.g, tx, dfg_fx_const_f32(&f, "m1", DFG_SHAPE(B, C), m1), 1), "ms1");      /* (A,C) */
+    dfg_output(f.g, dfg_masked_sum(f.g, tx, dfg_fx_const_f32(&f, "m2", DFG_SHAPE(A, B, 1), m2), -1), "ms2");  /* (A,B) */
+    if (dfg_fx_run(&f)) {
         /* r[0]: sum over axis 0 (B,C); r[1]: over axis 1 (A,C); r[2]: masked over axis 1 (A,C) */
         double r[3][B * C] = {{0}}, rs[A * B] = {0}, rm[A * B] = {0};
         for (int i = 0; i < A; i++)
@@ -526,25 +484,25 @@ static void test_reduce(void) {
                 }
         float y[64];
         double err = 0;
-        fx_read(&f, "sum0", y, B * C * sizeof(float));
+        dfg_fx_read(&f, "sum0", y, B * C * sizeof(float));
         for (int i = 0; i < B * C; i++) err = fmax(err, fabs(y[i] - r[0][i]));
-        fx_read(&f, "sum1", y, A * C * sizeof(float));
+        dfg_fx_read(&f, "sum1", y, A * C * sizeof(float));
         for (int i = 0; i < A * C; i++) err = fmax(err, fabs(y[i] - r[1][i]));
-        fx_read(&f, "sumk", y, A * C * sizeof(float));
+        dfg_fx_read(&f, "sumk", y, A * C * sizeof(float));
         for (int i = 0; i < A * C; i++) err = fmax(err, fabs(y[i] - r[1][i]));
-        fx_read(&f, "sum2", y, A * B * sizeof(float));
+        dfg_fx_read(&f, "sum2", y, A * B * sizeof(float));
         for (int i = 0; i < A * B; i++) err = fmax(err, fabs(y[i] - rs[i]));
-        fx_read(&f, "mean1", y, A * C * sizeof(float));
+        dfg_fx_read(&f, "mean1", y, A * C * sizeof(float));
         for (int i = 0; i < A * C; i++) err = fmax(err, fabs(y[i] - r[1][i] / B));
-        fx_read(&f, "mean0", y, B * C * sizeof(float));
+        dfg_fx_read(&f, "mean0", y, B * C * sizeof(float));
         for (int i = 0; i < B * C; i++) err = fmax(err, fabs(y[i] - r[0][i] / A));
-        fx_read(&f, "ms1", y, A * C * sizeof(float));
+        dfg_fx_read(&f, "ms1", y, A * C * sizeof(float));
         for (int i = 0; i < A * C; i++) err = fmax(err, fabs(y[i] - r[2][i]));
-        fx_read(&f, "ms2", y, A * B * sizeof(float));
+        dfg_fx_read(&f, "ms2", y, A * B * sizeof(float));
         for (int i = 0; i < A * B; i++) err = fmax(err, fabs(y[i] - rm[i]));
         CHECK(err < 1e-5, "sum/mean/masked_sum max error %g (or NaN)", err);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x);
 }
 
@@ -557,13 +515,13 @@ static void test_argmax(void) {
     const float t2[V] = {-INFINITY, -INFINITY, -2, -INFINITY, -2, -3, -2};
     memcpy(x, t0, sizeof(t0)), memcpy(x + V, t1, sizeof(t1)), memcpy(x + 2 * V, t2, sizeof(t2));
     x[3 * V + V - 1] = 9.0f; /* a maximum in the last column */
-    fx f;
-    fx_begin(&f, "argmax");
-    dfg_tensor *y = dfg_output(f.g, dfg_argmax(f.g, cf32(&f, "x", DFG_SHAPE(2, 3, V), x)), "am");
+    dfg_fx f;
+    dfg_fx_begin(&f, "argmax");
+    dfg_tensor *y = dfg_output(f.g, dfg_argmax(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(2, 3, V), x)), "am");
     CHECK(dfg_tensor_dtype(y) == DFG_I32 && shape_is(dfg_tensor_shape(y), DFG_SHAPE(2, 3)), "argmax: i32 (2,3)");
-    if (fx_run(&f)) {
+    if (dfg_fx_run(&f)) {
         int32_t am[R];
-        fx_read(&f, "am", am, sizeof(am));
+        dfg_fx_read(&f, "am", am, sizeof(am));
         for (int r = 0; r < R; r++) {
             int best = 0;
             for (int j = 1; j < V; j++)
@@ -573,7 +531,7 @@ static void test_argmax(void) {
         CHECK(am[0] == 1 && am[1] == 0 && am[2] == 2 && am[3] == V - 1, "tie rows: %d %d %d %d", am[0], am[1], am[2],
               am[3]);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 int main(void) {

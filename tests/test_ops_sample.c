@@ -11,54 +11,7 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-/* ---------------------------------------------------------------- fixture */
-typedef struct {
-    dfg_program *p;
-    dfg_graph *g;
-    dfg_runtime *rt;
-} fx;
-
-static void fx_begin(fx *f, const char *name) {
-    f->p = dfg_program_new(name);
-    f->g = dfg_graph_new(f->p, "g");
-    f->rt = NULL;
-}
-
-static bool fx_create_seeded(fx *f, int repeat, uint64_t seed) {
-    CHECK(dfg_program_status(f->p) == DFG_OK, "build: %s", dfg_program_error(f->p));
-    if (dfg_stage_graph(f->p, f->g, repeat) != DFG_OK) return false;
-    dfg_run_options o = dfg_run_options_default();
-    o.seed = seed;
-    o.n_threads = 2;
-    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
-    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static bool fx_create(fx *f, int repeat) { return fx_create_seeded(f, repeat, dfg_test_u64()); }
-
-static bool fx_step(fx *f) {
-    dfg_status st = dfg_runtime_step(f->rt);
-    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static void fx_read(fx *f, const char *name, void *dst, size_t bytes) {
-    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
-    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_write(fx *f, const char *name, const void *src, size_t bytes) {
-    dfg_status st = dfg_runtime_write(f->rt, name, src, bytes);
-    CHECK(st == DFG_OK, "write '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_end(fx *f) {
-    dfg_runtime_free(f->rt);
-    dfg_program_free(f->p);
-}
-
-static dfg_tensor *rng_state(fx *f, const char *name) {
+static dfg_tensor *rng_state(dfg_fx *f, const char *name) {
     return dfg_state(f->p, name, DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
 }
 
@@ -74,8 +27,8 @@ static void test_greedy(void) {
     enum { R = 64, V = 50 };
     float *x = malloc(sizeof(float) * R * V);
     dfg_test_fill_normal(x, R * V, 3);
-    fx f;
-    fx_begin(&f, "greedy");
+    dfg_fx f;
+    dfg_fx_begin(&f, "greedy");
     dfg_tensor *lg = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(4, 16, V), x);
     dfg_tensor *rng = rng_state(&f, "rng");
     dfg_tensor *t0 = dfg_output(f.g, dfg_sample(f.g, lg, rng, 0.0f, 0), "t0");
@@ -84,12 +37,12 @@ static void test_greedy(void) {
     dfg_output(f.g, dfg_argmax(f.g, lg), "am");
     dfg_shape s = dfg_tensor_shape(t0);
     CHECK(dfg_tensor_dtype(t0) == DFG_I32 && s.rank == 2 && s.d[0] == 4 && s.d[1] == 16, "tokens: i32 (4,16)");
-    if (fx_create(&f, 1) && fx_step(&f)) {
+    if (dfg_fx_create(&f, 1) && dfg_fx_step(&f)) {
         int32_t a[R], b[R], c[R], am[R];
-        fx_read(&f, "t0", a, sizeof(a));
-        fx_read(&f, "tneg", b, sizeof(b));
-        fx_read(&f, "top1", c, sizeof(c));
-        fx_read(&f, "am", am, sizeof(am));
+        dfg_fx_read(&f, "t0", a, sizeof(a));
+        dfg_fx_read(&f, "tneg", b, sizeof(b));
+        dfg_fx_read(&f, "top1", c, sizeof(c));
+        dfg_fx_read(&f, "am", am, sizeof(am));
         int bad = 0;
         for (int r = 0; r < R; r++) {
             int want = argmax_row(x + r * V, V);
@@ -97,7 +50,7 @@ static void test_greedy(void) {
         }
         CHECK(bad == 0, "temperature 0, temperature < 0 and top_k = 1 all equal argmax: %d rows differ", bad);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x);
 }
 
@@ -106,8 +59,8 @@ static void test_rng_state(void) {
     enum { R = 64, V = 50, CALLS = 2, REPEAT = 3 };
     float *x = malloc(sizeof(float) * R * V);
     dfg_test_fill_normal(x, R * V, 0.5f); /* flat logits: nearly every token is likely */
-    fx f;
-    fx_begin(&f, "rng");
+    dfg_fx f;
+    dfg_fx_begin(&f, "rng");
     dfg_tensor *lg = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x);
     dfg_tensor *rng = rng_state(&f, "rng");
     /* two calls in one graph: the second must read the counter the first advanced */
@@ -117,55 +70,55 @@ static void test_rng_state(void) {
                            dfg_state(f.p, "keep2", DFG_I32, DFG_SHAPE(R), DFG_ROLE_ROLLOUT, dfg_init_zeros())};
     dfg_assign(f.g, keep[0], tok1);
     dfg_assign(f.g, keep[1], tok2);
-    if (fx_create(&f, REPEAT)) {
+    if (dfg_fx_create(&f, REPEAT)) {
         int32_t s0[4], s1[4], s2[4], a1[R], a2[R], b1[R], b2[R];
-        fx_read(&f, "rng", s0, sizeof(s0));
+        dfg_fx_read(&f, "rng", s0, sizeof(s0));
         CHECK(s0[2] == 0 && s0[3] == 0, "a fresh RNG state counts from 0: %d %d", s0[2], s0[3]);
         CHECK(s0[0] != 0 || s0[1] != 0, "the runtime keys the RNG from the seed");
-        fx_step(&f);
-        fx_read(&f, "rng", s1, sizeof(s1));
-        fx_read(&f, "keep1", a1, sizeof(a1));
-        fx_read(&f, "keep2", a2, sizeof(a2));
+        dfg_fx_step(&f);
+        dfg_fx_read(&f, "rng", s1, sizeof(s1));
+        dfg_fx_read(&f, "keep1", a1, sizeof(a1));
+        dfg_fx_read(&f, "keep2", a2, sizeof(a2));
         CHECK(s1[0] == s0[0] && s1[1] == s0[1], "sampling never changes the key");
         CHECK(s1[2] == CALLS * REPEAT && s1[3] == 0, "counter after %d calls = %d (hi %d)", CALLS * REPEAT, s1[2], s1[3]);
-        fx_step(&f);
-        fx_read(&f, "rng", s2, sizeof(s2));
+        dfg_fx_step(&f);
+        dfg_fx_read(&f, "rng", s2, sizeof(s2));
         CHECK(s2[2] == 2 * CALLS * REPEAT, "counter after two steps = %d", s2[2]);
         int same = 0;
         for (int r = 0; r < R; r++) same += a1[r] == a2[r];
         CHECK(same < R / 2, "two calls with consecutive counters drew the same token in %d of %d rows", same, R);
         /* from any starting counter, one step advances it by exactly CALLS * REPEAT */
         int32_t start[4] = {s0[0], s0[1], 1000, 0}, again[4];
-        fx_write(&f, "rng", start, sizeof(start));
-        fx_step(&f);
-        fx_read(&f, "rng", again, sizeof(again));
+        dfg_fx_write(&f, "rng", start, sizeof(start));
+        dfg_fx_step(&f);
+        dfg_fx_read(&f, "rng", again, sizeof(again));
         CHECK(again[2] == 1000 + CALLS * REPEAT, "counter after a step from 1000 = %d", again[2]);
         /* rewinding to the state step 1 started from replays step 1's tokens */
-        fx_write(&f, "rng", s0, sizeof(s0));
-        fx_step(&f);
-        fx_read(&f, "keep1", b1, sizeof(b1));
-        fx_read(&f, "keep2", b2, sizeof(b2));
+        dfg_fx_write(&f, "rng", s0, sizeof(s0));
+        dfg_fx_step(&f);
+        dfg_fx_read(&f, "keep1", b1, sizeof(b1));
+        dfg_fx_read(&f, "keep2", b2, sizeof(b2));
         CHECK(memcmp(a1, b1, sizeof(a1)) == 0 && memcmp(a2, b2, sizeof(a2)) == 0,
               "the same RNG state gives the same tokens");
         /* the counter is 64 bits: a low word of 0xFFFFFFFF carries into the high word */
         int32_t edge[4] = {s0[0], s0[1], -1, 7};
-        fx_write(&f, "rng", edge, sizeof(edge));
-        fx_step(&f);
+        dfg_fx_write(&f, "rng", edge, sizeof(edge));
+        dfg_fx_step(&f);
         int32_t after[4];
-        fx_read(&f, "rng", after, sizeof(after));
+        dfg_fx_read(&f, "rng", after, sizeof(after));
         CHECK(after[2] == CALLS * REPEAT - 1 && after[3] == 8, "counter 0x7_FFFFFFFF + %d = hi %d lo %d",
               CALLS * REPEAT, after[3], after[2]);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     /* another runtime with the same seed draws the same tokens; another seed does not */
     uint64_t seed = dfg_test_u64();
     int32_t toks[3][R];
     for (int run = 0; run < 3; run++) {
-        fx_begin(&f, "rng_seed");
+        dfg_fx_begin(&f, "rng_seed");
         dfg_tensor *lg2 = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x);
         dfg_output(f.g, dfg_sample(f.g, lg2, rng_state(&f, "rng"), 1.0f, 0), "tok");
-        if (fx_create_seeded(&f, 1, run < 2 ? seed : seed + 1) && fx_step(&f)) fx_read(&f, "tok", toks[run], sizeof(toks[run]));
-        fx_end(&f);
+        if (dfg_fx_create_seeded(&f, 1, run < 2 ? seed : seed + 1) && dfg_fx_step(&f)) dfg_fx_read(&f, "tok", toks[run], sizeof(toks[run]));
+        dfg_fx_end(&f);
     }
     CHECK(memcmp(toks[0], toks[1], sizeof(toks[0])) == 0, "one seed, one token sequence");
     CHECK(memcmp(toks[0], toks[2], sizeof(toks[0])) != 0, "a different seed gives different tokens");
@@ -178,13 +131,13 @@ static void test_top_k(void) {
     const float T = 2.0f; /* hot: without the cut every token would be drawn often */
     float *x = malloc(sizeof(float) * R * V);
     dfg_test_fill_normal(x, R * V, 1);
-    fx f;
-    fx_begin(&f, "top_k");
+    dfg_fx f;
+    dfg_fx_begin(&f, "top_k");
     dfg_output(f.g, dfg_sample(f.g, dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x), rng_state(&f, "rng"), T, K),
                "tok");
-    if (fx_create(&f, 1) && fx_step(&f)) {
+    if (dfg_fx_create(&f, 1) && dfg_fx_step(&f)) {
         int32_t *tok = malloc(sizeof(int32_t) * R);
-        fx_read(&f, "tok", tok, sizeof(int32_t) * R);
+        dfg_fx_read(&f, "tok", tok, sizeof(int32_t) * R);
         int outside = 0;
         double expect[K] = {0}, var[K] = {0};
         int count[K] = {0};
@@ -218,7 +171,7 @@ static void test_top_k(void) {
                   expect[k], sqrt(var[k]), K);
         free(tok);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x);
 }
 
@@ -239,19 +192,19 @@ static void test_distribution(void) {
     const float T = 0.8f;
     float *x = malloc(sizeof(float) * R * V);
     for (int r = 0; r < R; r++) memcpy(x + r * V, logits, sizeof(logits));
-    fx f;
-    fx_begin(&f, "distribution");
+    dfg_fx f;
+    dfg_fx_begin(&f, "distribution");
     dfg_tensor *lg = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x);
     dfg_tensor *rng = rng_state(&f, "rng");
     dfg_output(f.g, dfg_sample(f.g, lg, rng, T, 0), "tok");
     dfg_output(f.g, dfg_sample(f.g, lg, rng, T, 3), "tok3");
-    if (fx_create(&f, 1) && fx_step(&f)) {
+    if (dfg_fx_create(&f, 1) && dfg_fx_step(&f)) {
         int32_t *tok = malloc(sizeof(int32_t) * R);
         int count[V] = {0}, count3[V] = {0};
-        fx_read(&f, "tok", tok, sizeof(int32_t) * R);
+        dfg_fx_read(&f, "tok", tok, sizeof(int32_t) * R);
         for (int r = 0; r < R; r++)
             if (tok[r] >= 0 && tok[r] < V) count[tok[r]]++;
-        fx_read(&f, "tok3", tok, sizeof(int32_t) * R);
+        dfg_fx_read(&f, "tok3", tok, sizeof(int32_t) * R);
         for (int r = 0; r < R; r++)
             if (tok[r] >= 0 && tok[r] < V) count3[tok[r]]++;
         double p[V], z = 0, p3[3], z3 = 0;
@@ -269,43 +222,43 @@ static void test_distribution(void) {
               count[0], count[1], count[2], count[3], count[4], count[5]);
         CHECK(c2k < 28.0 && others == 0, "top-3 chi-square %.2f (df 2), %d draws outside the top 3", c2k, others);
         int32_t st[4];
-        fx_read(&f, "rng", st, sizeof(st));
+        dfg_fx_read(&f, "rng", st, sizeof(st));
         CHECK(st[2] == 2 && st[3] == 0, "two calls of %d rows each advance the counter by 2, not per row: %d", R, st[2]);
         free(tok);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     free(x);
 }
 
 /* ---------------------------------------------------------------- NaN logits */
 static void test_nan(void) {
     enum { R = 3, V = 5 };
-    fx f;
-    fx_begin(&f, "nan");
+    dfg_fx f;
+    dfg_fx_begin(&f, "nan");
     dfg_tensor *lg = dfg_input(f.g, "logits", DFG_F32, DFG_SHAPE(R, V));
     dfg_output(f.g, dfg_sample(f.g, lg, rng_state(&f, "rng"), 1.0f, 0), "tok");
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         float x[R * V];
         dfg_test_fill_normal(x, R * V, 1);
         x[1 * V + 2] = NAN;
-        fx_write(&f, "logits", x, sizeof(x));
+        dfg_fx_write(&f, "logits", x, sizeof(x));
         dfg_status st = dfg_runtime_step(f.rt);
         const char *msg = dfg_runtime_error(f.rt);
         CHECK(st == DFG_ERR_NUMERIC, "NaN logits: status %s", dfg_status_name(st));
         CHECK(strstr(msg, "sample 'tok'") && strstr(msg, "row 1"), "the message names the node and the row: %s", msg);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
     /* greedy sampling must not silently pick around a NaN either */
-    fx_begin(&f, "nan_greedy");
+    dfg_fx_begin(&f, "nan_greedy");
     dfg_tensor *lg2 = dfg_input(f.g, "logits", DFG_F32, DFG_SHAPE(R, V));
     dfg_output(f.g, dfg_sample(f.g, lg2, rng_state(&f, "rng"), 0.0f, 0), "tok");
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         float x[R * V] = {0};
         x[2 * V] = NAN;
-        fx_write(&f, "logits", x, sizeof(x));
+        dfg_fx_write(&f, "logits", x, sizeof(x));
         CHECK(dfg_runtime_step(f.rt) == DFG_ERR_NUMERIC, "NaN logits fail greedy sampling too");
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 int main(void) {

@@ -10,52 +10,7 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-/* ---------------------------------------------------------------- fixture */
-typedef struct {
-    dfg_program *p;
-    dfg_graph *g;
-    dfg_runtime *rt;
-} fx;
-
-static void fx_begin(fx *f, const char *name) {
-    f->p = dfg_program_new(name);
-    f->g = dfg_graph_new(f->p, "g");
-    f->rt = NULL;
-}
-
-static bool fx_create(fx *f, int repeat) {
-    CHECK(dfg_program_status(f->p) == DFG_OK, "build: %s", dfg_program_error(f->p));
-    if (dfg_stage_graph(f->p, f->g, repeat) != DFG_OK) return false;
-    dfg_run_options o = dfg_run_options_default();
-    o.seed = dfg_test_u64();
-    o.n_threads = 2;
-    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
-    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static bool fx_step(fx *f) {
-    dfg_status st = dfg_runtime_step(f->rt);
-    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
-    return st == DFG_OK;
-}
-
-static void fx_read(fx *f, const char *name, void *dst, size_t bytes) {
-    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
-    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_write(fx *f, const char *name, const void *src, size_t bytes) {
-    dfg_status st = dfg_runtime_write(f->rt, name, src, bytes);
-    CHECK(st == DFG_OK, "write '%s': %s", name, dfg_runtime_error(f->rt));
-}
-
-static void fx_end(fx *f) {
-    dfg_runtime_free(f->rt);
-    dfg_program_free(f->p);
-}
-
-static dfg_tensor *state_f32(fx *f, const char *name, dfg_shape s, dfg_init init) {
+static dfg_tensor *state_f32(dfg_fx *f, const char *name, dfg_shape s, dfg_init init) {
     return dfg_state(f->p, name, DFG_F32, s, DFG_ROLE_NONE, init);
 }
 
@@ -89,8 +44,8 @@ static void test_adamw(void) {
     const int n[2] = {N0, N1};
     const dfg_adamw_config cfg = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
     static const char *pn[2] = {"w", "b"}, *gn[2] = {"gw", "gb"}, *mn[2] = {"mw", "mb"}, *vn[2] = {"vw", "vb"};
-    fx f;
-    fx_begin(&f, "adamw");
+    dfg_fx f;
+    dfg_fx_begin(&f, "adamw");
     dfg_tensor *params[2], *grads[2], *m[2], *v[2];
     dfg_shape shapes[2] = {DFG_SHAPE(3, 4), DFG_SHAPE(N1)};
     for (int i = 0; i < 2; i++) {
@@ -102,11 +57,11 @@ static void test_adamw(void) {
     dfg_tensor *step = dfg_state(f.p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
     dfg_assign(f.g, step, dfg_add(f.g, step, dfg_fill(f.g, DFG_I32, DFG_SCALAR, 1)));
     CHECK(dfg_adamw(f.g, params, grads, m, v, 2, step, cfg) == DFG_OK, "adamw: %s", dfg_graph_error(f.g));
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         double rp[2][N0], rm[2][N0] = {{0}}, rv[2][N0] = {{0}};
         float buf[N0];
         for (int i = 0; i < 2; i++) { /* start from the runtime's initial values */
-            fx_read(&f, pn[i], buf, sizeof(float) * (size_t)n[i]);
+            dfg_fx_read(&f, pn[i], buf, sizeof(float) * (size_t)n[i]);
             for (int j = 0; j < n[i]; j++) rp[i][j] = buf[j];
         }
         for (int t = 1; t <= STEPS; t++) {
@@ -114,15 +69,15 @@ static void test_adamw(void) {
                 float g[N0];
                 dfg_test_fill_normal(g, n[i], t == 3 ? 10.0f : 1.0f); /* one large step, so v matters */
                 if (t == 4) g[0] = 0.0f;                                /* a zero gradient still decays */
-                fx_write(&f, gn[i], g, sizeof(float) * (size_t)n[i]);
+                dfg_fx_write(&f, gn[i], g, sizeof(float) * (size_t)n[i]);
                 ref_adamw(rp[i], rm[i], rv[i], g, n[i], t, cfg);
             }
-            if (!fx_step(&f)) break;
+            if (!dfg_fx_step(&f)) break;
             for (int i = 0; i < 2; i++) {
                 float pv[N0], mv[N0], vv[N0];
-                fx_read(&f, pn[i], pv, sizeof(float) * (size_t)n[i]);
-                fx_read(&f, mn[i], mv, sizeof(float) * (size_t)n[i]);
-                fx_read(&f, vn[i], vv, sizeof(float) * (size_t)n[i]);
+                dfg_fx_read(&f, pn[i], pv, sizeof(float) * (size_t)n[i]);
+                dfg_fx_read(&f, mn[i], mv, sizeof(float) * (size_t)n[i]);
+                dfg_fx_read(&f, vn[i], vv, sizeof(float) * (size_t)n[i]);
                 double ep = max_abs_diff(pv, rp[i], n[i]), em = max_abs_diff(mv, rm[i], n[i]),
                        ev = max_abs_diff(vv, rv[i], n[i]);
                 CHECK(ep < 1e-5 && em < 1e-5 && ev < 1e-5, "adamw step %d '%s': err p %g m %g v %g", t, pn[i], ep, em,
@@ -130,17 +85,17 @@ static void test_adamw(void) {
             }
         }
         int32_t s;
-        fx_read(&f, "step", &s, sizeof(s));
+        dfg_fx_read(&f, "step", &s, sizeof(s));
         CHECK(s == STEPS, "step counter = %d, want %d", s, STEPS);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* The step counter counts from 1 (bias correction divides by 1 - beta^t): 0 is a range error,
  * and the parameters stay untouched. */
 static void test_adamw_step0(void) {
-    fx f;
-    fx_begin(&f, "adamw0");
+    dfg_fx f;
+    dfg_fx_begin(&f, "adamw0");
     dfg_tensor *p = dfg_param(f.p, "w", DFG_F32, DFG_SHAPE(4), dfg_init_constant(0.5f));
     dfg_tensor *g = dfg_fill(f.g, DFG_F32, DFG_SHAPE(4), 1.0f);
     dfg_tensor *m = state_f32(&f, "m", DFG_SHAPE(4), dfg_init_zeros());
@@ -148,16 +103,16 @@ static void test_adamw_step0(void) {
     dfg_tensor *step = dfg_state(f.p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
     const dfg_adamw_config cfg = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f};
     dfg_adamw(f.g, &p, &g, &m, &v, 1, step, cfg);
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         dfg_status st = dfg_runtime_step(f.rt);
         CHECK(st == DFG_ERR_RANGE, "adamw with step 0: %s", dfg_status_name(st));
         CHECK(strstr(dfg_runtime_error(f.rt), "adamw") && strstr(dfg_runtime_error(f.rt), "step is 0"),
               "message: %s", dfg_runtime_error(f.rt));
         float w[4];
-        fx_read(&f, "w", w, sizeof(w));
+        dfg_fx_read(&f, "w", w, sizeof(w));
         CHECK(w[0] == 0.5f && w[3] == 0.5f, "a refused step leaves the parameters: %g", w[0]);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* ---------------------------------------------------------------- clip_grad_norm */
@@ -177,8 +132,8 @@ static void run_clip(double ratio, float mag) {
     for (int i = 0; i < C; i++) ss += (double)gc[i] * gc[i];
     double norm = sqrt(ss);
     float max_norm = (float)(ratio * norm);
-    fx f;
-    fx_begin(&f, "clip");
+    dfg_fx f;
+    dfg_fx_begin(&f, "clip");
     dfg_tensor *sa = state_f32(&f, "ga", DFG_SHAPE(3, 4), dfg_init_zeros());
     dfg_tensor *sb = state_f32(&f, "gb", DFG_SHAPE(B), dfg_init_zeros());
     dfg_tensor *tc = dfg_output(f.g, dfg_scale(f.g, dfg_const(f.p, "gc_src", DFG_F32, DFG_SHAPE(C), gc), 1.0f), "gc");
@@ -188,16 +143,16 @@ static void run_clip(double ratio, float mag) {
     CHECK(dfg_tensor_shape(nrm).rank == 0 && dfg_tensor_dtype(nrm) == DFG_F32, "the norm is an f32 scalar");
     CHECK(grads[0] != sa && grads[1] != tc && grads[2] != sb, "clip_grad_norm replaces every grads[i]");
     dfg_output(f.g, grads[1], "gc_clipped");
-    if (fx_create(&f, 1)) {
-        fx_write(&f, "ga", ga, sizeof(ga));
-        fx_write(&f, "gb", gb0, sizeof(gb0));
-        if (fx_step(&f)) {
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "ga", ga, sizeof(ga));
+        dfg_fx_write(&f, "gb", gb0, sizeof(gb0));
+        if (dfg_fx_step(&f)) {
             float n, ya[A], yb[B], yc[C], yc0[C];
-            fx_read(&f, "norm", &n, sizeof(n));
-            fx_read(&f, "ga", ya, sizeof(ya));
-            fx_read(&f, "gb", yb, sizeof(yb));
-            fx_read(&f, "gc_clipped", yc, sizeof(yc));
-            fx_read(&f, "gc", yc0, sizeof(yc0));
+            dfg_fx_read(&f, "norm", &n, sizeof(n));
+            dfg_fx_read(&f, "ga", ya, sizeof(ya));
+            dfg_fx_read(&f, "gb", yb, sizeof(yb));
+            dfg_fx_read(&f, "gc_clipped", yc, sizeof(yc));
+            dfg_fx_read(&f, "gc", yc0, sizeof(yc0));
             CHECK(fabs(n - norm) < 1e-6 * norm, "norm %.9g, want sqrt(sum of squares) %.9g", n, norm);
             double s = fmin(1.0, max_norm / (norm + 1e-6)), e = 0;
             for (int i = 0; i < A; i++) e = fmax(e, fabs(ya[i] - ga[i] * s));
@@ -210,7 +165,7 @@ static void run_clip(double ratio, float mag) {
             else CHECK(fabs(ya[0]) < fabs(ga[0]) || ga[0] == 0, "the STATE gradient was scaled in place");
         }
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 static void test_clip(void) {
@@ -225,8 +180,8 @@ static void test_assign(void) {
     float a[6], src[2 * C], src3[2 * 2 * 3];
     dfg_test_fill_normal(a, 6, 1), dfg_test_fill_normal(src, 2 * C, 1), dfg_test_fill_normal(src3, 12, 1);
     const int32_t di[4] = {1, -2, 3, 100};
-    fx f;
-    fx_begin(&f, "assign");
+    dfg_fx f;
+    dfg_fx_begin(&f, "assign");
     dfg_tensor *ca = dfg_const(f.p, "a", DFG_F32, DFG_SHAPE(2, 3), a);
     dfg_tensor *s1 = state_f32(&f, "s1", DFG_SHAPE(2, 3), dfg_init_ones());
     dfg_tensor *s2 = state_f32(&f, "s2", DFG_SHAPE(2, 3), dfg_init_constant(2.0f));
@@ -246,18 +201,18 @@ static void test_assign(void) {
     dfg_tensor *c3 = dfg_const(f.p, "src3", DFG_F32, DFG_SHAPE(2, 2, 3), src3);
     dfg_slice_assign(f.g, s6, c3, 1, 3);  /* [:, 3:5, :] */
     dfg_slice_assign(f.g, s7, c3, -2, 0); /* [:, 0:2, :] through a negative axis */
-    if (fx_create(&f, 1) && fx_step(&f) && fx_step(&f)) { /* two steps: writes persist between them */
+    if (dfg_fx_create(&f, 1) && dfg_fx_step(&f) && dfg_fx_step(&f)) { /* two steps: writes persist between them */
         float y1[6], y2[6], y4[6], y5[R * C], y6[30], y7[30];
         int32_t y3[4];
         uint8_t yu[3];
-        fx_read(&f, "s1", y1, sizeof(y1));
-        fx_read(&f, "s2", y2, sizeof(y2));
-        fx_read(&f, "s3", y3, sizeof(y3));
-        fx_read(&f, "s4", y4, sizeof(y4));
-        fx_read(&f, "s4u", yu, sizeof(yu));
-        fx_read(&f, "s5", y5, sizeof(y5));
-        fx_read(&f, "s6", y6, sizeof(y6));
-        fx_read(&f, "s7", y7, sizeof(y7));
+        dfg_fx_read(&f, "s1", y1, sizeof(y1));
+        dfg_fx_read(&f, "s2", y2, sizeof(y2));
+        dfg_fx_read(&f, "s3", y3, sizeof(y3));
+        dfg_fx_read(&f, "s4", y4, sizeof(y4));
+        dfg_fx_read(&f, "s4u", yu, sizeof(yu));
+        dfg_fx_read(&f, "s5", y5, sizeof(y5));
+        dfg_fx_read(&f, "s6", y6, sizeof(y6));
+        dfg_fx_read(&f, "s7", y7, sizeof(y7));
         int bad = 0;
         for (int i = 0; i < 6; i++) {
             bad += y1[i] != a[i];
@@ -283,31 +238,31 @@ static void test_assign(void) {
                 }
         CHECK(bad == 0, "slice_assign along the middle axis leaves the other rows: %d wrong", bad);
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 /* dfg_slice_assign_at checks its run-time start against the destination. */
 static void test_slice_assign_at_range(void) {
-    fx f;
-    fx_begin(&f, "slice_assign_at");
+    dfg_fx f;
+    dfg_fx_begin(&f, "slice_assign_at");
     dfg_tensor *kv = state_f32(&f, "kv", DFG_SHAPE(1, 4, 2), dfg_init_zeros());
     dfg_tensor *pos = dfg_input(f.g, "pos", DFG_I32, DFG_SCALAR);
     dfg_slice_assign_at(f.g, kv, dfg_fill(f.g, DFG_F32, DFG_SHAPE(1, 2, 2), 3.0f), 1, pos);
-    if (fx_create(&f, 1)) {
+    if (dfg_fx_create(&f, 1)) {
         const int32_t ok = 2, over = 3;
-        fx_write(&f, "pos", &ok, sizeof(ok));
-        fx_step(&f);
+        dfg_fx_write(&f, "pos", &ok, sizeof(ok));
+        dfg_fx_step(&f);
         float y[8];
-        fx_read(&f, "kv", y, sizeof(y));
+        dfg_fx_read(&f, "kv", y, sizeof(y));
         CHECK(y[3] == 0.0f && y[4] == 3.0f && y[7] == 3.0f, "rows 2..3 written at run-time pos 2: %g %g %g", y[3],
               y[4], y[7]);
-        fx_write(&f, "pos", &over, sizeof(over));
+        dfg_fx_write(&f, "pos", &over, sizeof(over));
         dfg_status st = dfg_runtime_step(f.rt);
         CHECK(st == DFG_ERR_RANGE && strstr(dfg_runtime_error(f.rt), "'kv'"),
               "rows [3, 5) of 4 fail with DFG_ERR_RANGE naming the state: %s / %s", dfg_status_name(st),
               dfg_runtime_error(f.rt));
     }
-    fx_end(&f);
+    dfg_fx_end(&f);
 }
 
 int main(void) {

@@ -11,16 +11,6 @@
 #include "runtime/safetensors.h"
 #include "testutil.h"
 
-static char tmpdir[64];
-
-static char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 256, "%s/%s", tmpdir, name);
-    return p;
-}
-
 /* A file image: 8-byte little-endian length, header text, dlen data bytes (i % 251). */
 static unsigned char *make_file(const char *json, size_t dlen, size_t *len) {
     size_t h = strlen(json);
@@ -74,7 +64,7 @@ static owned_tensor random_tensor(const char *name, dfg_dtype dt, const char *dt
 }
 
 static int count_dir_entries(void) {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(dfg_test_tmpdir());
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.' || (e->d_name[1] && e->d_name[1] != '.');
     if (d) closedir(d);
@@ -98,7 +88,7 @@ static void test_round_trip(void) {
     for (int i = 0; i < N; i++) ts[i] = o[i].t;
     const char *meta[] = {"format", "pt", "note", "line1\nline2 \"q\""};
     char err[1024] = "";
-    const char *path = tmp_path("rt.safetensors");
+    const char *path = dfg_test_tmp_path("rt.safetensors");
     dfg_status s = dfg_st_write(path, ts, N, meta, 2, err, sizeof(err));
     CHECK(s == DFG_OK, "write failed: %s", err);
     CHECK(count_dir_entries() == 1, "the temporary file was left behind (%d entries)", count_dir_entries());
@@ -164,7 +154,7 @@ static void test_write_errors(void) {
     check_message("missing dir", err, "/nonexistent-dfg-dir/a.safetensors", (const char *[]){"temporary", NULL});
 
     dfg_st_tensor two[2] = {t, t};
-    const char *path = tmp_path("bad.safetensors");
+    const char *path = dfg_test_tmp_path("bad.safetensors");
     s = dfg_st_write(path, two, 2, NULL, 0, err, sizeof(err));
     CHECK(s == DFG_ERR_ARG, "duplicate names: status %s", dfg_status_name(s));
     check_message("dup write", err, path, (const char *[]){"'x'", "twice", NULL});
@@ -206,7 +196,7 @@ static void test_truncation(void) {
     dfg_st_tensor ts[2] = {{.name = "a", .dtype = DFG_F32, .shape = DFG_SHAPE(2, 3), .data = a, .bytes = sizeof(a)},
                            {.name = "b", .dtype = DFG_BF16, .shape = DFG_SHAPE(3), .data = b, .bytes = sizeof(b)}};
     const char *meta[] = {"format", "pt"};
-    const char *path = tmp_path("small.safetensors");
+    const char *path = dfg_test_tmp_path("small.safetensors");
     char err[1024] = "";
     CHECK(dfg_st_write(path, ts, 2, meta, 1, err, sizeof(err)) == DFG_OK, "write failed: %s", err);
     size_t len = 0;
@@ -376,21 +366,21 @@ static void test_bad_framing(void) {
 static void test_open_errors(void) {
     char err[1024];
     dfg_safetensors *st = NULL;
-    const char *missing = tmp_path("missing.safetensors");
+    const char *missing = dfg_test_tmp_path("missing.safetensors");
     dfg_status s = dfg_st_open(missing, &st, err, sizeof(err));
     CHECK(s == DFG_ERR_IO && !st, "missing file: %s", dfg_status_name(s));
     check_message("missing", err, missing, (const char *[]){"cannot open", NULL});
 
-    s = dfg_st_open(tmpdir, &st, err, sizeof(err));
+    s = dfg_st_open(dfg_test_tmpdir(), &st, err, sizeof(err));
     CHECK(s == DFG_ERR_IO && !st, "directory: %s", dfg_status_name(s));
-    check_message("directory", err, tmpdir, (const char *[]){"not a regular file", NULL});
+    check_message("directory", err, dfg_test_tmpdir(), (const char *[]){"not a regular file", NULL});
 
     /* the example of a good message: the file, the tensor, the offsets and the data size */
     char json[160];
     snprintf(json, sizeof(json), "{\"h.0.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,9999999]}}");
     size_t len = 0;
     unsigned char *b = make_file(json, 4096, &len);
-    const char *path = tmp_path("model.safetensors");
+    const char *path = dfg_test_tmp_path("model.safetensors");
     write_file(path, b, len);
     free(b);
     s = dfg_st_open(path, &st, err, sizeof(err));
@@ -425,11 +415,7 @@ static void test_foreign_dtype(void) {
 
 int main(void) {
     dfg_test_init("test_safetensors");
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/dfg_st_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "cannot create a temporary directory\n");
-        return 1;
-    }
+    if (!dfg_test_tmpdir_create("dfg_st")) return 1;
     test_round_trip();
     test_write_errors();
     test_truncation();
@@ -437,6 +423,6 @@ int main(void) {
     test_bad_framing();
     test_open_errors();
     test_foreign_dtype();
-    rmdir(tmpdir);
+    dfg_test_tmpdir_remove();
     return dfg_test_finish();
 }

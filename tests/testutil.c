@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int dfg_test_failures = 0;
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -77,4 +78,75 @@ double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double fl
         if (d > maxd) maxd = d;
     }
     return maxd / maxb;
+}
+
+/* ---------------------------------------------------------------- temporary files */
+static char tmpdir_[64];
+
+bool dfg_test_tmpdir_create(const char *prefix) {
+    snprintf(tmpdir_, sizeof(tmpdir_), "/tmp/%s_XXXXXX", prefix);
+    if (!mkdtemp(tmpdir_)) {
+        fprintf(stderr, "cannot create a temporary directory\n");
+        return false;
+    }
+    return true;
+}
+
+const char *dfg_test_tmpdir(void) { return tmpdir_; }
+
+char *dfg_test_tmp_path(const char *name) {
+    static char buf[4][256];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 256, "%s/%s", tmpdir_, name);
+    return p;
+}
+
+void dfg_test_tmpdir_remove(void) { rmdir(tmpdir_); }
+
+/* ---------------------------------------------------------------- fixture */
+void dfg_fx_begin(dfg_fx *f, const char *name) {
+    f->p = dfg_program_new(name);
+    f->g = dfg_graph_new(f->p, "g");
+    f->rt = NULL;
+}
+
+bool dfg_fx_create_seeded(dfg_fx *f, int repeat, uint64_t seed) {
+    CHECK(dfg_program_status(f->p) == DFG_OK, "build: %s", dfg_program_error(f->p));
+    if (repeat > 0 && dfg_stage_graph(f->p, f->g, repeat) != DFG_OK) return false;
+    dfg_run_options o = dfg_run_options_default();
+    o.seed = seed;
+    o.n_threads = 2;
+    dfg_status st = dfg_runtime_create(f->p, &o, &f->rt);
+    CHECK(st == DFG_OK, "create: %s", dfg_runtime_error(f->rt));
+    return st == DFG_OK;
+}
+
+bool dfg_fx_create(dfg_fx *f, int repeat) { return dfg_fx_create_seeded(f, repeat, dfg_test_u64()); }
+
+bool dfg_fx_step(dfg_fx *f) {
+    dfg_status st = dfg_runtime_step(f->rt);
+    CHECK(st == DFG_OK, "step: %s", dfg_runtime_error(f->rt));
+    return st == DFG_OK;
+}
+
+bool dfg_fx_run(dfg_fx *f) { return dfg_fx_create(f, 1) && dfg_fx_step(f); }
+
+void dfg_fx_read(dfg_fx *f, const char *name, void *dst, size_t bytes) {
+    dfg_status st = dfg_runtime_read(f->rt, name, dst, bytes);
+    CHECK(st == DFG_OK, "read '%s': %s", name, dfg_runtime_error(f->rt));
+}
+
+void dfg_fx_write(dfg_fx *f, const char *name, const void *src, size_t bytes) {
+    dfg_status st = dfg_runtime_write(f->rt, name, src, bytes);
+    CHECK(st == DFG_OK, "write '%s': %s", name, dfg_runtime_error(f->rt));
+}
+
+void dfg_fx_end(dfg_fx *f) {
+    dfg_runtime_free(f->rt);
+    dfg_program_free(f->p);
+}
+
+dfg_tensor *dfg_fx_const_f32(dfg_fx *f, const char *name, dfg_shape s, const float *data) {
+    return dfg_const(f->p, name, DFG_F32, s, data);
 }

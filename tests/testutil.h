@@ -1,4 +1,5 @@
-/* testutil.h - assertions and fresh random inputs for dfg's C tests.
+/* testutil.h - assertions, fresh random inputs, a temporary directory and a one-program
+ * fixture for dfg's C tests.
  *
  * Checks record a failure and go on, so one run reports everything that is wrong; main returns
  * dfg_test_finish(). Random inputs come from a seed that differs run to run unless
@@ -9,6 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "dfg.h"
+#include "dfg_runtime.h"
 
 #define DFG_TEST_SKIP 77 /* exit code ctest reports as "skipped" */
 
@@ -41,5 +45,44 @@ void dfg_test_poison(void *x, size_t bytes);
 
 /* max |a - b| / max(max |b|, floor) over n elements */
 double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double floor);
+
+/* ---------------------------------------------------------------- temporary files */
+/* Creates a fresh directory /tmp/<prefix>_XXXXXX for the test's files; false (after saying so
+ * on stderr) when it cannot. dfg_test_tmpdir() is its path, dfg_test_tmp_path() a file in it
+ * (the last 4 results stay valid), and dfg_test_tmpdir_remove() removes it once it is empty. */
+bool dfg_test_tmpdir_create(const char *prefix);
+const char *dfg_test_tmpdir(void);
+char *dfg_test_tmp_path(const char *name);
+void dfg_test_tmpdir_remove(void);
+
+/* ---------------------------------------------------------------- fixture: one program, one graph
+ * A program with one graph g (named "g") and the CPU runtime made from it:
+ *
+ *     dfg_fx f;
+ *     dfg_fx_begin(&f, "name");
+ *     ... build f.g (and persistent tensors of f.p) ...
+ *     if (dfg_fx_run(&f)) { dfg_fx_read(&f, "y", y, sizeof(y)); ... }
+ *     dfg_fx_end(&f);
+ *
+ * Every failure is reported as a CHECK with the builder's or the runtime's message (build,
+ * create, step, read 'name', write 'name'); the bool results say whether to go on. */
+typedef struct {
+    dfg_program *p;
+    dfg_graph *g;
+    dfg_runtime *rt; /* NULL until created */
+} dfg_fx;
+
+void dfg_fx_begin(dfg_fx *f, const char *name);
+/* Checks the program built, stages f->g `repeat` times (repeat <= 0: the caller staged the
+ * stages itself) and creates a runtime with 2 threads seeded from dfg_test_u64(), or `seed`. */
+bool dfg_fx_create(dfg_fx *f, int repeat);
+bool dfg_fx_create_seeded(dfg_fx *f, int repeat, uint64_t seed);
+bool dfg_fx_step(dfg_fx *f);
+bool dfg_fx_run(dfg_fx *f); /* dfg_fx_create(f, 1) and one dfg_fx_step */
+void dfg_fx_read(dfg_fx *f, const char *name, void *dst, size_t bytes);
+void dfg_fx_write(dfg_fx *f, const char *name, const void *src, size_t bytes);
+void dfg_fx_end(dfg_fx *f); /* frees the runtime and the program */
+/* A CONST f32 tensor of f->p holding a copy of data. */
+dfg_tensor *dfg_fx_const_f32(dfg_fx *f, const char *name, dfg_shape s, const float *data);
 
 #endif
