@@ -88,7 +88,7 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
         return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
     }
     for (int i = 0; i < n; i++) c.needs[wrt[i]->id] = true;
-    int last = loss->producer->id;
+    int last = loss->producer->id, first_new = g->n_nodes;
     mark_dependents(&c, last);
     c.gr[loss->id] = dfg_fill(g, loss->dtype, loss->shape, 1.0f);
     for (int i = last; i >= 0 && !g->status; i--) {
@@ -99,6 +99,10 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
     }
     for (int i = 0; i < n && !g->status; i++)
         grads[i] = c.gr[wrt[i]->id] ? c.gr[wrt[i]->id] : dfg_fill(g, wrt[i]->dtype, wrt[i]->shape, 0.0f);
+    /* tags for the memory report: what backward added, and which tensors are parameter gradients */
+    for (int i = first_new; i < g->n_nodes; i++) g->nodes[i]->flags |= DFG_NF_BACKWARD;
+    for (int i = 0; i < n && !g->status; i++)
+        if (wrt[i]->kind == DFG_PARAM && grads[i]->kind == DFG_TEMP) grads[i]->flags |= DFG_TF_GRAD;
     free(c.needs);
     free(c.gr);
     return g->status;

@@ -114,6 +114,11 @@ dfg_tensor *dfg_state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
 /* data holds numel * dtype_size bytes and is copied. */
 dfg_tensor *dfg_const(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape shape, const void *data);
 dfg_tensor *dfg_find(const dfg_program *p, const char *name); /* persistent and output tensors */
+/* Declares that a STATE or INPUT only needs its value from the start of stage `first_stage` to
+ * the end of `last_stage` (stage names; the stages may be added later). Outside that range the
+ * planner gives its bytes to other tensors, so its contents are undefined when the range begins
+ * each step: e.g. a KV cache written by the rollout is dead during training. */
+dfg_status dfg_set_scope(dfg_program *p, dfg_tensor *t, const char *first_stage, const char *last_stage);
 /* Sets a persistent tensor's role (e.g. a PARAM copy that is the frozen reference model). */
 dfg_status dfg_set_role(dfg_tensor *t, dfg_role role);
 

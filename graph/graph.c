@@ -143,6 +143,11 @@ dfg_node *dfg_node_add(dfg_graph *g, dfg_op op, dfg_tensor *const *in, int n_in,
         dfg_graph_fail_(g, DFG_ERR_ARG, "unknown op id %d", (int)op);
         return NULL;
     }
+    if (p->plan) {
+        dfg_graph_fail_(g, DFG_ERR_STATE, "%s: program '%s' is compiled; build every node before dfg_compile",
+                        dfg_op_name(op), p->name);
+        return NULL;
+    }
     const dfg_op_info *info = &dfg_ops[op];
     if ((info->n_in >= 0 && n_in != info->n_in) || n_in < 0 || (info->n_out >= 0 && n_out != info->n_out) || n_out < 1) {
         dfg_graph_fail_(g, DFG_ERR_ARG, "%s: called with %d inputs and %d outputs", info->name, n_in, n_out);

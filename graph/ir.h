@@ -48,6 +48,8 @@ typedef union {
 enum {
     DFG_TF_POISON = 1u << 0, /* the stand-in returned after an error */
     DFG_TF_OUTPUT = 1u << 1, /* readable by name after the step (dfg_output) */
+    DFG_TF_GRAD = 1u << 2,   /* a parameter's gradient as returned by dfg_backward (memory report) */
+    DFG_TF_DEAD = 1u << 3,   /* its producer was removed by dce: no bytes, never read */
 };
 
 struct dfg_tensor {
@@ -69,13 +71,21 @@ struct dfg_tensor {
     dfg_tensor *view_of;    /* for views: the tensor viewed; else NULL */
     dfg_init init;          /* PARAM/STATE */
     void *data;             /* CONST: numel * dtype_size bytes */
+    /* dfg_set_scope: the stages (by name) between which a STATE or INPUT holds its value; outside
+     * them its bytes belong to other tensors. NULL: the whole step. */
+    char *scope_first, *scope_last;
     UT_hash_handle hh;      /* program's by-name index (persistent and output tensors) */
 };
 
 /* ---------------------------------------------------------------- nodes and graphs */
+enum {
+    DFG_NF_BACKWARD = 1u << 0, /* appended by dfg_backward */
+};
+
 struct dfg_node {
-    int id; /* index in its graph, in build order (a valid topological order) */
+    int id; /* index in its graph: build order until the schedule pass reorders the nodes */
     dfg_op op;
+    uint32_t flags;
     char *name;
     int n_in, n_out;
     dfg_tensor **in;
@@ -125,6 +135,7 @@ struct dfg_program {
     int n_graphs, cap_graphs;
     dfg_stage *stages;
     int n_stages, cap_stages;
+    struct dfg_plan *plan; /* set by dfg_compile (passes/); the program is then sealed */
     dfg_status status;
     char error[1024];
 };

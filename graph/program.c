@@ -124,10 +124,18 @@ static bool index_name(dfg_program *p, dfg_tensor *t) {
 }
 
 /* Validates the arguments shared by every persistent-tensor constructor and creates it. */
+/* After dfg_compile the program is sealed: its plan describes exactly these tensors and nodes. */
+static bool sealed(dfg_program *p, const char *what) {
+    if (!p->plan) return false;
+    dfg_program_fail_(p, DFG_ERR_STATE, "%s: program '%s' is compiled; build everything before dfg_compile", what,
+                      p->name);
+    return true;
+}
+
 static dfg_tensor *persistent_new(dfg_program *p, const char *what, const char *name, dfg_kind kind, dfg_dtype dt,
                                   dfg_shape shape) {
     if (!p) return NULL;
-    if (p->status) return NULL;
+    if (p->status || sealed(p, what)) return NULL;
     char sb[96];
     if (!name || !*name) {
         dfg_program_fail_(p, DFG_ERR_ARG, "%s: a name is required", what);
@@ -194,6 +202,19 @@ dfg_tensor *dfg_const(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
     return t;
 }
 
+dfg_status dfg_set_scope(dfg_program *p, dfg_tensor *t, const char *first_stage, const char *last_stage) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || sealed(p, "scope")) return p->status;
+    if (!t || t->id < 0 || t->id >= p->n_tensors || p->tensors[t->id] != t || (t->kind != DFG_STATE && t->kind != DFG_INPUT))
+        return dfg_program_fail_(p, DFG_ERR_ARG, "scope: needs a STATE or INPUT of program '%s'", p->name);
+    if (!first_stage || !*first_stage || !last_stage || !*last_stage)
+        return dfg_program_fail_(p, DFG_ERR_ARG, "scope of '%s': needs the first and last stage names", t->name);
+    t->scope_first = dfg_strdup_(p, first_stage);
+    t->scope_last = dfg_strdup_(p, last_stage);
+    if (!t->scope_first || !t->scope_last) return dfg_program_fail_(p, DFG_ERR_NOMEM, "scope: out of memory");
+    return DFG_OK;
+}
+
 dfg_status dfg_set_role(dfg_tensor *t, dfg_role role) {
     if (!t || t->kind == DFG_TEMP || (unsigned)role >= DFG_ROLE_COUNT) return DFG_ERR_ARG;
     t->role = role;
@@ -210,7 +231,7 @@ static dfg_stage *stage_new(dfg_program *p) {
 
 dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status) return p->status;
+    if (p->status || sealed(p, "stage")) return p->status;
     if (!g || g->program != p)
         return dfg_program_fail_(p, DFG_ERR_ARG, "stage: the graph is NULL or belongs to another program");
     if (repeat < 1)
@@ -226,7 +247,7 @@ dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat) {
 
 dfg_status dfg_stage_host(dfg_program *p, const char *name, const char *symbol) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status) return p->status;
+    if (p->status || sealed(p, "stage")) return p->status;
     if (!name || !*name || !symbol || !*symbol)
         return dfg_program_fail_(p, DFG_ERR_ARG, "host stage: a stage name and a function symbol are required");
     dfg_stage *s = stage_new(p);

@@ -70,6 +70,9 @@ typedef struct {
     dfg_shape batch_shape;
 } dfg_mm_dims;
 bool dfg_matmul_dims(const dfg_node *n, dfg_mm_dims *d, const char **why);
+/* The input whose bytes output 0 may take when that input dies at this node, or -1 (see
+ * ops/inplace.c for the contract kernels keep). */
+int dfg_op_inplace_input(const dfg_node *n);
 /* Sums a broadcast gradient back to `shape` (undoes numpy broadcasting). */
 dfg_tensor *dfg_sum_to_shape(dfg_graph *g, dfg_tensor *x, dfg_shape shape);
 

@@ -24,10 +24,11 @@ dfg_run_options dfg_run_options_default(void);
 
 typedef struct dfg_runtime dfg_runtime;
 
-/* Creates a runtime: plans memory, allocates the arena, resolves host stages and initialises
- * every PARAM and STATE from its init spec and the seed. On failure *out may still hold a
- * runtime whose dfg_runtime_error() says why; free it with dfg_runtime_free. */
-dfg_status dfg_runtime_create(const dfg_program *p, const dfg_run_options *opt, dfg_runtime **out);
+/* Creates a runtime: compiles the program if it is not compiled yet (dfg_compile with the
+ * defaults for opt->target), allocates the one arena of the planned size, resolves host stages
+ * and initialises every PARAM and STATE from its init spec and the seed. On failure *out may
+ * still hold a runtime whose dfg_runtime_error() says why; free it with dfg_runtime_free. */
+dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out);
 void dfg_runtime_free(dfg_runtime *rt);
 const char *dfg_runtime_error(const dfg_runtime *rt);
 const dfg_program *dfg_runtime_program(const dfg_runtime *rt);

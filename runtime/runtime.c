@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/plan.h"
 #include "runtime_internal.h"
 
 const char *dfg_target_name(dfg_target t) {
@@ -65,7 +66,25 @@ static dfg_status resolve_host_stages(dfg_runtime *rt) {
     return DFG_OK;
 }
 
-dfg_status dfg_runtime_create(const dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
+/* The runtime's copy of the plan's offsets (the plan itself lives in the program's arena). */
+static dfg_status adopt_plan(dfg_runtime *rt, dfg_program *p) {
+    if (!p->plan) {
+        dfg_options co = dfg_options_default(rt->opt.target);
+        if (dfg_compile(p, &co)) return dfg_rt_fail(rt, DFG_ERR_STATE, true, "compile: %s", dfg_program_error(p));
+    }
+    if (!dfg_is_compiled(p)) return dfg_rt_fail(rt, DFG_ERR_STATE, true, "program has an error: %s", dfg_program_error(p));
+    const dfg_memplan *m = &p->plan->mem;
+    if (p->plan->opt.target != rt->opt.target)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "program '%s' was compiled for %s; this runtime runs %s", p->name,
+                           dfg_target_name(p->plan->opt.target), dfg_target_name(rt->opt.target));
+    rt->plan = *m;
+    rt->plan.offset = malloc(sizeof(int64_t) * (size_t)(m->n_tensors ? m->n_tensors : 1));
+    if (!rt->plan.offset) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    memcpy(rt->plan.offset, m->offset, sizeof(int64_t) * (size_t)m->n_tensors);
+    return DFG_OK;
+}
+
+dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
     if (!out) return DFG_ERR_ARG;
     *out = NULL;
     dfg_runtime *rt = calloc(1, sizeof(*rt));
@@ -75,14 +94,16 @@ dfg_status dfg_runtime_create(const dfg_program *p, const dfg_run_options *opt, 
     rt->opt = opt ? *opt : dfg_run_options_default();
     if (!p) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "program is NULL");
     if (dfg_program_status(p)) return dfg_rt_fail(rt, DFG_ERR_STATE, true, "program has an error: %s", dfg_program_error(p));
+    if ((unsigned)rt->opt.target >= DFG_TARGET_COUNT) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "unknown target");
     if (rt->opt.target != DFG_TARGET_CPU)
         return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "target '%s' is not available in this build; use --target cpu",
                            dfg_target_name(rt->opt.target));
+    dfg_status st = adopt_plan(rt, p);
+    if (st) return st;
     rt->be = &dfg_backend_cpu;
-    dfg_status st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
+    st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
     if (st) return rt->status = st;
     if ((st = scan_program(rt)) || (st = resolve_host_stages(rt))) return st;
-    if (dfg_memplan_naive(p, 64, &rt->plan)) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory planning");
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);

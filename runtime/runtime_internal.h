@@ -10,7 +10,7 @@ struct dfg_runtime {
     dfg_run_options opt;
     const dfg_backend *be;
     void *be_state;
-    dfg_memplan plan;
+    dfg_memplan plan; /* a copy of the program's plan: offsets by tensor id, arena size */
     char *arena;
     void **in_ptrs, **out_ptrs; /* per-node pointer arrays, sized for the widest node */
     dfg_host_fn *host;          /* [stage] resolved host functions */

@@ -42,7 +42,7 @@ static dfg_program *make_program(void) {
     return p;
 }
 
-static dfg_runtime *make_runtime(const dfg_program *p, uint64_t seed) {
+static dfg_runtime *make_runtime(dfg_program *p, uint64_t seed) {
     dfg_run_options o = dfg_run_options_default();
     o.seed = seed;
     o.n_threads = 1;
@@ -112,7 +112,7 @@ static const char *const plain_names[N_PARAMS] = {"wte.weight", "h.0.attn.c_attn
 
 /* ---------------------------------------------------------------- tests */
 
-static void test_round_trip(const dfg_program *p) {
+static void test_round_trip(dfg_program *p) {
     dfg_runtime *a = make_runtime(p, 1), *b = make_runtime(p, 2);
     if (!a || !b) return;
     randomize(a);
@@ -179,7 +179,7 @@ static void test_round_trip(const dfg_program *p) {
 }
 
 /* Hugging Face names: "transformer." prefixes, attention-mask buffers and a tied lm_head. */
-static void test_hf_names(const dfg_program *p) {
+static void test_hf_names(dfg_program *p) {
     dfg_runtime *a = make_runtime(p, 11), *b = make_runtime(p, 12);
     if (!a || !b) return;
     unsigned char *sa[N_SPECS], *sb[N_SPECS];
@@ -231,7 +231,7 @@ static void expect_load_error(dfg_runtime *rt, const char *path, bool strict, df
     free_snapshot(after);
 }
 
-static void test_errors(const dfg_program *p) {
+static void test_errors(dfg_program *p) {
     dfg_runtime *a = make_runtime(p, 21), *b = make_runtime(p, 22);
     if (!a || !b) return;
     unsigned char *sa[N_SPECS];

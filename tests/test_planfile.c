@@ -175,7 +175,7 @@ static void test_tiny_round_trip(void) {
 
 /* Runs p for `steps` steps; returns every metric of every step and, at the end, the bytes of
  * every persistent tensor, concatenated. */
-static unsigned char *train(const dfg_program *p, void *lib, int steps, size_t *n) {
+static unsigned char *train(dfg_program *p, void *lib, int steps, size_t *n) {
     dfg_run_options o = dfg_run_options_default();
     o.seed = 77;
     o.n_threads = 1;

@@ -124,7 +124,7 @@ static int run_steps(const run_args *r, dfg_runtime *rt) {
 }
 
 /* Creates the runtime, loads weights, runs, saves. */
-static int execute(const run_args *r, const dfg_program *p, void *lib) {
+static int execute(const run_args *r, dfg_program *p, void *lib) {
     dfg_run_options opt = dfg_run_options_default();
     opt.target = DFG_TARGET_CPU;
     opt.seed = (uint64_t)r->seed;

@@ -1,0 +1,72 @@
+/* dfg_passes.h - compiling a program: the pass pipeline and the memory report it produces.
+ *
+ *   verify -> dce -> schedule -> plan_memory -> verify plan
+ *
+ * dfg_compile runs the passes once and seals the program: its plan (the schedule of every
+ * stage and every tensor's place in one arena) describes exactly these nodes and tensors.
+ * Planning only looks at shapes and dtypes, so a cuda plan is made on a machine without a GPU.
+ */
+#ifndef DFG_PASSES_H
+#define DFG_PASSES_H
+
+#include "dfg_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    dfg_target target;     /* alignment and, later, kernels: 256-byte on cuda, 64 on cpu */
+    size_t align;          /* 0: from the target */
+    bool verify_each;      /* run verify after every pass (default on in debug builds) */
+    bool no_reuse;         /* give every tensor its own bytes (the baseline planning is measured by) */
+    bool keep_order;       /* schedule: keep the build order instead of minimising the live set */
+} dfg_options;
+
+dfg_options dfg_options_default(dfg_target target);
+
+/* Runs the passes; on failure the program's error says which pass and why. */
+dfg_status dfg_compile(dfg_program *p, const dfg_options *opt);
+bool dfg_is_compiled(const dfg_program *p);
+
+/* What the bytes live at the peak are for. */
+typedef enum {
+    DFG_CAT_PARAMS,
+    DFG_CAT_GRADS,
+    DFG_CAT_OPTIMIZER,
+    DFG_CAT_REF_MODEL,
+    DFG_CAT_KV_CACHE,
+    DFG_CAT_ACTIVATIONS,
+    DFG_CAT_LOGITS,     /* tensors whose last dim is the vocabulary */
+    DFG_CAT_WORKSPACE,  /* library and kernel workspaces */
+    DFG_CAT_OTHER,      /* inputs, rollout buffers, RNG and metric state */
+    DFG_CAT_COUNT
+} dfg_category;
+
+const char *dfg_category_name(dfg_category c);
+
+typedef struct {
+    dfg_target target;
+    size_t align;
+    size_t arena_bytes;        /* what the run allocates */
+    size_t lower_bound_bytes;  /* max over time of the live bytes: the best any placement can do */
+    size_t naive_bytes;        /* every tensor its own bytes */
+    size_t persistent_bytes;   /* PARAM/STATE/INPUT/CONST that live for the whole step */
+    int n_steps;               /* length of the timeline (one step per node or host stage) */
+    int peak_step;             /* where the live bytes reach the lower bound */
+    size_t peak[DFG_CAT_COUNT];/* live bytes at peak_step by category */
+    const dfg_tensor *largest_temp;
+    size_t largest_temp_bytes;
+    double flops;              /* one step: every node's flops x its stage's repeat */
+    int n_nodes, n_nodes_removed; /* after dce; removed by dce */
+    int n_inplace;             /* outputs placed in the bytes of an input that dies there */
+    const char *placement;     /* which placement ordering won */
+} dfg_report;
+
+/* The report of a compiled program, or NULL. */
+const dfg_report *dfg_program_report(const dfg_program *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

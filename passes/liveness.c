@@ -1,0 +1,194 @@
+/* liveness.c - the timeline, every tensor's lifetime, and the buffers that get bytes.
+ *
+ * Steps: one per scheduled node, one per host stage, stage after stage (a repeated stage's body
+ * once: each run reuses the same bytes). A TEMP lives from its producer to its last reader; a
+ * dfg_output lives to the end of the step (the host reads it afterwards). Persistent tensors
+ * live for the whole timeline, or from the start of their scope's first stage to the end of its
+ * last. Views and versions share their storage's buffer and stretch its lifetime. An output
+ * takes the buffer of an input that dies at its node when the op allows it (ops/inplace.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static int stage_by_name(const dfg_program *p, const char *name) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (!strcmp(p->stages[s].name, name)) return s;
+    return -1;
+}
+
+static void extend(dfg_span *s, int step) {
+    if (s->first < 0 || step < s->first) s->first = step;
+    if (step > s->last) s->last = step;
+}
+
+static dfg_status build_timeline(dfg_program *p, dfg_plan *plan) {
+    plan->stage_step = dfg_plan_alloc(p, sizeof(int) * (size_t)(p->n_stages + 1));
+    plan->graph_stage = dfg_plan_alloc(p, sizeof(int) * (size_t)(p->n_graphs + 1));
+    if (!plan->stage_step || !plan->graph_stage) return DFG_ERR_NOMEM;
+    for (int gi = 0; gi < p->n_graphs; gi++) plan->graph_stage[gi] = -1;
+    int step = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        plan->stage_step[s] = step;
+        const dfg_stage *st = &p->stages[s];
+        int len = 1;
+        if (st->kind == DFG_STAGE_GRAPH) {
+            plan->graph_stage[st->graph->id] = s;
+            len = st->graph->n_nodes > 0 ? st->graph->n_nodes : 1;
+        }
+        step += len;
+    }
+    plan->stage_step[p->n_stages] = step;
+    plan->n_steps = step > 0 ? step : 1;
+    return DFG_OK;
+}
+
+/* Lifetimes of the tensors themselves (not yet of their buffers). */
+static void tensor_lifetimes(dfg_program *p, dfg_plan *plan) {
+    int end = plan->n_steps - 1;
+    for (int i = 0; i < p->n_tensors; i++) plan->life[i] = (dfg_span){-1, -1};
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind == DFG_TEMP) continue;
+        if (t->scope_first) {
+            int a = stage_by_name(p, t->scope_first), b = stage_by_name(p, t->scope_last);
+            plan->life[i] = (dfg_span){plan->stage_step[a], plan->stage_step[b + 1] - 1};
+        } else plan->life[i] = (dfg_span){0, end};
+    }
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        const dfg_graph *g = p->graphs[gi];
+        int s = plan->graph_stage[gi];
+        if (s < 0) continue;
+        for (int n = 0; n < g->n_nodes; n++) {
+            const dfg_node *node = g->nodes[n];
+            int step = plan->stage_step[s] + n;
+            for (int k = 0; k < node->n_out; k++) {
+                const dfg_tensor *o = node->out[k];
+                extend(&plan->life[o->id], step);
+                if (o->flags & DFG_TF_OUTPUT) extend(&plan->life[o->id], end);
+            }
+            for (int j = 0; j < node->n_in; j++) extend(&plan->life[node->in[j]->id], step);
+        }
+    }
+}
+
+/* What the bytes of buffer owner t are for, in the memory report's terms. */
+static dfg_category category_of(const dfg_tensor *t, const bool *logits) {
+    if (t->kind != DFG_TEMP) {
+        switch (t->role) {
+        case DFG_ROLE_PARAM: return DFG_CAT_PARAMS;
+        case DFG_ROLE_GRAD: return DFG_CAT_GRADS;
+        case DFG_ROLE_OPTIM: return DFG_CAT_OPTIMIZER;
+        case DFG_ROLE_REF_MODEL: return DFG_CAT_REF_MODEL;
+        case DFG_ROLE_KV_CACHE: return DFG_CAT_KV_CACHE;
+        default: return t->kind == DFG_PARAM ? DFG_CAT_PARAMS : DFG_CAT_OTHER;
+        }
+    }
+    if (t->flags & DFG_TF_GRAD) return DFG_CAT_GRADS;
+    return logits[t->id] ? DFG_CAT_LOGITS : DFG_CAT_ACTIVATIONS;
+}
+
+/* Logits-like tensors: the lm_head's output (a matmul against a tensor used as an embedding
+ * table), the scatter to the vocabulary in take's backward, and whatever keeps their shape
+ * through pointwise, softmax and cast ops. */
+static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
+            const dfg_node *node = p->graphs[gi]->nodes[n];
+            if (node->op == DFG_OP_EMBED) table[node->in[0]->storage->id] = true;
+        }
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
+            const dfg_node *node = p->graphs[gi]->nodes[n];
+            const dfg_tensor *o = node->out[0];
+            bool mark = node->op == DFG_OP_TAKE_BWD ||
+                        (node->op == DFG_OP_MATMUL && node->attr.matmul.trans_b && table[node->in[1]->storage->id]);
+            switch (node->op) {
+            case DFG_OP_MATMUL: case DFG_OP_EMBED: case DFG_OP_EMBED_BWD: case DFG_OP_ATTENTION:
+            case DFG_OP_ATTENTION_BWD: case DFG_OP_LAYERNORM: case DFG_OP_LAYERNORM_BWD:
+                break; /* these change what the last dim means */
+            default:
+                for (int j = 0; j < node->n_in && !mark; j++)
+                    mark = logits[node->in[j]->id] && o->shape.rank &&
+                           o->shape.d[o->shape.rank - 1] == node->in[j]->shape.d[node->in[j]->shape.rank - 1];
+            }
+            if (mark) logits[o->id] = true;
+        }
+}
+
+/* One buffer per storage owner that is live; views and versions join their owner's. */
+static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logits) {
+    int nt = p->n_tensors;
+    plan->buf_of = dfg_plan_alloc(p, sizeof(int) * (size_t)(nt ? nt : 1));
+    plan->bufs = dfg_plan_alloc(p, sizeof(dfg_buf) * (size_t)(nt ? nt : 1));
+    if (!plan->buf_of || !plan->bufs) return DFG_ERR_NOMEM;
+    size_t align = plan->opt.align;
+    for (int i = 0; i < nt; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        plan->buf_of[i] = -1;
+        bool live = plan->life[i].first >= 0 || t->kind != DFG_TEMP;
+        if (t->storage != t || (t->flags & DFG_TF_DEAD) || !live) continue;
+        dfg_buf *b = &plan->bufs[plan->n_bufs];
+        b->bytes = (int64_t)dfg_tensor_bytes(t);
+        b->size = (int64_t)((dfg_tensor_bytes(t) + align - 1) / align * align);
+        b->life = plan->life[i];
+        b->owner = i;
+        b->merged_into = -1;
+        b->cat = category_of(t, logits);
+        b->persistent = t->kind != DFG_TEMP && !t->scope_first;
+        b->pinned = (t->flags & DFG_TF_OUTPUT) != 0;
+        plan->buf_of[i] = plan->n_bufs++;
+    }
+    for (int i = 0; i < nt; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->storage == t || plan->life[i].first < 0 || plan->buf_of[t->storage->id] < 0) continue;
+        int b = plan->buf_of[t->storage->id];
+        plan->buf_of[i] = b;
+        if (t->flags & DFG_TF_OUTPUT) plan->bufs[b].pinned = true;
+        extend(&plan->bufs[b].life, plan->life[i].first);
+        extend(&plan->bufs[b].life, plan->life[i].last);
+    }
+    return DFG_OK;
+}
+
+/* Places node outputs in the buffer of an input that dies at the node, in step order. */
+static void merge_inplace(dfg_program *p, dfg_plan *plan) {
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        const dfg_graph *g = p->graphs[gi];
+        int s = plan->graph_stage[gi];
+        for (int n = 0; s >= 0 && n < g->n_nodes; n++) {
+            const dfg_node *node = g->nodes[n];
+            int j = dfg_op_inplace_input(node), step = plan->stage_step[s] + n;
+            const dfg_tensor *o = node->out[0];
+            if (j < 0 || o->storage != o || plan->buf_of[o->id] < 0 || plan->buf_of[node->in[j]->id] < 0) continue;
+            int bx = plan->buf_of[node->in[j]->id], bo = plan->buf_of[o->id];
+            dfg_buf *x = &plan->bufs[bx], *y = &plan->bufs[bo];
+            if (bx == bo || x->persistent || x->pinned || p->tensors[x->owner]->kind != DFG_TEMP ||
+                x->life.last != step || x->bytes != y->bytes || y->merged_into >= 0)
+                continue;
+            x->life.last = y->life.last;
+            x->pinned = y->pinned;
+            y->merged_into = bx;
+            for (int i = 0; i < p->n_tensors; i++)
+                if (plan->buf_of[i] == bo) plan->buf_of[i] = bx;
+            plan->report.n_inplace++;
+        }
+    }
+}
+
+dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {
+    int nt = p->n_tensors;
+    dfg_status st = build_timeline(p, plan);
+    plan->life = dfg_plan_alloc(p, sizeof(dfg_span) * (size_t)(nt ? nt : 1));
+    bool *logits = calloc((size_t)(nt ? nt : 1), sizeof(bool)), *table = calloc((size_t)(nt ? nt : 1), sizeof(bool));
+    if (st || !plan->life || !logits || !table) {
+        free(logits), free(table);
+        return DFG_ERR_NOMEM;
+    }
+    tensor_lifetimes(p, plan);
+    mark_logits(p, logits, table);
+    st = make_buffers(p, plan, logits);
+    if (!st && !plan->opt.no_reuse) merge_inplace(p, plan);
+    free(logits), free(table);
+    return st;
+}

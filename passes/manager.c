@@ -1,0 +1,106 @@
+/* manager.c - the pass pipeline: runs each pass in order, verify between passes when asked,
+ * and seals the program with its plan. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct {
+    const char *name;
+    dfg_status (*run)(dfg_program *p, const dfg_options *o);
+} pass_entry;
+
+/* The order is the design's: verify -> dce -> (fuse -> remat) -> schedule -> plan_memory ->
+ * (capture_plan) -> verify plan. */
+static const pass_entry pipeline[] = {
+    {"verify", dfg_pass_verify},
+    {"dce", dfg_pass_dce},
+    {"schedule", dfg_pass_schedule},
+    {"plan_memory", dfg_pass_plan_memory},
+    {"verify_plan", dfg_pass_verify_plan},
+};
+
+dfg_options dfg_options_default(dfg_target target) {
+    dfg_options o = {.target = target};
+#ifndef NDEBUG
+    o.verify_each = true;
+#endif
+    const char *env = getenv("DFG_VERIFY");
+    if (env && *env && strcmp(env, "0")) o.verify_each = true;
+    return o;
+}
+
+void *dfg_plan_alloc(dfg_program *p, size_t bytes) { return dfg_arena_alloc(&p->arena, bytes ? bytes : 1); }
+
+dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status) return p->status;
+    if (p->plan) return dfg_program_fail_(p, DFG_ERR_STATE, "compile: program '%s' is already compiled", p->name);
+    dfg_status st = dfg_program_status(p);
+    if (st) return st; /* a graph's error: dfg_program_error names it */
+    dfg_options o = opt ? *opt : dfg_options_default(DFG_TARGET_CPU);
+    if ((unsigned)o.target >= DFG_TARGET_COUNT)
+        return dfg_program_fail_(p, DFG_ERR_ARG, "compile: unknown target %d", (int)o.target);
+    if (!o.align) o.align = o.target == DFG_TARGET_CUDA ? 256 : 64;
+    if (o.align & (o.align - 1)) return dfg_program_fail_(p, DFG_ERR_ARG, "compile: alignment %zu is not a power of two", o.align);
+    dfg_plan *plan = dfg_plan_alloc(p, sizeof(*plan));
+    if (!plan) return dfg_program_fail_(p, DFG_ERR_NOMEM, "compile: out of memory");
+    plan->opt = o;
+    p->plan = plan; /* from here on the program is sealed */
+    for (size_t i = 0; i < sizeof(pipeline) / sizeof(pipeline[0]); i++) {
+        if ((st = pipeline[i].run(p, &o))) return st;
+        if (o.verify_each && pipeline[i].run != dfg_pass_verify && (st = dfg_pass_verify(p, &o))) return st;
+    }
+    return DFG_OK;
+}
+
+bool dfg_is_compiled(const dfg_program *p) { return p && p->plan && !p->status; }
+
+const dfg_report *dfg_program_report(const dfg_program *p) {
+    return dfg_is_compiled(p) ? &p->plan->report : NULL;
+}
+
+const char *dfg_category_name(dfg_category c) {
+    static const char *const names[DFG_CAT_COUNT] = {
+        [DFG_CAT_PARAMS] = "params",         [DFG_CAT_GRADS] = "grads",   [DFG_CAT_OPTIMIZER] = "optimizer",
+        [DFG_CAT_REF_MODEL] = "ref_model",   [DFG_CAT_KV_CACHE] = "kv_cache", [DFG_CAT_ACTIVATIONS] = "activations",
+        [DFG_CAT_LOGITS] = "logits",         [DFG_CAT_WORKSPACE] = "workspace", [DFG_CAT_OTHER] = "other"};
+    return (unsigned)c < DFG_CAT_COUNT ? names[c] : "?";
+}
+
+int dfg_graph_stage_index(const dfg_program *p, const dfg_graph *g) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (p->stages[s].kind == DFG_STAGE_GRAPH && p->stages[s].graph == g) return s;
+    return -1;
+}
+
+dfg_status dfg_consumers_build(const dfg_program *p, const dfg_graph *g, dfg_consumers *c) {
+    int nt = p->n_tensors;
+    c->start = calloc((size_t)nt + 1, sizeof(*c->start));
+    int total = 0;
+    for (int i = 0; i < g->n_nodes; i++) total += g->nodes[i]->n_in;
+    c->node = malloc(sizeof(*c->node) * (size_t)(total ? total : 1));
+    int *fill = calloc((size_t)nt + 1, sizeof(*fill));
+    if (!c->start || !c->node || !fill) {
+        free(fill);
+        dfg_consumers_free(c);
+        return DFG_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) c->start[g->nodes[i]->in[j]->id + 1]++;
+    for (int t = 0; t < nt; t++) c->start[t + 1] += c->start[t];
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            int t = g->nodes[i]->in[j]->id;
+            c->node[c->start[t] + fill[t]++] = g->nodes[i];
+        }
+    free(fill);
+    return DFG_OK;
+}
+
+void dfg_consumers_free(dfg_consumers *c) {
+    free(c->start);
+    free(c->node);
+    c->start = NULL;
+    c->node = NULL;
+}

@@ -1,0 +1,73 @@
+/* plan.h - the compiled plan (internal): timeline, lifetimes, buffers and their offsets.
+ *
+ * The timeline has one step per scheduled node and one per host stage, stage after stage; a
+ * stage that repeats (decode steps, micro-batches) appears once, because every run of its body
+ * reuses the same bytes. A buffer is what gets bytes in the arena: a tensor that owns storage
+ * together with the views and versions that share it, and with the outputs placed in it in place.
+ */
+#ifndef DFG_PLAN_H
+#define DFG_PLAN_H
+
+#include "../graph/ir.h"
+#include "../ops/op.h"
+#include "../runtime/memplan.h"
+#include "dfg_passes.h"
+
+typedef struct {
+    int32_t first, last; /* inclusive steps; first < 0: never live */
+} dfg_span;
+
+typedef struct {
+    int64_t bytes;     /* the owner's bytes */
+    int64_t size;      /* bytes rounded up to the alignment: what placement reserves */
+    int64_t offset;
+    dfg_span life;
+    int owner;         /* tensor id of the storage owner */
+    int merged_into;   /* -1, or the buffer this one was placed in (in-place reuse) */
+    dfg_category cat;
+    bool persistent;   /* lives for the whole timeline: placed below every transient buffer */
+    bool pinned;       /* holds a dfg_output: read after the step, so never overwritten in place */
+} dfg_buf;
+
+struct dfg_plan {
+    dfg_options opt;
+    dfg_report report;
+    int n_steps;
+    int *stage_step;  /* [n_stages + 1]: first step of each stage; [n_stages] = n_steps */
+    int *graph_stage; /* [graph id]: the stage that runs it, or -1 */
+    dfg_span *life;   /* [tensor id]: the steps where the tensor itself is written or read */
+    int *buf_of;      /* [tensor id]: its buffer after merging, or -1 */
+    dfg_buf *bufs;
+    int n_bufs;
+    dfg_memplan mem;  /* [tensor id] offsets and the arena size: what the runtime uses */
+};
+
+typedef struct dfg_plan dfg_plan;
+
+/* The passes, in pipeline order (passes/<name>.c). Errors go to the program's sticky error. */
+dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_plan_memory(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_verify_plan(dfg_program *p, const dfg_options *o);
+
+/* plan_memory's parts: lifetimes and buffers (liveness.c), offsets (placement.c), the report
+ * (report.c). */
+dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan);
+dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan);
+void dfg_plan_report(dfg_program *p, dfg_plan *plan);
+
+/* The graph's stage index, or -1 when the graph is not staged. */
+int dfg_graph_stage_index(const dfg_program *p, const dfg_graph *g);
+/* Allocates zeroed memory in the program's arena (plans live as long as their program). */
+void *dfg_plan_alloc(dfg_program *p, size_t bytes);
+/* The consumers of every tensor of a graph, as a CSR list over tensor ids (cons_start has
+ * n_tensors + 1 entries); a node that reads a tensor twice is listed once per read. */
+typedef struct {
+    int *start;
+    const dfg_node **node;
+} dfg_consumers;
+dfg_status dfg_consumers_build(const dfg_program *p, const dfg_graph *g, dfg_consumers *c);
+void dfg_consumers_free(dfg_consumers *c);
+
+#endif

@@ -1,0 +1,43 @@
+/* report.c - the memory report of a plan: arena, lower bound, naive bytes, what is live at the
+ * peak by category, the largest temporary, and the step's FLOPs. */
+#include <stdlib.h>
+
+#include "plan.h"
+
+void dfg_plan_report(dfg_program *p, dfg_plan *plan) {
+    dfg_report *r = &plan->report;
+    r->target = plan->opt.target;
+    r->align = plan->opt.align;
+    r->n_steps = plan->n_steps;
+    int64_t *live = calloc((size_t)plan->n_steps + 1, sizeof(int64_t));
+    for (int b = 0; b < plan->n_bufs; b++) {
+        const dfg_buf *buf = &plan->bufs[b];
+        const dfg_tensor *owner = p->tensors[buf->owner];
+        r->naive_bytes += (size_t)buf->size;
+        if (buf->persistent) r->persistent_bytes += (size_t)buf->size;
+        if (owner->kind == DFG_TEMP && (size_t)buf->bytes > r->largest_temp_bytes)
+            r->largest_temp = owner, r->largest_temp_bytes = (size_t)buf->bytes;
+        if (buf->merged_into >= 0 || !live) continue;
+        live[buf->life.first] += buf->size;
+        live[buf->life.last + 1] -= buf->size;
+    }
+    int64_t run = 0, best = -1;
+    for (int s = 0; live && s < plan->n_steps; s++) {
+        run += live[s];
+        if (run > best) best = run, r->peak_step = s;
+    }
+    r->lower_bound_bytes = best > 0 ? (size_t)best : 0;
+    for (int b = 0; b < plan->n_bufs; b++) {
+        const dfg_buf *buf = &plan->bufs[b];
+        if (buf->merged_into < 0 && buf->life.first <= r->peak_step && r->peak_step <= buf->life.last)
+            r->peak[buf->cat] += (size_t)buf->size;
+    }
+    free(live);
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_stage *st = &p->stages[s];
+        if (st->kind != DFG_STAGE_GRAPH) continue;
+        r->n_nodes += st->graph->n_nodes;
+        for (int n = 0; n < st->graph->n_nodes; n++)
+            r->flops += (double)st->repeat * dfg_ops[st->graph->nodes[n]->op].cost(st->graph->nodes[n]).flops;
+    }
+}

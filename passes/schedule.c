@@ -1,0 +1,224 @@
+/* schedule.c - a topological order per staged graph that keeps the live set small.
+ *
+ * Edges: a node comes after the producers of the temporaries it reads, and a node that writes a
+ * persistent tensor comes after every other reader of the value it overwrites (including readers
+ * through reshape views). Among the ready nodes, the greedy pick is the one that grows the live
+ * bytes least (bytes it allocates minus bytes whose last reader it is), ties going to build
+ * order. The greedy order is kept only when its peak is below the build order's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct {
+    int n;
+    int *succ_start, *succ; /* CSR successor lists by node index */
+    int *n_pred;            /* unscheduled predecessors */
+} dag;
+
+/* A TEMP that owns its bytes, and that the schedule can therefore free. */
+static bool transient_owner(const dfg_tensor *t) { return t->kind == DFG_TEMP && t->storage == t && !t->version_of; }
+static const dfg_tensor *owner_of(const dfg_tensor *t) { return transient_owner(t->storage) ? t->storage : NULL; }
+
+/* Appends the readers of version v (direct, and through reshape views of it) except w. */
+static int add_readers(const dfg_consumers *c, const dfg_tensor *v, const dfg_node *w, int *out, int n_out) {
+    for (int k = c->start[v->id]; k < c->start[v->id + 1]; k++) {
+        const dfg_node *r = c->node[k];
+        if (r == w) continue;
+        out[n_out++] = r->id;
+        if (r->op == DFG_OP_RESHAPE) n_out = add_readers(c, r->out[0], w, out, n_out);
+    }
+    return n_out;
+}
+
+/* The version of a persistent tensor that node n's output o overwrites. */
+static const dfg_tensor *written_input(const dfg_node *n, const dfg_tensor *o) {
+    for (int j = 0; j < n->n_in; j++) {
+        const dfg_tensor *x = n->in[j];
+        if (!x->view_of && (x == o->version_of || x->version_of == o->version_of)) return x;
+    }
+    return NULL;
+}
+
+/* Edges as (from, to) pairs, then CSR. Returns false when out of memory. */
+static bool build_dag(const dfg_graph *g, const dfg_consumers *c, dag *d) {
+    int n = g->n_nodes, cap = 64, m = 0;
+    int *from = malloc(sizeof(int) * (size_t)cap), *to = malloc(sizeof(int) * (size_t)cap);
+    int *tmp = malloc(sizeof(int) * (size_t)(c->start[g->program->n_tensors] + 1));
+    bool ok = from && to && tmp;
+#define EDGE(a, b)                                                                 \
+    do {                                                                           \
+        if (m == cap) {                                                            \
+            cap *= 2;                                                              \
+            int *nf = realloc(from, sizeof(int) * (size_t)cap), *nt = realloc(to, sizeof(int) * (size_t)cap); \
+            if (nf) from = nf;                                                     \
+            if (nt) to = nt;                                                       \
+            if (!nf || !nt) { ok = false; break; }                                 \
+        }                                                                          \
+        from[m] = (a), to[m++] = (b);                                              \
+    } while (0)
+    for (int i = 0; i < n && ok; i++) {
+        const dfg_node *nd = g->nodes[i];
+        for (int j = 0; j < nd->n_in && ok; j++)
+            if (nd->in[j]->kind == DFG_TEMP) EDGE(nd->in[j]->producer->id, i);
+        for (int k = 0; k < nd->n_out && ok; k++) {
+            const dfg_tensor *v = nd->out[k]->version_of ? written_input(nd, nd->out[k]) : NULL;
+            if (!v) continue;
+            int nr = add_readers(c, v, nd, tmp, 0);
+            for (int r = 0; r < nr && ok; r++) EDGE(tmp[r], i);
+        }
+    }
+#undef EDGE
+    d->n = n;
+    d->succ_start = calloc((size_t)n + 1, sizeof(int));
+    d->succ = malloc(sizeof(int) * (size_t)(m ? m : 1));
+    d->n_pred = calloc((size_t)(n ? n : 1), sizeof(int));
+    ok = ok && d->succ_start && d->succ && d->n_pred;
+    if (ok) {
+        for (int e = 0; e < m; e++) d->succ_start[from[e] + 1]++, d->n_pred[to[e]]++;
+        for (int i = 0; i < n; i++) d->succ_start[i + 1] += d->succ_start[i];
+        int *fill = calloc((size_t)(n ? n : 1), sizeof(int));
+        ok = fill != NULL;
+        for (int e = 0; e < m && ok; e++) d->succ[d->succ_start[from[e]] + fill[from[e]]++] = to[e];
+        free(fill);
+    }
+    free(from), free(to), free(tmp);
+    return ok;
+}
+
+static void dag_free(dag *d) {
+    free(d->succ_start), free(d->succ), free(d->n_pred);
+}
+
+/* Live-byte bookkeeping shared by the greedy choice and by measuring an order's peak. */
+typedef struct {
+    const dfg_graph *g;
+    int64_t *reads_left; /* [tensor id] of owners: reads not yet scheduled (views count) */
+} live_state;
+
+static bool init_reads(const dfg_program *p, const dfg_graph *g, live_state *s) {
+    s->g = g;
+    s->reads_left = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(int64_t));
+    if (!s->reads_left) return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            const dfg_tensor *o = owner_of(g->nodes[i]->in[j]);
+            if (o) s->reads_left[o->id]++;
+        }
+    /* dfg_outputs are read after the step: their bytes never free inside the graph */
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i]->n_out; k++) {
+            const dfg_tensor *t = g->nodes[i]->out[k];
+            const dfg_tensor *o = owner_of(t);
+            if (o && (t->flags & DFG_TF_OUTPUT)) s->reads_left[o->id] += (int64_t)1 << 40;
+        }
+    return true;
+}
+
+/* Bytes node n allocates, and bytes freed once it ran (given reads_left before it runs). */
+static void node_delta(const live_state *s, const dfg_node *n, int64_t *alloc, int64_t *freed) {
+    *alloc = 0, *freed = 0;
+    for (int k = 0; k < n->n_out; k++)
+        if (transient_owner(n->out[k])) {
+            int64_t b = (int64_t)dfg_tensor_bytes(n->out[k]);
+            *alloc += b;
+            if (s->reads_left[n->out[k]->id] == 0) *freed += b; /* nothing reads it */
+        }
+    for (int j = 0; j < n->n_in; j++) {
+        const dfg_tensor *o = owner_of(n->in[j]);
+        if (!o) continue;
+        int reads = 0, first = 1;
+        for (int q = 0; q < n->n_in; q++) {
+            if (owner_of(n->in[q]) != o) continue;
+            reads++;
+            if (q < j) first = 0;
+        }
+        if (first && s->reads_left[o->id] == reads) *freed += (int64_t)dfg_tensor_bytes(o);
+    }
+}
+
+static void node_ran(live_state *s, const dfg_node *n) {
+    for (int j = 0; j < n->n_in; j++) {
+        const dfg_tensor *o = owner_of(n->in[j]);
+        if (o) s->reads_left[o->id]--;
+    }
+}
+
+/* Peak live bytes of the graph's transient tensors when run in `order`. */
+static int64_t order_peak(const dfg_program *p, const dfg_graph *g, dfg_node *const *order, bool *ok) {
+    live_state s;
+    if (!init_reads(p, g, &s)) return *ok = false, 0;
+    int64_t live = 0, peak = 0, a, f;
+    for (int i = 0; i < g->n_nodes; i++) {
+        node_delta(&s, order[i], &a, &f);
+        live += a;
+        peak = live > peak ? live : peak;
+        live -= f;
+        node_ran(&s, order[i]);
+    }
+    free(s.reads_left);
+    return peak;
+}
+
+/* Kahn's algorithm, choosing the ready node with the smallest growth of live bytes. */
+static bool greedy_order(const dfg_program *p, const dfg_graph *g, const dag *d, dfg_node **order) {
+    int n = g->n_nodes, n_ready = 0;
+    int *ready = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *pred = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    live_state s;
+    if (!ready || !pred || !init_reads(p, g, &s)) {
+        free(ready), free(pred);
+        return false;
+    }
+    memcpy(pred, d->n_pred, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (!pred[i]) ready[n_ready++] = i;
+    for (int pos = 0; pos < n; pos++) {
+        int best = 0;
+        int64_t best_score = 0;
+        for (int r = 0; r < n_ready; r++) {
+            int64_t a, f;
+            node_delta(&s, g->nodes[ready[r]], &a, &f);
+            int64_t score = a - f;
+            if (r == 0 || score < best_score || (score == best_score && ready[r] < ready[best]))
+                best = r, best_score = score;
+        }
+        int v = ready[best];
+        ready[best] = ready[--n_ready];
+        order[pos] = g->nodes[v];
+        node_ran(&s, g->nodes[v]);
+        for (int e = d->succ_start[v]; e < d->succ_start[v + 1]; e++)
+            if (--pred[d->succ[e]] == 0) ready[n_ready++] = d->succ[e];
+    }
+    free(ready), free(pred), free(s.reads_left);
+    return true;
+}
+
+static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
+    dfg_consumers c;
+    dag d = {0};
+    dfg_node **order = malloc(sizeof(*order) * (size_t)(g->n_nodes ? g->n_nodes : 1));
+    bool ok = order && !dfg_consumers_build(p, g, &c);
+    if (ok) {
+        ok = build_dag(g, &c, &d) && greedy_order(p, g, &d, order);
+        dfg_consumers_free(&c);
+    }
+    if (ok) {
+        int64_t before = order_peak(p, g, g->nodes, &ok), after = order_peak(p, g, order, &ok);
+        if (ok && after < before)
+            for (int i = 0; i < g->n_nodes; i++) g->nodes[i] = order[i], order[i]->id = i;
+    }
+    dag_free(&d);
+    free(order);
+    return ok ? DFG_OK : dfg_program_fail_(p, DFG_ERR_NOMEM, "schedule: out of memory in graph '%s'", g->name);
+}
+
+dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o) {
+    if (o->keep_order) return DFG_OK;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        if (dfg_graph_stage_index(p, p->graphs[gi]) >= 0) {
+            dfg_status st = schedule_graph(p, p->graphs[gi]);
+            if (st) return st;
+        }
+    return DFG_OK;
+}

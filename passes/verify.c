@@ -1,0 +1,135 @@
+/* verify.c - checks the invariants every pass must keep, on the program as it is now:
+ * stages (each graph staged once, unique names, scopes that name real stages), SSA (every
+ * TEMP made by exactly one earlier node of its graph), the version discipline of persistent
+ * tensors (a node reads the current value; a write consumes the current value), scoped
+ * tensors used inside their scope, and every node's outputs as its shape rule says. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static dfg_tensor *root_of(dfg_tensor *t) { return t->version_of ? t->version_of : t; }
+
+static dfg_tensor *value_base(dfg_tensor *t) {
+    while (t->view_of) t = t->view_of;
+    return t;
+}
+
+static int stage_by_name(const dfg_program *p, const char *name) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (!strcmp(p->stages[s].name, name)) return s;
+    return -1;
+}
+
+static dfg_status verify_stages(dfg_program *p) {
+    for (int s = 0; s < p->n_stages; s++) {
+        for (int r = 0; r < s; r++) {
+            if (!strcmp(p->stages[r].name, p->stages[s].name))
+                return dfg_program_fail_(p, DFG_ERR_ARG, "verify: two stages are named '%s'", p->stages[s].name);
+            if (p->stages[s].kind == DFG_STAGE_GRAPH && p->stages[r].graph == p->stages[s].graph)
+                return dfg_program_fail_(p, DFG_ERR_ARG, "verify: graph '%s' is staged twice (stages %d and %d)",
+                                         p->stages[s].graph->name, r, s);
+        }
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (!t->scope_first) continue;
+        int a = stage_by_name(p, t->scope_first), b = stage_by_name(p, t->scope_last);
+        if (a < 0 || b < 0 || a > b)
+            return dfg_program_fail_(p, DFG_ERR_ARG, "verify: the scope of '%s' (%s .. %s) does not name two stages in order",
+                                     t->name, t->scope_first, t->scope_last);
+    }
+    return DFG_OK;
+}
+
+/* Is stage s inside the scope of persistent tensor t? */
+static bool in_scope(const dfg_program *p, const dfg_tensor *t, int s) {
+    if (!t->scope_first || s < 0) return true;
+    return s >= stage_by_name(p, t->scope_first) && s <= stage_by_name(p, t->scope_last);
+}
+
+typedef struct {
+    dfg_program *p;
+    const dfg_graph *g;
+    int stage;
+    bool *defined;          /* [tensor id] made by an earlier node */
+    dfg_tensor **current;   /* [tensor id] current version of a persistent tensor (NULL: itself) */
+} walk;
+
+static dfg_status fail_node(walk *w, const dfg_node *n, const char *what, const dfg_tensor *t) {
+    return dfg_program_fail_(w->p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' (%s): %s '%s'", w->g->name, n->id,
+                             n->name, dfg_op_name(n->op), what, t ? t->name : "NULL");
+}
+
+static dfg_status check_input(walk *w, const dfg_node *n, dfg_tensor *x) {
+    const dfg_program *p = w->p;
+    if (!x || x->id < 0 || x->id >= p->n_tensors || p->tensors[x->id] != x) return fail_node(w, n, "foreign input", x);
+    if (x->flags & DFG_TF_DEAD) return fail_node(w, n, "reads a tensor removed by dce", x);
+    if (x->kind == DFG_TEMP && (x->graph != w->g || !w->defined[x->id]))
+        return fail_node(w, n, "reads a temporary that no earlier node of this graph makes", x);
+    dfg_tensor *base = value_base(x);
+    if (base->kind == DFG_TEMP && !base->version_of) return DFG_OK;
+    dfg_tensor *root = root_of(base), *cur = w->current[root->id] ? w->current[root->id] : root;
+    if (base != cur) return fail_node(w, n, "reads a value overwritten before it (stale version of)", root);
+    if (!in_scope(p, root, w->stage)) return fail_node(w, n, "uses outside its declared scope", root);
+    return DFG_OK;
+}
+
+/* Re-runs the op's shape rule and compares with the outputs the node has. */
+static dfg_status check_outputs(walk *w, const dfg_node *n) {
+    dfg_graph *g = (dfg_graph *)w->g;
+    dfg_out_spec *spec = calloc((size_t)n->n_out, sizeof(*spec));
+    if (!spec) return dfg_program_fail_(w->p, DFG_ERR_NOMEM, "verify: out of memory");
+    for (int k = 0; k < n->n_out; k++) spec[k].alias = -1;
+    dfg_status st = g->status ? g->status : dfg_ops[n->op].infer(g, n, spec);
+    for (int k = 0; k < n->n_out && !st; k++) {
+        dfg_tensor *o = n->out[k];
+        const dfg_out_spec *s = &spec[k];
+        bool shares = s->alias >= 0 && o->storage == n->in[s->alias]->storage;
+        if (o->producer != n || o->producer_slot != k || o->graph != g || w->defined[o->id])
+            st = fail_node(w, n, "output is not made by this node alone", o);
+        else if (o->dtype != s->dtype || !dfg_shape_equal(o->shape, s->shape))
+            st = fail_node(w, n, "output differs from the op's shape rule", o);
+        else if ((s->alias >= 0) != (o->storage != o) || (s->alias >= 0 && !shares) ||
+                 (s->writes != (o->version_of != NULL)))
+            st = fail_node(w, n, "output's storage sharing differs from the op's rule", o);
+        if (st) break;
+        w->defined[o->id] = true;
+        if (s->writes) w->current[o->version_of->id] = o;
+    }
+    free(spec);
+    if (st && !w->p->status) dfg_program_fail_(w->p, st, "verify: %s", g->error);
+    return st;
+}
+
+static dfg_status verify_graph(dfg_program *p, const dfg_graph *g, bool *defined, dfg_tensor **current) {
+    walk w = {p, g, dfg_graph_stage_index(p, g), defined, current};
+    memset(defined, 0, sizeof(*defined) * (size_t)p->n_tensors);
+    memset(current, 0, sizeof(*current) * (size_t)p->n_tensors);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const dfg_node *n = g->nodes[i];
+        if (n->id != i || n->graph != g || (unsigned)n->op >= DFG_OP_COUNT)
+            return dfg_program_fail_(p, DFG_ERR_STATE, "verify: graph '%s': node at %d is misnumbered or foreign",
+                                     g->name, i);
+        for (int j = 0; j < n->n_in; j++) {
+            dfg_status st = check_input(&w, n, n->in[j]);
+            if (st) return st;
+        }
+        dfg_status st = check_outputs(&w, n);
+        if (st) return st;
+    }
+    return DFG_OK;
+}
+
+dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o) {
+    (void)o;
+    dfg_status st = verify_stages(p);
+    if (st) return st;
+    bool *defined = malloc(sizeof(*defined) * (size_t)(p->n_tensors ? p->n_tensors : 1));
+    dfg_tensor **current = malloc(sizeof(*current) * (size_t)(p->n_tensors ? p->n_tensors : 1));
+    if (!defined || !current) st = dfg_program_fail_(p, DFG_ERR_NOMEM, "verify: out of memory");
+    for (int gi = 0; gi < p->n_graphs && !st; gi++) st = verify_graph(p, p->graphs[gi], defined, current);
+    free(defined);
+    free(current);
+    return st;
+}
