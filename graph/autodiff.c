@@ -50,12 +50,16 @@ static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const 
                              "is not differentiable, but lies between the loss and '%s'; compute the loss "
                              "without it or stop the gradient before it",
                              wrt_names[0]->name);
+    int first_new = g->n_nodes;
     dfg_status st = info->grad(g, n, dout, need, din);
     if (st) return st;
+    /* tags that let passes find and re-differentiate this node's share of the backward graph */
+    for (int i = first_new; i < g->n_nodes; i++) g->nodes[i]->grad_of = n;
     for (int j = 0; j < n->n_in; j++) {
         if (!need[j] || !din[j]) continue;
         if (!dfg_shape_equal(din[j]->shape, n->in[j]->shape) || din[j]->dtype != n->in[j]->dtype)
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "gradient rule gave input #%d a gradient of the wrong shape", j);
+        din[j]->grad_wrt = n->in[j];
         add_grad(c, n->in[j], din[j]);
     }
     return g->status;

@@ -44,6 +44,7 @@ static dfg_tensor *resolve_input(dfg_graph *g, dfg_op op, int slot, dfg_tensor *
         dfg_graph_fail_(g, DFG_ERR_ARG, "%s: input #%d '%s' belongs to another program", opn, slot, t->name);
         return NULL;
     }
+    if (g->rewriting) return t;
     if (t->kind != DFG_TEMP) return latest_version(g, t);
     if (t->graph != g) {
         dfg_graph_fail_(g, DFG_ERR_ARG,
@@ -143,7 +144,7 @@ dfg_node *dfg_node_add(dfg_graph *g, dfg_op op, dfg_tensor *const *in, int n_in,
         dfg_graph_fail_(g, DFG_ERR_ARG, "unknown op id %d", (int)op);
         return NULL;
     }
-    if (p->plan) {
+    if (p->plan && !g->rewriting) {
         dfg_graph_fail_(g, DFG_ERR_STATE, "%s: program '%s' is compiled; build every node before dfg_compile",
                         dfg_op_name(op), p->name);
         return NULL;

@@ -74,6 +74,9 @@ struct dfg_tensor {
     /* dfg_set_scope: the stages (by name) between which a STATE or INPUT holds its value; outside
      * them its bytes belong to other tensors. NULL: the whole step. */
     char *scope_first, *scope_last;
+    /* A gradient contribution made by dfg_backward: the tensor it is the gradient of (the fuse
+     * and remat passes use it to re-differentiate a region they rewrite). */
+    dfg_tensor *grad_wrt;
     UT_hash_handle hh;      /* program's by-name index (persistent and output tensors) */
 };
 
@@ -86,6 +89,7 @@ struct dfg_node {
     int id; /* index in its graph: build order until the schedule pass reorders the nodes */
     dfg_op op;
     uint32_t flags;
+    const dfg_node *grad_of; /* nodes made by a gradient rule: the forward node it differentiates */
     char *name;
     int n_in, n_out;
     dfg_tensor **in;
@@ -104,6 +108,9 @@ struct dfg_graph {
     dfg_tensor **latest;
     int cap_latest;
     dfg_tensor *poison;
+    /* Set by compiler passes while they append nodes to a compiled program: inputs are taken as
+     * given (no version resolution, the pass knows which value it reads) and nothing is sealed. */
+    bool rewriting;
     dfg_status status;
     char error[1024];
 };
