@@ -41,6 +41,8 @@ typedef union {
     struct { int axis; int64_t start; bool dynamic; } slice_assign; /* dynamic: start from input 2 */
     dfg_adamw_config adamw;
     struct { float max_norm; } clip;
+    /* logprob family: 1/temperature; linear_logprob: weight layout and the chunks it walks */
+    struct { float inv_temp; bool trans_b; int64_t rows_chunk, v_chunk; } logprob;
     unsigned char raw[72];
 } dfg_attrs;
 
@@ -50,6 +52,7 @@ enum {
     DFG_TF_OUTPUT = 1u << 1, /* readable by name after the step (dfg_output) */
     DFG_TF_GRAD = 1u << 2,   /* a parameter's gradient as returned by dfg_backward (memory report) */
     DFG_TF_DEAD = 1u << 3,   /* its producer was removed by dce: no bytes, never read */
+    DFG_TF_WORKSPACE = 1u << 4, /* a kernel's scratch, planned like any tensor (memory report) */
 };
 
 struct dfg_tensor {
@@ -82,7 +85,9 @@ struct dfg_tensor {
 
 /* ---------------------------------------------------------------- nodes and graphs */
 enum {
-    DFG_NF_BACKWARD = 1u << 0, /* appended by dfg_backward */
+    DFG_NF_BACKWARD = 1u << 0,   /* appended by dfg_backward */
+    DFG_NF_FUSED = 1u << 1,      /* made by the fuse pass from several user ops */
+    DFG_NF_RECOMPUTED = 1u << 2, /* a copy the remat pass added to recompute an activation */
 };
 
 struct dfg_node {

@@ -113,5 +113,11 @@ dfg_status grad_log_softmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, 
 dfg_status grad_attention(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_embed(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_take(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+dfg_status grad_logprob(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+dfg_status grad_linear_logprob(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+dfg_status grad_bias_gelu(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+
+/* linear_logprob keeps a running sum per row of a chunk on the stack */
+#define DFG_LOGPROB_MAX_ROWS 4096
 
 #endif

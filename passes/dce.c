@@ -63,6 +63,6 @@ dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o) {
     }
     free(live_t);
     free(live_n);
-    p->plan->report.n_nodes_removed = removed;
+    p->plan->report.n_nodes_removed += removed; /* dce also runs after every fusion */
     return DFG_OK;
 }

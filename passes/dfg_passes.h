@@ -21,7 +21,13 @@ typedef struct {
     bool verify_each;      /* run verify after every pass (default on in debug builds) */
     bool no_reuse;         /* give every tensor its own bytes (the baseline planning is measured by) */
     bool keep_order;       /* schedule: keep the build order instead of minimising the live set */
+    bool no_fuse;          /* skip the fuse pass (to compare fused with unfused results) */
+    int64_t memory_budget; /* bytes the arena may take (0: no limit); remat recomputes to fit */
 } dfg_options;
+
+/* Parses "6GiB", "512MiB", "1.5GB", "4096" into bytes (GiB/MiB/KiB binary, GB/MB/KB decimal);
+ * false when the text is not a positive size. */
+bool dfg_parse_bytes(const char *text, int64_t *bytes);
 
 dfg_options dfg_options_default(dfg_target target);
 
@@ -60,6 +66,9 @@ typedef struct {
     double flops;              /* one step: every node's flops x its stage's repeat */
     int n_nodes, n_nodes_removed; /* after dce; removed by dce */
     int n_inplace;             /* outputs placed in the bytes of an input that dies there */
+    int fused[3];              /* rewrites by the fuse pass: logprob, linear_logprob, bias_gelu */
+    int recomputed_nodes;      /* copies remat added to recompute activations in backward */
+    double extra_flops;        /* their flops (not included in flops) */
     const char *placement;     /* which placement ordering won */
 } dfg_report;
 

@@ -85,6 +85,7 @@ static dfg_category category_of(const dfg_tensor *t, const bool *logits) {
         }
     }
     if (t->flags & DFG_TF_GRAD) return DFG_CAT_GRADS;
+    if (t->flags & DFG_TF_WORKSPACE) return DFG_CAT_WORKSPACE;
     return logits[t->id] ? DFG_CAT_LOGITS : DFG_CAT_ACTIVATIONS;
 }
 
@@ -101,7 +102,7 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
             const dfg_node *node = p->graphs[gi]->nodes[n];
             const dfg_tensor *o = node->out[0];
-            bool mark = node->op == DFG_OP_TAKE_BWD ||
+            bool mark = node->op == DFG_OP_TAKE_BWD || node->op == DFG_OP_LOGPROB_BWD ||
                         (node->op == DFG_OP_MATMUL && node->attr.matmul.trans_b && table[node->in[1]->storage->id]);
             switch (node->op) {
             case DFG_OP_MATMUL: case DFG_OP_EMBED: case DFG_OP_EMBED_BWD: case DFG_OP_ATTENTION:

@@ -1,5 +1,7 @@
 /* manager.c - the pass pipeline: runs each pass in order, verify between passes when asked,
  * and seals the program with its plan. */
+#include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@ typedef struct {
 static const pass_entry pipeline[] = {
     {"verify", dfg_pass_verify},
     {"dce", dfg_pass_dce},
+    {"fuse", dfg_pass_fuse},
     {"schedule", dfg_pass_schedule},
     {"plan_memory", dfg_pass_plan_memory},
     {"verify_plan", dfg_pass_verify_plan},
@@ -103,4 +106,31 @@ void dfg_consumers_free(dfg_consumers *c) {
     free(c->node);
     c->start = NULL;
     c->node = NULL;
+}
+
+bool dfg_parse_bytes(const char *text, int64_t *bytes) {
+    static const struct {
+        const char *suffix;
+        double scale;
+    } units[] = {{"", 1}, {"b", 1}, {"k", 1024.0}, {"kib", 1024.0}, {"kb", 1e3}, {"m", 1048576.0}, {"mib", 1048576.0},
+                 {"mb", 1e6}, {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9}, {"t", 1099511627776.0},
+                 {"tib", 1099511627776.0}, {"tb", 1e12}};
+    if (!text || !bytes) return false;
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (end == text || !(v > 0) || !isfinite(v)) return false;
+    while (*end == ' ') end++;
+    char unit[8] = "";
+    size_t k = 0;
+    for (; end[k] && k < sizeof(unit) - 1; k++) unit[k] = (char)tolower((unsigned char)end[k]);
+    if (end[k]) return false;
+    unit[k] = '\0';
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++)
+        if (!strcmp(unit, units[u].suffix)) {
+            double b = v * units[u].scale;
+            if (b >= 9.0e18 || b < 1.0) return false;
+            *bytes = (int64_t)b;
+            return true;
+        }
+    return false;
 }

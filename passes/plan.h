@@ -47,6 +47,7 @@ typedef struct dfg_plan dfg_plan;
 /* The passes, in pipeline order (passes/<name>.c). Errors go to the program's sticky error. */
 dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_fuse(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_plan_memory(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_verify_plan(dfg_program *p, const dfg_options *o);
@@ -69,5 +70,14 @@ typedef struct {
 } dfg_consumers;
 dfg_status dfg_consumers_build(const dfg_program *p, const dfg_graph *g, dfg_consumers *c);
 void dfg_consumers_free(dfg_consumers *c);
+
+/* Graph surgery for passes (rewrite.c). dfg_rw_add builds a node with the op's shape rule and
+ * appends it; dfg_rw_move_tail moves the nodes from first_new to the end so they run before the
+ * node now at pos; dfg_rw_replace_uses makes every reader of old read repl (names of outputs,
+ * gradient tags and views follow). */
+dfg_node *dfg_rw_add(dfg_graph *g, dfg_op op, dfg_tensor *const *in, int n_in, const dfg_attrs *attr, int n_out);
+void dfg_rw_move_tail(dfg_graph *g, int first_new, int pos);
+void dfg_rw_renumber(dfg_graph *g);
+void dfg_rw_replace_uses(dfg_program *p, dfg_graph *g, dfg_tensor *old, dfg_tensor *repl);
 
 #endif

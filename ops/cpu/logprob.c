@@ -1,0 +1,174 @@
+/* logprob.c - CPU kernels of the fused log-probability ops (see ops/logprob.c). Per row they
+ * keep a running max and sum (online log-sum-exp), so each logit is exponentiated once; the
+ * linear form gets its logits chunk by chunk from an OpenBLAS GEMM into the planned workspace. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+/* rows and vocabulary of a logprob node's logits (..., V) */
+static void logits_dims(const dfg_tensor *z, int64_t *rows, int64_t *v) {
+    *v = z->shape.d[z->shape.rank - 1];
+    *rows = dfg_shape_numel(z->shape) / *v;
+}
+
+static dfg_status bad_target(dfg_cpu_ctx *ctx, const dfg_node *n, const int32_t *t, int64_t rows, int64_t v) {
+    for (int64_t r = 0; r < rows; r++)
+        if (t[r] < 0 || t[r] >= v)
+            return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "target %d at row %lld is outside [0, %lld)", t[r], (long long)r,
+                                (long long)v);
+    return DFG_OK;
+}
+
+dfg_status cpu_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    int64_t rows, v;
+    logits_dims(n->in[0], &rows, &v);
+    const float *z = in[0];         /* (rows, V) */
+    const int32_t *t = in[1];       /* (rows) */
+    float *logp = out[0], *lse = out[1]; /* (rows), (rows) */
+    float s = n->attr.logprob.inv_temp;
+    if (bad_target(ctx, n, t, rows, v)) return DFG_ERR_RANGE;
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *zr = z + r * v;
+        float m = -INFINITY;
+        double l = 0.0;
+        for (int64_t j = 0; j < v; j++) { /* online: rescale the sum when the max grows */
+            float x = zr[j] * s;
+            if (x > m) {
+                l = l * exp((double)m - x) + 1.0;
+                m = x;
+            } else l += exp((double)x - m);
+        }
+        lse[r] = (float)(m + log(l));
+        logp[r] = zr[t[r]] * s - lse[r];
+    }
+    return DFG_OK;
+}
+
+/* dz = g * inv_temp * (onehot(t) - softmax(z * inv_temp)); rows with g == 0 (masked) are 0 */
+dfg_status cpu_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    int64_t rows, v;
+    logits_dims(n->in[1], &rows, &v);
+    const float *dy = in[0], *z = in[1], *lse = in[3]; /* (rows), (rows, V), (rows) */
+    const int32_t *t = in[2];
+    float *dz = out[0]; /* (rows, V) */
+    float s = n->attr.logprob.inv_temp;
+    if (bad_target(ctx, n, t, rows, v)) return DFG_ERR_RANGE;
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        float g = dy[r] * s, *d = dz + r * v;
+        const float *zr = z + r * v;
+        if (g == 0.0f) {
+            memset(d, 0, sizeof(float) * (size_t)v);
+            continue;
+        }
+        for (int64_t j = 0; j < v; j++) d[j] = -g * expf(zr[j] * s - lse[r]);
+        d[t[r]] += g;
+    }
+    return DFG_OK;
+}
+
+/* The shapes of a linear_logprob node: rows of hidden (rows, C), vocabulary V. */
+typedef struct {
+    int64_t rows, c, v, rc, vc;
+    bool tb;
+    float s;
+} lin_dims;
+
+static lin_dims lin_of(const dfg_node *n, const dfg_tensor *h, const dfg_tensor *w) {
+    lin_dims d;
+    d.c = h->shape.d[h->shape.rank - 1];
+    d.rows = dfg_shape_numel(h->shape) / d.c;
+    d.tb = n->attr.logprob.trans_b;
+    d.v = d.tb ? w->shape.d[0] : w->shape.d[1];
+    d.rc = n->attr.logprob.rows_chunk;
+    d.vc = n->attr.logprob.v_chunk;
+    d.s = n->attr.logprob.inv_temp;
+    return d;
+}
+
+/* ws (rc', vc') = h[r0 : r0+rc'] @ W[v0 : v0+vc']^T, the chunk's logits before temperature */
+static void chunk_logits(const lin_dims *d, const float *h, const float *w, int64_t r0, int64_t rc, int64_t v0,
+                         int64_t vc, float *ws) {
+    if (d->tb) /* W (V, C): rows v0.. */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)vc, (int)d->c, 1.0f, h + r0 * d->c, (int)d->c,
+                    w + v0 * d->c, (int)d->c, 0.0f, ws, (int)vc);
+    else /* W (C, V): columns v0.. */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)vc, (int)d->c, 1.0f, h + r0 * d->c,
+                    (int)d->c, w + v0, (int)d->v, 0.0f, ws, (int)vc);
+}
+
+dfg_status cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    lin_dims d = lin_of(n, n->in[0], n->in[1]);
+    const float *h = in[0], *w = in[1]; /* (rows, C), (V, C) or (C, V) */
+    const int32_t *t = in[2];           /* (rows) */
+    float *logp = out[0], *lse = out[1], *ws = out[2]; /* (rows), (rows), (rc, vc) */
+    if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
+    /* per row while the vocabulary is walked: running max in lse[], the target's logit in
+     * logp[], the running sum in sum[] (one row chunk at a time) */
+    double sum[DFG_LOGPROB_MAX_ROWS];
+    for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
+        int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
+        for (int64_t r = 0; r < rc; r++) lse[r0 + r] = -INFINITY, sum[r] = 0.0;
+        for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
+            int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
+            chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
+#pragma omp parallel for schedule(static) if (rc * vc > 16384)
+            for (int64_t r = 0; r < rc; r++) {
+                const float *row = ws + r * vc;
+                float m = lse[r0 + r], cm = -INFINITY;
+                for (int64_t j = 0; j < vc; j++) cm = row[j] * d.s > cm ? row[j] * d.s : cm;
+                double l = sum[r];
+                if (cm > m) l *= exp((double)m - cm), m = cm;
+                for (int64_t j = 0; j < vc; j++) l += exp((double)row[j] * d.s - m);
+                sum[r] = l, lse[r0 + r] = m;
+                int64_t tj = t[r0 + r] - v0;
+                if (tj >= 0 && tj < vc) logp[r0 + r] = row[tj] * d.s;
+            }
+        }
+        for (int64_t r = 0; r < rc; r++) {
+            lse[r0 + r] = (float)(lse[r0 + r] + log(sum[r]));
+            logp[r0 + r] -= lse[r0 + r];
+        }
+    }
+    return DFG_OK;
+}
+
+dfg_status cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    lin_dims d = lin_of(n, n->in[1], n->in[2]);
+    const float *dy = in[0], *h = in[1], *w = in[2], *lse = in[4]; /* (rows), (rows, C), W, (rows) */
+    const int32_t *t = in[3];
+    float *dh = out[0], *dw = out[1], *ws = out[2]; /* (rows, C), W's shape, (rc, vc) */
+    if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
+    memset(dh, 0, sizeof(float) * (size_t)(d.rows * d.c));
+    memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c));
+    for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
+        int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
+        for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
+            int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
+            chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
+            /* ws becomes d logits: g * s * (onehot - p) */
+#pragma omp parallel for schedule(static) if (rc * vc > 16384)
+            for (int64_t r = 0; r < rc; r++) {
+                float g = dy[r0 + r] * d.s, *row = ws + r * vc;
+                for (int64_t j = 0; j < vc; j++) row[j] = -g * expf(row[j] * d.s - lse[r0 + r]);
+                int64_t tj = t[r0 + r] - v0;
+                if (tj >= 0 && tj < vc) row[tj] += g;
+            }
+            if (d.tb) { /* dh += dz @ W_c (vc, C); dW_c (vc, C) += dz^T @ h_c */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)d.c, (int)vc, 1.0f, ws, (int)vc,
+                            w + v0 * d.c, (int)d.c, 1.0f, dh + r0 * d.c, (int)d.c);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)vc, (int)d.c, (int)rc, 1.0f, ws, (int)vc,
+                            h + r0 * d.c, (int)d.c, 1.0f, dw + v0 * d.c, (int)d.c);
+            } else { /* dh += dz @ W_c^T with W_c (C, vc); dW_c (C, vc) += h_c^T @ dz */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)d.c, (int)vc, 1.0f, ws, (int)vc,
+                            w + v0, (int)d.v, 1.0f, dh + r0 * d.c, (int)d.c);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d.c, (int)vc, (int)rc, 1.0f, h + r0 * d.c,
+                            (int)d.c, ws, (int)vc, 1.0f, dw + v0, (int)d.v);
+            }
+        }
+    }
+    return DFG_OK;
+}

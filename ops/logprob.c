@@ -1,0 +1,119 @@
+/* logprob.c - the fused log-probability ops that the fuse pass makes from unfused user math.
+ *
+ *   logprob(z, t)           = log_softmax(z * inv_temp)[t]  per row, and the row's log-sum-exp
+ *   linear_logprob(h, W, t) = logprob(h @ W^T, t) (W as the tied lm_head (V, C); or (C, V))
+ *
+ * The forward keeps only the per-token log-prob and the log-sum-exp; the backward recomputes
+ * the softmax from them (d z = g * inv_temp * (onehot(t) - softmax(z * inv_temp))), so no
+ * (tokens x vocabulary) tensor is saved. linear_logprob walks the vocabulary (and the tokens)
+ * in chunks through a planned workspace of (rows_chunk, v_chunk) floats, so its logits never
+ * exist whole, in forward or backward. Kernels: ops/cpu/logprob.c. */
+#include "op.h"
+
+/* x (..., k) -> (...) */
+static dfg_shape drop_last(dfg_shape s) {
+    s.rank--;
+    return s;
+}
+
+static bool chunks_ok(const dfg_node *n, int64_t rows, int64_t v) {
+    int64_t rc = n->attr.logprob.rows_chunk, vc = n->attr.logprob.v_chunk;
+    return rc >= 1 && rc <= rows && rc <= DFG_LOGPROB_MAX_ROWS && vc >= 1 && vc <= v;
+}
+
+/* inputs: logits (..., V), targets (...) -> logp (...) f32, lse (...) f32 */
+dfg_status infer_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *z = n->in[0], *t = n->in[1];
+    if (z->shape.rank < 1 || !dfg_is_float(z->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
+    if (t->dtype != DFG_I32 || !dfg_shape_equal(t->shape, drop_last(z->shape)))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "targets must be i32 with the logits' shape minus the last dim");
+    if (!(n->attr.logprob.inv_temp > 0)) return dfg_node_fail(g, n, DFG_ERR_ARG, "inverse temperature must be > 0");
+    out[0] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
+    out[1] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
+    return DFG_OK;
+}
+
+/* inputs: dlogp (...), logits (..., V), targets (...), lse (...) -> dlogits (..., V) */
+dfg_status infer_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *dy = n->in[0], *z = n->in[1], *t = n->in[2], *lse = n->in[3];
+    if (z->shape.rank < 1 || !dfg_is_float(z->dtype) || t->dtype != DFG_I32 || dy->dtype != DFG_F32 ||
+        lse->dtype != DFG_F32 || !dfg_shape_equal(t->shape, drop_last(z->shape)) || !dfg_shape_equal(dy->shape, t->shape) ||
+        !dfg_shape_equal(lse->shape, t->shape))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
+    out[0] = (dfg_out_spec){z->dtype, z->shape, -1, false};
+    return DFG_OK;
+}
+
+/* The lm_head's (V, C) (trans_b) or (C, V) weight against hidden (..., C). */
+static bool weight_fits(const dfg_node *n, const dfg_tensor *h, const dfg_tensor *w, int64_t *v) {
+    int64_t c = h->shape.d[h->shape.rank - 1];
+    if (w->shape.rank != 2 || w->dtype != h->dtype) return false;
+    bool tb = n->attr.logprob.trans_b;
+    *v = tb ? w->shape.d[0] : w->shape.d[1];
+    return (tb ? w->shape.d[1] : w->shape.d[0]) == c;
+}
+
+/* inputs: hidden (..., C), weight, targets (...) -> logp (...), lse (...), workspace (rc, vc) */
+dfg_status infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *h = n->in[0], *w = n->in[1], *t = n->in[2];
+    int64_t v = 0;
+    if (h->shape.rank < 2 || !dfg_is_float(h->dtype) || !weight_fits(n, h, w, &v))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs hidden (..., C) and a weight (V, C) (trans_b) or (C, V)");
+    if (t->dtype != DFG_I32 || !dfg_shape_equal(t->shape, drop_last(h->shape)))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "targets must be i32 with the hidden states' shape minus the last dim");
+    if (!(n->attr.logprob.inv_temp > 0) || !chunks_ok(n, dfg_shape_numel(t->shape), v))
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "inverse temperature must be > 0 and the chunks inside (rows, V)");
+    out[0] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
+    out[1] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
+    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr.logprob.rows_chunk, n->attr.logprob.v_chunk), -1, false};
+    return DFG_OK;
+}
+
+/* inputs: dlogp, hidden, weight, targets, lse -> dhidden, dweight, workspace (rc, vc) */
+dfg_status infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *dy = n->in[0], *h = n->in[1], *w = n->in[2], *t = n->in[3], *lse = n->in[4];
+    int64_t v = 0;
+    if (h->shape.rank < 2 || !dfg_is_float(h->dtype) || !weight_fits(n, h, w, &v) || t->dtype != DFG_I32 ||
+        !dfg_shape_equal(t->shape, drop_last(h->shape)) || !dfg_shape_equal(dy->shape, t->shape) ||
+        !dfg_shape_equal(lse->shape, t->shape) || dy->dtype != DFG_F32 || lse->dtype != DFG_F32 ||
+        !chunks_ok(n, dfg_shape_numel(t->shape), v))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
+    out[0] = (dfg_out_spec){h->dtype, h->shape, -1, false};
+    out[1] = (dfg_out_spec){w->dtype, w->shape, -1, false};
+    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr.logprob.rows_chunk, n->attr.logprob.v_chunk), -1, false};
+    return DFG_OK;
+}
+
+/* logprob: a pass over the logits for max and sum (online), one exp per logit */
+dfg_cost cost_logprob(const dfg_node *n) {
+    const dfg_tensor *z = n->in[n->op == DFG_OP_LOGPROB ? 0 : 1];
+    return dfg_cost_io(n, (n->op == DFG_OP_LOGPROB ? 10.0 : 12.0) * (double)dfg_shape_numel(z->shape));
+}
+
+/* linear_logprob: the lm_head GEMM (2 rows V C) plus the logprob work; backward recomputes the
+ * logits and does two more GEMMs of that size */
+dfg_cost cost_linear_logprob(const dfg_node *n) {
+    bool bwd = n->op == DFG_OP_LINEAR_LOGPROB_BWD;
+    const dfg_tensor *h = n->in[bwd ? 1 : 0], *w = n->in[bwd ? 2 : 1];
+    double rows = (double)dfg_shape_numel(h->shape) / (double)h->shape.d[h->shape.rank - 1];
+    double v = (double)dfg_shape_numel(w->shape) / (double)h->shape.d[h->shape.rank - 1];
+    double gemm = 2.0 * (double)dfg_shape_numel(h->shape) * v;
+    return dfg_cost_io(n, (bwd ? 3.0 : 1.0) * gemm + 10.0 * rows * v);
+}
+
+dfg_status grad_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    if (!dout[0] || !need[0]) return g->status; /* the log-sum-exp output is not differentiated */
+    din[0] = dfg_op_out(g, DFG_OP_LOGPROB_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->out[1]}, 4, &n->attr);
+    return g->status;
+}
+
+dfg_status grad_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+                               dfg_tensor **din) {
+    if (!dout[0] || (!need[0] && !need[1])) return g->status;
+    dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD,
+                               (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->in[2], n->out[1]}, 5, &n->attr, 3);
+    if (!b) return g->status;
+    if (need[0]) din[0] = b->out[0];
+    if (need[1]) din[1] = b->out[1];
+    return g->status;
+}

@@ -1,0 +1,231 @@
+/* fuse.c - pattern rewrites that save memory, from the unfused math a user writes:
+ *
+ *   take(log_softmax(z [* 1/T]), t)           -> logprob(z, t)             (no (.., V) log-softmax)
+ *   take(log_softmax(h @ W^T [* 1/T]), t)     -> linear_logprob(h, W, t)   (no logits at all)
+ *   gelu(bias_add(x, b))                      -> bias_gelu(x, b)
+ *
+ * A pattern fires only when its inner tensors are read by nothing but the pattern itself and
+ * its gradient: a log-softmax used elsewhere keeps the unfused ops. In a training graph the
+ * backward of the region (the nodes dfg_backward made from the region's gradient rules) is
+ * replaced by the fused op's own gradient, fed by the gradient that entered the region, and the
+ * readers of the old input gradients read the new ones. The old nodes are left to dce. */
+#include <stdlib.h>
+
+#include "plan.h"
+
+#define MAX_REGION 4
+
+typedef struct {
+    dfg_program *p;
+    dfg_graph *g;
+    const dfg_options *o;
+    dfg_consumers c;
+} fuse_ctx;
+
+typedef struct {
+    const dfg_node *fwd[MAX_REGION]; /* the region's forward nodes; the last makes its output */
+    int n;
+} region;
+
+static bool in_region(const region *r, const dfg_node *n) {
+    for (int i = 0; i < r->n; i++)
+        if (r->fwd[i] == n) return true;
+    return false;
+}
+
+static bool region_bwd(const region *r, const dfg_node *n) { return n->grad_of && in_region(r, n->grad_of); }
+
+/* Is t read only by the region and by the region's gradient nodes? */
+static bool only_region_reads(const fuse_ctx *f, const region *r, const dfg_tensor *t) {
+    if (t->kind != DFG_TEMP || (t->flags & DFG_TF_OUTPUT)) return false;
+    for (int k = f->c.start[t->id]; k < f->c.start[t->id + 1]; k++)
+        if (!in_region(r, f->c.node[k]) && !region_bwd(r, f->c.node[k])) return false;
+    return true;
+}
+
+static bool forward_op(const dfg_tensor *t, dfg_op op) {
+    return t->kind == DFG_TEMP && t->producer && t->producer->op == op && !(t->producer->flags & DFG_NF_BACKWARD);
+}
+
+/* The region's backward: the gradient entering it, and for each fused input j the old
+ * gradient tensors (read outside the region's backward) that the new din[j] replaces. */
+typedef struct {
+    dfg_tensor *entering;
+    dfg_tensor *old_grad[8];
+    int old_input[8];
+    int n_old;
+    bool need[8];
+    int first_pos; /* the first backward node of the region: where the new ones go */
+} region_grad;
+
+static bool read_outside(const fuse_ctx *f, const region *r, const dfg_tensor *t) {
+    if (t->flags & (DFG_TF_OUTPUT | DFG_TF_GRAD)) return true;
+    for (int k = f->c.start[t->id]; k < f->c.start[t->id + 1]; k++)
+        if (!region_bwd(r, f->c.node[k])) return true;
+    return false;
+}
+
+/* Finds the region's backward; false when it does not have the shape fusion can replace. */
+static bool find_region_grad(const fuse_ctx *f, const region *r, dfg_tensor *const *in, int n_in, region_grad *rg) {
+    *rg = (region_grad){.first_pos = -1};
+    const dfg_node *last = r->fwd[r->n - 1];
+    for (int i = 0; i < f->g->n_nodes; i++) {
+        const dfg_node *b = f->g->nodes[i];
+        if (!region_bwd(r, b)) continue;
+        if (rg->first_pos < 0) rg->first_pos = i;
+        if (b->grad_of == last && !rg->entering) rg->entering = b->in[0];
+        for (int k = 0; k < b->n_out; k++) {
+            dfg_tensor *o = b->out[k];
+            if (!read_outside(f, r, o)) continue;
+            int j = 0;
+            while (j < n_in && in[j] != o->grad_wrt) j++;
+            if (j == n_in || rg->n_old == 8) return false; /* a gradient the fused op cannot make */
+            rg->old_grad[rg->n_old] = o;
+            rg->old_input[rg->n_old++] = j;
+            rg->need[j] = true;
+        }
+    }
+    return rg->first_pos < 0 || rg->entering != NULL;
+}
+
+/* Builds the fused node (before the region's last forward node), its gradient (before the
+ * region's first backward node) and redirects every reader. */
+static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *const *in, int n_in,
+                          const dfg_attrs *attr, int n_out, const region_grad *rg) {
+    dfg_graph *g = f->g;
+    const dfg_node *last = r->fwd[r->n - 1];
+    int first = g->n_nodes;
+    dfg_node *fused = dfg_rw_add(g, op, in, n_in, attr, n_out);
+    if (!fused) return g->status;
+    fused->flags |= DFG_NF_FUSED;
+    if (op == DFG_OP_LINEAR_LOGPROB) fused->out[2]->flags |= DFG_TF_WORKSPACE;
+    dfg_rw_move_tail(g, first, last->id);
+    if (rg->first_pos >= 0) {
+        dfg_tensor *dout[3] = {rg->entering, NULL, NULL}, *din[8] = {0};
+        first = g->n_nodes;
+        g->rewriting = true;
+        dfg_status st = dfg_ops[op].grad(g, fused, dout, rg->need, din);
+        g->rewriting = false;
+        if (st) return st;
+        for (int i = first; i < g->n_nodes; i++) {
+            dfg_node *b = g->nodes[i];
+            b->grad_of = fused;
+            b->flags |= DFG_NF_BACKWARD | DFG_NF_FUSED;
+            if (b->op == DFG_OP_LINEAR_LOGPROB_BWD) b->out[2]->flags |= DFG_TF_WORKSPACE;
+        }
+        /* the first backward node moved one place when the fused forward node went in */
+        dfg_rw_move_tail(g, first, rg->first_pos + 1);
+        for (int k = 0; k < rg->n_old; k++) {
+            dfg_tensor *d = din[rg->old_input[k]];
+            if (!d) return dfg_program_fail_(f->p, DFG_ERR_STATE, "fuse: %s made no gradient for input %d", dfg_op_name(op),
+                                             rg->old_input[k]);
+            d->grad_wrt = in[rg->old_input[k]];
+            dfg_rw_replace_uses(f->p, g, rg->old_grad[k], d);
+        }
+    }
+    dfg_rw_replace_uses(f->p, g, last->out[0], fused->out[0]);
+    return DFG_OK;
+}
+
+/* Vocabulary chunks for linear_logprob: the workspace (rows_chunk x v_chunk floats) stays near
+ * 32 MiB, or 1/64 of a memory budget when that is smaller. */
+static void choose_chunks(const dfg_options *o, int64_t rows, int64_t v, dfg_attrs *a) {
+    int64_t target = (int64_t)32 << 20;
+    if (o->memory_budget > 0 && o->memory_budget / 64 < target) target = o->memory_budget / 64;
+    int64_t rc = rows < 1024 ? rows : 1024;
+    int64_t vc = target / (rc * 4);
+    if (vc >= v) vc = v;
+    else vc = vc >= 256 ? vc / 256 * 256 : (vc >= 1 ? vc : 1);
+    a->logprob.rows_chunk = rc;
+    a->logprob.v_chunk = vc;
+}
+
+static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired) {
+    region r = {.n = 0};
+    const dfg_tensor *ls = ls_node->out[0];
+    const dfg_node *take = NULL;
+    for (int k = f->c.start[ls->id]; k < f->c.start[ls->id + 1]; k++) {
+        const dfg_node *n = f->c.node[k];
+        if (n->grad_of == ls_node) continue;
+        if (n->op != DFG_OP_TAKE || n->in[0] != ls || take) return DFG_OK; /* log-softmax used elsewhere */
+        take = n;
+    }
+    if (!take || (ls->flags & DFG_TF_OUTPUT)) return DFG_OK;
+    dfg_tensor *z = ls_node->in[0];
+    float inv_temp = 1.0f;
+    const dfg_node *scale = NULL, *mm = NULL;
+    if (forward_op(z, DFG_OP_SCALE) && z->producer->attr.scale.beta == 0.0f && z->producer->attr.scale.alpha > 0.0f)
+        scale = z->producer;
+    r.fwd[r.n++] = ls_node;
+    if (scale) {
+        r.fwd[r.n++] = scale;
+        if (only_region_reads(f, &r, z)) z = scale->in[0], inv_temp = scale->attr.scale.alpha;
+        else r.n--, scale = NULL;
+    }
+    if (forward_op(z, DFG_OP_MATMUL) && !z->producer->attr.matmul.trans_a && z->producer->in[1]->shape.rank == 2 &&
+        z->producer->in[0]->shape.rank >= 2) {
+        mm = z->producer;
+        r.fwd[r.n++] = mm;
+        if (!only_region_reads(f, &r, z)) r.n--, mm = NULL;
+    }
+    r.fwd[r.n++] = take;
+    dfg_attrs a = {.logprob = {inv_temp, mm ? mm->attr.matmul.trans_b : false, 0, 0}};
+    dfg_tensor *in[3];
+    int n_in;
+    if (mm) {
+        in[0] = mm->in[0], in[1] = mm->in[1], in[2] = take->in[1], n_in = 3;
+        const dfg_tensor *w = mm->in[1];
+        choose_chunks(f->o, dfg_shape_numel(take->in[1]->shape), a.logprob.trans_b ? w->shape.d[0] : w->shape.d[1], &a);
+    } else {
+        in[0] = z, in[1] = take->in[1], n_in = 2;
+    }
+    region_grad rg;
+    if (!find_region_grad(f, &r, in, n_in, &rg)) return DFG_OK;
+    *fired = true;
+    f->p->plan->report.fused[mm ? 1 : 0]++;
+    return rewrite(f, &r, mm ? DFG_OP_LINEAR_LOGPROB : DFG_OP_LOGPROB, in, n_in, &a, mm ? 3 : 2, &rg);
+}
+
+static dfg_status try_bias_gelu(fuse_ctx *f, const dfg_node *gelu, bool *fired) {
+    dfg_tensor *u = gelu->in[0];
+    if (!forward_op(u, DFG_OP_BIAS_ADD)) return DFG_OK;
+    region r = {.fwd = {u->producer, gelu}, .n = 2};
+    if (!only_region_reads(f, &r, u)) return DFG_OK;
+    dfg_tensor *in[2] = {u->producer->in[0], u->producer->in[1]};
+    region_grad rg;
+    if (!find_region_grad(f, &r, in, 2, &rg)) return DFG_OK;
+    *fired = true;
+    f->p->plan->report.fused[2]++;
+    return rewrite(f, &r, DFG_OP_BIAS_GELU, in, 2, NULL, 1, &rg);
+}
+
+/* Fuses one pattern at a time, rebuilding the consumer lists after every rewrite. */
+static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o, bool *any) {
+    for (;;) {
+        fuse_ctx f = {p, g, o, {0}};
+        if (dfg_consumers_build(p, g, &f.c)) return dfg_program_fail_(p, DFG_ERR_NOMEM, "fuse: out of memory");
+        bool fired = false;
+        dfg_status st = DFG_OK;
+        for (int i = 0; i < g->n_nodes && !fired && !st; i++) {
+            const dfg_node *n = g->nodes[i];
+            if (n->flags & DFG_NF_BACKWARD) continue;
+            if (n->op == DFG_OP_LOG_SOFTMAX) st = try_logprob(&f, n, &fired);
+            else if (n->op == DFG_OP_GELU) st = try_bias_gelu(&f, n, &fired);
+        }
+        dfg_consumers_free(&f.c);
+        if (st || !fired) return st;
+        *any = true;
+        if ((st = dfg_pass_dce(p, o))) return st; /* drop the replaced nodes before matching again */
+    }
+}
+
+dfg_status dfg_pass_fuse(dfg_program *p, const dfg_options *o) {
+    if (o->no_fuse) return DFG_OK;
+    bool any = false;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        if (dfg_graph_stage_index(p, p->graphs[gi]) >= 0) {
+            dfg_status st = fuse_graph(p, p->graphs[gi], o, &any);
+            if (st) return st;
+        }
+    return DFG_OK;
+}
