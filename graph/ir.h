@@ -95,6 +95,7 @@ struct dfg_node {
     dfg_op op;
     uint32_t flags;
     const dfg_node *grad_of; /* nodes made by a gradient rule: the forward node it differentiates */
+    const dfg_node *after;   /* scheduling: must run after this node of its graph (remat copies) */
     char *name;
     int n_in, n_out;
     dfg_tensor **in;

@@ -23,8 +23,8 @@ static void extend(dfg_span *s, int step) {
 }
 
 static dfg_status build_timeline(dfg_program *p, dfg_plan *plan) {
-    plan->stage_step = dfg_plan_alloc(p, sizeof(int) * (size_t)(p->n_stages + 1));
-    plan->graph_stage = dfg_plan_alloc(p, sizeof(int) * (size_t)(p->n_graphs + 1));
+    plan->stage_step = dfg_plan_alloc(plan, sizeof(int) * (size_t)(p->n_stages + 1));
+    plan->graph_stage = dfg_plan_alloc(plan, sizeof(int) * (size_t)(p->n_graphs + 1));
     if (!plan->stage_step || !plan->graph_stage) return DFG_ERR_NOMEM;
     for (int gi = 0; gi < p->n_graphs; gi++) plan->graph_stage[gi] = -1;
     int step = 0;
@@ -120,8 +120,8 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
 /* One buffer per storage owner that is live; views and versions join their owner's. */
 static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logits) {
     int nt = p->n_tensors;
-    plan->buf_of = dfg_plan_alloc(p, sizeof(int) * (size_t)(nt ? nt : 1));
-    plan->bufs = dfg_plan_alloc(p, sizeof(dfg_buf) * (size_t)(nt ? nt : 1));
+    plan->buf_of = dfg_plan_alloc(plan, sizeof(int) * (size_t)(nt ? nt : 1));
+    plan->bufs = dfg_plan_alloc(plan, sizeof(dfg_buf) * (size_t)(nt ? nt : 1));
     if (!plan->buf_of || !plan->bufs) return DFG_ERR_NOMEM;
     size_t align = plan->opt.align;
     for (int i = 0; i < nt; i++) {
@@ -180,7 +180,7 @@ static void merge_inplace(dfg_program *p, dfg_plan *plan) {
 dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {
     int nt = p->n_tensors;
     dfg_status st = build_timeline(p, plan);
-    plan->life = dfg_plan_alloc(p, sizeof(dfg_span) * (size_t)(nt ? nt : 1));
+    plan->life = dfg_plan_alloc(plan, sizeof(dfg_span) * (size_t)(nt ? nt : 1));
     bool *logits = calloc((size_t)(nt ? nt : 1), sizeof(bool)), *table = calloc((size_t)(nt ? nt : 1), sizeof(bool));
     if (st || !plan->life || !logits || !table) {
         free(logits), free(table);

@@ -33,7 +33,7 @@ dfg_options dfg_options_default(dfg_target target) {
     return o;
 }
 
-void *dfg_plan_alloc(dfg_program *p, size_t bytes) { return dfg_arena_alloc(&p->arena, bytes ? bytes : 1); }
+void *dfg_plan_alloc(dfg_plan *plan, size_t bytes) { return dfg_arena_alloc(plan->arena, bytes ? bytes : 1); }
 
 dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
     if (!p) return DFG_ERR_ARG;
@@ -46,9 +46,10 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
         return dfg_program_fail_(p, DFG_ERR_ARG, "compile: unknown target %d", (int)o.target);
     if (!o.align) o.align = o.target == DFG_TARGET_CUDA ? 256 : 64;
     if (o.align & (o.align - 1)) return dfg_program_fail_(p, DFG_ERR_ARG, "compile: alignment %zu is not a power of two", o.align);
-    dfg_plan *plan = dfg_plan_alloc(p, sizeof(*plan));
+    dfg_plan *plan = dfg_arena_alloc(&p->arena, sizeof(*plan));
     if (!plan) return dfg_program_fail_(p, DFG_ERR_NOMEM, "compile: out of memory");
     plan->opt = o;
+    plan->arena = &p->arena;
     p->plan = plan; /* from here on the program is sealed */
     for (size_t i = 0; i < sizeof(pipeline) / sizeof(pipeline[0]); i++) {
         if ((st = pipeline[i].run(p, &o))) return st;

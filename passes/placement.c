@@ -113,7 +113,7 @@ dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan) {
     free(idx), free(placed), free(off), free(best);
 
     plan->mem = (dfg_memplan){.arena_bytes = plan->report.arena_bytes, .align = plan->opt.align, .n_tensors = p->n_tensors};
-    plan->mem.offset = dfg_plan_alloc(p, sizeof(int64_t) * (size_t)(p->n_tensors ? p->n_tensors : 1));
+    plan->mem.offset = dfg_plan_alloc(plan, sizeof(int64_t) * (size_t)(p->n_tensors ? p->n_tensors : 1));
     if (!plan->mem.offset) return DFG_ERR_NOMEM;
     for (int i = 0; i < p->n_tensors; i++)
         plan->mem.offset[i] = plan->buf_of[i] >= 0 ? plan->bufs[plan->buf_of[i]].offset : 0;

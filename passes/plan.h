@@ -31,6 +31,7 @@ typedef struct {
 
 struct dfg_plan {
     dfg_options opt;
+    dfg_arena *arena; /* where the plan's arrays live: the program's, or a trial's scratch */
     dfg_report report;
     int n_steps;
     int *stage_step;  /* [n_stages + 1]: first step of each stage; [n_stages] = n_steps */
@@ -60,8 +61,9 @@ void dfg_plan_report(dfg_program *p, dfg_plan *plan);
 
 /* The graph's stage index, or -1 when the graph is not staged. */
 int dfg_graph_stage_index(const dfg_program *p, const dfg_graph *g);
-/* Allocates zeroed memory in the program's arena (plans live as long as their program). */
-void *dfg_plan_alloc(dfg_program *p, size_t bytes);
+/* Zeroed memory from plan->arena: the program's arena for the real plan (it lives as long as the
+ * program), a scratch arena for the trial plans remat makes. */
+void *dfg_plan_alloc(dfg_plan *plan, size_t bytes);
 /* The consumers of every tensor of a graph, as a CSR list over tensor ids (cons_start has
  * n_tensors + 1 entries); a node that reads a tensor twice is listed once per read. */
 typedef struct {
