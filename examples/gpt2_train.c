@@ -41,7 +41,7 @@ static dfg_status read_config(dfg_program *p, train_config *c) {
      * with batch 8 or lr 1e-3 the loss only starts to fall after 100-200 steps */
     c->batch = dfg_setting_int(p, "batch", 16);
     c->model.block_size = (int)c->seq;
-    /* the CPU computes in f32; a GPU plan keeps bf16 weights (the optimizer moments stay f32) */
+    /* the CPU computes in f32; a GPU plan keeps bf16 weights (masters and moments stay f32) */
     c->model.dtype = strcmp(target, "cuda") ? DFG_F32 : DFG_BF16;
     c->adamw = (dfg_adamw_config){
         .lr = (float)dfg_setting_float(p, "lr", 3e-3),
@@ -78,33 +78,6 @@ static dfg_tensor *masked_mean(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask) {
     return dfg_div(g, total, count);
 }
 
-/* One AdamW step on every parameter, with f32 moments m, v as optimizer state. */
-static dfg_status adamw_step(dfg_program *p, dfg_graph *g, const dfg_gpt2 *model, dfg_tensor **grads,
-                             dfg_adamw_config cfg) {
-    int n = model->n_params;
-    dfg_tensor **m = calloc((size_t)n, sizeof(*m)), **v = calloc((size_t)n, sizeof(*v));
-    if (!m || !v) {
-        free(m), free(v);
-        return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    }
-    char name[300];
-    for (int i = 0; i < n; i++) {
-        dfg_shape s = dfg_tensor_shape(model->params[i]);
-        snprintf(name, sizeof(name), "adamw.m.%s", dfg_tensor_name(model->params[i]));
-        m[i] = dfg_state(p, name, DFG_F32, s, DFG_ROLE_OPTIM, dfg_init_zeros());
-        snprintf(name, sizeof(name), "adamw.v.%s", dfg_tensor_name(model->params[i]));
-        v[i] = dfg_state(p, name, DFG_F32, s, DFG_ROLE_OPTIM, dfg_init_zeros());
-    }
-    /* the 1-based step count AdamW's bias correction needs: step += 1 before the update */
-    dfg_tensor *step = dfg_state(p, "adamw.step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
-    dfg_assign(g, step, dfg_add(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f)));
-    dfg_status st = dfg_program_status(p) ? dfg_program_status(p)
-                                          : dfg_adamw(g, model->params, grads, m, v, n, step, cfg);
-    free(m);
-    free(v);
-    return st;
-}
-
 static dfg_status build_train_graph(dfg_program *p, const train_config *c, const dfg_gpt2 *model) {
     int64_t B = c->batch, T = c->seq;
     dfg_graph *g = dfg_graph_new(p, "train");
@@ -121,7 +94,8 @@ static dfg_status build_train_graph(dfg_program *p, const train_config *c, const
     if (!grads) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     dfg_backward(g, loss, model->params, model->n_params, grads);
     dfg_tensor *grad_norm = dfg_clip_grad_norm(g, grads, model->n_params, c->max_grad_norm);
-    dfg_status st = adamw_step(p, g, model, grads, c->adamw);
+    /* AdamW with f32 moments; on cuda the bf16 weights are updated through f32 master copies */
+    dfg_status st = dfg_nn_adamw_step(p, g, model->params, grads, model->n_params, c->adamw, "");
     free(grads);
     if (st) return st;
 

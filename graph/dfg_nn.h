@@ -2,7 +2,8 @@
  *
  * Parameters carry Hugging Face GPT-2 names (wte.weight, h.0.attn.c_attn.weight, ...) and
  * layouts: linear weights are stored (in, out) as HF's Conv1D, so a checkpoint loads as is.
- * The lm_head is tied to wte.
+ * The lm_head is tied to wte. The training helpers at the end (a frozen reference copy, the
+ * mixed-precision AdamW step) are built the same way, from public calls only.
  */
 #ifndef DFG_NN_H
 #define DFG_NN_H
@@ -44,10 +45,18 @@ typedef struct {
 /* The GPT-2 tiny/small presets used by the examples and benchmarks. */
 dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
 
-/* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy, e.g. "ref." for
- * a frozen copy), with GPT-2's init: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
- * biases 0, layernorm weights 1. */
+/* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy; a frozen copy
+ * comes from dfg_gpt2_frozen below), with GPT-2's init: N(0, 0.02), residual projections
+ * N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1. */
 dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
+/* The same tensors for a frozen copy of the model (GRPO's reference model): STATEs of role
+ * REF_MODEL, named prefix + HF name (e.g. "ref.wte.weight"), with the same init specs. Not
+ * PARAMs, because a frozen copy is not trained: it is not counted as parameters, `dfg run
+ * --weights` of a Hugging Face checkpoint does not ask for it (a strict load requires every
+ * PARAM), `--save` leaves it out and checkpoints with state keep it. Never pass it to
+ * dfg_backward or an optimizer: it needs no gradients, moments or master weights. Make it a copy
+ * of the policy with dfg_nn_copy_on_first_run. */
+dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
 
 dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b); /* x @ w + b */
 dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
@@ -63,6 +72,30 @@ dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens)
 dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden);
 /* tokens (B, T) -> logits (B, T, V). */
 dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+
+/* ---------------------------------------------------------------- training helpers */
+
+/* dst[i] = src[i] (cast to dst[i]'s dtype) on the first run of graph g, and dst[i] untouched on
+ * every later run: how a frozen reference model starts as a copy of the policy, whether the
+ * policy came from its init or from `dfg run --weights`. `flag_name` names an i32 STATE that
+ * remembers the copy was made (a checkpoint that resumes keeps it). The runtime has no stage
+ * that runs only once, so the select runs every step: it costs one pass over dst and src. */
+dfg_status dfg_nn_copy_on_first_run(dfg_program *p, dfg_graph *g, dfg_tensor *const *dst, dfg_tensor *const *src, int n,
+                                    const char *flag_name);
+
+/* One AdamW step on n parameters, built from dfg_adamw, with the state it needs (names start
+ * with prefix, "" for the policy):
+ *   "adamw.m.<param>", "adamw.v.<param>"  f32 moments (role OPTIM, zeros);
+ *   "adamw.step"                          i32 scalar, the 1-based step count (+1 before the update);
+ *   "master.<param>"                      for a bf16/f16 parameter only: its f32 master copy
+ *                                         (role OPTIM), as a mixed-precision GPU run keeps.
+ * A low-precision parameter is updated through its master: the gradient is cast to f32, AdamW
+ * updates the master in f32, and the parameter becomes the master rounded back to its dtype.
+ * The master starts as the parameter's value at the first step (a copy made when the step count
+ * reads 1), so weights loaded into the parameter with --weights reach the master too.
+ * One dfg_adamw node per parameter: each f32 gradient copy then lives only for its own update. */
+dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
+                             dfg_adamw_config cfg, const char *prefix);
 
 #ifdef __cplusplus
 }

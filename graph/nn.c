@@ -1,4 +1,5 @@
-/* nn.c - GPT-2 built only from public DSL calls: what a user of dfg would write. */
+/* nn.c - GPT-2 and its training helpers (frozen copy, mixed-precision AdamW) built only from
+ * public DSL calls: what a user of dfg would write. */
 #include <math.h>
 #include <stdio.h>
 
@@ -14,12 +15,14 @@ typedef struct {
     dfg_gpt2 *m;
     const char *prefix;
     dfg_dtype dt;
+    bool frozen; /* STATEs of role REF_MODEL instead of PARAMs */
 } param_ctx;
 
 static dfg_tensor *param(param_ctx *c, const char *name, dfg_shape s, dfg_init init) {
     char full[256];
     snprintf(full, sizeof(full), "%s%s", c->prefix, name);
-    dfg_tensor *t = dfg_param(c->p, full, c->dt, s, init);
+    dfg_tensor *t = c->frozen ? dfg_state(c->p, full, c->dt, s, DFG_ROLE_REF_MODEL, init)
+                              : dfg_param(c->p, full, c->dt, s, init);
     if (t && c->m->n_params < (int)(sizeof(c->m->params) / sizeof(c->m->params[0]))) c->m->params[c->m->n_params++] = t;
     return t;
 }
@@ -30,13 +33,13 @@ static dfg_tensor *block_param(param_ctx *c, int layer, const char *name, dfg_sh
     return param(c, nm, s, init);
 }
 
-dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out) {
+static dfg_status make_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, bool frozen, dfg_gpt2 *out) {
     if (!p || !out) return DFG_ERR_ARG;
     *out = (dfg_gpt2){.cfg = cfg};
     if (cfg.n_layer < 1 || cfg.n_layer > DFG_GPT2_MAX_LAYERS || cfg.n_head < 1 || cfg.n_embd < 1 ||
         cfg.n_embd % cfg.n_head || cfg.vocab_size < 1 || cfg.block_size < 1 || !(cfg.ln_eps > 0))
         return dfg_program_status(p) ? dfg_program_status(p) : DFG_ERR_ARG;
-    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype};
+    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype, frozen};
     int64_t C = cfg.n_embd, V = cfg.vocab_size;
     dfg_init w = dfg_init_normal(0.0f, 0.02f), zero = dfg_init_zeros(), one = dfg_init_ones();
     dfg_init proj = dfg_init_normal(0.0f, 0.02f / sqrtf(2.0f * (float)cfg.n_layer)); /* GPT-2's residual scaling */
@@ -60,6 +63,14 @@ dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config c
     out->ln_f_w = param(&c, "ln_f.weight", DFG_SHAPE(C), one);
     out->ln_f_b = param(&c, "ln_f.bias", DFG_SHAPE(C), zero);
     return dfg_program_status(p);
+}
+
+dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out) {
+    return make_params(p, prefix, cfg, false, out);
+}
+
+dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out) {
+    return make_params(p, prefix, cfg, true, out);
 }
 
 dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b) {
@@ -105,4 +116,63 @@ dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden
 
 dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens) {
     return dfg_gpt2_lm_head(g, m, dfg_gpt2_hidden(g, m, tokens));
+}
+
+/* ---------------------------------------------------------------- training helpers */
+/* dst = first ? src : dst, src rounded to dst's dtype; first is an f32 scalar (0 or 1). */
+static void select_into(dfg_graph *g, dfg_tensor *first, dfg_tensor *dst, dfg_tensor *src) {
+    if (dfg_tensor_dtype(src) != dfg_tensor_dtype(dst)) src = dfg_cast(g, src, dfg_tensor_dtype(dst));
+    dfg_assign(g, dst, dfg_where(g, first, src, dst));
+}
+
+dfg_status dfg_nn_copy_on_first_run(dfg_program *p, dfg_graph *g, dfg_tensor *const *dst, dfg_tensor *const *src, int n,
+                                    const char *flag_name) {
+    if (!p || !g || n < 0 || (n > 0 && (!dst || !src)) || !flag_name) return DFG_ERR_ARG;
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    dfg_tensor *flag = dfg_state(p, flag_name, DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    if (!flag) return dfg_program_status(p);
+    dfg_tensor *first = dfg_equal(g, flag, dfg_fill(g, DFG_I32, DFG_SCALAR, 0.0f)); /* () f32 */
+    for (int i = 0; i < n; i++) select_into(g, first, dst[i], src[i]);
+    dfg_assign_fill(g, flag, 1.0f); /* after the selects: they read the flag's old value */
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
+}
+
+/* A zero-initialised f32 optimizer STATE shaped as param, named prefix + what + param's name. */
+static dfg_tensor *optim_state(dfg_program *p, const char *prefix, const char *what, const dfg_tensor *param) {
+    char name[320];
+    snprintf(name, sizeof(name), "%s%s%s", prefix, what, dfg_tensor_name(param));
+    return dfg_state(p, name, DFG_F32, dfg_tensor_shape(param), DFG_ROLE_OPTIM, dfg_init_zeros());
+}
+
+dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
+                             dfg_adamw_config cfg, const char *prefix) {
+    if (!p || !g || n < 1 || !params || !grads) return DFG_ERR_ARG;
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    const char *pre = prefix ? prefix : "";
+    char name[320];
+    snprintf(name, sizeof(name), "%sadamw.step", pre);
+    dfg_tensor *step = dfg_state(p, name, DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
+    if (!step) return dfg_program_status(p);
+    /* += 1 before the update: the bias correction counts steps from 1 */
+    dfg_assign(g, step, dfg_add(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f)));
+    dfg_tensor *first = NULL; /* () f32: 1 at the first step, when the masters copy their parameters */
+    for (int i = 0; i < n; i++) {
+        dfg_tensor *param = params[i], *grad = grads[i];
+        dfg_tensor *m = optim_state(p, pre, "adamw.m.", param), *v = optim_state(p, pre, "adamw.v.", param);
+        if (!m || !v) return dfg_program_status(p);
+        dfg_dtype dt = dfg_tensor_dtype(param);
+        if (dt == DFG_F32) { /* full precision: the parameter is its own master */
+            dfg_adamw(g, &param, &grad, &m, &v, 1, step, cfg);
+            continue;
+        }
+        dfg_tensor *master = optim_state(p, pre, "master.", param);
+        if (!master) return dfg_program_status(p);
+        if (!first) first = dfg_equal(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f));
+        select_into(g, first, master, param);
+        /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight */
+        dfg_tensor *grad32 = dfg_tensor_dtype(grad) == DFG_F32 ? grad : dfg_cast(g, grad, DFG_F32);
+        dfg_adamw(g, &master, &grad32, &m, &v, 1, step, cfg);
+        dfg_assign(g, param, dfg_cast(g, master, dt));
+    }
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
 }

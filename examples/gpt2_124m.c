@@ -1,0 +1,257 @@
+/* gpt2_124m.c - the memory shape of one GRPO training step on GPT-2 124M.
+ *
+ *   dfg compile examples/gpt2_124m.c --target cuda -o g124.dfg      # plan for a GPU (bf16)
+ *   dfg compile examples/gpt2_124m.c -o small.dfg --set n_layer=2 --set n_embd=64 --set n_head=4 \
+ *       --set vocab=97 --set prompt_len=8 --set completion_len=16  # small enough to run on a CPU
+ *   dfg run small.dfg --steps 5
+ *
+ * The case: GPT-2 124M (L=12, H=12, C=768, V=50257), one prompt with a group of 8 completions
+ * (N = 8 sequences), 30 prompt + 144 completion tokens (T = 174). One step is
+ *   data  (host)  tokens, targets, completion mask and per-sequence advantages (below);
+ *   ref   (graph) no-grad forward of a frozen reference copy of the policy: the per-token
+ *                 log-probs of the targets, kept in a STATE until the loss reads them;
+ *   train (graph) policy forward, the GRPO per-token loss with its KL term, backward,
+ *                 global-norm clipping, AdamW (f32 masters and moments under bf16 weights on
+ *                 cuda, as a mixed-precision GPU run keeps them), metrics loss, kl, grad_norm.
+ * Rollout generation is not part of this step: the data stage writes random tokens in its
+ * place (the full GRPO pipeline replaces it). The point is the plan: every byte of the step
+ * is placed before it runs, and the planner's report says where the peak comes from.
+ *
+ * The loss, per sequence i and completion token t (TRL's GRPO with num_iterations = 1):
+ *   loss_it = -A_i * ratio_it + beta * (exp(ref_it - logp_it) - (ref_it - logp_it) - 1)
+ *   loss    = mean_i( sum_t(loss_it * mask_it) / sum_t(mask_it) )
+ * with ratio = exp(logp - logp.detach()). With one optimisation pass per rollout the old
+ * policy is the current one, so the ratio is exactly 1 and its gradient is d(logp): backward
+ * runs on the surrogate with -A * logp in place of -A * ratio, whose gradient is identical (dfg
+ * has no detach op, and needs none for this), and the metric `loss` reports the true value,
+ * beta * kl - A, averaged the same way. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfg.h"
+#include "dfg_nn.h"
+#include "dfg_runtime.h"
+
+typedef struct {
+    dfg_gpt2_config model;
+    int64_t prompts, group, prompt_len, completion_len;
+    int64_t N, T; /* sequences = prompts x group; tokens per sequence = prompt + completion */
+    float beta, max_grad_norm;
+    dfg_adamw_config adamw;
+} grpo_config;
+
+/* Reads every setting (recording its default in the plan) and checks the ranges. */
+static dfg_status read_config(dfg_program *p, grpo_config *c) {
+    const char *target = dfg_setting_str(p, "target", "cpu");
+    c->model = dfg_gpt2_config_default();
+    c->model.n_layer = (int)dfg_setting_int(p, "n_layer", 12);
+    c->model.n_head = (int)dfg_setting_int(p, "n_head", 12);
+    c->model.n_embd = (int)dfg_setting_int(p, "n_embd", 768);
+    c->model.vocab_size = (int)dfg_setting_int(p, "vocab", 50257);
+    /* 1024 positions as GPT-2: wpe has the checkpoint's shape, whatever T is */
+    c->model.block_size = (int)dfg_setting_int(p, "block_size", 1024);
+    /* a GPU run keeps bf16 weights and activations; the CPU kernels compute in f32 */
+    c->model.dtype = strcmp(target, "cuda") ? DFG_F32 : DFG_BF16;
+    c->prompts = dfg_setting_int(p, "prompts", 1);
+    c->group = dfg_setting_int(p, "group", 8);
+    c->prompt_len = dfg_setting_int(p, "prompt_len", 30);
+    c->completion_len = dfg_setting_int(p, "completion_len", 144);
+    c->beta = (float)dfg_setting_float(p, "beta", 0.04);
+    c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
+    c->adamw = (dfg_adamw_config){
+        .lr = (float)dfg_setting_float(p, "lr", 1e-6),
+        .beta1 = (float)dfg_setting_float(p, "beta1", 0.9),
+        .beta2 = (float)dfg_setting_float(p, "beta2", 0.99),
+        .eps = (float)dfg_setting_float(p, "eps", 1e-8),
+        .weight_decay = (float)dfg_setting_float(p, "weight_decay", 0.1),
+    };
+    if (dfg_program_status(p)) return dfg_program_status(p);
+
+    const dfg_gpt2_config *m = &c->model;
+    if (m->n_layer < 1 || m->n_layer > DFG_GPT2_MAX_LAYERS)
+        return dfg_program_fail(p, DFG_ERR_ARG, "n_layer must be in 1..%d, got %d", DFG_GPT2_MAX_LAYERS, m->n_layer);
+    if (m->n_head < 1 || m->n_embd < 1 || m->n_embd % m->n_head)
+        return dfg_program_fail(p, DFG_ERR_ARG, "n_head (%d) must divide n_embd (%d)", m->n_head, m->n_embd);
+    if (m->vocab_size < 3 || m->vocab_size > (1 << 24))
+        return dfg_program_fail(p, DFG_ERR_ARG, "vocab must be in 3..%d, got %d", 1 << 24, m->vocab_size);
+    if (c->prompts < 1 || c->group < 2 || c->prompts * c->group > (1 << 16))
+        return dfg_program_fail(p, DFG_ERR_ARG, "need prompts >= 1 and group >= 2 (advantages compare a group), "
+                                "got %lld x %lld", (long long)c->prompts, (long long)c->group);
+    c->N = c->prompts * c->group;
+    c->T = c->prompt_len + c->completion_len;
+    if (c->prompt_len < 1 || c->completion_len < 1 || c->T > m->block_size)
+        return dfg_program_fail(p, DFG_ERR_ARG, "need prompt_len, completion_len >= 1 and their sum <= block_size "
+                                "%d, got %lld + %lld", m->block_size, (long long)c->prompt_len,
+                                (long long)c->completion_len);
+    if (!(c->beta >= 0) || !(c->max_grad_norm > 0))
+        return dfg_program_fail(p, DFG_ERR_ARG, "need beta >= 0 and max_grad_norm > 0, got %g and %g", c->beta,
+                                c->max_grad_norm);
+    return DFG_OK;
+}
+
+/* The batch the data stage writes, shared by the ref and train graphs. */
+typedef struct {
+    dfg_tensor *tokens;     /* (N, T) i32: prompt then completion */
+    dfg_tensor *targets;    /* (N, T) i32: the next token */
+    dfg_tensor *mask;       /* (N, T) f32: 1 where the target is a completion token */
+    dfg_tensor *advantages; /* (N) f32: group-normalised rewards */
+    dfg_tensor *ref_logp;   /* (N, T) f32 STATE: the reference model's log-probs of the targets */
+} grpo_batch;
+
+/* Per-token log-probabilities of the targets under model m: (N, T) f32. On bf16 the logits are
+ * cast to f32 first, so the log-softmax over 50257 entries and the loss math stay in f32. */
+static dfg_tensor *token_logp(dfg_graph *g, const dfg_gpt2 *m, const grpo_batch *b) {
+    dfg_tensor *logits = dfg_gpt2_logits(g, m, b->tokens); /* (N, T, V) */
+    if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
+    return dfg_take(g, dfg_log_softmax(g, logits), b->targets); /* (N, T) */
+}
+
+/* Graph "ref": the frozen copy starts as the policy (at the first step; weights loaded with
+ * --weights included), then only ever runs forward. */
+static dfg_status build_ref_graph(dfg_program *p, dfg_graph *g, dfg_gpt2 *ref, const dfg_gpt2 *policy,
+                                  const grpo_batch *b) {
+    dfg_status st = dfg_nn_copy_on_first_run(p, g, ref->params, policy->params, ref->n_params, "ref.copied");
+    if (st) return st;
+    dfg_assign(g, b->ref_logp, token_logp(g, ref, b));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* Mean over sequences of the per-sequence mean of x (N, T) over the mask: a scalar. */
+static dfg_tensor *seq_mean(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask) {
+    dfg_tensor *per_seq = dfg_div(g, dfg_masked_sum(g, x, mask, 1), dfg_sum(g, mask, 1)); /* (N) */
+    return dfg_mean(g, per_seq, 0);
+}
+
+static dfg_status build_train_graph(dfg_program *p, const grpo_config *c, const dfg_gpt2 *policy,
+                                    const grpo_batch *b) {
+    int64_t N = c->N;
+    dfg_graph *g = dfg_graph_new(p, "train");
+    dfg_tensor *logp = token_logp(g, policy, b);          /* (N, T) */
+    /* ref - logp, zero on the prompt so exp() never sees positions the loss ignores */
+    dfg_tensor *d = dfg_mul(g, dfg_sub(g, b->ref_logp, logp), b->mask); /* (N, T) */
+    dfg_tensor *kl = dfg_add_scalar(g, dfg_sub(g, dfg_exp(g, d), d), -1.0f); /* (N, T) k3 estimator, >= 0 */
+    dfg_tensor *adv = dfg_reshape(g, b->advantages, DFG_SHAPE(N, 1)); /* (N, 1) */
+    /* -A * ratio with ratio = exp(logp - logp.detach()) = 1: same gradient as -A * logp (see top) */
+    dfg_tensor *per_token = dfg_sub(g, dfg_scale(g, kl, c->beta), dfg_mul(g, logp, adv)); /* (N, T) */
+    dfg_tensor *surrogate = dfg_name(seq_mean(g, per_token, b->mask), "surrogate");
+
+    int n = policy->n_params;
+    dfg_tensor **grads = calloc((size_t)n, sizeof(*grads));
+    if (!grads) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    dfg_backward(g, surrogate, policy->params, n, grads);
+    dfg_tensor *grad_norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
+    dfg_status st = dfg_nn_adamw_step(p, g, policy->params, grads, n, c->adamw, "");
+    free(grads);
+    if (st) return st;
+
+    /* the loss's value with ratio = 1: beta * kl - A, per sequence over the mask, then the mean */
+    dfg_tensor *kl_mean = seq_mean(g, kl, b->mask);
+    dfg_metric(g, "loss", dfg_sub(g, dfg_scale(g, kl_mean, c->beta), dfg_mean(g, b->advantages, 0)));
+    dfg_metric(g, "kl", kl_mean);
+    dfg_metric(g, "grad_norm", grad_norm);
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+dfg_status dfg_pipeline(dfg_program *p) {
+    grpo_config c;
+    dfg_status st = read_config(p, &c);
+    if (st) return st;
+    /* ~7 KB of tensor pointers each: off the stack */
+    dfg_gpt2 *policy = calloc(1, sizeof(*policy)), *ref = calloc(1, sizeof(*ref));
+    if (!policy || !ref) {
+        free(policy), free(ref);
+        return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    }
+    st = dfg_gpt2_params(p, "", c.model, policy);
+    if (!st) st = dfg_gpt2_frozen(p, "ref.", c.model, ref); /* STATEs of role REF_MODEL */
+
+    grpo_batch b = {0};
+    dfg_graph *ref_g = NULL;
+    if (!st) st = dfg_stage_host(p, "data", "gpt2_124m_make_batch");
+    if (!st) {
+        /* inputs are program-wide: declared with the first graph that reads them, read by both */
+        ref_g = dfg_graph_new(p, "ref");
+        b.tokens = dfg_input(ref_g, "tokens", DFG_I32, DFG_SHAPE(c.N, c.T));
+        b.targets = dfg_input(ref_g, "targets", DFG_I32, DFG_SHAPE(c.N, c.T));
+        b.mask = dfg_input(ref_g, "mask", DFG_F32, DFG_SHAPE(c.N, c.T));
+        b.advantages = dfg_input(ref_g, "advantages", DFG_F32, DFG_SHAPE(c.N));
+        b.ref_logp = dfg_state(p, "ref_logp", DFG_F32, DFG_SHAPE(c.N, c.T), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+        /* written by ref, read by train: its bytes are free for the rest of the step */
+        st = dfg_set_scope(p, b.ref_logp, "ref", "train");
+    }
+    if (!st) st = dfg_graph_status(ref_g);
+    if (!st) st = build_ref_graph(p, ref_g, ref, policy, &b);
+    if (!st) st = build_train_graph(p, &c, policy, &b);
+    free(policy);
+    free(ref);
+    return st ? st : dfg_program_status(p);
+}
+
+/* ---------------------------------------------------------------- the host stage: a batch in place of rollouts */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
+    const char *v = dfg_host_setting(ctx, key);
+    char *end = NULL;
+    *out = v ? strtoll(v, &end, 10) : 0;
+    return v && end != v && !*end;
+}
+
+/* One sequence s[0 .. T-1]: P prompt tokens, then T - P completion tokens, all random ids in
+ * 1 .. vocab-1. Position t predicts s[t+1], so the targets that are completion tokens sit at
+ * t = P-1 .. T-2: the mask is 1 there (T - P positions). The last position has no next token
+ * (target 0, mask 0), as the logit a causal LM makes after the last token is never scored. */
+static void make_row(uint64_t *rng, int64_t T, int64_t P, int64_t vocab, int32_t *tok, int32_t *tgt, float *mask) {
+    for (int64_t t = 0; t < T; t++) tok[t] = 1 + (int32_t)(splitmix64(rng) % (uint64_t)(vocab - 1));
+    for (int64_t t = 0; t < T; t++) {
+        tgt[t] = t + 1 < T ? tok[t + 1] : 0;
+        mask[t] = (t >= P - 1 && t + 1 < T) ? 1.0f : 0.0f;
+    }
+}
+
+/* Advantages as GRPO computes them: each sequence's reward minus its group's mean, over the
+ * group's standard deviation (rewards here are uniform random in [0, 1)). */
+static void make_advantages(uint64_t *rng, int64_t N, int64_t group, float *adv) {
+    for (int64_t i = 0; i < N; i++) adv[i] = (float)uniform01(rng); /* the rewards */
+    for (int64_t g0 = 0; g0 + group <= N; g0 += group) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < group; i++) mean += adv[g0 + i];
+        mean /= (double)group;
+        for (int64_t i = 0; i < group; i++) var += (adv[g0 + i] - mean) * (adv[g0 + i] - mean);
+        double sd = group > 1 ? sqrt(var / (double)(group - 1)) : 0.0; /* torch.std: unbiased */
+        for (int64_t i = 0; i < group; i++) adv[g0 + i] = (float)((adv[g0 + i] - mean) / (sd + 1e-4));
+    }
+}
+
+dfg_status gpt2_124m_make_batch(dfg_host_ctx *ctx) {
+    dfg_buffer tok, tgt, mask, adv;
+    if (dfg_host_buffer(ctx, "tokens", &tok) || dfg_host_buffer(ctx, "targets", &tgt) ||
+        dfg_host_buffer(ctx, "mask", &mask) || dfg_host_buffer(ctx, "advantages", &adv))
+        return dfg_host_fail(ctx, "the program has no tokens/targets/mask/advantages inputs");
+    int64_t vocab, P, group;
+    if (!setting_int(ctx, "vocab", &vocab) || vocab < 3 || !setting_int(ctx, "prompt_len", &P) || P < 1 ||
+        !setting_int(ctx, "group", &group) || group < 1)
+        return dfg_host_fail(ctx, "settings 'vocab' (>= 3), 'prompt_len' and 'group' (>= 1) are required");
+    if (tok.shape.rank != 2 || tok.dtype != DFG_I32 || tgt.dtype != DFG_I32 || mask.dtype != DFG_F32 ||
+        adv.dtype != DFG_F32 || adv.shape.rank != 1 || adv.shape.d[0] != tok.shape.d[0])
+        return dfg_host_fail(ctx, "tokens/targets must be i32 (N, T), mask f32 (N, T), advantages f32 (N)");
+    int64_t N = tok.shape.d[0], T = tok.shape.d[1];
+    if (P >= T || N % group)
+        return dfg_host_fail(ctx, "prompt_len %lld >= T %lld, or group %lld does not divide N %lld", (long long)P,
+                             (long long)T, (long long)group, (long long)N);
+    /* one stream per (seed, step): the same run gives the same batches on every machine */
+    uint64_t rng = dfg_host_seed(ctx) ^ ((uint64_t)dfg_host_step(ctx) * 0xD1B54A32D192ED03ull);
+    for (int64_t i = 0; i < N; i++)
+        make_row(&rng, T, P, vocab, (int32_t *)tok.data + i * T, (int32_t *)tgt.data + i * T,
+                 (float *)mask.data + i * T);
+    make_advantages(&rng, N, group, (float *)adv.data);
+    return DFG_OK;
+}
