@@ -13,7 +13,7 @@
 
 #include "plan.h"
 
-#define MAX_REGION 4
+#define MAX_REGION 6
 
 typedef struct {
     dfg_program *p;
@@ -150,17 +150,26 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
         if (n->op != DFG_OP_TAKE || n->in[0] != ls || take) return DFG_OK; /* log-softmax used elsewhere */
         take = n;
     }
-    if (!take || (ls->flags & DFG_TF_OUTPUT)) return DFG_OK;
+    /* the fused ops make f32 log-probs: a log-softmax taken in bf16 keeps its own dtype unfused */
+    if (!take || (ls->flags & DFG_TF_OUTPUT) || take->out[0]->dtype != DFG_F32) return DFG_OK;
     dfg_tensor *z = ls_node->in[0];
     float inv_temp = 1.0f;
-    const dfg_node *scale = NULL, *mm = NULL;
-    if (forward_op(z, DFG_OP_SCALE) && z->producer->attr.scale.beta == 0.0f && z->producer->attr.scale.alpha > 0.0f)
-        scale = z->producer;
+    const dfg_node *mm = NULL;
     r.fwd[r.n++] = ls_node;
-    if (scale) {
-        r.fwd[r.n++] = scale;
-        if (only_region_reads(f, &r, z)) z = scale->in[0], inv_temp = scale->attr.scale.alpha;
-        else r.n--, scale = NULL;
+    /* up the chain through temperature scales and a cast to f32 (what a mixed-precision loss
+     * writes: log_softmax(cast(lm_head(h), f32) / T)), while only the pattern reads each value */
+    for (int hops = 0; hops < 2; hops++) {
+        const dfg_node *up = z->producer;
+        bool scale = forward_op(z, DFG_OP_SCALE) && up->attr.scale.beta == 0.0f && up->attr.scale.alpha > 0.0f;
+        bool cast = forward_op(z, DFG_OP_CAST) && z->dtype == DFG_F32 && dfg_is_float(up->in[0]->dtype);
+        if (!scale && !cast) break;
+        r.fwd[r.n++] = up;
+        if (!only_region_reads(f, &r, z)) {
+            r.n--;
+            break;
+        }
+        if (scale) inv_temp *= up->attr.scale.alpha;
+        z = up->in[0];
     }
     if (forward_op(z, DFG_OP_MATMUL) && !z->producer->attr.matmul.trans_a && z->producer->in[1]->shape.rank == 2 &&
         z->producer->in[0]->shape.rank >= 2) {

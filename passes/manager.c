@@ -18,6 +18,7 @@ static const pass_entry pipeline[] = {
     {"verify", dfg_pass_verify},
     {"dce", dfg_pass_dce},
     {"fuse", dfg_pass_fuse},
+    {"remat", dfg_pass_remat},
     {"schedule", dfg_pass_schedule},
     {"plan_memory", dfg_pass_plan_memory},
     {"verify_plan", dfg_pass_verify_plan},
@@ -55,6 +56,9 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
         if ((st = pipeline[i].run(p, &o))) return st;
         if (o.verify_each && pipeline[i].run != dfg_pass_verify && (st = dfg_pass_verify(p, &o))) return st;
     }
+    if (o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
+        return dfg_program_fail_(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",
+                                 plan->report.arena_bytes, (long long)o.memory_budget);
     return DFG_OK;
 }
 

@@ -49,6 +49,7 @@ typedef struct dfg_plan dfg_plan;
 dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_fuse(dfg_program *p, const dfg_options *o);
+dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_plan_memory(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_verify_plan(dfg_program *p, const dfg_options *o);
@@ -81,5 +82,6 @@ dfg_node *dfg_rw_add(dfg_graph *g, dfg_op op, dfg_tensor *const *in, int n_in, c
 void dfg_rw_move_tail(dfg_graph *g, int first_new, int pos);
 void dfg_rw_renumber(dfg_graph *g);
 void dfg_rw_replace_uses(dfg_program *p, dfg_graph *g, dfg_tensor *old, dfg_tensor *repl);
+void dfg_rw_refresh_views(dfg_graph *g);
 
 #endif

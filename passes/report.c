@@ -37,7 +37,11 @@ void dfg_plan_report(dfg_program *p, dfg_plan *plan) {
         const dfg_stage *st = &p->stages[s];
         if (st->kind != DFG_STAGE_GRAPH) continue;
         r->n_nodes += st->graph->n_nodes;
-        for (int n = 0; n < st->graph->n_nodes; n++)
-            r->flops += (double)st->repeat * dfg_ops[st->graph->nodes[n]->op].cost(st->graph->nodes[n]).flops;
+        for (int n = 0; n < st->graph->n_nodes; n++) {
+            const dfg_node *node = st->graph->nodes[n];
+            double f = (double)st->repeat * dfg_ops[node->op].cost(node).flops;
+            if (node->flags & DFG_NF_RECOMPUTED) r->recomputed_nodes++, r->extra_flops += f;
+            else r->flops += f; /* flops stay the work without recompute; extra_flops is remat's */
+        }
     }
 }

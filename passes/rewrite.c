@@ -31,7 +31,7 @@ void dfg_rw_move_tail(dfg_graph *g, int first_new, int pos) {
 }
 
 /* Keeps reshape views pointing at the storage of what they view after an input changed. */
-static void refresh_views(dfg_graph *g) {
+void dfg_rw_refresh_views(dfg_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         dfg_node *n = g->nodes[i];
         if (n->op != DFG_OP_RESHAPE) continue;
@@ -59,5 +59,5 @@ void dfg_rw_replace_uses(dfg_program *p, dfg_graph *g, dfg_tensor *old, dfg_tens
     }
     if (old->flags & DFG_TF_GRAD) repl->flags |= DFG_TF_GRAD;
     if (old->grad_wrt && !repl->grad_wrt) repl->grad_wrt = old->grad_wrt;
-    refresh_views(g);
+    dfg_rw_refresh_views(g);
 }

@@ -61,6 +61,7 @@ static bool build_dag(const dfg_graph *g, const dfg_consumers *c, dag *d) {
         const dfg_node *nd = g->nodes[i];
         for (int j = 0; j < nd->n_in && ok; j++)
             if (nd->in[j]->kind == DFG_TEMP) EDGE(nd->in[j]->producer->id, i);
+        if (nd->after && nd->after->graph == g && ok) EDGE(nd->after->id, i);
         for (int k = 0; k < nd->n_out && ok; k++) {
             const dfg_tensor *v = nd->out[k]->version_of ? written_input(nd, nd->out[k]) : NULL;
             if (!v) continue;

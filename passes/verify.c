@@ -111,6 +111,9 @@ static dfg_status verify_graph(dfg_program *p, const dfg_graph *g, bool *defined
         if (n->id != i || n->graph != g || (unsigned)n->op >= DFG_OP_COUNT)
             return dfg_program_fail_(p, DFG_ERR_STATE, "verify: graph '%s': node at %d is misnumbered or foreign",
                                      g->name, i);
+        if (n->after && (n->after->graph != g || n->after->id >= i || g->nodes[n->after->id] != n->after))
+            return dfg_program_fail_(p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' must run after '%s'", g->name, i,
+                                     n->name, n->after->name);
         for (int j = 0; j < n->n_in; j++) {
             dfg_status st = check_input(&w, n, n->in[j]);
             if (st) return st;

@@ -1,0 +1,373 @@
+/* remat.c - rematerialisation under a memory budget: when the plan's arena exceeds
+ * dfg_options.memory_budget, activations that the forward makes and the backward reads again
+ * are recomputed in the backward instead of kept across the peak.
+ *
+ * Each round plans the program as it is (schedule + liveness + placement into a scratch arena),
+ * lists the forward-made buffers live at the peak step that are read again after it, and tries
+ * them cheapest first by the op cost table (flops per byte freed: pointwise ops and norms, then
+ * attention and matmuls). Trying one means adding a copy of its producer right before its first
+ * reader after the peak, pointing the later readers at the copy, and planning again; the copy is
+ * kept when the arena shrinks and undone otherwise. Rounds go on until the plan fits or nothing
+ * helps, in which case the pass fails with the smallest arena it reached and what fills it.
+ * Copies compute exactly what the original did, so results are bit-identical; random ops
+ * (sampling) and ops that write state are never copied. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+#define MAX_TRIES_PER_ROUND 64
+
+typedef struct {
+    dfg_node *node;
+    int slot;
+    dfg_tensor *old;
+} redirect;
+
+typedef struct {
+    dfg_graph *g;
+    dfg_node *src;  /* the forward node copied */
+    int pos;        /* where the copy goes: before the first reader after the peak */
+    double score;   /* flops of a copy per byte it frees at the peak */
+} candidate;
+
+typedef struct {
+    dfg_program *p;
+    const dfg_options *o;
+    dfg_node ***orders; /* [graph id] node order before a trial, to undo its rescheduling */
+    int *n_order;
+    redirect *red;
+    int n_red, cap_red;
+    dfg_node **copy_orig, **copy_node; /* every copy made, and what it copies */
+    int n_copies, cap_copies, copies_before;
+} remat_ctx;
+
+/* What a trial plan costs: the arena first, then the bytes x steps all buffers hold (so that a
+ * cheap copy that frees bytes on a plateau of the peak still counts as progress). */
+typedef struct {
+    int64_t arena;
+    double area;
+} plan_cost;
+
+static bool cheaper(plan_cost a, plan_cost b) { return a.arena < b.arena || (a.arena == b.arena && a.area < b.area); }
+
+/* Schedules and plans the program into a scratch arena; arena < 0 when out of memory. */
+static plan_cost measure(dfg_program *p, const dfg_options *o, dfg_plan *trial, dfg_arena *scratch) {
+    dfg_arena_free_all(scratch);
+    *trial = (dfg_plan){.opt = *o, .arena = scratch};
+    if (dfg_pass_schedule(p, o) || dfg_plan_liveness(p, trial) || dfg_plan_place(p, trial)) return (plan_cost){-1, 0};
+    dfg_plan_report(p, trial);
+    plan_cost c = {(int64_t)trial->report.arena_bytes, 0.0};
+    for (int b = 0; b < trial->n_bufs; b++)
+        if (trial->bufs[b].merged_into < 0)
+            c.area += (double)trial->bufs[b].size * (double)(trial->bufs[b].life.last - trial->bufs[b].life.first + 1);
+    return c;
+}
+
+static dfg_tensor *root_of(dfg_tensor *t) { return t->version_of ? t->version_of : t; }
+static dfg_tensor *value_base(dfg_tensor *t) {
+    while (t->view_of) t = t->view_of;
+    return t;
+}
+
+/* Would a copy of n at position pos read every persistent input before it is overwritten? */
+static bool inputs_still_valid(const dfg_graph *g, const dfg_node *n, int pos) {
+    for (int j = 0; j < n->n_in; j++) {
+        dfg_tensor *v = value_base(n->in[j]);
+        if (v->kind == DFG_TEMP && !v->version_of) continue;
+        for (int i = n->id + 1; i < pos; i++) /* a write of v's tensor between n and the copy */
+            for (int k = 0; k < g->nodes[i]->n_out; k++)
+                if (g->nodes[i]->out[k]->version_of == root_of(v)) return false;
+    }
+    return true;
+}
+
+static bool copyable(const dfg_node *n) {
+    if (n->flags & (DFG_NF_BACKWARD | DFG_NF_RECOMPUTED)) return false;
+    if (n->op == DFG_OP_SAMPLE || n->op == DFG_OP_RESHAPE) return false;
+    for (int k = 0; k < n->n_out; k++)
+        if (n->out[k]->version_of || (n->out[k]->flags & DFG_TF_OUTPUT)) return false;
+    return true;
+}
+
+/* First position after `after` of a node reading one of n's outputs (directly or through a
+ * reshape view), or -1. */
+static int first_reader_after(const dfg_graph *g, const dfg_node *n, int after) {
+    for (int i = after + 1; i < g->n_nodes; i++) {
+        const dfg_node *m = g->nodes[i];
+        for (int j = 0; j < m->n_in; j++)
+            for (int k = 0; k < n->n_out; k++)
+                if (m->in[j] == n->out[k]) return i;
+    }
+    return -1;
+}
+
+static int by_score(const void *a, const void *b) {
+    double x = ((const candidate *)a)->score, y = ((const candidate *)b)->score;
+    return x < y ? -1 : x > y;
+}
+
+static double segment_flops(const void *c, const dfg_plan *trial, const dfg_graph *g, const dfg_node *src, int pos,
+                            int depth);
+
+/* Forward nodes before the peak whose outputs are read again after it (so their bytes are kept
+ * across it), cheapest first. An output placed in place in an input's buffer counts: its
+ * producer is what a copy must redo. */
+static int collect(const void *ctx, const dfg_program *p, const dfg_plan *trial, candidate *out, int cap) {
+    int n = 0, peak = trial->report.peak_step;
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        dfg_graph *g = p->graphs[gi];
+        int s = trial->graph_stage[gi];
+        if (s < 0) continue;
+        int peak_pos = peak - trial->stage_step[s];
+        for (int i = 0; i < g->n_nodes && i <= peak_pos && n < cap; i++) {
+            dfg_node *src = g->nodes[i];
+            if (!copyable(src)) continue;
+            int64_t freed = 0;
+            for (int k = 0; k < src->n_out; k++) {
+                const dfg_tensor *o = src->out[k];
+                int b = trial->buf_of[o->id];
+                if (b < 0 || trial->life[o->id].last <= peak) continue;
+                while (trial->bufs[b].merged_into >= 0) b = trial->bufs[b].merged_into;
+                if (!trial->bufs[b].persistent && !trial->bufs[b].pinned) freed += trial->bufs[b].size;
+            }
+            if (!freed) continue;
+            int pos = first_reader_after(g, src, peak_pos);
+            if (pos < 0 || !inputs_still_valid(g, src, pos)) continue;
+            double flops = segment_flops(ctx, trial, g, src, pos, 0); /* the copy and what it must redo first */
+            out[n++] = (candidate){g, src, pos, (flops + 1.0) / (double)freed};
+        }
+    }
+    qsort(out, (size_t)n, sizeof(*out), by_score);
+    return n;
+}
+
+static bool save_orders(remat_ctx *c) {
+    for (int gi = 0; gi < c->p->n_graphs; gi++) {
+        dfg_graph *g = c->p->graphs[gi];
+        free(c->orders[gi]);
+        c->orders[gi] = malloc(sizeof(dfg_node *) * (size_t)(g->n_nodes ? g->n_nodes : 1));
+        if (!c->orders[gi]) return false;
+        memcpy(c->orders[gi], g->nodes, sizeof(dfg_node *) * (size_t)g->n_nodes);
+        c->n_order[gi] = g->n_nodes;
+    }
+    return true;
+}
+
+static void restore_orders(remat_ctx *c) {
+    for (int gi = 0; gi < c->p->n_graphs; gi++) {
+        dfg_graph *g = c->p->graphs[gi];
+        memcpy(g->nodes, c->orders[gi], sizeof(dfg_node *) * (size_t)c->n_order[gi]);
+        g->n_nodes = c->n_order[gi];
+        dfg_rw_renumber(g);
+    }
+}
+
+static bool note_redirect(remat_ctx *c, dfg_node *m, int j) {
+    if (c->n_red == c->cap_red) {
+        int cap = c->cap_red ? 2 * c->cap_red : 64;
+        redirect *r = realloc(c->red, sizeof(*r) * (size_t)cap);
+        if (!r) return false;
+        c->red = r, c->cap_red = cap;
+    }
+    c->red[c->n_red++] = (redirect){m, j, m->in[j]};
+    return true;
+}
+
+/* ---------------------------------------------------------------- copies
+ * A copy reads, for each input, the cheapest available value at its position: a copy of that
+ * input made earlier, the original when it is kept across the peak anyway, or else a new copy
+ * of the input's producer placed just before (a segment, up to MAX_SEGMENT deep) so that no
+ * buffer dead at the peak is stretched across it. */
+#define MAX_SEGMENT 4
+
+static bool note_copy(remat_ctx *c, dfg_node *orig, dfg_node *copy) {
+    if (c->n_copies == c->cap_copies) {
+        int cap = c->cap_copies ? 2 * c->cap_copies : 64;
+        dfg_node **o = realloc(c->copy_orig, sizeof(*o) * (size_t)cap), **k = realloc(c->copy_node, sizeof(*k) * (size_t)cap);
+        if (o) c->copy_orig = o;
+        if (k) c->copy_node = k;
+        if (!o || !k) return false;
+        c->cap_copies = cap;
+    }
+    c->copy_orig[c->n_copies] = orig;
+    c->copy_node[c->n_copies++] = copy;
+    return true;
+}
+
+/* The latest copy of orig placed before position pos, or NULL. */
+static dfg_node *copy_before(const remat_ctx *c, const dfg_node *orig, int pos) {
+    dfg_node *best = NULL;
+    for (int i = 0; i < c->n_copies; i++)
+        if (c->copy_orig[i] == orig && c->copy_node[i]->id < pos && (!best || c->copy_node[i]->id > best->id))
+            best = c->copy_node[i];
+    return best;
+}
+
+/* Is x itself read after the peak (so reading it once more later costs nothing)? */
+static bool read_after_peak(const dfg_plan *trial, const dfg_tensor *x) {
+    return trial->life[x->id].last > trial->report.peak_step || (x->flags & DFG_TF_OUTPUT);
+}
+
+static dfg_node *make_copy(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, dfg_node *src, int *pos, int depth);
+
+/* What a copy at *pos reads for input x (making a segment copy when that is better). */
+static dfg_tensor *value_for(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, dfg_tensor *x, int *pos, int depth) {
+    if (x->kind != DFG_TEMP || x->version_of || !x->producer) return x;
+    dfg_node *prev = copy_before(c, x->producer, *pos);
+    if (prev) return prev->out[x->producer_slot];
+    bool segment_ok = copyable(x->producer) || x->producer->op == DFG_OP_RESHAPE; /* views are free */
+    if (read_after_peak(trial, x) || depth >= MAX_SEGMENT || !segment_ok || !inputs_still_valid(g, x->producer, *pos))
+        return x;
+    dfg_node *k = make_copy(c, trial, g, x->producer, pos, depth + 1);
+    return k ? k->out[x->producer_slot] : NULL;
+}
+
+/* The flops make_copy would spend for src at pos, following value_for's choices. */
+static double segment_flops(const void *ctx, const dfg_plan *trial, const dfg_graph *g, const dfg_node *src, int pos,
+                            int depth) {
+    const remat_ctx *c = ctx;
+    double f = dfg_ops[src->op].cost(src).flops;
+    for (int j = 0; j < src->n_in; j++) {
+        const dfg_tensor *x = src->in[j];
+        if (x->kind != DFG_TEMP || x->version_of || !x->producer || copy_before(c, x->producer, pos)) continue;
+        bool segment_ok = copyable(x->producer) || x->producer->op == DFG_OP_RESHAPE;
+        if (read_after_peak(trial, x) || depth >= MAX_SEGMENT || !segment_ok || !inputs_still_valid(g, x->producer, pos))
+            continue;
+        f += segment_flops(ctx, trial, g, x->producer, pos, depth + 1);
+    }
+    return f;
+}
+
+/* Copies src (and the segment feeding it) before *pos; *pos moves past what was added. */
+static dfg_node *make_copy(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, dfg_node *src, int *pos, int depth) {
+    dfg_tensor *in[16];
+    if (src->n_in > 16) return NULL;
+    for (int j = 0; j < src->n_in; j++)
+        if (!(in[j] = value_for(c, trial, g, src->in[j], pos, depth))) return NULL;
+    int first = g->n_nodes;
+    dfg_node *copy = dfg_rw_add(g, src->op, in, src->n_in, &src->attr, src->n_out);
+    if (!copy || !note_copy(c, src, copy)) return NULL;
+    copy->flags |= DFG_NF_RECOMPUTED | DFG_NF_BACKWARD;
+    for (int k = 0; k < src->n_out; k++) copy->out[k]->flags |= src->out[k]->flags & DFG_TF_WORKSPACE;
+    dfg_rw_move_tail(g, first, *pos);
+    copy->after = *pos > 0 ? g->nodes[*pos - 1] : NULL;
+    (*pos)++;
+    return copy;
+}
+
+/* Adds the copy of cand->src before cand->pos and points the readers from there on at it. */
+static dfg_node *apply(remat_ctx *c, const dfg_plan *trial, const candidate *cand) {
+    dfg_graph *g = cand->g;
+    dfg_node *src = cand->src;
+    int pos = cand->pos;
+    c->n_red = 0;
+    c->copies_before = c->n_copies;
+    dfg_node *copy = make_copy(c, trial, g, src, &pos, 0);
+    if (!copy) return NULL;
+    for (int i = pos; i < g->n_nodes; i++) {
+        dfg_node *m = g->nodes[i];
+        for (int j = 0; j < m->n_in; j++)
+            for (int k = 0; k < src->n_out; k++)
+                if (m->in[j] == src->out[k]) {
+                    if (!note_redirect(c, m, j)) return NULL;
+                    m->in[j] = copy->out[k];
+                }
+    }
+    dfg_rw_refresh_views(g);
+    return copy;
+}
+
+static void undo(remat_ctx *c, dfg_graph *g) {
+    for (int r = c->n_red - 1; r >= 0; r--) c->red[r].node->in[c->red[r].slot] = c->red[r].old;
+    restore_orders(c);
+    for (int i = c->copies_before; i < c->n_copies; i++)
+        for (int k = 0; k < c->copy_node[i]->n_out; k++) c->copy_node[i]->out[k]->flags |= DFG_TF_DEAD;
+    c->n_copies = c->copies_before;
+    dfg_rw_refresh_views(g);
+}
+
+/* Copies cheaper than this (flops per byte freed: pointwise ops, norms, attention's softmax
+ * pass) are kept for freeing bytes away from the peak too; costlier ones (matmuls) only when
+ * they lower the arena itself. */
+#define CHEAP_FLOPS_PER_BYTE 32.0
+
+/* One round: the first candidate whose copy makes the plan cheaper is kept. */
+static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost, dfg_arena *scratch, bool *kept) {
+    candidate cand[MAX_TRIES_PER_ROUND];
+    int n = collect(c, c->p, trial, cand, MAX_TRIES_PER_ROUND);
+    *kept = false;
+    for (int i = 0; i < n && !*kept; i++) {
+        if (!save_orders(c)) return DFG_ERR_NOMEM;
+        dfg_node *copy = apply(c, trial, &cand[i]);
+        if (!copy) return dfg_program_status(c->p) ? dfg_program_status(c->p) : DFG_ERR_NOMEM;
+        dfg_plan t2;
+        plan_cost c2 = measure(c->p, c->o, &t2, scratch);
+        if (c2.arena < 0) return DFG_ERR_NOMEM;
+        if (getenv("DFG_REMAT_DEBUG"))
+            fprintf(stderr, "    try %s at %d (score %.3g): %lld -> %lld\n", cand[i].src->name, cand[i].pos, cand[i].score,
+                    (long long)cost.arena, (long long)c2.arena);
+        if (c2.arena < cost.arena || (cand[i].score < CHEAP_FLOPS_PER_BYTE && cheaper(c2, cost))) *kept = true;
+        else undo(c, cand[i].g);
+    }
+    return DFG_OK;
+}
+
+/* "params 474.2 MiB, optimizer 948.4 MiB, ...": the three largest categories at the peak. */
+static void dominant(const dfg_report *r, char *buf, size_t len) {
+    bool used[DFG_CAT_COUNT] = {0};
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < 3; k++) {
+        int best = -1;
+        for (int cat = 0; cat < DFG_CAT_COUNT; cat++)
+            if (!used[cat] && r->peak[cat] && (best < 0 || r->peak[cat] > r->peak[best])) best = cat;
+        if (best < 0) break;
+        used[best] = true;
+        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s %.1f MiB", k ? ", " : "",
+                               dfg_category_name((dfg_category)best), (double)r->peak[best] / 1048576.0);
+    }
+}
+
+dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
+    if (o->memory_budget <= 0) return DFG_OK;
+    remat_ctx c = {.p = p, .o = o, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
+                   .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int))};
+    dfg_arena scratch = {0};
+    dfg_status st = c.orders && c.n_order ? DFG_OK : DFG_ERR_NOMEM;
+    dfg_plan trial;
+    int64_t arena = -1;
+    while (!st) {
+        plan_cost cost = measure(p, o, &trial, &scratch);
+        if ((arena = cost.arena) < 0) st = DFG_ERR_NOMEM;
+        if (st || arena <= o->memory_budget) break;
+        if (getenv("DFG_REMAT_DEBUG")) {
+            fprintf(stderr, "round: arena %lld peak step %d\n", (long long)arena, trial.report.peak_step);
+            for (int b = 0; b < trial.n_bufs; b++) {
+                const dfg_buf *bb = &trial.bufs[b];
+                if (bb->merged_into >= 0 || bb->persistent || bb->life.first > trial.report.peak_step || bb->life.last < trial.report.peak_step) continue;
+                const dfg_tensor *t = p->tensors[bb->owner];
+                fprintf(stderr, "  %-28s %8lld [%d,%d] %s %s\n", t->name, (long long)bb->size, bb->life.first, bb->life.last,
+                        t->producer ? dfg_op_name(t->producer->op) : "-", t->producer && (t->producer->flags & DFG_NF_BACKWARD) ? "bwd" : "fwd");
+            }
+        }
+        bool kept = false;
+        if ((st = round_once(&c, &trial, cost, &scratch, &kept)) || !kept) break;
+    }
+    if (!st && arena > o->memory_budget) {
+        char dom[256];
+        dominant(&trial.report, dom, sizeof(dom));
+        st = dfg_program_fail_(p, DFG_ERR_ARG,
+                               "remat: the memory budget of %.1f MiB does not fit; the smallest plan found needs %.1f MiB "
+                               "(persistent tensors %.1f MiB, %d activations recomputed); at its peak: %s",
+                               (double)o->memory_budget / 1048576.0, (double)arena / 1048576.0,
+                               (double)trial.report.persistent_bytes / 1048576.0, c.n_copies, dom);
+    } else if (st && !p->status) {
+        st = dfg_program_fail_(p, st, "remat: %s", dfg_program_error(p)[0] ? dfg_program_error(p) : "out of memory");
+    }
+    dfg_arena_free_all(&scratch);
+    for (int gi = 0; c.orders && gi < p->n_graphs; gi++) free(c.orders[gi]);
+    free(c.orders), free(c.n_order), free(c.red), free(c.copy_orig), free(c.copy_node);
+    return st;
+}
