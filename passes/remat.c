@@ -149,7 +149,8 @@ static bool save_orders(remat_ctx *c) {
         free(c->orders[gi]);
         c->orders[gi] = malloc(sizeof(dfg_node *) * (size_t)(g->n_nodes ? g->n_nodes : 1));
         if (!c->orders[gi]) return false;
-        memcpy(c->orders[gi], g->nodes, sizeof(dfg_node *) * (size_t)g->n_nodes);
+        if (g->n_nodes) /* a graph that never had a node has no node array: memcpy(NULL) is undefined */
+            memcpy(c->orders[gi], g->nodes, sizeof(dfg_node *) * (size_t)g->n_nodes);
         c->n_order[gi] = g->n_nodes;
     }
     return true;
@@ -158,7 +159,7 @@ static bool save_orders(remat_ctx *c) {
 static void restore_orders(remat_ctx *c) {
     for (int gi = 0; gi < c->p->n_graphs; gi++) {
         dfg_graph *g = c->p->graphs[gi];
-        memcpy(g->nodes, c->orders[gi], sizeof(dfg_node *) * (size_t)c->n_order[gi]);
+        if (c->n_order[gi]) memcpy(g->nodes, c->orders[gi], sizeof(dfg_node *) * (size_t)c->n_order[gi]);
         g->n_nodes = c->n_order[gi];
         dfg_rw_renumber(g);
     }
@@ -293,25 +294,40 @@ static void undo(remat_ctx *c, dfg_graph *g) {
  * they lower the arena itself. */
 #define CHEAP_FLOPS_PER_BYTE 32.0
 
-/* One round: the first candidate whose copy makes the plan cheaper is kept. */
+/* One round: the first candidate whose copy makes the plan cheaper is kept. The round's plan
+ * (`trial`, in `scratch`) is read while candidates are tried, so they are measured in an arena
+ * of their own: measuring frees its arena first. */
 static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost, dfg_arena *scratch, bool *kept) {
+    (void)scratch;
     candidate cand[MAX_TRIES_PER_ROUND];
     int n = collect(c, c->p, trial, cand, MAX_TRIES_PER_ROUND);
+    dfg_arena try_scratch = {0};
+    dfg_status st = DFG_OK;
     *kept = false;
-    for (int i = 0; i < n && !*kept; i++) {
-        if (!save_orders(c)) return DFG_ERR_NOMEM;
+    for (int i = 0; i < n && !*kept && !st; i++) {
+        if (!save_orders(c)) {
+            st = DFG_ERR_NOMEM;
+            break;
+        }
         dfg_node *copy = apply(c, trial, &cand[i]);
-        if (!copy) return dfg_program_status(c->p) ? dfg_program_status(c->p) : DFG_ERR_NOMEM;
+        if (!copy) {
+            st = dfg_program_status(c->p) ? dfg_program_status(c->p) : DFG_ERR_NOMEM;
+            break;
+        }
         dfg_plan t2;
-        plan_cost c2 = measure(c->p, c->o, &t2, scratch);
-        if (c2.arena < 0) return DFG_ERR_NOMEM;
+        plan_cost c2 = measure(c->p, c->o, &t2, &try_scratch);
+        if (c2.arena < 0) {
+            st = DFG_ERR_NOMEM;
+            break;
+        }
         if (getenv("DFG_REMAT_DEBUG"))
             fprintf(stderr, "    try %s at %d (score %.3g): %lld -> %lld\n", cand[i].src->name, cand[i].pos, cand[i].score,
                     (long long)cost.arena, (long long)c2.arena);
         if (c2.arena < cost.arena || (cand[i].score < CHEAP_FLOPS_PER_BYTE && cheaper(c2, cost))) *kept = true;
         else undo(c, cand[i].g);
     }
-    return DFG_OK;
+    dfg_arena_free_all(&try_scratch);
+    return st;
 }
 
 /* "params 474.2 MiB, optimizer 948.4 MiB, ...": the three largest categories at the peak. */

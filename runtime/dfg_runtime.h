@@ -18,6 +18,11 @@ typedef struct {
     int n_threads;   /* 0: the OpenMP default (all cores) */
     uint64_t seed;   /* parameter initialisation and RNG keys */
     void *host_lib;  /* dlopen handle that host-stage symbols are looked up in; NULL: the process */
+    /* Checking mode (also on when the environment has DFG_CHECK=1): poisons the bytes of every
+     * buffer whose lifetime ended and checksums what each kernel reads against what its writer
+     * left, so a planner bug fails the step (DFG_ERR_STATE, naming the tensors that share the
+     * bytes) instead of giving wrong numbers. Several times slower; for debugging. */
+    bool check;
 } dfg_run_options;
 
 dfg_run_options dfg_run_options_default(void);

@@ -14,7 +14,7 @@ const char *dfg_target_name(dfg_target t) {
 }
 
 dfg_run_options dfg_run_options_default(void) {
-    return (dfg_run_options){.target = DFG_TARGET_CPU, .n_threads = 0, .seed = 1234, .host_lib = NULL};
+    return (dfg_run_options){.target = DFG_TARGET_CPU, .n_threads = 0, .seed = 1234, .host_lib = NULL, .check = false};
 }
 
 dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...) {
@@ -107,7 +107,8 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
-    return dfg_runtime_init_state(rt);
+    if ((st = dfg_runtime_init_state(rt))) return st;
+    return dfg_check_wanted(&rt->opt) ? dfg_check_create(rt) : DFG_OK;
 }
 
 void dfg_runtime_free(dfg_runtime *rt) {
@@ -115,6 +116,7 @@ void dfg_runtime_free(dfg_runtime *rt) {
     if (rt->arena) rt->be->free(rt->be_state, rt->arena);
     if (rt->be && rt->be_state) rt->be->destroy(rt->be_state);
     dfg_memplan_free(&rt->plan);
+    dfg_check_free(rt->check);
     free(rt->in_ptrs);
     free(rt->out_ptrs);
     free(rt->host);
@@ -122,12 +124,27 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt);
 }
 
-static dfg_status run_graph(dfg_runtime *rt, const dfg_stage *s) {
+/* Check mode around one plan step: the sticky error is set by check.c. */
+#define CHECKED(call)                                   \
+    do {                                                \
+        if (rt->check) {                                \
+            dfg_status check_st_ = (call);              \
+            if (check_st_) return check_st_;            \
+        }                                               \
+    } while (0)
+
+static dfg_status run_graph(dfg_runtime *rt, int si) {
+    const dfg_stage *s = &rt->p->stages[si];
     const dfg_graph *g = s->graph;
     char why[512];
-    for (int r = 0; r < s->repeat; r++)
+    for (int r = 0; r < s->repeat; r++) {
+        if (!g->n_nodes) { /* an empty graph still has its plan step: lifetimes begin and end there */
+            CHECKED(dfg_check_before(rt, si, r, 0));
+            CHECKED(dfg_check_after(rt, si, r, 0));
+        }
         for (int i = 0; i < g->n_nodes; i++) {
             const dfg_node *n = g->nodes[i];
+            CHECKED(dfg_check_before(rt, si, r, i));
             for (int j = 0; j < n->n_in; j++) rt->in_ptrs[j] = dfg_rt_ptr(rt, n->in[j]);
             for (int k = 0; k < n->n_out; k++) rt->out_ptrs[k] = dfg_rt_ptr(rt, n->out[k]);
             why[0] = '\0';
@@ -135,30 +152,36 @@ static dfg_status run_graph(dfg_runtime *rt, const dfg_stage *s) {
             if (st)
                 return dfg_rt_fail(rt, st, true, "step %lld, stage '%s' (run %d of %d): %s", (long long)rt->step, s->name,
                                    r + 1, s->repeat, why[0] ? why : dfg_status_name(st));
+            CHECKED(dfg_check_after(rt, si, r, i));
         }
+    }
     return DFG_OK;
 }
 
 static dfg_status run_host(dfg_runtime *rt, int si) {
     dfg_host_ctx ctx = {rt, si};
+    CHECKED(dfg_check_before(rt, si, 0, 0));
     rt->error[0] = '\0';
     dfg_status st = rt->host[si](&ctx);
     if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step,
                                          rt->p->stages[si].name, dfg_status_name(st));
     if (st) rt->status = st;
+    if (!st) CHECKED(dfg_check_after(rt, si, 0, 0));
     return st;
 }
 
 dfg_status dfg_runtime_step(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     if (rt->status) return rt->status;
+    CHECKED(dfg_check_step_begin(rt));
     for (int s = 0; s < rt->p->n_stages; s++) {
         const dfg_stage *stage = &rt->p->stages[s];
-        dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, stage) : run_host(rt, s);
+        dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
         if (st) return st;
     }
     dfg_status st = rt->be->sync(rt->be_state);
     if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step);
+    CHECKED(dfg_check_step_end(rt));
     rt->step++;
     return DFG_OK;
 }

@@ -5,6 +5,14 @@
 #include "backend.h"
 #include "memplan.h"
 
+/* The checking mode (runtime/check.c): per-buffer liveness and checksums along the plan's
+ * timeline, poison in dead bytes. NULL in a runtime without DFG_CHECK. */
+typedef struct dfg_check dfg_check;
+
+/* What check mode writes over a buffer whose lifetime ended: read as f32 it is a NaN (payload
+ * 0x40C4EC), as i32 a negative index, so a kernel that reads it fails or spreads NaN. */
+#define DFG_CHECK_POISON 0xFFC0C4ECu
+
 struct dfg_runtime {
     const dfg_program *p;
     dfg_run_options opt;
@@ -17,6 +25,7 @@ struct dfg_runtime {
     const dfg_tensor **metrics;
     int n_metrics;
     int64_t step;
+    dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */
     dfg_status status; /* sticky: a failed step leaves the state half-updated */
     char error[1024];
 };
@@ -35,5 +44,20 @@ static inline void *dfg_rt_ptr(const dfg_runtime *rt, const dfg_tensor *t) {
 }
 /* A persistent or output tensor by name, or NULL with the runtime's message set. */
 const dfg_tensor *dfg_rt_lookup(dfg_runtime *rt, const char *name);
+
+/* Check mode. Each failing call sets the runtime's sticky error to a message starting with
+ * "DFG_CHECK:" and returns DFG_ERR_STATE (DFG_ERR_NOMEM from create when out of memory).
+ * A stage's plan step `index` is a node index for graph stages, 0 for host stages; an empty
+ * graph's one step is index 0 too. */
+bool dfg_check_wanted(const dfg_run_options *o); /* opt.check, or DFG_CHECK set and not "0" */
+dfg_status dfg_check_create(dfg_runtime *rt);     /* sets rt->check; checks the plan's overlaps */
+void dfg_check_free(dfg_check *c);
+dfg_status dfg_check_step_begin(dfg_runtime *rt);
+dfg_status dfg_check_before(dfg_runtime *rt, int stage, int run, int index); /* before a kernel or host stage */
+dfg_status dfg_check_after(dfg_runtime *rt, int stage, int run, int index);
+dfg_status dfg_check_step_end(dfg_runtime *rt);
+
+/* Sets dst from dst->init_from (dfg_init_from), converting the dtype. */
+dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst);
 
 #endif
