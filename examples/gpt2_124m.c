@@ -108,11 +108,11 @@ static dfg_tensor *token_logp(dfg_graph *g, const dfg_gpt2 *m, const grpo_batch 
     return dfg_take(g, dfg_log_softmax(g, logits), b->targets); /* (N, T) */
 }
 
-/* Graph "ref": the frozen copy starts as the policy (at the first step; weights loaded with
- * --weights included), then only ever runs forward. */
+/* Graph "ref": the frozen copy starts as the policy (dfg_init_from: weights loaded with --weights
+ * reach it too), then only ever runs forward. */
 static dfg_status build_ref_graph(dfg_program *p, dfg_graph *g, dfg_gpt2 *ref, const dfg_gpt2 *policy,
                                   const grpo_batch *b) {
-    dfg_status st = dfg_nn_copy_on_first_run(p, g, ref->params, policy->params, ref->n_params, "ref.copied");
+    dfg_status st = dfg_nn_init_copy(p, ref->params, policy->params, ref->n_params);
     if (st) return st;
     dfg_assign(g, b->ref_logp, token_logp(g, ref, b));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
@@ -137,14 +137,19 @@ static dfg_status build_train_graph(dfg_program *p, const grpo_config *c, const 
     dfg_tensor *per_token = dfg_sub(g, dfg_scale(g, kl, c->beta), dfg_mul(g, logp, adv)); /* (N, T) */
     dfg_tensor *surrogate = dfg_name(seq_mean(g, per_token, b->mask), "surrogate");
 
+    /* gradients accumulate into persistent buffers (PyTorch's .grad; what micro-batches need),
+     * are clipped in place, feed the optimizer, and are zeroed for the next step */
     int n = policy->n_params;
-    dfg_tensor **grads = calloc((size_t)n, sizeof(*grads));
-    if (!grads) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    dfg_backward(g, surrogate, policy->params, n, grads);
-    dfg_tensor *grad_norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
-    dfg_status st = dfg_nn_adamw_step(p, g, policy->params, grads, n, c->adamw, "");
+    dfg_tensor **buf = calloc((size_t)n, sizeof(*buf)), **grads = calloc((size_t)n, sizeof(*grads));
+    dfg_status st = buf && grads ? dfg_nn_grad_buffers(p, policy->params, n, "", buf) : DFG_ERR_NOMEM;
+    if (!st) st = dfg_backward_accumulate(g, surrogate, policy->params, n, buf);
+    if (!st) memcpy(grads, buf, sizeof(*grads) * (size_t)n);
+    dfg_tensor *grad_norm = st ? NULL : dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
+    if (!st) st = dfg_nn_adamw_step(p, g, policy->params, grads, n, c->adamw, "");
+    for (int i = 0; i < n && !st; i++) dfg_assign_fill(g, buf[i], 0.0f);
+    free(buf);
     free(grads);
-    if (st) return st;
+    if (st) return st == DFG_ERR_NOMEM ? dfg_program_fail(p, st, "out of memory") : st;
 
     /* the loss's value with ratio = 1: beta * kl - A, per sequence over the mask, then the mean */
     dfg_tensor *kl_mean = seq_mean(g, kl, b->mask);
@@ -155,7 +160,7 @@ static dfg_status build_train_graph(dfg_program *p, const grpo_config *c, const 
 }
 
 dfg_status dfg_pipeline(dfg_program *p) {
-    grpo_config c;
+    grpo_config c = {0};
     dfg_status st = read_config(p, &c);
     if (st) return st;
     /* ~7 KB of tensor pointers each: off the stack */

@@ -1,6 +1,7 @@
 /* autodiff.c - reverse-mode differentiation on the graph: walks the nodes between the
  * differentiated tensors and the loss backwards, calls each op's gradient rule (ops/), and
- * sums the gradient contributions of tensors used more than once. */
+ * sums the gradient contributions of tensors used more than once (or, with accumulation
+ * buffers, adds each contribution into its buffer as soon as it is made). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@ typedef struct {
     int n_tensors;   /* tensor ids below this existed before backward started */
     bool *needs;     /* [tensor id] depends on some wrt tensor */
     dfg_tensor **gr; /* [tensor id] accumulated gradient */
+    int *wrt_index;  /* [tensor id] index in wrt, or -1 */
+    dfg_tensor *const *accum; /* dfg_backward_accumulate's buffers, or NULL */
 } ad_ctx;
 
 /* Marks every tensor that depends on a wrt tensor, in build (topological) order. */
@@ -25,7 +28,16 @@ static void mark_dependents(ad_ctx *c, int last_node) {
     }
 }
 
+/* Adds a gradient contribution for t. A persistent tensor with an accumulation buffer gets each
+ * contribution added into the buffer as soon as it exists, so no contribution outlives its
+ * producer (a tied embedding's lm_head share is not kept until the embedding's share arrives). */
 static void add_grad(ad_ctx *c, const dfg_tensor *t, dfg_tensor *d) {
+    int i = c->wrt_index[t->id];
+    if (c->accum && i >= 0 && t->kind != DFG_TEMP) {
+        if (t->kind == DFG_PARAM && d->kind == DFG_TEMP) d->flags |= DFG_TF_GRAD;
+        dfg_accumulate(c->g, c->accum[i], d);
+        return;
+    }
     dfg_tensor *cur = c->gr[t->id];
     c->gr[t->id] = cur ? dfg_add(c->g, cur, d) : d;
 }
@@ -65,7 +77,9 @@ static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const 
     return g->status;
 }
 
-dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads) {
+/* dfg_backward, and with accum also the accumulation into the buffers (grads may then be NULL). */
+static dfg_status backward_impl(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads,
+                                dfg_tensor *const *accum) {
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
     char db[160];
@@ -73,7 +87,8 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
         dfg_shape_numel(loss->shape) != 1 || !dfg_is_float(loss->dtype))
         return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: the loss must be a float scalar computed in graph '%s', got %s",
                                g->name, dfg_tensor_desc(loss, db, sizeof(db)));
-    if (n < 1 || !wrt || !grads) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
+    if (n < 1 || !wrt || (!grads && !accum))
+        return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
     dfg_program *p = g->program;
     for (int i = 0; i < n; i++) {
         if (!wrt[i] || (wrt[i]->flags & DFG_TF_POISON) || !dfg_is_float(wrt[i]->dtype))
@@ -84,14 +99,16 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
                                    wrt[i]->name);
     }
 
-    ad_ctx c = {.g = g, .n_tensors = p->n_tensors};
+    ad_ctx c = {.g = g, .n_tensors = p->n_tensors, .accum = accum};
     c.needs = calloc((size_t)c.n_tensors, sizeof(*c.needs));
     c.gr = calloc((size_t)c.n_tensors, sizeof(*c.gr));
-    if (!c.needs || !c.gr) {
-        free(c.needs), free(c.gr);
+    c.wrt_index = malloc(sizeof(*c.wrt_index) * (size_t)c.n_tensors);
+    if (!c.needs || !c.gr || !c.wrt_index) {
+        free(c.needs), free(c.gr), free(c.wrt_index);
         return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
     }
-    for (int i = 0; i < n; i++) c.needs[wrt[i]->id] = true;
+    for (int i = 0; i < c.n_tensors; i++) c.wrt_index[i] = -1;
+    for (int i = 0; i < n; i++) c.needs[wrt[i]->id] = true, c.wrt_index[wrt[i]->id] = i;
     int last = loss->producer->id, first_new = g->n_nodes;
     mark_dependents(&c, last);
     c.gr[loss->id] = dfg_fill(g, loss->dtype, loss->shape, 1.0f);
@@ -101,15 +118,24 @@ dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, 
         for (int k = 0; k < node->n_out && !relevant; k++) relevant = c.needs[node->out[k]->id];
         if (relevant) backprop_node(&c, node, wrt);
     }
-    for (int i = 0; i < n && !g->status; i++)
-        grads[i] = c.gr[wrt[i]->id] ? c.gr[wrt[i]->id] : dfg_fill(g, wrt[i]->dtype, wrt[i]->shape, 0.0f);
-    /* tags for the memory report: what backward added, and which tensors are parameter gradients */
-    for (int i = first_new; i < g->n_nodes; i++) g->nodes[i]->flags |= DFG_NF_BACKWARD;
-    for (int i = 0; i < n && !g->status; i++)
+    for (int i = 0; i < n && !g->status; i++) {
+        dfg_tensor *d = c.gr[wrt[i]->id];
+        if (accum && d) dfg_accumulate(g, accum[i], d); /* a TEMP wrt's summed gradient */
+        if (!grads) continue;
+        grads[i] = d ? d : dfg_fill(g, wrt[i]->dtype, wrt[i]->shape, 0.0f);
         if (wrt[i]->kind == DFG_PARAM && grads[i]->kind == DFG_TEMP) grads[i]->flags |= DFG_TF_GRAD;
+    }
+    /* a tag for the memory report and for passes: what backward added */
+    for (int i = first_new; i < g->n_nodes; i++) g->nodes[i]->flags |= DFG_NF_BACKWARD;
     free(c.needs);
     free(c.gr);
+    free(c.wrt_index);
     return g->status;
+}
+
+dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads) {
+    if (g && !g->status && !grads) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: grads is NULL");
+    return backward_impl(g, loss, wrt, n, grads, NULL);
 }
 
 dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n,
@@ -117,10 +143,5 @@ dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *c
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
     if (n < 1 || !accum) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward_accumulate: needs n >= 1 accumulators");
-    dfg_tensor **grads = calloc((size_t)n, sizeof(*grads));
-    if (!grads) return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
-    if (!dfg_backward(g, loss, wrt, n, grads))
-        for (int i = 0; i < n && !g->status; i++) dfg_accumulate(g, accum[i], grads[i]);
-    free(grads);
-    return g->status;
+    return backward_impl(g, loss, wrt, n, NULL, accum);
 }

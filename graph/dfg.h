@@ -119,6 +119,11 @@ dfg_tensor *dfg_find(const dfg_program *p, const char *name); /* persistent and 
  * planner gives its bytes to other tensors, so its contents are undefined when the range begins
  * each step: e.g. a KV cache written by the rollout is dead during training. */
 dfg_status dfg_set_scope(dfg_program *p, dfg_tensor *t, const char *first_stage, const char *last_stage);
+/* dst (a PARAM or STATE) starts as a copy of src (a PARAM or STATE of the same shape),
+ * converted to dst's dtype: when the runtime is created, and again whenever a checkpoint load
+ * sets src but not dst. For f32 master weights of bf16 parameters and for a frozen reference
+ * copy of the policy: no graph work at all, and loaded weights reach the copies. */
+dfg_status dfg_init_from(dfg_program *p, dfg_tensor *dst, dfg_tensor *src);
 /* Sets a persistent tensor's role (e.g. a PARAM copy that is the frozen reference model). */
 dfg_status dfg_set_role(dfg_tensor *t, dfg_role role);
 

@@ -54,8 +54,8 @@ dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config c
  * PARAMs, because a frozen copy is not trained: it is not counted as parameters, `dfg run
  * --weights` of a Hugging Face checkpoint does not ask for it (a strict load requires every
  * PARAM), `--save` leaves it out and checkpoints with state keep it. Never pass it to
- * dfg_backward or an optimizer: it needs no gradients, moments or master weights. Make it a copy
- * of the policy with dfg_nn_copy_on_first_run. */
+ * dfg_backward or an optimizer: it needs no gradients, moments or master weights. Make it start as
+ * the policy with dfg_nn_init_copy (no graph work; weights loaded into the policy reach it). */
 dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
 
 dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b); /* x @ w + b */
@@ -75,13 +75,14 @@ dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens)
 
 /* ---------------------------------------------------------------- training helpers */
 
-/* dst[i] = src[i] (cast to dst[i]'s dtype) on the first run of graph g, and dst[i] untouched on
- * every later run: how a frozen reference model starts as a copy of the policy, whether the
- * policy came from its init or from `dfg run --weights`. `flag_name` names an i32 STATE that
- * remembers the copy was made (a checkpoint that resumes keeps it). The runtime has no stage
- * that runs only once, so the select runs every step: it costs one pass over dst and src. */
-dfg_status dfg_nn_copy_on_first_run(dfg_program *p, dfg_graph *g, dfg_tensor *const *dst, dfg_tensor *const *src, int n,
-                                    const char *flag_name);
+/* Persistent gradient buffers, as PyTorch's .grad: one zero-initialised STATE of role GRAD per
+ * parameter ("<prefix>grad.<param>", the parameter's dtype and shape), for
+ * dfg_backward_accumulate (micro-batches), in-place clipping and the optimizer; zero them with
+ * dfg_assign_fill after the update. */
+dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n, const char *prefix, dfg_tensor **out);
+/* dst[i] starts as src[i] (dfg_init_from for each i): e.g. a frozen reference model that starts
+ * as the policy, also when the policy's weights come from `dfg run --weights`. */
+dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *const *src, int n);
 
 /* One AdamW step on n parameters, built from dfg_adamw, with the state it needs (names start
  * with prefix, "" for the policy):
@@ -89,11 +90,10 @@ dfg_status dfg_nn_copy_on_first_run(dfg_program *p, dfg_graph *g, dfg_tensor *co
  *   "adamw.step"                          i32 scalar, the 1-based step count (+1 before the update);
  *   "master.<param>"                      for a bf16/f16 parameter only: its f32 master copy
  *                                         (role OPTIM), as a mixed-precision GPU run keeps.
- * A low-precision parameter is updated through its master: the gradient is cast to f32, AdamW
- * updates the master in f32, and the parameter becomes the master rounded back to its dtype.
- * The master starts as the parameter's value at the first step (a copy made when the step count
- * reads 1), so weights loaded into the parameter with --weights reach the master too.
- * One dfg_adamw node per parameter: each f32 gradient copy then lives only for its own update. */
+ * A low-precision parameter is updated through its master: AdamW updates the master in f32 from
+ * the 16-bit gradient (the kernel widens it), and the parameter becomes the master rounded back
+ * to its dtype. The master starts as the parameter (dfg_init_from), so weights loaded into the
+ * parameter with --weights reach the master too. */
 dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
 

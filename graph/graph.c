@@ -184,7 +184,7 @@ dfg_node *dfg_node_add(dfg_graph *g, dfg_op op, dfg_tensor *const *in, int n_in,
             return NULL;
         }
     }
-    for (int k = 0; k < n_out; k++) {
+    for (int k = 0; k < n_out && !g->rewriting; k++) { /* a pass's rewrite keeps the builder's view */
         dfg_tensor *t = n->out[k];
         if (!t->version_of) continue;
         if (!dfg_graph_latest_reserve_(g, t->version_of->id)) {

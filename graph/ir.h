@@ -80,6 +80,7 @@ struct dfg_tensor {
     /* A gradient contribution made by dfg_backward: the tensor it is the gradient of (the fuse
      * and remat passes use it to re-differentiate a region they rewrite). */
     dfg_tensor *grad_wrt;
+    dfg_tensor *init_from; /* dfg_init_from: starts as (a converted copy of) this tensor */
     UT_hash_handle hh;      /* program's by-name index (persistent and output tensors) */
 };
 

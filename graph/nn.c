@@ -120,28 +120,29 @@ dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens)
 
 /* ---------------------------------------------------------------- training helpers */
 /* dst = first ? src : dst, src rounded to dst's dtype; first is an f32 scalar (0 or 1). */
-static void select_into(dfg_graph *g, dfg_tensor *first, dfg_tensor *dst, dfg_tensor *src) {
-    if (dfg_tensor_dtype(src) != dfg_tensor_dtype(dst)) src = dfg_cast(g, src, dfg_tensor_dtype(dst));
-    dfg_assign(g, dst, dfg_where(g, first, src, dst));
-}
-
-dfg_status dfg_nn_copy_on_first_run(dfg_program *p, dfg_graph *g, dfg_tensor *const *dst, dfg_tensor *const *src, int n,
-                                    const char *flag_name) {
-    if (!p || !g || n < 0 || (n > 0 && (!dst || !src)) || !flag_name) return DFG_ERR_ARG;
-    if (dfg_program_status(p)) return dfg_program_status(p);
-    dfg_tensor *flag = dfg_state(p, flag_name, DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
-    if (!flag) return dfg_program_status(p);
-    dfg_tensor *first = dfg_equal(g, flag, dfg_fill(g, DFG_I32, DFG_SCALAR, 0.0f)); /* () f32 */
-    for (int i = 0; i < n; i++) select_into(g, first, dst[i], src[i]);
-    dfg_assign_fill(g, flag, 1.0f); /* after the selects: they read the flag's old value */
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
-}
 
 /* A zero-initialised f32 optimizer STATE shaped as param, named prefix + what + param's name. */
 static dfg_tensor *optim_state(dfg_program *p, const char *prefix, const char *what, const dfg_tensor *param) {
     char name[320];
     snprintf(name, sizeof(name), "%s%s%s", prefix, what, dfg_tensor_name(param));
     return dfg_state(p, name, DFG_F32, dfg_tensor_shape(param), DFG_ROLE_OPTIM, dfg_init_zeros());
+}
+
+dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n, const char *prefix, dfg_tensor **out) {
+    if (!p || n < 1 || !params || !out) return DFG_ERR_ARG;
+    char name[320];
+    for (int i = 0; i < n && !dfg_program_status(p); i++) {
+        snprintf(name, sizeof(name), "%sgrad.%s", prefix ? prefix : "", dfg_tensor_name(params[i]));
+        out[i] = dfg_state(p, name, dfg_tensor_dtype(params[i]), dfg_tensor_shape(params[i]), DFG_ROLE_GRAD,
+                           dfg_init_zeros());
+    }
+    return dfg_program_status(p);
+}
+
+dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *const *src, int n) {
+    if (!p || n < 0 || (n > 0 && (!dst || !src))) return DFG_ERR_ARG;
+    for (int i = 0; i < n && !dfg_program_status(p); i++) dfg_init_from(p, dst[i], src[i]);
+    return dfg_program_status(p);
 }
 
 dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
@@ -155,7 +156,6 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
     if (!step) return dfg_program_status(p);
     /* += 1 before the update: the bias correction counts steps from 1 */
     dfg_assign(g, step, dfg_add(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f)));
-    dfg_tensor *first = NULL; /* () f32: 1 at the first step, when the masters copy their parameters */
     for (int i = 0; i < n; i++) {
         dfg_tensor *param = params[i], *grad = grads[i];
         dfg_tensor *m = optim_state(p, pre, "adamw.m.", param), *v = optim_state(p, pre, "adamw.v.", param);
@@ -166,12 +166,12 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
             continue;
         }
         dfg_tensor *master = optim_state(p, pre, "master.", param);
-        if (!master) return dfg_program_status(p);
-        if (!first) first = dfg_equal(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f));
-        select_into(g, first, master, param);
-        /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight */
-        dfg_tensor *grad32 = dfg_tensor_dtype(grad) == DFG_F32 ? grad : dfg_cast(g, grad, DFG_F32);
-        dfg_adamw(g, &master, &grad32, &m, &v, 1, step, cfg);
+        /* the master starts as the parameter, widened (also after --weights loads the parameter) */
+        if (!master || dfg_init_from(p, master, param)) return dfg_program_status(p);
+        /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight.
+         * The 16-bit gradient goes in as it is; the AdamW kernel widens it element by element,
+         * so no f32 copy of a parameter-sized gradient is ever stored. */
+        dfg_adamw(g, &master, &grad, &m, &v, 1, step, cfg);
         dfg_assign(g, param, dfg_cast(g, master, dt));
     }
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);

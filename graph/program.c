@@ -215,6 +215,25 @@ dfg_status dfg_set_scope(dfg_program *p, dfg_tensor *t, const char *first_stage,
     return DFG_OK;
 }
 
+static bool owned_persistent(const dfg_program *p, const dfg_tensor *t) {
+    return t && t->id >= 0 && t->id < p->n_tensors && p->tensors[t->id] == t && (t->kind == DFG_PARAM || t->kind == DFG_STATE);
+}
+
+dfg_status dfg_init_from(dfg_program *p, dfg_tensor *dst, dfg_tensor *src) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || sealed(p, "init_from")) return p->status;
+    if (!owned_persistent(p, dst) || !owned_persistent(p, src) || dst == src)
+        return dfg_program_fail_(p, DFG_ERR_ARG, "init_from: needs two different PARAM/STATE tensors of program '%s'",
+                                 p->name);
+    char a[96], b[96];
+    if (!dfg_shape_equal(dst->shape, src->shape) || src->init_from)
+        return dfg_program_fail_(p, DFG_ERR_ARG, "init_from: '%s' %s cannot start from '%s' %s (shapes differ, or the source is a copy itself)",
+                                 dst->name, dfg_shape_str(dst->shape, a, sizeof(a)), src->name,
+                                 dfg_shape_str(src->shape, b, sizeof(b)));
+    dst->init_from = src;
+    return DFG_OK;
+}
+
 dfg_status dfg_set_role(dfg_tensor *t, dfg_role role) {
     if (!t || t->kind == DFG_TEMP || (unsigned)role >= DFG_ROLE_COUNT) return DFG_ERR_ARG;
     t->role = role;

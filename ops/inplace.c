@@ -16,7 +16,11 @@ static int first_fit(const dfg_node *n, int a, int b) {
     return -1;
 }
 
-int dfg_op_inplace_input(const dfg_node *n) {
+int dfg_op_inplace_input(const dfg_node *n, int k) {
+    if (n->op == DFG_OP_CLIP_GRAD_NORM) /* output 1+i is input i scaled: every input is read (for the
+                                         * norm) before any output is written */
+        return k >= 1 && k - 1 < n->n_in && same_layout(n->in[k - 1], n->out[k]) ? k - 1 : -1;
+    if (k != 0) return -1;
     switch (n->op) {
     case DFG_OP_ADD: case DFG_OP_SUB: case DFG_OP_MUL: case DFG_OP_DIV: case DFG_OP_MINIMUM:
     case DFG_OP_MAXIMUM: case DFG_OP_EQUAL:

@@ -18,7 +18,10 @@ static dfg_shape drop_last(dfg_shape s) {
 
 static bool chunks_ok(const dfg_node *n, int64_t rows, int64_t v) {
     int64_t rc = n->attr.logprob.rows_chunk, vc = n->attr.logprob.v_chunk;
-    return rc >= 1 && rc <= rows && rc <= DFG_LOGPROB_MAX_ROWS && vc >= 1 && vc <= v;
+    /* v_chunk: the whole vocabulary or a multiple of the reduction block (results then do not
+     * depend on it, see ops/cpu/logprob.c) */
+    return rc >= 1 && rc <= rows && rc <= DFG_LOGPROB_MAX_ROWS && vc >= 1 && vc <= v &&
+           (vc == v || vc % DFG_LOGPROB_V_BLOCK == 0);
 }
 
 /* inputs: logits (..., V), targets (...) -> logp (...) f32, lse (...) f32 */
@@ -69,17 +72,24 @@ dfg_status infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *o
     return DFG_OK;
 }
 
-/* inputs: dlogp, hidden, weight, targets, lse -> dhidden, dweight, workspace (rc, vc) */
+/* inputs: dlogp, hidden, weight, targets, lse [, acc] -> dhidden, dweight, workspace (rc, vc).
+ * With acc (a gradient buffer of the weight's shape, PARAM/STATE), dweight is added into acc in
+ * place and output 1 is acc's new value: the fuse pass makes this form from "dW, then
+ * accumulate dW into the buffer", so a vocabulary-sized dW is never stored on its own. */
 dfg_status infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (n->n_in != 5 && n->n_in != 6) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs 5 inputs, or 6 with an accumulator");
     const dfg_tensor *dy = n->in[0], *h = n->in[1], *w = n->in[2], *t = n->in[3], *lse = n->in[4];
+    const dfg_tensor *acc = n->n_in == 6 ? n->in[5] : NULL;
     int64_t v = 0;
+    if (acc && (!dfg_shape_equal(acc->shape, w->shape) || acc->dtype != w->dtype))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the accumulator must have the weight's shape and dtype");
     if (h->shape.rank < 2 || !dfg_is_float(h->dtype) || !weight_fits(n, h, w, &v) || t->dtype != DFG_I32 ||
         !dfg_shape_equal(t->shape, drop_last(h->shape)) || !dfg_shape_equal(dy->shape, t->shape) ||
         !dfg_shape_equal(lse->shape, t->shape) || dy->dtype != DFG_F32 || lse->dtype != DFG_F32 ||
         !chunks_ok(n, dfg_shape_numel(t->shape), v))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
     out[0] = (dfg_out_spec){h->dtype, h->shape, -1, false};
-    out[1] = (dfg_out_spec){w->dtype, w->shape, -1, false};
+    out[1] = acc ? (dfg_out_spec){w->dtype, w->shape, 5, true} : (dfg_out_spec){w->dtype, w->shape, -1, false};
     out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr.logprob.rows_chunk, n->attr.logprob.v_chunk), -1, false};
     return DFG_OK;
 }

@@ -70,9 +70,9 @@ typedef struct {
     dfg_shape batch_shape;
 } dfg_mm_dims;
 bool dfg_matmul_dims(const dfg_node *n, dfg_mm_dims *d, const char **why);
-/* The input whose bytes output 0 may take when that input dies at this node, or -1 (see
+/* The input whose bytes output k may take when that input dies at this node, or -1 (see
  * ops/inplace.c for the contract kernels keep). */
-int dfg_op_inplace_input(const dfg_node *n);
+int dfg_op_inplace_input(const dfg_node *n, int k);
 /* Sums a broadcast gradient back to `shape` (undoes numpy broadcasting). */
 dfg_tensor *dfg_sum_to_shape(dfg_graph *g, dfg_tensor *x, dfg_shape shape);
 
@@ -119,5 +119,8 @@ dfg_status grad_bias_gelu(dfg_graph *, const dfg_node *, dfg_tensor *const *, co
 
 /* linear_logprob keeps a running sum per row of a chunk on the stack */
 #define DFG_LOGPROB_MAX_ROWS 4096
+/* linear_logprob's vocabulary chunks are multiples of this (or the whole vocabulary); kernels
+ * reduce over the vocabulary in blocks of it, so results do not depend on the chunk size */
+#define DFG_LOGPROB_V_BLOCK 256
 
 #endif

@@ -65,6 +65,44 @@ static bool read_outside(const fuse_ctx *f, const region *r, const dfg_tensor *t
     return false;
 }
 
+/* The fused nodes read the region's inputs again where the region's last forward node and its
+ * first backward node stand, while the unfused backward read temporaries. A persistent input
+ * written in between (a STATE assigned after the forward read it) would give them the new value
+ * (and make the order invalid: verify fails, keep_order computes with the new value), so such a
+ * region stays unfused. The same rule as remat's copies (inputs_still_valid). */
+static bool inputs_unwritten(const fuse_ctx *f, const region *r, dfg_tensor *const *in, int n_in, int until) {
+    int from = f->g->n_nodes;
+    for (int i = 0; i < r->n; i++) from = r->fwd[i]->id < from ? r->fwd[i]->id : from;
+    for (int j = 0; j < n_in; j++) {
+        const dfg_tensor *v = in[j];
+        while (v->view_of) v = v->view_of;
+        if (v->kind == DFG_TEMP && !v->version_of) continue;
+        const dfg_tensor *root = v->version_of ? v->version_of : v;
+        for (int i = from + 1; i < until; i++)
+            for (int k = 0; k < f->g->nodes[i]->n_out; k++)
+                if (f->g->nodes[i]->out[k]->version_of == root) return false;
+    }
+    return true;
+}
+
+/* Which fused input o is the gradient of, or n_in. o->grad_wrt names the last tensor autodiff
+ * gave o to: a gradient rule that passes its output's gradient on unchanged (bias_add's for its
+ * input, add's) hands o further up, so grad_wrt then names an input of in[j]'s producer (logits
+ * with a vocabulary bias: the gradient of the logits is also the matmul's). */
+static int grad_input(dfg_tensor *const *in, int n_in, const dfg_tensor *o) {
+    for (int j = 0; j < n_in; j++)
+        if (in[j] == o->grad_wrt) return j;
+    for (int j = 0; j < n_in; j++) {
+        const dfg_node *up = in[j]->producer;
+        if (in[j]->kind != DFG_TEMP || !up || (up->flags & DFG_NF_BACKWARD) || !o->grad_wrt) continue;
+        for (int k = 0; k < up->n_in; k++)
+            if (up->in[k] == o->grad_wrt && dfg_shape_equal(o->grad_wrt->shape, in[j]->shape) &&
+                o->grad_wrt->dtype == in[j]->dtype)
+                return j;
+    }
+    return n_in;
+}
+
 /* Finds the region's backward; false when it does not have the shape fusion can replace. */
 static bool find_region_grad(const fuse_ctx *f, const region *r, dfg_tensor *const *in, int n_in, region_grad *rg) {
     *rg = (region_grad){.first_pos = -1};
@@ -77,15 +115,15 @@ static bool find_region_grad(const fuse_ctx *f, const region *r, dfg_tensor *con
         for (int k = 0; k < b->n_out; k++) {
             dfg_tensor *o = b->out[k];
             if (!read_outside(f, r, o)) continue;
-            int j = 0;
-            while (j < n_in && in[j] != o->grad_wrt) j++;
+            int j = grad_input(in, n_in, o);
             if (j == n_in || rg->n_old == 8) return false; /* a gradient the fused op cannot make */
             rg->old_grad[rg->n_old] = o;
             rg->old_input[rg->n_old++] = j;
             rg->need[j] = true;
         }
     }
-    return rg->first_pos < 0 || rg->entering != NULL;
+    return (rg->first_pos < 0 || rg->entering != NULL) &&
+           inputs_unwritten(f, r, in, n_in, rg->first_pos >= 0 ? rg->first_pos : last->id);
 }
 
 /* Builds the fused node (before the region's last forward node), its gradient (before the
@@ -95,11 +133,16 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
     dfg_graph *g = f->g;
     const dfg_node *last = r->fwd[r->n - 1];
     int first = g->n_nodes;
+    /* before the last forward node of the region still in the graph (dce removed a take whose
+     * value nothing reads: its gradient reads only the log-softmax) */
+    int at = -1;
+    for (int i = 0; i < r->n; i++)
+        if (r->fwd[i]->id < g->n_nodes && g->nodes[r->fwd[i]->id] == r->fwd[i] && r->fwd[i]->id > at) at = r->fwd[i]->id;
     dfg_node *fused = dfg_rw_add(g, op, in, n_in, attr, n_out);
     if (!fused) return g->status;
     fused->flags |= DFG_NF_FUSED;
     if (op == DFG_OP_LINEAR_LOGPROB) fused->out[2]->flags |= DFG_TF_WORKSPACE;
-    dfg_rw_move_tail(g, first, last->id);
+    dfg_rw_move_tail(g, first, at);
     if (rg->first_pos >= 0) {
         dfg_tensor *dout[3] = {rg->entering, NULL, NULL}, *din[8] = {0};
         first = g->n_nodes;
@@ -128,16 +171,30 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
 }
 
 /* Vocabulary chunks for linear_logprob: the workspace (rows_chunk x v_chunk floats) stays near
- * 32 MiB, or 1/64 of a memory budget when that is smaller. */
+ * 32 MiB, or 1/256 of a memory budget when that is smaller. */
 static void choose_chunks(const dfg_options *o, int64_t rows, int64_t v, dfg_attrs *a) {
     int64_t target = (int64_t)32 << 20;
-    if (o->memory_budget > 0 && o->memory_budget / 64 < target) target = o->memory_budget / 64;
+    if (o->memory_budget > 0 && o->memory_budget / 256 < target) target = o->memory_budget / 256;
     int64_t rc = rows < 1024 ? rows : 1024;
     int64_t vc = target / (rc * 4);
     if (vc >= v) vc = v;
-    else vc = vc >= 256 ? vc / 256 * 256 : (vc >= 1 ? vc : 1);
+    else vc = vc >= DFG_LOGPROB_V_BLOCK ? vc / DFG_LOGPROB_V_BLOCK * DFG_LOGPROB_V_BLOCK : DFG_LOGPROB_V_BLOCK;
+    if (vc > v) vc = v;
     a->logprob.rows_chunk = rc;
     a->logprob.v_chunk = vc;
+}
+
+/* A training graph that never reads the loss's value (only its gradient) loses take to dce:
+ * take's backward reads the targets, the log-softmax's reads only its output. The take is still
+ * the region's forward node; it is found through the gradient dfg_backward made of it. */
+static const dfg_node *removed_take(const fuse_ctx *f, const dfg_node *ls_node) {
+    const dfg_tensor *ls = ls_node->out[0];
+    for (int k = f->c.start[ls->id]; k < f->c.start[ls->id + 1]; k++) {
+        const dfg_node *b = f->c.node[k], *tb = f->c.node[k]->in[0]->producer;
+        if (b->op != DFG_OP_LOG_SOFTMAX_BWD || b->grad_of != ls_node || !tb || tb->op != DFG_OP_TAKE_BWD) continue;
+        if (tb->grad_of && tb->grad_of->op == DFG_OP_TAKE && tb->grad_of->in[0] == ls) return tb->grad_of;
+    }
+    return NULL;
 }
 
 static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired) {
@@ -150,6 +207,7 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
         if (n->op != DFG_OP_TAKE || n->in[0] != ls || take) return DFG_OK; /* log-softmax used elsewhere */
         take = n;
     }
+    if (!take) take = removed_take(f, ls_node);
     /* the fused ops make f32 log-probs: a log-softmax taken in bf16 keeps its own dtype unfused */
     if (!take || (ls->flags & DFG_TF_OUTPUT) || take->out[0]->dtype != DFG_F32) return DFG_OK;
     dfg_tensor *z = ls_node->in[0];
@@ -208,6 +266,36 @@ static dfg_status try_bias_gelu(fuse_ctx *f, const dfg_node *gelu, bool *fired) 
     return rewrite(f, &r, DFG_OP_BIAS_GELU, in, 2, NULL, 1, &rg);
 }
 
+/* linear_logprob_bwd whose weight gradient only feeds "buffer += dW" becomes the form that adds
+ * into the buffer itself (ops/logprob.c): the vocabulary-sized dW is never stored on its own.
+ * The buffer's value it reads must not be read by anything after it but the accumulation. */
+static dfg_status try_accumulate_dw(fuse_ctx *f, dfg_node *b, bool *fired) {
+    dfg_tensor *dw = b->out[1];
+    if (b->n_in != 5 || (dw->flags & DFG_TF_OUTPUT) || f->c.start[dw->id + 1] - f->c.start[dw->id] != 1) return DFG_OK;
+    dfg_node *acc = (dfg_node *)f->c.node[f->c.start[dw->id]];
+    if (acc->op != DFG_OP_ASSIGN || acc->attr.assign.mode != DFG_ASSIGN_ADD || acc->in[1] != dw || acc->in[0] == dw)
+        return DFG_OK;
+    dfg_tensor *v = acc->in[0];
+    for (int k = f->c.start[v->id]; k < f->c.start[v->id + 1]; k++)
+        if (f->c.node[k] != acc && f->c.node[k]->id > b->id) return DFG_OK;
+    dfg_graph *g = f->g;
+    dfg_tensor *in[6] = {b->in[0], b->in[1], b->in[2], b->in[3], b->in[4], v};
+    int first = g->n_nodes;
+    dfg_node *n = dfg_rw_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, 6, &b->attr, 3);
+    if (!n) return g->status;
+    n->flags = b->flags;
+    n->grad_of = b->grad_of;
+    n->out[2]->flags |= DFG_TF_WORKSPACE;
+    n->out[0]->grad_wrt = b->out[0]->grad_wrt;
+    dfg_rw_move_tail(g, first, b->id);
+    dfg_rw_replace_uses(f->p, g, b->out[0], n->out[0]);
+    dfg_rw_replace_uses(f->p, g, acc->out[0], n->out[1]);
+    dfg_rw_remove(g, acc);
+    dfg_rw_remove(g, b);
+    *fired = true;
+    return DFG_OK;
+}
+
 /* Fuses one pattern at a time, rebuilding the consumer lists after every rewrite. */
 static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o, bool *any) {
     for (;;) {
@@ -217,6 +305,7 @@ static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o,
         dfg_status st = DFG_OK;
         for (int i = 0; i < g->n_nodes && !fired && !st; i++) {
             const dfg_node *n = g->nodes[i];
+            if (n->op == DFG_OP_LINEAR_LOGPROB_BWD) st = try_accumulate_dw(&f, g->nodes[i], &fired);
             if (n->flags & DFG_NF_BACKWARD) continue;
             if (n->op == DFG_OP_LOG_SOFTMAX) st = try_logprob(&f, n, &fired);
             else if (n->op == DFG_OP_GELU) st = try_bias_gelu(&f, n, &fired);

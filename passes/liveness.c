@@ -152,28 +152,31 @@ static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logit
     return DFG_OK;
 }
 
+/* Places output k of a node in the buffer of input j when j dies at that node. */
+static void try_merge(dfg_program *p, dfg_plan *plan, const dfg_node *node, int k, int step) {
+    int j = dfg_op_inplace_input(node, k);
+    const dfg_tensor *o = node->out[k];
+    if (j < 0 || o->storage != o || plan->buf_of[o->id] < 0 || plan->buf_of[node->in[j]->id] < 0) return;
+    int bx = plan->buf_of[node->in[j]->id], bo = plan->buf_of[o->id];
+    dfg_buf *x = &plan->bufs[bx], *y = &plan->bufs[bo];
+    if (bx == bo || x->persistent || x->pinned || p->tensors[x->owner]->kind != DFG_TEMP || x->life.last != step ||
+        x->bytes != y->bytes || y->merged_into >= 0)
+        return;
+    x->life.last = y->life.last;
+    x->pinned = y->pinned;
+    y->merged_into = bx;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (plan->buf_of[i] == bo) plan->buf_of[i] = bx;
+    plan->report.n_inplace++;
+}
+
 /* Places node outputs in the buffer of an input that dies at the node, in step order. */
 static void merge_inplace(dfg_program *p, dfg_plan *plan) {
     for (int gi = 0; gi < p->n_graphs; gi++) {
         const dfg_graph *g = p->graphs[gi];
         int s = plan->graph_stage[gi];
-        for (int n = 0; s >= 0 && n < g->n_nodes; n++) {
-            const dfg_node *node = g->nodes[n];
-            int j = dfg_op_inplace_input(node), step = plan->stage_step[s] + n;
-            const dfg_tensor *o = node->out[0];
-            if (j < 0 || o->storage != o || plan->buf_of[o->id] < 0 || plan->buf_of[node->in[j]->id] < 0) continue;
-            int bx = plan->buf_of[node->in[j]->id], bo = plan->buf_of[o->id];
-            dfg_buf *x = &plan->bufs[bx], *y = &plan->bufs[bo];
-            if (bx == bo || x->persistent || x->pinned || p->tensors[x->owner]->kind != DFG_TEMP ||
-                x->life.last != step || x->bytes != y->bytes || y->merged_into >= 0)
-                continue;
-            x->life.last = y->life.last;
-            x->pinned = y->pinned;
-            y->merged_into = bx;
-            for (int i = 0; i < p->n_tensors; i++)
-                if (plan->buf_of[i] == bo) plan->buf_of[i] = bx;
-            plan->report.n_inplace++;
-        }
+        for (int n = 0; s >= 0 && n < g->n_nodes; n++)
+            for (int k = 0; k < g->nodes[n]->n_out; k++) try_merge(p, plan, g->nodes[n], k, plan->stage_step[s] + n);
     }
 }
 

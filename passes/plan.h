@@ -83,5 +83,7 @@ void dfg_rw_move_tail(dfg_graph *g, int first_new, int pos);
 void dfg_rw_renumber(dfg_graph *g);
 void dfg_rw_replace_uses(dfg_program *p, dfg_graph *g, dfg_tensor *old, dfg_tensor *repl);
 void dfg_rw_refresh_views(dfg_graph *g);
+/* Takes node n out of its graph; its outputs are marked dead (nothing may read them). */
+void dfg_rw_remove(dfg_graph *g, dfg_node *n);
 
 #endif

@@ -59,5 +59,18 @@ void dfg_rw_replace_uses(dfg_program *p, dfg_graph *g, dfg_tensor *old, dfg_tens
     }
     if (old->flags & DFG_TF_GRAD) repl->flags |= DFG_TF_GRAD;
     if (old->grad_wrt && !repl->grad_wrt) repl->grad_wrt = old->grad_wrt;
+    /* gradients of old are gradients of repl: a later fusion whose input is repl (linear_logprob
+     * after a bias_gelu that made its hidden states) finds them by grad_wrt */
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->grad_wrt == old) p->tensors[i]->grad_wrt = repl;
     dfg_rw_refresh_views(g);
+}
+
+void dfg_rw_remove(dfg_graph *g, dfg_node *n) {
+    int at = n->id;
+    if (at < 0 || at >= g->n_nodes || g->nodes[at] != n) return;
+    memmove(g->nodes + at, g->nodes + at + 1, sizeof(*g->nodes) * (size_t)(g->n_nodes - at - 1));
+    g->n_nodes--;
+    for (int k = 0; k < n->n_out; k++) n->out[k]->flags |= DFG_TF_DEAD;
+    dfg_rw_renumber(g);
 }

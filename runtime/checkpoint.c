@@ -155,6 +155,11 @@ dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool 
     if (!s) s = ckpt_plan(rt, path, st, strict, target, owner);
     if (!s && strict) s = ckpt_check_missing(rt, path, owner);
     if (!s) s = ckpt_apply(rt, path, st, target, n_loaded);
+    /* copies that start from a loaded tensor follow it, unless the file set them too */
+    for (int i = 0; i < rt->p->n_tensors && !s; i++) {
+        const dfg_tensor *t = rt->p->tensors[i];
+        if (t->init_from && owner[t->init_from->id] && !owner[i]) s = dfg_rt_derive_init(rt, t);
+    }
     free(target);
     free(owner);
     dfg_st_free(st);

@@ -62,6 +62,19 @@ static dfg_status fill_tensor(dfg_runtime *rt, const dfg_tensor *t, void *host) 
     return rt->be->upload(rt->be_state, dfg_rt_ptr(rt, t), host, bytes);
 }
 
+/* dst = src converted to dst's dtype (dfg_init_from), through host memory. */
+dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
+    const dfg_tensor *src = dst->init_from;
+    size_t sb = dfg_tensor_bytes(src), db = dfg_tensor_bytes(dst);
+    void *a = malloc(sb ? sb : 1), *b = malloc(db ? db : 1);
+    dfg_status st = a && b ? rt->be->download(rt->be_state, a, dfg_rt_ptr(rt, src), sb) : DFG_ERR_NOMEM;
+    int64_t n = dfg_shape_numel(dst->shape);
+    for (int64_t i = 0; i < n && !st; i++) dfg_store(b, dst->dtype, i, dfg_load(a, src->dtype, i));
+    if (!st) st = rt->be->upload(rt->be_state, dfg_rt_ptr(rt, dst), b, db);
+    free(a), free(b);
+    return st;
+}
+
 dfg_status dfg_runtime_init_state(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     const dfg_program *p = rt->p;
@@ -74,6 +87,8 @@ dfg_status dfg_runtime_init_state(dfg_runtime *rt) {
     dfg_status st = DFG_OK;
     for (int i = 0; i < p->n_tensors && !st; i++)
         if (p->tensors[i]->kind != DFG_TEMP) st = fill_tensor(rt, p->tensors[i], host);
+    for (int i = 0; i < p->n_tensors && !st; i++) /* after every source has its value */
+        if (p->tensors[i]->init_from) st = dfg_rt_derive_init(rt, p->tensors[i]);
     free(host);
     if (st) return dfg_rt_fail(rt, st, true, "initialising state failed");
     rt->step = 0;

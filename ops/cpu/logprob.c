@@ -118,11 +118,13 @@ dfg_status cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *o
 #pragma omp parallel for schedule(static) if (rc * vc > 16384)
             for (int64_t r = 0; r < rc; r++) {
                 const float *row = ws + r * vc;
-                float m = lse[r0 + r], cm = -INFINITY;
-                for (int64_t j = 0; j < vc; j++) cm = row[j] * d.s > cm ? row[j] * d.s : cm;
+                float m = lse[r0 + r];
                 double l = sum[r];
-                if (cm > m) l *= exp((double)m - cm), m = cm;
-                for (int64_t j = 0; j < vc; j++) l += exp((double)row[j] * d.s - m);
+                for (int64_t j = 0; j < vc; j++) { /* element by element: the same sums for any chunking */
+                    float x = row[j] * d.s;
+                    if (x > m) l = l * exp((double)m - x) + 1.0, m = x;
+                    else l += exp((double)x - m);
+                }
                 sum[r] = l, lse[r0 + r] = m;
                 int64_t tj = t[r0 + r] - v0;
                 if (tj >= 0 && tj < vc) logp[r0 + r] = row[tj] * d.s;
@@ -140,10 +142,11 @@ dfg_status cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *cons
     lin_dims d = lin_of(n, n->in[1], n->in[2]);
     const float *dy = in[0], *h = in[1], *w = in[2], *lse = in[4]; /* (rows), (rows, C), W, (rows) */
     const int32_t *t = in[3];
-    float *dh = out[0], *dw = out[1], *ws = out[2]; /* (rows, C), W's shape, (rc, vc) */
+    float *dh = out[0], *dw = out[1], *ws = out[2]; /* (rows, C), W's shape (the accumulator's bytes when
+                                                      * there are 6 inputs), (rc, vc) */
     if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
     memset(dh, 0, sizeof(float) * (size_t)(d.rows * d.c));
-    memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c));
+    if (n->n_in == 5) memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c)); /* else dw is the accumulator */
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
@@ -157,17 +160,23 @@ dfg_status cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *cons
                 int64_t tj = t[r0 + r] - v0;
                 if (tj >= 0 && tj < vc) row[tj] += g;
             }
-            if (d.tb) { /* dh += dz @ W_c (vc, C); dW_c (vc, C) += dz^T @ h_c */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)d.c, (int)vc, 1.0f, ws, (int)vc,
-                            w + v0 * d.c, (int)d.c, 1.0f, dh + r0 * d.c, (int)d.c);
+            /* dh += dz @ W_c^T sums over the vocabulary: in fixed blocks of DFG_LOGPROB_V_BLOCK so that
+             * the sums are the same whatever v_chunk the planner chose (a multiple of the block) */
+            for (int64_t j0 = 0; j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) {
+                int64_t k = vc - j0 < DFG_LOGPROB_V_BLOCK ? vc - j0 : DFG_LOGPROB_V_BLOCK;
+                if (d.tb) /* W rows v0+j0 .. (k, C) */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)d.c, (int)k, 1.0f, ws + j0,
+                                (int)vc, w + (v0 + j0) * d.c, (int)d.c, 1.0f, dh + r0 * d.c, (int)d.c);
+                else /* W columns v0+j0 .. (C, k) */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)d.c, (int)k, 1.0f, ws + j0,
+                                (int)vc, w + v0 + j0, (int)d.v, 1.0f, dh + r0 * d.c, (int)d.c);
+            }
+            if (d.tb) /* dW_c (vc, C) += dz^T @ h_c */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)vc, (int)d.c, (int)rc, 1.0f, ws, (int)vc,
                             h + r0 * d.c, (int)d.c, 1.0f, dw + v0 * d.c, (int)d.c);
-            } else { /* dh += dz @ W_c^T with W_c (C, vc); dW_c (C, vc) += h_c^T @ dz */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)d.c, (int)vc, 1.0f, ws, (int)vc,
-                            w + v0, (int)d.v, 1.0f, dh + r0 * d.c, (int)d.c);
+            else /* dW_c (C, vc) += h_c^T @ dz */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d.c, (int)vc, (int)rc, 1.0f, h + r0 * d.c,
                             (int)d.c, ws, (int)vc, 1.0f, dw + v0, (int)d.v);
-            }
         }
     }
     return DFG_OK;
