@@ -298,7 +298,11 @@ static dfg_status try_accumulate_dw(fuse_ctx *f, dfg_node *b, bool *fired) {
 
 /* Fuses one pattern at a time, rebuilding the consumer lists after every rewrite. */
 static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o, bool *any) {
-    for (;;) {
+    /* every rewrite removes at least one node of the pattern it matched, so this many rounds is
+     * more than enough; reaching it means a rewrite did not take (a bug, reported, not a hang) */
+    for (int round = 0, limit = g->n_nodes + 1;; round++) {
+        if (round > limit)
+            return dfg_program_fail_(p, DFG_ERR_STATE, "fuse: graph '%s' still matches after %d rewrites", g->name, limit);
         fuse_ctx f = {p, g, o, {0}};
         if (dfg_consumers_build(p, g, &f.c)) return dfg_program_fail_(p, DFG_ERR_NOMEM, "fuse: out of memory");
         bool fired = false;
