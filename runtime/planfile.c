@@ -1,5 +1,6 @@
 /* planfile.c - pieces of the plan-file format shared by the writer (planfile_write.c) and the
- * reader (planfile_read.c): the checksum, section names, and freeing a loaded info. */
+ * reader (planfile_read.c): the checksum, section names, the compile options a loaded info
+ * asks for, and freeing a loaded info. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,15 @@ const char *dfg_plan_section_name(uint32_t kind) {
         [DFG_PLAN_SEC_GRAPHS] = "graphs", [DFG_PLAN_SEC_STAGES] = "stages",     [DFG_PLAN_SEC_HOSTLIB] = "hostlib",
     };
     return kind > 0 && kind < DFG_PLAN_SEC_END ? names[kind] : "?";
+}
+
+dfg_options dfg_plan_options(const dfg_plan_info *info) {
+    dfg_options o = dfg_options_default(info ? info->target : DFG_TARGET_CPU);
+    if (!info) return o;
+    o.align = info->align;
+    o.no_reuse = info->no_reuse;
+    o.keep_order = info->keep_order;
+    return o;
 }
 
 void dfg_plan_info_free(dfg_plan_info *info) {

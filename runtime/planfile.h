@@ -1,8 +1,9 @@
 /* planfile.h - saving a program to a plan file (P.dfg, written by `dfg compile`) and loading it
- * back (`dfg run`, `dfg info`).
+ * back (`dfg run`, `dfg info`, `dfg inspect`, `dfg dot`).
  *
- * A plan file holds what the pipeline built: settings, every tensor, every graph's nodes, the
- * stages, and the pipeline's shared object when the program has host stages. Loading never
+ * A plan file holds what the pipeline built: settings, every tensor (with its flags and scope),
+ * every graph's nodes, the stages, the compile target and options, and the pipeline's shared
+ * object when the program has host stages. Loading never
  * trusts the file: the header, every section's length and CRC are checked against the file's
  * size before a payload is read, every count and length is capped and checked against the
  * bytes that remain, and the program is REBUILT through the public construction calls
@@ -11,29 +12,45 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 1
+ * ---------------------------------------------------------------- format, version 2
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (1) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (2) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
  * Sections appear at most once each; all but hostlib are required; nothing follows the last.
  *   1 info      u32 target | str program name | str source file | i64 compile time (unix
  *               seconds) | str dfg version of the writer | u32 sizeof(dfg_attrs) | u32 op count
+ *               | u32 alignment (0: the target's) | u32 compile flags (1 no_reuse, 2 keep_order)
  *   2 settings  u32 n | n x (str key | str value | u8 used)
  *   3 tensors   u32 n | n x tensor, in tensor-id order (ids are 0 .. n-1), temporaries included
- *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 = dfg_output) | u8 rank | rank x i64
- *               dim | str name | PARAM, STATE: u8 init kind, f32 a, f32 b | CONST: u64 byte
- *               count, the data (numel x dtype size bytes)
+ *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 dfg_output, 2 parameter gradient
+ *               from dfg_backward) | u8 rank | rank x i64 dim | str name | STATE, INPUT: str
+ *               scope's first stage, str its last stage (both empty: no scope) | PARAM, STATE:
+ *               u8 init kind, f32 a, f32 b, u32 ref of the tensor it starts as a copy of
+ *               (dfg_init_from) | CONST: u64 byte count, the data (numel x dtype size bytes) |
+ *               u32 ref of the tensor it is a gradient of (set by dfg_backward)
  *   4 graphs    u32 n | n x (str name | u32 node count | nodes, in build order)
- *     node      u32 op id | str op name | str node name | u32 n_in | n_in x u32 input tensor id
- *               | u32 n_out | u32 id of the first output (the outputs are consecutive ids) |
- *               the node's dfg_attrs, raw (sizeof(dfg_attrs) bytes, as info says)
+ *     node      u32 op id | str op name | str node name | u8 flags (1 added by dfg_backward) |
+ *               u32 the forward node it differentiates (its index in the graph + 1; 0: none) |
+ *               u32 n_in | n_in x u32 input tensor id | u32 n_out | u32 id of the first output
+ *               (the outputs are consecutive ids) | the node's dfg_attrs, raw (sizeof(dfg_attrs)
+ *               bytes, as info says)
+ *   A ref is a tensor id + 1, 0 for none.
  *   5 stages    u32 n | n x (u8 kind (0 graph, 1 host) | str name | graph: u32 graph index,
  *               u32 repeat | host: str function symbol)
  *   6 hostlib   the pipeline's shared object, byte for byte
+ *
+ * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
+ * compile options. Its files are refused with a request to re-run dfg compile rather than read:
+ * a lost scope would silently give a different memory plan than the pipeline asks for, and a
+ * plan file is rebuilt from its pipeline in seconds.
+ *
+ * A plan file holds the program AS BUILT, before dfg_compile (which removes dead nodes and
+ * reorders the rest): saving a compiled program is refused. Loaders compile the rebuilt program
+ * with dfg_plan_options(info), which gives the plan that dfg compile reported.
  *
  * Rebuilding walks tensor ids in order: a persistent tensor is created by its constructor, and
  * the first output of a node adds that node (the next one of its graph), whose outputs must get
@@ -47,10 +64,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../passes/dfg_passes.h"
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 1u
+#define DFG_PLAN_VERSION 2u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,
@@ -68,6 +86,9 @@ typedef struct {
     char source[512];      /* the pipeline file given to dfg compile */
     int64_t compile_time;  /* unix seconds */
     char dfg_version[32];  /* load: the writer's DFG_VERSION_STRING (save writes this build's) */
+    /* dfg_options that change the plan, besides the target (verify_each only checks) */
+    size_t align;          /* 0: the target's */
+    bool no_reuse, keep_order;
     /* The pipeline's shared object (host-stage functions), or NULL. Save only reads it; load
      * returns a malloc'd copy that dfg_plan_info_free releases. */
     void *host_lib;
@@ -75,7 +96,7 @@ typedef struct {
 } dfg_plan_info;
 
 /* Writes p and info to path atomically (temp file in the same directory, fsync, rename).
- * Refuses a program that has an error. On failure writes one line to err. */
+ * Refuses a program that has an error or is compiled. On failure writes one line to err. */
 dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len);
 /* The same bytes in memory: *out is malloc'd (free it), *out_len its size. */
 dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
@@ -89,6 +110,9 @@ dfg_status dfg_plan_load(const char *path, dfg_program **out, dfg_plan_info *inf
 dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
                           char *err, size_t len);
 void dfg_plan_info_free(dfg_plan_info *info);
+/* The options to compile a loaded program with: the defaults for info's target with the
+ * recorded alignment and flags. */
+dfg_options dfg_plan_options(const dfg_plan_info *info);
 
 /* Helpers shared by the writer, the reader and the tests. */
 uint32_t dfg_plan_crc32(const void *data, size_t n);

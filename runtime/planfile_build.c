@@ -168,17 +168,23 @@ static void build_persistent(builder *b, uint32_t id) {
         return;
     }
     if (x->role != (dfg_role)t->role) dfg_set_role(x, (dfg_role)t->role);
+    if (t->scope_first) {
+        dfg_set_scope(b->p, x, t->scope_first, t->scope_last);
+        if (!construction_ok(b, what)) return;
+    }
     if ((uint32_t)x->id != id)
         dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: tensor '%s' was rebuilt as id %d, the file says %u", t->name,
                        x->id, id);
 }
 
-/* Names the outputs of a rebuilt node as the file does (dfg_output or dfg_name). */
+/* Names the outputs of a rebuilt node as the file does (dfg_output or dfg_name) and restores
+ * the gradient tag, which dfg_backward set and replaying single nodes cannot. */
 static void name_outputs(builder *b, dfg_graph *g, dfg_node *n) {
     for (int k = 0; k < n->n_out && !b->r->status; k++) {
         dfg_tensor *t = n->out[k];
         const dfg_plan_tensor_rec *rec = &b->r->tensors[t->id];
-        if (rec->flags & 1u) {
+        if (rec->flags & DFG_PLAN_TF_GRAD) t->flags |= DFG_TF_GRAD;
+        if (rec->flags & DFG_PLAN_TF_OUTPUT) {
             dfg_output(g, t, rec->name);
             if (g->status)
                 dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: output '%s': %s", rec->name, dfg_graph_error(g));
@@ -259,6 +265,13 @@ static uint32_t build_node(builder *b, uint32_t id) {
         return 0;
     }
     b->next_node[nr->graph]++;
+    if (nr->flags & DFG_PLAN_NF_BACKWARD) n->flags |= DFG_NF_BACKWARD;
+    if (nr->grad_of > nr->index) {
+        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s differentiates node %u, which is not before it", where,
+                       nr->grad_of - 1);
+        return 0;
+    }
+    if (nr->grad_of) n->grad_of = g->nodes[nr->grad_of - 1];
     check_node(b, nr, n, id, where);
     name_outputs(b, g, n);
     if (!r->status && strcmp(n->name, nr->name))
@@ -275,9 +288,38 @@ static void verify_tensors(builder *b) {
         const dfg_plan_tensor_rec *rec = &r->tensors[i];
         if (t->kind != (dfg_kind)rec->kind || t->dtype != (dfg_dtype)rec->dtype || t->role != (dfg_role)rec->role ||
             !dfg_shape_equal(t->shape, rec->shape) || strcmp(t->name, rec->name) ||
-            ((t->flags & DFG_TF_OUTPUT) != 0) != (rec->flags != 0))
+            ((t->flags & DFG_TF_OUTPUT) != 0) != ((rec->flags & DFG_PLAN_TF_OUTPUT) != 0))
             dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u was rebuilt as '%s' (%s), the file says '%s' (%s)", i,
                            t->name, dfg_kind_name(t->kind), rec->name, dfg_kind_name((dfg_kind)rec->kind));
+    }
+}
+
+/* The links dfg_backward and dfg_init_from made between tensors, once every tensor exists: a
+ * gradient has the shape and dtype of what it is the gradient of (as autodiff checks), and
+ * dfg_init_from checks its own pair. */
+static void link_tensors(builder *b) {
+    dfg_plan_reader *r = b->r;
+    for (uint32_t i = 0; i < r->n_tensors && !r->status; i++) {
+        const dfg_plan_tensor_rec *rec = &r->tensors[i];
+        dfg_tensor *t = b->p->tensors[i];
+        if (rec->grad_wrt) {
+            dfg_tensor *x = rec->grad_wrt <= r->n_tensors ? b->p->tensors[rec->grad_wrt - 1] : NULL;
+            if (!x || x == t || x->dtype != t->dtype || !dfg_shape_equal(x->shape, t->shape)) {
+                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' is the gradient of tensor %u, which does "
+                               "not match it", i, t->name, rec->grad_wrt - 1);
+                return;
+            }
+            t->grad_wrt = x;
+        }
+        if (rec->init_from) {
+            if (rec->init_from > r->n_tensors) {
+                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' starts as a copy of tensor %u (of %u)", i,
+                               t->name, rec->init_from - 1, r->n_tensors);
+                return;
+            }
+            dfg_init_from(b->p, t, b->p->tensors[rec->init_from - 1]);
+            construction_ok(b, "init_from");
+        }
     }
 }
 
@@ -295,7 +337,8 @@ static void build_tensors_and_nodes(builder *b) {
             continue;
         }
         if (t->flags) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output", id, t->name);
+            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output or a "
+                           "gradient", id, t->name);
             return;
         }
         build_persistent(b, id++);
@@ -305,6 +348,7 @@ static void build_tensors_and_nodes(builder *b) {
             dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: graph '%s' lists %u nodes, but only %u produce tensors",
                            r->graphs[gi].name, r->graphs[gi].n_nodes, b->next_node[gi]);
     verify_tensors(b);
+    link_tensors(b);
 }
 
 static void build_stages(builder *b) {

@@ -8,6 +8,13 @@
 
 /* The largest dim and element count the program's constructors accept (as program.c). */
 #define DFG_PLAN_MAX_DIM ((int64_t)1 << 40)
+/* The largest alignment a plan may ask for (a power of two; the targets use 64 and 256). */
+#define DFG_PLAN_MAX_ALIGN ((size_t)1 << 20)
+
+/* Flag bits as the file stores them: fixed by the format, whatever the in-memory enums become. */
+enum { DFG_PLAN_TF_OUTPUT = 1u, DFG_PLAN_TF_GRAD = 2u, DFG_PLAN_TF_ALL = 3u };
+enum { DFG_PLAN_NF_BACKWARD = 1u, DFG_PLAN_NF_ALL = 1u };
+enum { DFG_PLAN_OPT_NO_REUSE = 1u, DFG_PLAN_OPT_KEEP_ORDER = 2u, DFG_PLAN_OPT_ALL = 3u };
 
 typedef struct {
     const char *key, *value;
@@ -15,9 +22,11 @@ typedef struct {
 } dfg_plan_setting_rec;
 
 typedef struct {
-    unsigned kind, dtype, role, flags;
+    unsigned kind, dtype, role, flags; /* flags: DFG_PLAN_TF_* */
     dfg_shape shape;
     const char *name;
+    const char *scope_first, *scope_last; /* STATE, INPUT; NULL: no scope */
+    uint32_t init_from, grad_wrt;         /* refs: tensor id + 1, 0 for none */
     dfg_init init;         /* PARAM, STATE */
     const void *data;      /* CONST: points into the file's bytes */
 } dfg_plan_tensor_rec;
@@ -25,6 +34,8 @@ typedef struct {
 typedef struct {
     uint32_t op;
     const char *op_name, *name;
+    unsigned flags;   /* DFG_PLAN_NF_* */
+    uint32_t grad_of; /* index + 1 of the forward node it differentiates, 0 for none */
     uint32_t n_in, *in;
     uint32_t n_out, first_out;
     unsigned char attr[sizeof(dfg_attrs)]; /* raw: checked per op before it is read as a dfg_attrs */

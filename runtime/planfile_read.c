@@ -128,7 +128,12 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     const char *version = get_str(c, MAX_NAME, "the writer's version");
     uint32_t attr_size = get_u32(c, "the attribute size");
     get_u32(c, "the op count"); /* informational: each node's op is checked by name */
+    uint32_t align = get_u32(c, "the alignment");
+    uint32_t flags = get_u32(c, "the compile flags");
     if (!end_of_section(c)) return;
+    if (align > DFG_PLAN_MAX_ALIGN || (align & (align - 1)) || (flags & ~(uint32_t)DFG_PLAN_OPT_ALL))
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'info' is malformed: alignment %u, compile flags %#x",
+                                    align, flags);
     if (target >= DFG_TARGET_COUNT)
         return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "unknown target %u (this dfg knows cpu and cuda)", target);
     if (attr_size != sizeof(dfg_attrs))
@@ -141,6 +146,9 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     snprintf(r->info.source, sizeof(r->info.source), "%s", source);
     r->info.compile_time = when;
     snprintf(r->info.dfg_version, sizeof(r->info.dfg_version), "%s", version);
+    r->info.align = align;
+    r->info.no_reuse = (flags & DFG_PLAN_OPT_NO_REUSE) != 0;
+    r->info.keep_order = (flags & DFG_PLAN_OPT_KEEP_ORDER) != 0;
 }
 
 static void read_settings(dfg_plan_reader *r, cursor *c) {
@@ -170,6 +178,17 @@ static bool shape_ok(dfg_shape s) {
     return true;
 }
 
+/* Both names or neither: a scope is a range of stages (dfg_set_scope checks the rest). */
+static void read_scope(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tensor_rec *t) {
+    const char *first = get_str(c, MAX_NAME, "a scope's first stage");
+    const char *last = get_str(c, MAX_NAME, "a scope's last stage");
+    if (r->status) return;
+    if (!*first != !*last)
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has a scope "
+                                    "with one end", i, t->name);
+    if (*first) t->scope_first = first, t->scope_last = last;
+}
+
 static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tensor_rec *t) {
     t->kind = get_u8(c, "a tensor's kind");
     t->dtype = get_u8(c, "a tensor's dtype");
@@ -177,8 +196,8 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
     t->flags = get_u8(c, "a tensor's flags");
     unsigned rank = get_u8(c, "a tensor's rank");
     if (r->status) return;
-    if (t->kind >= DFG_KIND_COUNT || t->dtype >= DFG_DTYPE_COUNT || t->role >= DFG_ROLE_COUNT || t->flags > 1 ||
-        rank > DFG_MAX_RANK)
+    if (t->kind >= DFG_KIND_COUNT || t->dtype >= DFG_DTYPE_COUNT || t->role >= DFG_ROLE_COUNT ||
+        (t->flags & ~(unsigned)DFG_PLAN_TF_ALL) || rank > DFG_MAX_RANK)
         return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
                                     "section 'tensors' is malformed: tensor %u has kind %u, dtype %u, role %u, flags %u, "
                                     "rank %u",
@@ -192,10 +211,12 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
         return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has shape %s",
                                     i, t->name, dfg_shape_str(t->shape, sb, sizeof(sb)));
     }
+    if (t->kind == DFG_STATE || t->kind == DFG_INPUT) read_scope(r, c, i, t);
     if (t->kind == DFG_PARAM || t->kind == DFG_STATE) {
         unsigned k = get_u8(c, "an init kind");
         t->init.a = get_f32(c, "an init value");
         t->init.b = get_f32(c, "an init value");
+        t->init_from = get_u32(c, "an init source");
         if (!r->status && k >= DFG_INIT_COUNT)
             return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has init kind %u",
                                         i, t->name, k);
@@ -212,21 +233,27 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
         t->data = c->b + c->off;
         c->off += (size_t)bytes;
     }
+    t->grad_wrt = get_u32(c, "a gradient's tensor");
 }
 
 static void read_tensors(dfg_plan_reader *r, cursor *c) {
-    r->n_tensors = get_count(c, MAX_TENSORS, 9, "tensors");
+    r->n_tensors = get_count(c, MAX_TENSORS, 13, "tensors");
     r->tensors = alloc_array(r, r->n_tensors, sizeof(*r->tensors));
     for (uint32_t i = 0; i < r->n_tensors && !r->status; i++) read_tensor(r, c, i, &r->tensors[i]);
     end_of_section(c);
 }
 
-#define NODE_MIN_BYTES (4 + 4 + 4 + 4 + 4 + 4 + sizeof(dfg_attrs))
+#define NODE_MIN_BYTES (4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + sizeof(dfg_attrs))
 
 static void read_node(dfg_plan_reader *r, cursor *c, dfg_plan_node_rec *n) {
     n->op = get_u32(c, "a node's op");
     n->op_name = get_str(c, MAX_NAME, "a node's op name");
     n->name = get_str(c, MAX_NAME, "a node's name");
+    n->flags = get_u8(c, "a node's flags");
+    if (!r->status && (n->flags & ~(unsigned)DFG_PLAN_NF_ALL))
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'graphs' is malformed: node '%s' has flags %#x", n->name,
+                                    n->flags);
+    n->grad_of = get_u32(c, "a node's forward node");
     n->n_in = get_count(c, MAX_NODE_IO, 4, "node inputs");
     n->in = alloc_array(r, n->n_in, sizeof(*n->in));
     for (uint32_t j = 0; j < n->n_in && !r->status; j++) n->in[j] = get_u32(c, "a node's input id");
@@ -303,6 +330,11 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
         return dfg_plan_fail_(r, DFG_ERR_FORMAT, "format version %u is newer than this dfg (%u); use a newer dfg",
                               version, DFG_PLAN_VERSION);
     if (version < 1) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "format version %u is not valid", version);
+    if (version < DFG_PLAN_VERSION) /* why old versions are not read: planfile.h */
+        return dfg_plan_fail_(r, DFG_ERR_FORMAT,
+                              "format version %u is older than this dfg's (%u) and lacks scopes and gradient flags; "
+                              "re-run dfg compile on the pipeline",
+                              version, DFG_PLAN_VERSION);
     if (count < DFG_PLAN_SEC_STAGES || count >= DFG_PLAN_SEC_END)
         return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has %d or %d)", count,
                               DFG_PLAN_SEC_STAGES, DFG_PLAN_SEC_HOSTLIB);

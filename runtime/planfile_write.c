@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../ops/op.h"
-#include "planfile.h"
+#include "planfile_internal.h"
 
 /* ---------------------------------------------------------------- a growable byte buffer */
 typedef struct {
@@ -97,13 +97,20 @@ static dfg_status fail(char *err, size_t len, dfg_status s, const char *fmt, ...
 
 static bool name_ok(const char *s) { return s && strlen(s) <= NAME_MAX_BYTES; }
 
+static uint32_t ref(const dfg_tensor *t) { return t ? (uint32_t)t->id + 1u : 0u; }
+
 /* The reader rebuilds nodes from their first output's id; that needs these invariants. */
 static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
     if (dfg_program_status(p))
         return fail(err, len, DFG_ERR_STATE, "the program has an error: %s", dfg_program_error(p));
+    /* dce and schedule rewrote the node lists: what the builders made is no longer there */
+    if (p->plan)
+        return fail(err, len, DFG_ERR_STATE, "program '%s' is compiled; a plan file holds the program as built (save it "
+                                             "before dfg_compile)", p->name);
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
-        if (t->id != i || !name_ok(t->name))
+        bool scope_ok = !t->scope_first || (name_ok(t->scope_first) && name_ok(t->scope_last));
+        if (t->id != i || !name_ok(t->name) || !scope_ok)
             return fail(err, len, DFG_ERR_STATE, "tensor %d has an inconsistent id or a name over %u bytes", i,
                         NAME_MAX_BYTES);
         if (t->kind == DFG_TEMP && (!t->producer || t->producer->out[t->producer_slot] != t))
@@ -118,6 +125,9 @@ static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
                 if (n->out[k]->id != n->out[0]->id + k)
                     return fail(err, len, DFG_ERR_STATE, "node '%s' in graph '%s': outputs are not consecutive tensors",
                                 n->name, g->name);
+            if (n->grad_of && (n->grad_of->graph != g || n->grad_of->id >= i || g->nodes[n->grad_of->id] != n->grad_of))
+                return fail(err, len, DFG_ERR_STATE, "node '%s' in graph '%s' differentiates a node that is not before it",
+                            n->name, g->name);
         }
     }
     for (int s = 0; s < p->n_stages; s++) {
@@ -131,6 +141,10 @@ static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
 }
 
 /* ---------------------------------------------------------------- sections */
+static uint32_t option_flags(const dfg_plan_info *info) {
+    return (info->no_reuse ? DFG_PLAN_OPT_NO_REUSE : 0u) | (info->keep_order ? DFG_PLAN_OPT_KEEP_ORDER : 0u);
+}
+
 static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info) {
     size_t at = section_begin(w, DFG_PLAN_SEC_INFO);
     put_u32(w, (uint32_t)info->target);
@@ -140,6 +154,8 @@ static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info)
     put_str(w, DFG_VERSION_STRING);
     put_u32(w, (uint32_t)sizeof(dfg_attrs));
     put_u32(w, (uint32_t)DFG_OP_COUNT);
+    put_u32(w, (uint32_t)info->align);
+    put_u32(w, option_flags(info));
     section_end(w, at);
 }
 
@@ -154,23 +170,34 @@ static void write_settings(wbuf *w, const dfg_program *p) {
     section_end(w, at);
 }
 
+/* POISON never reaches the tensor table and DEAD is compile's: neither is stored. */
+static unsigned tensor_flags(const dfg_tensor *t) {
+    return ((t->flags & DFG_TF_OUTPUT) ? DFG_PLAN_TF_OUTPUT : 0u) | ((t->flags & DFG_TF_GRAD) ? DFG_PLAN_TF_GRAD : 0u);
+}
+
 static void write_tensor(wbuf *w, const dfg_tensor *t) {
     put_u8(w, (unsigned)t->kind);
     put_u8(w, (unsigned)t->dtype);
     put_u8(w, (unsigned)t->role);
-    put_u8(w, (t->flags & DFG_TF_OUTPUT) ? 1u : 0u);
+    put_u8(w, tensor_flags(t));
     put_u8(w, (unsigned)t->shape.rank);
     for (int d = 0; d < t->shape.rank; d++) put_u64(w, (uint64_t)t->shape.d[d]);
     put_str(w, t->name);
+    if (t->kind == DFG_STATE || t->kind == DFG_INPUT) {
+        put_str(w, t->scope_first ? t->scope_first : "");
+        put_str(w, t->scope_first ? t->scope_last : "");
+    }
     if (t->kind == DFG_PARAM || t->kind == DFG_STATE) {
         put_u8(w, (unsigned)t->init.kind);
         put_f32(w, t->init.a);
         put_f32(w, t->init.b);
+        put_u32(w, ref(t->init_from));
     } else if (t->kind == DFG_CONST) {
         size_t bytes = dfg_tensor_bytes(t);
         put_u64(w, bytes);
         put(w, t->data, bytes);
     }
+    put_u32(w, ref(t->grad_wrt));
 }
 
 static void write_tensors(wbuf *w, const dfg_program *p) {
@@ -184,6 +211,8 @@ static void write_node(wbuf *w, const dfg_node *n) {
     put_u32(w, (uint32_t)n->op);
     put_str(w, dfg_op_name(n->op));
     put_str(w, n->name);
+    put_u8(w, (n->flags & DFG_NF_BACKWARD) ? DFG_PLAN_NF_BACKWARD : 0u);
+    put_u32(w, n->grad_of ? (uint32_t)n->grad_of->id + 1u : 0u);
     put_u32(w, (uint32_t)n->n_in);
     for (int j = 0; j < n->n_in; j++) put_u32(w, (uint32_t)n->in[j]->id);
     put_u32(w, (uint32_t)n->n_out);
@@ -228,6 +257,9 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     if ((unsigned)info->target >= DFG_TARGET_COUNT) return fail(err, len, DFG_ERR_ARG, "plan: unknown target %d", (int)info->target);
     if (!info->host_lib != !info->host_lib_size)
         return fail(err, len, DFG_ERR_ARG, "plan: host library bytes and size disagree");
+    if (info->align > DFG_PLAN_MAX_ALIGN || (info->align & (info->align - 1)))
+        return fail(err, len, DFG_ERR_ARG, "plan: alignment %zu is not a power of two up to %zu", info->align,
+                    DFG_PLAN_MAX_ALIGN);
     dfg_status st = check_program(p, err, len);
     if (st) return st;
     wbuf w = {0};

@@ -1,6 +1,7 @@
 /* test_planfile.c - plan files (runtime/planfile.h): a GPT-2 training program saved and loaded
- * back is the same program (tensors, nodes, attributes, stages, settings) and trains to
- * bit-identical metrics and parameters; every damaged, truncated, foreign or future file is
+ * back is the same program (tensors with their flags and scopes, nodes with theirs, attributes,
+ * stages, settings, compile options), compiles to the same memory plan and trains to
+ * bit-identical metrics and parameters; a compiled program and version-1 files are refused; every damaged, truncated, foreign or future file is
  * refused with one clear line; files whose checksums were fixed up after damage never crash the
  * reader, and semantic damage is caught by the rebuild's own checks.
  *
@@ -15,6 +16,7 @@
 
 #include "graph/ir.h"
 #include "ops/op.h"
+#include "passes/plan.h"
 #include "runtime/planfile.h"
 #include "testutil.h"
 
@@ -45,6 +47,9 @@ static dfg_program *gpt2_program(void *lib) {
     dfg_program_set(p, "seq", "16");
     dfg_program_set(p, "batch", "4");
     dfg_status st = fn ? fn(p) : DFG_ERR_ARG;
+    /* the host writes the mask in stage 'data' and 'train' reads it: a scope that changes nothing
+     * in the run but must survive the file */
+    if (!st) st = dfg_set_scope(p, dfg_find(p, "mask"), "data", "train");
     CHECK(fn && st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
     return p;
 }
@@ -61,11 +66,16 @@ static dfg_program *tiny_program(void) {
     dfg_tensor *c = dfg_const(p, "c", DFG_F32, DFG_SHAPE(3), cdata);
     dfg_tensor *acc = dfg_state(p, "acc", DFG_F32, DFG_SHAPE(2, 3), DFG_ROLE_GRAD, dfg_init_zeros());
     dfg_set_role(w, DFG_ROLE_REF_MODEL);
+    dfg_init_from(p, dfg_state(p, "w_copy", DFG_F32, DFG_SHAPE(2, 3), DFG_ROLE_OPTIM, dfg_init_zeros()), w);
     dfg_graph *g = dfg_graph_new(p, "main");
     dfg_tensor *x = dfg_input(g, "x", DFG_F32, DFG_SHAPE(2, 3));
+    dfg_set_scope(p, x, "main", "main"); /* the host's input is dead in stage 'second' */
     dfg_tensor *y = dfg_name(dfg_mul(g, dfg_add(g, x, c), w), "y");
     dfg_tensor *t = dfg_transpose(g, dfg_reshape(g, y, DFG_SHAPE(3, 2)), 0, 1);
-    dfg_output(g, dfg_matmul(g, t, w, true, false), "z");
+    dfg_tensor *z = dfg_output(g, dfg_matmul(g, t, w, true, false), "z");
+    dfg_tensor *gw; /* GRAD-flagged, made by BACKWARD-flagged nodes */
+    dfg_backward(g, dfg_sum(g, dfg_sum(g, z, 0), 0), &w, 1, &gw);
+    dfg_output(g, gw, "grad_w");
     dfg_accumulate(g, acc, y);
     dfg_metric(g, "total", dfg_sum(g, dfg_sum(g, acc, 0), 0));
     dfg_graph *g2 = dfg_graph_new(p, "second");
@@ -78,8 +88,8 @@ static dfg_program *tiny_program(void) {
 }
 
 static dfg_plan_info tiny_info(void) {
-    dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 1700000000, .host_lib = (void *)fake_lib,
-                          .host_lib_size = sizeof(fake_lib)};
+    dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 1700000000, .align = 128, .keep_order = true,
+                          .host_lib = (void *)fake_lib, .host_lib_size = sizeof(fake_lib)};
     snprintf(info.source, sizeof(info.source), "tiny.c");
     return info;
 }
@@ -95,13 +105,17 @@ static unsigned char *serialize(const dfg_program *p, const dfg_plan_info *info,
 /* ---------------------------------------------------------------- structural equality */
 static int id_of(const dfg_tensor *t) { return t ? t->id : -1; }
 
+static bool same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
 static bool tensors_equal(const dfg_tensor *a, const dfg_tensor *b) {
     bool same = a->id == b->id && a->kind == b->kind && a->dtype == b->dtype && a->role == b->role &&
                 dfg_shape_equal(a->shape, b->shape) && !strcmp(a->name, b->name) && a->flags == b->flags &&
                 id_of(a->storage) == id_of(b->storage) && id_of(a->version_of) == id_of(b->version_of) &&
                 id_of(a->view_of) == id_of(b->view_of) && (a->graph ? a->graph->id : -1) == (b->graph ? b->graph->id : -1) &&
                 (a->producer ? a->producer->id : -1) == (b->producer ? b->producer->id : -1) &&
-                a->producer_slot == b->producer_slot;
+                a->producer_slot == b->producer_slot && same_str(a->scope_first, b->scope_first) &&
+                same_str(a->scope_last, b->scope_last) && id_of(a->grad_wrt) == id_of(b->grad_wrt) &&
+                id_of(a->init_from) == id_of(b->init_from);
     if (a->kind == DFG_PARAM || a->kind == DFG_STATE)
         same = same && a->init.kind == b->init.kind && a->init.a == b->init.a && a->init.b == b->init.b;
     if (a->kind == DFG_CONST) same = same && !memcmp(a->data, b->data, dfg_tensor_bytes(a));
@@ -109,7 +123,8 @@ static bool tensors_equal(const dfg_tensor *a, const dfg_tensor *b) {
 }
 
 static bool nodes_equal(const dfg_node *a, const dfg_node *b) {
-    if (a->op != b->op || strcmp(a->name, b->name) || a->n_in != b->n_in || a->n_out != b->n_out ||
+    if (a->op != b->op || a->flags != b->flags || (a->grad_of ? a->grad_of->id : -1) != (b->grad_of ? b->grad_of->id : -1) ||
+        a->after || b->after || strcmp(a->name, b->name) || a->n_in != b->n_in || a->n_out != b->n_out ||
         memcmp(&a->attr, &b->attr, sizeof(a->attr)))
         return false;
     for (int j = 0; j < a->n_in; j++)
@@ -148,6 +163,28 @@ static void check_programs_equal(const dfg_program *a, const dfg_program *b, con
 }
 
 /* ---------------------------------------------------------------- round trips */
+/* How many tensors carry the gradient tag and a scope, and how many nodes the backward tag:
+ * the facts beyond shapes that a plan file must keep. */
+typedef struct {
+    int grads, scoped, backward, grad_wrt, grad_of, init_from;
+} tags;
+
+static tags tags_of(const dfg_program *p) {
+    tags t = {0};
+    for (int i = 0; i < p->n_tensors; i++) {
+        t.grads += (p->tensors[i]->flags & DFG_TF_GRAD) != 0;
+        t.scoped += p->tensors[i]->scope_first != NULL;
+        t.grad_wrt += p->tensors[i]->grad_wrt != NULL;
+        t.init_from += p->tensors[i]->init_from != NULL;
+    }
+    for (int g = 0; g < p->n_graphs; g++)
+        for (int i = 0; i < p->graphs[g]->n_nodes; i++) {
+            t.backward += (p->graphs[g]->nodes[i]->flags & DFG_NF_BACKWARD) != 0;
+            t.grad_of += p->graphs[g]->nodes[i]->grad_of != NULL;
+        }
+    return t;
+}
+
 static void test_tiny_round_trip(void) {
     dfg_program *p = tiny_program();
     dfg_plan_info info = tiny_info(), back;
@@ -159,9 +196,18 @@ static void test_tiny_round_trip(void) {
     CHECK(st == DFG_OK, "tiny: %s", err);
     if (q) {
         check_programs_equal(p, q, "tiny");
+        tags tp = tags_of(p), tq = tags_of(q);
+        CHECK(tp.grads == 1 && tp.scoped == 1 && tp.backward > 2 && tp.grad_wrt > 2 && tp.grad_of > 2 && tp.init_from == 1,
+              "tiny: built with %d grads, %d scopes, %d backward nodes, %d/%d gradient links, %d copies", tp.grads,
+              tp.scoped, tp.backward, tp.grad_wrt, tp.grad_of, tp.init_from);
+        CHECK(!memcmp(&tq, &tp, sizeof(tp)), "tiny: tags lost");
         CHECK(back.target == DFG_TARGET_CPU && !strcmp(back.source, "tiny.c") && back.compile_time == 1700000000 &&
                   !strcmp(back.dfg_version, DFG_VERSION_STRING),
               "tiny: info fields");
+        dfg_options o = dfg_plan_options(&back);
+        CHECK(back.align == 128 && !back.no_reuse && back.keep_order && o.align == 128 && o.keep_order && !o.no_reuse &&
+                  o.target == DFG_TARGET_CPU,
+              "tiny: compile options (align %zu, no_reuse %d, keep_order %d)", back.align, back.no_reuse, back.keep_order);
         CHECK(back.host_lib_size == sizeof(fake_lib) && !memcmp(back.host_lib, fake_lib, sizeof(fake_lib)), "tiny: host lib");
         unsigned char *b2 = serialize(q, &info, &n2);
         CHECK(n2 == n && !memcmp(b, b2, n), "tiny: saving the loaded program gives other bytes");
@@ -209,6 +255,22 @@ static unsigned char *train(dfg_program *p, void *lib, int steps, size_t *n) {
     return out;
 }
 
+/* Two compiled programs have the same memory plan: every tensor at the same offset. */
+static void check_plans_equal(const dfg_program *a, const dfg_program *b, const char *what) {
+    CHECK(dfg_is_compiled(a) && dfg_is_compiled(b), "%s: not compiled", what);
+    if (!dfg_is_compiled(a) || !dfg_is_compiled(b)) return;
+    const dfg_report *ra = dfg_program_report(a), *rb = dfg_program_report(b);
+    CHECK(ra->arena_bytes == rb->arena_bytes && ra->lower_bound_bytes == rb->lower_bound_bytes &&
+              ra->naive_bytes == rb->naive_bytes && ra->n_inplace == rb->n_inplace && ra->n_nodes == rb->n_nodes &&
+              !memcmp(ra->peak, rb->peak, sizeof(ra->peak)),
+          "%s: reports differ (arena %zu vs %zu, lower bound %zu vs %zu)", what, ra->arena_bytes, rb->arena_bytes,
+          ra->lower_bound_bytes, rb->lower_bound_bytes);
+    CHECK(ra->peak[DFG_CAT_GRADS] > 0, "%s: no gradient bytes at the peak: the GRAD tags are missing", what);
+    const dfg_memplan *ma = &a->plan->mem, *mb = &b->plan->mem;
+    CHECK(ma->n_tensors == mb->n_tensors && !memcmp(ma->offset, mb->offset, sizeof(int64_t) * (size_t)ma->n_tensors),
+          "%s: tensor offsets differ", what);
+}
+
 static void test_gpt2_round_trip(void *lib, unsigned char **plan, size_t *plan_len) {
     dfg_program *p = gpt2_program(lib);
     dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 42};
@@ -226,14 +288,25 @@ static void test_gpt2_round_trip(void *lib, unsigned char **plan, size_t *plan_l
     unlink(path);
     if (!q) return;
     check_programs_equal(p, q, "gpt2");
+    tags tp = tags_of(p);
+    CHECK(tp.grads == 16 && tp.scoped == 1 && tp.backward > 40 && tp.grad_wrt > 30 && tp.grad_of > 40,
+          "gpt2: built with %d grads, %d scopes, %d backward nodes, %d/%d gradient links", tp.grads, tp.scoped, tp.backward,
+          tp.grad_wrt, tp.grad_of);
     CHECK(!strcmp(back.source, "examples/gpt2_train.c") && back.compile_time == 42 && !back.host_lib, "gpt2: info");
-    /* both programs train identically, bit for bit */
+    *plan = serialize(p, &info, plan_len); /* before training compiles p */
+    /* both programs compile to the same plan and train identically, bit for bit */
     size_t na, nb;
     unsigned char *ra = train(p, lib, 3, &na), *rb = train(q, lib, 3, &nb);
     CHECK(na == nb && na > 0 && !memcmp(ra, rb, na), "gpt2: the loaded program trains differently (%zu vs %zu bytes)", na, nb);
     free(ra);
     free(rb);
-    *plan = serialize(p, &info, plan_len);
+    check_plans_equal(p, q, "gpt2");
+    /* a compiled program no longer holds what the builders made */
+    void *b = NULL;
+    size_t n = 0;
+    st = dfg_plan_serialize(p, &info, &b, &n, err, sizeof(err));
+    CHECK(st == DFG_ERR_STATE && !b && strstr(err, "is compiled"), "gpt2: saving a compiled program: %s", err);
+    free(b);
     dfg_program_free(q);
     dfg_program_free(p);
 }
@@ -295,7 +368,11 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
     }
     memcpy(b, plan, n);
     b[8] = 7; /* format version */
-    expect_refused(b, n, "format version 7 is newer than this dfg (1)", "future version");
+    expect_refused(b, n, "format version 7 is newer than this dfg (2)", "future version");
+    memcpy(b, plan, n);
+    b[8] = 1; /* the format before scopes and gradient flags */
+    expect_refused(b, n, "format version 1 is older than this dfg's (2)", "version 1");
+    expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

@@ -15,6 +15,8 @@ enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
 int cli_compile(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_dot(int argc, char **argv);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -56,5 +58,12 @@ bool cli_write_file(const char *cmd, const char *path, const void *data, size_t 
 
 /* "1.5 MiB" */
 char *cli_bytes_str(double bytes, char *buf, size_t len);
+
+/* Loads a plan and compiles it with the target and options it records, as dfg run does before
+ * running. Returns an exit code (2: the file cannot be read or its program does not compile;
+ * 1: out of memory) after printing the message; on success free *p and *info. */
+int cli_load_plan(const char *cmd, const char *path, dfg_program **p, dfg_plan_info *info);
+/* "arena 14.5 MiB, lower bound 12.0 MiB (x1.21), naive 40.3 MiB (planning saves 64%)" */
+char *cli_memory_summary(const dfg_report *r, char *buf, size_t len);
 
 #endif

@@ -3,7 +3,10 @@
  * Builds the pipeline into a shared object with the C compiler dfg was built with, loads it
  * (its calls into libdfg resolve to the libdfg this executable runs with), calls its
  * dfg_pipeline entry point on a fresh program carrying the --set values, and saves the program
- * as a plan file, with the shared object inside when the program has host stages. */
+ * as a plan file, with the shared object inside when the program has host stages. The file
+ * holds the program as built; to show the user the memory plan now, the written file is loaded
+ * back and compiled exactly as dfg run will (planning needs only shapes, so a cuda plan is made
+ * on any machine). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <spawn.h>
@@ -35,29 +38,40 @@ typedef struct {
     dfg_target target;
     const char *sets[MAX_SETS]; /* "key=value" as given */
     int n_sets;
+    int64_t align;              /* 0: the target's */
+    bool no_reuse, keep_order;
 } compile_args;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dfg compile PIPELINE.c [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
+            "                   [--align N] [--no-reuse] [--keep-order]\n"
             "\n"
             "Compiles a pipeline written in the dfg C DSL, runs its entry point\n"
             "    dfg_status dfg_pipeline(dfg_program *p);\n"
-            "and saves the program it builds as a plan file (default: PIPELINE.dfg in the current\n"
-            "directory).\n"
+            "saves the program it builds as a plan file (default: PIPELINE.dfg in the current\n"
+            "directory), and prints its memory plan (dfg inspect P.dfg shows the details).\n"
             "\n"
             "  --set key=value   a pipeline setting (repeatable); the pipeline reads it with\n"
             "                    dfg_setting_int/float/str/bool. A key it never reads is an error.\n"
-            "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'\n"
+            "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'.\n"
+            "                    Planning needs no GPU: a cuda plan is made and inspected anywhere.\n"
             "  -o, --output P    where to write the plan\n"
+            "  --align N         byte alignment of every tensor (a power of two; default 64 on cpu,\n"
+            "                    256 on cuda)\n"
+            "  --no-reuse        give every tensor its own bytes (the baseline planning is measured by)\n"
+            "  --keep-order      run nodes in the order the pipeline built them, not a schedule that\n"
+            "                    keeps fewer bytes live\n"
             "\n"
             "The compiler is %s (override with $DFG_CC); headers come from %s.\n",
             DFG_C_COMPILER, DFG_SOURCE_DIR);
 }
 
 static int parse_args(int argc, char **argv, compile_args *c) {
-    static const cli_option opts[] = {{"--set", true}, {"--target", true}, {"-o", true}, {"--output", true},
-                                      {"--help", false}, {"-h", false}, {NULL, false}};
+    static const cli_option opts[] = {{"--set", true},       {"--target", true},    {"-o", true},
+                                      {"--output", true},    {"--align", true},     {"--no-reuse", false},
+                                      {"--keep-order", false}, {"--help", false},   {"-h", false},
+                                      {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *c = (compile_args){.target_name = "cpu", .target = DFG_TARGET_CPU};
@@ -80,6 +94,13 @@ static int parse_args(int argc, char **argv, compile_args *c) {
                 return cli_error(CMD, CLI_USAGE, "unknown target '%s' (valid: cpu, cuda)", val);
             c->target_name = val;
             c->target = strcmp(val, "cpu") ? DFG_TARGET_CUDA : DFG_TARGET_CPU;
+        } else if (!strcmp(opt, "--align")) {
+            if (!cli_parse_i64(CMD, "--align", val, 1, 1 << 20, &c->align)) return CLI_USAGE;
+            if (c->align & (c->align - 1)) return cli_error(CMD, CLI_USAGE, "--align must be a power of two, got %s", val);
+        } else if (!strcmp(opt, "--no-reuse")) {
+            c->no_reuse = true;
+        } else if (!strcmp(opt, "--keep-order")) {
+            c->keep_order = true;
         } else {
             c->output = val;
         }
@@ -237,8 +258,24 @@ static void print_summary(const dfg_program *p, const char *out, size_t plan_byt
     printf("\n");
 }
 
+/* Loads the written plan and compiles it as dfg run will; prints the memory plan in one line. */
+static int report_plan(const char *out) {
+    dfg_program *p = NULL;
+    dfg_plan_info info;
+    int rc = cli_load_plan(CMD, out, &p, &info);
+    if (rc) return rc;
+    const dfg_report *r = dfg_program_report(p);
+    char line[512];
+    printf("plan for %s: %s; peak at step %d of %d\n", dfg_target_name(info.target),
+           cli_memory_summary(r, line, sizeof(line)), r->peak_step, r->n_steps);
+    dfg_program_free(p);
+    dfg_plan_info_free(&info);
+    return CLI_OK;
+}
+
 static int save(const compile_args *c, const dfg_program *p, const char *so, const char *out) {
-    dfg_plan_info info = {.target = c->target, .compile_time = (int64_t)time(NULL)};
+    dfg_plan_info info = {.target = c->target, .compile_time = (int64_t)time(NULL), .align = (size_t)c->align,
+                          .no_reuse = c->no_reuse, .keep_order = c->keep_order};
     snprintf(info.source, sizeof(info.source), "%s", c->pipeline);
     if (so && !cli_read_file(CMD, so, &info.host_lib, &info.host_lib_size)) return CLI_FAILED;
     char err[1024];
@@ -247,7 +284,9 @@ static int save(const compile_args *c, const dfg_program *p, const char *so, con
     if (st) return cli_error(CMD, CLI_FAILED, "%s", err);
     struct stat sb;
     print_summary(p, out, stat(out, &sb) == 0 ? (size_t)sb.st_size : 0, c->target_name);
-    return CLI_OK;
+    int rc = report_plan(out);
+    if (rc) unlink(out); /* a program that does not compile must not leave a plan to run */
+    return rc;
 }
 
 /* Loads the compiled pipeline, builds the program, checks it and saves the plan. */

@@ -1,5 +1,7 @@
 /* cli_info.c - `dfg info P.dfg`: what a plan holds, without running it: where it came from,
- * its settings, its stages with node counts, and the persistent tensors' bytes by role. */
+ * its settings, its stages with node counts, the persistent tensors' bytes by role, and the
+ * memory plan in one line (the program is compiled as dfg run compiles it; dfg inspect has the
+ * details). */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -12,8 +14,9 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dfg info P.dfg\n"
                "\n"
-               "Prints a plan's origin, settings, stages (with node counts) and its persistent\n"
-               "tensors' bytes by role.\n");
+               "Prints a plan's origin, settings, stages (with node counts after dead-code\n"
+               "elimination), its persistent tensors' bytes by role and its memory plan\n"
+               "(dfg inspect P.dfg shows the plan in detail).\n");
 }
 
 static void print_origin(const char *path, const dfg_program *p, const dfg_plan_info *info) {
@@ -22,7 +25,11 @@ static void print_origin(const char *path, const dfg_program *p, const dfg_plan_
     struct tm tm;
     if (gmtime_r(&t, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
     printf("plan      %s (format %u, written by dfg %s)\n", path, DFG_PLAN_VERSION, info->dfg_version);
-    printf("program   %s, target %s\n", p->name, dfg_target_name(info->target));
+    printf("program   %s, target %s", p->name, dfg_target_name(info->target));
+    if (info->align) printf(", alignment %zu", info->align);
+    if (info->no_reuse) printf(", no reuse");
+    if (info->keep_order) printf(", build order kept");
+    printf("\n");
     printf("source    %s, compiled %s\n", info->source, when);
     if (info->host_lib) printf("host code %s embedded\n", cli_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));
 }
@@ -96,12 +103,14 @@ int cli_info(int argc, char **argv) {
     }
     dfg_program *p = NULL;
     dfg_plan_info info;
-    char err[1024];
-    if (dfg_plan_load(path, &p, &info, err, sizeof(err))) return cli_error(CMD, CLI_USAGE, "%s", err);
+    int rc = cli_load_plan(CMD, path, &p, &info);
+    if (rc) return rc;
+    char line[512];
     print_origin(path, p, &info);
     print_settings(p);
     print_stages(p);
     print_memory(p);
+    printf("memory    %s\n", cli_memory_summary(dfg_program_report(p), line, sizeof(line)));
     dfg_program_free(p);
     dfg_plan_info_free(&info);
     return CLI_OK;

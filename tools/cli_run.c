@@ -1,9 +1,10 @@
 /* cli_run.c - `dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]
  * [--seed S] [--threads N] [--every K]`.
  *
- * Loads a plan, loads the pipeline's embedded shared object for its host stages, creates the
- * runtime, optionally loads weights, runs N steps printing one line of metrics per step, and
- * optionally saves the parameters. */
+ * Loads a plan and compiles it with the options it records (so the run uses the memory plan
+ * that dfg compile and dfg inspect reported), loads the pipeline's embedded shared object for
+ * its host stages, creates the runtime, optionally loads weights, runs N steps printing one
+ * line of metrics per step, and optionally saves the parameters. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,8 +161,7 @@ int cli_run(int argc, char **argv) {
     if (rc) return rc < 0 ? CLI_OK : rc;
     dfg_program *p = NULL;
     dfg_plan_info info;
-    char err[1024];
-    if (dfg_plan_load(r.plan, &p, &info, err, sizeof(err))) return cli_error(CMD, CLI_USAGE, "%s", err);
+    if ((rc = cli_load_plan(CMD, r.plan, &p, &info))) return rc;
     void *lib = NULL;
     if (info.target != DFG_TARGET_CPU)
         rc = cli_error(CMD, CLI_USAGE, "%s: plan targets %s; this build's runtime supports cpu (recompile with --target cpu)",

@@ -144,3 +144,26 @@ char *cli_bytes_str(double bytes, char *buf, size_t len) {
     else snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : 1, bytes, units[u]);
     return buf;
 }
+
+int cli_load_plan(const char *cmd, const char *path, dfg_program **p, dfg_plan_info *info) {
+    char err[1024];
+    if (dfg_plan_load(path, p, info, err, sizeof(err))) return cli_error(cmd, CLI_USAGE, "%s", err);
+    dfg_options o = dfg_plan_options(info);
+    dfg_status st = dfg_compile(*p, &o);
+    if (!st) return CLI_OK;
+    int rc = cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s: %s", path, dfg_program_error(*p));
+    dfg_program_free(*p);
+    dfg_plan_info_free(info);
+    *p = NULL;
+    return rc;
+}
+
+char *cli_memory_summary(const dfg_report *r, char *buf, size_t len) {
+    char a[32], lb[32], nv[32];
+    double ratio = r->lower_bound_bytes ? (double)r->arena_bytes / (double)r->lower_bound_bytes : 1.0;
+    double saved = r->naive_bytes ? 100.0 * (1.0 - (double)r->arena_bytes / (double)r->naive_bytes) : 0.0;
+    snprintf(buf, len, "arena %s, lower bound %s (x%.2f), naive %s (planning saves %.0f%%)",
+             cli_bytes_str((double)r->arena_bytes, a, sizeof(a)), cli_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)),
+             ratio, cli_bytes_str((double)r->naive_bytes, nv, sizeof(nv)), saved);
+    return buf;
+}

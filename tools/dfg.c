@@ -3,6 +3,8 @@
  *   dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [-o P.dfg]
  *   dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors] [--seed S] ...
  *   dfg info P.dfg
+ *   dfg inspect P.dfg [--json]
+ *   dfg dot P.dfg [-o OUT.dot] [--timeline] [--svg]
  *
  * Exit codes: 0 success, 1 a failure while running (or writing), 2 a usage error or bad input
  * (unknown option, a pipeline that does not compile, a plan file that cannot be read). */
@@ -22,6 +24,8 @@ static const command commands[] = {
     {"compile", cli_compile, "build a pipeline (C file) into a plan file"},
     {"run", cli_run, "run a plan for N steps, printing its metrics"},
     {"info", cli_info, "show what a plan holds: settings, stages, memory by role"},
+    {"inspect", cli_inspect, "show a plan's memory report: arena, lower bound, what is live at the peak"},
+    {"dot", cli_dot, "draw a plan's dataflow and memory with Graphviz (.dot, or SVG)"},
 };
 #define N_COMMANDS (int)(sizeof(commands) / sizeof(commands[0]))
 
@@ -32,6 +36,8 @@ static void usage(FILE *f) {
                "\nexample:\n"
                "  dfg compile examples/gpt2_train.c -o gpt2.dfg\n"
                "  dfg run gpt2.dfg --steps 100\n"
+               "  dfg inspect gpt2.dfg\n"
+               "  dfg dot gpt2.dfg --timeline --svg\n"
                "\nexit codes: 0 ok, 1 failed while running, 2 usage error or bad input\n");
 }
 

@@ -42,7 +42,9 @@ run "$DFG" --help
 expect_rc 0 "--help"
 expect_in out.txt "compile" "--help lists compile"
 expect_in out.txt "run" "--help lists run"
-for c in compile run info; do
+expect_in out.txt "inspect" "--help lists inspect"
+expect_in out.txt "dot" "--help lists dot"
+for c in compile run info inspect dot; do
   run "$DFG" $c --help
   expect_rc 0 "$c --help"
   expect_in out.txt "usage: dfg $c" "$c --help shows its usage"
@@ -64,6 +66,7 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" -o gpt2.dfg
 expect_rc 0 "compile examples/gpt2_train.c"
 expect_in out.txt "wrote gpt2.dfg" "compile reports the plan"
 expect_in out.txt "n_layer=2" "compile lists the settings with their defaults"
+expect_in out.txt "plan for cpu: arena" "compile prints the memory plan"
 [ -s gpt2.dfg ] && ok "gpt2.dfg exists" || fail "gpt2.dfg was not written"
 
 run "$DFG" run gpt2.dfg --steps 100 --threads 1 --every 1
@@ -84,6 +87,115 @@ expect_in out.txt "host function gpt2_make_batch" "info lists the host stage"
 expect_in out.txt "graph 'train'" "info lists the graph stage"
 expect_in out.txt "optimizer" "info lists optimizer bytes"
 expect_in out.txt "lr=0.003" "info lists the settings"
+expect_in out.txt "memory    arena" "info prints the memory plan"
+
+# ---------------------------------------------------------------- inspect
+# human byte counts exactly as the CLI prints them (cli_bytes_str), to compare with `run`
+human() { python3 -c '
+import sys
+b = float(sys.argv[1]); u = 0; units = ["B", "KiB", "MiB", "GiB", "TiB"]
+while b >= 1024 and u < 4: b /= 1024; u += 1
+print("%.0f B" % b if u == 0 else "%.*f %s" % (2 if b < 10 else 1, b, units[u]))' "$1"; }
+# jget FILE EXPR: a value of the JSON object in FILE (python expression over d)
+jget() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+
+run "$DFG" inspect gpt2.dfg
+expect_rc 0 "inspect"
+for k in "arena " "lower bound" "naive" "persistent" "peak          step" "live at peak" "activations" "logits" \
+         "largest temp" "flops" "removed by dce" "placed in place" "placement" "stages"; do
+  expect_in out.txt "$k" "inspect shows '$k'"
+done
+expect_in out.txt "(function gpt2_make_batch)" "inspect lists the host stage and its function"
+run "$DFG" inspect gpt2.dfg --json
+expect_rc 0 "inspect --json"
+cp out.txt inspect.json
+if python3 -c 'import json, sys; json.load(open(sys.argv[1]))' inspect.json 2>/dev/null; then ok "inspect --json is one JSON object"
+else fail "inspect --json does not parse as JSON"; fi
+missing=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+keys = ["arena_bytes", "lower_bound_bytes", "naive_bytes", "peak_breakdown", "largest_temp", "flops", "target",
+        "align", "persistent_bytes", "peak_step", "n_nodes", "stages"]
+print(" ".join(k for k in keys if k not in d))' inspect.json)
+[ -z "$missing" ] && ok "inspect --json has every documented key" || fail "inspect --json lacks: $missing"
+checks=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1])); bad = []
+if not d["arena_bytes"] >= d["lower_bound_bytes"] > 0: bad.append("arena < lower bound")
+if not d["naive_bytes"] >= d["arena_bytes"]: bad.append("naive < arena")
+if sum(d["peak_breakdown"].values()) != d["lower_bound_bytes"]: bad.append("breakdown does not sum to the lower bound")
+if set(d["peak_breakdown"]) != {"params", "grads", "optimizer", "ref_model", "kv_cache", "activations", "logits", "workspace", "other"}: bad.append("categories")
+t = d["largest_temp"]; n = 1
+for x in t["shape"]: n *= x
+if t["dtype"] != "f32" or n * 4 != t["bytes"]: bad.append("largest_temp bytes vs shape")
+if [s["name"] for s in d["stages"]] != ["data", "train"] or d["stages"][1]["nodes"] != d["n_nodes"]: bad.append("stages")
+if d["target"] != "cpu" or d["align"] != 64 or d["flops"] <= 0: bad.append("target, align or flops")
+print("; ".join(bad))' inspect.json)
+[ -z "$checks" ] && ok "inspect --json values are consistent" || fail "inspect --json: $checks"
+arena=$(human "$(jget inspect.json 'd["arena_bytes"]')")
+run "$DFG" run gpt2.dfg --steps 1 --threads 1
+expect_in out.txt "arena $arena," "run allocates the arena inspect reports ($arena)"
+run "$DFG" inspect gpt2.dfg --bogus
+expect_rc 2 "inspect with an unknown option"
+run "$DFG" inspect nope.dfg
+expect_rc 2 "inspect a missing plan"
+expect_one_line "inspect of a missing plan"
+
+# the options a plan was compiled with travel in the file
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --no-reuse -o naive.dfg
+expect_rc 0 "compile --no-reuse"
+run "$DFG" inspect naive.dfg --json
+cp out.txt naive.json
+[ "$(jget naive.json 'd["arena_bytes"] == d["naive_bytes"] == '"$(jget inspect.json 'd["naive_bytes"]')")" = True ] \
+  && ok "a --no-reuse plan allocates the naive bytes" || fail "a --no-reuse plan: $(cat naive.json | head -c 300)"
+run "$DFG" run naive.dfg --steps 1 --threads 1
+expect_in out.txt "arena $(human "$(jget naive.json 'd["arena_bytes"]')")," "run uses the --no-reuse plan"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
+expect_rc 2 "--align 3"
+expect_in err.txt "power of two" "--align names the rule"
+
+# a plan of format version 1 is refused with what to do
+cp gpt2.dfg old.dfg
+printf '\x01' | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
+run "$DFG" inspect old.dfg
+expect_rc 2 "a version-1 plan"
+expect_in err.txt "re-run dfg compile" "a version-1 plan says to recompile"
+expect_one_line "version-1 plan"
+
+# ---------------------------------------------------------------- dot
+run "$DFG" dot gpt2.dfg -o mem.dot
+expect_rc 0 "dot"
+expect_in out.txt "wrote mem.dot" "dot reports the file"
+expect_in mem.dot "digraph" "mem.dot is a Graphviz digraph"
+expect_in mem.dot "cluster_persistent" "mem.dot clusters the persistent tensors"
+expect_in mem.dot "PEAK" "mem.dot marks the peak"
+expect_in mem.dot "wte.weight" "mem.dot names the parameters"
+run "$DFG" dot gpt2.dfg --timeline -o timeline.dot
+expect_rc 0 "dot --timeline"
+expect_in timeline.dot "dfg_step_pt" "the timeline carries its scale"
+expect_in timeline.dot "pos=" "the timeline pins positions"
+run "$DFG" dot gpt2.dfg --svg -o view.dot
+expect_rc 0 "dot --svg"
+expect_in out.txt "wrote view.svg" "dot --svg reports the SVG"
+[ -s view.dot ] && ok "dot --svg keeps the .dot" || fail "view.dot missing"
+expect_in view.svg "<svg" "view.svg is an SVG"
+run "$DFG" dot gpt2.dfg --timeline --svg -o tl.dot
+expect_rc 0 "dot --timeline --svg"
+expect_in tl.svg "<svg" "tl.svg is an SVG"
+expect_in tl.svg "lower bound" "the timeline SVG shows the lower bound"
+run "$DFG" dot gpt2.dfg -o /nonexistent-dir/mem.dot
+expect_rc 1 "dot to a bad path"
+expect_in err.txt "/nonexistent-dir/mem.dot: cannot write" "the bad path is named"
+expect_one_line "dot to a bad path"
+run "$DFG" dot gpt2.dfg -o - --svg
+expect_rc 2 "dot --svg to stdout"
+run "$DFG" dot nope.dfg
+expect_rc 2 "dot of a missing plan"
+run "$DFG" dot
+expect_rc 2 "dot without a plan"
+run "$DFG" dot gpt2.dfg -o -
+expect_rc 0 "dot to stdout"
+expect_in out.txt "digraph" "dot -o - writes the graph to stdout"
 
 # ---------------------------------------------------------------- settings
 run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layer=1 -o l1.dfg
@@ -166,6 +278,16 @@ expect_one_line "foreign file"
 run "$DFG" compile "$SRC/examples/gpt2_train.c" --target cuda -o gpu.dfg
 expect_rc 0 "compile for cuda"
 expect_in out.txt "target=cuda" "the target is recorded as a setting"
+expect_in out.txt "plan for cuda: arena" "a cuda plan is made on a machine without a GPU"
+run "$DFG" inspect gpu.dfg --json
+expect_rc 0 "inspect a cuda plan"
+cp out.txt gpu.json
+[ "$(jget gpu.json 'd["target"] == "cuda" and d["align"] == 256 and d["arena_bytes"] >= d["lower_bound_bytes"] > 0')" = True ] \
+  && ok "the cuda plan is planned with 256-byte alignment" || fail "cuda plan: $(head -c 300 gpu.json)"
+run "$DFG" inspect gpu.dfg
+expect_in out.txt "target cuda, alignment 256 B" "inspect names the cuda target"
+run "$DFG" dot gpu.dfg --timeline -o gpu.dot
+expect_rc 0 "dot of a cuda plan"
 run "$DFG" run gpu.dfg
 expect_rc 2 "run a cuda plan on this build"
 expect_in err.txt "plan targets cuda; this build's runtime supports cpu" "a cuda plan is refused clearly"

@@ -1,0 +1,59 @@
+/* dfg_dot.h - Graphviz views of a compiled program's memory plan (built with libcgraph, laid
+ * out and rendered to SVG with libgvc). Both views answer "what occupies the peak?" at a glance.
+ *
+ * DFG_DOT_LIFETIME, the dataflow view (lay out with `dot`):
+ *   - one box per scheduled op, labelled "op / node name / step" and the persistent tensors it
+ *     reads and writes, in a cluster per stage (a host stage is one node of its own cluster);
+ *     invisible edges chain the ops in schedule order, so op k sits on row k and an edge's
+ *     length is its tensor's lifetime; nodes added by dfg_backward are tinted blue;
+ *   - persistent tensors (PARAM, STATE, INPUT, CONST) as cylinders in their own cluster, with
+ *     shape, bytes, offset and category, filled by category; one with a scope is dashed;
+ *   - one edge per tensor read, producer -> consumer, colored by arena offset band (tensors drawn
+ *     in one color share bytes at different times); a tensor's first edge is labelled "name /
+ *     bytes @ offset / steps first-last" (and "view of", "in place of", "writes"), later ones
+ *     with its name; dfg_outputs go to a "read by the host" note, unread outputs to an "unread"
+ *     note, final writes of persistent tensors to a note per stage (dashed);
+ *   - the peak step's node in red, nodes within 10% of the peak's bytes in pink, the edges of
+ *     tensors live at the peak drawn bold (they cross the peak's row); the title holds the
+ *     memory report and the biggest buffers live at the peak;
+ *   - a program of more than 240 steps is drawn in a window of 240 steps around its peak (more
+ *     does not read at a glance, and dot takes minutes on thousands of ops): notes stand for the
+ *     steps before and after it, tensors crossing the whole window run from one to the other,
+ *     and only the persistent tensors those steps use are drawn; the title says so.
+ *
+ * DFG_DOT_TIMELINE, the arena over time (lay out with `neato -n2`: positions are pinned, in
+ * points):
+ *   - one filled box per buffer: x = its lifetime (steps), y = its arena offset, height = its
+ *     size, fill = its category, labelled with the owner's name where it fits (every box has a
+ *     tooltip with name, shape, bytes, offset and steps, shown on hover in the SVG);
+ *   - a red line at the peak step, a dashed line at the lower bound, stage boundaries and names,
+ *     step and byte axes, and a legend of categories with their bytes at the peak.
+ *   The mapping from plan to points is in the graph's attributes dfg_x0, dfg_y0 (the origin),
+ *   dfg_step_pt (points per step) and dfg_byte_pt (points per byte): a buffer living from step
+ *   a to step b at offset o spans x in [x0 + a*step_pt, x0 + (b+1)*step_pt] and its bottom edge
+ *   is at y0 + o*byte_pt. Each buffer node also carries dfg_offset, dfg_size, dfg_first and
+ *   dfg_last.
+ */
+#ifndef DFG_DOT_H
+#define DFG_DOT_H
+
+#include <stddef.h>
+
+#include "dfg_passes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DFG_DOT_LIFETIME, DFG_DOT_TIMELINE, DFG_DOT_MODE_COUNT } dfg_dot_mode;
+
+/* Writes the view of a compiled program as a .dot file ("-": stdout). On failure err holds one
+ * line (DFG_ERR_STATE: not compiled; DFG_ERR_IO: the file cannot be written). */
+dfg_status dfg_write_dot(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
+/* The same view laid out (dot, or neato -n2 for the timeline) and rendered as SVG to path. */
+dfg_status dfg_write_svg(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

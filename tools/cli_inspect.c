@@ -1,0 +1,259 @@
+/* cli_inspect.c - `dfg inspect P.dfg [--json]`: the memory report of a plan, compiled for its
+ * target as dfg run compiles it: arena, lower bound and naive bytes, what is live at the peak by
+ * category, the largest temporary, FLOPs, node counts, the winning placement ordering and the
+ * stages. Human table by default; --json prints one JSON object (keys in the usage text). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "../passes/plan.h"
+#include "cli.h"
+
+#define CMD "inspect"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dfg inspect P.dfg [--json]\n"
+               "\n"
+               "Compiles a plan for its target (as dfg run does; a cuda plan is inspected on any\n"
+               "machine) and prints its memory report: arena, lower bound, naive bytes, what is live\n"
+               "at the peak step by category, the largest temporary, FLOPs, node counts, the\n"
+               "placement ordering that won, and the stages.\n"
+               "\n"
+               "  --json   print one JSON object instead of the table. Keys (bytes are integers):\n"
+               "           plan, program, target (\"cpu\"|\"cuda\"), align, no_reuse, keep_order,\n"
+               "           arena_bytes (what the run allocates), lower_bound_bytes (max over the\n"
+               "           steps of the live bytes), arena_over_lower_bound, naive_bytes (no reuse),\n"
+               "           saving_vs_naive (fraction), persistent_bytes, n_steps, peak_step,\n"
+               "           peak_stage, peak_node (null at a host stage), peak_op,\n"
+               "           peak_breakdown {params, grads, optimizer, ref_model, kv_cache,\n"
+               "           activations, logits, workspace, other: bytes live at the peak},\n"
+               "           largest_temp {name, dtype, shape [dims], bytes} (null when none),\n"
+               "           flops (one step), n_nodes (after dce), n_nodes_removed (by dce),\n"
+               "           n_inplace (outputs placed in an input's bytes), placement (ordering),\n"
+               "           stages [{name, kind (\"graph\"|\"host\"), graph, function, nodes, repeat,\n"
+               "           flops, first_step, last_step}]\n");
+}
+
+/* ---------------------------------------------------------------- facts both outputs print */
+typedef struct {
+    const char *path;
+    const dfg_program *p;
+    const dfg_plan_info *info;
+    const dfg_plan *plan;
+    const dfg_report *r;
+    int peak_stage;       /* index, or -1 */
+    const dfg_node *peak; /* the node at the peak step; NULL at a host stage */
+} inspection;
+
+static inspection inspect_of(const char *path, const dfg_program *p, const dfg_plan_info *info) {
+    inspection in = {.path = path, .p = p, .info = info, .plan = p->plan, .r = dfg_program_report(p), .peak_stage = -1};
+    int step = in.r->peak_step;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (step < in.plan->stage_step[s] || step >= in.plan->stage_step[s + 1]) continue;
+        in.peak_stage = s;
+        int i = step - in.plan->stage_step[s];
+        const dfg_stage *st = &p->stages[s];
+        if (st->kind == DFG_STAGE_GRAPH && i < st->graph->n_nodes) in.peak = st->graph->nodes[i];
+    }
+    return in;
+}
+
+static double stage_flops(const dfg_stage *st) {
+    double f = 0;
+    if (st->kind != DFG_STAGE_GRAPH) return 0;
+    for (int i = 0; i < st->graph->n_nodes; i++) f += dfg_ops[st->graph->nodes[i]->op].cost(st->graph->nodes[i]).flops;
+    return f * st->repeat;
+}
+
+static double ratio(size_t a, size_t b) { return b ? (double)a / (double)b : 0.0; }
+
+/* ---------------------------------------------------------------- the table */
+static void print_totals(const inspection *in) {
+    const dfg_report *r = in->r;
+    char a[32], b[32];
+    printf("plan          %s: program '%s', target %s, alignment %zu B%s%s\n", in->path, in->p->name,
+           dfg_target_name(r->target), r->align, in->info->no_reuse ? ", no reuse" : "",
+           in->info->keep_order ? ", build order kept" : "");
+    printf("arena         %12s  what the run allocates\n", cli_bytes_str((double)r->arena_bytes, a, sizeof(a)));
+    printf("lower bound   %12s  arena / lower bound = %.3f\n", cli_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
+           ratio(r->arena_bytes, r->lower_bound_bytes));
+    printf("naive         %12s  planning saves %s (%.1f%%)\n", cli_bytes_str((double)r->naive_bytes, a, sizeof(a)),
+           cli_bytes_str((double)(r->naive_bytes - r->arena_bytes), b, sizeof(b)),
+           100.0 * (1.0 - ratio(r->arena_bytes, r->naive_bytes)));
+    printf("persistent    %12s  live for the whole step, at the bottom of the arena\n",
+           cli_bytes_str((double)r->persistent_bytes, a, sizeof(a)));
+}
+
+static void print_peak(const inspection *in) {
+    const dfg_report *r = in->r;
+    char a[32];
+    printf("peak          step %d of %d: stage '%s'", r->peak_step, r->n_steps,
+           in->peak_stage >= 0 ? in->p->stages[in->peak_stage].name : "?");
+    if (in->peak) printf(", node '%s' (%s)", in->peak->name, dfg_op_name(in->peak->op));
+    printf("\nlive at peak  %-12s %12s %8s\n", "category", "bytes", "share");
+    size_t total = 0;
+    for (int c = 0; c < DFG_CAT_COUNT; c++) {
+        total += r->peak[c];
+        printf("              %-12s %12s %7.1f%%\n", dfg_category_name((dfg_category)c),
+               cli_bytes_str((double)r->peak[c], a, sizeof(a)), 100.0 * ratio(r->peak[c], r->lower_bound_bytes));
+    }
+    printf("              %-12s %12s %7.1f%%\n", "total", cli_bytes_str((double)total, a, sizeof(a)),
+           100.0 * ratio(total, r->lower_bound_bytes));
+}
+
+static void print_work(const inspection *in) {
+    const dfg_report *r = in->r;
+    char a[32], shape[96];
+    if (r->largest_temp)
+        printf("largest temp  '%s' %s %s, %s\n", r->largest_temp->name, dfg_dtype_name(r->largest_temp->dtype),
+               dfg_shape_str(r->largest_temp->shape, shape, sizeof(shape)),
+               cli_bytes_str((double)r->largest_temp_bytes, a, sizeof(a)));
+    else printf("largest temp  (none)\n");
+    printf("flops         %.4g GFLOP per step\n", r->flops * 1e-9);
+    printf("nodes         %d scheduled, %d removed by dce, %d output%s placed in place\n", r->n_nodes, r->n_nodes_removed,
+           r->n_inplace, r->n_inplace == 1 ? "" : "s");
+    printf("placement     ordering '%s' won (greedy best-fit, smallest arena of the orderings tried)\n",
+           r->placement ? r->placement : "?");
+}
+
+static void print_stages(const inspection *in) {
+    const dfg_program *p = in->p;
+    printf("stages        %-3s %-16s %-6s %7s %6s %12s  %s\n", "#", "name", "kind", "nodes", "runs", "GFLOP", "steps");
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_stage *st = &p->stages[s];
+        int a = in->plan->stage_step[s], b = in->plan->stage_step[s + 1] - 1;
+        char steps[48];
+        if (a == b) snprintf(steps, sizeof(steps), "%d", a);
+        else snprintf(steps, sizeof(steps), "%d-%d", a, b);
+        if (st->kind == DFG_STAGE_HOST)
+            printf("              %-3d %-16s %-6s %7s %6d %12s  %s (function %s)\n", s + 1, st->name, "host", "-", 1, "-",
+                   steps, st->symbol);
+        else
+            printf("              %-3d %-16s %-6s %7d %6d %12.4g  %s\n", s + 1, st->name, "graph", st->graph->n_nodes,
+                   st->repeat, stage_flops(st) * 1e-9, steps);
+    }
+}
+
+/* ---------------------------------------------------------------- JSON */
+static cJSON *json_stages(const inspection *in) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int s = 0; arr && s < in->p->n_stages; s++) {
+        const dfg_stage *st = &in->p->stages[s];
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            break;
+        }
+        bool graph = st->kind == DFG_STAGE_GRAPH;
+        cJSON_AddStringToObject(o, "name", st->name);
+        cJSON_AddStringToObject(o, "kind", graph ? "graph" : "host");
+        if (graph) cJSON_AddStringToObject(o, "graph", st->graph->name);
+        else cJSON_AddStringToObject(o, "function", st->symbol);
+        cJSON_AddNumberToObject(o, "nodes", graph ? st->graph->n_nodes : 0);
+        cJSON_AddNumberToObject(o, "repeat", st->repeat);
+        cJSON_AddNumberToObject(o, "flops", stage_flops(st));
+        cJSON_AddNumberToObject(o, "first_step", in->plan->stage_step[s]);
+        cJSON_AddNumberToObject(o, "last_step", in->plan->stage_step[s + 1] - 1);
+    }
+    return arr;
+}
+
+static cJSON *json_largest_temp(const dfg_report *r) {
+    if (!r->largest_temp) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", r->largest_temp->name);
+    cJSON_AddStringToObject(o, "dtype", dfg_dtype_name(r->largest_temp->dtype));
+    cJSON *shape = cJSON_AddArrayToObject(o, "shape");
+    for (int d = 0; shape && d < r->largest_temp->shape.rank; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)r->largest_temp->shape.d[d]));
+    cJSON_AddNumberToObject(o, "bytes", (double)r->largest_temp_bytes);
+    return o;
+}
+
+static cJSON *json_report(const inspection *in) {
+    const dfg_report *r = in->r;
+    /* cJSON's calls accept NULL objects: out of memory, the report loses keys or (no root) fails to print */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "plan", in->path);
+    cJSON_AddStringToObject(o, "program", in->p->name);
+    cJSON_AddStringToObject(o, "target", dfg_target_name(r->target));
+    cJSON_AddNumberToObject(o, "align", (double)r->align);
+    cJSON_AddBoolToObject(o, "no_reuse", in->info->no_reuse);
+    cJSON_AddBoolToObject(o, "keep_order", in->info->keep_order);
+    cJSON_AddNumberToObject(o, "arena_bytes", (double)r->arena_bytes);
+    cJSON_AddNumberToObject(o, "lower_bound_bytes", (double)r->lower_bound_bytes);
+    cJSON_AddNumberToObject(o, "arena_over_lower_bound", ratio(r->arena_bytes, r->lower_bound_bytes));
+    cJSON_AddNumberToObject(o, "naive_bytes", (double)r->naive_bytes);
+    cJSON_AddNumberToObject(o, "saving_vs_naive", 1.0 - ratio(r->arena_bytes, r->naive_bytes));
+    cJSON_AddNumberToObject(o, "persistent_bytes", (double)r->persistent_bytes);
+    cJSON_AddNumberToObject(o, "n_steps", r->n_steps);
+    cJSON_AddNumberToObject(o, "peak_step", r->peak_step);
+    cJSON_AddStringToObject(o, "peak_stage", in->peak_stage >= 0 ? in->p->stages[in->peak_stage].name : "");
+    if (in->peak) cJSON_AddStringToObject(o, "peak_node", in->peak->name);
+    else cJSON_AddNullToObject(o, "peak_node");
+    if (in->peak) cJSON_AddStringToObject(o, "peak_op", dfg_op_name(in->peak->op));
+    else cJSON_AddNullToObject(o, "peak_op");
+    cJSON *peak = cJSON_AddObjectToObject(o, "peak_breakdown");
+    for (int c = 0; peak && c < DFG_CAT_COUNT; c++)
+        cJSON_AddNumberToObject(peak, dfg_category_name((dfg_category)c), (double)r->peak[c]);
+    cJSON_AddItemToObject(o, "largest_temp", json_largest_temp(r));
+    cJSON_AddNumberToObject(o, "flops", r->flops);
+    cJSON_AddNumberToObject(o, "n_nodes", r->n_nodes);
+    cJSON_AddNumberToObject(o, "n_nodes_removed", r->n_nodes_removed);
+    cJSON_AddNumberToObject(o, "n_inplace", r->n_inplace);
+    cJSON_AddStringToObject(o, "placement", r->placement ? r->placement : "");
+    cJSON_AddItemToObject(o, "stages", json_stages(in));
+    return o;
+}
+
+static int print_json(const inspection *in) {
+    cJSON *o = json_report(in);
+    char *text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return cli_error(CMD, CLI_FAILED, "out of memory writing the JSON report");
+    printf("%s\n", text);
+    free(text);
+    return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- the command */
+int cli_inspect(int argc, char **argv) {
+    static const cli_option opts[] = {{"--json", false}, {"--help", false}, {"-h", false}, {NULL, false}};
+    cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
+    const char *opt, *val, *path = NULL;
+    bool json = false;
+    for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
+        if (k == CLI_ARG_ERROR) return CLI_USAGE;
+        if (k == CLI_ARG_POSITIONAL) {
+            if (path) return cli_error(CMD, CLI_USAGE, "one plan file at a time (got '%s' and '%s')", path, val);
+            path = val;
+        } else if (!strcmp(opt, "--json")) {
+            json = true;
+        } else {
+            usage(stdout);
+            return CLI_OK;
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
+    }
+    dfg_program *p = NULL;
+    dfg_plan_info info;
+    int rc = cli_load_plan(CMD, path, &p, &info);
+    if (rc) return rc;
+    inspection in = inspect_of(path, p, &info);
+    if (json) {
+        rc = print_json(&in);
+    } else {
+        print_totals(&in);
+        print_peak(&in);
+        print_work(&in);
+        print_stages(&in);
+    }
+    dfg_program_free(p);
+    dfg_plan_info_free(&info);
+    return rc;
+}
