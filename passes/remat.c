@@ -320,9 +320,6 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
             st = DFG_ERR_NOMEM;
             break;
         }
-        if (getenv("DFG_REMAT_DEBUG"))
-            fprintf(stderr, "    try %s at %d (score %.3g): %lld -> %lld\n", cand[i].src->name, cand[i].pos, cand[i].score,
-                    (long long)cost.arena, (long long)c2.arena);
         if (c2.arena < cost.arena || (cand[i].score < CHEAP_FLOPS_PER_BYTE && cheaper(c2, cost))) *kept = true;
         else undo(c, cand[i].g);
     }
@@ -358,16 +355,6 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
         plan_cost cost = measure(p, o, &trial, &scratch);
         if ((arena = cost.arena) < 0) st = DFG_ERR_NOMEM;
         if (st || arena <= o->memory_budget) break;
-        if (getenv("DFG_REMAT_DEBUG")) {
-            fprintf(stderr, "round: arena %lld peak step %d\n", (long long)arena, trial.report.peak_step);
-            for (int b = 0; b < trial.n_bufs; b++) {
-                const dfg_buf *bb = &trial.bufs[b];
-                if (bb->merged_into >= 0 || bb->persistent || bb->life.first > trial.report.peak_step || bb->life.last < trial.report.peak_step) continue;
-                const dfg_tensor *t = p->tensors[bb->owner];
-                fprintf(stderr, "  %-28s %8lld [%d,%d] %s %s\n", t->name, (long long)bb->size, bb->life.first, bb->life.last,
-                        t->producer ? dfg_op_name(t->producer->op) : "-", t->producer && (t->producer->flags & DFG_NF_BACKWARD) ? "bwd" : "fwd");
-            }
-        }
         bool kept = false;
         if ((st = round_once(&c, &trial, cost, &scratch, &kept)) || !kept) break;
     }
