@@ -44,38 +44,20 @@ typedef struct {
 
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, grpo_config *c) {
-    const char *target = dfg_setting_str(p, "target", "cpu");
-    c->model = dfg_gpt2_config_default();
-    c->model.n_layer = (int)dfg_setting_int(p, "n_layer", 12);
-    c->model.n_head = (int)dfg_setting_int(p, "n_head", 12);
-    c->model.n_embd = (int)dfg_setting_int(p, "n_embd", 768);
-    c->model.vocab_size = (int)dfg_setting_int(p, "vocab", 50257);
-    /* 1024 positions as GPT-2: wpe has the checkpoint's shape, whatever T is */
-    c->model.block_size = (int)dfg_setting_int(p, "block_size", 1024);
-    /* a GPU run keeps bf16 weights and activations; the CPU kernels compute in f32 */
-    c->model.dtype = strcmp(target, "cuda") ? DFG_F32 : DFG_BF16;
+    dfg_gpt2_config gpt2 = dfg_gpt2_config_default(); /* 124M; 1024 positions: wpe has the checkpoint's shape */
+    dfg_status st = dfg_gpt2_config_from_settings(p, gpt2, &c->model);
+    if (st) return st;
     c->prompts = dfg_setting_int(p, "prompts", 1);
     c->group = dfg_setting_int(p, "group", 8);
     c->prompt_len = dfg_setting_int(p, "prompt_len", 30);
     c->completion_len = dfg_setting_int(p, "completion_len", 144);
     c->beta = (float)dfg_setting_float(p, "beta", 0.04);
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
-    c->adamw = (dfg_adamw_config){
-        .lr = (float)dfg_setting_float(p, "lr", 1e-6),
-        .beta1 = (float)dfg_setting_float(p, "beta1", 0.9),
-        .beta2 = (float)dfg_setting_float(p, "beta2", 0.99),
-        .eps = (float)dfg_setting_float(p, "eps", 1e-8),
-        .weight_decay = (float)dfg_setting_float(p, "weight_decay", 0.1),
-    };
+    dfg_adamw_config adamw = {.lr = 1e-6f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    if ((st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
     if (dfg_program_status(p)) return dfg_program_status(p);
 
     const dfg_gpt2_config *m = &c->model;
-    if (m->n_layer < 1 || m->n_layer > DFG_GPT2_MAX_LAYERS)
-        return dfg_program_fail(p, DFG_ERR_ARG, "n_layer must be in 1..%d, got %d", DFG_GPT2_MAX_LAYERS, m->n_layer);
-    if (m->n_head < 1 || m->n_embd < 1 || m->n_embd % m->n_head)
-        return dfg_program_fail(p, DFG_ERR_ARG, "n_head (%d) must divide n_embd (%d)", m->n_head, m->n_embd);
-    if (m->vocab_size < 3 || m->vocab_size > (1 << 24))
-        return dfg_program_fail(p, DFG_ERR_ARG, "vocab must be in 3..%d, got %d", 1 << 24, m->vocab_size);
     if (c->prompts < 1 || c->group < 2 || c->prompts * c->group > (1 << 16))
         return dfg_program_fail(p, DFG_ERR_ARG, "need prompts >= 1 and group >= 2 (advantages compare a group), "
                                 "got %lld x %lld", (long long)c->prompts, (long long)c->group);

@@ -30,37 +30,21 @@ typedef struct {
 
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, train_config *c) {
-    const char *target = dfg_setting_str(p, "target", "cpu");
-    c->model = dfg_gpt2_config_default();
-    c->model.n_layer = (int)dfg_setting_int(p, "n_layer", 2);
-    c->model.n_head = (int)dfg_setting_int(p, "n_head", 4);
-    c->model.n_embd = (int)dfg_setting_int(p, "n_embd", 64);
-    c->model.vocab_size = (int)dfg_setting_int(p, "vocab", 64);
     c->seq = dfg_setting_int(p, "seq", 32);
     /* batch 16 and lr 3e-3 make the task click within ~100 steps (a few seconds on one core);
      * with batch 8 or lr 1e-3 the loss only starts to fall after 100-200 steps */
     c->batch = dfg_setting_int(p, "batch", 16);
-    c->model.block_size = (int)c->seq;
-    /* the CPU computes in f32; a GPU plan keeps bf16 weights (masters and moments stay f32) */
-    c->model.dtype = strcmp(target, "cuda") ? DFG_F32 : DFG_BF16;
-    c->adamw = (dfg_adamw_config){
-        .lr = (float)dfg_setting_float(p, "lr", 3e-3),
-        .beta1 = (float)dfg_setting_float(p, "beta1", 0.9),
-        .beta2 = (float)dfg_setting_float(p, "beta2", 0.95),
-        .eps = (float)dfg_setting_float(p, "eps", 1e-8),
-        .weight_decay = (float)dfg_setting_float(p, "weight_decay", 0.0),
-    };
+    dfg_gpt2_config small = dfg_gpt2_config_default();
+    small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = 64;
+    small.block_size = c->seq > 0 && c->seq < (1 << 20) ? (int)c->seq : 1;
+    dfg_status st = dfg_gpt2_config_from_settings(p, small, &c->model);
+    dfg_adamw_config adamw = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+    if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
     const char *task = dfg_setting_str(p, "task", "reverse");
     if (dfg_program_status(p)) return dfg_program_status(p);
-
-    const dfg_gpt2_config *m = &c->model;
-    if (m->n_layer < 1 || m->n_layer > DFG_GPT2_MAX_LAYERS)
-        return dfg_program_fail(p, DFG_ERR_ARG, "n_layer must be in 1..%d, got %d", DFG_GPT2_MAX_LAYERS, m->n_layer);
-    if (m->n_head < 1 || m->n_embd < 1 || m->n_embd % m->n_head)
-        return dfg_program_fail(p, DFG_ERR_ARG, "n_head (%d) must divide n_embd (%d)", m->n_head, m->n_embd);
-    if (m->vocab_size < 3 || m->vocab_size > (1 << 24))
-        return dfg_program_fail(p, DFG_ERR_ARG, "vocab must be in 3..%d, got %d", 1 << 24, m->vocab_size);
+    if (c->seq > c->model.block_size)
+        return dfg_program_fail(p, DFG_ERR_ARG, "seq %lld exceeds block_size %d", (long long)c->seq, c->model.block_size);
     if (c->seq < 4 || c->seq > (1 << 20) || c->batch < 1 || c->batch > (1 << 20))
         return dfg_program_fail(p, DFG_ERR_ARG, "seq must be >= 4 and batch >= 1 (got seq %lld, batch %lld)",
                                 (long long)c->seq, (long long)c->batch);

@@ -45,6 +45,14 @@ typedef struct {
 /* The GPT-2 tiny/small presets used by the examples and benchmarks. */
 dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
 
+/* Reads a pipeline's model settings, each with its default from `defaults`: "n_layer",
+ * "n_head", "n_embd", "vocab", "block_size"; the dtype is bf16 when the setting "target" is
+ * "cuda" (weights and activations; f32 masters and moments come from dfg_nn_adamw_step) and f32
+ * otherwise. Out-of-range values are a program error naming the setting. */
+dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
+/* AdamW's hyper-parameters from the settings "lr", "beta1", "beta2", "eps", "weight_decay". */
+dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config defaults, dfg_adamw_config *out);
+
 /* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy; a frozen copy
  * comes from dfg_gpt2_frozen below), with GPT-2's init: N(0, 0.02), residual projections
  * N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1. */

@@ -2,8 +2,59 @@
  * public DSL calls: what a user of dfg would write. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dfg_nn.h"
+
+dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config d, dfg_gpt2_config *out) {
+    if (!p || !out) return DFG_ERR_ARG;
+    dfg_gpt2_config m = d;
+    m.n_layer = (int)dfg_setting_int(p, "n_layer", d.n_layer);
+    m.n_head = (int)dfg_setting_int(p, "n_head", d.n_head);
+    m.n_embd = (int)dfg_setting_int(p, "n_embd", d.n_embd);
+    m.vocab_size = (int)dfg_setting_int(p, "vocab", d.vocab_size);
+    m.block_size = (int)dfg_setting_int(p, "block_size", d.block_size);
+    m.dtype = strcmp(dfg_setting_str(p, "target", "cpu"), "cuda") ? DFG_F32 : DFG_BF16;
+    *out = m;
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    if (m.n_layer < 1 || m.n_layer > DFG_GPT2_MAX_LAYERS)
+        return dfg_program_fail(p, DFG_ERR_ARG, "n_layer must be in 1..%d, got %d", DFG_GPT2_MAX_LAYERS, m.n_layer);
+    if (m.n_head < 1 || m.n_embd < 1 || m.n_embd % m.n_head)
+        return dfg_program_fail(p, DFG_ERR_ARG, "n_head (%d) must divide n_embd (%d)", m.n_head, m.n_embd);
+    if (m.vocab_size < 3 || m.vocab_size > (1 << 24))
+        return dfg_program_fail(p, DFG_ERR_ARG, "vocab must be in 3..%d, got %d", 1 << 24, m.vocab_size);
+    if (m.block_size < 1 || m.block_size > (1 << 20))
+        return dfg_program_fail(p, DFG_ERR_ARG, "block_size must be in 1..%d, got %d", 1 << 20, m.block_size);
+    return DFG_OK;
+}
+
+/* The shortest decimal that reads back as f: a float default recorded as "0.003", not as the
+ * double 0.003000000026077032 it widens to. */
+static double float_default(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+static float setting_f(dfg_program *p, const char *key, float def) {
+    return (float)dfg_setting_float(p, key, float_default(def));
+}
+
+dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config d, dfg_adamw_config *out) {
+    if (!p || !out) return DFG_ERR_ARG;
+    *out = (dfg_adamw_config){
+        .lr = setting_f(p, "lr", d.lr),
+        .beta1 = setting_f(p, "beta1", d.beta1),
+        .beta2 = setting_f(p, "beta2", d.beta2),
+        .eps = setting_f(p, "eps", d.eps),
+        .weight_decay = setting_f(p, "weight_decay", d.weight_decay),
+    };
+    return dfg_program_status(p); /* the ranges are checked where the AdamW node is built */
+}
 
 dfg_gpt2_config dfg_gpt2_config_default(void) {
     return (dfg_gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
