@@ -5,7 +5,10 @@
  *   - one box per scheduled op, labelled "op / node name / step" and the persistent tensors it
  *     reads and writes, in a cluster per stage (a host stage is one node of its own cluster);
  *     invisible edges chain the ops in schedule order, so op k sits on row k and an edge's
- *     length is its tensor's lifetime; nodes added by dfg_backward are tinted blue;
+ *     length is its tensor's lifetime; nodes added by dfg_backward are tinted blue; nodes the
+ *     fuse pass made (DFG_NF_FUSED) have a double border (peripheries=2) and a "[fused]" line,
+ *     copies remat added (DFG_NF_RECOMPUTED) a dashed purple border, a lavender fill and a
+ *     "[recomputed]" line; the title counts both (and the fuse pass's rewrites by kind);
  *   - persistent tensors (PARAM, STATE, INPUT, CONST) as cylinders in their own cluster, with
  *     shape, bytes, offset and category, filled by category; one with a scope is dashed;
  *   - one edge per tensor read, producer -> consumer, colored by arena offset band (tensors drawn
@@ -25,7 +28,9 @@
  * points):
  *   - one filled box per buffer: x = its lifetime (steps), y = its arena offset, height = its
  *     size, fill = its category, labelled with the owner's name where it fits (every box has a
- *     tooltip with name, shape, bytes, offset and steps, shown on hover in the SVG);
+ *     tooltip with name, shape, bytes, offset and steps, shown on hover in the SVG); a buffer
+ *     holding a value made by a recomputed copy shades from its category into lavender with a
+ *     dashed border and carries dfg_recomputed=1; the title and legend count them;
  *   - a red line at the peak step, a dashed line at the lower bound, stage boundaries and names,
  *     step and byte axes, and a legend of categories with their bytes at the peak.
  *   The mapping from plan to points is in the graph's attributes dfg_x0, dfg_y0 (the origin),

@@ -1,7 +1,8 @@
 /* dot_lifetime.c - the dataflow view of a plan (dfg_dot.h): ops in schedule order clustered by
  * stage, persistent tensors as cylinders, one edge per tensor read labelled with its size, offset
- * and lifetime and colored by arena region, and the peak highlighted. A program of more than
- * MAX_STEPS steps is drawn in a window of steps around its peak. */
+ * and lifetime and colored by arena region, the peak highlighted, and the compiler's own nodes
+ * marked: fused ops with a double border, remat's recomputed copies dashed. A program of more
+ * than MAX_STEPS steps is drawn in a window of steps around its peak. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,48 @@ static const char *band_color(const lifetime *lt, const dfg_buf *b) {
 
 static bool live_at(dfg_span s, int step) { return s.first >= 0 && s.first <= step && step <= s.last; }
 
+/* Scheduled nodes carrying a flag: in the whole program and in the window drawn. */
+static void count_flagged(const lifetime *lt, uint32_t flag, int *all, int *drawn) {
+    const dfg_program *p = lt->c->p;
+    *all = *drawn = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_graph *g = p->stages[s].kind == DFG_STAGE_GRAPH ? p->stages[s].graph : NULL;
+        if (!g || lt->c->plan->graph_stage[g->id] != s) continue; /* a graph staged twice counts once */
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (!(g->nodes[i]->flags & flag)) continue;
+            int step = lt->c->plan->stage_step[s] + i;
+            ++*all;
+            *drawn += step >= lt->w0 && step <= lt->w1;
+        }
+    }
+}
+
+/* The legend of the compiler's marks: what the fuse pass and remat added, and how to spot it. */
+static void compiler_marks(const lifetime *lt, char *buf, size_t len, size_t *at) {
+    const dfg_report *r = lt->c->r;
+    bool window = lt->w0 > 0 || lt->w1 < lt->c->plan->n_steps - 1;
+    int fused, fused_drawn, recomputed, recomputed_drawn;
+    count_flagged(lt, DFG_NF_FUSED, &fused, &fused_drawn);
+    count_flagged(lt, DFG_NF_RECOMPUTED, &recomputed, &recomputed_drawn);
+    static const char *const kinds[3] = {"logprob", "linear_logprob", "bias_gelu"}; /* dfg_report.fused */
+    dfg_dot_append(buf, len, at, "double border, tag [fused]: %d node%s made by the fuse pass", fused, fused == 1 ? "" : "s");
+    if (window) dfg_dot_append(buf, len, at, ", %d drawn", fused_drawn);
+    for (int k = 0, n = 0; k < 3; k++)
+        if (r->fused[k]) dfg_dot_append(buf, len, at, "%s%d %s", n++ ? ", " : "; rewrites: ", r->fused[k], kinds[k]);
+    if (!fused) dfg_dot_append(buf, len, at, "%s", lt->c->plan->opt.no_fuse ? " (fusion off)" : "");
+    dfg_dot_append(buf, len, at, "\\ldashed border, lavender, tag [recomputed]: %d cop%s remat added to recompute "
+                   "activations in the backward", recomputed, recomputed == 1 ? "y" : "ies");
+    if (window) dfg_dot_append(buf, len, at, ", %d drawn", recomputed_drawn);
+    if (recomputed && r->flops > 0)
+        dfg_dot_append(buf, len, at, "; +%.1f%% flops", 100.0 * r->extra_flops / r->flops);
+    int64_t budget = lt->c->plan->opt.memory_budget;
+    if (budget > 0) {
+        char bb[32];
+        dfg_dot_append(buf, len, at, "; memory budget %s", dfg_dot_bytes((double)budget, bb, sizeof(bb)));
+    }
+    dfg_dot_append(buf, len, at, "\\l");
+}
+
 /* ---------------------------------------------------------------- title */
 static void title(lifetime *lt) {
     dfg_dot_ctx *c = lt->c;
@@ -82,6 +125,7 @@ static void title(lifetime *lt) {
                    "red node: the peak step; pink: within %.0f%% of it; blue tint: added by backward\\l",
                    dfg_dot_bytes((double)lt->band_bytes, bb, sizeof(bb)),
                    dfg_dot_bytes((double)c->r->persistent_bytes, pb, sizeof(pb)), 100.0 * (1.0 - NEAR_PEAK));
+    compiler_marks(lt, buf, sizeof(buf), &at);
     if (lt->w0 > 0 || lt->w1 < c->plan->n_steps - 1)
         dfg_dot_append(buf, sizeof(buf), &at,
                        "showing steps %d-%d of %d, around the peak: more would not read at a glance (the timeline view "
@@ -150,7 +194,10 @@ static dfg_status chain(Agraph_t *g, Agnode_t *from, Agnode_t *to) {
     return DFG_OK;
 }
 
-static void op_style(lifetime *lt, Agnode_t *n, int step, bool backward) {
+/* Fill by memory pressure first (the peak, near it), then by origin; the compiler's nodes are
+ * marked by their border, which survives the pressure fills: fused ops double, recomputed
+ * copies dashed (and lavender where no pressure fill hides it). */
+static void op_style(lifetime *lt, Agnode_t *n, int step, uint32_t flags) {
     const dfg_dot_ctx *c = lt->c;
     int64_t peak = c->live[c->r->peak_step];
     if (step == c->r->peak_step) {
@@ -158,8 +205,15 @@ static void op_style(lifetime *lt, Agnode_t *n, int step, bool backward) {
         dfg_dot_set(n, "penwidth", "3");
     } else if (peak > 0 && (double)c->live[step] >= NEAR_PEAK * (double)peak) {
         dfg_dot_set(n, "fillcolor", "#ffd1cc");
-    } else if (backward) {
+    } else if (flags & DFG_NF_RECOMPUTED) {
+        dfg_dot_set(n, "fillcolor", "#ece3f7");
+    } else if (flags & DFG_NF_BACKWARD) {
         dfg_dot_set(n, "fillcolor", "#e8f0fb");
+    }
+    if (flags & DFG_NF_FUSED) dfg_dot_set(n, "peripheries", "2");
+    if (flags & DFG_NF_RECOMPUTED) {
+        dfg_dot_set(n, "style", "filled,dashed");
+        dfg_dot_set(n, "color", "#6a3d9a");
     }
 }
 
@@ -226,7 +280,7 @@ static dfg_status stage_nodes(lifetime *lt, int s, Agnode_t **first, Agnode_t **
         if (!n) return DFG_ERR_NOMEM;
         dfg_dot_setf(n, "label", "host function %s\\nstep %d", st->symbol, step0);
         dfg_dot_set(n, "shape", "component");
-        op_style(lt, n, step0, false);
+        op_style(lt, n, step0, 0);
         *first = *last = n;
         return DFG_OK;
     }
@@ -241,9 +295,13 @@ static dfg_status stage_nodes(lifetime *lt, int s, Agnode_t **first, Agnode_t **
         size_t at = 0;
         dfg_dot_append(label, sizeof(label), &at, "%s%s\\n%s\\nstep %d", step0 + i == c->r->peak_step ? "PEAK: " : "",
                        dfg_op_name(node->op), node->name, step0 + i);
+        if (node->flags & (DFG_NF_FUSED | DFG_NF_RECOMPUTED))
+            dfg_dot_append(label, sizeof(label), &at, "\\n[%s%s%s]", node->flags & DFG_NF_FUSED ? "fused" : "",
+                           (node->flags & DFG_NF_FUSED) && (node->flags & DFG_NF_RECOMPUTED) ? ", " : "",
+                           node->flags & DFG_NF_RECOMPUTED ? "recomputed" : "");
         persistent_io(node, label, sizeof(label), &at);
         dfg_dot_set(n, "label", label);
-        op_style(lt, n, step0 + i, (node->flags & DFG_NF_BACKWARD) != 0);
+        op_style(lt, n, step0 + i, node->flags);
         if (owner) lt->op[g->id][i] = n;
         if (*last && chain(c->g, *last, n)) return DFG_ERR_NOMEM;
         if (!*first) *first = n;

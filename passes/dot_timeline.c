@@ -1,6 +1,7 @@
 /* dot_timeline.c - the arena over time (dfg_dot.h): one box per buffer, x = its steps, y = its
- * offset, height = its size, filled by category, with the peak, the lower bound, stage
- * boundaries, axes and a legend. Every position is pinned in points for `neato -n2`. */
+ * offset, height = its size, filled by category (tinted lavender and dashed when remat's
+ * recomputed copies write it), with the peak, the lower bound, stage boundaries, axes and a
+ * legend. Every position is pinned in points for `neato -n2`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,13 @@
 #define Y0 60.0
 #define MIN_BOX_PT 0.75 /* thinner boxes vanish in a renderer; offsets stay exact at the bottom edge */
 #define LABEL_PT 8.0    /* font size of the names inside boxes */
+#define RECOMPUTED_TINT "#c9b3ea" /* lavender, as the recomputed copies in the lifetime view */
 
 typedef struct {
     dfg_dot_ctx *c;
     double step_pt, byte_pt;
     int n_extra; /* counter for the names of decoration nodes */
+    int n_recomputed; /* buffers written by recomputed copies */
     bool oom;    /* an allocation failed: the view is incomplete */
 } timeline;
 
@@ -89,6 +92,26 @@ static void merged_names(const dfg_dot_ctx *c, int b, char *buf, size_t len, siz
     }
 }
 
+/* Is a value in root buffer b made by a copy remat added? Those bytes are what recompute costs
+ * in memory: they live only from the copy to the backward reads, not across the peak. */
+static bool recomputed_buffer(const dfg_dot_ctx *c, int b) {
+    for (int x = 0; x < c->plan->n_bufs; x++) {
+        const dfg_tensor *t = c->p->tensors[c->plan->bufs[x].owner];
+        if ((x == b || dfg_dot_root(c->plan, t->id) == b) && t->producer && (t->producer->flags & DFG_NF_RECOMPUTED))
+            return true;
+    }
+    return false;
+}
+
+/* Category fill shading into lavender (a gradient keeps the category readable) and a dashed
+ * border: a box written by a recomputed copy. */
+static void tint_recomputed(Agnode_t *n, dfg_category cat) {
+    dfg_dot_setf(n, "fillcolor", "%s:%s", dfg_dot_category_color(cat), RECOMPUTED_TINT);
+    dfg_dot_set(n, "gradientangle", "90");
+    dfg_dot_set(n, "style", "filled,dashed");
+    dfg_dot_set(n, "color", "#6a3d9a");
+}
+
 static dfg_status buffer_box(timeline *tl, int b) {
     const dfg_dot_ctx *c = tl->c;
     const dfg_buf *x = &c->plan->bufs[b];
@@ -104,7 +127,13 @@ static dfg_status buffer_box(timeline *tl, int b) {
     dfg_dot_append(tip, sizeof(tip), &at, "%s: %s %s, %s at offset %s, steps %d-%d, %s", t->name, dfg_dtype_name(t->dtype),
                    dfg_shape_str(t->shape, shape, sizeof(shape)), dfg_dot_bytes((double)x->size, sb, sizeof(sb)),
                    dfg_dot_bytes((double)x->offset, ob, sizeof(ob)), x->life.first, x->life.last, dfg_category_name(x->cat));
-    merged_names(c, b, tip, sizeof(tip), &at);
+    if (recomputed_buffer(c, b)) {
+        tl->n_recomputed++;
+        tint_recomputed(n, x->cat);
+        dfg_dot_set(n, "dfg_recomputed", "1");
+        dfg_dot_append(tip, sizeof(tip), &at, ", written by a recomputed copy (remat)");
+    }
+    merged_names(c, b, tip, sizeof(tip), &at); /* last: readers split its list at commas */
     dfg_dot_set(n, "tooltip", tip);
     /* the name inside when it fits */
     if (h >= LABEL_PT + 2 && w >= text_width(t->name, (int)LABEL_PT) + 4) dfg_dot_set(n, "label", t->name);
@@ -199,6 +228,12 @@ static void legend(timeline *tl) {
         text(tl, x + 20 + text_width(label, 11) / 2, y, label, "#000000", 11);
         y -= 20;
     }
+    if (tl->n_recomputed) {
+        Agnode_t *n = box(tl, NULL, x, y - 6, 14, 12, "white");
+        if (n) tint_recomputed(n, DFG_CAT_ACTIVATIONS);
+        snprintf(label, sizeof(label), "recomputed (remat): %d buffer%s", tl->n_recomputed, tl->n_recomputed == 1 ? "" : "s");
+        text(tl, x + 20 + text_width(label, 11) / 2, y, label, "#000000", 11);
+    }
 }
 
 static void title(timeline *tl) {
@@ -207,6 +242,11 @@ static void title(timeline *tl) {
     dfg_dot_append(buf, sizeof(buf), &at, "arena timeline: x = step, y = offset in the arena, box = one buffer "
                    "(height = its bytes, fill = its category; hover for details)\\l");
     dfg_dot_summary(tl->c, buf, sizeof(buf), &at);
+    if (tl->n_recomputed)
+        dfg_dot_append(buf, sizeof(buf), &at, "dashed boxes shading into lavender: %d buffer%s written by copies remat "
+                       "added to recompute activations in the backward (%d node%s, +%.1f%% flops)\\l", tl->n_recomputed,
+                       tl->n_recomputed == 1 ? "" : "s", tl->c->r->recomputed_nodes, tl->c->r->recomputed_nodes == 1 ? "" : "s",
+                       tl->c->r->flops > 0 ? 100.0 * tl->c->r->extra_flops / tl->c->r->flops : 0.0);
     dfg_dot_set(tl->c->g, "label", buf);
     dfg_dot_set(tl->c->g, "labelloc", "t");
     dfg_dot_set(tl->c->g, "labeljust", "l");
@@ -223,12 +263,12 @@ dfg_status dfg_dot_build_timeline(dfg_dot_ctx *c) {
     dfg_dot_setf(c->g, "dfg_y0", "%.3f", Y0);
     dfg_dot_setf(c->g, "dfg_step_pt", "%.9g", tl.step_pt);
     dfg_dot_setf(c->g, "dfg_byte_pt", "%.9g", tl.byte_pt);
-    title(&tl);
     for (int b = 0; b < c->plan->n_bufs; b++) {
         const dfg_buf *x = &c->plan->bufs[b];
         if (x->merged_into >= 0 || x->life.first < 0) continue;
         if (buffer_box(&tl, b)) return DFG_ERR_NOMEM;
     }
+    title(&tl); /* after the buffers: it counts the recomputed ones */
     /* drawn after the buffers so that they lie on top */
     stages(&tl);
     peak_and_bound(&tl);

@@ -36,6 +36,8 @@ dfg_options dfg_plan_options(const dfg_plan_info *info) {
     o.align = info->align;
     o.no_reuse = info->no_reuse;
     o.keep_order = info->keep_order;
+    o.no_fuse = info->no_fuse;
+    o.memory_budget = info->memory_budget;
     return o;
 }
 

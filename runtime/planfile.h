@@ -12,18 +12,19 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 2
+ * ---------------------------------------------------------------- format, version 3
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (2) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (3) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
  * Sections appear at most once each; all but hostlib are required; nothing follows the last.
  *   1 info      u32 target | str program name | str source file | i64 compile time (unix
  *               seconds) | str dfg version of the writer | u32 sizeof(dfg_attrs) | u32 op count
- *               | u32 alignment (0: the target's) | u32 compile flags (1 no_reuse, 2 keep_order)
+ *               | u32 alignment (0: the target's) | u32 compile flags (1 no_reuse, 2 keep_order,
+ *               4 no_fuse) | i64 memory budget in bytes (0: none; never negative)
  *   2 settings  u32 n | n x (str key | str value | u8 used)
  *   3 tensors   u32 n | n x tensor, in tensor-id order (ids are 0 .. n-1), temporaries included
  *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 dfg_output, 2 parameter gradient
@@ -44,9 +45,10 @@
  *   6 hostlib   the pipeline's shared object, byte for byte
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
- * compile options. Its files are refused with a request to re-run dfg compile rather than read:
- * a lost scope would silently give a different memory plan than the pipeline asks for, and a
- * plan file is rebuilt from its pipeline in seconds.
+ * compile options; version 2 lacked the memory budget and no_fuse. Their files are refused with
+ * a request to re-run dfg compile rather than read: a lost scope or budget would silently give a
+ * different memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is
+ * rebuilt from its pipeline in seconds.
  *
  * A plan file holds the program AS BUILT, before dfg_compile (which removes dead nodes and
  * reorders the rest): saving a compiled program is refused. Loaders compile the rebuilt program
@@ -68,7 +70,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 2u
+#define DFG_PLAN_VERSION 3u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,
@@ -88,7 +90,8 @@ typedef struct {
     char dfg_version[32];  /* load: the writer's DFG_VERSION_STRING (save writes this build's) */
     /* dfg_options that change the plan, besides the target (verify_each only checks) */
     size_t align;          /* 0: the target's */
-    bool no_reuse, keep_order;
+    bool no_reuse, keep_order, no_fuse;
+    int64_t memory_budget; /* bytes the arena may take, remat recomputing to fit (0: no limit) */
     /* The pipeline's shared object (host-stage functions), or NULL. Save only reads it; load
      * returns a malloc'd copy that dfg_plan_info_free releases. */
     void *host_lib;
@@ -111,7 +114,7 @@ dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_pr
                           char *err, size_t len);
 void dfg_plan_info_free(dfg_plan_info *info);
 /* The options to compile a loaded program with: the defaults for info's target with the
- * recorded alignment and flags. */
+ * recorded alignment, flags and memory budget. */
 dfg_options dfg_plan_options(const dfg_plan_info *info);
 
 /* Helpers shared by the writer, the reader and the tests. */

@@ -130,10 +130,12 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     get_u32(c, "the op count"); /* informational: each node's op is checked by name */
     uint32_t align = get_u32(c, "the alignment");
     uint32_t flags = get_u32(c, "the compile flags");
+    int64_t budget = (int64_t)get_u64(c, "the memory budget");
     if (!end_of_section(c)) return;
-    if (align > DFG_PLAN_MAX_ALIGN || (align & (align - 1)) || (flags & ~(uint32_t)DFG_PLAN_OPT_ALL))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'info' is malformed: alignment %u, compile flags %#x",
-                                    align, flags);
+    if (align > DFG_PLAN_MAX_ALIGN || (align & (align - 1)) || (flags & ~(uint32_t)DFG_PLAN_OPT_ALL) || budget < 0)
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+                                    "section 'info' is malformed: alignment %u, compile flags %#x, memory budget %lld",
+                                    align, flags, (long long)budget);
     if (target >= DFG_TARGET_COUNT)
         return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "unknown target %u (this dfg knows cpu and cuda)", target);
     if (attr_size != sizeof(dfg_attrs))
@@ -149,6 +151,8 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     r->info.align = align;
     r->info.no_reuse = (flags & DFG_PLAN_OPT_NO_REUSE) != 0;
     r->info.keep_order = (flags & DFG_PLAN_OPT_KEEP_ORDER) != 0;
+    r->info.no_fuse = (flags & DFG_PLAN_OPT_NO_FUSE) != 0;
+    r->info.memory_budget = budget;
 }
 
 static void read_settings(dfg_plan_reader *r, cursor *c) {
@@ -332,9 +336,11 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
     if (version < 1) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "format version %u is not valid", version);
     if (version < DFG_PLAN_VERSION) /* why old versions are not read: planfile.h */
         return dfg_plan_fail_(r, DFG_ERR_FORMAT,
-                              "format version %u is older than this dfg's (%u) and lacks scopes and gradient flags; "
-                              "re-run dfg compile on the pipeline",
-                              version, DFG_PLAN_VERSION);
+                              "format version %u is older than this dfg's (%u) and lacks %s; re-run dfg compile on the "
+                              "pipeline",
+                              version, DFG_PLAN_VERSION,
+                              version == 1 ? "scopes, gradient flags and compile options"
+                                           : "the memory budget and the no-fuse option");
     if (count < DFG_PLAN_SEC_STAGES || count >= DFG_PLAN_SEC_END)
         return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has %d or %d)", count,
                               DFG_PLAN_SEC_STAGES, DFG_PLAN_SEC_HOSTLIB);

@@ -142,7 +142,8 @@ static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
 
 /* ---------------------------------------------------------------- sections */
 static uint32_t option_flags(const dfg_plan_info *info) {
-    return (info->no_reuse ? DFG_PLAN_OPT_NO_REUSE : 0u) | (info->keep_order ? DFG_PLAN_OPT_KEEP_ORDER : 0u);
+    return (info->no_reuse ? DFG_PLAN_OPT_NO_REUSE : 0u) | (info->keep_order ? DFG_PLAN_OPT_KEEP_ORDER : 0u) |
+           (info->no_fuse ? DFG_PLAN_OPT_NO_FUSE : 0u);
 }
 
 static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info) {
@@ -156,6 +157,7 @@ static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info)
     put_u32(w, (uint32_t)DFG_OP_COUNT);
     put_u32(w, (uint32_t)info->align);
     put_u32(w, option_flags(info));
+    put_u64(w, (uint64_t)info->memory_budget);
     section_end(w, at);
 }
 
@@ -260,6 +262,8 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     if (info->align > DFG_PLAN_MAX_ALIGN || (info->align & (info->align - 1)))
         return fail(err, len, DFG_ERR_ARG, "plan: alignment %zu is not a power of two up to %zu", info->align,
                     DFG_PLAN_MAX_ALIGN);
+    if (info->memory_budget < 0)
+        return fail(err, len, DFG_ERR_ARG, "plan: memory budget %lld is negative", (long long)info->memory_budget);
     dfg_status st = check_program(p, err, len);
     if (st) return st;
     wbuf w = {0};

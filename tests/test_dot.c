@@ -4,6 +4,10 @@
  * tensor of the plan; the lifetime view has one box per scheduled op and marks the peak; the
  * timeline's boxes sit exactly where the plan puts the buffers (positions parsed back) and, like
  * the plan, never overlap while they are live together; errors are reported, not crashed on.
+ * The compiler's own nodes are marked: under a memory budget that makes remat recompute, every
+ * fused node of the GPT-2 plan has a double border and a [fused] tag, every recomputed copy a
+ * dashed border and a [recomputed] tag, the title counts both, and the timeline tints exactly
+ * the buffers recomputed copies write; a plan without a budget shows no recompute marks.
  *
  * The GPT-2 program comes from the gpt2_train_pipeline module next to this executable, as in
  * test_planfile. */
@@ -297,6 +301,101 @@ static void check_timeline(const dfg_program *p, const char *path, const char *w
     agclose(g);
 }
 
+/* ---------------------------------------------------------------- marks of fused and recomputed nodes */
+/* Scheduled nodes with a flag. */
+static int flagged_nodes(const dfg_program *p, uint32_t flag) {
+    int n = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int i = 0; p->stages[s].kind == DFG_STAGE_GRAPH && i < p->stages[s].graph->n_nodes; i++)
+            n += (p->stages[s].graph->nodes[i]->flags & flag) != 0;
+    return n;
+}
+
+/* Root buffers holding a value made by a recomputed copy (the boxes the timeline tints). */
+static int recomputed_buffers(const dfg_program *p) {
+    const dfg_plan *plan = p->plan;
+    int n = 0;
+    for (int b = 0; b < plan->n_bufs; b++) {
+        if (plan->bufs[b].merged_into >= 0 || plan->bufs[b].life.first < 0) continue;
+        bool any = false;
+        for (int x = 0; x < plan->n_bufs && !any; x++) {
+            const dfg_tensor *t = p->tensors[plan->bufs[x].owner];
+            int root = x;
+            while (plan->bufs[root].merged_into >= 0) root = plan->bufs[root].merged_into;
+            any = root == b && t->producer && (t->producer->flags & DFG_NF_RECOMPUTED);
+        }
+        n += any;
+    }
+    return n;
+}
+
+/* The lifetime view of a program drawn whole: op boxes tagged [fused] have a double border and
+ * are the fused nodes; boxes tagged [recomputed] are dashed and are remat's copies; the title
+ * counts both. */
+static void check_lifetime_marks(const dfg_program *p, const char *path, const char *what) {
+    Agraph_t *g = read_graph(path);
+    if (!g) return;
+    int fused = 0, recomputed = 0, bad = 0;
+    for (Agnode_t *n = agfstnode(g); n; n = agnxtnode(g, n)) {
+        if (strncmp(agnameof(n), "op", 2)) continue;
+        const char *label = attr(n, "label");
+        bool f = strstr(label, "[fused") != NULL, r = strstr(label, "recomputed]") != NULL;
+        fused += f, recomputed += r;
+        bad += f != !strcmp(attr(n, "peripheries"), "2");
+        bad += r != (strstr(attr(n, "style"), "dashed") != NULL);
+    }
+    int want_fused = flagged_nodes(p, DFG_NF_FUSED), want_rec = flagged_nodes(p, DFG_NF_RECOMPUTED);
+    const dfg_report *r = dfg_program_report(p);
+    CHECK(fused == want_fused && recomputed == want_rec && want_rec == r->recomputed_nodes,
+          "%s: %d boxes tagged fused (%d fused nodes), %d tagged recomputed (%d copies, report %d)", what, fused, want_fused,
+          recomputed, want_rec, r->recomputed_nodes);
+    CHECK(bad == 0, "%s: %d op boxes whose border disagrees with their tag", what, bad);
+    char want[160];
+    snprintf(want, sizeof(want), "tag [fused]: %d node", want_fused);
+    CHECK(strstr(attr(g, "label"), want) != NULL, "%s: the title lacks '%s'", what, want);
+    snprintf(want, sizeof(want), "tag [recomputed]: %d cop", want_rec);
+    CHECK(strstr(attr(g, "label"), want) != NULL, "%s: the title lacks '%s'", what, want);
+    agclose(g);
+}
+
+/* The timeline tints (gradient fill, dashed border, dfg_recomputed) exactly the buffers written
+ * by recomputed copies, and its title and legend say how many. */
+static void check_timeline_marks(const dfg_program *p, const char *path, const char *what) {
+    Agraph_t *g = read_graph(path);
+    if (!g) return;
+    int tinted = 0, bad = 0, want = recomputed_buffers(p);
+    for (Agnode_t *n = agfstnode(g); n; n = agnxtnode(g, n)) {
+        if (strncmp(agnameof(n), "buf", 3)) continue;
+        bool mark = !strcmp(attr(n, "dfg_recomputed"), "1");
+        tinted += mark;
+        bad += mark != (strstr(attr(n, "style"), "dashed") && strchr(attr(n, "fillcolor"), ':') &&
+                        strstr(attr(n, "tooltip"), "recomputed copy"));
+    }
+    CHECK(tinted == want, "%s: %d boxes tinted as recomputed, %d buffers hold recomputed values", what, tinted, want);
+    CHECK(bad == 0, "%s: %d boxes whose tint disagrees with their mark", what, bad);
+    if (want) {
+        char text[96];
+        snprintf(text, sizeof(text), "%d buffer%s written by copies remat", want, want == 1 ? "" : "s");
+        CHECK(strstr(attr(g, "label"), text) != NULL, "%s: the title lacks '%s'", what, text);
+        bool legend = false;
+        for (Agnode_t *n = agfstnode(g); n && !legend; n = agnxtnode(g, n)) legend = strstr(attr(n, "label"), "recomputed (remat)");
+        CHECK(legend, "%s: the legend lacks the recomputed entry", what);
+    }
+    agclose(g);
+}
+
+static void check_marks(const dfg_program *p, const char *what) {
+    char err[512], label[128];
+    const char *dot = dfg_test_tmp_path("marks.dot");
+    snprintf(label, sizeof(label), "%s lifetime marks", what);
+    CHECK(dfg_write_dot(p, dot, DFG_DOT_LIFETIME, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
+    check_lifetime_marks(p, dot, label);
+    snprintf(label, sizeof(label), "%s timeline marks", what);
+    CHECK(dfg_write_dot(p, dot, DFG_DOT_TIMELINE, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
+    check_timeline_marks(p, dot, label);
+    unlink(dot);
+}
+
 /* ---------------------------------------------------------------- both views of a program */
 static void check_views(const dfg_program *p, const char *what) {
     char label[128], err[512];
@@ -365,6 +464,34 @@ static void test_errors(void) {
     dfg_program_free(p);
 }
 
+/* The GPT-2 plan under a budget between its persistent bytes and its arena: remat recomputes
+ * (the tightest of a few budgets that compiles), and both views draw and mark it. */
+static void test_budget_marks(void *lib, const dfg_report *r0) {
+    static const double fractions[] = {0.7, 0.8, 0.9};
+    for (size_t k = 0; k < sizeof(fractions) / sizeof(fractions[0]); k++) {
+        int64_t budget = (int64_t)r0->persistent_bytes +
+                         (int64_t)(fractions[k] * (double)(r0->arena_bytes - r0->persistent_bytes));
+        dfg_program *p = gpt2_program(lib);
+        dfg_options o = dfg_options_default(DFG_TARGET_CPU);
+        o.memory_budget = budget;
+        if (dfg_compile(p, &o) != DFG_OK) { /* too tight for remat: the next budget */
+            dfg_program_free(p);
+            continue;
+        }
+        const dfg_report *r = dfg_program_report(p);
+        printf("gpt2 under a budget of %lld bytes: arena %zu -> %zu, %d fused nodes, %d recomputed\n", (long long)budget,
+               r0->arena_bytes, r->arena_bytes, flagged_nodes(p, DFG_NF_FUSED), r->recomputed_nodes);
+        CHECK(r->recomputed_nodes > 0 && flagged_nodes(p, DFG_NF_FUSED) > 0 && recomputed_buffers(p) > 0,
+              "gpt2 budget: %d recomputed, %d fused, %d recomputed buffers", r->recomputed_nodes,
+              flagged_nodes(p, DFG_NF_FUSED), recomputed_buffers(p));
+        check_views(p, "gpt2 budget");
+        check_marks(p, "gpt2 budget");
+        dfg_program_free(p);
+        return;
+    }
+    CHECK(false, "gpt2: no budget between persistent %zu and arena %zu compiles", r0->persistent_bytes, r0->arena_bytes);
+}
+
 int main(void) {
     dfg_test_init("test_dot");
     if (!dfg_test_tmpdir_create("dfg_test_dot")) return 1;
@@ -377,7 +504,14 @@ int main(void) {
     void *lib = open_pipeline();
     if (lib) {
         p = gpt2_program(lib);
-        if (compile(p)) check_views(p, "gpt2");
+        if (compile(p)) {
+            const dfg_report *r = dfg_program_report(p);
+            CHECK(flagged_nodes(p, DFG_NF_FUSED) > 0 && r->recomputed_nodes == 0, "gpt2: %d fused nodes, %d recomputed",
+                  flagged_nodes(p, DFG_NF_FUSED), r->recomputed_nodes);
+            check_views(p, "gpt2");
+            check_marks(p, "gpt2");
+            test_budget_marks(lib, r);
+        }
         dfg_program_free(p);
         dlclose(lib);
     }

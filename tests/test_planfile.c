@@ -1,9 +1,10 @@
 /* test_planfile.c - plan files (runtime/planfile.h): a GPT-2 training program saved and loaded
  * back is the same program (tensors with their flags and scopes, nodes with theirs, attributes,
  * stages, settings, compile options), compiles to the same memory plan and trains to
- * bit-identical metrics and parameters; a compiled program and version-1 files are refused; every damaged, truncated, foreign or future file is
- * refused with one clear line; files whose checksums were fixed up after damage never crash the
- * reader, and semantic damage is caught by the rebuild's own checks.
+ * bit-identical metrics and parameters; a compiled program and version-1 and -2 files are
+ * refused; every damaged, truncated, foreign or future file is refused with one clear line;
+ * files whose checksums were fixed up after damage never crash the reader, and semantic damage
+ * is caught by the rebuild's own checks.
  *
  * The GPT-2 program comes from examples/gpt2_train.c, built as the module
  * gpt2_train_pipeline.so next to this executable (tests/cli/CMakeLists.txt) and dlopened here
@@ -89,6 +90,7 @@ static dfg_program *tiny_program(void) {
 
 static dfg_plan_info tiny_info(void) {
     dfg_plan_info info = {.target = DFG_TARGET_CPU, .compile_time = 1700000000, .align = 128, .keep_order = true,
+                          .no_fuse = true, .memory_budget = (int64_t)3 << 32, /* over 32 bits: all 8 bytes travel */
                           .host_lib = (void *)fake_lib, .host_lib_size = sizeof(fake_lib)};
     snprintf(info.source, sizeof(info.source), "tiny.c");
     return info;
@@ -206,12 +208,22 @@ static void test_tiny_round_trip(void) {
               "tiny: info fields");
         dfg_options o = dfg_plan_options(&back);
         CHECK(back.align == 128 && !back.no_reuse && back.keep_order && o.align == 128 && o.keep_order && !o.no_reuse &&
-                  o.target == DFG_TARGET_CPU,
-              "tiny: compile options (align %zu, no_reuse %d, keep_order %d)", back.align, back.no_reuse, back.keep_order);
+                  o.target == DFG_TARGET_CPU && back.no_fuse && o.no_fuse && back.memory_budget == (int64_t)3 << 32 &&
+                  o.memory_budget == back.memory_budget,
+              "tiny: compile options (align %zu, no_reuse %d, keep_order %d, no_fuse %d, memory budget %lld)", back.align,
+              back.no_reuse, back.keep_order, back.no_fuse, (long long)back.memory_budget);
         CHECK(back.host_lib_size == sizeof(fake_lib) && !memcmp(back.host_lib, fake_lib, sizeof(fake_lib)), "tiny: host lib");
         unsigned char *b2 = serialize(q, &info, &n2);
         CHECK(n2 == n && !memcmp(b, b2, n), "tiny: saving the loaded program gives other bytes");
         free(b2);
+        dfg_plan_info neg = info;
+        neg.memory_budget = -1;
+        void *b3 = NULL;
+        size_t n3 = 0;
+        st = dfg_plan_serialize(q, &neg, &b3, &n3, err, sizeof(err));
+        CHECK(st == DFG_ERR_ARG && strstr(err, "memory budget -1 is negative") && !b3, "tiny: a negative budget: %d '%s'",
+              st, err);
+        free(b3);
     }
     dfg_program_free(q);
     dfg_plan_info_free(&back);
@@ -368,11 +380,14 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
     }
     memcpy(b, plan, n);
     b[8] = 7; /* format version */
-    expect_refused(b, n, "format version 7 is newer than this dfg (2)", "future version");
+    expect_refused(b, n, "format version 7 is newer than this dfg (3)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (2)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (3)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
+    b[8] = 2; /* the format before the memory budget and no_fuse */
+    expect_refused(b, n, "format version 2 is older than this dfg's (3) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

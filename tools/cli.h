@@ -63,7 +63,16 @@ char *cli_bytes_str(double bytes, char *buf, size_t len);
  * running. Returns an exit code (2: the file cannot be read or its program does not compile;
  * 1: out of memory) after printing the message; on success free *p and *info. */
 int cli_load_plan(const char *cmd, const char *path, dfg_program **p, dfg_plan_info *info);
+/* The compiling half of cli_load_plan, for a program already rebuilt from plan bytes; label
+ * names it in messages ("label: remat: the memory budget of ... does not fit; ..."). */
+int cli_compile_plan(const char *cmd, const char *label, dfg_program **p, dfg_plan_info *info);
 /* "arena 14.5 MiB, lower bound 12.0 MiB (x1.21), naive 40.3 MiB (planning saves 64%)" */
 char *cli_memory_summary(const dfg_report *r, char *buf, size_t len);
+/* The fuse pass's rewrites by kind, in dfg_report.fused's order (also the JSON keys). */
+extern const char *const cli_fused_kinds[3];
+/* "2 linear_logprob, 24 bias_gelu" or "none" */
+char *cli_fused_str(const dfg_report *r, char *buf, size_t len);
+/* "67 nodes, +3.8% flops (5.77e10)"; "none" under a budget met without recompute; "no budget" */
+char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
 
 #endif

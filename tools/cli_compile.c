@@ -1,12 +1,14 @@
-/* cli_compile.c - `dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [-o P.dfg]`.
+/* cli_compile.c - `dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda]
+ * [--memory-budget 6GiB] [--no-fuse] [-o P.dfg]`.
  *
  * Builds the pipeline into a shared object with the C compiler dfg was built with, loads it
  * (its calls into libdfg resolve to the libdfg this executable runs with), calls its
  * dfg_pipeline entry point on a fresh program carrying the --set values, and saves the program
  * as a plan file, with the shared object inside when the program has host stages. The file
- * holds the program as built; to show the user the memory plan now, the written file is loaded
- * back and compiled exactly as dfg run will (planning needs only shapes, so a cuda plan is made
- * on any machine). */
+ * holds the program as built plus the compile options; to show the user the memory plan, the
+ * plan's bytes are read back and compiled exactly as dfg run will (planning needs only shapes,
+ * so a cuda plan is made on any machine) BEFORE the file is written: a program that does not
+ * compile, e.g. under a memory budget remat cannot meet, leaves no plan to run. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <spawn.h>
@@ -39,13 +41,14 @@ typedef struct {
     const char *sets[MAX_SETS]; /* "key=value" as given */
     int n_sets;
     int64_t align;              /* 0: the target's */
-    bool no_reuse, keep_order;
+    bool no_reuse, keep_order, no_fuse;
+    int64_t memory_budget;      /* 0: none */
 } compile_args;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dfg compile PIPELINE.c [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
-            "                   [--align N] [--no-reuse] [--keep-order]\n"
+            "                   [--memory-budget BYTES] [--no-fuse] [--align N] [--no-reuse] [--keep-order]\n"
             "\n"
             "Compiles a pipeline written in the dfg C DSL, runs its entry point\n"
             "    dfg_status dfg_pipeline(dfg_program *p);\n"
@@ -57,6 +60,12 @@ static void usage(FILE *f) {
             "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'.\n"
             "                    Planning needs no GPU: a cuda plan is made and inspected anywhere.\n"
             "  -o, --output P    where to write the plan\n"
+            "  --memory-budget B the most bytes the arena may take, e.g. 6GiB, 512MiB, 1.5GB, 4096\n"
+            "                    (GiB/MiB/KiB binary, GB/MB/KB decimal). Activations are recomputed in\n"
+            "                    the backward (remat) until the plan fits; when nothing fits, compile\n"
+            "                    fails with the smallest budget it found and writes no plan.\n"
+            "  --no-fuse         keep the ops as written (no logprob, linear_logprob or bias_gelu\n"
+            "                    fusion): to compare fused with unfused plans\n"
             "  --align N         byte alignment of every tensor (a power of two; default 64 on cpu,\n"
             "                    256 on cuda)\n"
             "  --no-reuse        give every tensor its own bytes (the baseline planning is measured by)\n"
@@ -70,8 +79,8 @@ static void usage(FILE *f) {
 static int parse_args(int argc, char **argv, compile_args *c) {
     static const cli_option opts[] = {{"--set", true},       {"--target", true},    {"-o", true},
                                       {"--output", true},    {"--align", true},     {"--no-reuse", false},
-                                      {"--keep-order", false}, {"--help", false},   {"-h", false},
-                                      {NULL, false}};
+                                      {"--keep-order", false}, {"--memory-budget", true}, {"--no-fuse", false},
+                                      {"--help", false},     {"-h", false},         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *c = (compile_args){.target_name = "cpu", .target = DFG_TARGET_CPU};
@@ -101,6 +110,14 @@ static int parse_args(int argc, char **argv, compile_args *c) {
             c->no_reuse = true;
         } else if (!strcmp(opt, "--keep-order")) {
             c->keep_order = true;
+        } else if (!strcmp(opt, "--memory-budget")) {
+            if (!dfg_parse_bytes(val, &c->memory_budget))
+                return cli_error(CMD, CLI_USAGE,
+                                 "--memory-budget must be a positive size such as 6GiB, 512MiB, 64KiB, 1.5GB, 300MB or "
+                                 "4096 (bytes), got '%s'",
+                                 val);
+        } else if (!strcmp(opt, "--no-fuse")) {
+            c->no_fuse = true;
         } else {
             c->output = val;
         }
@@ -258,34 +275,56 @@ static void print_summary(const dfg_program *p, const char *out, size_t plan_byt
     printf("\n");
 }
 
-/* Loads the written plan and compiles it as dfg run will; prints the memory plan in one line. */
-static int report_plan(const char *out) {
-    dfg_program *p = NULL;
-    dfg_plan_info info;
-    int rc = cli_load_plan(CMD, out, &p, &info);
-    if (rc) return rc;
-    const dfg_report *r = dfg_program_report(p);
-    char line[512];
-    printf("plan for %s: %s; peak at step %d of %d\n", dfg_target_name(info.target),
+/* The plan as dfg run will compile it, in a few lines: memory, fusion and recompute. */
+static void print_plan(const dfg_program *q, const dfg_plan_info *info) {
+    const dfg_report *r = dfg_program_report(q);
+    char line[512], a[32], b[32];
+    printf("plan for %s: %s; peak at step %d of %d\n", dfg_target_name(info->target),
            cli_memory_summary(r, line, sizeof(line)), r->peak_step, r->n_steps);
-    dfg_program_free(p);
-    dfg_plan_info_free(&info);
-    return CLI_OK;
+    printf("fused: %s", info->no_fuse ? "off (--no-fuse)" : cli_fused_str(r, line, sizeof(line)));
+    if (info->memory_budget > 0)
+        printf("; memory budget %s, arena %s under it; recomputed: %s",
+               cli_bytes_str((double)info->memory_budget, a, sizeof(a)),
+               cli_bytes_str((double)(info->memory_budget - (int64_t)r->arena_bytes), b, sizeof(b)),
+               cli_remat_str(r, info->memory_budget, line, sizeof(line)));
+    printf("\n");
+}
+
+/* Serialises the program, reads the bytes back and compiles them as dfg run will load and
+ * compile the file: the plan is checked before anything is written. */
+static int compile_as_run(const compile_args *c, const dfg_program *p, const dfg_plan_info *info, dfg_program **q,
+                          dfg_plan_info *back) {
+    void *bytes = NULL;
+    size_t n = 0;
+    char err[1024];
+    if (dfg_plan_serialize(p, info, &bytes, &n, err, sizeof(err))) return cli_error(CMD, CLI_FAILED, "%s", err);
+    dfg_status st = dfg_plan_parse(bytes, n, c->pipeline, q, back, err, sizeof(err));
+    free(bytes);
+    if (st) return cli_error(CMD, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
+    return cli_compile_plan(CMD, c->pipeline, q, back);
 }
 
 static int save(const compile_args *c, const dfg_program *p, const char *so, const char *out) {
     dfg_plan_info info = {.target = c->target, .compile_time = (int64_t)time(NULL), .align = (size_t)c->align,
-                          .no_reuse = c->no_reuse, .keep_order = c->keep_order};
+                          .no_reuse = c->no_reuse, .keep_order = c->keep_order, .no_fuse = c->no_fuse,
+                          .memory_budget = c->memory_budget};
     snprintf(info.source, sizeof(info.source), "%s", c->pipeline);
     if (so && !cli_read_file(CMD, so, &info.host_lib, &info.host_lib_size)) return CLI_FAILED;
+    dfg_program *q = NULL;
+    dfg_plan_info back;
+    int rc = compile_as_run(c, p, &info, &q, &back);
     char err[1024];
-    dfg_status st = dfg_plan_save(p, &info, out, err, sizeof(err));
+    if (!rc && dfg_plan_save(p, &info, out, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
     free(info.host_lib);
-    if (st) return cli_error(CMD, CLI_FAILED, "%s", err);
-    struct stat sb;
-    print_summary(p, out, stat(out, &sb) == 0 ? (size_t)sb.st_size : 0, c->target_name);
-    int rc = report_plan(out);
-    if (rc) unlink(out); /* a program that does not compile must not leave a plan to run */
+    if (!rc) {
+        struct stat sb;
+        print_summary(p, out, stat(out, &sb) == 0 ? (size_t)sb.st_size : 0, c->target_name);
+        print_plan(q, &back);
+    }
+    if (q) {
+        dfg_program_free(q);
+        dfg_plan_info_free(&back);
+    }
     return rc;
 }
 

@@ -29,6 +29,8 @@ static void print_origin(const char *path, const dfg_program *p, const dfg_plan_
     if (info->align) printf(", alignment %zu", info->align);
     if (info->no_reuse) printf(", no reuse");
     if (info->keep_order) printf(", build order kept");
+    if (info->no_fuse) printf(", no fusion");
+    if (info->memory_budget > 0) printf(", memory budget %s", cli_bytes_str((double)info->memory_budget, sb, sizeof(sb)));
     printf("\n");
     printf("source    %s, compiled %s\n", info->source, when);
     if (info->host_lib) printf("host code %s embedded\n", cli_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));

@@ -1,7 +1,9 @@
 /* cli_inspect.c - `dfg inspect P.dfg [--json]`: the memory report of a plan, compiled for its
- * target as dfg run compiles it: arena, lower bound and naive bytes, what is live at the peak by
- * category, the largest temporary, FLOPs, node counts, the winning placement ordering and the
- * stages. Human table by default; --json prints one JSON object (keys in the usage text). */
+ * target (and with its memory budget and fusion option) as dfg run compiles it: arena, lower
+ * bound and naive bytes, the budget and the arena's margin under it, what is live at the peak by
+ * category, the largest temporary, FLOPs, the fuse pass's rewrites and remat's recomputed nodes,
+ * node counts, the winning placement ordering and the stages. Human table by default; --json
+ * prints one JSON object (keys in the usage text). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +18,15 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dfg inspect P.dfg [--json]\n"
                "\n"
-               "Compiles a plan for its target (as dfg run does; a cuda plan is inspected on any\n"
-               "machine) and prints its memory report: arena, lower bound, naive bytes, what is live\n"
-               "at the peak step by category, the largest temporary, FLOPs, node counts, the\n"
-               "placement ordering that won, and the stages.\n"
+               "Compiles a plan for its target with the options dfg compile recorded (as dfg run\n"
+               "does; a cuda plan is inspected on any machine) and prints its memory report: arena,\n"
+               "lower bound, naive bytes, the memory budget and the arena's margin under it, what is\n"
+               "live at the peak step by category, the largest temporary, FLOPs, fused ops and\n"
+               "recomputed nodes, node counts, the placement ordering that won, and the stages.\n"
                "\n"
                "  --json   print one JSON object instead of the table. Keys (bytes are integers):\n"
                "           plan, program, target (\"cpu\"|\"cuda\"), align, no_reuse, keep_order,\n"
+               "           no_fuse (compiled with --no-fuse), memory_budget (bytes, null: none),\n"
                "           arena_bytes (what the run allocates), lower_bound_bytes (max over the\n"
                "           steps of the live bytes), arena_over_lower_bound, naive_bytes (no reuse),\n"
                "           saving_vs_naive (fraction), persistent_bytes, n_steps, peak_step,\n"
@@ -30,10 +34,14 @@ static void usage(FILE *f) {
                "           peak_breakdown {params, grads, optimizer, ref_model, kv_cache,\n"
                "           activations, logits, workspace, other: bytes live at the peak},\n"
                "           largest_temp {name, dtype, shape [dims], bytes} (null when none),\n"
-               "           flops (one step), n_nodes (after dce), n_nodes_removed (by dce),\n"
-               "           n_inplace (outputs placed in an input's bytes), placement (ordering),\n"
+               "           flops (one step, without recompute), fused {logprob, linear_logprob,\n"
+               "           bias_gelu: rewrites by the fuse pass}, remat {recomputed_nodes (copies\n"
+               "           added to recompute activations in the backward), extra_flops (their\n"
+               "           flops, not in flops)}, n_nodes (after dce; recomputed copies included),\n"
+               "           n_nodes_removed (by dce), n_inplace (outputs placed in an input's bytes),\n"
+               "           placement (ordering),\n"
                "           stages [{name, kind (\"graph\"|\"host\"), graph, function, nodes, repeat,\n"
-               "           flops, first_step, last_step}]\n");
+               "           flops (without recompute), first_step, last_step}]\n");
 }
 
 /* ---------------------------------------------------------------- facts both outputs print */
@@ -60,10 +68,13 @@ static inspection inspect_of(const char *path, const dfg_program *p, const dfg_p
     return in;
 }
 
+/* Without recomputed copies, as the report's flops: the stages sum to it. */
 static double stage_flops(const dfg_stage *st) {
     double f = 0;
     if (st->kind != DFG_STAGE_GRAPH) return 0;
-    for (int i = 0; i < st->graph->n_nodes; i++) f += dfg_ops[st->graph->nodes[i]->op].cost(st->graph->nodes[i]).flops;
+    for (int i = 0; i < st->graph->n_nodes; i++)
+        if (!(st->graph->nodes[i]->flags & DFG_NF_RECOMPUTED))
+            f += dfg_ops[st->graph->nodes[i]->op].cost(st->graph->nodes[i]).flops;
     return f * st->repeat;
 }
 
@@ -73,9 +84,9 @@ static double ratio(size_t a, size_t b) { return b ? (double)a / (double)b : 0.0
 static void print_totals(const inspection *in) {
     const dfg_report *r = in->r;
     char a[32], b[32];
-    printf("plan          %s: program '%s', target %s, alignment %zu B%s%s\n", in->path, in->p->name,
+    printf("plan          %s: program '%s', target %s, alignment %zu B%s%s%s\n", in->path, in->p->name,
            dfg_target_name(r->target), r->align, in->info->no_reuse ? ", no reuse" : "",
-           in->info->keep_order ? ", build order kept" : "");
+           in->info->keep_order ? ", build order kept" : "", in->info->no_fuse ? ", no fusion" : "");
     printf("arena         %12s  what the run allocates\n", cli_bytes_str((double)r->arena_bytes, a, sizeof(a)));
     printf("lower bound   %12s  arena / lower bound = %.3f\n", cli_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
            ratio(r->arena_bytes, r->lower_bound_bytes));
@@ -84,6 +95,12 @@ static void print_totals(const inspection *in) {
            100.0 * (1.0 - ratio(r->arena_bytes, r->naive_bytes)));
     printf("persistent    %12s  live for the whole step, at the bottom of the arena\n",
            cli_bytes_str((double)r->persistent_bytes, a, sizeof(a)));
+    int64_t budget = in->info->memory_budget;
+    if (budget > 0) /* compile refuses a plan over its budget: the margin is never negative */
+        printf("budget        %12s  the arena is %s (%.2f%%) under it\n", cli_bytes_str((double)budget, a, sizeof(a)),
+               cli_bytes_str((double)(budget - (int64_t)r->arena_bytes), b, sizeof(b)),
+               100.0 * (1.0 - ratio(r->arena_bytes, (size_t)budget)));
+    else printf("budget        %12s  (dfg compile --memory-budget sets one)\n", "none");
 }
 
 static void print_peak(const inspection *in) {
@@ -111,9 +128,14 @@ static void print_work(const inspection *in) {
                dfg_shape_str(r->largest_temp->shape, shape, sizeof(shape)),
                cli_bytes_str((double)r->largest_temp_bytes, a, sizeof(a)));
     else printf("largest temp  (none)\n");
-    printf("flops         %.4g GFLOP per step\n", r->flops * 1e-9);
-    printf("nodes         %d scheduled, %d removed by dce, %d output%s placed in place\n", r->n_nodes, r->n_nodes_removed,
-           r->n_inplace, r->n_inplace == 1 ? "" : "s");
+    printf("flops         %.4g GFLOP per step%s\n", r->flops * 1e-9, r->recomputed_nodes ? ", without recompute" : "");
+    char line[256];
+    printf("fused         %s\n", in->info->no_fuse ? "none (compiled with --no-fuse)" : cli_fused_str(r, line, sizeof(line)));
+    printf("recomputed    %s\n", cli_remat_str(r, in->info->memory_budget, line, sizeof(line)));
+    printf("nodes         %d scheduled", r->n_nodes);
+    if (r->recomputed_nodes) printf(" (%d of them recomputed copies)", r->recomputed_nodes);
+    printf(", %d removed by dce, %d output%s placed in place\n", r->n_nodes_removed, r->n_inplace,
+           r->n_inplace == 1 ? "" : "s");
     printf("placement     ordering '%s' won (greedy best-fit, smallest arena of the orderings tried)\n",
            r->placement ? r->placement : "?");
 }
@@ -182,6 +204,9 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddNumberToObject(o, "align", (double)r->align);
     cJSON_AddBoolToObject(o, "no_reuse", in->info->no_reuse);
     cJSON_AddBoolToObject(o, "keep_order", in->info->keep_order);
+    cJSON_AddBoolToObject(o, "no_fuse", in->info->no_fuse);
+    if (in->info->memory_budget > 0) cJSON_AddNumberToObject(o, "memory_budget", (double)in->info->memory_budget);
+    else cJSON_AddNullToObject(o, "memory_budget");
     cJSON_AddNumberToObject(o, "arena_bytes", (double)r->arena_bytes);
     cJSON_AddNumberToObject(o, "lower_bound_bytes", (double)r->lower_bound_bytes);
     cJSON_AddNumberToObject(o, "arena_over_lower_bound", ratio(r->arena_bytes, r->lower_bound_bytes));
@@ -200,6 +225,11 @@ static cJSON *json_report(const inspection *in) {
         cJSON_AddNumberToObject(peak, dfg_category_name((dfg_category)c), (double)r->peak[c]);
     cJSON_AddItemToObject(o, "largest_temp", json_largest_temp(r));
     cJSON_AddNumberToObject(o, "flops", r->flops);
+    cJSON *fused = cJSON_AddObjectToObject(o, "fused");
+    for (int k = 0; fused && k < 3; k++) cJSON_AddNumberToObject(fused, cli_fused_kinds[k], r->fused[k]);
+    cJSON *remat = cJSON_AddObjectToObject(o, "remat");
+    cJSON_AddNumberToObject(remat, "recomputed_nodes", r->recomputed_nodes);
+    cJSON_AddNumberToObject(remat, "extra_flops", r->extra_flops);
     cJSON_AddNumberToObject(o, "n_nodes", r->n_nodes);
     cJSON_AddNumberToObject(o, "n_nodes_removed", r->n_nodes_removed);
     cJSON_AddNumberToObject(o, "n_inplace", r->n_inplace);

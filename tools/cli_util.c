@@ -145,17 +145,22 @@ char *cli_bytes_str(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-int cli_load_plan(const char *cmd, const char *path, dfg_program **p, dfg_plan_info *info) {
-    char err[1024];
-    if (dfg_plan_load(path, p, info, err, sizeof(err))) return cli_error(cmd, CLI_USAGE, "%s", err);
+int cli_compile_plan(const char *cmd, const char *label, dfg_program **p, dfg_plan_info *info) {
     dfg_options o = dfg_plan_options(info);
     dfg_status st = dfg_compile(*p, &o);
     if (!st) return CLI_OK;
-    int rc = cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s: %s", path, dfg_program_error(*p));
+    /* a budget remat cannot meet is bad input (exit 2), like any program that does not compile */
+    int rc = cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s: %s", label, dfg_program_error(*p));
     dfg_program_free(*p);
     dfg_plan_info_free(info);
     *p = NULL;
     return rc;
+}
+
+int cli_load_plan(const char *cmd, const char *path, dfg_program **p, dfg_plan_info *info) {
+    char err[1024];
+    if (dfg_plan_load(path, p, info, err, sizeof(err))) return cli_error(cmd, CLI_USAGE, "%s", err);
+    return cli_compile_plan(cmd, path, p, info);
 }
 
 char *cli_memory_summary(const dfg_report *r, char *buf, size_t len) {
@@ -165,5 +170,37 @@ char *cli_memory_summary(const dfg_report *r, char *buf, size_t len) {
     snprintf(buf, len, "arena %s, lower bound %s (x%.2f), naive %s (planning saves %.0f%%)",
              cli_bytes_str((double)r->arena_bytes, a, sizeof(a)), cli_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)),
              ratio, cli_bytes_str((double)r->naive_bytes, nv, sizeof(nv)), saved);
+    return buf;
+}
+
+const char *const cli_fused_kinds[3] = {"logprob", "linear_logprob", "bias_gelu"};
+
+char *cli_fused_str(const dfg_report *r, char *buf, size_t len) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < 3; k++)
+        if (r->fused[k] && at < len)
+            at += (size_t)snprintf(buf + at, len - at, "%s%d %s", at ? ", " : "", r->fused[k], cli_fused_kinds[k]);
+    if (!at) snprintf(buf, len, "none");
+    return buf;
+}
+
+/* "5.77e10": three digits, as the FLOP counts of a step are read, without printf's "e+10" */
+static char *sci_str(double x, char *buf, size_t len) {
+    int e = 0;
+    while (x >= 10.0) x /= 10.0, e++;
+    while (x > 0 && x < 1.0) x *= 10.0, e--;
+    if (x >= 9.995) x /= 10.0, e++; /* it would print as "10.00" */
+    if (e == 0) snprintf(buf, len, "%.3g", x);
+    else snprintf(buf, len, "%.2fe%d", x, e);
+    return buf;
+}
+
+char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len) {
+    char f[32];
+    if (r->recomputed_nodes)
+        snprintf(buf, len, "%d node%s, +%.1f%% flops (%s)", r->recomputed_nodes, r->recomputed_nodes == 1 ? "" : "s",
+                 r->flops > 0 ? 100.0 * r->extra_flops / r->flops : 0.0, sci_str(r->extra_flops, f, sizeof(f)));
+    else snprintf(buf, len, "%s", budget > 0 ? "none" : "no budget");
     return buf;
 }

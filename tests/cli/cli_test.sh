@@ -154,13 +154,16 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
 expect_rc 2 "--align 3"
 expect_in err.txt "power of two" "--align names the rule"
 
-# a plan of format version 1 is refused with what to do
-cp gpt2.dfg old.dfg
-printf '\x01' | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
-run "$DFG" inspect old.dfg
-expect_rc 2 "a version-1 plan"
-expect_in err.txt "re-run dfg compile" "a version-1 plan says to recompile"
-expect_one_line "version-1 plan"
+# plans of format versions 1 and 2 are refused with what to do
+for v in 1 2; do
+  cp gpt2.dfg old.dfg
+  printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
+  run "$DFG" inspect old.dfg
+  expect_rc 2 "a version-$v plan"
+  expect_in err.txt "format version $v is older than this dfg's (3)" "a version-$v plan is named as old"
+  expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
+  expect_one_line "version-$v plan"
+done
 
 # ---------------------------------------------------------------- dot
 run "$DFG" dot gpt2.dfg -o mem.dot
@@ -291,6 +294,90 @@ expect_rc 0 "dot of a cuda plan"
 run "$DFG" run gpu.dfg
 expect_rc 2 "run a cuda plan on this build"
 expect_in err.txt "plan targets cuda; this build's runtime supports cpu" "a cuda plan is refused clearly"
+
+# ---------------------------------------------------------------- memory budget and fusion: GPT-2 124M for cuda
+# Planned only (it compiles in about a second; running it needs a GPU). The budget is the
+# persistent bytes plus half the activations live at the unbudgeted plan's peak.
+G124="$SRC/examples/gpt2_124m.c"
+run "$DFG" compile "$G124" --target cuda -o g124.dfg
+expect_rc 0 "compile gpt2_124m for cuda"
+expect_in out.txt "fused: " "compile reports the fused ops"
+run "$DFG" inspect g124.dfg --json
+cp out.txt g124.json
+budget=$(jget g124.json 'd["persistent_bytes"] + d["peak_breakdown"]["activations"] // 2')
+run "$DFG" compile "$G124" --target cuda --memory-budget "$budget" -o g124b.dfg
+expect_rc 0 "compile gpt2_124m under --memory-budget $budget (persistent + half the activations)"
+expect_in out.txt "memory budget" "compile reports the budget"
+expect_in out.txt "recomputed: " "compile reports the recomputed nodes"
+run "$DFG" inspect g124b.dfg --json
+cp out.txt g124b.json
+checks=$(python3 -c '
+import json, sys
+d0 = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2])); budget = int(sys.argv[3]); bad = []
+logits = 8 * 174 * 50257 * 2  # (N, T, V) bf16: what linear_logprob never materialises
+for k in ["fused", "remat", "memory_budget", "no_fuse"]:
+    if k not in d: bad.append("no key " + k)
+if bad: print("; ".join(bad)); sys.exit()
+if d0["memory_budget"] is not None or d0["remat"]["recomputed_nodes"] != 0 or d0["remat"]["extra_flops"] != 0: bad.append("unbudgeted plan recomputes")
+if d["memory_budget"] != budget: bad.append("memory_budget %s, compiled with %d" % (d["memory_budget"], budget))
+if not d["arena_bytes"] <= budget < d0["arena_bytes"]: bad.append("arena %d vs budget %d (unbudgeted %d)" % (d["arena_bytes"], budget, d0["arena_bytes"]))
+r = d["remat"]
+if not (r["recomputed_nodes"] > 0 and 0 < r["extra_flops"] <= 0.05 * d["flops"]): bad.append("remat %s of flops %g" % (r, d["flops"]))
+if d["flops"] != d0["flops"]: bad.append("flops %g changed from %g: it must exclude recompute" % (d["flops"], d0["flops"]))
+if abs(sum(s["flops"] for s in d["stages"]) - d["flops"]) > 1e-9 * d["flops"]: bad.append("stage flops do not sum to flops")
+for x in (d0, d):
+    t = x["largest_temp"]
+    if t["bytes"] > 0.6 * logits or (174 in t["shape"] and 50257 in t["shape"]): bad.append("largest temp %s" % t)
+    if x["peak_breakdown"]["logits"] != 0: bad.append("logits at the peak: %d" % x["peak_breakdown"]["logits"])
+if set(d["fused"]) != {"logprob", "linear_logprob", "bias_gelu"} or d["fused"]["linear_logprob"] < 1 or d["fused"]["bias_gelu"] < 12: bad.append("fused %s" % d["fused"])
+if d["no_fuse"] is not False: bad.append("no_fuse")
+print("; ".join(bad))' g124.json g124b.json "$budget")
+[ -z "$checks" ] && ok "the budgeted plan fits, recomputes <= 5% extra flops, no logits at the peak" || fail "budgeted 124M plan: $checks"
+echo "  (124M: $(jget g124b.json '"arena %.1f MiB under %.1f MiB (unbudgeted %.1f MiB), %d recomputed, extra flops %.2f%%" % (d["arena_bytes"] / 2**20, d["memory_budget"] / 2**20, '"$(jget g124.json 'd["arena_bytes"]')"' / 2**20, d["remat"]["recomputed_nodes"], 100 * d["remat"]["extra_flops"] / d["flops"])'))"
+run "$DFG" inspect g124b.dfg
+expect_in out.txt "budget        " "inspect shows the budget"
+expect_in out.txt "under it" "inspect shows the arena's margin under the budget"
+expect_in out.txt "fused         $(jget g124b.json 'd["fused"]["linear_logprob"]') linear_logprob" "inspect lists the fused ops by kind"
+expect_in out.txt "recomputed    $(jget g124b.json 'd["remat"]["recomputed_nodes"]') nodes, +" "inspect shows the recomputed nodes and extra flops"
+run "$DFG" inspect g124.dfg
+expect_in out.txt "recomputed    no budget" "an unbudgeted plan says it has no budget"
+run "$DFG" info g124b.dfg
+expect_in out.txt "memory budget $(human "$budget")" "info shows the recorded budget"
+run "$DFG" dot g124b.dfg -o g124b.dot
+expect_rc 0 "dot of the budgeted plan"
+expect_in g124b.dot "[recomputed]" "dot tags recomputed copies"
+expect_in g124b.dot "[fused]" "dot tags fused ops"
+expect_in g124b.dot "peripheries=2" "fused ops have a double border"
+expect_in g124b.dot "filled,dashed" "recomputed copies have a dashed border"
+run "$DFG" dot g124b.dfg --timeline -o g124bt.dot
+expect_in g124bt.dot "dfg_recomputed" "the timeline marks buffers of recomputed copies"
+
+# a budget nothing reaches fails with remat's message, and no plan file appears or is replaced
+run "$DFG" compile "$G124" --target cuda --memory-budget 1GiB -o toosmall.dfg
+expect_rc 2 "a budget of 1GiB (below the persistent bytes)"
+expect_in err.txt "does not fit; the smallest plan found needs" "the message states the smallest budget found"
+expect_in err.txt "at its peak: optimizer" "the message names what dominates it"
+expect_one_line "too small a budget"
+[ ! -e toosmall.dfg ] && ok "no plan written for a budget that does not fit" || fail "toosmall.dfg was written"
+cp g124b.dfg keep.dfg
+run "$DFG" compile "$G124" --target cuda --memory-budget 1GiB -o keep.dfg
+cmp -s keep.dfg g124b.dfg && ok "a failed budget leaves an existing plan file alone" || fail "keep.dfg was changed"
+run "$DFG" compile "$G124" --target cuda --memory-budget 12XB -o bad.dfg
+expect_rc 2 "--memory-budget 12XB"
+expect_in err.txt "such as 6GiB, 512MiB" "a bad budget names the accepted forms"
+expect_in err.txt "'12XB'" "a bad budget is quoted"
+expect_one_line "bad budget"
+
+# --no-fuse: nothing fused, and without linear_logprob the plan needs more bytes
+run "$DFG" compile "$G124" --target cuda --no-fuse -o g124nf.dfg
+expect_rc 0 "compile gpt2_124m --no-fuse"
+run "$DFG" inspect g124nf.dfg --json
+cp out.txt g124nf.json
+[ "$(jget g124nf.json 'd["no_fuse"] and sum(d["fused"].values()) == 0 and d["arena_bytes"] > '"$(jget g124.json 'd["arena_bytes"]')")" = True ] \
+  && ok "--no-fuse: fused counts 0, arena $(human "$(jget g124nf.json 'd["arena_bytes"]')") > $(human "$(jget g124.json 'd["arena_bytes"]')")" \
+  || fail "--no-fuse: $(jget g124nf.json '(d["no_fuse"], d["fused"], d["arena_bytes"])')"
+run "$DFG" inspect g124nf.dfg
+expect_in out.txt "no fusion" "inspect says the plan was compiled without fusion"
 
 # ---------------------------------------------------------------- weights: --save, then --weights
 run "$DFG" run gpt2.dfg --steps 3 --threads 1 --save w1.safetensors
