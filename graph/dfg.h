@@ -98,6 +98,8 @@ size_t dfg_dtype_size(dfg_dtype t);
 int64_t dfg_shape_numel(dfg_shape s);
 /* Writes "(4,19,48)" into buf; returns buf. */
 char *dfg_shape_str(dfg_shape s, char *buf, size_t len);
+/* Writes a byte count for people ("512 B", "4.00 KiB", "2.51 GiB") into buf; returns buf. */
+char *dfg_bytes_str(double bytes, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- programs */
 dfg_program *dfg_program_new(const char *name); /* NULL only when out of memory */

@@ -82,3 +82,12 @@ dfg_shape dfg_shape_of(int rank, const int64_t *dims) {
     for (int i = 0; i < rank && i < DFG_MAX_RANK; i++) s.d[i] = dims[i];
     return s;
 }
+
+char *dfg_bytes_str(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, u++;
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : 1, bytes, units[u]);
+    return buf;
+}

@@ -56,15 +56,6 @@ void dfg_dot_append(char *buf, size_t len, size_t *at, const char *fmt, ...) {
     if (k > 0) *at = *at + (size_t)k < len ? *at + (size_t)k : len;
 }
 
-char *dfg_dot_bytes(double bytes, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, u++;
-    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
-    else snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : 1, bytes, units[u]);
-    return buf;
-}
-
 int dfg_dot_root(const dfg_plan *plan, int tensor_id) {
     int b = plan->buf_of[tensor_id];
     while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
@@ -103,7 +94,7 @@ static void peak_categories(const dfg_report *r, char *buf, size_t len, size_t *
         done[best] = true;
         char b[32];
         dfg_dot_append(buf, len, at, "%s%s %s (%.0f%%)", k ? ", " : "", dfg_category_name((dfg_category)best),
-                       dfg_dot_bytes((double)r->peak[best], b, sizeof(b)),
+                       dfg_bytes_str((double)r->peak[best], b, sizeof(b)),
                        r->lower_bound_bytes ? 100.0 * (double)r->peak[best] / (double)r->lower_bound_bytes : 0.0);
     }
 }
@@ -114,12 +105,12 @@ void dfg_dot_summary(const dfg_dot_ctx *c, char *buf, size_t len, size_t *at) {
     double ratio = r->lower_bound_bytes ? (double)r->arena_bytes / (double)r->lower_bound_bytes : 1.0;
     double saved = r->naive_bytes ? 100.0 * (1.0 - (double)r->arena_bytes / (double)r->naive_bytes) : 0.0;
     dfg_dot_append(buf, len, at, "program '%s', target %s: arena %s = %s persistent + %s transient (alignment %zu)\\l",
-                   c->p->name, dfg_target_name(r->target), dfg_dot_bytes((double)r->arena_bytes, a, sizeof(a)),
-                   dfg_dot_bytes((double)r->persistent_bytes, pb, sizeof(pb)),
-                   dfg_dot_bytes((double)(r->arena_bytes - r->persistent_bytes), tb, sizeof(tb)), r->align);
+                   c->p->name, dfg_target_name(r->target), dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)),
+                   dfg_bytes_str((double)r->persistent_bytes, pb, sizeof(pb)),
+                   dfg_bytes_str((double)(r->arena_bytes - r->persistent_bytes), tb, sizeof(tb)), r->align);
     dfg_dot_append(buf, len, at, "lower bound %s (arena / lower bound = %.2f), naive %s (planning saves %.0f%%), "
-                   "placement ordering '%s'\\l", dfg_dot_bytes((double)r->lower_bound_bytes, lb, sizeof(lb)), ratio,
-                   dfg_dot_bytes((double)r->naive_bytes, nb, sizeof(nb)), saved, r->placement ? r->placement : "?");
+                   "placement ordering '%s'\\l", dfg_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)), ratio,
+                   dfg_bytes_str((double)r->naive_bytes, nb, sizeof(nb)), saved, r->placement ? r->placement : "?");
     const dfg_node *node;
     int s = dfg_dot_step_where(c->p, c->plan, r->peak_step, &node);
     dfg_dot_append(buf, len, at, "peak at step %d of %d (stage '%s'%s%s%s): ", r->peak_step, r->n_steps,
@@ -129,7 +120,7 @@ void dfg_dot_summary(const dfg_dot_ctx *c, char *buf, size_t len, size_t *at) {
     for (int i = 0; i < c->n_near_peak && i < 5; i++) {
         const dfg_buf *b = &c->plan->bufs[c->near_peak[i]];
         dfg_dot_append(buf, len, at, "%s '%s' %s", i ? "," : "", c->p->tensors[b->owner]->name,
-                       dfg_dot_bytes((double)b->size, a, sizeof(a)));
+                       dfg_bytes_str((double)b->size, a, sizeof(a)));
     }
     dfg_dot_append(buf, len, at, "\\l");
 }

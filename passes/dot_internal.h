@@ -24,8 +24,6 @@ void dfg_dot_setf(void *obj, const char *attr, const char *fmt, ...) __attribute
 /* Declares an attribute with its default for every object of a kind (AGRAPH, AGNODE, AGEDGE). */
 void dfg_dot_default(Agraph_t *g, int kind, const char *attr, const char *value);
 
-/* "1.5 MiB" */
-char *dfg_dot_bytes(double bytes, char *buf, size_t len);
 /* The buffer that holds the tensor's bytes after in-place merging, or -1. */
 int dfg_dot_root(const dfg_plan *plan, int tensor_id);
 /* Fill color of a memory category (the same in both views and their legends). */

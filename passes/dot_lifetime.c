@@ -108,7 +108,7 @@ static void compiler_marks(const lifetime *lt, char *buf, size_t len, size_t *at
     int64_t budget = lt->c->plan->opt.memory_budget;
     if (budget > 0) {
         char bb[32];
-        dfg_dot_append(buf, len, at, "; memory budget %s", dfg_dot_bytes((double)budget, bb, sizeof(bb)));
+        dfg_dot_append(buf, len, at, "; memory budget %s", dfg_bytes_str((double)budget, bb, sizeof(bb)));
     }
     dfg_dot_append(buf, len, at, "\\l");
 }
@@ -123,8 +123,8 @@ static void title(lifetime *lt) {
                    "edges: tensor / bytes @ arena offset / steps; color = arena band of %s above the %s of persistent "
                    "tensors (one color: bytes shared at different times); bold = live at the peak\\l"
                    "red node: the peak step; pink: within %.0f%% of it; blue tint: added by backward\\l",
-                   dfg_dot_bytes((double)lt->band_bytes, bb, sizeof(bb)),
-                   dfg_dot_bytes((double)c->r->persistent_bytes, pb, sizeof(pb)), 100.0 * (1.0 - NEAR_PEAK));
+                   dfg_bytes_str((double)lt->band_bytes, bb, sizeof(bb)),
+                   dfg_bytes_str((double)c->r->persistent_bytes, pb, sizeof(pb)), 100.0 * (1.0 - NEAR_PEAK));
     compiler_marks(lt, buf, sizeof(buf), &at);
     if (lt->w0 > 0 || lt->w1 < c->plan->n_steps - 1)
         dfg_dot_append(buf, sizeof(buf), &at,
@@ -146,7 +146,7 @@ static dfg_status persistent_nodes(lifetime *lt) {
     if (!sg) return DFG_ERR_NOMEM;
     int hidden = 0;
     for (int i = 0; i < p->n_tensors; i++) hidden += p->tensors[i]->kind != DFG_TEMP && !lt->shown[i];
-    dfg_dot_setf(sg, "label", "persistent tensors: %s at the bottom of the arena%s", dfg_dot_bytes((double)c->r->persistent_bytes, sb, sizeof(sb)),
+    dfg_dot_setf(sg, "label", "persistent tensors: %s at the bottom of the arena%s", dfg_bytes_str((double)c->r->persistent_bytes, sb, sizeof(sb)),
                  hidden ? " (those the steps drawn use)" : "");
     dfg_dot_set(sg, "style", "rounded");
     enum { COLUMNS = 3 };
@@ -162,8 +162,8 @@ static dfg_status persistent_nodes(lifetime *lt) {
         if (!n) return DFG_ERR_NOMEM;
         size_t at = 0;
         dfg_dot_append(buf, sizeof(buf), &at, "%s\\n%s %s %s\\n@ %s, %s", t->name, dfg_dtype_name(t->dtype),
-                       dfg_shape_str(t->shape, shape, sizeof(shape)), dfg_dot_bytes((double)buf_->bytes, sb, sizeof(sb)),
-                       dfg_dot_bytes((double)buf_->offset, ob, sizeof(ob)), dfg_category_name(buf_->cat));
+                       dfg_shape_str(t->shape, shape, sizeof(shape)), dfg_bytes_str((double)buf_->bytes, sb, sizeof(sb)),
+                       dfg_bytes_str((double)buf_->offset, ob, sizeof(ob)), dfg_category_name(buf_->cat));
         if (t->scope_first)
             dfg_dot_append(buf, sizeof(buf), &at, "\\nscope %s..%s (steps %d-%d)", t->scope_first, t->scope_last,
                            buf_->life.first, buf_->life.last);
@@ -317,8 +317,8 @@ static void tensor_label(const lifetime *lt, const dfg_tensor *t, char *buf, siz
     int b = dfg_dot_root(plan, t->id);
     char sb[32], ob[32];
     size_t at = 0;
-    dfg_dot_append(buf, len, &at, "%s\\n%s @ %s\\nsteps %d-%d", t->name, dfg_dot_bytes((double)dfg_tensor_bytes(t), sb, sizeof(sb)),
-                   b >= 0 ? dfg_dot_bytes((double)plan->bufs[b].offset, ob, sizeof(ob)) : "?", plan->life[t->id].first,
+    dfg_dot_append(buf, len, &at, "%s\\n%s @ %s\\nsteps %d-%d", t->name, dfg_bytes_str((double)dfg_tensor_bytes(t), sb, sizeof(sb)),
+                   b >= 0 ? dfg_bytes_str((double)plan->bufs[b].offset, ob, sizeof(ob)) : "?", plan->life[t->id].first,
                    plan->life[t->id].last);
     const dfg_tensor *owner = b >= 0 ? lt->c->p->tensors[plan->bufs[b].owner] : t;
     if (t->version_of) dfg_dot_append(buf, len, &at, "\\n(writes %s)", t->version_of->name);

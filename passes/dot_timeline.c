@@ -125,8 +125,8 @@ static dfg_status buffer_box(timeline *tl, int b) {
     if (!n) return DFG_ERR_NOMEM;
     size_t at = 0;
     dfg_dot_append(tip, sizeof(tip), &at, "%s: %s %s, %s at offset %s, steps %d-%d, %s", t->name, dfg_dtype_name(t->dtype),
-                   dfg_shape_str(t->shape, shape, sizeof(shape)), dfg_dot_bytes((double)x->size, sb, sizeof(sb)),
-                   dfg_dot_bytes((double)x->offset, ob, sizeof(ob)), x->life.first, x->life.last, dfg_category_name(x->cat));
+                   dfg_shape_str(t->shape, shape, sizeof(shape)), dfg_bytes_str((double)x->size, sb, sizeof(sb)),
+                   dfg_bytes_str((double)x->offset, ob, sizeof(ob)), x->life.first, x->life.last, dfg_category_name(x->cat));
     if (recomputed_buffer(c, b)) {
         tl->n_recomputed++;
         tint_recomputed(n, x->cat);
@@ -172,7 +172,7 @@ static void axes(timeline *tl) {
     double sy = tick_step(arena / unit, 10) * unit;
     for (double y = 0; y <= arena; y += sy) {
         line(tl, X0 - 5, Y0 + y * tl->byte_pt, 4, 1, "#333333");
-        text(tl, X0 - 40, Y0 + y * tl->byte_pt, dfg_dot_bytes(y, buf, sizeof(buf)), "#333333", 10);
+        text(tl, X0 - 40, Y0 + y * tl->byte_pt, dfg_bytes_str(y, buf, sizeof(buf)), "#333333", 10);
     }
     text(tl, X0 - 50, Y0 + PLOT_H + 32, "arena offset", "#333333", 12);
 }
@@ -198,7 +198,7 @@ static void peak_and_bound(timeline *tl) {
     const dfg_node *node;
     int s = dfg_dot_step_where(c->p, c->plan, r->peak_step, &node);
     snprintf(label, sizeof(label), "peak: step %d, %s live (stage '%s'%s%s%s)", r->peak_step,
-             dfg_dot_bytes((double)r->lower_bound_bytes, lb, sizeof(lb)), s >= 0 ? c->p->stages[s].name : "?",
+             dfg_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)), s >= 0 ? c->p->stages[s].name : "?",
              node ? ", node '" : "", node ? node->name : "", node ? "'" : "");
     text(tl, x, Y0 + PLOT_H + 32, label, "#d62728", 12);
     double y = Y0 + (double)r->lower_bound_bytes * tl->byte_pt;
@@ -208,7 +208,7 @@ static void peak_and_bound(timeline *tl) {
     text(tl, X0 + PLOT_W + 60, y, label, "#555555", 10);
     y = Y0 + (double)r->persistent_bytes * tl->byte_pt;
     line(tl, X0, y - 0.5, PLOT_W, 1, "#000000");
-    snprintf(label, sizeof(label), "persistent %s", dfg_dot_bytes((double)r->persistent_bytes, pb, sizeof(pb)));
+    snprintf(label, sizeof(label), "persistent %s", dfg_bytes_str((double)r->persistent_bytes, pb, sizeof(pb)));
     text(tl, X0 + PLOT_W + 60, y, label, "#000000", 10);
 }
 
@@ -224,7 +224,7 @@ static void legend(timeline *tl) {
         if (!present[cat]) continue;
         box(tl, NULL, x, y - 6, 14, 12, dfg_dot_category_color((dfg_category)cat));
         snprintf(label, sizeof(label), "%s: %s", dfg_category_name((dfg_category)cat),
-                 dfg_dot_bytes((double)r->peak[cat], sb, sizeof(sb)));
+                 dfg_bytes_str((double)r->peak[cat], sb, sizeof(sb)));
         text(tl, x + 20 + text_width(label, 11) / 2, y, label, "#000000", 11);
         y -= 20;
     }

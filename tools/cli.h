@@ -56,8 +56,6 @@ bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n);
 /* Writes bytes to path (mode 0600); false with a message on failure. */
 bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n);
 
-/* "1.5 MiB" */
-char *cli_bytes_str(double bytes, char *buf, size_t len);
 
 /* Loads a plan and compiles it with the target and options it records, as dfg run does before
  * running. Returns an exit code (2: the file cannot be read or its program does not compile;

@@ -268,7 +268,7 @@ static void print_summary(const dfg_program *p, const char *out, size_t plan_byt
     for (int g = 0; g < p->n_graphs; g++) nodes += p->graphs[g]->n_nodes;
     char sb[32];
     printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %.3g M parameters\n", out,
-           cli_bytes_str((double)plan_bytes, sb, sizeof(sb)), p->name, target, p->n_stages, p->n_stages == 1 ? "" : "s",
+           dfg_bytes_str((double)plan_bytes, sb, sizeof(sb)), p->name, target, p->n_stages, p->n_stages == 1 ? "" : "s",
            (long long)nodes, (double)n_params / 1e6);
     printf("settings:");
     for (int i = 0; i < p->n_settings; i++) printf(" %s=%s", p->settings[i].key, p->settings[i].value);
@@ -284,8 +284,8 @@ static void print_plan(const dfg_program *q, const dfg_plan_info *info) {
     printf("fused: %s", info->no_fuse ? "off (--no-fuse)" : cli_fused_str(r, line, sizeof(line)));
     if (info->memory_budget > 0)
         printf("; memory budget %s, arena %s under it; recomputed: %s",
-               cli_bytes_str((double)info->memory_budget, a, sizeof(a)),
-               cli_bytes_str((double)(info->memory_budget - (int64_t)r->arena_bytes), b, sizeof(b)),
+               dfg_bytes_str((double)info->memory_budget, a, sizeof(a)),
+               dfg_bytes_str((double)(info->memory_budget - (int64_t)r->arena_bytes), b, sizeof(b)),
                cli_remat_str(r, info->memory_budget, line, sizeof(line)));
     printf("\n");
 }

@@ -30,10 +30,10 @@ static void print_origin(const char *path, const dfg_program *p, const dfg_plan_
     if (info->no_reuse) printf(", no reuse");
     if (info->keep_order) printf(", build order kept");
     if (info->no_fuse) printf(", no fusion");
-    if (info->memory_budget > 0) printf(", memory budget %s", cli_bytes_str((double)info->memory_budget, sb, sizeof(sb)));
+    if (info->memory_budget > 0) printf(", memory budget %s", dfg_bytes_str((double)info->memory_budget, sb, sizeof(sb)));
     printf("\n");
     printf("source    %s, compiled %s\n", info->source, when);
-    if (info->host_lib) printf("host code %s embedded\n", cli_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));
+    if (info->host_lib) printf("host code %s embedded\n", dfg_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));
 }
 
 static void print_settings(const dfg_program *p) {
@@ -77,12 +77,12 @@ static void print_memory(const dfg_program *p) {
     }
     char sb[32];
     printf("tensors   %d in all: %lld temporaries; persistent ones hold %s:\n", p->n_tensors, (long long)temps,
-           cli_bytes_str(total, sb, sizeof(sb)));
+           dfg_bytes_str(total, sb, sizeof(sb)));
     for (int g = 0; g < N_GROUPS; g++) {
         if (!count[g]) continue;
         const char *name = g < DFG_ROLE_COUNT ? dfg_role_name((dfg_role)g) : dfg_kind_name((dfg_kind)(g - DFG_ROLE_COUNT));
         printf("          %-10s %5d tensor%s %12s\n", name, count[g], count[g] == 1 ? " " : "s",
-               cli_bytes_str(bytes[g], sb, sizeof(sb)));
+               dfg_bytes_str(bytes[g], sb, sizeof(sb)));
     }
 }
 

@@ -87,18 +87,18 @@ static void print_totals(const inspection *in) {
     printf("plan          %s: program '%s', target %s, alignment %zu B%s%s%s\n", in->path, in->p->name,
            dfg_target_name(r->target), r->align, in->info->no_reuse ? ", no reuse" : "",
            in->info->keep_order ? ", build order kept" : "", in->info->no_fuse ? ", no fusion" : "");
-    printf("arena         %12s  what the run allocates\n", cli_bytes_str((double)r->arena_bytes, a, sizeof(a)));
-    printf("lower bound   %12s  arena / lower bound = %.3f\n", cli_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
+    printf("arena         %12s  what the run allocates\n", dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)));
+    printf("lower bound   %12s  arena / lower bound = %.3f\n", dfg_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
            ratio(r->arena_bytes, r->lower_bound_bytes));
-    printf("naive         %12s  planning saves %s (%.1f%%)\n", cli_bytes_str((double)r->naive_bytes, a, sizeof(a)),
-           cli_bytes_str((double)(r->naive_bytes - r->arena_bytes), b, sizeof(b)),
+    printf("naive         %12s  planning saves %s (%.1f%%)\n", dfg_bytes_str((double)r->naive_bytes, a, sizeof(a)),
+           dfg_bytes_str((double)(r->naive_bytes - r->arena_bytes), b, sizeof(b)),
            100.0 * (1.0 - ratio(r->arena_bytes, r->naive_bytes)));
     printf("persistent    %12s  live for the whole step, at the bottom of the arena\n",
-           cli_bytes_str((double)r->persistent_bytes, a, sizeof(a)));
+           dfg_bytes_str((double)r->persistent_bytes, a, sizeof(a)));
     int64_t budget = in->info->memory_budget;
     if (budget > 0) /* compile refuses a plan over its budget: the margin is never negative */
-        printf("budget        %12s  the arena is %s (%.2f%%) under it\n", cli_bytes_str((double)budget, a, sizeof(a)),
-               cli_bytes_str((double)(budget - (int64_t)r->arena_bytes), b, sizeof(b)),
+        printf("budget        %12s  the arena is %s (%.2f%%) under it\n", dfg_bytes_str((double)budget, a, sizeof(a)),
+               dfg_bytes_str((double)(budget - (int64_t)r->arena_bytes), b, sizeof(b)),
                100.0 * (1.0 - ratio(r->arena_bytes, (size_t)budget)));
     else printf("budget        %12s  (dfg compile --memory-budget sets one)\n", "none");
 }
@@ -114,9 +114,9 @@ static void print_peak(const inspection *in) {
     for (int c = 0; c < DFG_CAT_COUNT; c++) {
         total += r->peak[c];
         printf("              %-12s %12s %7.1f%%\n", dfg_category_name((dfg_category)c),
-               cli_bytes_str((double)r->peak[c], a, sizeof(a)), 100.0 * ratio(r->peak[c], r->lower_bound_bytes));
+               dfg_bytes_str((double)r->peak[c], a, sizeof(a)), 100.0 * ratio(r->peak[c], r->lower_bound_bytes));
     }
-    printf("              %-12s %12s %7.1f%%\n", "total", cli_bytes_str((double)total, a, sizeof(a)),
+    printf("              %-12s %12s %7.1f%%\n", "total", dfg_bytes_str((double)total, a, sizeof(a)),
            100.0 * ratio(total, r->lower_bound_bytes));
 }
 
@@ -126,7 +126,7 @@ static void print_work(const inspection *in) {
     if (r->largest_temp)
         printf("largest temp  '%s' %s %s, %s\n", r->largest_temp->name, dfg_dtype_name(r->largest_temp->dtype),
                dfg_shape_str(r->largest_temp->shape, shape, sizeof(shape)),
-               cli_bytes_str((double)r->largest_temp_bytes, a, sizeof(a)));
+               dfg_bytes_str((double)r->largest_temp_bytes, a, sizeof(a)));
     else printf("largest temp  (none)\n");
     printf("flops         %.4g GFLOP per step%s\n", r->flops * 1e-9, r->recomputed_nodes ? ", without recompute" : "");
     char line[256];

@@ -96,7 +96,7 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
         if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
     printf("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %lld", r->plan, p->name, p->n_stages,
            p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
-           cli_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), (long long)r->seed);
+           dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), (long long)r->seed);
     if (threads) printf(", %d thread%s", threads, threads == 1 ? "" : "s");
     printf("\n");
 }

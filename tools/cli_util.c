@@ -136,15 +136,6 @@ bool cli_write_file(const char *cmd, const char *path, const void *data, size_t 
     return true;
 }
 
-char *cli_bytes_str(double bytes, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, u++;
-    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
-    else snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : 1, bytes, units[u]);
-    return buf;
-}
-
 int cli_compile_plan(const char *cmd, const char *label, dfg_program **p, dfg_plan_info *info) {
     dfg_options o = dfg_plan_options(info);
     dfg_status st = dfg_compile(*p, &o);
@@ -168,8 +159,8 @@ char *cli_memory_summary(const dfg_report *r, char *buf, size_t len) {
     double ratio = r->lower_bound_bytes ? (double)r->arena_bytes / (double)r->lower_bound_bytes : 1.0;
     double saved = r->naive_bytes ? 100.0 * (1.0 - (double)r->arena_bytes / (double)r->naive_bytes) : 0.0;
     snprintf(buf, len, "arena %s, lower bound %s (x%.2f), naive %s (planning saves %.0f%%)",
-             cli_bytes_str((double)r->arena_bytes, a, sizeof(a)), cli_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)),
-             ratio, cli_bytes_str((double)r->naive_bytes, nv, sizeof(nv)), saved);
+             dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)), dfg_bytes_str((double)r->lower_bound_bytes, lb, sizeof(lb)),
+             ratio, dfg_bytes_str((double)r->naive_bytes, nv, sizeof(nv)), saved);
     return buf;
 }
 
