@@ -56,7 +56,6 @@ bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n);
 /* Writes bytes to path (mode 0600); false with a message on failure. */
 bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n);
 
-
 /* Loads a plan and compiles it with the target and options it records, as dfg run does before
  * running. Returns an exit code (2: the file cannot be read or its program does not compile;
  * 1: out of memory) after printing the message; on success free *p and *info. */

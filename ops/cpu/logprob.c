@@ -89,15 +89,20 @@ static lin_dims lin_of(const dfg_node *n, const dfg_tensor *h, const dfg_tensor 
     return d;
 }
 
-/* ws (rc', vc') = h[r0 : r0+rc'] @ W[v0 : v0+vc']^T, the chunk's logits before temperature */
+/* ws (rc, vc) = h[r0 : r0+rc] @ W[v0 : v0+vc]^T, the chunk's logits before temperature. The
+ * GEMMs always cover DFG_LOGPROB_V_BLOCK vocabulary entries (OpenBLAS's results depend on the
+ * matrix shapes it is given), so every logit is the same whatever chunk size was planned. */
 static void chunk_logits(const lin_dims *d, const float *h, const float *w, int64_t r0, int64_t rc, int64_t v0,
                          int64_t vc, float *ws) {
-    if (d->tb) /* W (V, C): rows v0.. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)vc, (int)d->c, 1.0f, h + r0 * d->c, (int)d->c,
-                    w + v0 * d->c, (int)d->c, 0.0f, ws, (int)vc);
-    else /* W (C, V): columns v0.. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)vc, (int)d->c, 1.0f, h + r0 * d->c,
-                    (int)d->c, w + v0, (int)d->v, 0.0f, ws, (int)vc);
+    for (int64_t j0 = 0; j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) {
+        int64_t k = vc - j0 < DFG_LOGPROB_V_BLOCK ? vc - j0 : DFG_LOGPROB_V_BLOCK;
+        if (d->tb) /* W (V, C): rows v0+j0 .. */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)k, (int)d->c, 1.0f, h + r0 * d->c,
+                        (int)d->c, w + (v0 + j0) * d->c, (int)d->c, 0.0f, ws + j0, (int)vc);
+        else /* W (C, V): columns v0+j0 .. */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rc, (int)k, (int)d->c, 1.0f, h + r0 * d->c,
+                        (int)d->c, w + v0 + j0, (int)d->v, 0.0f, ws + j0, (int)vc);
+    }
 }
 
 dfg_status cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
@@ -171,12 +176,15 @@ dfg_status cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *cons
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)d.c, (int)k, 1.0f, ws + j0,
                                 (int)vc, w + v0 + j0, (int)d.v, 1.0f, dh + r0 * d.c, (int)d.c);
             }
-            if (d.tb) /* dW_c (vc, C) += dz^T @ h_c */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)vc, (int)d.c, (int)rc, 1.0f, ws, (int)vc,
-                            h + r0 * d.c, (int)d.c, 1.0f, dw + v0 * d.c, (int)d.c);
-            else /* dW_c (C, vc) += h_c^T @ dz */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d.c, (int)vc, (int)rc, 1.0f, h + r0 * d.c,
-                            (int)d.c, ws, (int)vc, 1.0f, dw + v0, (int)d.v);
+            for (int64_t j0 = 0; j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) { /* the same block shapes as above */
+                int64_t k = vc - j0 < DFG_LOGPROB_V_BLOCK ? vc - j0 : DFG_LOGPROB_V_BLOCK;
+                if (d.tb) /* dW rows v0+j0 .. (k, C) += dz^T @ h_c */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d.c, (int)rc, 1.0f, ws + j0,
+                                (int)vc, h + r0 * d.c, (int)d.c, 1.0f, dw + (v0 + j0) * d.c, (int)d.c);
+                else /* dW columns v0+j0 .. (C, k) += h_c^T @ dz */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d.c, (int)k, (int)rc, 1.0f, h + r0 * d.c,
+                                (int)d.c, ws + j0, (int)vc, 1.0f, dw + v0 + j0, (int)d.v);
+            }
         }
     }
     return DFG_OK;
