@@ -247,7 +247,8 @@ dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     /* x (..
 dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k);
 
 /* ---------------------------------------------------------------- writes to persistent tensors */
-dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src);     /* dst = src */
+/* dst = src; a float src of another float dtype is converted (round to nearest even) */
+dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src);
 dfg_tensor *dfg_accumulate(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src); /* dst += src */
 dfg_tensor *dfg_assign_fill(dfg_graph *g, dfg_tensor *dst, float value);     /* dst[:] = value */
 dfg_tensor *dfg_slice_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, int64_t start);

@@ -223,7 +223,7 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
          * The 16-bit gradient goes in as it is; the AdamW kernel widens it element by element,
          * so no f32 copy of a parameter-sized gradient is ever stored. */
         dfg_adamw(g, &master, &grad, &m, &v, 1, step, cfg);
-        dfg_assign(g, param, dfg_cast(g, master, dt));
+        dfg_assign(g, param, master); /* rounds to the parameter's dtype, no temporary */
     }
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
 }

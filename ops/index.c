@@ -36,8 +36,12 @@ dfg_status infer_take(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-/* embed_bwd: dy (..., C), ids (...) -> (V, C); take_bwd: dy (...), idx (...) -> (..., V) */
+/* embed_bwd: dy (..., C), ids (...) [, acc (V, C)] -> (V, C); take_bwd: dy (...), idx (...) ->
+ * (..., V). With acc (a gradient buffer, PARAM/STATE) embed_bwd adds into it in place and its
+ * output is acc's new value: what the fuse pass makes of "dW, then buffer += dW". */
 dfg_status infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (n->n_in != 2 && !(n->op == DFG_OP_EMBED_BWD && n->n_in == 3))
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "needs dy and indices (and, for embed_bwd, an optional accumulator)");
     const dfg_tensor *dy = n->in[0], *idx = n->in[1];
     int64_t v = n->attr.scatter.vocab;
     if (v < 1 || idx->dtype != DFG_I32 || !dfg_is_float(dy->dtype))
@@ -47,6 +51,11 @@ dfg_status infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
         if (dy->shape.rank < 1 || !dfg_shape_equal(drop_last(dy->shape), idx->shape))
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "dy must be (..., C) for ids (...)");
         out[0].shape = DFG_SHAPE(v, dy->shape.d[dy->shape.rank - 1]);
+        if (n->n_in == 3) {
+            if (!dfg_shape_equal(n->in[2]->shape, out[0].shape) || n->in[2]->dtype != dy->dtype)
+                return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the accumulator must be (V, C) of dy's dtype");
+            out[0].alias = 2, out[0].writes = true;
+        }
         return DFG_OK;
     }
     if (!dfg_shape_equal(dy->shape, idx->shape) || !append_dim(dy->shape, v, &out[0].shape))

@@ -10,7 +10,10 @@ dfg_status infer_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != (fill ? 1 : 2)) return dfg_node_fail(g, n, DFG_ERR_ARG, "wrong number of inputs for this mode");
     if (!fill) {
         const dfg_tensor *src = n->in[1];
-        if (src->dtype != dst->dtype || !dfg_shape_equal(src->shape, dst->shape))
+        /* a copy may also convert between float dtypes (an f32 master into a bf16 parameter),
+         * so no converted temporary is ever stored */
+        bool convert = n->attr.assign.mode == DFG_ASSIGN_COPY && dfg_is_float(src->dtype) && dfg_is_float(dst->dtype);
+        if ((src->dtype != dst->dtype && !convert) || !dfg_shape_equal(src->shape, dst->shape))
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "source and destination differ in shape or dtype");
         if (n->attr.assign.mode == DFG_ASSIGN_ADD && dst->dtype == DFG_U8)
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "cannot accumulate u8");

@@ -266,12 +266,15 @@ static dfg_status try_bias_gelu(fuse_ctx *f, const dfg_node *gelu, bool *fired) 
     return rewrite(f, &r, DFG_OP_BIAS_GELU, in, 2, NULL, 1, &rg);
 }
 
-/* linear_logprob_bwd whose weight gradient only feeds "buffer += dW" becomes the form that adds
- * into the buffer itself (ops/logprob.c): the vocabulary-sized dW is never stored on its own.
- * The buffer's value it reads must not be read by anything after it but the accumulation. */
-static dfg_status try_accumulate_dw(fuse_ctx *f, dfg_node *b, bool *fired) {
-    dfg_tensor *dw = b->out[1];
-    if (b->n_in != 5 || (dw->flags & DFG_TF_OUTPUT) || f->c.start[dw->id + 1] - f->c.start[dw->id] != 1) return DFG_OK;
+/* A gradient op whose weight gradient only feeds "buffer += dW" becomes the form that adds into
+ * the buffer itself (an extra input it writes in place): the parameter-sized dW is never stored
+ * on its own. linear_logprob_bwd (dW is output 1) and embed_bwd (output 0) have that form. The
+ * buffer's value it reads must not be read by anything after it but the accumulation. */
+static dfg_status try_accumulate_into(fuse_ctx *f, dfg_node *b, int slot, bool *fired) {
+    dfg_tensor *dw = b->out[slot];
+    int plain_in = b->op == DFG_OP_EMBED_BWD ? 2 : 5;
+    if (b->n_in != plain_in || (dw->flags & DFG_TF_OUTPUT) || f->c.start[dw->id + 1] - f->c.start[dw->id] != 1)
+        return DFG_OK;
     dfg_node *acc = (dfg_node *)f->c.node[f->c.start[dw->id]];
     if (acc->op != DFG_OP_ASSIGN || acc->attr.assign.mode != DFG_ASSIGN_ADD || acc->in[1] != dw || acc->in[0] == dw)
         return DFG_OK;
@@ -279,17 +282,22 @@ static dfg_status try_accumulate_dw(fuse_ctx *f, dfg_node *b, bool *fired) {
     for (int k = f->c.start[v->id]; k < f->c.start[v->id + 1]; k++)
         if (f->c.node[k] != acc && f->c.node[k]->id > b->id) return DFG_OK;
     dfg_graph *g = f->g;
-    dfg_tensor *in[6] = {b->in[0], b->in[1], b->in[2], b->in[3], b->in[4], v};
+    dfg_tensor *in[6];
+    for (int j = 0; j < plain_in; j++) in[j] = b->in[j];
+    in[plain_in] = v;
     int first = g->n_nodes;
-    dfg_node *n = dfg_rw_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, 6, &b->attr, 3);
+    dfg_node *n = dfg_rw_add(g, b->op, in, plain_in + 1, &b->attr, b->n_out);
     if (!n) return g->status;
     n->flags = b->flags;
     n->grad_of = b->grad_of;
-    n->out[2]->flags |= DFG_TF_WORKSPACE;
-    n->out[0]->grad_wrt = b->out[0]->grad_wrt;
+    for (int k = 0; k < b->n_out; k++) {
+        n->out[k]->flags |= b->out[k]->flags & DFG_TF_WORKSPACE;
+        if (k != slot) n->out[k]->grad_wrt = b->out[k]->grad_wrt;
+    }
     dfg_rw_move_tail(g, first, b->id);
-    dfg_rw_replace_uses(f->p, g, b->out[0], n->out[0]);
-    dfg_rw_replace_uses(f->p, g, acc->out[0], n->out[1]);
+    for (int k = 0; k < b->n_out; k++)
+        if (k != slot) dfg_rw_replace_uses(f->p, g, b->out[k], n->out[k]);
+    dfg_rw_replace_uses(f->p, g, acc->out[0], n->out[slot]);
     dfg_rw_remove(g, acc);
     dfg_rw_remove(g, b);
     *fired = true;
@@ -309,7 +317,8 @@ static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o,
         dfg_status st = DFG_OK;
         for (int i = 0; i < g->n_nodes && !fired && !st; i++) {
             const dfg_node *n = g->nodes[i];
-            if (n->op == DFG_OP_LINEAR_LOGPROB_BWD) st = try_accumulate_dw(&f, g->nodes[i], &fired);
+            if (n->op == DFG_OP_LINEAR_LOGPROB_BWD) st = try_accumulate_into(&f, g->nodes[i], 1, &fired);
+            if (n->op == DFG_OP_EMBED_BWD) st = try_accumulate_into(&f, g->nodes[i], 0, &fired);
             if (n->flags & DFG_NF_BACKWARD) continue;
             if (n->op == DFG_OP_LOG_SOFTMAX) st = try_logprob(&f, n, &fired);
             else if (n->op == DFG_OP_GELU) st = try_bias_gelu(&f, n, &fired);

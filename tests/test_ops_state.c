@@ -192,6 +192,10 @@ static void test_assign(void) {
     dfg_tensor *s6 = state_f32(&f, "s6", DFG_SHAPE(2, 5, 3), dfg_init_constant(-1.0f));
     dfg_tensor *s7 = state_f32(&f, "s7", DFG_SHAPE(2, 5, 3), dfg_init_constant(-1.0f));
     dfg_assign(f.g, s1, ca);
+    /* a copy that converts: f32 into a bf16 state rounds to nearest even, as dfg_cast would */
+    dfg_tensor *sb = dfg_state(f.p, "sb", DFG_BF16, DFG_SHAPE(2, 3), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_assign(f.g, sb, ca);
+    dfg_output(f.g, dfg_cast(f.g, ca, DFG_BF16), "ca_bf16");
     dfg_accumulate(f.g, s2, ca);
     dfg_accumulate(f.g, s2, ca); /* twice in one run: the second adds to the first's result */
     dfg_accumulate(f.g, s3, dfg_const(f.p, "di", DFG_I32, DFG_SHAPE(4), di));
@@ -220,6 +224,11 @@ static void test_assign(void) {
             bad += y4[i] != 7.25f;
         }
         CHECK(bad == 0, "assign / accumulate (2 per step, 2 steps) / assign_fill: %d wrong", bad);
+        uint16_t yb[6], yc[6];
+        dfg_fx_read(&f, "sb", yb, sizeof(yb));
+        dfg_fx_read(&f, "ca_bf16", yc, sizeof(yc));
+        CHECK(!memcmp(yb, yc, sizeof(yb)) && yb[0] != 0, "f32 -> bf16 assign differs from the cast (%04x vs %04x)", yb[0],
+              yc[0]);
         CHECK(y3[0] == 7 && y3[1] == 1 && y3[2] == 11 && y3[3] == 205, "i32 accumulate: %d %d %d %d", y3[0], y3[1],
               y3[2], y3[3]);
         CHECK(yu[0] == 3 && yu[2] == 3, "u8 assign_fill: %d %d", yu[0], yu[2]);

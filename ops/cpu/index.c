@@ -32,10 +32,10 @@ dfg_status cpu_embed_bwd(const dfg_node *n, void *const *in, void *const *out, d
     int64_t V = n->attr.scatter.vocab, C = n->out[0]->shape.d[1], cnt = dfg_shape_numel(n->in[1]->shape);
     const float *dy = in[0];    /* (cnt, C) */
     const int32_t *ids = in[1]; /* (cnt) */
-    float *dw = out[0];         /* (V, C) */
+    float *dw = out[0];         /* (V, C): new bytes, or the accumulator's with 3 inputs */
     int64_t bad = first_bad(ids, cnt, V);
     if (bad >= 0) return bad_id(ctx, n, ids, bad, V);
-    memset(dw, 0, sizeof(float) * (size_t)(V * C));
+    if (n->n_in == 2) memset(dw, 0, sizeof(float) * (size_t)(V * C)); /* else dw is the accumulator */
     for (int64_t i = 0; i < cnt; i++) {
         float *row = dw + (int64_t)ids[i] * C;
         for (int64_t c = 0; c < C; c++) row[c] += dy[i * C + c];

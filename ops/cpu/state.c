@@ -13,7 +13,9 @@ dfg_status cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_
     int64_t cnt = dfg_shape_numel(dst->shape);
     switch (n->attr.assign.mode) {
     case DFG_ASSIGN_COPY:
-        if (out[0] != in[1]) memmove(out[0], in[1], dfg_tensor_bytes(dst));
+        if (n->in[1]->dtype != dst->dtype) /* float to float, round to nearest even */
+            for (int64_t i = 0; i < cnt; i++) dfg_store(out[0], dst->dtype, i, dfg_load(in[1], n->in[1]->dtype, i));
+        else if (out[0] != in[1]) memmove(out[0], in[1], dfg_tensor_bytes(dst));
         break;
     case DFG_ASSIGN_ADD:
         if (dst->dtype == DFG_F32) {
