@@ -177,13 +177,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
 }
 
 /* ---------------------------------------------------------------- the host stage: a batch in place of rollouts */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double uniform01(uint64_t *s) { return (double)(dfg_host_rand(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
     const char *v = dfg_host_setting(ctx, key);
@@ -197,7 +191,7 @@ static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
  * t = P-1 .. T-2: the mask is 1 there (T - P positions). The last position has no next token
  * (target 0, mask 0), as the logit a causal LM makes after the last token is never scored. */
 static void make_row(uint64_t *rng, int64_t T, int64_t P, int64_t vocab, int32_t *tok, int32_t *tgt, float *mask) {
-    for (int64_t t = 0; t < T; t++) tok[t] = 1 + (int32_t)(splitmix64(rng) % (uint64_t)(vocab - 1));
+    for (int64_t t = 0; t < T; t++) tok[t] = 1 + (int32_t)(dfg_host_rand(rng) % (uint64_t)(vocab - 1));
     for (int64_t t = 0; t < T; t++) {
         tgt[t] = t + 1 < T ? tok[t + 1] : 0;
         mask[t] = (t >= P - 1 && t + 1 < T) ? 1.0f : 0.0f;

@@ -106,12 +106,6 @@ dfg_status dfg_pipeline(dfg_program *p) {
 }
 
 /* ---------------------------------------------------------------- the host stage: the task's data */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
     const char *v = dfg_host_setting(ctx, key);
@@ -125,7 +119,7 @@ static void make_row(uint64_t *rng, int64_t T, int64_t vocab, bool reverse, int3
                      int32_t *s /* T + 1 */) {
     int64_t H = T / 2;
     for (int64_t i = 0; i <= T; i++) s[i] = 0;
-    for (int64_t i = 0; i < H; i++) s[i] = 1 + (int32_t)(splitmix64(rng) % (uint64_t)(vocab - 1));
+    for (int64_t i = 0; i < H; i++) s[i] = 1 + (int32_t)(dfg_host_rand(rng) % (uint64_t)(vocab - 1));
     for (int64_t j = 0; j < H && H + 1 + j <= T; j++) s[H + 1 + j] = reverse ? s[H - 1 - j] : s[j];
     for (int64_t t = 0; t < T; t++) {
         tok[t] = s[t];

@@ -77,6 +77,15 @@ uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
 /* The value of a program setting (dfg_program_set); NULL when absent. */
 const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
 dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A small deterministic generator for host stages (splitmix64): returns the next value of the
+ * stream and advances *state. Seed it from dfg_host_seed and dfg_host_step so that a run gives
+ * the same data on every machine. */
+static inline uint64_t dfg_host_rand(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 /* ---------------------------------------------------------------- checkpoints (safetensors)
  * Loading matches file tensors to PARAM/STATE names, also after stripping a "transformer."
