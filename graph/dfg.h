@@ -161,6 +161,9 @@ dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) 
  * pipeline's shared object, or a built-in. Stages talk only through persistent tensors. */
 dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat);
 dfg_status dfg_stage_host(dfg_program *p, const char *name, const char *symbol);
+/* The stage runs only in steps first..last (counted from 0; last < 0: no end), e.g. a supervised
+ * warm-up before the RL stages take over. Memory is planned as if every stage ran. */
+dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last);
 
 /* ---------------------------------------------------------------- graphs */
 dfg_graph *dfg_graph_new(dfg_program *p, const char *name);
@@ -213,7 +216,12 @@ dfg_tensor *dfg_reshape(dfg_graph *g, dfg_tensor *x, dfg_shape shape); /* a view
 dfg_tensor *dfg_permute(dfg_graph *g, dfg_tensor *x, const int *perm); /* perm has rank(x) entries */
 dfg_tensor *dfg_transpose(dfg_graph *g, dfg_tensor *x, int axis_a, int axis_b);
 dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len);
+/* As dfg_slice, with the start read at run time from an i32 scalar (a micro-batch's rows);
+ * an out-of-range start fails the step. */
+dfg_tensor *dfg_slice_at(dfg_graph *g, dfg_tensor *x, int axis, dfg_tensor *start, int64_t len);
 dfg_tensor *dfg_concat(dfg_graph *g, dfg_tensor *const *xs, int n, int axis);
+/* x's value with no gradient flowing back through it (a view, no copy): GRPO's "detached" terms. */
+dfg_tensor *dfg_detach(dfg_graph *g, dfg_tensor *x);
 dfg_tensor *dfg_expand(dfg_graph *g, dfg_tensor *x, dfg_shape shape); /* broadcast to shape */
 
 /* ---------------------------------------------------------------- reductions (axis < 0 counts from the end) */

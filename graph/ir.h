@@ -130,6 +130,7 @@ typedef struct {
     dfg_graph *graph; /* GRAPH */
     int repeat;       /* GRAPH: runs per step */
     char *symbol;     /* HOST: function name */
+    int64_t first_step, last_step; /* dfg_stage_steps: runs in steps first..last (last < 0: no end) */
 } dfg_stage;
 
 typedef struct {

@@ -245,7 +245,23 @@ static dfg_stage *stage_new(dfg_program *p) {
         dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory adding a stage");
         return NULL;
     }
-    return &p->stages[p->n_stages++];
+    dfg_stage *s = &p->stages[p->n_stages++];
+    s->first_step = 0, s->last_step = -1; /* every step */
+    return s;
+}
+
+dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || sealed(p, "stage_steps")) return p->status;
+    if (first < 0 || (last >= 0 && last < first))
+        return dfg_program_fail_(p, DFG_ERR_ARG, "stage_steps '%s': steps %lld..%lld are not a range", stage ? stage : "?",
+                                 (long long)first, (long long)last);
+    for (int i = 0; stage && i < p->n_stages; i++)
+        if (!strcmp(p->stages[i].name, stage)) {
+            p->stages[i].first_step = first, p->stages[i].last_step = last < 0 ? -1 : last;
+            return DFG_OK;
+        }
+    return dfg_program_fail_(p, DFG_ERR_ARG, "stage_steps: no stage named '%s'", stage ? stage : "(null)");
 }
 
 dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat) {

@@ -90,11 +90,18 @@ dfg_status grad_permute(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout
 }
 
 /* ---------------------------------------------------------------- slice */
+/* inputs: x [, start (i32, one element): the first index, read at run time] */
 dfg_status infer_slice(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
     int ax = n->attr.slice.axis;
     int64_t st = n->attr.slice.start, len = n->attr.slice.len;
+    if (n->n_in != 1 && n->n_in != 2) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs x and an optional start tensor");
     if (ax < 0 || ax >= x->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
+    if (n->n_in == 2) {
+        if (n->in[1]->dtype != DFG_I32 || dfg_shape_numel(n->in[1]->shape) != 1)
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the start must be an i32 scalar");
+        st = 0; /* checked against the extent at run time */
+    }
     if (st < 0 || len < 1 || st + len > x->shape.d[ax])
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "range [%lld, %lld) does not fit dim %d of size %lld",
                              (long long)st, (long long)(st + len), ax, (long long)x->shape.d[ax]);
@@ -104,16 +111,39 @@ dfg_status infer_slice(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len) {
+static dfg_tensor *slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len, dfg_tensor *pos) {
     int rank = x && !(x->flags & DFG_TF_POISON) ? x->shape.rank : 0;
     int ax = dfg_norm_axis(axis, rank);
     dfg_attrs a = {.slice = {ax < 0 ? axis : ax, start, len}};
-    return dfg_op_out(g, DFG_OP_SLICE, &x, 1, &a);
+    return dfg_op_out(g, DFG_OP_SLICE, (dfg_tensor *[]){x, pos}, pos ? 2 : 1, &a);
 }
+
+dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len) {
+    return slice(g, x, axis, start, len, NULL);
+}
+
+dfg_tensor *dfg_slice_at(dfg_graph *g, dfg_tensor *x, int axis, dfg_tensor *start, int64_t len) {
+    if (g && !g->status && !start) {
+        dfg_graph_fail_(g, DFG_ERR_ARG, "slice_at: start is NULL");
+        return g->poison;
+    }
+    return slice(g, x, axis, 0, len, start);
+}
+
+/* ---------------------------------------------------------------- detach */
+dfg_status infer_detach(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    (void)g;
+    out[0] = (dfg_out_spec){.dtype = n->in[0]->dtype, .shape = n->in[0]->shape, .alias = 0, .writes = false};
+    return DFG_OK;
+}
+
+dfg_tensor *dfg_detach(dfg_graph *g, dfg_tensor *x) { return dfg_op_out(g, DFG_OP_DETACH, &x, 1, NULL); }
 
 /* The gradient is dy padded with zeros back to the input's extent. */
 dfg_status grad_slice(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (!need[0]) return g->status;
+    if (n->n_in == 2)
+        return dfg_node_fail(g, n, DFG_ERR_UNSUPPORTED, "no gradient through a slice whose start is read at run time");
     const dfg_tensor *x = n->in[0];
     int ax = n->attr.slice.axis;
     int64_t st = n->attr.slice.start, len = n->attr.slice.len, after = x->shape.d[ax] - st - len;

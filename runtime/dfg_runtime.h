@@ -38,9 +38,15 @@ void dfg_runtime_free(dfg_runtime *rt);
 const char *dfg_runtime_error(const dfg_runtime *rt);
 const dfg_program *dfg_runtime_program(const dfg_runtime *rt);
 
-/* Runs every stage once (one training step). */
+/* Runs every stage once (one training step); a stage outside its dfg_stage_steps range or
+ * switched off with dfg_runtime_skip_stage does not run. */
 dfg_status dfg_runtime_step(dfg_runtime *rt);
 int64_t dfg_runtime_steps_done(const dfg_runtime *rt);
+/* Sets the step counter (resuming a run: host stages and stage ranges read it). */
+dfg_status dfg_runtime_set_steps_done(dfg_runtime *rt, int64_t steps);
+/* Switches a stage off (or on again) for the following steps: e.g. training on fixed rollouts
+ * written by the host instead of generating them. */
+dfg_status dfg_runtime_skip_stage(dfg_runtime *rt, const char *name, bool skip);
 /* Re-runs parameter/state initialisation (called by create). */
 dfg_status dfg_runtime_init_state(dfg_runtime *rt);
 

@@ -41,11 +41,12 @@
  *               bytes, as info says)
  *   A ref is a tensor id + 1, 0 for none.
  *   5 stages    u32 n | n x (u8 kind (0 graph, 1 host) | str name | graph: u32 graph index,
- *               u32 repeat | host: str function symbol)
+ *               u32 repeat | host: str function symbol | i64 first step | i64 last step (-1: no end))
  *   6 hostlib   the pipeline's shared object, byte for byte
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
- * compile options; version 2 lacked the memory budget and no_fuse. Their files are refused with
+ * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
+ * step ranges. Their files are refused with
  * a request to re-run dfg compile rather than read: a lost scope or budget would silently give a
  * different memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is
  * rebuilt from its pipeline in seconds.
@@ -70,7 +71,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 3u
+#define DFG_PLAN_VERSION 4u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

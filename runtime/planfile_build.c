@@ -365,6 +365,7 @@ static void build_stages(builder *b) {
         } else {
             dfg_stage_graph(b->p, b->graphs[s->graph], (int)s->repeat);
         }
+        if (s->first_step != 0 || s->last_step != -1) dfg_stage_steps(b->p, s->name, s->first_step, s->last_step);
         construction_ok(b, "stages");
     }
 }

@@ -52,6 +52,7 @@ typedef struct {
     unsigned kind; /* 0 graph, 1 host */
     const char *name, *symbol;
     uint32_t graph, repeat;
+    int64_t first_step, last_step;
 } dfg_plan_stage_rec;
 
 typedef struct {

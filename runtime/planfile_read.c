@@ -300,6 +300,8 @@ static void read_stages(dfg_plan_reader *r, cursor *c) {
         } else if (!r->status) {
             dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'stages' is malformed: stage %u has kind %u", i, s->kind);
         }
+        s->first_step = (int64_t)get_u64(c, "a stage's first step");
+        s->last_step = (int64_t)get_u64(c, "a stage's last step");
     }
     end_of_section(c);
 }
@@ -339,8 +341,9 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               "format version %u is older than this dfg's (%u) and lacks %s; re-run dfg compile on the "
                               "pipeline",
                               version, DFG_PLAN_VERSION,
-                              version == 1 ? "scopes, gradient flags and compile options"
-                                           : "the memory budget and the no-fuse option");
+                              version == 1   ? "scopes, gradient flags and compile options"
+                              : version == 2 ? "the memory budget and the no-fuse option"
+                                             : "stage step ranges");
     if (count < DFG_PLAN_SEC_STAGES || count >= DFG_PLAN_SEC_END)
         return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has %d or %d)", count,
                               DFG_PLAN_SEC_STAGES, DFG_PLAN_SEC_HOSTLIB);

@@ -247,6 +247,8 @@ static void write_stages(wbuf *w, const dfg_program *p) {
         } else {
             put_str(w, st->symbol);
         }
+        put_u64(w, (uint64_t)st->first_step);
+        put_u64(w, (uint64_t)st->last_step);
     }
     section_end(w, at);
 }

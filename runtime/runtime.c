@@ -54,7 +54,8 @@ static dfg_status scan_program(dfg_runtime *rt) {
 static dfg_status resolve_host_stages(dfg_runtime *rt) {
     const dfg_program *p = rt->p;
     rt->host = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->host));
-    if (!rt->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    rt->skip = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->skip));
+    if (!rt->host || !rt->skip) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
     for (int s = 0; s < p->n_stages; s++) {
         if (p->stages[s].kind != DFG_STAGE_HOST) continue;
         void *sym = dlsym(rt->opt.host_lib ? rt->opt.host_lib : RTLD_DEFAULT, p->stages[s].symbol);
@@ -120,6 +121,7 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt->in_ptrs);
     free(rt->out_ptrs);
     free(rt->host);
+    free(rt->skip);
     free(rt->metrics);
     free(rt);
 }
@@ -176,6 +178,8 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
     CHECKED(dfg_check_step_begin(rt));
     for (int s = 0; s < rt->p->n_stages; s++) {
         const dfg_stage *stage = &rt->p->stages[s];
+        if (rt->skip[s] || rt->step < stage->first_step || (stage->last_step >= 0 && rt->step > stage->last_step))
+            continue;
         dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
         if (st) return st;
     }
@@ -257,4 +261,20 @@ dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) {
     va_end(ap);
     return dfg_rt_fail(rt, DFG_ERR_RUNTIME, true, "step %lld, host stage '%s': %s", (long long)rt->step,
                        rt->p->stages[ctx->stage].name, msg);
+}
+
+dfg_status dfg_runtime_skip_stage(dfg_runtime *rt, const char *name, bool skip) {
+    if (!rt) return DFG_ERR_ARG;
+    for (int s = 0; name && s < rt->p->n_stages; s++)
+        if (!strcmp(rt->p->stages[s].name, name)) {
+            rt->skip[s] = skip;
+            return DFG_OK;
+        }
+    return dfg_rt_fail(rt, DFG_ERR_ARG, false, "no stage named '%s'", name ? name : "(null)");
+}
+
+dfg_status dfg_runtime_set_steps_done(dfg_runtime *rt, int64_t steps) {
+    if (!rt || steps < 0) return DFG_ERR_ARG;
+    rt->step = steps;
+    return DFG_OK;
 }

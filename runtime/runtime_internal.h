@@ -22,6 +22,7 @@ struct dfg_runtime {
     char *arena;
     void **in_ptrs, **out_ptrs; /* per-node pointer arrays, sized for the widest node */
     dfg_host_fn *host;          /* [stage] resolved host functions */
+    bool *skip;                 /* [stage] switched off with dfg_runtime_skip_stage */
     const dfg_tensor **metrics;
     int n_metrics;
     int64_t step;

@@ -84,6 +84,7 @@ static dfg_program *tiny_program(void) {
     dfg_stage_host(p, "feed", "tiny_feed");
     dfg_stage_graph(p, g, 1);
     dfg_stage_graph(p, g2, 2);
+    dfg_stage_steps(p, g2->name, 3, 9); /* a step range must survive the round trip */
     CHECK(!dfg_program_status(p), "tiny program: %s", dfg_program_error(p));
     return p;
 }
@@ -157,7 +158,8 @@ static void check_programs_equal(const dfg_program *a, const dfg_program *b, con
     CHECK(a->n_stages == b->n_stages, "%s: stage count", what);
     for (int s = 0; s < a->n_stages && s < b->n_stages; s++) {
         const dfg_stage *sa = &a->stages[s], *sb = &b->stages[s];
-        bool same = sa->kind == sb->kind && !strcmp(sa->name, sb->name) && sa->repeat == sb->repeat;
+        bool same = sa->kind == sb->kind && !strcmp(sa->name, sb->name) && sa->repeat == sb->repeat &&
+                    sa->first_step == sb->first_step && sa->last_step == sb->last_step;
         if (sa->kind == DFG_STAGE_GRAPH) same = same && sa->graph->id == sb->graph->id;
         else same = same && !strcmp(sa->symbol, sb->symbol);
         CHECK(same, "%s: stage %d '%s' differs", what, s, sa->name);
@@ -380,14 +382,16 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
     }
     memcpy(b, plan, n);
     b[8] = 7; /* format version */
-    expect_refused(b, n, "format version 7 is newer than this dfg (3)", "future version");
+    expect_refused(b, n, "format version 7 is newer than this dfg (4)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (3)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (4)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (3) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (4) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
+    b[8] = 3; /* the format before stage step ranges */
+    expect_refused(b, n, "format version 3 is older than this dfg's (4) and lacks stage step ranges", "version 3");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

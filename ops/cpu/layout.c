@@ -40,14 +40,16 @@ dfg_status cpu_permute(const dfg_node *n, void *const *in, void *const *out, dfg
 }
 
 dfg_status cpu_slice(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    (void)ctx;
-    int64_t outer, len, inner;
+    int64_t outer, len, inner, start = n->attr.slice.start;
     dfg_split_axis(n->in[0]->shape, n->attr.slice.axis, &outer, &len, &inner);
+    if (n->n_in == 2) start = *(const int32_t *)in[1];
+    if (start < 0 || start + n->attr.slice.len > len)
+        return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows", (long long)start,
+                            (long long)(start + n->attr.slice.len), n->in[0]->name, (long long)len);
     size_t esz = dfg_dtype_size(n->in[0]->dtype);
     size_t row = (size_t)(n->attr.slice.len * inner) * esz;
     for (int64_t o = 0; o < outer; o++)
-        memcpy((char *)out[0] + (size_t)o * row, (const char *)in[0] + (size_t)((o * len + n->attr.slice.start) * inner) * esz,
-               row);
+        memcpy((char *)out[0] + (size_t)o * row, (const char *)in[0] + (size_t)((o * len + start) * inner) * esz, row);
     return DFG_OK;
 }
 
