@@ -74,6 +74,30 @@ dfg_tensor *dfg_nn_self_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_bl
 dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk);
 /* Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(.)). */
 dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg);
+/* The same block with another attention (the KV-cache forms): attention(g, ln_1(x), blk, ctx)
+ * returns the attention's projected output, of x's shape. */
+typedef dfg_tensor *(*dfg_nn_attention_fn)(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, void *ctx);
+dfg_tensor *dfg_nn_gpt2_block_with(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg,
+                                   dfg_nn_attention_fn attention, void *ctx);
+
+/* ---------------------------------------------------------------- generation with a KV cache */
+typedef struct {
+    dfg_tensor *k[DFG_GPT2_MAX_LAYERS], *v[DFG_GPT2_MAX_LAYERS]; /* (N, Tmax, C) each */
+    int n_layer;
+} dfg_gpt2_kv;
+
+/* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the
+ * model's dtype, role KV_CACHE. Scope them (dfg_set_scope) to the generation stages so that the
+ * training stages reuse their bytes. */
+dfg_status dfg_gpt2_kv_cache(dfg_program *p, const char *prefix, const dfg_gpt2 *m, int64_t N, int64_t Tmax,
+                             dfg_gpt2_kv *out);
+/* tokens (N, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
+ * caches and returns the hidden states after ln_f (N, Tp, C). */
+dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tokens);
+/* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
+ * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
+ * hidden state after ln_f (N, 1, C). */
+dfg_tensor *dfg_gpt2_decode(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
 dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
 /* hidden (..., C) -> logits (..., V) through the tied lm_head (hidden @ wte^T). */

@@ -144,12 +144,20 @@ dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk) {
     return dfg_nn_linear(g, h, blk->mlp_proj_w, blk->mlp_proj_b);
 }
 
-dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg) {
-    dfg_tensor *a = dfg_nn_self_attention(g, dfg_nn_layernorm(g, x, blk->ln_1_w, blk->ln_1_b, cfg->ln_eps), blk,
-                                          cfg->n_head);
+dfg_tensor *dfg_nn_gpt2_block_with(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg,
+                                   dfg_nn_attention_fn attention, void *ctx) {
+    dfg_tensor *a = attention(g, dfg_nn_layernorm(g, x, blk->ln_1_w, blk->ln_1_b, cfg->ln_eps), blk, ctx);
     x = dfg_add(g, x, a);
     dfg_tensor *m = dfg_nn_mlp(g, dfg_nn_layernorm(g, x, blk->ln_2_w, blk->ln_2_b, cfg->ln_eps), blk);
     return dfg_add(g, x, m);
+}
+
+static dfg_tensor *causal_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, void *ctx) {
+    return dfg_nn_self_attention(g, x, blk, *(const int *)ctx);
+}
+
+dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg) {
+    return dfg_nn_gpt2_block_with(g, x, blk, cfg, causal_attention, (void *)&cfg->n_head);
 }
 
 dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens) {
