@@ -2,7 +2,7 @@
  *
  *   dfg compile examples/gpt2_124m.c --target cuda -o g124.dfg      # plan for a GPU (bf16)
  *   dfg compile examples/gpt2_124m.c -o small.dfg --set n_layer=2 --set n_embd=64 --set n_head=4 \
- *       --set vocab=97 --set prompt_len=8 --set completion_len=16  # small enough to run on a CPU
+ *       --set vocab_size=97 --set prompt_len=8 --set completion_len=16  # small enough to run on a CPU
  *   dfg run small.dfg --steps 5
  *
  * The case: GPT-2 124M (L=12, H=12, C=768, V=50257), one prompt with a group of 8 completions
@@ -64,7 +64,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->N = c->prompts * c->group;
     c->T = c->prompt_len + c->completion_len;
     if (c->prompt_len < 1 || c->completion_len < 1 || c->T > m->block_size)
-        return dfg_program_fail(p, DFG_ERR_ARG, "need prompt_len, completion_len >= 1 and their sum <= block_size "
+        return dfg_program_fail(p, DFG_ERR_ARG, "need prompt_len, completion_len >= 1 and their sum <= n_positions "
                                 "%d, got %lld + %lld", m->block_size, (long long)c->prompt_len,
                                 (long long)c->completion_len);
     if (!(c->beta >= 0) || !(c->max_grad_norm > 0))
@@ -218,9 +218,9 @@ dfg_status gpt2_124m_make_batch(dfg_host_ctx *ctx) {
         dfg_host_buffer(ctx, "mask", &mask) || dfg_host_buffer(ctx, "advantages", &adv))
         return dfg_host_fail(ctx, "the program has no tokens/targets/mask/advantages inputs");
     int64_t vocab, P, group;
-    if (!setting_int(ctx, "vocab", &vocab) || vocab < 3 || !setting_int(ctx, "prompt_len", &P) || P < 1 ||
+    if (!setting_int(ctx, "vocab_size", &vocab) || vocab < 3 || !setting_int(ctx, "prompt_len", &P) || P < 1 ||
         !setting_int(ctx, "group", &group) || group < 1)
-        return dfg_host_fail(ctx, "settings 'vocab' (>= 3), 'prompt_len' and 'group' (>= 1) are required");
+        return dfg_host_fail(ctx, "settings 'vocab_size' (>= 3), 'prompt_len' and 'group' (>= 1) are required");
     if (tok.shape.rank != 2 || tok.dtype != DFG_I32 || tgt.dtype != DFG_I32 || mask.dtype != DFG_F32 ||
         adv.dtype != DFG_F32 || adv.shape.rank != 1 || adv.shape.d[0] != tok.shape.d[0])
         return dfg_host_fail(ctx, "tokens/targets must be i32 (N, T), mask f32 (N, T), advantages f32 (N)");

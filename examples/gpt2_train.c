@@ -134,7 +134,7 @@ dfg_status gpt2_make_batch(dfg_host_ctx *ctx) {
         dfg_host_buffer(ctx, "mask", &mask))
         return dfg_host_fail(ctx, "the program has no tokens/targets/mask inputs");
     int64_t vocab;
-    if (!setting_int(ctx, "vocab", &vocab) || vocab < 3) return dfg_host_fail(ctx, "setting 'vocab' (>= 3) is required");
+    if (!setting_int(ctx, "vocab_size", &vocab) || vocab < 3) return dfg_host_fail(ctx, "setting 'vocab_size' (>= 3) is required");
     const char *task = dfg_host_setting(ctx, "task");
     bool reverse = !task || strcmp(task, "copy");
     if (tok.shape.rank != 2 || tok.dtype != DFG_I32 || tgt.dtype != DFG_I32 || mask.dtype != DFG_F32)

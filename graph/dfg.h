@@ -96,6 +96,7 @@ const char *dfg_kind_name(dfg_kind k);
 const char *dfg_role_name(dfg_role r);
 size_t dfg_dtype_size(dfg_dtype t);
 int64_t dfg_shape_numel(dfg_shape s);
+bool dfg_shape_equal(dfg_shape a, dfg_shape b);
 /* Writes "(4,19,48)" into buf; returns buf. */
 char *dfg_shape_str(dfg_shape s, char *buf, size_t len);
 /* Writes a byte count for people ("512 B", "4.00 KiB", "2.51 GiB") into buf; returns buf. */

@@ -45,12 +45,14 @@ typedef struct {
 /* The GPT-2 tiny/small presets used by the examples and benchmarks. */
 dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
 
-/* Reads a pipeline's model settings, each with its default from `defaults`: "n_layer",
- * "n_head", "n_embd", "vocab", "block_size"; the dtype is bf16 when the setting "target" is
- * "cuda" (weights and activations; f32 masters and moments come from dfg_nn_adamw_step) and f32
- * otherwise. Out-of-range values are a program error naming the setting. */
+/* Reads a pipeline's model settings, with Hugging Face GPT2Config's names and each default from
+ * `defaults`: "n_layer", "n_head", "n_embd", "vocab_size", "n_positions"; the dtype is bf16 when
+ * the setting "target" is "cuda" (weights and activations; f32 masters and moments come from
+ * dfg_nn_adamw_step) and f32 otherwise. Out-of-range values are a program error naming the
+ * setting. */
 dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
-/* AdamW's hyper-parameters from the settings "lr", "beta1", "beta2", "eps", "weight_decay". */
+/* AdamW's hyper-parameters from the settings (Hugging Face TrainingArguments' names)
+ * "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay". */
 dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config defaults, dfg_adamw_config *out);
 
 /* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy; a frozen copy
@@ -128,6 +130,50 @@ dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *
  * parameter with --weights reach the master too. */
 dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
+
+/* ---------------------------------------------------------------- GRPO (graph/nn_grpo.c) */
+/* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
+ * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
+ * fuse pass turns it into linear_logprob: the logits never exist. */
+dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
+
+typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE } dfg_grpo_scale;
+/* rewards (N), rows g*G .. g*G+G-1 one prompt's group (G >= 2) -> advantages (N):
+ * (r - group mean) / (std + 1e-4) with torch.std's unbiased std of the group (GROUP) or of the
+ * whole batch (BATCH), or r - group mean (NONE), as TRL's scale_rewards. */
+dfg_tensor *dfg_grpo_advantages(dfg_graph *g, dfg_tensor *rewards, int64_t group, dfg_grpo_scale scale);
+
+typedef enum { DFG_GRPO_LOSS_GRPO, DFG_GRPO_LOSS_BNPO, DFG_GRPO_LOSS_DR_GRPO, DFG_GRPO_LOSS_DAPO } dfg_grpo_loss_type;
+typedef struct {
+    float beta, epsilon_low, epsilon_high;
+    dfg_grpo_loss_type loss_type;
+    int64_t n_total;               /* sequences in the whole step (all micro-batches) */
+    int64_t max_completion_length; /* dr_grpo's normaliser */
+    int micro_batches;             /* bnpo averages the micro-batches' token means */
+} dfg_grpo_loss_config;
+
+typedef struct {
+    dfg_tensor *logp;          /* (n, T') the policy's per-token log-probs (differentiated) */
+    dfg_tensor *old_logp;      /* (n, T') the policy before this step's updates, or NULL: detached logp */
+    dfg_tensor *ref_logp;      /* (n, T') the reference model's, or NULL (beta 0) */
+    dfg_tensor *advantages;    /* (n) */
+    dfg_tensor *mask;          /* (n, T') f32: 1 on the scored completion tokens */
+    dfg_tensor *active_tokens; /* f32 scalar: scored tokens in the whole step (dapo), or NULL */
+} dfg_grpo_inputs;
+
+typedef struct {
+    dfg_tensor *loss;        /* scalar: this micro-batch's share (the shares of a step add up to its loss) */
+    dfg_tensor *kl_sum;      /* scalar: sum of the KL term over the scored tokens (0 when beta is 0) */
+    dfg_tensor *clipped_sum; /* scalar: scored tokens where clipping is active */
+    dfg_tensor *tokens;      /* scalar: scored tokens */
+} dfg_grpo_terms;
+
+/* Per token: rho = exp(logp - old); l = -min(rho A, clamp(rho, 1 - eps_low, 1 + eps_high) A)
+ * + beta (exp(ref - logp) - (ref - logp) - 1). loss_type grpo: mean over the step's sequences of
+ * sum(l m) / max(sum(m), 1); bnpo: this micro-batch's sum(l m) / max(sum(m), 1), divided by the
+ * number of micro-batches (TRL's per-batch normalisation); dr_grpo: sum(l m) / (N max_new);
+ * dapo: sum(l m) / the step's active tokens. */
+dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out);
 
 #ifdef __cplusplus
 }

@@ -164,7 +164,6 @@ dfg_status dfg_program_fail_(dfg_program *p, dfg_status s, const char *fmt, ...)
 dfg_status dfg_graph_fail_(dfg_graph *g, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "x 'h.0.qkv' f32 (4,19,144)" */
 char *dfg_tensor_desc(const dfg_tensor *t, char *buf, size_t len);
-bool dfg_shape_equal(dfg_shape a, dfg_shape b);
 int dfg_norm_axis(int axis, int rank); /* -1 -> rank-1; returns -1 when out of range */
 /* numpy broadcasting; false when the shapes do not broadcast */
 bool dfg_shape_broadcast(dfg_shape a, dfg_shape b, dfg_shape *out);

@@ -13,8 +13,8 @@ dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config d, dfg_
     m.n_layer = (int)dfg_setting_int(p, "n_layer", d.n_layer);
     m.n_head = (int)dfg_setting_int(p, "n_head", d.n_head);
     m.n_embd = (int)dfg_setting_int(p, "n_embd", d.n_embd);
-    m.vocab_size = (int)dfg_setting_int(p, "vocab", d.vocab_size);
-    m.block_size = (int)dfg_setting_int(p, "block_size", d.block_size);
+    m.vocab_size = (int)dfg_setting_int(p, "vocab_size", d.vocab_size);
+    m.block_size = (int)dfg_setting_int(p, "n_positions", d.block_size);
     m.dtype = strcmp(dfg_setting_str(p, "target", "cpu"), "cuda") ? DFG_F32 : DFG_BF16;
     *out = m;
     if (dfg_program_status(p)) return dfg_program_status(p);
@@ -23,9 +23,9 @@ dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config d, dfg_
     if (m.n_head < 1 || m.n_embd < 1 || m.n_embd % m.n_head)
         return dfg_program_fail(p, DFG_ERR_ARG, "n_head (%d) must divide n_embd (%d)", m.n_head, m.n_embd);
     if (m.vocab_size < 3 || m.vocab_size > (1 << 24))
-        return dfg_program_fail(p, DFG_ERR_ARG, "vocab must be in 3..%d, got %d", 1 << 24, m.vocab_size);
+        return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size must be in 3..%d, got %d", 1 << 24, m.vocab_size);
     if (m.block_size < 1 || m.block_size > (1 << 20))
-        return dfg_program_fail(p, DFG_ERR_ARG, "block_size must be in 1..%d, got %d", 1 << 20, m.block_size);
+        return dfg_program_fail(p, DFG_ERR_ARG, "n_positions must be in 1..%d, got %d", 1 << 20, m.block_size);
     return DFG_OK;
 }
 
@@ -47,10 +47,10 @@ static float setting_f(dfg_program *p, const char *key, float def) {
 dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config d, dfg_adamw_config *out) {
     if (!p || !out) return DFG_ERR_ARG;
     *out = (dfg_adamw_config){
-        .lr = setting_f(p, "lr", d.lr),
-        .beta1 = setting_f(p, "beta1", d.beta1),
-        .beta2 = setting_f(p, "beta2", d.beta2),
-        .eps = setting_f(p, "eps", d.eps),
+        .lr = setting_f(p, "learning_rate", d.lr),
+        .beta1 = setting_f(p, "adam_beta1", d.beta1),
+        .beta2 = setting_f(p, "adam_beta2", d.beta2),
+        .eps = setting_f(p, "adam_epsilon", d.eps),
         .weight_decay = setting_f(p, "weight_decay", d.weight_decay),
     };
     return dfg_program_status(p); /* the ranges are checked where the AdamW node is built */
@@ -181,10 +181,25 @@ dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens)
 /* dst = first ? src : dst, src rounded to dst's dtype; first is an f32 scalar (0 or 1). */
 
 /* A zero-initialised f32 optimizer STATE shaped as param, named prefix + what + param's name. */
-static dfg_tensor *optim_state(dfg_program *p, const char *prefix, const char *what, const dfg_tensor *param) {
+/* The STATE `name`: the existing one when an earlier call made it (several graphs of one program
+ * share an optimizer: a warm-up and the RL update), else a new one. */
+static dfg_tensor *state_once(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape shape, dfg_role role,
+                              bool *made) {
+    dfg_tensor *t = dfg_find(p, name);
+    if (made) *made = !t;
+    if (!t) return dfg_state(p, name, dt, shape, role, dfg_init_zeros());
+    if (dfg_tensor_kind(t) != DFG_STATE || dfg_tensor_dtype(t) != dt || !dfg_shape_equal(dfg_tensor_shape(t), shape)) {
+        dfg_program_fail(p, DFG_ERR_ARG, "'%s' exists already with another kind, dtype or shape", name);
+        return NULL;
+    }
+    return t;
+}
+
+static dfg_tensor *optim_state(dfg_program *p, const char *prefix, const char *what, const dfg_tensor *param,
+                               bool *made) {
     char name[320];
     snprintf(name, sizeof(name), "%s%s%s", prefix, what, dfg_tensor_name(param));
-    return dfg_state(p, name, DFG_F32, dfg_tensor_shape(param), DFG_ROLE_OPTIM, dfg_init_zeros());
+    return state_once(p, name, DFG_F32, dfg_tensor_shape(param), DFG_ROLE_OPTIM, made);
 }
 
 dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n, const char *prefix, dfg_tensor **out) {
@@ -192,8 +207,7 @@ dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n,
     char name[320];
     for (int i = 0; i < n && !dfg_program_status(p); i++) {
         snprintf(name, sizeof(name), "%sgrad.%s", prefix ? prefix : "", dfg_tensor_name(params[i]));
-        out[i] = dfg_state(p, name, dfg_tensor_dtype(params[i]), dfg_tensor_shape(params[i]), DFG_ROLE_GRAD,
-                           dfg_init_zeros());
+        out[i] = state_once(p, name, dfg_tensor_dtype(params[i]), dfg_tensor_shape(params[i]), DFG_ROLE_GRAD, NULL);
     }
     return dfg_program_status(p);
 }
@@ -211,22 +225,23 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
     const char *pre = prefix ? prefix : "";
     char name[320];
     snprintf(name, sizeof(name), "%sadamw.step", pre);
-    dfg_tensor *step = dfg_state(p, name, DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
+    dfg_tensor *step = state_once(p, name, DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, NULL);
     if (!step) return dfg_program_status(p);
     /* += 1 before the update: the bias correction counts steps from 1 */
     dfg_assign(g, step, dfg_add(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f)));
     for (int i = 0; i < n; i++) {
         dfg_tensor *param = params[i], *grad = grads[i];
-        dfg_tensor *m = optim_state(p, pre, "adamw.m.", param), *v = optim_state(p, pre, "adamw.v.", param);
+        dfg_tensor *m = optim_state(p, pre, "adamw.m.", param, NULL), *v = optim_state(p, pre, "adamw.v.", param, NULL);
         if (!m || !v) return dfg_program_status(p);
         dfg_dtype dt = dfg_tensor_dtype(param);
         if (dt == DFG_F32) { /* full precision: the parameter is its own master */
             dfg_adamw(g, &param, &grad, &m, &v, 1, step, cfg);
             continue;
         }
-        dfg_tensor *master = optim_state(p, pre, "master.", param);
+        bool made = false;
+        dfg_tensor *master = optim_state(p, pre, "master.", param, &made);
         /* the master starts as the parameter, widened (also after --weights loads the parameter) */
-        if (!master || dfg_init_from(p, master, param)) return dfg_program_status(p);
+        if (!master || (made && dfg_init_from(p, master, param))) return dfg_program_status(p);
         /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight.
          * The 16-bit gradient goes in as it is; the AdamW kernel widens it element by element,
          * so no f32 copy of a parameter-sized gradient is ever stored. */

@@ -17,12 +17,12 @@
 /* Settings for a model small enough to train two steps quickly; a pipeline ignores the keys it
  * does not read. */
 static const char *const small_settings[][2] = {
-    {"target", "cpu"}, {"n_layer", "1"},         {"n_head", "2"},          {"n_embd", "32"},   {"vocab", "61"},
-    {"seq", "16"},     {"batch", "4"},           {"block_size", "32"},     {"prompt_len", "6"}, {"completion_len", "10"},
+    {"target", "cpu"}, {"n_layer", "1"},         {"n_head", "2"},          {"n_embd", "32"},   {"vocab_size", "61"},
+    {"seq", "16"},     {"batch", "4"},           {"n_positions", "32"},     {"prompt_len", "6"}, {"completion_len", "10"},
     {"prompts", "1"},  {"group", "4"},
 };
 static const char *const big_settings[][2] = {
-    {"target", "cuda"}, {"n_layer", "12"}, {"n_head", "12"}, {"n_embd", "768"}, {"vocab", "50257"},
+    {"target", "cuda"}, {"n_layer", "12"}, {"n_head", "12"}, {"n_embd", "768"}, {"vocab_size", "50257"},
     {"seq", "1024"},    {"batch", "4"},
 };
 

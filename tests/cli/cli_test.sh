@@ -86,7 +86,7 @@ expect_rc 0 "info"
 expect_in out.txt "host function gpt2_make_batch" "info lists the host stage"
 expect_in out.txt "graph 'train'" "info lists the graph stage"
 expect_in out.txt "optimizer" "info lists optimizer bytes"
-expect_in out.txt "lr=0.003" "info lists the settings"
+expect_in out.txt "learning_rate=0.003" "info lists the settings"
 expect_in out.txt "memory    arena" "info prints the memory plan"
 
 # ---------------------------------------------------------------- inspect
