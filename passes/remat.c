@@ -85,7 +85,7 @@ static bool inputs_still_valid(const dfg_graph *g, const dfg_node *n, int pos) {
 
 static bool copyable(const dfg_node *n) {
     if (n->flags & (DFG_NF_BACKWARD | DFG_NF_RECOMPUTED)) return false;
-    if (n->op == DFG_OP_SAMPLE || n->op == DFG_OP_RESHAPE) return false;
+    if (n->op == DFG_OP_SAMPLE || n->out[0]->view_of) return false; /* random, or a view (no bytes of its own) */
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k]->version_of || (n->out[k]->flags & DFG_TF_OUTPUT)) return false;
     return true;
@@ -218,7 +218,7 @@ static dfg_tensor *value_for(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, 
     if (x->kind != DFG_TEMP || x->version_of || !x->producer) return x;
     dfg_node *prev = copy_before(c, x->producer, *pos);
     if (prev) return prev->out[x->producer_slot];
-    bool segment_ok = copyable(x->producer) || x->producer->op == DFG_OP_RESHAPE; /* views are free */
+    bool segment_ok = copyable(x->producer) || x->view_of; /* views are free */
     if (read_after_peak(trial, x) || depth >= MAX_SEGMENT || !segment_ok || !inputs_still_valid(g, x->producer, *pos))
         return x;
     dfg_node *k = make_copy(c, trial, g, x->producer, pos, depth + 1);
@@ -233,7 +233,7 @@ static double segment_flops(const void *ctx, const dfg_plan *trial, const dfg_gr
     for (int j = 0; j < src->n_in; j++) {
         const dfg_tensor *x = src->in[j];
         if (x->kind != DFG_TEMP || x->version_of || !x->producer || copy_before(c, x->producer, pos)) continue;
-        bool segment_ok = copyable(x->producer) || x->producer->op == DFG_OP_RESHAPE;
+        bool segment_ok = copyable(x->producer) || x->view_of;
         if (read_after_peak(trial, x) || depth >= MAX_SEGMENT || !segment_ok || !inputs_still_valid(g, x->producer, pos))
             continue;
         f += segment_flops(ctx, trial, g, x->producer, pos, depth + 1);

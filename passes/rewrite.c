@@ -30,11 +30,12 @@ void dfg_rw_move_tail(dfg_graph *g, int first_new, int pos) {
     dfg_rw_renumber(g);
 }
 
-/* Keeps reshape views pointing at the storage of what they view after an input changed. */
+/* Keeps views (reshape, detach: output 0 views input 0) pointing at the storage of what they
+ * view after an input changed, in node order so that views of views follow. */
 void dfg_rw_refresh_views(dfg_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         dfg_node *n = g->nodes[i];
-        if (n->op != DFG_OP_RESHAPE) continue;
+        if (!n->out[0]->view_of) continue;
         n->out[0]->view_of = n->in[0];
         n->out[0]->storage = n->in[0]->storage;
     }

@@ -26,7 +26,7 @@ static int add_readers(const dfg_consumers *c, const dfg_tensor *v, const dfg_no
         const dfg_node *r = c->node[k];
         if (r == w) continue;
         out[n_out++] = r->id;
-        if (r->op == DFG_OP_RESHAPE) n_out = add_readers(c, r->out[0], w, out, n_out);
+        if (r->out[0]->view_of == v) n_out = add_readers(c, r->out[0], w, out, n_out); /* reshape, detach */
     }
     return n_out;
 }

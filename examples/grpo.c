@@ -1,0 +1,405 @@
+/* grpo.c - GRPO (Group Relative Policy Optimization; DeepSeekMath, arXiv 2402.03300) for a small
+ * GPT-2 on a verifiable task, as one static program that the planner sees whole.
+ *
+ *   dfg compile examples/grpo.c -o grpo.dfg [--set task=add --set num_generations=16 ...]
+ *   dfg run grpo.dfg --steps 400
+ *
+ * One step = one optimizer update on P prompts x G generations (N = P G sequences):
+ *   data        host: P problems of the task, each repeated G times (runtime/dfg_tasks.h)
+ *   sft         (the first warmup_steps steps only) a supervised step on the right answers
+ *   prefill     the prompts into the KV cache
+ *   decode      x max_completion_length: sample the next token of every sequence (Philox RNG,
+ *               temperature, top-k), write it, and stop counting a sequence after its EOS
+ *               through the completion mask: no host round trip, no logits kept
+ *   reward      host: the task's verifiable reward per sequence
+ *   advantages  (r - group mean) / (group std + 1e-4) (scale_rewards), reward metrics
+ *   ref         (beta != 0) the frozen reference model's per-token log-probs
+ *   old         (num_iterations > 1) the policy's log-probs before this step's updates
+ *   train.k     x gradient_accumulation_steps micro-batches: GRPO's clipped loss with the KL
+ *               penalty, gradients accumulated into persistent buffers
+ *   update.k    global-norm clipping, AdamW; k = 0 .. num_iterations-1 passes over the rollouts
+ * Settings carry Hugging Face GPT2Config's and TRL GRPOConfig's names. With
+ * `dfg run --rollouts R.safetensors` the stages data .. reward are skipped and the step trains
+ * on the given tokens, completion_mask and rewards (see the settings "dfg.rollout_*" below). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfg.h"
+#include "dfg_nn.h"
+#include "dfg_runtime.h"
+#include "dfg_tasks.h"
+
+typedef struct {
+    dfg_gpt2_config model;
+    dfg_task task;
+    const char *reward;
+    int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, warmup;
+    float temperature, beta, max_grad_norm;
+    int top_k;
+    dfg_grpo_loss_config loss;
+    dfg_grpo_scale scale;
+    dfg_adamw_config adamw;
+} grpo_config;
+
+static int pick(dfg_program *p, const char *key, const char *value, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(value, names[i])) return i;
+    char list[128] = "";
+    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    dfg_program_fail(p, DFG_ERR_ARG, "%s must be one of %s, got '%s'", key, list, value);
+    return -1;
+}
+
+/* Reads every setting (recording its default in the plan) and checks the ranges. */
+static dfg_status read_config(dfg_program *p, grpo_config *c) {
+    static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
+    static const char *const scales[] = {"group", "batch", "none"};
+    char err[256];
+    const char *task = dfg_setting_str(p, "task", "reverse");
+    int digits = (int)dfg_setting_int(p, "digits", 3);
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    if (dfg_task_init(&c->task, task, digits, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    c->reward = dfg_setting_str(p, "reward", "mixed");
+    c->P = dfg_setting_int(p, "prompts_per_step", 8);
+    c->G = dfg_setting_int(p, "num_generations", 8);
+    c->Lp = dfg_setting_int(p, "max_prompt_length", c->task.prompt_len);
+    c->max_new = dfg_setting_int(p, "max_completion_length", c->task.max_answer_len + 2);
+    c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
+    c->iterations = dfg_setting_int(p, "num_iterations", 1);
+    c->warmup = dfg_setting_int(p, "warmup_steps", 0);
+    c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
+    c->top_k = (int)dfg_setting_int(p, "top_k", 0);
+    c->beta = (float)dfg_setting_float(p, "beta", 0.04);
+    double eps = dfg_setting_float(p, "epsilon", 0.2);
+    c->loss.epsilon_low = (float)eps;
+    c->loss.epsilon_high = (float)dfg_setting_float(p, "epsilon_high", eps);
+    c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
+    int lt = pick(p, "loss_type", dfg_setting_str(p, "loss_type", "grpo"), loss_types, 4);
+    int sc = pick(p, "scale_rewards", dfg_setting_str(p, "scale_rewards", "group"), scales, 3);
+    dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    c->loss.loss_type = (dfg_grpo_loss_type)lt;
+    c->scale = (dfg_grpo_scale)sc;
+    c->N = c->P * c->G;
+    c->T = c->Lp + c->max_new;
+
+    dfg_gpt2_config small = dfg_gpt2_config_default();
+    small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
+    small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
+    dfg_adamw_config adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
+    dfg_status st = dfg_gpt2_config_from_settings(p, small, &c->model);
+    if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
+
+    if (!dfg_reward_by_name(c->reward))
+        return dfg_program_fail(p, DFG_ERR_ARG, "reward must be one of %s, got '%s'", dfg_reward_names(), c->reward);
+    if (c->model.vocab_size < dfg_vocab_size())
+        return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the tasks' vocabulary (%d)",
+                                c->model.vocab_size, dfg_vocab_size());
+    if (c->P < 1 || c->G < 2 || c->N > (1 << 20))
+        return dfg_program_fail(p, DFG_ERR_ARG, "need prompts_per_step >= 1 and num_generations >= 2 (a group to "
+                                "compare), got %lld x %lld", (long long)c->P, (long long)c->G);
+    if (c->GA < 1 || c->N % c->GA)
+        return dfg_program_fail(p, DFG_ERR_ARG, "gradient_accumulation_steps %lld must divide the %lld sequences",
+                                (long long)c->GA, (long long)c->N);
+    if (c->Lp < 2 || c->max_new < 1 || c->T > c->model.block_size)
+        return dfg_program_fail(p, DFG_ERR_ARG, "need max_prompt_length >= 2, max_completion_length >= 1 and their "
+                                "sum <= n_positions %d", c->model.block_size);
+    if (c->iterations < 1 || c->warmup < 0 || !(c->temperature > 0) || c->top_k < 0 || !(c->beta >= 0) ||
+        !(c->loss.epsilon_low >= 0) || !(c->loss.epsilon_high >= 0) || !(c->max_grad_norm > 0))
+        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, warmup_steps >= 0, temperature > 0, "
+                                "top_k >= 0, beta >= 0, epsilon(_high) >= 0 and max_grad_norm > 0 are required");
+    c->n_micro = c->N / c->GA;
+    c->loss.beta = c->beta;
+    c->loss.n_total = c->N;
+    c->loss.max_completion_length = c->max_new;
+    c->loss.micro_batches = (int)c->GA;
+    return DFG_OK;
+}
+
+/* The program's persistent tensors, by their roles in the step. */
+typedef struct {
+    dfg_gpt2 *policy, *ref;
+    dfg_gpt2_kv kv;
+    dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
+    dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
+    dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
+    dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
+    dfg_tensor *micro, *acc_loss, *acc_kl, *acc_clipped, *acc_tokens; /* micro-batch loop */
+    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+} grpo_state;
+
+static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
+    return dfg_state(p, name, dt, s, role, dfg_init_zeros());
+}
+
+static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    int64_t N = c->N, T = c->T;
+    dfg_status st = dfg_gpt2_params(p, "", c->model, s->policy);
+    if (!st && c->beta != 0.0f && !(st = dfg_gpt2_frozen(p, "ref.", c->model, s->ref)))
+        st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
+    if (!st) st = dfg_gpt2_kv_cache(p, "", s->policy, N, T, &s->kv);
+    if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
+    if (st) return st;
+    s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->mask = state(p, "completion_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->rewards = state(p, "rewards", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    s->advantages = state(p, "advantages", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    s->active = state(p, "active_tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
+    state(p, "answers", DFG_I32, DFG_SHAPE(N, c->task.max_answer_len), DFG_ROLE_ROLLOUT);
+    state(p, "answer_len", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    if (c->warmup > 0) {
+        s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+        s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    }
+    s->cur_tok = state(p, "gen.token", DFG_I32, DFG_SHAPE(N, 1), DFG_ROLE_ROLLOUT);
+    s->pos = state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
+    s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    s->rng = state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG);
+    s->micro = state(p, "train.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->acc_clipped = state(p, "train.clipped", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    /* the KV cache and the decode loop's own state live only while the rollout is made: their
+     * bytes go to the training activations afterwards */
+    for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
+        dfg_set_scope(p, s->kv.k[l], "prefill", "decode");
+        dfg_set_scope(p, s->kv.v[l], "prefill", "decode");
+    }
+    dfg_set_scope(p, s->cur_tok, "prefill", "decode");
+    dfg_set_scope(p, s->pos, "prefill", "decode");
+    dfg_set_scope(p, s->done, "prefill", "decode");
+    return dfg_program_status(p);
+}
+
+/* ---------------------------------------------------------------- the rollout */
+static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    dfg_graph *g = dfg_graph_new(p, "prefill");
+    /* every prompt token but the last goes into the cache; the last one starts the decoding */
+    dfg_gpt2_prefill(g, s->policy, &s->kv, dfg_slice(g, s->tokens, 1, 0, c->Lp - 1));
+    dfg_assign(g, s->cur_tok, dfg_slice(g, s->tokens, 1, c->Lp - 1, 1));
+    dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
+    dfg_assign_fill(g, s->done, 0.0f);
+    dfg_assign_fill(g, s->mask, 0.0f);
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    int64_t N = c->N;
+    dfg_graph *g = dfg_graph_new(p, "decode");
+    dfg_tensor *h = dfg_gpt2_decode(g, s->policy, &s->kv, s->cur_tok, s->pos); /* (N, 1, C) */
+    dfg_tensor *logits = dfg_gpt2_lm_head(g, s->policy, h);                     /* (N, 1, V) */
+    if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
+    dfg_tensor *tok = dfg_sample(g, logits, s->rng, c->temperature, c->top_k); /* (N, 1) i32 */
+    dfg_tensor *next = dfg_add_scalar(g, s->pos, 1.0f);                         /* its position */
+    /* a sequence counts its tokens up to and including its first EOS */
+    dfg_tensor *counts = dfg_affine(g, s->done, -1.0f, 1.0f); /* (N) 1 - done */
+    dfg_slice_assign_at(g, s->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), 1, next);
+    dfg_slice_assign_at(g, s->tokens, tok, 1, next);
+    dfg_tensor *eos = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)DFG_VOCAB_EOS)); /* (N, 1) */
+    dfg_assign(g, s->done, dfg_maximum(g, s->done, dfg_reshape(g, eos, DFG_SHAPE(N))));
+    dfg_assign(g, s->cur_tok, tok);
+    dfg_assign(g, s->pos, next);
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
+}
+
+/* ---------------------------------------------------------------- scoring */
+static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    dfg_graph *g = dfg_graph_new(p, "advantages");
+    dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
+    dfg_tensor *active = dfg_sum(g, dfg_reshape(g, s->mask, DFG_SHAPE(-1)), 0);
+    dfg_assign(g, s->active, active);
+    dfg_tensor *r = dfg_reshape(g, s->rewards, DFG_SHAPE(1, c->N));
+    dfg_tensor *dev = dfg_sub(g, r, dfg_mean(g, r, 1));
+    dfg_metric(g, "reward", dfg_mean(g, s->rewards, 0));
+    dfg_metric(g, "reward_std", dfg_sqrt(g, dfg_scale(g, dfg_sum(g, dfg_reshape(g, dfg_mul(g, dev, dev), DFG_SHAPE(-1)), 0),
+                                                  1.0f / (float)(c->N - 1))));
+    dfg_metric(g, "completion_length", dfg_scale(g, active, 1.0f / (float)c->N));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* (n, T) log-probs of rows[row0 .. row0+n) under model m, each scored token at its own position
+ * (0 at position 0 and wherever the mask is 0), as the dump and the old/ref copies keep them. */
+static dfg_tensor *padded_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tok, dfg_tensor *mask, float temperature) {
+    dfg_shape s = dfg_tensor_shape(tok);
+    int64_t n = s.d[0], T = s.d[1];
+    dfg_tensor *lp = dfg_mul(g, dfg_grpo_token_logp(g, m, tok, temperature), dfg_slice(g, mask, 1, 1, T - 1));
+    return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, 1), 0.0f), lp}, 2, 1);
+}
+
+/* A no-grad pass over every sequence: the reference model's or the policy's log-probs. */
+static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
+                                   const dfg_gpt2 *m, dfg_tensor *dst) {
+    dfg_graph *g = dfg_graph_new(p, name);
+    dfg_assign(g, dst, padded_logp(g, m, s->tokens, s->mask, c->temperature));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* ---------------------------------------------------------------- training */
+/* rows [row0, row0 + n) of x along axis 0, then columns 1 .. T-1 when shift */
+static dfg_tensor *rows(dfg_graph *g, dfg_tensor *x, dfg_tensor *row0, int64_t n, bool shift) {
+    dfg_tensor *r = dfg_slice_at(g, x, 0, row0, n);
+    if (!shift) return r;
+    int64_t T = dfg_tensor_shape(x).d[1];
+    return dfg_slice(g, r, 1, 1, T - 1);
+}
+
+static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
+    char name[32];
+    snprintf(name, sizeof(name), "train.%d", k);
+    dfg_graph *g = dfg_graph_new(p, name);
+    int64_t n = c->n_micro;
+    dfg_tensor *row0 = dfg_scale(g, s->micro, (float)n); /* i32: this micro-batch's first row */
+    dfg_tensor *tok = rows(g, s->tokens, row0, n, false), *mask = rows(g, s->mask, row0, n, true);
+    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, tok, c->temperature); /* (n, T-1) */
+    dfg_grpo_inputs in = {
+        .logp = logp,
+        .old_logp = s->old_logp ? rows(g, s->old_logp, row0, n, true) : NULL,
+        .ref_logp = c->beta != 0.0f ? rows(g, s->ref_logp, row0, n, true) : NULL,
+        .advantages = rows(g, s->advantages, row0, n, false),
+        .mask = mask,
+        .active_tokens = s->active,
+    };
+    dfg_grpo_terms t;
+    dfg_status st = dfg_grpo_loss(g, &in, c->loss, &t);
+    if (!st) st = dfg_backward_accumulate(g, t.loss, s->policy->params, s->policy->n_params, s->grads);
+    if (st) return st;
+    dfg_accumulate(g, s->acc_loss, t.loss);
+    dfg_accumulate(g, s->acc_kl, t.kl_sum);
+    dfg_accumulate(g, s->acc_clipped, t.clipped_sum);
+    dfg_accumulate(g, s->acc_tokens, t.tokens);
+    if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
+        dfg_tensor *lp = dfg_mul(g, dfg_detach(g, logp), mask);
+        dfg_tensor *full = dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, 1), 0.0f), lp}, 2, 1);
+        dfg_slice_assign_at(g, s->logp, full, 0, row0);
+    }
+    dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->GA);
+}
+
+static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) {
+    return dfg_div(g, sum, dfg_maximum(g, tokens, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f)));
+}
+
+/* Clipping, AdamW, and the reset of the micro-batch loop. The first pass's values are the
+ * step's metrics (the loss and the gradient norm before any update of this step). */
+static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
+    char name[32];
+    snprintf(name, sizeof(name), "update.%d", k);
+    dfg_graph *g = dfg_graph_new(p, name);
+    int n = s->policy->n_params;
+    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
+    dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
+    dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
+    if (st) return st;
+    for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
+    if (k == 0) {
+        dfg_metric(g, "loss", s->acc_loss);
+        dfg_metric(g, "kl", per_token(g, s->acc_kl, s->acc_tokens));
+        dfg_metric(g, "clip_ratio", per_token(g, s->acc_clipped, s->acc_tokens));
+        dfg_metric(g, "grad_norm", norm);
+    }
+    dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_clipped, s->acc_tokens};
+    for (int i = 0; i < 5; i++) dfg_assign_fill(g, acc[i], 0.0f);
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* The supervised warm-up: one step on the right answers (teacher forcing). */
+static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    dfg_graph *g = dfg_graph_new(p, "sft");
+    dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->T - 1);
+    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f);
+    dfg_tensor *tokens = dfg_sum(g, dfg_reshape(g, mask, DFG_SHAPE(-1)), 0);
+    dfg_tensor *loss = dfg_neg(g, per_token(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), tokens));
+    dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);
+    if (st) return st;
+    int n = s->policy->n_params;
+    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
+    dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
+    if ((st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, ""))) return st;
+    for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
+    dfg_metric(g, "sft_loss", loss);
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* ---------------------------------------------------------------- the program */
+static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    dfg_status st = make_state(p, c, s);
+    if (!st) st = dfg_stage_host(p, "data", "grpo_data");
+    if (!st && c->warmup > 0) st = build_sft(p, c, s);
+    if (!st) st = build_prefill(p, c, s);
+    if (!st) st = build_decode(p, c, s);
+    if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
+    if (!st) st = build_advantages(p, c, s);
+    if (!st && c->beta != 0.0f) st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp);
+    if (!st && c->iterations > 1) st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp);
+    for (int k = 0; k < c->iterations && !st; k++)
+        if (!(st = build_train(p, c, s, k))) st = build_update(p, c, s, k);
+    if (st) return st;
+    if (c->warmup > 0) { /* the warm-up's steps, then GRPO's */
+        static const char *const grpo_stages[] = {"prefill", "decode", "reward", "advantages", "ref", "old"};
+        dfg_stage_steps(p, "sft", 0, c->warmup - 1);
+        for (size_t i = 0; i < sizeof(grpo_stages) / sizeof(grpo_stages[0]); i++)
+            if (strcmp(grpo_stages[i], "ref") || c->beta != 0.0f)
+                if (strcmp(grpo_stages[i], "old") || c->iterations > 1) dfg_stage_steps(p, grpo_stages[i], c->warmup, -1);
+        for (int k = 0; k < c->iterations; k++) {
+            char name[32];
+            snprintf(name, sizeof(name), "train.%d", k);
+            dfg_stage_steps(p, name, c->warmup, -1);
+            snprintf(name, sizeof(name), "update.%d", k);
+            dfg_stage_steps(p, name, c->warmup, -1);
+        }
+    }
+    /* what `dfg run --rollouts R --dump OUT` needs to know about this program */
+    dfg_program_set(p, "dfg.rollout_stages", "data,sft,prefill,decode,reward");
+    dfg_program_set(p, "dfg.rollout_tensors", "tokens,completion_mask,rewards");
+    dfg_program_set(p, "dfg.dump",
+                    "logp=logp,ref_logp=ref_logp,advantages=advantages,loss=metric.loss,grad_norm=metric.grad_norm");
+    return dfg_program_status(p);
+}
+
+dfg_status dfg_pipeline(dfg_program *p) {
+    grpo_config c = {0};
+    dfg_status st = read_config(p, &c);
+    if (st) return st;
+    grpo_state s = {0};
+    s.policy = calloc(1, sizeof(*s.policy));
+    s.ref = calloc(1, sizeof(*s.ref));
+    st = s.policy && s.ref ? build(p, &c, &s) : dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    free(s.policy);
+    free(s.ref);
+    return st ? st : dfg_program_status(p);
+}
+
+/* ---------------------------------------------------------------- host stages */
+static bool setting_task(dfg_host_ctx *ctx, dfg_task *t) {
+    const char *name = dfg_host_setting(ctx, "task"), *digits = dfg_host_setting(ctx, "digits");
+    char err[256];
+    if (!name || !digits || dfg_task_init(t, name, atoi(digits), err, sizeof(err)))
+        return dfg_host_fail(ctx, "the task settings are missing or wrong"), false;
+    return true;
+}
+
+static int64_t setting_i(dfg_host_ctx *ctx, const char *key) {
+    const char *v = dfg_host_setting(ctx, key);
+    return v ? strtoll(v, NULL, 10) : -1;
+}
+
+dfg_status grpo_data(dfg_host_ctx *ctx) {
+    dfg_task t;
+    if (!setting_task(ctx, &t)) return DFG_ERR_RUNTIME;
+    if (setting_i(ctx, "max_prompt_length") != t.prompt_len)
+        return dfg_host_fail(ctx, "task '%s' with %d digits has prompts of %d tokens, but max_prompt_length is %lld",
+                             t.name, t.digits, t.prompt_len, (long long)setting_i(ctx, "max_prompt_length"));
+    return dfg_grpo_make_batch(ctx, &t, (int)setting_i(ctx, "prompts_per_step"), (int)setting_i(ctx, "num_generations"));
+}
+
+dfg_status grpo_reward(dfg_host_ctx *ctx) {
+    return dfg_grpo_rewards_kind(ctx, (int)setting_i(ctx, "max_prompt_length"), dfg_host_setting(ctx, "reward"));
+}
