@@ -189,21 +189,12 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
 }
 
 static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    int64_t N = c->N;
     dfg_graph *g = dfg_graph_new(p, "decode");
     dfg_tensor *h = dfg_gpt2_decode(g, s->policy, &s->kv, s->cur_tok, s->pos); /* (N, 1, C) */
     dfg_tensor *logits = dfg_gpt2_lm_head(g, s->policy, h);                     /* (N, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_tensor *tok = dfg_sample(g, logits, s->rng, c->temperature, c->top_k); /* (N, 1) i32 */
-    dfg_tensor *next = dfg_add_scalar(g, s->pos, 1.0f);                         /* its position */
-    /* a sequence counts its tokens up to and including its first EOS */
-    dfg_tensor *counts = dfg_affine(g, s->done, -1.0f, 1.0f); /* (N) 1 - done */
-    dfg_slice_assign_at(g, s->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), 1, next);
-    dfg_slice_assign_at(g, s->tokens, tok, 1, next);
-    dfg_tensor *eos = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)DFG_VOCAB_EOS)); /* (N, 1) */
-    dfg_assign(g, s->done, dfg_maximum(g, s->done, dfg_reshape(g, eos, DFG_SHAPE(N))));
-    dfg_assign(g, s->cur_tok, tok);
-    dfg_assign(g, s->pos, next);
+    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng};
+    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, DFG_VOCAB_EOS);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
 }
 

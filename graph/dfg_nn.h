@@ -137,6 +137,21 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
  * fuse pass turns it into linear_logprob: the logits never exist. */
 dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
 
+/* The state of a rollout in progress (all STATEs; N sequences of T positions). */
+typedef struct {
+    dfg_tensor *tokens; /* (N, T) i32: the prompts, then the tokens written so far */
+    dfg_tensor *mask;   /* (N, T) f32: 1 on generated tokens that count (up to and with the first EOS) */
+    dfg_tensor *done;   /* (N) f32: 1 once a sequence has produced its EOS */
+    dfg_tensor *token;  /* (N, 1) i32: the last token of every sequence (the next step's input) */
+    dfg_tensor *pos;    /* i32 scalar: the position of `token` */
+    dfg_tensor *rng;    /* i32 (4): the Philox state sampling draws from */
+} dfg_grpo_rollout;
+/* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
+ * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),
+ * marks sequences that produced `eos` as done, and advances token and pos. */
+dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
+                                int top_k, int32_t eos);
+
 typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE } dfg_grpo_scale;
 /* rewards (N), rows g*G .. g*G+G-1 one prompt's group (G >= 2) -> advantages (N):
  * (r - group mean) / (std + 1e-4) with torch.std's unbiased std of the group (GROUP) or of the

@@ -86,3 +86,20 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     out->clipped_sum = total(g, dfg_mul(g, dfg_detach(g, active), mask));
     return dfg_graph_status(g);
 }
+
+dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
+                                int top_k, int32_t eos) {
+    if (!g || !r) return DFG_ERR_ARG;
+    int64_t N = dfg_tensor_numel(r->done);
+    dfg_tensor *tok = dfg_sample(g, logits, r->rng, temperature, top_k); /* (N, 1) i32 */
+    dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f);                   /* where it goes */
+    /* a sequence counts its tokens up to and including its first EOS */
+    dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
+    dfg_slice_assign_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), 1, next);
+    dfg_slice_assign_at(g, r->tokens, tok, 1, next);
+    dfg_tensor *is_eos = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos)); /* (N, 1) f32 */
+    dfg_assign(g, r->done, dfg_maximum(g, r->done, dfg_reshape(g, is_eos, DFG_SHAPE(N))));
+    dfg_assign(g, r->token, tok);
+    dfg_assign(g, r->pos, next);
+    return dfg_graph_status(g);
+}
