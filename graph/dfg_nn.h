@@ -127,7 +127,9 @@ dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *
  * A low-precision parameter is updated through its master: AdamW updates the master in f32 from
  * the 16-bit gradient (the kernel widens it), and the parameter becomes the master rounded back
  * to its dtype. The master starts as the parameter (dfg_init_from), so weights loaded into the
- * parameter with --weights reach the master too. */
+ * parameter with --weights reach the master too. Weight decay applies to matrices only (rank >=
+ * 2: embeddings and linear weights), not to biases and LayerNorm gains, as Hugging Face's Trainer
+ * and nanoGPT group them. */
 dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
 

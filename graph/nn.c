@@ -234,8 +234,10 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
         dfg_tensor *m = optim_state(p, pre, "adamw.m.", param, NULL), *v = optim_state(p, pre, "adamw.v.", param, NULL);
         if (!m || !v) return dfg_program_status(p);
         dfg_dtype dt = dfg_tensor_dtype(param);
+        dfg_adamw_config c = cfg;
+        if (dfg_tensor_shape(param).rank < 2) c.weight_decay = 0.0f; /* biases, LayerNorm */
         if (dt == DFG_F32) { /* full precision: the parameter is its own master */
-            dfg_adamw(g, &param, &grad, &m, &v, 1, step, cfg);
+            dfg_adamw(g, &param, &grad, &m, &v, 1, step, c);
             continue;
         }
         bool made = false;
@@ -245,7 +247,7 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
         /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight.
          * The 16-bit gradient goes in as it is; the AdamW kernel widens it element by element,
          * so no f32 copy of a parameter-sized gradient is ever stored. */
-        dfg_adamw(g, &master, &grad, &m, &v, 1, step, cfg);
+        dfg_adamw(g, &master, &grad, &m, &v, 1, step, c);
         dfg_assign(g, param, master); /* rounds to the parameter's dtype, no temporary */
     }
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
