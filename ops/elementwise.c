@@ -166,11 +166,16 @@ dfg_status grad_div(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, co
     return g->status;
 }
 
-/* The gradient goes to whichever input equals the result. */
+/* The gradient goes to whichever input equals the result; on a tie each input gets half of it,
+ * as torch.minimum/maximum: GRPO's min(rho A, clamp(rho) A) is a tie at rho = 1 (every first
+ * pass), and giving both sides the whole gradient would double it. */
 dfg_status grad_minmax(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    dfg_tensor *half_tie = dfg_scale(g, dfg_equal(g, n->in[0], n->in[1]), 0.5f); /* 0.5 where a == b */
     for (int j = 0; j < 2; j++)
-        if (need[j])
-            din[j] = dfg_sum_to_shape(g, dfg_mul(g, dout[0], dfg_equal(g, n->out[0], n->in[j])), n->in[j]->shape);
+        if (need[j]) {
+            dfg_tensor *w = dfg_sub(g, dfg_equal(g, n->out[0], n->in[j]), half_tie); /* 1, 0.5 or 0 */
+            din[j] = dfg_sum_to_shape(g, dfg_mul(g, dout[0], w), n->in[j]->shape);
+        }
     return g->status;
 }
 

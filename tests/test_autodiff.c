@@ -3,9 +3,9 @@
  * tensor used twice add up; a parameter the loss ignores gets exact zeros; gradients pass
  * through reshape views of parameters and through reads of a STATE after an assign; micro-batch
  * accumulation over a stage repeated 4 times gives 4x; argmax, sample and equal stop the
- * gradient without an error; and the imperative-state semantics of the builder: a call after
- * dfg_assign reads the new value, and a KV cache written in a graph is read back by
- * attention_cached in the same graph. */
+ * gradient without an error; minimum and maximum split a tie's gradient in half; and the
+ * imperative-state semantics of the builder: a call after dfg_assign reads the new value, and a
+ * KV cache written in a graph is read back by attention_cached in the same graph. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,12 +271,59 @@ static void test_kv_cache_sequence(void) {
     dfg_fx_end(&f);
 }
 
+/* ---------------------------------------------------------------- ties of minimum and maximum */
+/* L = sum(w1 * min(P, c)) + sum(w2 * max(P, Q)) with c and Q equal to P in some places: the
+ * gradient goes to the chosen input, and a tie splits it in half between both (torch's rule;
+ * GRPO's min(rho A, clamp(rho) A) ties at every first pass, where the whole gradient to both
+ * sides would double it). */
+static void test_minmax_ties(void) {
+    enum { R = 3, V = 8, NV = R * V };
+    float pv[NV], qv[NV], cv[NV], w1[NV], w2[NV];
+    dfg_test_fill_normal(pv, NV, 1), dfg_test_fill_normal(w1, NV, 1), dfg_test_fill_normal(w2, NV, 1);
+    for (int i = 0; i < NV; i++) {
+        cv[i] = pv[i] + (float)(i % 3 - 1); /* below, equal, above */
+        qv[i] = pv[i] + (float)((i / 3) % 3 - 1);
+    }
+    dfg_fx f;
+    dfg_fx_begin(&f, "minmax_ties");
+    dfg_graph *g = f.g;
+    dfg_tensor *P = dfg_param(f.p, "P", DFG_F32, DFG_SHAPE(R, V), dfg_init_zeros());
+    dfg_tensor *Q = dfg_param(f.p, "Q", DFG_F32, DFG_SHAPE(R, V), dfg_init_zeros());
+    dfg_tensor *mn = dfg_minimum(g, P, dfg_const(f.p, "c", DFG_F32, DFG_SHAPE(R, V), cv));
+    dfg_tensor *mx = dfg_maximum(g, P, Q);
+    dfg_tensor *l = dfg_add(g, total(g, dfg_mul(g, mn, dfg_const(f.p, "w1", DFG_F32, DFG_SHAPE(R, V), w1))),
+                            total(g, dfg_mul(g, mx, dfg_const(f.p, "w2", DFG_F32, DFG_SHAPE(R, V), w2))));
+    dfg_tensor *wrt[2] = {P, Q}, *grads[2] = {NULL, NULL};
+    CHECK(dfg_backward(g, l, wrt, 2, grads) == DFG_OK, "min/max backward: %s", dfg_graph_error(g));
+    dfg_output(g, grads[0], "dP");
+    dfg_output(g, grads[1], "dQ");
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "P", pv, sizeof(pv));
+        dfg_fx_write(&f, "Q", qv, sizeof(qv));
+        if (dfg_fx_step(&f)) {
+            float dP[NV], dQ[NV], wantP[NV], wantQ[NV];
+            dfg_fx_read(&f, "dP", dP, sizeof(dP));
+            dfg_fx_read(&f, "dQ", dQ, sizeof(dQ));
+            for (int i = 0; i < NV; i++) {
+                float share_min = cv[i] > pv[i] ? 1.0f : cv[i] == pv[i] ? 0.5f : 0.0f; /* P's share of min */
+                float share_max = qv[i] < pv[i] ? 1.0f : qv[i] == pv[i] ? 0.5f : 0.0f; /* P's share of max */
+                wantP[i] = share_min * w1[i] + share_max * w2[i];
+                wantQ[i] = (1.0f - share_max) * w2[i];
+            }
+            CHECK(max_err(dP, wantP, NV) < 1e-6, "d/dP: ties split in half: err %g", max_err(dP, wantP, NV));
+            CHECK(max_err(dQ, wantQ, NV) < 1e-6, "d/dQ: ties split in half: err %g", max_err(dQ, wantQ, NV));
+        }
+    }
+    dfg_fx_end(&f);
+}
+
 int main(void) {
     dfg_test_init("test_autodiff");
     test_structure();
     test_state_reads();
     test_accumulate();
     test_stops();
+    test_minmax_ties();
     test_imperative();
     test_kv_cache_sequence();
     return dfg_test_finish();
