@@ -351,7 +351,8 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_program_set(p, "dfg.rollout_stages", "data,sft,prefill,decode,reward");
     dfg_program_set(p, "dfg.rollout_tensors", "tokens,completion_mask,rewards");
     dfg_program_set(p, "dfg.dump",
-                    "logp=logp,ref_logp=ref_logp,advantages=advantages,loss=metric.loss,grad_norm=metric.grad_norm");
+                    "logp=logp,ref_logp=ref_logp,advantages=advantages,loss=metric.loss,grad_norm=metric.grad_norm,"
+                    "kl=metric.kl,clip_ratio=metric.clip_ratio");
     return dfg_program_status(p);
 }
 

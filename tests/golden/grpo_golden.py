@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""Golden test: one GRPO step of dfg's pipeline (examples/grpo.c) against an independent PyTorch one.
+
+For each configuration (every loss_type, beta 0 and > 0, num_iterations 1 and 2, each
+scale_rewards, temperature != 1, several micro-batches) this script
+  1. compiles the pipeline as a user does:  dfg compile examples/grpo.c -o plan.dfg --set k=v ...
+  2. draws a random GPT-2 (Hugging Face names) and fixed rollouts: prompts, completions that stop
+     at an EOS (or run to the end), garbage after it with the mask off, rewards with tied groups;
+     some configurations also load a reference model that differs from the policy (ref.* names),
+     so that the KL term and its gradient are not zero at the first iteration;
+  3. trains one step on them:  dfg run plan.dfg --weights W --rollouts R --steps 1 --dump OUT
+  4. computes the same step in float64 with the GPT-2 of gpt2_golden.py and the formulas of TRL's
+     GRPOTrainer written out below (group advantages, ratio, clipping, k3 KL, the four loss
+     normalisations, micro-batch accumulation, torch.nn.utils.clip_grad_norm_, torch.optim.AdamW
+     with decay on matrices only), and compares logp, ref_logp, advantages, loss, grad_norm,
+     kl, clip_ratio and every updated parameter: max|dfg - torch| / max|torch| <= 1e-4. The loss
+     is a sum whose terms cancel (advantages average to 0), so its error is taken relative to the
+     larger of |loss| and the same normalisation of |per-token terms|, the sum's own scale in f32.
+     Updated weights are also compared as updates (new - old), to 1e-2 of the largest update, so
+     that a wrong optimizer step (bias correction, decay) cannot hide behind the weights' size;
+     Adam's first step is ~lr * sign(g), so tiny gradients set a floor under this comparison.
+
+Exit codes: 0 all agree, 1 a mismatch or an error, 77 torch/numpy not importable (ctest: skipped).
+The seed is fresh each run and printed; DFG_TEST_SEED replays one.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from gpt2_golden import np, torch, st_read, st_write, random_weights, checkpoint_tensors, gpt2_logits, rel_err
+
+TOL = 1e-4
+TOL_UPDATE = 1e-2
+PAD, EOS = 0, 1
+VOCAB = 15  # runtime/dfg_tasks.h: PAD, EOS, ten digits, '+', '-', '='
+
+BASE = dict(task="reverse", digits=3, prompts_per_step=3, num_generations=4, n_layer=2, n_head=2, n_embd=32,
+            vocab_size=VOCAB, learning_rate=1e-3, adam_epsilon=1e-5, weight_decay=0.1, max_grad_norm=1.0,
+            temperature=0.7, epsilon=0.2)
+CONFIGS = [
+    dict(name="grpo_kl", loss_type="grpo", beta=0.04, gradient_accumulation_steps=2, ref="perturbed"),
+    dict(name="grpo_b0_clip", loss_type="grpo", beta=0.0, gradient_accumulation_steps=3, max_grad_norm=0.01,
+         scale_rewards="none"),
+    dict(name="bnpo_kl", loss_type="bnpo", beta=0.1, gradient_accumulation_steps=4, ref="perturbed",
+         scale_rewards="batch"),
+    dict(name="bnpo_b0_it2", loss_type="bnpo", beta=0.0, gradient_accumulation_steps=2, num_iterations=2,
+         learning_rate=2e-2, epsilon_high=0.28),
+    dict(name="dr_grpo_it2", loss_type="dr_grpo", beta=0.04, gradient_accumulation_steps=2, num_iterations=2,
+         learning_rate=2e-2),
+    dict(name="dr_grpo_b0", loss_type="dr_grpo", beta=0.0, gradient_accumulation_steps=1, temperature=1.0),
+    dict(name="dapo_kl_it2", loss_type="dapo", beta=0.04, gradient_accumulation_steps=3, num_iterations=2,
+         learning_rate=2e-2, ref="perturbed", epsilon_high=0.28, scale_rewards="batch"),
+    dict(name="dapo_b0", loss_type="dapo", beta=0.0, gradient_accumulation_steps=2, weight_decay=0.0),
+]
+DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial")
+
+
+def settings_of(cfg):
+    s = dict(BASE)
+    s.update(DEFAULTS)
+    s.update({k: v for k, v in cfg.items() if k != "name"})
+    s.setdefault("epsilon_high", s["epsilon"])
+    s["max_prompt_length"] = s["digits"] + 1          # the reverse task: "ddd="
+    s["max_completion_length"] = s["digits"] + 2
+    s["n_positions"] = s["max_prompt_length"] + s["max_completion_length"]
+    return s
+
+
+def model_cfg(s):
+    return dict(n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"], vocab_size=s["vocab_size"],
+                block_size=s["n_positions"], variant="plain")
+
+
+# ---------------------------------------------------------------- fixed rollouts
+def random_rollouts(s, rng):
+    """tokens (N, T) i32, completion_mask (N, T) f32, rewards (N) f32, as a rollout leaves them."""
+    P, G, Lp, L = s["prompts_per_step"], s["num_generations"], s["max_prompt_length"], s["max_completion_length"]
+    N, T = P * G, Lp + L
+    tokens = np.zeros((N, T), dtype=np.int32)
+    mask = np.zeros((N, T), dtype=np.float32)
+    for p in range(P):
+        prompt = list(rng.integers(2, 12, size=Lp - 1)) + [14]  # digits then '='
+        for g in range(G):
+            n = p * G + g
+            tokens[n, :Lp] = prompt
+            comp = rng.integers(1, VOCAB, size=L)  # any token; EOS = 1 among them
+            stop = int(rng.integers(1, L + 1))  # a completion of `stop` tokens ...
+            if n % 5 != 4:
+                comp[stop - 1] = EOS  # ... ending with its EOS (every fifth runs to the end)
+                comp[:stop - 1][comp[:stop - 1] == EOS] = 2
+            else:
+                comp[comp == EOS] = 3
+                stop = L
+            tokens[n, Lp:] = comp  # garbage after the EOS stays, as sampling leaves it
+            mask[n, Lp:Lp + stop] = 1.0
+    rewards = rng.random(N).astype(np.float32)
+    rewards[:G] = 0.5  # a group whose rewards tie: its advantages are 0
+    rewards[G:2 * G:2] = 1.0
+    return tokens, mask, rewards
+
+
+def perturbed(w, rng):
+    return {k: (v + 0.05 * rng.standard_normal(v.shape)).astype(np.float32) for k, v in w.items()}
+
+
+# ---------------------------------------------------------------- GRPO from its definition (TRL)
+def token_logp(params, tokens, mcfg, temperature):
+    """(n, T-1): log p(tokens[:, t+1] | tokens[:, <= t]) of the logits divided by the temperature."""
+    logits = gpt2_logits(params, tokens, mcfg)[:, :-1] / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def advantages(rewards, G, scale):
+    r = rewards.view(-1, G)
+    dev = r - r.mean(dim=1, keepdim=True)
+    if scale == "group":
+        dev = dev / (r.std(dim=1, keepdim=True) + 1e-4)
+    elif scale == "batch":
+        dev = dev / (rewards.std() + 1e-4)
+    return dev.reshape(-1)
+
+
+def micro_loss(s, lp, old, ref, adv, m, n_total, active):
+    """One micro-batch's share of the step's loss, plus the kl and clip sums for the metrics."""
+    coef = torch.exp(lp - old)
+    lo, hi = 1 - s["epsilon"], 1 + s["epsilon_high"]
+    t1, t2 = coef * adv[:, None], torch.clamp(coef, lo, hi) * adv[:, None]
+    per_token = -torch.min(t1, t2)
+    kl = torch.zeros_like(lp)
+    if s["beta"] != 0:
+        kl = torch.exp(ref - lp) - (ref - lp) - 1
+        per_token = per_token + s["beta"] * kl
+    loss = normalise(s, per_token * m, m, n_total, active)
+    scale = float(normalise(s, (per_token * m).abs().detach(), m, n_total, active))
+    clipped = ((t2 < t1).double() * m).sum()
+    return loss, scale, float((kl * m).sum()), float(clipped)
+
+
+def normalise(s, lm, m, n_total, active):
+    """A micro-batch's share of the loss from its masked per-token terms lm (n, T-1)."""
+    lt = s["loss_type"]
+    if lt == "grpo":
+        return (lm.sum(dim=1) / m.sum(dim=1).clamp(min=1)).sum() / n_total
+    if lt == "bnpo":
+        return lm.sum() / m.sum().clamp(min=1) / s["gradient_accumulation_steps"]
+    if lt == "dr_grpo":
+        return lm.sum() / (n_total * s["max_completion_length"])
+    return lm.sum() / max(active, 1.0)  # dapo
+
+
+def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
+    mcfg = model_cfg(s)
+    params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in w.items()}
+    ref_params = {k: torch.tensor(v, dtype=torch.float64) for k, v in w_ref.items()}
+    tok = torch.tensor(tokens_np, dtype=torch.long)
+    m_full = torch.tensor(mask_np, dtype=torch.float64)
+    m = m_full[:, 1:]
+    N, GA, temp = tok.shape[0], s["gradient_accumulation_steps"], s["temperature"]
+    n = N // GA
+    with torch.no_grad():
+        lp0 = token_logp(params, tok, mcfg, temp)
+        ref = token_logp(ref_params, tok, mcfg, temp)
+    adv = advantages(torch.tensor(rewards_np, dtype=torch.float64), s["num_generations"], s["scale_rewards"])
+    active = float(m_full.sum())
+    decay = [p for k, p in params.items() if p.dim() >= 2]
+    no_decay = [p for k, p in params.items() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=s["learning_rate"], betas=(0.9, 0.999), eps=s["adam_epsilon"])
+    out = {}
+    for k in range(s["num_iterations"]):
+        opt.zero_grad()
+        loss_sum, scale_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0, 0.0
+        for mb in range(GA):
+            rows = slice(mb * n, (mb + 1) * n)
+            lp = token_logp(params, tok[rows], mcfg, temp)
+            old = lp0[rows] if s["num_iterations"] > 1 else lp.detach()
+            loss, scale, kl, clipped = micro_loss(s, lp, old, ref[rows], adv[rows], m[rows], N, active)
+            loss.backward()
+            loss_sum, scale_sum = loss_sum + float(loss), scale_sum + scale
+            kl_sum, clip_sum = kl_sum + kl, clip_sum + clipped
+        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), s["max_grad_norm"])
+        if k == 0:
+            out["loss"] = np.array(loss_sum)
+            out["loss_scale"] = max(abs(loss_sum), scale_sum)
+            out["grad_norm"] = np.array(float(norm))
+            out["kl"] = np.array(kl_sum / max(active, 1.0))
+            out["clip_ratio"] = np.array(clip_sum / max(active, 1.0))
+        opt.step()
+    zero = torch.zeros(N, 1, dtype=torch.float64)
+    out["logp"] = torch.cat([zero, lp0 * m], dim=1).numpy()
+    if s["beta"] != 0:
+        out["ref_logp"] = torch.cat([zero, ref * m], dim=1).numpy()
+    out["advantages"] = adv.numpy()
+    for k, p in params.items():
+        out[k] = p.detach().numpy()
+    return out
+
+
+# ---------------------------------------------------------------- driving dfg
+def sh(cmd, what):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what} exited with {r.returncode}:\n  $ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def run_config(cfg, dfg, source, workdir, seed):
+    s = settings_of(cfg)
+    d = os.path.join(workdir, cfg["name"])
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    rng = np.random.default_rng([seed, sum(map(ord, cfg["name"]))])
+    mcfg = model_cfg(s)
+    w = random_weights(mcfg, rng)
+    w_ref = perturbed(w, rng) if s["ref"] == "perturbed" else w
+    tokens, mask, rewards = random_rollouts(s, rng)
+    files = checkpoint_tensors(mcfg, w)
+    if s["ref"] == "perturbed":
+        files.update({"ref." + k: v for k, v in w_ref.items()})
+    paths = {k: os.path.join(d, k) for k in ("plan.dfg", "weights.safetensors", "rollouts.safetensors", "out.safetensors")}
+    st_write(paths["weights.safetensors"], files)
+    st_write(paths["rollouts.safetensors"], {"tokens": tokens, "completion_mask": mask, "rewards": rewards})
+    sets = [a for k, v in s.items() if k not in ("name", "ref") for a in ("--set", f"{k}={v}")]
+    print(f"[{cfg['name']}] " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "beta", "num_iterations",
+          "gradient_accumulation_steps", "scale_rewards", "temperature", "learning_rate", "max_grad_norm", "ref")))
+    t0 = time.time()
+    try:
+        sh([dfg, "compile", source, "-o", paths["plan.dfg"]] + sets, "dfg compile")
+        log = sh([dfg, "run", paths["plan.dfg"], "--weights", paths["weights.safetensors"], "--rollouts",
+                  paths["rollouts.safetensors"], "--steps", "1", "--dump", paths["out.safetensors"]], "dfg run")
+        got, _ = st_read(paths["out.safetensors"])
+    except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        print(f"[{cfg['name']}] FAIL: {e}")
+        return False
+    t_dfg = time.time() - t0
+    want = reference(s, w, w_ref, tokens, mask, rewards)
+
+    ok = True
+    print(f"  {'tensor':<30} {'shape':<12} {'max|torch|':>11} {'rel.err':>10} {'update err':>10}")
+    for name, ref in want.items():
+        if name == "loss_scale":
+            continue
+        g = got.get(name)
+        if g is None:
+            print(f"  {name:<30} MISSING from dfg's dump")
+            ok = False
+            continue
+        if g.size != ref.size or (ref.ndim and tuple(g.shape) != tuple(ref.shape)):
+            print(f"  {name:<30} shape {tuple(g.shape)} from dfg, {tuple(ref.shape)} expected")
+            ok = False
+            continue
+        g = g.reshape(ref.shape)
+        e = rel_err(g, ref)
+        if name == "loss":
+            e = abs(float(g) - float(ref)) / want["loss_scale"] if want["loss_scale"] > 0 else abs(float(g) - float(ref))
+        good = e <= TOL
+        upd = ""
+        if name in w:  # an updated weight: compare the update too
+            eu = rel_err(g.astype(np.float64) - w[name], ref - w[name])
+            good &= eu <= TOL_UPDATE
+            upd = f"{eu:10.2e}"
+        ok &= bool(good)
+        print(f"  {name:<30} {str(tuple(ref.shape)):<12} {float(np.max(np.abs(ref))):11.4e} {e:10.2e} {upd:>10}"
+              f"{'' if good else '  FAIL'}")
+    print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
+          f"grad_norm {float(want['grad_norm']):.6f}, clip_ratio {float(want['clip_ratio']):.4f}; "
+          f"dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
+    if not ok:
+        print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dfg", required=True, help="path of the dfg executable")
+    ap.add_argument("--source", required=True, help="path of examples/grpo.c")
+    ap.add_argument("--workdir", required=True, help="directory for the plans and exchanged files")
+    ap.add_argument("--config", action="append", help="run only these configurations (default: all)")
+    a = ap.parse_args()
+    env = os.environ.get("DFG_TEST_SEED", "")
+    try:
+        seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
+    except ValueError:
+        print(f"grpo_golden: FAIL: DFG_TEST_SEED={env!r} is not an integer")
+        return 1
+    print(f"grpo_golden: seed {seed} (replay with DFG_TEST_SEED={seed}); torch {torch.__version__}, "
+          f"tolerance {TOL:g} per tensor, {TOL_UPDATE:g} per update")
+    torch.manual_seed(seed)
+    os.makedirs(a.workdir, exist_ok=True)
+    configs = [c for c in CONFIGS if not a.config or c["name"] in a.config]
+    if not configs:
+        print(f"grpo_golden: FAIL: no configuration named {a.config}")
+        return 1
+    results = [run_config(c, a.dfg, a.source, a.workdir, seed) for c in configs]
+    ok = all(results)
+    print(f"grpo_golden: {sum(results)}/{len(results)} configurations agree (seed {seed})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
