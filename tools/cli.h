@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../runtime/dfg_runtime.h"
 #include "../runtime/planfile.h"
+#include "../runtime/safetensors.h"
 
 /* Exit codes: what a script can rely on. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
@@ -71,5 +73,45 @@ extern const char *const cli_fused_kinds[3];
 char *cli_fused_str(const dfg_report *r, char *buf, size_t len);
 /* "67 nodes, +3.8% flops (5.77e10)"; "none" under a budget met without recompute; "no budget" */
 char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- dfg run's parts
+ * tools/cli_run.c drives a run; cli_run_ckpt.c saves and resumes checkpoints and writes
+ * safetensors from runtime tensors; cli_run_rollouts.c loads fixed rollouts and writes dumps. */
+
+/* Reads the named runtime tensors (file name i holds tensors[i]) and writes them with
+ * dfg_st_write, atomically, with the metadata pairs meta_kv. Returns an exit code after printing
+ * the message. */
+int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names, const dfg_tensor *const *tensors,
+                int n, const char *const *meta_kv, int n_meta);
+
+/* The checkpoint of a run: every PARAM and STATE of the program in D/checkpoint.safetensors,
+ * with the steps done and the seed in its metadata (dfg.step, dfg.seed). */
+#define CLI_CKPT_FILE "checkpoint.safetensors"
+/* Creates dir when missing and locks it for this process (another run using it is refused;
+ * the lock goes with the process, kill -9 included), then removes partial checkpoint files a
+ * killed writer left (dfg_st_write's ".checkpoint.safetensors.XXXXXX"). *lock_fd: close it
+ * to unlock. Returns an exit code. */
+int cli_ckpt_prepare(const char *dir, int *lock_fd);
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, size_t path_len);
+/* Opens what --resume names (a checkpoint directory, or a checkpoint file) and reads its
+ * metadata: *step (required) and *seed (*has_seed false when absent). */
+int cli_ckpt_open(const char *resume, dfg_safetensors **st, char *path, size_t path_len, int64_t *step,
+                  uint64_t *seed, bool *has_seed);
+/* Loads every PARAM and STATE from st (each must be there with the program's dtype and shape,
+ * and nothing else) and sets the step counter. */
+int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *path, int64_t step);
+
+/* Fixed rollouts (--rollouts R): load reads the tensors the plan's setting "dfg.rollout_tensors"
+ * names and checks them against the plan (before a runtime exists, so bad input fails first);
+ * apply switches off the stages in "dfg.rollout_stages"; write fills the tensors before a step. */
+typedef struct cli_rollouts cli_rollouts;
+int cli_rollouts_load(const dfg_program *p, const char *plan, const char *path, cli_rollouts **out);
+int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r);
+int cli_rollouts_write(dfg_runtime *rt, const cli_rollouts *r);
+void cli_rollouts_free(cli_rollouts *r);
+/* --dump OUT: the plan's setting "dfg.dump" ("name=tensor,...") and every PARAM. check: before
+ * the run, so that a bad setting fails before any step; write: after the last step. */
+int cli_dump_check(const dfg_program *p, const char *plan);
+int cli_dump_write(dfg_runtime *rt, const char *path, const char *const *meta_kv, int n_meta);
 
 #endif

@@ -1,15 +1,25 @@
-/* cli_run.c - `dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]
- * [--seed S] [--threads N] [--every K]`.
+/* cli_run.c - `dfg run P.dfg [--steps N] [--weights W] [--save OUT] [--seed S] [--threads N]
+ * [--every K] [--checkpoint-dir D] [--save-every K] [--resume D] [--rollouts R] [--dump OUT]
+ * [--metrics FILE.jsonl]`.
  *
  * Loads a plan and compiles it with the options it records (so the run uses the memory plan
  * that dfg compile and dfg inspect reported), loads the pipeline's embedded shared object for
- * its host stages, creates the runtime, optionally loads weights, runs N steps printing one
- * line of metrics per step, and optionally saves the parameters. */
+ * its host stages, creates the runtime, optionally loads weights or resumes a checkpoint, runs
+ * N steps printing one line of metrics per step, and writes checkpoints, parameters and dumps.
+ * Checkpoints and resuming: cli_run_ckpt.c; fixed rollouts and dumps: cli_run_rollouts.c. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "../graph/ir.h"
 #include "cli.h"
@@ -17,29 +27,60 @@
 #define CMD "run"
 
 typedef struct {
-    const char *plan, *weights, *save;
-    int64_t steps, seed, threads, every;
+    const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
+    int64_t steps, seed, threads, every, save_every;
+    bool seed_given;
 } run_args;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]\n"
-               "                     [--seed S] [--threads N] [--every K]\n"
+               "                     [--seed S] [--threads N] [--every K] [--metrics FILE.jsonl]\n"
+               "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
+               "                     [--rollouts R.safetensors] [--dump OUT.safetensors]\n"
                "\n"
-               "Runs a plan made by dfg compile: N steps (default 1), each running every stage once,\n"
-               "and prints the program's metrics after each step.\n"
+               "Runs a plan made by dfg compile: N steps, each running every stage once, and prints\n"
+               "the program's metrics after each step.\n"
                "\n"
-               "  --steps N      steps to run (0 only initialises, loads and saves)\n"
+               "  --steps N      steps to run (default 1; 0 only initialises, loads and saves); with\n"
+               "                 --resume, N more steps after the checkpoint's\n"
                "  --weights W    load parameters from a safetensors file (every parameter must be there)\n"
                "  --save OUT     write the parameters to a safetensors file after the last step\n"
-               "  --seed S       seed of parameter initialisation, RNG streams and host stages (default 1234)\n"
+               "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
+               "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
-               "  --every K      print every K-th step (and the last); default 1\n");
+               "  --every K      print every K-th step (and the last); default 1\n"
+               "  --metrics F    write one JSON object per step to F (step, every metric, ms, tokens_per_s,\n"
+               "                 arena_bytes); appended to with --resume, else replaced\n"
+               "\n"
+               "checkpoints (every PARAM and STATE: weights, reference model, optimizer moments, RNG\n"
+               "counters, with the step and the seed; written atomically to D/" CLI_CKPT_FILE "):\n"
+               "  --checkpoint-dir D  write a checkpoint at the end, on an interrupt, and every K steps\n"
+               "                      with --save-every K (created when missing)\n"
+               "  --save-every K      checkpoint after every step whose number is a multiple of K\n"
+               "  --resume D          continue the run checkpointed in D (a directory, or a checkpoint\n"
+               "                      file): loads everything, sets the step counter; D is also the\n"
+               "                      checkpoint directory unless --checkpoint-dir says otherwise\n"
+               "  Ctrl-C (SIGINT) stops after the current step, writes the checkpoint and exits 130; a\n"
+               "  second Ctrl-C stops at once (the last checkpoint stays whole).\n"
+               "\n"
+               "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo.c):\n"
+               "  --rollouts R   skip the stages that make rollouts and train on R's tensors (GRPO:\n"
+               "                 tokens i32 (N,T), completion_mask f32 (N,T), rewards f32 (N)), every step\n"
+               "  --dump OUT     after the last step, write the values the plan names (GRPO: logp,\n"
+               "                 ref_logp, advantages, loss, grad_norm) and every parameter to OUT\n"
+               "\n"
+               "tok/s (shown when the program has a 'completion_mask'): completion tokens of the step\n"
+               "(the mask's sum: generated tokens up to and including each EOS) per second of the step.\n"
+               "exit codes: 0 ok, 1 failed while running, 2 usage error or bad input, 130 interrupted\n"
+               "(SIGINT; 143 for SIGTERM, handled the same way)\n");
 }
 
 static int parse_args(int argc, char **argv, run_args *r) {
-    static const cli_option opts[] = {{"--steps", true},   {"--weights", true}, {"--save", true},
-                                      {"--seed", true},    {"--threads", true}, {"--every", true},
-                                      {"--help", false},   {"-h", false},       {NULL, false}};
+    static const cli_option opts[] = {
+        {"--steps", true},    {"--weights", true},  {"--save", true},           {"--seed", true},
+        {"--threads", true},  {"--every", true},    {"--checkpoint-dir", true}, {"--save-every", true},
+        {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
+        {"--help", false},    {"-h", false},        {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1};
@@ -52,18 +93,35 @@ static int parse_args(int argc, char **argv, run_args *r) {
         } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             usage(stdout);
             return -1;
-        } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 2, &r->steps);
-        else if (!strcmp(opt, "--seed")) ok = cli_parse_i64(CMD, "--seed", val, 0, INT64_MAX, &r->seed);
+        } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
+        else if (!strcmp(opt, "--seed")) {
+            ok = cli_parse_i64(CMD, "--seed", val, 0, INT64_MAX, &r->seed);
+            r->seed_given = true;
+        }
         else if (!strcmp(opt, "--threads")) ok = cli_parse_i64(CMD, "--threads", val, 1, 4096, &r->threads);
         else if (!strcmp(opt, "--every")) ok = cli_parse_i64(CMD, "--every", val, 1, INT64_MAX, &r->every);
-        else if (!strcmp(opt, "--weights")) r->weights = val;
-        else r->save = val;
+        else if (!strcmp(opt, "--save-every")) ok = cli_parse_i64(CMD, "--save-every", val, 1, INT64_MAX, &r->save_every);
+        else {
+            const char **dst = !strcmp(opt, "--weights") ? &r->weights
+                               : !strcmp(opt, "--save") ? &r->save
+                               : !strcmp(opt, "--checkpoint-dir") ? &r->ckpt_dir
+                               : !strcmp(opt, "--resume") ? &r->resume
+                               : !strcmp(opt, "--rollouts") ? &r->rollouts
+                               : !strcmp(opt, "--dump") ? &r->dump
+                                                         : &r->metrics;
+            if (!*val) return cli_error(CMD, CLI_USAGE, "%s needs a path, got ''", opt);
+            *dst = val;
+        }
         if (!ok) return CLI_USAGE;
     }
     if (!r->plan) {
         usage(stderr);
         return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
     }
+    if (r->weights && r->resume)
+        return cli_error(CMD, CLI_USAGE, "--weights and --resume both set the parameters; give one");
+    if (r->dump && r->steps == 0)
+        return cli_error(CMD, CLI_USAGE, "--dump writes the values of the last step; it needs --steps 1 or more");
     return CLI_OK;
 }
 
@@ -89,69 +147,284 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, int threads) {
+/* ---------------------------------------------------------------- interrupts
+ * The one piece of process-wide state: a signal handler can only talk through a static flag.
+ * The first SIGINT (or SIGTERM) asks the run to stop after the current step and checkpoint; a
+ * second one kills the process at once with the default action (the checkpoint file on disk is
+ * then the previous whole one: files are only ever renamed into place). */
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+    static const char first[] = "dfg run: interrupted: stopping after this step (interrupt again to stop at once)\n";
+    static const char again[] = "dfg run: interrupted again: stopping now, without saving\n";
+    if (interrupted) {
+        ssize_t w = write(STDERR_FILENO, again, sizeof(again) - 1);
+        (void)w;
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    interrupted = sig;
+    ssize_t w = write(STDERR_FILENO, first, sizeof(first) - 1);
+    (void)w;
+}
+
+static void catch_interrupts(bool on) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on ? on_interrupt : SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---------------------------------------------------------------- a run */
+typedef struct {
+    const run_args *a;
+    dfg_runtime *rt;
+    uint64_t seed;
+    const char *ckpt_dir; /* NULL: no checkpoints */
+    int64_t last_saved;   /* step of the last checkpoint written; -1: none */
+    cli_rollouts *rollouts;
+    FILE *jsonl;
+    float *mask; /* host copy of "completion_mask" for tok/s; NULL when the program has none */
+    int64_t mask_n;
+    double tokens; /* completion tokens over the run */
+} run_state;
+
+static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
     char sb[32];
     int64_t n_params = 0;
     for (int i = 0; i < p->n_tensors; i++)
         if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
-    printf("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %lld", r->plan, p->name, p->n_stages,
+    printf("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
            p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
-           dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), (long long)r->seed);
-    if (threads) printf(", %d thread%s", threads, threads == 1 ? "" : "s");
+           dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
+    if (r->threads) printf(", %d thread%s", (int)r->threads, r->threads == 1 ? "" : "s");
     printf("\n");
 }
 
-static void print_step(dfg_runtime *rt, int64_t step, int64_t steps, double ms) {
-    int width = snprintf(NULL, 0, "%lld", (long long)steps);
-    printf("step %*lld", width, (long long)step);
-    for (int i = 0; i < dfg_runtime_metric_count(rt); i++)
-        printf("  %s %.5g", dfg_runtime_metric_name(rt, i), (double)dfg_runtime_metric_value(rt, i));
-    printf("  %.1f ms\n", ms);
+/* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */
+static double completion_tokens(run_state *s) {
+    if (!s->mask || dfg_runtime_read(s->rt, "completion_mask", s->mask, sizeof(float) * (size_t)s->mask_n)) return -1;
+    double sum = 0;
+    for (int64_t i = 0; i < s->mask_n; i++) sum += s->mask[i];
+    return sum;
+}
+
+static void print_step(run_state *s, int64_t step, int width, double ms, double tokens) {
+    printf("step %*" PRId64, width, step);
+    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++)
+        printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), (double)dfg_runtime_metric_value(s->rt, i));
+    printf("  %.1f ms", ms);
+    if (tokens >= 0) printf("  %.0f tok/s", ms > 0 ? tokens / (ms * 1e-3) : 0.0);
+    printf("\n");
     fflush(stdout);
 }
 
-static int run_steps(const run_args *r, dfg_runtime *rt) {
-    double start = now_s();
-    for (int64_t s = 1; s <= r->steps; s++) {
-        double t0 = now_s();
-        if (dfg_runtime_step(rt)) return cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, dfg_runtime_error(rt));
-        if (s % r->every == 0 || s == r->steps) print_step(rt, s, r->steps, 1e3 * (now_s() - t0));
+/* A number as JSON: a float metric with the 9 digits that give it back exactly (cJSON would
+ * print the double's 17), fixed decimals for times; null when not finite. */
+static bool add_number(cJSON *o, const char *key, double v, const char *fmt) {
+    char buf[64];
+    if (!isfinite(v)) return cJSON_AddNullToObject(o, key) != NULL;
+    snprintf(buf, sizeof(buf), fmt, v);
+    return cJSON_AddRawToObject(o, key, buf) != NULL;
+}
+
+/* One line of --metrics: {"step":3,"loss":..,...,"ms":..,"tokens_per_s":..,"arena_bytes":..};
+ * tokens_per_s is null when the program has no completion mask. A metric named like one of the
+ * line's own keys is written as "metric.<name>". */
+static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
+    static const char *const own[] = {"step", "ms", "tokens_per_s", "arena_bytes"};
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && add_number(o, "step", (double)step, "%.0f");
+    for (int i = 0; ok && i < dfg_runtime_metric_count(s->rt); i++) {
+        const char *name = dfg_runtime_metric_name(s->rt, i);
+        char key[256];
+        bool clash = false;
+        for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++) clash = clash || !strcmp(name, own[k]);
+        snprintf(key, sizeof(key), "%s%s", clash ? "metric." : "", name);
+        ok = add_number(o, key, (double)dfg_runtime_metric_value(s->rt, i), "%.9g");
     }
-    double total = now_s() - start;
-    if (r->steps > 0)
-        printf("%lld step%s in %.3f s (%.2f ms/step)\n", (long long)r->steps, r->steps == 1 ? "" : "s", total,
-               1e3 * total / (double)r->steps);
+    ok = ok && add_number(o, "ms", ms, "%.3f");
+    ok = ok && add_number(o, "tokens_per_s", tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : NAN, "%.1f");
+    ok = ok && add_number(o, "arena_bytes", (double)dfg_runtime_arena_bytes(s->rt), "%.0f");
+    char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!line) return cli_error(CMD, CLI_FAILED, "%s: out of memory", s->a->metrics);
+    /* flushed per line: a killed run keeps the lines of the steps it finished */
+    bool written = fprintf(s->jsonl, "%s\n", line) >= 0 && fflush(s->jsonl) == 0;
+    cJSON_free(line);
+    return written ? CLI_OK : cli_error(CMD, CLI_FAILED, "cannot write %s: %s", s->a->metrics, strerror(errno));
+}
+
+static int checkpoint(run_state *s, bool announce) {
+    char path[4400];
+    double t0 = now_s();
+    int rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
+    if (rc) return rc;
+    s->last_saved = dfg_runtime_steps_done(s->rt);
+    if (announce)
+        printf("checkpoint: step %" PRId64 " saved to %s (%.1f ms)\n", s->last_saved, path, 1e3 * (now_s() - t0));
     return CLI_OK;
 }
 
-/* Creates the runtime, loads weights, runs, saves. */
-static int execute(const run_args *r, dfg_program *p, void *lib) {
+/* Runs the steps; stops early (CLI_OK) after a step during which an interrupt came. */
+static int run_steps(run_state *s) {
+    const run_args *a = s->a;
+    int64_t first = dfg_runtime_steps_done(s->rt), done = 0;
+    int width = snprintf(NULL, 0, "%" PRId64, first + a->steps);
+    double start = now_s();
+    for (int64_t i = 1; i <= a->steps && !interrupted; i++) {
+        int rc = cli_rollouts_write(s->rt, s->rollouts);
+        if (rc) return rc;
+        double t0 = now_s();
+        if (dfg_runtime_step(s->rt)) return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
+        double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
+        int64_t step = first + i;
+        bool shown = step % a->every == 0 || i == a->steps || interrupted;
+        done = i;
+        if (tokens >= 0) s->tokens += tokens;
+        if (shown) print_step(s, step, width, ms, tokens);
+        if (s->jsonl && (rc = write_jsonl(s, step, ms, tokens))) return rc;
+        if (s->ckpt_dir && a->save_every && step % a->save_every == 0 && (rc = checkpoint(s, shown))) return rc;
+    }
+    double total = now_s() - start;
+    if (done > 0) {
+        printf("%" PRId64 " step%s in %.3f s (%.2f ms/step", done, done == 1 ? "" : "s", total, 1e3 * total / (double)done);
+        if (s->mask) printf(", %.0f tok/s", total > 0 ? s->tokens / total : 0.0);
+        printf(")\n");
+    }
+    return CLI_OK;
+}
+
+/* --seed, else the checkpoint's seed when resuming, else the plan's setting "seed" (TRL's name
+ * for it), else the runtime's default. */
+static int pick_seed(const run_args *a, const dfg_program *p, bool ckpt_has_seed, uint64_t ckpt_seed, uint64_t *seed) {
+    *seed = (uint64_t)a->seed;
+    if (a->seed_given) {
+        if (a->resume && ckpt_has_seed && ckpt_seed != *seed)
+            fprintf(stderr, "dfg run: warning: --seed %" PRIu64 " is not the checkpoint's seed %" PRIu64
+                            "; data and sampling streams will differ from the original run's\n", *seed, ckpt_seed);
+        return CLI_OK;
+    }
+    if (a->resume && ckpt_has_seed) {
+        *seed = ckpt_seed;
+        return CLI_OK;
+    }
+    const char *v = dfg_program_setting(p, "seed");
+    int64_t s;
+    if (!v) return CLI_OK;
+    if (!cli_parse_i64(CMD, "the plan's setting seed", v, 0, INT64_MAX, &s)) return CLI_USAGE;
+    *seed = (uint64_t)s;
+    return CLI_OK;
+}
+
+/* The checkpoint directory: --checkpoint-dir, else the directory --resume names. */
+static const char *checkpoint_dir(const run_args *a) {
+    struct stat st;
+    if (a->ckpt_dir) return a->ckpt_dir;
+    if (a->resume && stat(a->resume, &st) == 0 && S_ISDIR(st.st_mode)) return a->resume;
+    return NULL;
+}
+
+/* Everything before the first step: checkpoint or weights, rollouts, the metrics file. */
+static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_path, int64_t ckpt_step) {
+    const run_args *a = s->a;
+    int rc = CLI_OK, n_loaded = 0;
+    if (a->weights) {
+        if (dfg_runtime_load_safetensors(s->rt, a->weights, true, &n_loaded))
+            return cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(s->rt));
+        printf("loaded %d tensors from %s\n", n_loaded, a->weights);
+    }
+    if (ckpt) {
+        if ((rc = cli_ckpt_restore(s->rt, ckpt, ckpt_path, ckpt_step))) return rc;
+        printf("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
+        s->last_saved = ckpt_step;
+    }
+    if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
+    if (a->metrics && !(s->jsonl = fopen(a->metrics, a->resume ? "a" : "w")))
+        return cli_error(CMD, CLI_FAILED, "cannot create %s: %s", a->metrics, strerror(errno));
+    const dfg_tensor *mask = dfg_find(dfg_runtime_program(s->rt), "completion_mask");
+    if (mask && mask->dtype == DFG_F32 && (mask->kind == DFG_STATE || mask->kind == DFG_INPUT)) {
+        s->mask_n = dfg_shape_numel(mask->shape);
+        if (!(s->mask = malloc(sizeof(float) * (size_t)(s->mask_n ? s->mask_n : 1))))
+            return cli_error(CMD, CLI_FAILED, "out of memory");
+    }
+    return CLI_OK;
+}
+
+/* After the last step (or an interrupt): the checkpoint, --save, --dump. */
+static int finish(run_state *s) {
+    const run_args *a = s->a;
+    int64_t step = dfg_runtime_steps_done(s->rt);
+    int rc = CLI_OK;
+    char path[4400];
+    if (s->ckpt_dir && s->last_saved != step && (rc = checkpoint(s, !interrupted))) return rc;
+    if (interrupted) {
+        snprintf(path, sizeof(path), "%s/%s", s->ckpt_dir ? s->ckpt_dir : "", CLI_CKPT_FILE);
+        if (s->ckpt_dir)
+            cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (continue with --resume %s)",
+                      step, path, s->ckpt_dir);
+        else cli_error(CMD, 0, "interrupted after step %" PRId64 ": nothing saved (no --checkpoint-dir)", step);
+        return 128 + interrupted;
+    }
+    if (a->save) {
+        if (dfg_runtime_save_safetensors(s->rt, a->save, false))
+            return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
+        printf("saved the parameters to %s\n", a->save);
+    }
+    if (a->dump) {
+        char st[32], sd[32];
+        snprintf(st, sizeof(st), "%" PRId64, step);
+        snprintf(sd, sizeof(sd), "%" PRIu64, s->seed);
+        const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", st, "dfg.seed", sd,
+                              "dfg.rollouts", a->rollouts ? a->rollouts : "(generated)"};
+        if ((rc = cli_dump_write(s->rt, a->dump, meta, 5))) return rc;
+        printf("dumped step %" PRId64 " to %s\n", step, a->dump);
+    }
+    return CLI_OK;
+}
+
+/* Creates the runtime, loads, runs, saves. */
+static int execute(const run_args *a, dfg_program *p, void *lib) {
+    run_state s = {.a = a, .last_saved = -1, .ckpt_dir = checkpoint_dir(a)};
+    dfg_safetensors *ckpt = NULL;
+    char ckpt_path[4400] = "";
+    int64_t ckpt_step = 0;
+    uint64_t ckpt_seed = 0;
+    bool ckpt_has_seed = false;
+    int lock = -1, rc = CLI_OK;
+    if (a->resume)
+        rc = cli_ckpt_open(a->resume, &ckpt, ckpt_path, sizeof(ckpt_path), &ckpt_step, &ckpt_seed, &ckpt_has_seed);
+    if (!rc && a->save_every && !s.ckpt_dir) rc = cli_error(CMD, CLI_USAGE, "--save-every needs --checkpoint-dir");
+    if (!rc) rc = pick_seed(a, p, ckpt_has_seed, ckpt_seed, &s.seed);
+    if (!rc && a->dump) rc = cli_dump_check(p, a->plan);
+    if (!rc && a->rollouts) rc = cli_rollouts_load(p, a->plan, a->rollouts, &s.rollouts);
+    if (!rc && s.ckpt_dir) rc = cli_ckpt_prepare(s.ckpt_dir, &lock);
     dfg_run_options opt = dfg_run_options_default();
     opt.target = DFG_TARGET_CPU;
-    opt.seed = (uint64_t)r->seed;
-    opt.n_threads = (int)r->threads;
+    opt.seed = s.seed;
+    opt.n_threads = (int)a->threads;
     opt.host_lib = lib;
-    dfg_runtime *rt = NULL;
-    int rc = CLI_OK;
-    if (dfg_runtime_create(p, &opt, &rt)) {
-        rc = cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, rt ? dfg_runtime_error(rt) : "out of memory");
-        dfg_runtime_free(rt);
-        return rc;
+    if (!rc && dfg_runtime_create(p, &opt, &s.rt))
+        rc = cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, s.rt ? dfg_runtime_error(s.rt) : "out of memory");
+    if (!rc) {
+        print_header(a, p, s.rt, s.seed);
+        rc = prepare(&s, ckpt, ckpt_path, ckpt_step);
     }
-    print_header(r, p, rt, (int)r->threads);
-    int n_loaded = 0;
-    if (r->weights) {
-        if (dfg_runtime_load_safetensors(rt, r->weights, true, &n_loaded))
-            rc = cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(rt));
-        else printf("loaded %d tensors from %s\n", n_loaded, r->weights);
+    dfg_st_free(ckpt); /* its bytes are in the runtime now */
+    if (!rc) {
+        catch_interrupts(true);
+        rc = run_steps(&s);
+        if (!rc) rc = finish(&s);
+        catch_interrupts(false);
     }
-    if (!rc) rc = run_steps(r, rt);
-    if (!rc && r->save) {
-        if (dfg_runtime_save_safetensors(rt, r->save, false))
-            rc = cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(rt));
-        else printf("saved the parameters to %s\n", r->save);
-    }
-    dfg_runtime_free(rt);
+    dfg_runtime_free(s.rt);
+    cli_rollouts_free(s.rollouts);
+    free(s.mask);
+    if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);
+    if (lock >= 0) close(lock);
     return rc;
 }
 

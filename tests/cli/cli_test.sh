@@ -401,6 +401,27 @@ expect_one_line "mismatched weights"
 run "$DFG" run gpt2.dfg --weights missing.safetensors
 expect_rc 2 "missing weights file"
 
+# ---------------------------------------------------------------- run: metrics, checkpoints (more in grpo_cli_test.sh)
+run "$DFG" run gpt2.dfg --steps 2 --threads 1 --metrics m.jsonl
+expect_rc 0 "--metrics"
+if grep -q "tok/s" out.txt; then fail "gpt2_train has no completion mask: no tok/s"; else ok "no tok/s without a completion mask"; fi
+python3 -c '
+import json
+rows = [json.loads(l) for l in open("m.jsonl")]
+assert [r["step"] for r in rows] == [1, 2] and all(r["tokens_per_s"] is None and r["loss"] > 0 for r in rows), rows
+' && ok "--metrics: a JSON line per step, tokens_per_s null" || fail "--metrics lines of gpt2_train"
+run "$DFG" run gpt2.dfg --steps 2 --threads 1 --checkpoint-dir ck/nested
+expect_rc 0 "--checkpoint-dir creates the directory"
+expect_in out.txt "checkpoint: step 2 saved to ck/nested/checkpoint.safetensors" "the final checkpoint is announced"
+run "$DFG" run gpt2.dfg --resume ck/nested/checkpoint.safetensors --steps 0
+expect_rc 0 "--resume takes a checkpoint file too"
+expect_in out.txt "resumed from ck/nested/checkpoint.safetensors: step 2" "it continues at step 2"
+run "$DFG" run gpt2.dfg --resume w1.safetensors
+expect_rc 2 "--resume of a parameters-only file"
+expect_one_line "not a checkpoint"
+run "$DFG" run gpt2.dfg --dump d.safetensors --steps 0
+expect_rc 2 "--dump with --steps 0"
+
 echo
 if [ "$failures" -eq 0 ]; then echo "cli_test: all checks passed"; exit 0; fi
 echo "cli_test: $failures check(s) failed"

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# grpo_cli_test.sh - dfg run's checkpoints, resume, interrupts, fixed rollouts, dumps and
+# metrics, end to end on examples/grpo.c (its default settings are tiny: a step takes ~20 ms).
+#   usage: grpo_cli_test.sh /path/to/dfg /path/to/source-tree
+# Each check prints "ok - ..." or "FAIL - ..." (with the command's output); the script exits 1
+# when any check failed. Runs use --threads 1: results are compared bit for bit.
+set -u
+DFG=$1
+SRC=$2
+ST=("python3" "$SRC/tests/cli/st_tool.py")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-grpo-cli-test-XXXXXX")
+bg_pid=
+trap '[ -n "$bg_pid" ] && kill -9 "$bg_pid" 2>/dev/null; rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+failures=0
+
+ok() { echo "ok - $1"; }
+fail() {
+  echo "FAIL - $1"
+  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
+  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
+  failures=$((failures + 1))
+}
+run() { "$@" >out.txt 2>err.txt; rc=$?; }
+check() { # check WHAT CMD...: ok when CMD succeeds
+  local what=$1; shift
+  if "$@"; then ok "$what"; else fail "$what"; fi
+}
+expect_rc() {
+  if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi
+}
+expect_in() {
+  if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi
+}
+expect_one_line() {
+  local n; n=$(wc -l <err.txt)
+  if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line on stderr, got $n"; fi
+}
+# metric_at FILE STEP NAME: the value printed after NAME on "step STEP"
+metric_at() { awk -v s="$2" -v m="$3" '$1 == "step" && $2 == s { for (i = 3; i < NF; i++) if ($i == m) print $(i + 1) }' "$1"; }
+last_step() { awk '$1 == "step" { s = $2 } END { print s }' "$1"; }
+ckpt_step() { "${ST[@]}" meta "$1" dfg.step; }
+# wait_for COND_CMD...: polls for up to 20 s
+wait_for() { for _ in $(seq 200); do "$@" && return 0; sleep 0.1; done; return 1; }
+has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "$2" ]; }
+
+# ---------------------------------------------------------------- the plan
+run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg
+expect_rc 0 "compile examples/grpo.c"
+expect_in out.txt "dfg.rollout_tensors=tokens,completion_mask,rewards" "the plan says what a rollout holds"
+cp out.txt compile.txt
+
+# the plan's setting "seed" is --seed's default; --seed wins
+run "$DFG" compile "$SRC/examples/grpo.c" --set seed=77 -o seed77.dfg
+run "$DFG" run seed77.dfg --steps 0
+expect_in out.txt "seed 77" "the plan's setting seed is the default seed"
+run "$DFG" run seed77.dfg --steps 0 --seed 5
+expect_in out.txt "seed 5" "--seed overrides the plan's setting"
+
+# ---------------------------------------------------------------- metrics
+run "$DFG" run grpo.dfg --steps 3 --threads 1 --metrics m.jsonl
+expect_rc 0 "run 3 steps with --metrics"
+expect_in out.txt " tok/s" "step lines show tokens per second"
+check "--metrics: one JSON object per step with every metric, ms, tokens_per_s, arena_bytes" python3 -c '
+import json, sys
+lines = open("m.jsonl").read().splitlines()
+rows = [json.loads(l) for l in lines]
+assert [r["step"] for r in rows] == [1, 2, 3], rows
+for r in rows:
+    for k in ("reward", "completion_length", "loss", "kl", "grad_norm", "ms", "tokens_per_s", "arena_bytes"):
+        assert k in r, k
+    assert r["tokens_per_s"] > 0 and r["ms"] > 0 and r["arena_bytes"] > 0
+'
+loss3=$(metric_at out.txt 3 loss)
+check "--metrics holds the printed values (loss at step 3: $loss3)" python3 -c '
+import json, sys
+r = json.loads(open("m.jsonl").read().splitlines()[2])
+assert "%.5g" % r["loss"] == sys.argv[1], (r["loss"], sys.argv[1])' "$loss3"
+
+# ---------------------------------------------------------------- checkpoints and resume
+run "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoint-dir full
+expect_rc 0 "6 steps with --save-every 2"
+expect_in out.txt "checkpoint: step 2 saved to full/checkpoint.safetensors" "a checkpoint every 2 steps"
+expect_in out.txt "checkpoint: step 6 saved to full/checkpoint.safetensors" "the checkpoint at the end"
+check "the checkpoint records the step" [ "$(ckpt_step full/checkpoint.safetensors)" = 6 ]
+cp out.txt full.txt
+
+run "$DFG" run grpo.dfg --steps 3 --threads 1 --save-every 2 --checkpoint-dir half --metrics half.jsonl
+expect_rc 0 "3 steps, then stop"
+check "stopped at step 3" [ "$(ckpt_step half/checkpoint.safetensors)" = 3 ]
+run "$DFG" run grpo.dfg --resume half --steps 3 --threads 1 --metrics half.jsonl
+expect_rc 0 "--resume: 3 more steps"
+expect_in out.txt "resumed from half/checkpoint.safetensors: step 3" "--resume says where it continues"
+expect_in out.txt "checkpoint: step 6 saved to half/checkpoint.safetensors" "--resume checkpoints into the same directory"
+check "the resumed run numbers its steps 4..6" [ "$(grep '^step ' out.txt | awk '{ printf "%s ", $2 }')" = "4 5 6 " ]
+check "step 6's loss is the uninterrupted run's ($(metric_at full.txt 6 loss))" \
+  [ "$(metric_at out.txt 6 loss)" = "$(metric_at full.txt 6 loss)" ]
+run "${ST[@]}" same full/checkpoint.safetensors half/checkpoint.safetensors
+expect_rc 0 "6 steps = 3 steps + resume + 3 steps: every tensor bit-identical"
+check "... and the checkpoint files byte for byte" cmp -s full/checkpoint.safetensors half/checkpoint.safetensors
+check "--metrics with --resume appends: steps 1..6" python3 -c '
+import json
+assert [json.loads(l)["step"] for l in open("half.jsonl")] == [1, 2, 3, 4, 5, 6]'
+
+# what --resume refuses
+run "$DFG" run grpo.dfg --resume nowhere
+expect_rc 2 "--resume of a missing directory"
+expect_in err.txt "no checkpoint there" "--resume names what is missing"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" -o gpt2.dfg
+run "$DFG" run gpt2.dfg --steps 0 --checkpoint-dir gpt2ck
+run "$DFG" run grpo.dfg --resume gpt2ck
+expect_rc 2 "a checkpoint of another plan is refused"
+expect_one_line "another plan's checkpoint"
+run "$DFG" run grpo.dfg --save-every 2
+expect_rc 2 "--save-every without --checkpoint-dir"
+run "$DFG" run grpo.dfg --resume half --weights w.safetensors
+expect_rc 2 "--resume with --weights"
+
+# ---------------------------------------------------------------- kill -9
+"$DFG" run grpo.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir k9 >k9.txt 2>&1 &
+bg_pid=$!
+wait_for has_steps k9.txt 20
+sleep 0.3
+kill -9 "$bg_pid"
+wait "$bg_pid" 2>/dev/null
+rc=$?
+bg_pid=
+expect_rc 137 "kill -9 during a run with --save-every 1"
+printed=$(last_step k9.txt)
+saved=$(ckpt_step k9/checkpoint.safetensors)
+within() { [ -n "$1" ] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+check "the checkpoint loses at most the step in flight (printed $printed, saved $saved)" within "$saved" $((printed - 1)) "$printed"
+# a partial write a killed run left (dfg_st_write's temp name), and any other leftover, are
+# never read; the partial one is removed by the next run
+printf 'partial' >k9/.checkpoint.safetensors.x1y2z3
+run "$DFG" run grpo.dfg --resume k9 --steps 2 --threads 1
+expect_rc 0 "--resume after kill -9"
+expect_in out.txt "resumed from k9/checkpoint.safetensors: step $saved" "it continues from the last checkpoint"
+expect_in out.txt "removed k9/.checkpoint.safetensors.x1y2z3" "the partial checkpoint file is removed"
+check "no partial checkpoint file remains" [ -z "$(find k9 -name '.checkpoint.safetensors.*')" ]
+run "$DFG" run grpo.dfg --steps $((saved + 2)) --threads 1 --checkpoint-dir k9ref
+check "resumed after kill -9 = uninterrupted, bit for bit (step $((saved + 2)))" \
+  cmp -s k9/checkpoint.safetensors k9ref/checkpoint.safetensors
+
+# ---------------------------------------------------------------- SIGINT
+"$DFG" run grpo.dfg --steps 1000000 --threads 1 --checkpoint-dir si >si.txt 2>si.err &
+bg_pid=$!
+wait_for has_steps si.txt 5
+# while it runs, the directory is locked: a second run there is refused
+run "$DFG" run grpo.dfg --steps 1 --checkpoint-dir si
+expect_rc 2 "a second run in a checkpoint directory in use"
+expect_in err.txt "in use by another dfg run" "the message says why"
+kill -INT "$bg_pid"
+wait "$bg_pid"
+rc=$?
+bg_pid=
+expect_rc 130 "SIGINT"
+expect_in si.err "checkpoint saved to si/checkpoint.safetensors" "SIGINT says where it saved"
+check "the checkpoint holds the last step printed ($(last_step si.txt))" \
+  [ "$(ckpt_step si/checkpoint.safetensors)" = "$(last_step si.txt)" ]
+run "$DFG" run grpo.dfg --resume si --steps 1 --threads 1
+expect_rc 0 "--resume after SIGINT"
+
+# a second SIGINT stops at once; the checkpoint on disk stays whole. Steps of ~0.8 s here, and
+# the signals come right after the step-1 checkpoint appears, so both land inside step 2.
+run "$DFG" compile "$SRC/examples/grpo.c" --set prompts_per_step=64 --set n_embd=192 -o slow.dfg
+"$DFG" run slow.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir si2 >si2.txt 2>si2.err &
+bg_pid=$!
+wait_for test -e si2/checkpoint.safetensors
+kill -INT "$bg_pid"
+sleep 0.02
+kill -INT "$bg_pid" 2>/dev/null
+wait "$bg_pid"
+rc=$?
+bg_pid=
+expect_rc 130 "two SIGINTs"
+expect_in si2.err "interrupted again" "the second SIGINT stops without saving"
+check "the checkpoint on disk is step 1's" [ "$(ckpt_step si2/checkpoint.safetensors)" = 1 ]
+run "$DFG" run slow.dfg --resume si2 --steps 0
+expect_rc 0 "the checkpoint left by a double SIGINT loads"
+
+# ---------------------------------------------------------------- fixed rollouts and --dump
+# N = prompts_per_step 8 x num_generations 8 = 64 sequences of T = 4 + 5 = 9 tokens, vocab 15
+"${ST[@]}" rollouts r.safetensors 64 9 15 7
+"${ST[@]}" rollouts rows.safetensors 64 9 15 7 --bad-shape
+"${ST[@]}" rollouts long.safetensors 64 10 15 7
+run "$DFG" run grpo.dfg --rollouts rows.safetensors
+expect_rc 2 "rollouts with 65 sequences"
+expect_one_line "wrong N"
+expect_in err.txt "tensor 'tokens' has shape (65,9) in the file but the plan's is (64,9) (N = prompts_per_step x num_generations = 8 x 8" \
+  "the message names the tensor, both shapes and the settings"
+run "$DFG" run grpo.dfg --rollouts long.safetensors
+expect_rc 2 "rollouts of 10 tokens"
+expect_in err.txt "T = max_prompt_length + max_completion_length = 4 + 5" "the message names T's settings"
+run "$DFG" run gpt2.dfg --rollouts r.safetensors
+expect_rc 2 "--rollouts on a plan without rollout settings"
+expect_in err.txt "cannot train on fixed rollouts" "the message says why"
+run "$DFG" run gpt2.dfg --dump d.safetensors
+expect_rc 2 "--dump on a plan without dfg.dump"
+
+run "$DFG" run grpo.dfg --rollouts r.safetensors --dump d.safetensors --save w.safetensors --threads 1
+expect_rc 0 "--rollouts R --dump OUT"
+expect_in out.txt "stages data, prefill, decode, reward skipped" "the rollout stages are skipped"
+expect_in out.txt "dumped step 1 to d.safetensors" "the dump is written"
+# the plan's setting dfg.dump names the values (file name=tensor); the issue's five must be there
+dumped=$(grep -o 'dfg\.dump=[^ ]*' compile.txt | sed 's/^dfg\.dump=//' | tr ',' '\n' | sed 's/=.*//')
+check "dfg.dump lists logp, ref_logp, advantages, loss, grad_norm" \
+  [ "$(printf '%s\n' $dumped | grep -cxE 'logp|ref_logp|advantages|loss|grad_norm')" = 5 ]
+{ "${ST[@]}" names w.safetensors; printf '%s\n' $dumped; } | LC_ALL=C sort >want.txt
+"${ST[@]}" names d.safetensors >got.txt
+check "OUT holds exactly the $(printf '%s\n' $dumped | wc -l) values of dfg.dump and the $(($(wc -l <want.txt) - $(printf '%s\n' $dumped | wc -l))) params" \
+  cmp -s want.txt got.txt
+run "${ST[@]}" check-dump d.safetensors r.safetensors 8
+expect_rc 0 "logp is 0 off the mask and finite on it; advantages are centred per group"
+check "the dumped params are the updated ones (= --save)" python3 -c '
+import sys; sys.path.insert(0, sys.argv[1]); import st_tool as s
+d, _ = s.read("d.safetensors"); w, _ = s.read("w.safetensors")
+assert all(d[n] == w[n] for n in w)' "$SRC/tests/cli"
+run "$DFG" run grpo.dfg --rollouts r.safetensors --dump d2.safetensors --threads 1
+check "the same rollouts give the same dump" cmp -s d.safetensors d2.safetensors
+# weights in by Hugging Face names change what the step computes
+run "$DFG" run grpo.dfg --weights w.safetensors --rollouts r.safetensors --dump d3.safetensors --threads 1
+expect_rc 0 "--weights W --rollouts R --dump OUT"
+run "${ST[@]}" same d.safetensors d3.safetensors
+expect_rc 3 "other weights give another dump"
+
+echo
+if [ "$failures" -eq 0 ]; then echo "grpo_cli_test: all checks passed"; exit 0; fi
+echo "grpo_cli_test: $failures check(s) failed"
+exit 1

@@ -1,0 +1,211 @@
+/* cli_run_ckpt.c - dfg run's checkpoints: every PARAM and STATE (policy, reference model,
+ * optimizer moments, RNG counters, ...) in DIR/checkpoint.safetensors, with the steps done and the
+ * seed in the metadata, written atomically (dfg_st_write: temp file, fsync, rename, fsync of the
+ * directory), so that a checkpoint file is always a whole one: a run killed while writing leaves
+ * the previous checkpoint and a hidden temp file that --resume never reads.
+ *
+ * The CLI writes the file itself (rather than dfg_runtime_save_safetensors) to record the seed:
+ * host data stages draw from (seed, step), so a resumed run continues the same stream only with
+ * the seed of the original run, and --resume takes it from the checkpoint. */
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../graph/ir.h"
+#include "cli.h"
+
+#define CMD "run"
+#define CKPT_LOCK ".dfg-run.lock"
+
+int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names, const dfg_tensor *const *tensors,
+                int n, const char *const *meta_kv, int n_meta) {
+    size_t total = 1;
+    for (int i = 0; i < n; i++) total += dfg_tensor_bytes(tensors[i]);
+    dfg_st_tensor *ts = calloc((size_t)(n ? n : 1), sizeof(*ts));
+    char *host = malloc(total);
+    int rc = CLI_OK;
+    if (!ts || !host) rc = cli_error(CMD, CLI_FAILED, "%s: out of memory (%zu bytes) gathering the tensors", path, total);
+    size_t off = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const dfg_tensor *t = tensors[i];
+        size_t bytes = dfg_tensor_bytes(t);
+        if (dfg_runtime_read(rt, t->name, host + off, bytes))
+            rc = cli_error(CMD, CLI_FAILED, "%s: reading '%s': %s", path, t->name, dfg_runtime_error(rt));
+        ts[i] = (dfg_st_tensor){.name = file_names[i], .dtype = t->dtype, .shape = t->shape, .data = host + off,
+                                .bytes = bytes};
+        off += bytes;
+    }
+    char err[1024];
+    if (!rc && dfg_st_write(path, ts, n, meta_kv, n_meta, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
+    free(ts);
+    free(host);
+    return rc;
+}
+
+static bool ckpt_saved(const dfg_tensor *t) { return t->kind == DFG_PARAM || t->kind == DFG_STATE; }
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return cli_error(CMD, CLI_USAGE, "checkpoint directory name too long: %s", dir);
+    for (char *s = path + 1;; s++) {
+        bool end = *s == '\0';
+        if (*s == '/' || end) {
+            *s = '\0';
+            struct stat st;
+            if (mkdir(path, 0777) != 0 && errno != EEXIST)
+                return cli_error(CMD, CLI_FAILED, "cannot create the checkpoint directory %s: %s", path, strerror(errno));
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+                return cli_error(CMD, CLI_USAGE, "checkpoint directory %s: %s is not a directory", dir, path);
+            if (end) break;
+            *s = '/';
+        }
+    }
+    return CLI_OK;
+}
+
+/* dfg_st_write's temp files for the checkpoint: "." CLI_CKPT_FILE "." and six mkstemp characters */
+static bool is_partial_checkpoint(const char *name) {
+    const char *prefix = "." CLI_CKPT_FILE ".";
+    return !strncmp(name, prefix, strlen(prefix)) && strlen(name) == strlen(prefix) + 6;
+}
+
+static void remove_partial_checkpoints(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_partial_checkpoint(e->d_name)) continue;
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        /* the lock held by this process says no other run is writing it */
+        if (unlink(path) == 0) printf("removed %s, a partial checkpoint a killed run left\n", path);
+    }
+    closedir(d);
+}
+
+int cli_ckpt_prepare(const char *dir, int *lock_fd) {
+    *lock_fd = -1;
+    int rc = make_dirs(dir);
+    if (rc) return rc;
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_LOCK);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return cli_error(CMD, CLI_FAILED, "cannot create %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return cli_error(CMD, CLI_USAGE, "checkpoint directory %s is in use by another dfg run (%s is locked)", dir,
+                         path);
+    }
+    remove_partial_checkpoints(dir);
+    *lock_fd = fd;
+    return CLI_OK;
+}
+
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, size_t path_len) {
+    const dfg_program *p = dfg_runtime_program(rt);
+    snprintf(path, path_len, "%s/%s", dir, CLI_CKPT_FILE);
+    const dfg_tensor **ts = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*ts));
+    const char **names = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*names));
+    if (!ts || !names) {
+        free(ts), free(names);
+        return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+    }
+    int n = 0;
+    for (int i = 0; i < p->n_tensors; i++) /* program order: the same plan gives the same file */
+        if (ckpt_saved(p->tensors[i])) ts[n] = p->tensors[i], names[n++] = p->tensors[i]->name;
+    char step[32], sd[32];
+    snprintf(step, sizeof(step), "%" PRId64, dfg_runtime_steps_done(rt));
+    snprintf(sd, sizeof(sd), "%" PRIu64, seed);
+    const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.program", p->name, "dfg.step", step, "dfg.seed", sd};
+    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 5);
+    free(ts);
+    free(names);
+    return rc;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    if (!s || *s < '0' || *s > '9') return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+int cli_ckpt_open(const char *resume, dfg_safetensors **st, char *path, size_t path_len, int64_t *step,
+                  uint64_t *seed, bool *has_seed) {
+    struct stat sb;
+    *st = NULL;
+    if (stat(resume, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, path_len, "%s/%s", resume, CLI_CKPT_FILE);
+    else snprintf(path, path_len, "%s", resume);
+    char err[1024];
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return cli_error(CMD, CLI_USAGE, "--resume %s: no checkpoint there (%s does not exist)", resume, path);
+    if (dfg_st_open(path, st, err, sizeof(err))) return cli_error(CMD, CLI_USAGE, "--resume: %s", err);
+    uint64_t v = 0;
+    const char *s = dfg_st_metadata(*st, "dfg.step");
+    if (!parse_u64(s, &v) || v > (uint64_t)INT64_MAX / 2) {
+        dfg_st_free(*st);
+        *st = NULL;
+        return cli_error(CMD, CLI_USAGE, "%s: not a dfg run checkpoint (its metadata has %s dfg.step)", path,
+                         s ? "an invalid" : "no");
+    }
+    *step = (int64_t)v;
+    *has_seed = parse_u64(dfg_st_metadata(*st, "dfg.seed"), seed);
+    return CLI_OK;
+}
+
+/* The checkpoint must be this plan's: each of its tensors a PARAM or STATE with the same dtype
+ * and shape, and every PARAM and STATE there (a missing state would silently restart, e.g., the
+ * optimizer moments). */
+static int ckpt_check(const dfg_program *p, const dfg_safetensors *st, const char *path) {
+    char fs[96], ps[96];
+    for (int i = 0; i < dfg_st_count(st); i++) {
+        const dfg_st_tensor *f = dfg_st_get(st, i);
+        const dfg_tensor *t = dfg_find(p, f->name);
+        if (!t || !ckpt_saved(t))
+            return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is no param or state of program '%s' (a checkpoint of "
+                             "another plan?)", path, f->name, p->name);
+        if (f->dtype != t->dtype || f->shape.rank != t->shape.rank ||
+            memcmp(f->shape.d, t->shape.d, sizeof(int64_t) * (size_t)t->shape.rank))
+            return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is %s %s in the checkpoint but %s %s in the plan", path,
+                             f->name, f->dtype_name, dfg_shape_str(f->shape, fs, sizeof(fs)), dfg_dtype_name(t->dtype),
+                             dfg_shape_str(t->shape, ps, sizeof(ps)));
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (ckpt_saved(t) && !dfg_st_find(st, t->name))
+            return cli_error(CMD, CLI_USAGE, "%s: %s '%s' is missing (a checkpoint of another plan?)", path,
+                             t->kind == DFG_PARAM ? "param" : "state", t->name);
+    }
+    return CLI_OK;
+}
+
+int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *path, int64_t step) {
+    const dfg_program *p = dfg_runtime_program(rt);
+    int rc = ckpt_check(p, st, path);
+    void *host = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < dfg_st_count(st) && !rc; i++) {
+        const dfg_st_tensor *f = dfg_st_get(st, i);
+        if (f->bytes > cap) { /* file data need not be aligned: copy before the upload */
+            free(host);
+            if (!(host = malloc(cap = f->bytes))) rc = cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+        }
+        if (!rc && f->bytes) memcpy(host, f->data, f->bytes);
+        if (!rc && dfg_runtime_write(rt, f->name, f->bytes ? host : "", f->bytes))
+            rc = cli_error(CMD, CLI_FAILED, "%s: loading '%s': %s", path, f->name, dfg_runtime_error(rt));
+    }
+    free(host);
+    if (!rc && dfg_runtime_set_steps_done(rt, step)) rc = cli_error(CMD, CLI_FAILED, "%s: cannot set the step", path);
+    return rc;
+}
