@@ -71,6 +71,10 @@ float dfg_runtime_metric_value(dfg_runtime *rt, int i);
 
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
+/* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results
+ * are bit-reproducible for a given seed and thread count; OpenBLAS partitions its GEMMs by the
+ * thread count, so other counts agree only to float rounding. */
+int dfg_runtime_threads(const dfg_runtime *rt);
 
 /* ---------------------------------------------------------------- host stages
  * A host stage is `dfg_status fn(dfg_host_ctx *ctx)`, exported by the pipeline's shared object. */

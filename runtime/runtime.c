@@ -1,6 +1,7 @@
 /* runtime.c - the executor: creates the arena from a memory plan, resolves host stages, and
  * walks the stages of a step, node by node, through the backend. */
 #include <dlfcn.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *f
 const char *dfg_runtime_error(const dfg_runtime *rt) { return rt ? rt->error : "runtime is NULL"; }
 const dfg_program *dfg_runtime_program(const dfg_runtime *rt) { return rt ? rt->p : NULL; }
 int64_t dfg_runtime_steps_done(const dfg_runtime *rt) { return rt ? rt->step : 0; }
+int dfg_runtime_threads(const dfg_runtime *rt) { return rt ? rt->opt.n_threads : 0; }
+
 size_t dfg_runtime_arena_bytes(const dfg_runtime *rt) { return rt ? rt->plan.arena_bytes : 0; }
 
 /* Sizes the per-node pointer arrays and lists the metrics. */
@@ -101,6 +104,7 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
                            dfg_target_name(rt->opt.target));
     dfg_status st = adopt_plan(rt, p);
     if (st) return st;
+    if (rt->opt.n_threads <= 0) rt->opt.n_threads = omp_get_max_threads(); /* what "all cores" means here */
     rt->be = &dfg_backend_cpu;
     st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
     if (st) return rt->status = st;

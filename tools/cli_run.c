@@ -200,8 +200,8 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     printf("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
            p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
            dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
-    if (r->threads) printf(", %d thread%s", (int)r->threads, r->threads == 1 ? "" : "s");
-    printf("\n");
+    int threads = dfg_runtime_threads(rt);
+    printf(", %d thread%s\n", threads, threads == 1 ? "" : "s");
 }
 
 /* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */

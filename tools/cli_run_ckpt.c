@@ -121,11 +121,13 @@ int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, s
     int n = 0;
     for (int i = 0; i < p->n_tensors; i++) /* program order: the same plan gives the same file */
         if (ckpt_saved(p->tensors[i])) ts[n] = p->tensors[i], names[n++] = p->tensors[i]->name;
-    char step[32], sd[32];
+    char step[32], sd[32], th[16];
     snprintf(step, sizeof(step), "%" PRId64, dfg_runtime_steps_done(rt));
     snprintf(sd, sizeof(sd), "%" PRIu64, seed);
-    const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.program", p->name, "dfg.step", step, "dfg.seed", sd};
-    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 5);
+    snprintf(th, sizeof(th), "%d", dfg_runtime_threads(rt));
+    const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.program", p->name, "dfg.step", step, "dfg.seed", sd,
+                          "dfg.threads", th};
+    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 6);
     free(ts);
     free(names);
     return rc;
@@ -207,5 +209,10 @@ int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *pat
     }
     free(host);
     if (!rc && dfg_runtime_set_steps_done(rt, step)) rc = cli_error(CMD, CLI_FAILED, "%s: cannot set the step", path);
+    uint64_t th = 0;
+    if (!rc && parse_u64(dfg_st_metadata(st, "dfg.threads"), &th) && th != (uint64_t)dfg_runtime_threads(rt))
+        fprintf(stderr, "dfg run: warning: the checkpoint was written by a run with %" PRIu64 " thread%s, this one has %d: "
+                        "OpenBLAS splits its GEMMs by thread count, so the run continues equal to float rounding, not "
+                        "bit for bit (--threads %" PRIu64 " for that)\n", th, th == 1 ? "" : "s", dfg_runtime_threads(rt), th);
     return rc;
 }
