@@ -89,9 +89,10 @@ int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names
 #define CLI_CKPT_FILE "checkpoint.safetensors"
 /* Creates dir when missing and locks it for this process (another run using it is refused;
  * the lock goes with the process, kill -9 included), then removes partial checkpoint files a
- * killed writer left (dfg_st_write's ".checkpoint.safetensors.XXXXXX"). *lock_fd: close it
- * to unlock. Returns an exit code. */
-int cli_ckpt_prepare(const char *dir, int *lock_fd);
+ * killed writer left (dfg_st_write's ".checkpoint.safetensors.XXXXXX"). Unless resuming, a
+ * directory that already holds a checkpoint is refused. *lock_fd: close it to unlock. Returns an
+ * exit code. */
+int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd);
 int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, size_t path_len);
 /* Opens what --resume names (a checkpoint directory, or a checkpoint file) and reads its
  * metadata: *step (required) and *seed (*has_seed false when absent). */

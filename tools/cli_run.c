@@ -48,7 +48,8 @@ static void usage(FILE *f) {
                "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
-               "  --every K      print every K-th step (and the last); default 1\n"
+               "  --every K      print a line every K steps (and after the last): each metric's mean\n"
+               "                 over those K steps; default 1\n"
                "  --metrics F    write one JSON object per step to F (step, every metric, ms, tokens_per_s,\n"
                "                 arena_bytes); appended to with --resume, else replaced\n"
                "\n"
@@ -190,6 +191,10 @@ typedef struct {
     float *mask; /* host copy of "completion_mask" for tok/s; NULL when the program has none */
     int64_t mask_n;
     double tokens; /* completion tokens over the run */
+    /* what the next printed line averages: the steps since the previous line */
+    double *sum;          /* [metric count] */
+    double sum_ms, sum_tokens;
+    int64_t n_summed;
 } run_state;
 
 static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
@@ -212,14 +217,30 @@ static double completion_tokens(run_state *s) {
     return sum;
 }
 
-static void print_step(run_state *s, int64_t step, int width, double ms, double tokens) {
+/* Adds the step just run to the sums the next printed line averages. */
+static void add_to_interval(run_state *s, double ms, double tokens) {
+    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++) s->sum[i] += (double)dfg_runtime_metric_value(s->rt, i);
+    s->sum_ms += ms;
+    s->sum_tokens += tokens >= 0 ? tokens : 0;
+    s->n_summed++;
+}
+
+/* One line: every metric, the step time and tok/s as means over the steps since the previous
+ * line (with --every 1, the step's own values), so a sparse log still shows the trend, not one
+ * noisy step. Resets the sums. */
+static void print_interval(run_state *s, int64_t step, int width) {
+    double n = (double)(s->n_summed > 0 ? s->n_summed : 1);
     printf("step %*" PRId64, width, step);
-    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++)
-        printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), (double)dfg_runtime_metric_value(s->rt, i));
-    printf("  %.1f ms", ms);
-    if (tokens >= 0) printf("  %.0f tok/s", ms > 0 ? tokens / (ms * 1e-3) : 0.0);
+    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++) {
+        printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), s->sum[i] / n);
+        s->sum[i] = 0;
+    }
+    printf("  %.1f ms", s->sum_ms / n);
+    if (s->mask) printf("  %.0f tok/s", s->sum_ms > 0 ? s->sum_tokens / (s->sum_ms * 1e-3) : 0.0);
     printf("\n");
     fflush(stdout);
+    s->sum_ms = s->sum_tokens = 0;
+    s->n_summed = 0;
 }
 
 /* A number as JSON: a float metric with the 9 digits that give it back exactly (cJSON would
@@ -285,7 +306,8 @@ static int run_steps(run_state *s) {
         bool shown = step % a->every == 0 || i == a->steps || interrupted;
         done = i;
         if (tokens >= 0) s->tokens += tokens;
-        if (shown) print_step(s, step, width, ms, tokens);
+        add_to_interval(s, ms, tokens);
+        if (shown) print_interval(s, step, width);
         if (s->jsonl && (rc = write_jsonl(s, step, ms, tokens))) return rc;
         if (s->ckpt_dir && a->save_every && step % a->save_every == 0 && (rc = checkpoint(s, shown))) return rc;
     }
@@ -343,6 +365,8 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
         s->last_saved = ckpt_step;
     }
     if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
+    if (!(s->sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(double))))
+        return cli_error(CMD, CLI_FAILED, "out of memory");
     if (a->metrics && !(s->jsonl = fopen(a->metrics, a->resume ? "a" : "w")))
         return cli_error(CMD, CLI_FAILED, "cannot create %s: %s", a->metrics, strerror(errno));
     const dfg_tensor *mask = dfg_find(dfg_runtime_program(s->rt), "completion_mask");
@@ -401,7 +425,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc) rc = pick_seed(a, p, ckpt_has_seed, ckpt_seed, &s.seed);
     if (!rc && a->dump) rc = cli_dump_check(p, a->plan);
     if (!rc && a->rollouts) rc = cli_rollouts_load(p, a->plan, a->rollouts, &s.rollouts);
-    if (!rc && s.ckpt_dir) rc = cli_ckpt_prepare(s.ckpt_dir, &lock);
+    if (!rc && s.ckpt_dir) rc = cli_ckpt_prepare(s.ckpt_dir, a->resume != NULL, &lock);
     dfg_run_options opt = dfg_run_options_default();
     opt.target = DFG_TARGET_CPU;
     opt.seed = s.seed;
@@ -423,6 +447,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     dfg_runtime_free(s.rt);
     cli_rollouts_free(s.rollouts);
     free(s.mask);
+    free(s.sum);
     if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);
     if (lock >= 0) close(lock);
     return rc;

@@ -91,7 +91,7 @@ static void remove_partial_checkpoints(const char *dir) {
     closedir(d);
 }
 
-int cli_ckpt_prepare(const char *dir, int *lock_fd) {
+int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd) {
     *lock_fd = -1;
     int rc = make_dirs(dir);
     if (rc) return rc;
@@ -105,6 +105,15 @@ int cli_ckpt_prepare(const char *dir, int *lock_fd) {
                          path);
     }
     remove_partial_checkpoints(dir);
+    /* a fresh run would replace the checkpoint at its first save: a finished or interrupted
+     * run is not lost to a command line that forgot --resume */
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/%s", dir, CLI_CKPT_FILE);
+    if (!resuming && stat(path, &sb) == 0) {
+        close(fd);
+        return cli_error(CMD, CLI_USAGE, "%s already holds a checkpoint: continue it with --resume %s, or remove it "
+                         "(or pick another --checkpoint-dir) to start over", path, dir);
+    }
     *lock_fd = fd;
     return CLI_OK;
 }

@@ -77,6 +77,21 @@ import json, sys
 r = json.loads(open("m.jsonl").read().splitlines()[2])
 assert "%.5g" % r["loss"] == sys.argv[1], (r["loss"], sys.argv[1])' "$loss3"
 
+# --every K prints each metric's mean over the K steps since the previous line
+run "$DFG" run grpo.dfg --steps 5 --threads 1 --every 2 --metrics e.jsonl
+expect_rc 0 "run 5 steps with --every 2"
+check "--every 2 prints steps 2, 4 and the last, 5" [ "$(grep '^step ' out.txt | awk '{ printf "%s ", $2 }')" = "2 4 5 " ]
+check "the printed values are means over the interval (reward, loss at steps 4 and 5)" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open("e.jsonl")]
+want = {4: (rows[2:4]), 5: (rows[4:5])}
+for i, step in enumerate((4, 5)):
+    for k, got in (("reward", sys.argv[1 + 2 * i]), ("loss", sys.argv[2 + 2 * i])):
+        mean = sum(r[k] for r in want[step]) / len(want[step])
+        assert abs(float(got) - mean) <= 1e-4 * max(1e-3, abs(mean)), (step, k, got, mean)
+assert rows[2]["reward"] != rows[3]["reward"] or rows[2]["loss"] != rows[3]["loss"], "steps 3, 4 alike: the test cannot tell"
+' "$(metric_at out.txt 4 reward)" "$(metric_at out.txt 4 loss)" "$(metric_at out.txt 5 reward)" "$(metric_at out.txt 5 loss)"
+
 # ---------------------------------------------------------------- checkpoints and resume
 run "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoint-dir full
 expect_rc 0 "6 steps with --save-every 2"
@@ -84,6 +99,13 @@ expect_in out.txt "checkpoint: step 2 saved to full/checkpoint.safetensors" "a c
 expect_in out.txt "checkpoint: step 6 saved to full/checkpoint.safetensors" "the checkpoint at the end"
 check "the checkpoint records the step" [ "$(ckpt_step full/checkpoint.safetensors)" = 6 ]
 cp out.txt full.txt
+cp full/checkpoint.safetensors full6.safetensors
+# a fresh run (no --resume) into a directory holding a checkpoint would overwrite it: refused
+run "$DFG" run grpo.dfg --steps 1 --threads 1 --checkpoint-dir full
+expect_rc 2 "a fresh run into a directory that holds a checkpoint"
+expect_in err.txt "already holds a checkpoint: continue it with --resume full" "the message says how to go on"
+expect_one_line "the refusal"
+check "the checkpoint there is untouched" cmp -s full/checkpoint.safetensors full6.safetensors
 
 run "$DFG" run grpo.dfg --steps 3 --threads 1 --save-every 2 --checkpoint-dir half --metrics half.jsonl
 expect_rc 0 "3 steps, then stop"
