@@ -6,7 +6,7 @@
  *
  * One step = one optimizer update on P prompts x G generations (N = P G sequences):
  *   data        host: P problems of the task, each repeated G times (runtime/dfg_tasks.h)
- *   sft         (the first warmup_steps steps only) a supervised step on the right answers
+ *   sft         (the first sft_steps steps only) a supervised step on the right answers
  *   prefill     the prompts into the KV cache
  *   decode      x max_completion_length: sample the next token of every sequence (Philox RNG,
  *               temperature, top-k), write it, and stop counting a sequence after its EOS
@@ -34,7 +34,7 @@ typedef struct {
     dfg_gpt2_config model;
     dfg_task task;
     const char *reward;
-    int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, warmup;
+    int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
     float temperature, beta, max_grad_norm;
     int top_k;
     dfg_grpo_loss_config loss;
@@ -67,7 +67,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->max_new = dfg_setting_int(p, "max_completion_length", c->task.max_answer_len + 2);
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
-    c->warmup = dfg_setting_int(p, "warmup_steps", 0);
+    c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
     c->beta = (float)dfg_setting_float(p, "beta", 0.04);
@@ -105,9 +105,9 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     if (c->Lp < 2 || c->max_new < 1 || c->T > c->model.block_size)
         return dfg_program_fail(p, DFG_ERR_ARG, "need max_prompt_length >= 2, max_completion_length >= 1 and their "
                                 "sum <= n_positions %d", c->model.block_size);
-    if (c->iterations < 1 || c->warmup < 0 || !(c->temperature > 0) || c->top_k < 0 || !(c->beta >= 0) ||
+    if (c->iterations < 1 || c->sft_steps < 0 || !(c->temperature > 0) || c->top_k < 0 || !(c->beta >= 0) ||
         !(c->loss.epsilon_low >= 0) || !(c->loss.epsilon_high >= 0) || !(c->max_grad_norm > 0))
-        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, warmup_steps >= 0, temperature > 0, "
+        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, sft_steps >= 0, temperature > 0, "
                                 "top_k >= 0, beta >= 0, epsilon(_high) >= 0 and max_grad_norm > 0 are required");
     c->n_micro = c->N / c->GA;
     c->loss.beta = c->beta;
@@ -151,7 +151,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->warmup > 0) {
+    if (c->sft_steps > 0) {
         s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
         s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     }
@@ -323,7 +323,7 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
-    if (!st && c->warmup > 0) st = build_sft(p, c, s);
+    if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
     if (!st) st = build_prefill(p, c, s);
     if (!st) st = build_decode(p, c, s);
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
@@ -333,18 +333,18 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     for (int k = 0; k < c->iterations && !st; k++)
         if (!(st = build_train(p, c, s, k))) st = build_update(p, c, s, k);
     if (st) return st;
-    if (c->warmup > 0) { /* the warm-up's steps, then GRPO's */
+    if (c->sft_steps > 0) { /* the warm-up's steps, then GRPO's */
         static const char *const grpo_stages[] = {"prefill", "decode", "reward", "advantages", "ref", "old"};
-        dfg_stage_steps(p, "sft", 0, c->warmup - 1);
+        dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
         for (size_t i = 0; i < sizeof(grpo_stages) / sizeof(grpo_stages[0]); i++)
             if (strcmp(grpo_stages[i], "ref") || c->beta != 0.0f)
-                if (strcmp(grpo_stages[i], "old") || c->iterations > 1) dfg_stage_steps(p, grpo_stages[i], c->warmup, -1);
+                if (strcmp(grpo_stages[i], "old") || c->iterations > 1) dfg_stage_steps(p, grpo_stages[i], c->sft_steps, -1);
         for (int k = 0; k < c->iterations; k++) {
             char name[32];
             snprintf(name, sizeof(name), "train.%d", k);
-            dfg_stage_steps(p, name, c->warmup, -1);
+            dfg_stage_steps(p, name, c->sft_steps, -1);
             snprintf(name, sizeof(name), "update.%d", k);
-            dfg_stage_steps(p, name, c->warmup, -1);
+            dfg_stage_steps(p, name, c->sft_steps, -1);
         }
     }
     /* what `dfg run --rollouts R --dump OUT` needs to know about this program */

@@ -68,6 +68,9 @@ dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_
 int dfg_runtime_metric_count(const dfg_runtime *rt);
 const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i);
 float dfg_runtime_metric_value(dfg_runtime *rt, int i);
+/* Whether the last step ran the stage that writes metric i (a stage outside its dfg_stage_steps
+ * range, or skipped, leaves its metrics at older values); false before the first step. */
+bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
 
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);

@@ -34,6 +34,19 @@ int dfg_runtime_threads(const dfg_runtime *rt) { return rt ? rt->opt.n_threads :
 
 size_t dfg_runtime_arena_bytes(const dfg_runtime *rt) { return rt ? rt->plan.arena_bytes : 0; }
 
+/* The last graph stage that writes metric m (a node whose output is a version of it); -1 when
+ * none does. */
+static int metric_writer(const dfg_program *p, const dfg_tensor *m) {
+    int writer = -1;
+    for (int s = 0; s < p->n_stages; s++) {
+        const dfg_graph *g = p->stages[s].kind == DFG_STAGE_GRAPH ? p->stages[s].graph : NULL;
+        for (int i = 0; g && i < g->n_nodes; i++)
+            for (int o = 0; o < g->nodes[i]->n_out; o++)
+                if (g->nodes[i]->out[o]->version_of == m) writer = s;
+    }
+    return writer;
+}
+
 /* Sizes the per-node pointer arrays and lists the metrics. */
 static dfg_status scan_program(dfg_runtime *rt) {
     const dfg_program *p = rt->p;
@@ -51,6 +64,10 @@ static dfg_status scan_program(dfg_runtime *rt) {
     for (int i = 0; i < p->n_tensors; i++)
         if (p->tensors[i]->role == DFG_ROLE_METRIC && p->tensors[i]->kind == DFG_STATE)
             rt->metrics[rt->n_metrics++] = p->tensors[i];
+    rt->metric_stage = malloc(sizeof(int) * (size_t)(rt->n_metrics ? rt->n_metrics : 1));
+    rt->stage_ran = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(bool));
+    if (!rt->metric_stage || !rt->stage_ran) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    for (int m = 0; m < rt->n_metrics; m++) rt->metric_stage[m] = metric_writer(p, rt->metrics[m]);
     return DFG_OK;
 }
 
@@ -127,6 +144,8 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt->host);
     free(rt->skip);
     free(rt->metrics);
+    free(rt->metric_stage);
+    free(rt->stage_ran);
     free(rt);
 }
 
@@ -180,12 +199,14 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     if (rt->status) return rt->status;
     CHECKED(dfg_check_step_begin(rt));
+    for (int s = 0; s < rt->p->n_stages; s++) rt->stage_ran[s] = false;
     for (int s = 0; s < rt->p->n_stages; s++) {
         const dfg_stage *stage = &rt->p->stages[s];
         if (rt->skip[s] || rt->step < stage->first_step || (stage->last_step >= 0 && rt->step > stage->last_step))
             continue;
         dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
         if (st) return st;
+        rt->stage_ran[s] = true;
     }
     dfg_status st = rt->be->sync(rt->be_state);
     if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step);
@@ -236,6 +257,11 @@ int dfg_runtime_metric_count(const dfg_runtime *rt) { return rt ? rt->n_metrics 
 const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i) {
     if (!rt || i < 0 || i >= rt->n_metrics) return NULL;
     return rt->metrics[i]->name + strlen("metric.");
+}
+
+bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i) {
+    if (!rt || i < 0 || i >= rt->n_metrics || rt->step == 0) return false;
+    return rt->metric_stage[i] < 0 || rt->stage_ran[rt->metric_stage[i]];
 }
 
 float dfg_runtime_metric_value(dfg_runtime *rt, int i) {

@@ -24,6 +24,8 @@ struct dfg_runtime {
     dfg_host_fn *host;          /* [stage] resolved host functions */
     bool *skip;                 /* [stage] switched off with dfg_runtime_skip_stage */
     const dfg_tensor **metrics;
+    int *metric_stage;          /* [metric] the stage that writes it; -1: none found */
+    bool *stage_ran;            /* [stage] ran during the last step */
     int n_metrics;
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */

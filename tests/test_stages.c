@@ -1,7 +1,9 @@
 /* test_stages.c - when stages run: dfg_stage_steps ranges (a warm-up before other stages),
  * dfg_runtime_skip_stage (training on rollouts the host supplies) and dfg_runtime_set_steps_done
  * (a resumed run continues inside the right ranges). Each stage adds its own constant into one
- * i32 counter, so the counter tells exactly which stages ran. */
+ * i32 counter, so the counter tells exactly which stages ran, and reports it as a metric named
+ * after the stage, which dfg_runtime_metric_updated must call fresh exactly when that stage ran. */
+#include <stdio.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -13,11 +15,21 @@ static dfg_status build(dfg_program *p) {
     for (int i = 0; i < 3; i++) {
         dfg_graph *g = dfg_graph_new(p, names[i]);
         dfg_assign(g, count, dfg_add_scalar(g, count, add[i]));
+        dfg_metric(g, names[i], dfg_cast(g, count, DFG_F32));
         dfg_stage_graph(p, g, 1);
     }
     dfg_stage_steps(p, "warmup", 0, 1); /* steps 0 and 1 */
     dfg_stage_steps(p, "late", 3, -1);  /* from step 3 on */
     return dfg_program_status(p);
+}
+
+/* Checks which metrics the last step updated: ran[i] for stage i of build(). */
+static void check_updated(dfg_runtime *rt, const char *when, bool w, bool a, bool l) {
+    const bool want[3] = {w, a, l};
+    CHECK(dfg_runtime_metric_count(rt) == 3, "three metrics, got %d", dfg_runtime_metric_count(rt));
+    for (int i = 0; i < 3 && i < dfg_runtime_metric_count(rt); i++)
+        CHECK(dfg_runtime_metric_updated(rt, i) == want[i], "%s: metric '%s' updated=%d, want %d", when,
+              dfg_runtime_metric_name(rt, i), dfg_runtime_metric_updated(rt, i), want[i]);
 }
 
 static int32_t counter(dfg_runtime *rt) {
@@ -45,14 +57,21 @@ int main(void) {
     CHECK(dfg_runtime_create(p, NULL, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
     /* steps 0, 1: warmup + always; 2: always; 3, 4: always + late */
     const int32_t want[5] = {11, 22, 32, 142, 252};
+    check_updated(rt, "before the first step", false, false, false);
     for (int s = 0; s < 5; s++) {
         CHECK(dfg_runtime_step(rt) == DFG_OK, "step %d: %s", s, dfg_runtime_error(rt));
         int32_t v = counter(rt);
         CHECK(v == want[s], "after step %d the counter is %d, want %d", s, v, want[s]);
+        char when[32];
+        snprintf(when, sizeof(when), "step %d", s);
+        check_updated(rt, when, s <= 1, true, s >= 3);
     }
+    CHECK(dfg_runtime_metric_value(rt, 0) == 12.0f, "the warm-up's metric keeps its step-1 value (11 + 1): %g",
+          dfg_runtime_metric_value(rt, 0));
     CHECK(dfg_runtime_skip_stage(rt, "always", true) == DFG_OK, "skip always");
     dfg_runtime_step(rt);
     CHECK(counter(rt) == 352, "with 'always' skipped only 'late' adds: %d", counter(rt));
+    check_updated(rt, "'always' skipped", false, false, true);
     CHECK(dfg_runtime_skip_stage(rt, "missing", true) == DFG_ERR_ARG && strstr(dfg_runtime_error(rt), "missing"),
           "skipping an unknown stage names it: %s", dfg_runtime_error(rt));
     dfg_runtime_skip_stage(rt, "always", false);

@@ -193,6 +193,7 @@ typedef struct {
     double tokens; /* completion tokens over the run */
     /* what the next printed line averages: the steps since the previous line */
     double *sum;          /* [metric count] */
+    int64_t *n_sum;       /* [metric count] steps that updated the metric */
     double sum_ms, sum_tokens;
     int64_t n_summed;
 } run_state;
@@ -219,21 +220,27 @@ static double completion_tokens(run_state *s) {
 
 /* Adds the step just run to the sums the next printed line averages. */
 static void add_to_interval(run_state *s, double ms, double tokens) {
-    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++) s->sum[i] += (double)dfg_runtime_metric_value(s->rt, i);
+    for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++)
+        if (dfg_runtime_metric_updated(s->rt, i)) {
+            s->sum[i] += (double)dfg_runtime_metric_value(s->rt, i);
+            s->n_sum[i]++;
+        }
     s->sum_ms += ms;
     s->sum_tokens += tokens >= 0 ? tokens : 0;
     s->n_summed++;
 }
 
-/* One line: every metric, the step time and tok/s as means over the steps since the previous
+/* One line: the metrics, the step time and tok/s as means over the steps since the previous
  * line (with --every 1, the step's own values), so a sparse log still shows the trend, not one
- * noisy step. Resets the sums. */
+ * noisy step. A metric's mean is over the steps that ran its stage; one that none of them did
+ * (a warm-up's loss after the warm-up) is left out. Resets the sums. */
 static void print_interval(run_state *s, int64_t step, int width) {
     double n = (double)(s->n_summed > 0 ? s->n_summed : 1);
     printf("step %*" PRId64, width, step);
     for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++) {
-        printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), s->sum[i] / n);
+        if (s->n_sum[i] > 0) printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), s->sum[i] / (double)s->n_sum[i]);
         s->sum[i] = 0;
+        s->n_sum[i] = 0;
     }
     printf("  %.1f ms", s->sum_ms / n);
     if (s->mask) printf("  %.0f tok/s", s->sum_ms > 0 ? s->sum_tokens / (s->sum_ms * 1e-3) : 0.0);
@@ -253,7 +260,8 @@ static bool add_number(cJSON *o, const char *key, double v, const char *fmt) {
 }
 
 /* One line of --metrics: {"step":3,"loss":..,...,"ms":..,"tokens_per_s":..,"arena_bytes":..};
- * tokens_per_s is null when the program has no completion mask. A metric named like one of the
+ * a metric is null when the step did not run its stage, tokens_per_s when the program has no
+ * completion mask. A metric named like one of the
  * line's own keys is written as "metric.<name>". */
 static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
     static const char *const own[] = {"step", "ms", "tokens_per_s", "arena_bytes"};
@@ -265,7 +273,9 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
         bool clash = false;
         for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++) clash = clash || !strcmp(name, own[k]);
         snprintf(key, sizeof(key), "%s%s", clash ? "metric." : "", name);
-        ok = add_number(o, key, (double)dfg_runtime_metric_value(s->rt, i), "%.9g");
+        /* null: the step did not run the metric's stage */
+        double v = dfg_runtime_metric_updated(s->rt, i) ? (double)dfg_runtime_metric_value(s->rt, i) : NAN;
+        ok = add_number(o, key, v, "%.9g");
     }
     ok = ok && add_number(o, "ms", ms, "%.3f");
     ok = ok && add_number(o, "tokens_per_s", tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : NAN, "%.1f");
@@ -365,7 +375,9 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
         s->last_saved = ckpt_step;
     }
     if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
-    if (!(s->sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(double))))
+    s->sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(double));
+    s->n_sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(int64_t));
+    if (!s->sum || !s->n_sum)
         return cli_error(CMD, CLI_FAILED, "out of memory");
     if (a->metrics && !(s->jsonl = fopen(a->metrics, a->resume ? "a" : "w")))
         return cli_error(CMD, CLI_FAILED, "cannot create %s: %s", a->metrics, strerror(errno));
@@ -448,6 +460,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     cli_rollouts_free(s.rollouts);
     free(s.mask);
     free(s.sum);
+    free(s.n_sum);
     if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);
     if (lock >= 0) close(lock);
     return rc;
