@@ -277,12 +277,15 @@ static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) 
 }
 
 /* Clipping, AdamW, and the reset of the micro-batch loop. The first pass's values are the
- * step's metrics (the loss and the gradient norm before any update of this step). */
+ * step's loss, kl and gradient norm (before any update of this step); clip_ratio counts the
+ * clipped tokens of every pass (the first pass never clips: its ratio is 1), so its
+ * accumulators run on until the last pass. */
 static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
     char name[32];
     snprintf(name, sizeof(name), "update.%d", k);
     dfg_graph *g = dfg_graph_new(p, name);
     int n = s->policy->n_params;
+    bool last = k == c->iterations - 1;
     dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
@@ -292,11 +295,11 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     if (k == 0) {
         dfg_metric(g, "loss", s->acc_loss);
         dfg_metric(g, "kl", per_token(g, s->acc_kl, s->acc_tokens));
-        dfg_metric(g, "clip_ratio", per_token(g, s->acc_clipped, s->acc_tokens));
-        dfg_metric(g, "grad_norm", norm);
     }
+    if (last) dfg_metric(g, "clip_ratio", per_token(g, s->acc_clipped, s->acc_tokens));
+    if (k == 0) dfg_metric(g, "grad_norm", norm);
     dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_clipped, s->acc_tokens};
-    for (int i = 0; i < 5; i++) dfg_assign_fill(g, acc[i], 0.0f);
+    for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden test: one GRPO step of dfg's pipeline (examples/grpo.c) against an independent PyTorch one.
 
-For each configuration (every loss_type, beta 0 and > 0, num_iterations 1 and 2, each
+For each configuration (every loss_type, beta 0 and > 0, num_iterations 1, 2 and 3 (the later passes clip), each
 scale_rewards, temperature != 1, several micro-batches) this script
   1. compiles the pipeline as a user does:  dfg compile examples/grpo.c -o plan.dfg --set k=v ...
   2. draws a random GPT-2 (Hugging Face names) and fixed rollouts: prompts, completions that stop
@@ -45,13 +45,15 @@ CONFIGS = [
          scale_rewards="none"),
     dict(name="bnpo_kl", loss_type="bnpo", beta=0.1, gradient_accumulation_steps=4, ref="perturbed",
          scale_rewards="batch"),
+    # small epsilons and learning rates: the later passes clip (asserted) and the ratios spread
+    # over both bounds, so the clipped branch's zero gradient and epsilon_high are checked
     dict(name="bnpo_b0_it2", loss_type="bnpo", beta=0.0, gradient_accumulation_steps=2, num_iterations=2,
-         learning_rate=2e-2, epsilon_high=0.28),
+         learning_rate=1e-4, epsilon=0.02, epsilon_high=0.06, clips=True),
     dict(name="dr_grpo_it2", loss_type="dr_grpo", beta=0.04, gradient_accumulation_steps=2, num_iterations=2,
-         learning_rate=2e-2),
+         learning_rate=1e-4, epsilon=0.01, clips=True),
     dict(name="dr_grpo_b0", loss_type="dr_grpo", beta=0.0, gradient_accumulation_steps=1, temperature=1.0),
-    dict(name="dapo_kl_it2", loss_type="dapo", beta=0.04, gradient_accumulation_steps=3, num_iterations=2,
-         learning_rate=2e-2, ref="perturbed", epsilon_high=0.28, scale_rewards="batch"),
+    dict(name="dapo_kl_it3", loss_type="dapo", beta=0.04, gradient_accumulation_steps=3, num_iterations=3,
+         learning_rate=1e-4, ref="perturbed", epsilon=0.02, epsilon_high=0.08, scale_rewards="batch", clips=True),
     dict(name="dapo_b0", loss_type="dapo", beta=0.0, gradient_accumulation_steps=2, weight_decay=0.0),
 ]
 DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial")
@@ -60,7 +62,7 @@ DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="g
 def settings_of(cfg):
     s = dict(BASE)
     s.update(DEFAULTS)
-    s.update({k: v for k, v in cfg.items() if k != "name"})
+    s.update({k: v for k, v in cfg.items() if k not in ("name", "clips")})
     s.setdefault("epsilon_high", s["epsilon"])
     s["max_prompt_length"] = s["digits"] + 1          # the reverse task: "ddd="
     s["max_completion_length"] = s["digits"] + 2
@@ -170,6 +172,7 @@ def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=s["learning_rate"], betas=(0.9, 0.999), eps=s["adam_epsilon"])
     out = {}
+    clip_all = 0.0
     for k in range(s["num_iterations"]):
         opt.zero_grad()
         loss_sum, scale_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0, 0.0
@@ -187,8 +190,10 @@ def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
             out["loss_scale"] = max(abs(loss_sum), scale_sum)
             out["grad_norm"] = np.array(float(norm))
             out["kl"] = np.array(kl_sum / max(active, 1.0))
-            out["clip_ratio"] = np.array(clip_sum / max(active, 1.0))
+        clip_all += clip_sum
         opt.step()
+    # clipped tokens of every pass (the first never clips: its ratio is 1) over the tokens scored
+    out["clip_ratio"] = np.array(clip_all / max(active * s["num_iterations"], 1.0))
     zero = torch.zeros(N, 1, dtype=torch.float64)
     out["logp"] = torch.cat([zero, lp0 * m], dim=1).numpy()
     if s["beta"] != 0:
@@ -266,6 +271,9 @@ def run_config(cfg, dfg, source, workdir, seed):
         ok &= bool(good)
         print(f"  {name:<30} {str(tuple(ref.shape)):<12} {float(np.max(np.abs(ref))):11.4e} {e:10.2e} {upd:>10}"
               f"{'' if good else '  FAIL'}")
+    if cfg.get("clips") and not float(want["clip_ratio"]) > 0:
+        print(f"  clip_ratio is 0: this configuration is meant to exercise clipping and does not  FAIL")
+        ok = False
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
           f"grad_norm {float(want['grad_norm']):.6f}, clip_ratio {float(want['clip_ratio']):.4f}; "
           f"dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
