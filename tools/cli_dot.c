@@ -40,7 +40,8 @@ static void usage(FILE *f) {
                "                dashed. Positions are pinned: neato -n2 -Tsvg OUT.dot -o OUT.svg\n"
                "  -o OUT.dot    where to write (default: P.dot or P.timeline.dot beside the plan;\n"
                "                '-' writes to stdout)\n"
-               "  --svg         also render OUT.svg with Graphviz's libraries (no dot binary needed)\n");
+               "  --svg         also render OUT.svg with Graphviz's libraries (no dot binary needed);\n"
+               "                with -o X.svg the picture is X.svg and the .dot X.dot\n");
 }
 
 static int parse_args(int argc, char **argv, dot_args *d) {
@@ -84,9 +85,16 @@ int cli_dot(int argc, char **argv) {
     int rc = parse_args(argc, argv, &d);
     if (rc) return rc < 0 ? CLI_OK : rc;
     char dot_path[4096], svg_path[4096], err[1024];
-    if (d.output) snprintf(dot_path, sizeof(dot_path), "%s", d.output);
-    else replace_ext(d.plan, ".dfg", d.timeline ? ".timeline.dot" : ".dot", dot_path, sizeof(dot_path));
-    replace_ext(dot_path, ".dot", ".svg", svg_path, sizeof(svg_path));
+    size_t out_len = d.output ? strlen(d.output) : 0;
+    if (d.svg && out_len > 4 && !strcmp(d.output + out_len - 4, ".svg")) {
+        /* -o X.svg --svg: the picture goes where it was asked for, the .dot beside it */
+        snprintf(svg_path, sizeof(svg_path), "%s", d.output);
+        replace_ext(svg_path, ".svg", ".dot", dot_path, sizeof(dot_path));
+    } else {
+        if (d.output) snprintf(dot_path, sizeof(dot_path), "%s", d.output);
+        else replace_ext(d.plan, ".dfg", d.timeline ? ".timeline.dot" : ".dot", dot_path, sizeof(dot_path));
+        replace_ext(dot_path, ".dot", ".svg", svg_path, sizeof(svg_path));
+    }
     dfg_program *p = NULL;
     dfg_plan_info info;
     if ((rc = cli_load_plan(CMD, d.plan, &p, &info))) return rc;

@@ -1,13 +1,16 @@
 /* dfg.c - the dfg command-line tool: dispatches to a command (tools/cli_*.c).
  *
- *   dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [-o P.dfg]
- *   dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors] [--seed S] ...
+ *   dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [--memory-budget B] [-o P.dfg]
+ *   dfg run P.dfg [--steps N] [--every K] [--weights W.safetensors] [--save OUT.safetensors]
+ *           [--seed S] [--threads N] [--metrics F.jsonl] [--checkpoint-dir D] [--save-every K]
+ *           [--resume D] [--rollouts R.safetensors] [--dump OUT.safetensors]
  *   dfg info P.dfg
  *   dfg inspect P.dfg [--json]
  *   dfg dot P.dfg [-o OUT.dot] [--timeline] [--svg]
  *
  * Exit codes: 0 success, 1 a failure while running (or writing), 2 a usage error or bad input
- * (unknown option, a pipeline that does not compile, a plan file that cannot be read). */
+ * (unknown option, a pipeline that does not compile, a plan file that cannot be read), 130/143
+ * a run stopped by SIGINT/SIGTERM after saving its checkpoint. */
 #include <stdio.h>
 #include <string.h>
 

@@ -186,6 +186,10 @@ run "$DFG" dot gpt2.dfg --timeline --svg -o tl.dot
 expect_rc 0 "dot --timeline --svg"
 expect_in tl.svg "<svg" "tl.svg is an SVG"
 expect_in tl.svg "lower bound" "the timeline SVG shows the lower bound"
+run "$DFG" dot gpt2.dfg --svg -o pic.svg
+expect_rc 0 "dot --svg -o X.svg"
+expect_in pic.svg "<svg" "-o X.svg --svg: X.svg is the SVG"
+expect_in pic.dot "digraph" "... and X.dot the Graphviz source"
 run "$DFG" dot gpt2.dfg -o /nonexistent-dir/mem.dot
 expect_rc 1 "dot to a bad path"
 expect_in err.txt "/nonexistent-dir/mem.dot: cannot write" "the bad path is named"
