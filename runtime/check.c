@@ -292,7 +292,7 @@ static void sharers(dfg_runtime *rt, int self, int64_t off, int64_t bytes, dfg_s
 /* "step 3, graph 'train' (run 2 of 4)" */
 static const char *where(const dfg_runtime *rt, int si, int run, char *buf, size_t len) {
     const dfg_stage *s = &rt->p->stages[si];
-    int k = snprintf(buf, len, "step %lld, %s '%s'", (long long)rt->step, s->kind == DFG_STAGE_HOST ? "host stage" : "graph",
+    int k = snprintf(buf, len, "step %lld, %s '%s'", (long long)rt->step + 1, s->kind == DFG_STAGE_HOST ? "host stage" : "graph",
                      s->name);
     if (s->repeat > 1 && k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, " (run %d of %d)", run + 1, s->repeat);
     return buf;
@@ -387,7 +387,7 @@ dfg_status dfg_check_before(dfg_runtime *rt, int si, int run, int index) {
     if (run == 0) births(rt, now);
     if (s->kind == DFG_STAGE_HOST) {
         char ctx[256];
-        snprintf(ctx, sizeof(ctx), "step %lld, before host stage '%s'", (long long)rt->step, s->name);
+        snprintf(ctx, sizeof(ctx), "step %lld, before host stage '%s'", (long long)rt->step + 1, s->name);
         return verify_all_live(rt, now, ctx);
     }
     if (index >= s->graph->n_nodes) return DFG_OK; /* an empty graph's one step */
@@ -428,6 +428,6 @@ dfg_status dfg_check_after(dfg_runtime *rt, int si, int run, int index) {
 
 dfg_status dfg_check_step_end(dfg_runtime *rt) {
     char ctx[96];
-    snprintf(ctx, sizeof(ctx), "step %lld, at the end of the step", (long long)rt->step);
+    snprintf(ctx, sizeof(ctx), "step %lld, at the end of the step", (long long)rt->step + 1);
     return verify_all_live(rt, rt->check->plan->n_steps - 1, ctx);
 }

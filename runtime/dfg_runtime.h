@@ -39,7 +39,10 @@ const char *dfg_runtime_error(const dfg_runtime *rt);
 const dfg_program *dfg_runtime_program(const dfg_runtime *rt);
 
 /* Runs every stage once (one training step); a stage outside its dfg_stage_steps range or
- * switched off with dfg_runtime_skip_stage does not run. */
+ * switched off with dfg_runtime_skip_stage does not run. Error messages number the step that
+ * failed from 1 (dfg_runtime_steps_done() + 1), as dfg run prints steps. A kernel's failure is
+ * sticky; DFG_ERR_NUMERIC from clip_grad_norm (gradients not finite) comes before any optimizer
+ * update of that step. */
 dfg_status dfg_runtime_step(dfg_runtime *rt);
 int64_t dfg_runtime_steps_done(const dfg_runtime *rt);
 /* Sets the step counter (resuming a run: host stages and stage ranges read it). */

@@ -175,7 +175,7 @@ static dfg_status run_graph(dfg_runtime *rt, int si) {
             why[0] = '\0';
             dfg_status st = rt->be->exec(rt->be_state, n, rt->in_ptrs, rt->out_ptrs, why, sizeof(why));
             if (st)
-                return dfg_rt_fail(rt, st, true, "step %lld, stage '%s' (run %d of %d): %s", (long long)rt->step, s->name,
+                return dfg_rt_fail(rt, st, true, "step %lld, stage '%s' (run %d of %d): %s", (long long)rt->step + 1, s->name,
                                    r + 1, s->repeat, why[0] ? why : dfg_status_name(st));
             CHECKED(dfg_check_after(rt, si, r, i));
         }
@@ -188,7 +188,7 @@ static dfg_status run_host(dfg_runtime *rt, int si) {
     CHECKED(dfg_check_before(rt, si, 0, 0));
     rt->error[0] = '\0';
     dfg_status st = rt->host[si](&ctx);
-    if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step,
+    if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step + 1,
                                          rt->p->stages[si].name, dfg_status_name(st));
     if (st) rt->status = st;
     if (!st) CHECKED(dfg_check_after(rt, si, 0, 0));
@@ -209,7 +209,7 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
         rt->stage_ran[s] = true;
     }
     dfg_status st = rt->be->sync(rt->be_state);
-    if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step);
+    if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step + 1);
     CHECKED(dfg_check_step_end(rt));
     rt->step++;
     return DFG_OK;
@@ -289,7 +289,7 @@ dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return dfg_rt_fail(rt, DFG_ERR_RUNTIME, true, "step %lld, host stage '%s': %s", (long long)rt->step,
+    return dfg_rt_fail(rt, DFG_ERR_RUNTIME, true, "step %lld, host stage '%s': %s", (long long)rt->step + 1,
                        rt->p->stages[ctx->stage].name, msg);
 }
 

@@ -111,7 +111,7 @@ static void test_moved_offset_caught_at_read(void) {
             const char *msg = dfg_runtime_error(rt);
             printf("check mode reports: %s\n", msg);
             CHECK(st == DFG_ERR_STATE, "checked run: %s", dfg_status_name(st));
-            CHECK(has(msg, "DFG_CHECK: step 0, graph 'train': input 'gelu#0' of 'y' (plan step 3) changed since plan step 0 (written by 'gelu#0')") &&
+            CHECK(has(msg, "DFG_CHECK: step 1, graph 'train': input 'gelu#0' of 'y' (plan step 3) changed since plan step 0 (written by 'gelu#0')") &&
                       has(msg, "are shared with 'scale#1' (plan steps 1-2)"),
                   "message");
             CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE, "the failure is sticky");
@@ -237,7 +237,7 @@ static void test_state_clobbered_caught_at_step_end(void) {
         dfg_runtime_write(rt, "x", xv, sizeof(xv));
         rt->plan.offset[late->id] = rt->plan.offset[st->id];
         CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE &&
-                  has(dfg_runtime_error(rt), "DFG_CHECK: step 0, at the end of the step: 'st' changed since plan step 1 (written by 'assign#1')") &&
+                  has(dfg_runtime_error(rt), "DFG_CHECK: step 1, at the end of the step: 'st' changed since plan step 1 (written by 'assign#1')") &&
                   has(dfg_runtime_error(rt), "shared with 'scale#2' (plan steps 2-3)"),
               "state clobbered: %s", dfg_runtime_error(rt));
     }

@@ -22,6 +22,10 @@ int cli_dot(int argc, char **argv);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* printf for what a command reports on stdout as it goes; nothing when cli_quiet (dfg run
+ * --quiet). Errors and warnings go to stderr whatever it says. */
+extern bool cli_quiet;
+void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Options. A command walks argv with cli_next: each call classifies argv[*i] and advances *i.
  * Long options take their value as "--name=value" or as the next argument. */
@@ -76,7 +80,8 @@ char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- dfg run's parts
  * tools/cli_run.c drives a run; cli_run_ckpt.c saves and resumes checkpoints and writes
- * safetensors from runtime tensors; cli_run_rollouts.c loads fixed rollouts and writes dumps. */
+ * safetensors from runtime tensors; cli_run_rollouts.c loads fixed rollouts and writes dumps;
+ * cli_run_progress.c draws the progress line. */
 
 /* Reads the named runtime tensors (file name i holds tensors[i]) and writes them with
  * dfg_st_write, atomically, with the metadata pairs meta_kv. Returns an exit code after printing
@@ -101,6 +106,29 @@ int cli_ckpt_open(const char *resume, dfg_safetensors **st, char *path, size_t p
 /* Loads every PARAM and STATE from st (each must be there with the program's dtype and shape,
  * and nothing else) and sets the step counter. */
 int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *path, int64_t step);
+
+/* The last good state (cli_run_ckpt.c): keep before every step; after a step that failed with
+ * DFG_ERR_NUMERIC (non-finite gradients, caught before any update), restore puts back the
+ * optimizer's step counters and zeroes the gradient buffers, leaving the state of the last
+ * good step for the checkpoint. Each returns an exit code. */
+typedef struct cli_guard cli_guard;
+int cli_guard_create(dfg_runtime *rt, cli_guard **out);
+int cli_guard_keep(cli_guard *g);
+int cli_guard_restore(cli_guard *g);
+void cli_guard_free(cli_guard *g);
+
+/* The live progress line (cli_run_progress.c): drawn on stderr when it is a terminal and the
+ * run is not --quiet; cleared before other output. */
+typedef struct {
+    dfg_runtime *rt;
+    int64_t first, total; /* the steps done before this run, and this run's steps */
+    bool on, drawn;
+    double last_draw;     /* elapsed seconds at the last draw; < 0: none yet */
+    int metric[3], n_metrics;
+} cli_progress;
+void cli_progress_init(cli_progress *pr, dfg_runtime *rt, int64_t first, int64_t total, bool quiet);
+void cli_progress_update(cli_progress *pr, int64_t step, double elapsed, double tok_s, bool force);
+void cli_progress_clear(cli_progress *pr);
 
 /* Fixed rollouts (--rollouts R): load reads the tensors the plan's setting "dfg.rollout_tensors"
  * names and checks them against the plan (before a runtime exists, so bad input fails first);

@@ -1,5 +1,5 @@
 /* cli_run.c - `dfg run P.dfg [--steps N] [--weights W] [--save OUT] [--seed S] [--threads N]
- * [--every K] [--checkpoint-dir D] [--save-every K] [--resume D] [--rollouts R] [--dump OUT]
+ * [--every K] [--quiet] [--checkpoint-dir D] [--save-every K] [--resume D] [--rollouts R] [--dump OUT]
  * [--metrics FILE.jsonl]`.
  *
  * Loads a plan and compiles it with the options it records (so the run uses the memory plan
@@ -29,12 +29,13 @@
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
     int64_t steps, seed, threads, every, save_every;
+    bool quiet;
     bool seed_given;
 } run_args;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]\n"
-               "                     [--seed S] [--threads N] [--every K] [--metrics FILE.jsonl]\n"
+               "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors]\n"
                "\n"
@@ -49,7 +50,9 @@ static void usage(FILE *f) {
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
                "  --every K      print a line every K steps (and after the last): each metric's mean\n"
-               "                 over those K steps; default 1\n"
+               "                 over those K steps; default 1. On a terminal a progress line (step,\n"
+               "                 reward, loss, kl, tok/s, arena, ETA) is redrawn on stderr in between\n"
+               "  -q, --quiet    print nothing but errors (and the --metrics file)\n"
                "  --metrics F    write one JSON object per step to F (step, every metric, ms, tokens_per_s,\n"
                "                 arena_bytes); appended to with --resume, else replaced\n"
                "\n"
@@ -70,6 +73,11 @@ static void usage(FILE *f) {
                "  --dump OUT     after the last step, write the values the plan names (GRPO: logp,\n"
                "                 ref_logp, advantages, loss, grad_norm) and every parameter to OUT\n"
                "\n"
+               "NaN or Inf: gradients that are not finite stop the run in clip_grad_norm, before any\n"
+               "update, naming the step and the gradient; with --checkpoint-dir the last good state is\n"
+               "saved first (resume it with a lower learning rate, say). A metric that is not finite\n"
+               "after a step stops the run the same way (that step's update was applied). Exit code 1.\n"
+               "\n"
                "tok/s (shown when the program has a 'completion_mask'): completion tokens of the step\n"
                "(the mask's sum: generated tokens up to and including each EOS) per second of the step.\n"
                "exit codes: 0 ok, 1 failed while running, 2 usage error or bad input, 130 interrupted\n"
@@ -81,7 +89,8 @@ static int parse_args(int argc, char **argv, run_args *r) {
         {"--steps", true},    {"--weights", true},  {"--save", true},           {"--seed", true},
         {"--threads", true},  {"--every", true},    {"--checkpoint-dir", true}, {"--save-every", true},
         {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
-        {"--help", false},    {"-h", false},        {NULL, false}};
+        {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
+        {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1};
@@ -94,6 +103,8 @@ static int parse_args(int argc, char **argv, run_args *r) {
         } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             usage(stdout);
             return -1;
+        } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
+            r->quiet = true;
         } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
         else if (!strcmp(opt, "--seed")) {
             ok = cli_parse_i64(CMD, "--seed", val, 0, INT64_MAX, &r->seed);
@@ -196,6 +207,8 @@ typedef struct {
     int64_t *n_sum;       /* [metric count] steps that updated the metric */
     double sum_ms, sum_tokens;
     int64_t n_summed;
+    cli_guard *guard;     /* with checkpoints: the last good state's counters */
+    cli_progress progress;
 } run_state;
 
 static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
@@ -203,11 +216,11 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     int64_t n_params = 0;
     for (int i = 0; i < p->n_tensors; i++)
         if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
-    printf("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
+    cli_say("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
            p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
            dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
     int threads = dfg_runtime_threads(rt);
-    printf(", %d thread%s\n", threads, threads == 1 ? "" : "s");
+    cli_say(", %d thread%s\n", threads, threads == 1 ? "" : "s");
 }
 
 /* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */
@@ -296,8 +309,34 @@ static int checkpoint(run_state *s, bool announce) {
     if (rc) return rc;
     s->last_saved = dfg_runtime_steps_done(s->rt);
     if (announce)
-        printf("checkpoint: step %" PRId64 " saved to %s (%.1f ms)\n", s->last_saved, path, 1e3 * (now_s() - t0));
+        cli_say("checkpoint: step %" PRId64 " saved to %s (%.1f ms)\n", s->last_saved, path, 1e3 * (now_s() - t0));
     return CLI_OK;
+}
+
+/* The first metric the step updated that is not finite; -1 when all are. */
+static int nonfinite_metric(dfg_runtime *rt) {
+    for (int i = 0; i < dfg_runtime_metric_count(rt); i++)
+        if (dfg_runtime_metric_updated(rt, i) && !isfinite(dfg_runtime_metric_value(rt, i))) return i;
+    return -1;
+}
+
+/* A step failed on a NaN or Inf: with checkpoints, saves the last good state (the guard undoes
+ * what the failed step changed before its gradients were found non-finite), then reports. */
+static int stop_nonfinite(run_state *s, const char *why) {
+    int64_t good = dfg_runtime_steps_done(s->rt);
+    char path[4400];
+    cli_progress_clear(&s->progress);
+    cli_error(CMD, 0, "%s: %s", s->a->plan, why);
+    if (!s->ckpt_dir) {
+        cli_error(CMD, 0, "nothing saved (no --checkpoint-dir)");
+        return CLI_FAILED;
+    }
+    int rc = s->guard ? cli_guard_restore(s->guard) : CLI_OK;
+    if (!rc) rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
+    if (rc) return rc;
+    s->last_saved = good;
+    cli_error(CMD, 0, "the state after step %" PRId64 " (the last good one) is saved to %s", good, path);
+    return CLI_FAILED;
 }
 
 /* Runs the steps; stops early (CLI_OK) after a step during which an interrupt came. */
@@ -306,26 +345,50 @@ static int run_steps(run_state *s) {
     int64_t first = dfg_runtime_steps_done(s->rt), done = 0;
     int width = snprintf(NULL, 0, "%" PRId64, first + a->steps);
     double start = now_s();
+    cli_progress_init(&s->progress, s->rt, first, a->steps, a->quiet);
     for (int64_t i = 1; i <= a->steps && !interrupted; i++) {
+        int64_t step = first + i;
         int rc = cli_rollouts_write(s->rt, s->rollouts);
+        if (!rc && s->guard) rc = cli_guard_keep(s->guard);
         if (rc) return rc;
         double t0 = now_s();
-        if (dfg_runtime_step(s->rt)) return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
+        dfg_status st = dfg_runtime_step(s->rt);
+        if (st == DFG_ERR_NUMERIC) return stop_nonfinite(s, dfg_runtime_error(s->rt));
+        if (st) {
+            cli_progress_clear(&s->progress);
+            return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
+        }
         double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
-        int64_t step = first + i;
-        bool shown = step % a->every == 0 || i == a->steps || interrupted;
+        bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || interrupted);
         done = i;
         if (tokens >= 0) s->tokens += tokens;
         add_to_interval(s, ms, tokens);
-        if (shown) print_interval(s, step, width);
         if (s->jsonl && (rc = write_jsonl(s, step, ms, tokens))) return rc;
-        if (s->ckpt_dir && a->save_every && step % a->save_every == 0 && (rc = checkpoint(s, shown))) return rc;
+        int bad = nonfinite_metric(s->rt);
+        if (bad >= 0) {
+            char why[256];
+            snprintf(why, sizeof(why), "step %" PRId64 ": metric '%s' is %g (the step's update was applied: its "
+                     "gradients were finite)", step, dfg_runtime_metric_name(s->rt, bad),
+                     (double)dfg_runtime_metric_value(s->rt, bad));
+            return stop_nonfinite(s, why);
+        }
+        if (shown) {
+            cli_progress_clear(&s->progress);
+            print_interval(s, step, width);
+        }
+        if (s->ckpt_dir && a->save_every && step % a->save_every == 0) {
+            if (shown) cli_progress_clear(&s->progress);
+            if ((rc = checkpoint(s, shown))) return rc;
+        }
+        cli_progress_update(&s->progress, step, now_s() - start, tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : -1,
+                            i == a->steps);
     }
+    cli_progress_clear(&s->progress);
     double total = now_s() - start;
     if (done > 0) {
-        printf("%" PRId64 " step%s in %.3f s (%.2f ms/step", done, done == 1 ? "" : "s", total, 1e3 * total / (double)done);
-        if (s->mask) printf(", %.0f tok/s", total > 0 ? s->tokens / total : 0.0);
-        printf(")\n");
+        cli_say("%" PRId64 " step%s in %.3f s (%.2f ms/step", done, done == 1 ? "" : "s", total, 1e3 * total / (double)done);
+        if (s->mask) cli_say(", %.0f tok/s", total > 0 ? s->tokens / total : 0.0);
+        cli_say(")\n");
     }
     return CLI_OK;
 }
@@ -367,11 +430,11 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
     if (a->weights) {
         if (dfg_runtime_load_safetensors(s->rt, a->weights, true, &n_loaded))
             return cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(s->rt));
-        printf("loaded %d tensors from %s\n", n_loaded, a->weights);
+        cli_say("loaded %d tensors from %s\n", n_loaded, a->weights);
     }
     if (ckpt) {
         if ((rc = cli_ckpt_restore(s->rt, ckpt, ckpt_path, ckpt_step))) return rc;
-        printf("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
+        cli_say("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
         s->last_saved = ckpt_step;
     }
     if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
@@ -408,7 +471,7 @@ static int finish(run_state *s) {
     if (a->save) {
         if (dfg_runtime_save_safetensors(s->rt, a->save, false))
             return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        printf("saved the parameters to %s\n", a->save);
+        cli_say("saved the parameters to %s\n", a->save);
     }
     if (a->dump) {
         char st[32], sd[32];
@@ -417,13 +480,14 @@ static int finish(run_state *s) {
         const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", st, "dfg.seed", sd,
                               "dfg.rollouts", a->rollouts ? a->rollouts : "(generated)"};
         if ((rc = cli_dump_write(s->rt, a->dump, meta, 5))) return rc;
-        printf("dumped step %" PRId64 " to %s\n", step, a->dump);
+        cli_say("dumped step %" PRId64 " to %s\n", step, a->dump);
     }
     return CLI_OK;
 }
 
 /* Creates the runtime, loads, runs, saves. */
 static int execute(const run_args *a, dfg_program *p, void *lib) {
+    cli_quiet = a->quiet;
     run_state s = {.a = a, .last_saved = -1, .ckpt_dir = checkpoint_dir(a)};
     dfg_safetensors *ckpt = NULL;
     char ckpt_path[4400] = "";
@@ -450,6 +514,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
         rc = prepare(&s, ckpt, ckpt_path, ckpt_step);
     }
     dfg_st_free(ckpt); /* its bytes are in the runtime now */
+    if (!rc && s.ckpt_dir) rc = cli_guard_create(s.rt, &s.guard);
     if (!rc) {
         catch_interrupts(true);
         rc = run_steps(&s);
@@ -460,6 +525,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     cli_rollouts_free(s.rollouts);
     free(s.mask);
     free(s.sum);
+    cli_guard_free(s.guard);
     free(s.n_sum);
     if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);
     if (lock >= 0) close(lock);

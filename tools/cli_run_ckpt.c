@@ -86,7 +86,7 @@ static void remove_partial_checkpoints(const char *dir) {
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         /* the lock held by this process says no other run is writing it */
-        if (unlink(path) == 0) printf("removed %s, a partial checkpoint a killed run left\n", path);
+        if (unlink(path) == 0) cli_say("removed %s, a partial checkpoint a killed run left\n", path);
     }
     closedir(d);
 }
@@ -224,4 +224,69 @@ int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *pat
                         "OpenBLAS splits its GEMMs by thread count, so the run continues equal to float rounding, not "
                         "bit for bit (--threads %" PRIu64 " for that)\n", th, th == 1 ? "" : "s", dfg_runtime_threads(rt), th);
     return rc;
+}
+
+/* ---------------------------------------------------------------- the last good state
+ * A step whose gradients are not finite fails in clip_grad_norm, before any optimizer update,
+ * so parameters, masters and moments are still the last good step's. What that step may already
+ * have changed: the optimizer's step counters (incremented before the update) and the gradient
+ * buffers (NaN). The guard keeps the counters (a few bytes) from before each step and puts them
+ * back, and zeroes the gradient buffers (zero between steps by construction), so that the
+ * checkpoint written next is the last good state. */
+struct cli_guard {
+    dfg_runtime *rt;
+    const dfg_tensor **counters;
+    int32_t *values;
+    int n;
+};
+
+static bool is_counter(const dfg_tensor *t) {
+    return t->kind == DFG_STATE && t->role == DFG_ROLE_OPTIM && t->dtype == DFG_I32 && dfg_shape_numel(t->shape) == 1;
+}
+
+int cli_guard_create(dfg_runtime *rt, cli_guard **out) {
+    const dfg_program *p = dfg_runtime_program(rt);
+    cli_guard *g = calloc(1, sizeof(*g));
+    if (g) g->counters = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*g->counters));
+    if (g) g->values = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*g->values));
+    if (!g || !g->counters || !g->values) {
+        cli_guard_free(g);
+        return cli_error(CMD, CLI_FAILED, "out of memory");
+    }
+    g->rt = rt;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (is_counter(p->tensors[i])) g->counters[g->n++] = p->tensors[i];
+    *out = g;
+    return CLI_OK;
+}
+
+int cli_guard_keep(cli_guard *g) {
+    for (int i = 0; i < g->n; i++)
+        if (dfg_runtime_read(g->rt, g->counters[i]->name, &g->values[i], sizeof(int32_t)))
+            return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(g->rt));
+    return CLI_OK;
+}
+
+int cli_guard_restore(cli_guard *g) {
+    const dfg_program *p = dfg_runtime_program(g->rt);
+    for (int i = 0; i < g->n; i++)
+        if (dfg_runtime_write(g->rt, g->counters[i]->name, &g->values[i], sizeof(int32_t)))
+            return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(g->rt));
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind != DFG_STATE || t->role != DFG_ROLE_GRAD) continue;
+        size_t bytes = dfg_tensor_bytes(t);
+        void *zero = calloc(bytes ? bytes : 1, 1);
+        dfg_status st = zero ? dfg_runtime_write(g->rt, t->name, zero, bytes) : DFG_ERR_NOMEM;
+        free(zero);
+        if (st) return cli_error(CMD, CLI_FAILED, "%s: cannot reset: %s", t->name, dfg_runtime_error(g->rt));
+    }
+    return CLI_OK;
+}
+
+void cli_guard_free(cli_guard *g) {
+    if (!g) return;
+    free(g->counters);
+    free(g->values);
+    free(g);
 }

@@ -187,9 +187,9 @@ int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r) {
     char skipped[512] = "", sb[96];
     int rc = skip_stages(rt, dfg_runtime_program(rt), skipped, sizeof(skipped));
     if (rc) return rc;
-    printf("rollouts from %s: %s %s", r->path, r->t[0]->name, dfg_shape_str(r->t[0]->shape, sb, sizeof(sb)));
-    for (int k = 1; k < r->n; k++) printf(", %s", r->t[k]->name);
-    printf("; stages %s skipped\n", skipped[0] ? skipped : "(none)");
+    cli_say("rollouts from %s: %s %s", r->path, r->t[0]->name, dfg_shape_str(r->t[0]->shape, sb, sizeof(sb)));
+    for (int k = 1; k < r->n; k++) cli_say(", %s", r->t[k]->name);
+    cli_say("; stages %s skipped\n", skipped[0] ? skipped : "(none)");
     return CLI_OK;
 }
 

@@ -195,3 +195,13 @@ char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len) 
     else snprintf(buf, len, "%s", budget > 0 ? "none" : "no budget");
     return buf;
 }
+
+bool cli_quiet;
+
+void cli_say(const char *fmt, ...) {
+    if (cli_quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}

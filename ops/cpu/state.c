@@ -72,9 +72,27 @@ dfg_status cpu_adamw(const dfg_node *n, void *const *in, void *const *out, dfg_c
     return DFG_OK;
 }
 
-/* out[0] = the global norm; out[1+i] = in[i] * min(1, max_norm / (norm + 1e-6)) */
+/* The gradients that hold a NaN or an Inf, named in a message for a norm that is not finite. */
+static dfg_status clip_nonfinite(const dfg_node *n, void *const *in, double norm, dfg_cpu_ctx *ctx) {
+    int bad = 0, first = -1;
+    for (int i = 0; i < n->n_in; i++) {
+        const float *g = in[i];
+        int64_t cnt = dfg_shape_numel(n->in[i]->shape), j = 0;
+        while (j < cnt && isfinite(g[j])) j++;
+        if (j < cnt && bad++ == 0) first = i;
+    }
+    if (first < 0) /* finite values whose squares overflow the double sum cannot happen for f32 */
+        return dfg_cpu_fail(ctx, n, DFG_ERR_NUMERIC, "the global gradient norm is %g", norm);
+    return dfg_cpu_fail(ctx, n, DFG_ERR_NUMERIC,
+                        "the global gradient norm is %g: gradient '%s' holds NaN or Inf (%d of %d gradients do); "
+                        "nothing was updated", norm,
+                        n->in[first]->version_of ? n->in[first]->version_of->name : n->in[first]->name, bad, n->n_in);
+}
+
+/* out[0] = the global norm; out[1+i] = in[i] * min(1, max_norm / (norm + 1e-6)). A norm that is
+ * not finite fails the step here, before any optimizer update reads the clipped gradients: the
+ * parameters and moments stay those of the last good step. */
 dfg_status cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    (void)ctx;
     double ss = 0.0;
     for (int i = 0; i < n->n_in; i++) {
         const float *g = in[i];
@@ -85,6 +103,7 @@ dfg_status cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *o
         ss += part;
     }
     double norm = sqrt(ss), coef = (double)n->attr.clip.max_norm / (norm + 1e-6);
+    if (!isfinite(norm)) return clip_nonfinite(n, in, norm, ctx);
     float scale = (float)(coef < 1.0 ? coef : 1.0);
     *(float *)out[0] = (float)norm;
     for (int i = 0; i < n->n_in; i++) {

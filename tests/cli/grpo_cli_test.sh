@@ -164,6 +164,38 @@ run "$DFG" run grpo.dfg --steps $((saved + 2)) --threads 1 --checkpoint-dir k9re
 check "resumed after kill -9 = uninterrupted, bit for bit (step $((saved + 2)))" \
   cmp -s k9/checkpoint.safetensors k9ref/checkpoint.safetensors
 
+# ---------------------------------------------------------------- NaN and Inf
+# gradients that turn NaN at step 5 stop the run there, naming the step and the gradient, and
+# the checkpoint is the state after step 4: equal, tensor for tensor, to a run of 4 steps
+run "$DFG" compile "$SRC/tests/cli/nan_pipeline.c" --set nan_step=5 -o nan.dfg
+expect_rc 0 "compile the NaN pipeline"
+run "$DFG" run nan.dfg --steps 10 --threads 1 --checkpoint-dir nanck
+expect_rc 1 "NaN gradients at step 5"
+expect_in err.txt "step 5, stage 'train'" "the message names the step"
+expect_in err.txt "gradient 'grad.w' holds NaN or Inf" "... and the gradient"
+expect_in err.txt "the state after step 4 (the last good one) is saved to nanck/checkpoint.safetensors" \
+  "... and where the last good state is"
+check "steps 1-4 printed, step 5 not" [ "$(last_step out.txt)" = 4 ]
+check "the checkpoint records step 4" [ "$(ckpt_step nanck/checkpoint.safetensors)" = 4 ]
+run "$DFG" run nan.dfg --steps 4 --threads 1 --checkpoint-dir nanref
+run "${ST[@]}" same nanck/checkpoint.safetensors nanref/checkpoint.safetensors --except metric.
+expect_rc 0 "the saved state = 4 good steps (weights, moments, step counter, zeroed gradients)"
+run "$DFG" run nan.dfg --steps 10 --threads 1
+expect_rc 1 "NaN without --checkpoint-dir"
+expect_in err.txt "nothing saved (no --checkpoint-dir)" "... says nothing was saved"
+# a metric that is not finite (gradients finite) stops the run too, after its update
+run "$DFG" compile "$SRC/tests/cli/nan_pipeline.c" --set nan_step=3 --set nan_in=loss -o inf.dfg
+run "$DFG" run inf.dfg --steps 10 --threads 1 --checkpoint-dir infck
+expect_rc 1 "an Inf metric at step 3"
+expect_in err.txt "step 3: metric 'spike' is inf" "the message names the step and the metric"
+check "the checkpoint holds step 3 (its update was applied)" [ "$(ckpt_step infck/checkpoint.safetensors)" = 3 ]
+
+# ---------------------------------------------------------------- --quiet
+run "$DFG" run grpo.dfg --steps 3 --threads 1 --quiet --metrics q.jsonl
+expect_rc 0 "--quiet"
+check "--quiet prints nothing" [ ! -s out.txt ] && [ ! -s err.txt ]
+check "--quiet still writes --metrics" [ "$(wc -l <q.jsonl)" = 3 ]
+
 # ---------------------------------------------------------------- SIGINT
 "$DFG" run grpo.dfg --steps 1000000 --threads 1 --checkpoint-dir si >si.txt 2>si.err &
 bg_pid=$!

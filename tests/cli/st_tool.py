@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """st_tool.py - small safetensors helpers for the CLI tests (standard library only).
 
-  st_tool.py same A B            tensors of A and B: same names, dtypes, shapes and bytes (any
-                                 header order); exit 3 listing the tensors that differ
+  st_tool.py same A B [--except PREFIX]
+                                 tensors of A and B: same names, dtypes, shapes and bytes (any
+                                 header order), leaving out names that start with PREFIX; exit 3
+                                 listing the tensors that differ
   st_tool.py names F             the tensor names, one per line, sorted
   st_tool.py meta F KEY          a metadata value
   st_tool.py rollouts OUT N T V SEED [--bad-shape]
@@ -54,9 +56,12 @@ def write(path, tensors, meta):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def same(a, b):
+def same(a, b, skip=None):
     ta, _ = read(a)
     tb, _ = read(b)
+    if skip:
+        ta = {k: v for k, v in ta.items() if not k.startswith(skip)}
+        tb = {k: v for k, v in tb.items() if not k.startswith(skip)}
     bad = sorted(set(ta) ^ set(tb))
     bad += sorted(n for n in set(ta) & set(tb) if ta[n] != tb[n])
     if bad:
@@ -119,7 +124,7 @@ def check_dump(out, r, g):
 def main(argv):
     cmd = argv[1]
     if cmd == "same":
-        return same(argv[2], argv[3])
+        return same(argv[2], argv[3], argv[5] if len(argv) > 5 and argv[4] == "--except" else None)
     if cmd == "names":
         print("\n".join(sorted(read(argv[2])[0])))
         return 0
