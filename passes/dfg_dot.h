@@ -57,6 +57,11 @@ typedef enum { DFG_DOT_LIFETIME, DFG_DOT_TIMELINE, DFG_DOT_MODE_COUNT } dfg_dot_
 dfg_status dfg_write_dot(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
 /* The same view laid out (dot, or neato -n2 for the timeline) and rendered as SVG to path. */
 dfg_status dfg_write_svg(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
+/* Lays out a libcgraph graph with a Graphviz engine ("dot", or "nop2" for positions given in
+ * points, as `neato -n2`) and writes it as SVG to path; the same linked-in plugins as above
+ * (dfg plot draws its curves with it). */
+struct Agraph_s;
+dfg_status dfg_dot_render_svg(struct Agraph_s *g, const char *engine, const char *path, char *err, size_t len);
 
 #ifdef __cplusplus
 }

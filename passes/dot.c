@@ -213,28 +213,32 @@ dfg_status dfg_write_dot(const dfg_program *p, const char *path, dfg_dot_mode mo
     return st;
 }
 
-dfg_status dfg_write_svg(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len) {
-    dfg_dot_ctx c;
-    dfg_status st = build(p, mode, &c, err, len);
-    FILE *f = st ? NULL : open_out(path, err, len);
-    if (!st && !f) st = DFG_ERR_IO;
-    GVC_t *gvc = st ? NULL : graphviz_context();
-    if (!st && !gvc) st = DFG_ERR_NOMEM, fail(err, len, "dot: cannot start Graphviz (out of memory)");
-    /* nop2 is `neato -n2`: positions as given, in points */
-    const char *engine = mode == DFG_DOT_LIFETIME ? "dot" : "nop2";
-    if (!st && gvLayout(gvc, c.g, engine) != 0) {
+dfg_status dfg_dot_render_svg(Agraph_t *g, const char *engine, const char *path, char *err, size_t len) {
+    FILE *f = open_out(path, err, len);
+    if (!f) return DFG_ERR_IO;
+    GVC_t *gvc = graphviz_context();
+    dfg_status st = DFG_OK;
+    if (!gvc) st = DFG_ERR_NOMEM, fail(err, len, "dot: cannot start Graphviz (out of memory)");
+    if (!st && gvLayout(gvc, g, engine) != 0) {
         st = DFG_ERR_RUNTIME;
-        fail(err, len, "%s: Graphviz could not lay out the graph with '%s' (is the %s layout plugin installed?)", path,
-             engine, mode == DFG_DOT_LIFETIME ? "dot" : "neato");
+        fail(err, len, "%s: Graphviz could not lay out the graph with '%s'", path, engine);
     } else if (!st) {
         errno = 0;
-        bool ok = gvRender(gvc, c.g, "svg", f) == 0;
-        gvFreeLayout(gvc, c.g);
+        bool ok = gvRender(gvc, g, "svg", f) == 0;
+        gvFreeLayout(gvc, g);
         st = close_out(f, path, ok, err, len);
         f = NULL;
     }
     if (f && f != stdout) fclose(f);
     if (gvc) gvFreeContext(gvc);
+    return st;
+}
+
+dfg_status dfg_write_svg(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len) {
+    dfg_dot_ctx c;
+    dfg_status st = build(p, mode, &c, err, len);
+    /* nop2 is `neato -n2`: positions as given, in points */
+    if (!st) st = dfg_dot_render_svg(c.g, mode == DFG_DOT_LIFETIME ? "dot" : "nop2", path, err, len);
     ctx_free(&c);
     return st;
 }

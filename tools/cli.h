@@ -19,6 +19,7 @@ int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_dot(int argc, char **argv);
+int cli_plot(int argc, char **argv);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

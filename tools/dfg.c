@@ -7,6 +7,7 @@
  *   dfg info P.dfg
  *   dfg inspect P.dfg [--json]
  *   dfg dot P.dfg [-o OUT.dot] [--timeline] [--svg]
+ *   dfg plot METRICS.jsonl [-o OUT.svg] [--y reward,kl]
  *
  * Exit codes: 0 success, 1 a failure while running (or writing), 2 a usage error or bad input
  * (unknown option, a pipeline that does not compile, a plan file that cannot be read), 130/143
@@ -29,6 +30,7 @@ static const command commands[] = {
     {"info", cli_info, "show what a plan holds: settings, stages, memory by role"},
     {"inspect", cli_inspect, "show a plan's memory report: arena, lower bound, what is live at the peak"},
     {"dot", cli_dot, "draw a plan's dataflow and memory with Graphviz (.dot, or SVG)"},
+    {"plot", cli_plot, "draw a run's metric curves (dfg run --metrics FILE.jsonl) as SVG"},
 };
 #define N_COMMANDS (int)(sizeof(commands) / sizeof(commands[0]))
 

@@ -77,6 +77,27 @@ import json, sys
 r = json.loads(open("m.jsonl").read().splitlines()[2])
 assert "%.5g" % r["loss"] == sys.argv[1], (r["loss"], sys.argv[1])' "$loss3"
 
+# ---------------------------------------------------------------- dfg plot
+run "$DFG" plot m.jsonl -o curves.svg
+expect_rc 0 "plot the metrics of 3 steps"
+expect_in out.txt "wrote curves.svg (reward, kl over steps 1-3)" "plot says what it drew"
+expect_in curves.svg "<svg" "the plot is an SVG"
+expect_in curves.svg ">reward (every step)<" "... with a reward panel"
+expect_in curves.svg ">kl (every step)<" "... and a kl panel"
+run "$DFG" plot m.jsonl --y loss,grad_norm
+expect_rc 0 "plot --y loss,grad_norm (default output m.svg)"
+expect_in m.svg ">grad_norm (every step)<" "--y picks the panels"
+run "$DFG" plot m.jsonl --y nope -o x.svg
+expect_rc 2 "plot of a metric the file lacks"
+expect_in err.txt "no values of 'nope'" "the message names it"
+expect_one_line "plot of a missing metric"
+printf '{"step":1,"reward":0.5}\nnot json\n' >bad.jsonl
+run "$DFG" plot bad.jsonl -o x.svg
+expect_rc 2 "plot of a damaged file"
+expect_in err.txt "bad.jsonl:2: not a line of dfg run --metrics" "the message names the line"
+run "$DFG" plot missing.jsonl
+expect_rc 2 "plot of a missing file"
+
 # --every K prints each metric's mean over the K steps since the previous line
 run "$DFG" run grpo.dfg --steps 5 --threads 1 --every 2 --metrics e.jsonl
 expect_rc 0 "run 5 steps with --every 2"
