@@ -30,6 +30,9 @@ dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* the message quotes names and versions from the file: keep it one line whatever they hold */
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     if (r->err && r->err_len) snprintf(r->err, r->err_len, "%s: %s", r->label, msg);
     r->status = s;
     return s;
