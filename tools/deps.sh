@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # deps.sh - installs the Debian packages dfg needs that are missing (nothing else).
 #   tools/deps.sh          build dependencies
-#   tools/deps.sh --test   build and test dependencies (PyTorch for the golden tests)
+#   tools/deps.sh --test   build and test dependencies (PyTorch for the golden tests; clang with
+#                          its libFuzzer and OpenMP runtimes for the fuzz runs)
 # Runs apt-get non-interactively (through sudo when not root). Prints what it installs.
 set -euo pipefail
 
 # OpenBLAS's OpenMP build shares one thread pool with dfg's kernels (see CMakeLists.txt)
 build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-openmp-dev)
-test_pkgs=(python3 python3-numpy python3-torch)
+# libFuzzer ships in libclang-rt-dev (compiler-rt of Debian's default clang), which clang only
+# recommends; a clang build of the library needs clang's OpenMP (libomp-dev)
+test_pkgs=(python3 python3-numpy python3-torch clang libclang-rt-dev libomp-dev)
 
 want=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then want+=("${test_pkgs[@]}"); fi

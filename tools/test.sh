@@ -2,7 +2,9 @@
 # test.sh - builds dfg and runs the whole test suite:
 #   1. the release build and every ctest suite (unit, gradcheck, golden vs PyTorch, planfile, CLI, fuzz replay),
 #      then the GRPO learning test on its own;
-#   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer.
+#   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the libFuzzer harnesses (tests/fuzz: the safetensors reader, the plan loader) for
+#      DFG_FUZZ_SECONDS each (default 60; 0 skips them), side by side; any finding fails.
 # GPU tests report "skipped" on machines without an NVIDIA GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +22,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDFG_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -L c --output-on-failure -j"$jobs")
+
+fuzz_secs="${DFG_FUZZ_SECONDS:-60}"
+if [ "$fuzz_secs" != 0 ]; then
+  tests/fuzz/run.sh "$fuzz_secs"
+fi
 echo "test.sh: all suites passed"

@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_target.h"
 #include "runtime/safetensors.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void fuzz_fail(const char *why) {
     fprintf(stderr, "fuzz_safetensors: invariant violated: %s\n", why);
@@ -63,3 +62,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dfg_st_free(st);
     return 0;
 }
+
+static bool fuzz_st_accepts(const uint8_t *data, size_t size) {
+    dfg_safetensors *st = NULL;
+    char err[64];
+    dfg_status s = dfg_st_parse(data, size, &st, err, sizeof(err));
+    dfg_st_free(st);
+    return s == DFG_OK;
+}
+
+/* For the replay: JSON-significant bytes, and the u64 header length at offset 0. */
+static const char st_tokens[] = "\"{}[],:-.0123456789eE\\ \x00\xff\xc3\x80nulltruefalse";
+const fuzz_target fuzz_this_target = {"fuzz_safetensors", st_tokens, sizeof(st_tokens) - 1, 0, 8, fuzz_st_accepts};

@@ -1,23 +1,58 @@
 #!/usr/bin/env bash
-# Fuzzes the safetensors reader with libFuzzer (ASan + UBSan) for SECONDS (default 60).
-# Usage: tests/fuzz/run.sh [SECONDS]   (env: CC, default clang; DFG_FUZZ_BUILD, default build-fuzz)
-# New interesting inputs go to BUILD/fuzz-safetensors/corpus (the committed seeds stay small);
-# a crash leaves its input in BUILD/fuzz-safetensors/artifacts and the script exits non-zero.
+# Runs the libFuzzer harnesses (ASan + UBSan) for SECONDS each (default 60), side by side (one
+# core each); CI runs this from tools/test.sh.
+# Usage: tests/fuzz/run.sh [SECONDS] [HARNESS...]
+#   HARNESS: safetensors (the safetensors reader), plan (the plan loader and the compiler);
+#   default both. env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
+# New interesting inputs go to BUILD/fuzz-HARNESS/corpus (the committed seeds in
+# tests/fuzz/corpus/HARNESS stay small); each run's output is in BUILD/fuzz-HARNESS/log. A crash,
+# leak, timeout (> 10 s for one input) or allocation over 512 MiB leaves its input in
+# BUILD/fuzz-HARNESS/artifacts, and the script names it and exits 1.
+# Replay one input: BUILD/tests/fuzz/fuzz_HARNESS INPUT (or fuzz_HARNESS_replay DIR in any build).
 set -euo pipefail
 secs="${1:-60}"
+[ $# -gt 0 ] && shift
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors plan)
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${DFG_FUZZ_BUILD:-$root/build-fuzz}"
+targets=()
+for h in "${harnesses[@]}"; do
+    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, plan)" >&2; exit 2; }
+    targets+=("fuzz_$h")
+done
+
 # warnings in unrelated files must not stop a fuzzing run; the gcc builds keep -Werror
 CC="${CC:-clang}" cmake -S "$root" -B "$build" -DDFG_FUZZ=ON -DDFG_WERROR=OFF >/dev/null
-cmake --build "$build" --target fuzz_safetensors -j"$(nproc)"
-work="$build/fuzz-safetensors"
-mkdir -p "$work/corpus" "$work/artifacts"
-status=0
-"$build/tests/fuzz/fuzz_safetensors" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
-    -dict="$root/tests/fuzz/safetensors.dict" \
-    "$work/corpus" "$root/tests/fuzz/corpus/safetensors" || status=$?
-if [ "$status" -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
-    echo "fuzz_safetensors: found a failure (exit $status); inputs in $work/artifacts" >&2
-    exit 1
-fi
-echo "fuzz_safetensors: no failures in ${secs}s"
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+
+extra_plan=()
+extra_safetensors=(-dict="$root/tests/fuzz/safetensors.dict")
+pids=()
+for h in "${harnesses[@]}"; do
+    work="$build/fuzz-$h"
+    mkdir -p "$work/corpus" "$work/artifacts"
+    extra="extra_$h[@]"
+    "$build/tests/fuzz/fuzz_$h" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+        -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${!extra}" \
+        "$work/corpus" "$root/tests/fuzz/corpus/$h" >"$work/log" 2>&1 &
+    pids+=($!)
+done
+
+failed=0
+for i in "${!harnesses[@]}"; do
+    h="${harnesses[$i]}" work="$build/fuzz-${harnesses[$i]}"
+    status=0
+    wait "${pids[$i]}" || status=$?
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" || true)
+    cov=$(grep -a -o 'cov: [0-9]* ft: [0-9]*' "$work/log" | tail -1 || true)
+    if [ "$status" -ne 0 ]; then
+        failed=1
+        grep -a -E '^==[0-9]+==|ERROR|invariant violated|runtime error|Test unit written to' "$work/log" | head -20 >&2 || true
+        input=$(sed -n 's/.*Test unit written to //p' "$work/log" | tail -1)
+        echo "fuzz_$h: FAILED (exit $status) after ${runs:-?} inputs; input: ${input:-none written}; log: $work/log" >&2
+    else
+        echo "fuzz_$h: no failures in ${secs}s (${runs:-?} inputs, $cov, corpus $(ls "$work/corpus" | wc -l) new files)"
+    fi
+done
+exit $failed
