@@ -61,6 +61,10 @@ dfg_status dfg_write_svg(const dfg_program *p, const char *path, dfg_dot_mode mo
  * points, as `neato -n2`) and writes it as SVG to path; the same linked-in plugins as above
  * (dfg plot draws its curves with it). */
 struct Agraph_s;
+/* Sets an attribute of a graph, node or edge (libcgraph takes char * for what it only copies;
+ * these keep the callers const-correct). */
+void dfg_dot_set(void *obj, const char *attr, const char *value);
+void dfg_dot_setf(void *obj, const char *attr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 dfg_status dfg_dot_render_svg(struct Agraph_s *g, const char *engine, const char *path, char *err, size_t len);
 
 #ifdef __cplusplus

@@ -18,9 +18,7 @@ typedef struct {
     Agraph_t *g;
 } dfg_dot_ctx;
 
-/* libcgraph takes char * for what it only copies; these keep the callers const-correct. */
-void dfg_dot_set(void *obj, const char *attr, const char *value);
-void dfg_dot_setf(void *obj, const char *attr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dfg_dot_set, dfg_dot_setf: dfg_dot.h */
 /* Declares an attribute with its default for every object of a kind (AGRAPH, AGNODE, AGEDGE). */
 void dfg_dot_default(Agraph_t *g, int kind, const char *attr, const char *value);
 

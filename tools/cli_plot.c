@@ -9,7 +9,6 @@
  * by Graphviz's libraries, like dfg dot --svg. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,18 +44,6 @@ static void usage(FILE *f) {
                "  --y NAMES      the metrics, comma-separated (default: reward and kl when the file\n"
                "                 has them, else its first two metrics)\n",
             PLOT_POINTS);
-}
-
-static void set(void *obj, const char *attr, const char *value) { agsafeset(obj, (char *)attr, (char *)value, ""); }
-
-static void setf(void *obj, const char *attr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void setf(void *obj, const char *attr, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    set(obj, attr, buf);
 }
 
 static bool add_point(series *s, double step, double v) {
@@ -142,15 +129,15 @@ static int bucket_means(series *s, int per) {
 
 static Agnode_t *pinned(Agraph_t *g, const char *name, double x, double y) {
     Agnode_t *n = agnode(g, (char *)name, 1);
-    setf(n, "pos", "%.2f,%.2f!", x, y);
+    dfg_dot_setf(n, "pos", "%.2f,%.2f!", x, y);
     return n;
 }
 
 static void text(Agraph_t *g, const char *id, double x, double y, const char *label, const char *fontsize) {
     Agnode_t *n = pinned(g, id, x, y);
-    set(n, "shape", "plaintext");
-    set(n, "label", label);
-    set(n, "fontsize", fontsize);
+    dfg_dot_set(n, "shape", "plaintext");
+    dfg_dot_set(n, "label", label);
+    dfg_dot_set(n, "fontsize", fontsize);
 }
 
 /* One panel: frame, axis labels, title, the curve. y0 is the panel's bottom. */
@@ -162,12 +149,12 @@ static void draw_panel(Agraph_t *g, int k, series *s, int per, double y0, double
     char id[64], label[256];
     snprintf(id, sizeof(id), "frame%d", k);
     Agnode_t *frame = pinned(g, id, PLOT_LEFT + PLOT_W / 2, y0 + PLOT_H / 2);
-    set(frame, "shape", "box");
-    set(frame, "label", "");
-    set(frame, "color", "#999999");
-    setf(frame, "width", "%.3f", PLOT_W / 72.0);
-    setf(frame, "height", "%.3f", PLOT_H / 72.0);
-    set(frame, "fixedsize", "true");
+    dfg_dot_set(frame, "shape", "box");
+    dfg_dot_set(frame, "label", "");
+    dfg_dot_set(frame, "color", "#999999");
+    dfg_dot_setf(frame, "width", "%.3f", PLOT_W / 72.0);
+    dfg_dot_setf(frame, "height", "%.3f", PLOT_H / 72.0);
+    dfg_dot_set(frame, "fixedsize", "true");
     snprintf(label, sizeof(label), "%.127s%s", s->name, per > 1 ? "" : " (every step)");
     if (per > 1) snprintf(label + strlen(label), sizeof(label) - strlen(label), " (means of %d steps)", per);
     snprintf(id, sizeof(id), "title%d", k);
@@ -189,14 +176,14 @@ static void draw_panel(Agraph_t *g, int k, series *s, int per, double y0, double
         snprintf(id, sizeof(id), "p%d_%d", k, i);
         double x = PLOT_LEFT + (x_hi > x_lo ? (s->step[i] - x_lo) / (x_hi - x_lo) : 0.5) * PLOT_W;
         Agnode_t *n = pinned(g, id, x, y0 + (s->value[i] - lo) / (hi - lo) * PLOT_H);
-        set(n, "shape", "point");
-        set(n, "width", "0.02");
-        set(n, "color", colors[k % 4]);
+        dfg_dot_set(n, "shape", "point");
+        dfg_dot_set(n, "width", "0.02");
+        dfg_dot_set(n, "color", colors[k % 4]);
         if (prev) {
             Agedge_t *e = agedge(g, prev, n, NULL, 1);
-            set(e, "color", colors[k % 4]);
-            set(e, "penwidth", "1.5");
-            set(e, "dir", "none");
+            dfg_dot_set(e, "color", colors[k % 4]);
+            dfg_dot_set(e, "penwidth", "1.5");
+            dfg_dot_set(e, "dir", "none");
         }
         prev = n;
     }
@@ -205,10 +192,10 @@ static void draw_panel(Agraph_t *g, int k, series *s, int per, double y0, double
 static int draw(const char *in, const char *out, series *s, int n_series) {
     Agraph_t *g = agopen("metrics", Agdirected, NULL);
     if (!g) return cli_error(CMD, CLI_FAILED, "out of memory");
-    set(g, "splines", "line");
-    set(g, "outputorder", "edgesfirst");
-    setf(g, "label", "%s", in);
-    set(g, "labelloc", "t");
+    dfg_dot_set(g, "splines", "line");
+    dfg_dot_set(g, "outputorder", "edgesfirst");
+    dfg_dot_setf(g, "label", "%s", in);
+    dfg_dot_set(g, "labelloc", "t");
     double x_lo = INFINITY, x_hi = -INFINITY;
     for (int k = 0; k < n_series; k++) x_lo = fmin(x_lo, s[k].step[0]), x_hi = fmax(x_hi, s[k].step[s[k].n - 1]);
     for (int k = 0; k < n_series; k++) {
