@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planfile.h"
+#include "planfile_internal.h"
 
 /* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zlib's crc32(). The byte table is
  * rebuilt per call (256 x 8 steps) rather than kept in a global: it costs nothing next to the
@@ -26,6 +26,7 @@ const char *dfg_plan_section_name(uint32_t kind) {
     static const char *const names[DFG_PLAN_SEC_END] = {
         [DFG_PLAN_SEC_INFO] = "info",     [DFG_PLAN_SEC_SETTINGS] = "settings", [DFG_PLAN_SEC_TENSORS] = "tensors",
         [DFG_PLAN_SEC_GRAPHS] = "graphs", [DFG_PLAN_SEC_STAGES] = "stages",     [DFG_PLAN_SEC_HOSTLIB] = "hostlib",
+        [DFG_PLAN_SEC_PLAN] = "plan",
     };
     return kind > 0 && kind < DFG_PLAN_SEC_END ? names[kind] : "?";
 }
@@ -46,4 +47,6 @@ void dfg_plan_info_free(dfg_plan_info *info) {
     free(info->host_lib);
     info->host_lib = NULL;
     info->host_lib_size = 0;
+    dfg_plan_record_free_(info->plan);
+    info->plan = NULL;
 }

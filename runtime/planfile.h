@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 3
+ * ---------------------------------------------------------------- format, version 5
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (3) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (5) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -43,17 +43,36 @@
  *   5 stages    u32 n | n x (u8 kind (0 graph, 1 host) | str name | graph: u32 graph index,
  *               u32 repeat | host: str function symbol | i64 first step | i64 last step (-1: no end))
  *   6 hostlib   the pipeline's shared object, byte for byte
+ *   7 plan      what dfg compile planned: the schedule and the memory plan of the COMPILED
+ *               program (compiling adds tensors for fused and recomputed nodes, so its tensor ids
+ *               run past the tensors section's) |
+ *               u64 arena bytes | u32 alignment | u32 timeline steps | u32 compiled tensor count |
+ *               u32 graph count (as section 4) | per graph: u32 node count | nodes in schedule
+ *               order, each u32 op id | str node name |
+ *               u32 buffer count | per buffer (a range of the arena: a tensor's storage shared
+ *               by its views, versions and in-place outputs): u32 owner tensor id | u64 offset |
+ *               u64 size | i32 first, i32 last timeline step it is live (-1, -1: never) |
+ *               per compiled tensor: u32 its buffer's index + 1 (0: no bytes) | u64 its bytes
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
  * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
- * step ranges. Their files are refused with
- * a request to re-run dfg compile rather than read: a lost scope or budget would silently give a
- * different memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is
- * rebuilt from its pipeline in seconds.
+ * step ranges; version 4 lacked the plan section. Their files are refused with a request to
+ * re-run dfg compile rather than read: a lost scope or budget would silently give a different
+ * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
+ * from its pipeline in seconds.
  *
- * A plan file holds the program AS BUILT, before dfg_compile (which removes dead nodes and
- * reorders the rest): saving a compiled program is refused. Loaders compile the rebuilt program
- * with dfg_plan_options(info), which gives the plan that dfg compile reported.
+ * Sections 1-5 hold the program AS BUILT, before dfg_compile (which removes dead nodes, fuses,
+ * recomputes and reorders): saving a compiled program is refused. The plan section holds what
+ * compiling it gave, and loading checks the two against each other:
+ *   - on its own, before anything is built: ids and counts in range, op ids known, offsets
+ *     aligned and every buffer inside the arena, no two buffers that are live at the same step
+ *     sharing a byte, every tensor inside its buffer, the bytes of every stored tensor equal to
+ *     what its shape and dtype take;
+ *   - after the program is rebuilt and compiled with dfg_plan_options(info) (dfg_plan_compile):
+ *     this dfg's schedule and memory plan must equal the file's, node for node and byte for
+ *     byte. A file from a dfg whose compiler plans differently is refused (re-run dfg compile)
+ *     instead of running with a memory plan other than the one dfg compile and dfg inspect
+ *     reported.
  *
  * Rebuilding walks tensor ids in order: a persistent tensor is created by its constructor, and
  * the first output of a node adds that node (the next one of its graph), whose outputs must get
@@ -71,7 +90,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 4u
+#define DFG_PLAN_VERSION 5u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,
@@ -80,8 +99,12 @@ typedef enum {
     DFG_PLAN_SEC_GRAPHS,
     DFG_PLAN_SEC_STAGES,
     DFG_PLAN_SEC_HOSTLIB,
+    DFG_PLAN_SEC_PLAN,
     DFG_PLAN_SEC_END /* one past the last kind */
 } dfg_plan_section;
+
+/* The schedule and memory plan a plan file records (section 7); planfile_internal.h. */
+typedef struct dfg_plan_record dfg_plan_record;
 
 /* What a plan records besides the program. */
 typedef struct {
@@ -97,10 +120,17 @@ typedef struct {
      * returns a malloc'd copy that dfg_plan_info_free releases. */
     void *host_lib;
     size_t host_lib_size;
+    /* The recorded schedule and memory plan. Save: NULL makes the writer compile a copy of the
+     * program with dfg_plan_options(info) and record that (a program that does not compile is
+     * not saved); non-NULL (from a load) is written as it is. Load: the file's, checked on its
+     * own; dfg_plan_info_free releases it. */
+    dfg_plan_record *plan;
 } dfg_plan_info;
 
 /* Writes p and info to path atomically (temp file in the same directory, fsync, rename).
- * Refuses a program that has an error or is compiled. On failure writes one line to err. */
+ * Refuses a program that has an error, is compiled or (info->plan NULL) does not compile; a
+ * compile error is returned with its status and the program's message in err. On failure
+ * writes one line to err. */
 dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len);
 /* The same bytes in memory: *out is malloc'd (free it), *out_len its size. */
 dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
@@ -117,6 +147,13 @@ void dfg_plan_info_free(dfg_plan_info *info);
 /* The options to compile a loaded program with: the defaults for info's target with the
  * recorded alignment, flags and memory budget. */
 dfg_options dfg_plan_options(const dfg_plan_info *info);
+/* Compiles a loaded program with dfg_plan_options(info) and checks the result against the
+ * file's plan (dfg_plan_check). On failure err holds one line ("<label>: ..."): the compile
+ * error with compile's status, or the first difference from the file's plan (DFG_ERR_FORMAT). */
+dfg_status dfg_plan_compile(dfg_program *p, const dfg_plan_info *info, const char *label, char *err, size_t len);
+/* DFG_OK when the compiled program's schedule and memory plan equal info's record. */
+dfg_status dfg_plan_check(const dfg_program *compiled, const dfg_plan_info *info, const char *label, char *err,
+                          size_t len);
 
 /* Helpers shared by the writer, the reader and the tests. */
 uint32_t dfg_plan_crc32(const void *data, size_t n);

@@ -55,6 +55,35 @@ typedef struct {
     int64_t first_step, last_step;
 } dfg_plan_stage_rec;
 
+/* ---------------------------------------------------------------- the plan section */
+typedef struct {
+    uint32_t op;
+    const char *name;
+} dfg_plan_sched_rec; /* one scheduled node */
+
+typedef struct {
+    uint32_t owner;        /* compiled tensor id of the storage owner */
+    int64_t offset, size;  /* bytes of the arena it takes */
+    int32_t first, last;   /* timeline steps it is live, inclusive; -1, -1: never */
+} dfg_plan_buf_rec;
+
+struct dfg_plan_record {
+    dfg_arena arena; /* everything below */
+    uint64_t arena_bytes;
+    uint32_t align, n_steps, n_tensors, n_graphs, n_bufs;
+    uint32_t *n_nodes;            /* [graph] */
+    dfg_plan_sched_rec **nodes;   /* [graph][position]: the schedule */
+    dfg_plan_buf_rec *bufs;       /* [buffer] */
+    uint32_t *tensor_buf;         /* [compiled tensor]: buffer index + 1, 0: no bytes */
+    uint64_t *tensor_bytes;       /* [compiled tensor] */
+};
+
+/* A new empty record (NULL when out of memory); dfg_plan_record_free releases it. */
+dfg_plan_record *dfg_plan_record_new_(void);
+void dfg_plan_record_free_(dfg_plan_record *rec);
+/* The record of a compiled program (NULL when out of memory). */
+dfg_plan_record *dfg_plan_record_of_(const dfg_program *compiled);
+
 typedef struct {
     const char *label; /* the file name, first word of every message */
     char *err;
@@ -77,11 +106,18 @@ typedef struct {
     uint32_t n_stages;
     const unsigned char *hostlib;
     size_t hostlib_size;
+    dfg_plan_record *plan; /* section 7, owned by the reader until it is handed to the info */
+    bool plan_optional;    /* the writer reading its own sections 1-6 back to compile a copy */
 } dfg_plan_reader;
 
 /* Records "<label>: <message>" as the reader's error (the first one sticks); returns s. */
 dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Rebuilds the program from the records; NULL (with the reader's error set) when it fails. */
 dfg_program *dfg_plan_build_(dfg_plan_reader *r);
+/* Checks the plan section on its own and against the tensors and graphs sections. */
+void dfg_plan_record_validate_(dfg_plan_reader *r);
+/* dfg_plan_parse, accepting a file without a plan section when plan_optional (the writer). */
+dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
+                           dfg_plan_info *info, char *err, size_t len);
 
 #endif

@@ -309,6 +309,77 @@ static void read_stages(dfg_plan_reader *r, cursor *c) {
     end_of_section(c);
 }
 
+/* A string copied into the record, which outlives the reader's arena. */
+static const char *get_rec_str(cursor *c, dfg_plan_record *rec, const char *what) {
+    const char *s = get_str(c, MAX_NAME, what);
+    if (!s) return NULL;
+    size_t k = strlen(s) + 1;
+    char *d = dfg_arena_alloc(&rec->arena, k);
+    if (!d) return dfg_plan_fail_(c->r, DFG_ERR_NOMEM, "out of memory"), NULL;
+    return memcpy(d, s, k);
+}
+
+static void *rec_array(dfg_plan_reader *r, dfg_plan_record *rec, size_t n, size_t elem) {
+    void *a = dfg_arena_alloc(&rec->arena, (n ? n : 1) * elem);
+    if (!a) dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+    return a;
+}
+
+static void read_schedule(dfg_plan_reader *r, cursor *c, dfg_plan_record *rec) {
+    rec->n_graphs = get_count(c, MAX_GRAPHS, 4, "scheduled graphs");
+    rec->n_nodes = rec_array(r, rec, rec->n_graphs, sizeof(*rec->n_nodes));
+    rec->nodes = rec_array(r, rec, rec->n_graphs, sizeof(*rec->nodes));
+    for (uint32_t g = 0; g < rec->n_graphs && !r->status; g++) {
+        rec->n_nodes[g] = get_count(c, MAX_NODES, 8, "scheduled nodes");
+        rec->nodes[g] = rec_array(r, rec, rec->n_nodes[g], sizeof(dfg_plan_sched_rec));
+        for (uint32_t i = 0; i < rec->n_nodes[g] && !r->status; i++) {
+            rec->nodes[g][i].op = get_u32(c, "a scheduled node's op");
+            rec->nodes[g][i].name = get_rec_str(c, rec, "a scheduled node's name");
+        }
+    }
+}
+
+static void read_buffers(dfg_plan_reader *r, cursor *c, dfg_plan_record *rec) {
+    rec->n_bufs = get_count(c, MAX_TENSORS, 28, "buffers");
+    rec->bufs = rec_array(r, rec, rec->n_bufs, sizeof(*rec->bufs));
+    for (uint32_t b = 0; b < rec->n_bufs && !r->status; b++) {
+        dfg_plan_buf_rec *x = &rec->bufs[b];
+        x->owner = get_u32(c, "a buffer's owner");
+        x->offset = (int64_t)get_u64(c, "a buffer's offset");
+        x->size = (int64_t)get_u64(c, "a buffer's size");
+        x->first = (int32_t)get_u32(c, "a buffer's first step");
+        x->last = (int32_t)get_u32(c, "a buffer's last step");
+    }
+}
+
+static void read_plan(dfg_plan_reader *r, cursor *c) {
+    dfg_plan_record *rec = r->plan = dfg_plan_record_new_();
+    if (!rec) return (void)dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+    rec->arena_bytes = get_u64(c, "the arena size");
+    rec->align = get_u32(c, "the alignment");
+    rec->n_steps = get_u32(c, "the timeline length");
+    rec->n_tensors = get_u32(c, "the compiled tensor count");
+    if (!r->status && (rec->align == 0 || rec->align > DFG_PLAN_MAX_ALIGN || (rec->align & (rec->align - 1)) ||
+                       rec->arena_bytes > (uint64_t)INT64_MAX))
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'plan' is malformed: alignment %u, arena %llu bytes",
+                                    rec->align, (unsigned long long)rec->arena_bytes);
+    read_schedule(r, c, rec);
+    read_buffers(r, c, rec);
+    if (r->status) return;
+    /* the tensor table is last: its length is the count declared up front, checked against what is left */
+    if ((rec->n_tensors > MAX_TENSORS || (uint64_t)rec->n_tensors * 12u != c->n - c->off))
+        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+                                    "section 'plan' is malformed: %u compiled tensors need %llu bytes, %zu left",
+                                    rec->n_tensors, (unsigned long long)rec->n_tensors * 12u, c->n - c->off);
+    rec->tensor_buf = rec_array(r, rec, rec->n_tensors, sizeof(*rec->tensor_buf));
+    rec->tensor_bytes = rec_array(r, rec, rec->n_tensors, sizeof(*rec->tensor_bytes));
+    for (uint32_t i = 0; i < rec->n_tensors && !r->status; i++) {
+        rec->tensor_buf[i] = get_u32(c, "a tensor's buffer");
+        rec->tensor_bytes[i] = get_u64(c, "a tensor's size");
+    }
+    end_of_section(c);
+}
+
 static void read_hostlib(dfg_plan_reader *r, cursor *c) {
     static const unsigned char elf[4] = {0x7f, 'E', 'L', 'F'};
     if (c->n < sizeof(elf) || memcmp(c->b, elf, sizeof(elf)))
@@ -346,10 +417,11 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               version, DFG_PLAN_VERSION,
                               version == 1   ? "scopes, gradient flags and compile options"
                               : version == 2 ? "the memory budget and the no-fuse option"
-                                             : "stage step ranges");
-    if (count < DFG_PLAN_SEC_STAGES || count >= DFG_PLAN_SEC_END)
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has %d or %d)", count,
-                              DFG_PLAN_SEC_STAGES, DFG_PLAN_SEC_HOSTLIB);
+                              : version == 3 ? "stage step ranges"
+                                             : "the schedule and memory plan");
+    uint32_t fewest = r->plan_optional ? 5u : 6u;
+    if (count < fewest || count > 7u)
+        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 6 or 7)", count);
     size_t off = HEADER_BYTES;
     for (uint32_t i = 0; i < count; i++) {
         if (n - off < SECTION_HEADER_BYTES)
@@ -374,8 +446,9 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
     }
     if (off != n)
         return dfg_plan_fail_(r, DFG_ERR_FORMAT, "%zu unexpected bytes after the last section", n - off);
-    for (uint32_t k = DFG_PLAN_SEC_INFO; k <= DFG_PLAN_SEC_STAGES; k++)
-        if (!r->sec[k].b) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section '%s' is missing", dfg_plan_section_name(k));
+    for (uint32_t k = DFG_PLAN_SEC_INFO; k < DFG_PLAN_SEC_END; k++)
+        if (!r->sec[k].b && k != DFG_PLAN_SEC_HOSTLIB && !(k == DFG_PLAN_SEC_PLAN && r->plan_optional))
+            return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section '%s' is missing", dfg_plan_section_name(k));
     return DFG_OK;
 }
 
@@ -387,10 +460,15 @@ static void read_section(dfg_plan_reader *r, uint32_t kind, void (*fn)(dfg_plan_
 
 dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
                           char *err, size_t len) {
+    return dfg_plan_parse_(bytes, n, label, false, out, info, err, len);
+}
+
+dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
+                           dfg_plan_info *info, char *err, size_t len) {
     if (err && len) err[0] = '\0';
     if (out) *out = NULL;
     if (info) *info = (dfg_plan_info){0};
-    dfg_plan_reader r = {.label = label ? label : "plan", .err = err, .err_len = len};
+    dfg_plan_reader r = {.label = label ? label : "plan", .err = err, .err_len = len, .plan_optional = plan_optional};
     if (!out || (!bytes && n)) return dfg_plan_fail_(&r, DFG_ERR_ARG, "NULL argument");
     if (!read_container(&r, bytes, n)) {
         read_section(&r, DFG_PLAN_SEC_INFO, read_info);
@@ -399,8 +477,15 @@ dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_pr
         read_section(&r, DFG_PLAN_SEC_GRAPHS, read_graphs);
         read_section(&r, DFG_PLAN_SEC_STAGES, read_stages);
         read_section(&r, DFG_PLAN_SEC_HOSTLIB, read_hostlib);
+        read_section(&r, DFG_PLAN_SEC_PLAN, read_plan);
     }
     dfg_program *p = r.status ? NULL : dfg_plan_build_(&r);
+    /* the plan is checked against a program known to be valid, so its messages can trust names */
+    dfg_plan_record_validate_(&r);
+    if (p && r.status) {
+        dfg_program_free(p);
+        p = NULL;
+    }
     if (p && r.hostlib && info) {
         r.info.host_lib = malloc(r.hostlib_size);
         if (!r.info.host_lib) {
@@ -413,9 +498,17 @@ dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_pr
         }
     }
     dfg_arena_free_all(&r.arena);
-    if (!p) return r.status ? r.status : DFG_ERR_FORMAT;
+    if (!p) {
+        dfg_plan_record_free_(r.plan);
+        return r.status ? r.status : DFG_ERR_FORMAT;
+    }
     *out = p;
-    if (info) *info = r.info;
+    if (info) {
+        r.info.plan = r.plan;
+        *info = r.info;
+    } else {
+        dfg_plan_record_free_(r.plan);
+    }
     return DFG_OK;
 }
 

@@ -253,6 +253,52 @@ static void write_stages(wbuf *w, const dfg_program *p) {
     section_end(w, at);
 }
 
+/* The schedule and memory plan (format in planfile.h); lifetimes -1 are stored as their bits. */
+static void write_plan(wbuf *w, const dfg_plan_record *rec) {
+    size_t at = section_begin(w, DFG_PLAN_SEC_PLAN);
+    put_u64(w, rec->arena_bytes);
+    put_u32(w, rec->align);
+    put_u32(w, rec->n_steps);
+    put_u32(w, rec->n_tensors);
+    put_u32(w, rec->n_graphs);
+    for (uint32_t g = 0; g < rec->n_graphs; g++) {
+        put_u32(w, rec->n_nodes[g]);
+        for (uint32_t i = 0; i < rec->n_nodes[g]; i++) {
+            put_u32(w, rec->nodes[g][i].op);
+            put_str(w, rec->nodes[g][i].name);
+        }
+    }
+    put_u32(w, rec->n_bufs);
+    for (uint32_t b = 0; b < rec->n_bufs; b++) {
+        const dfg_plan_buf_rec *x = &rec->bufs[b];
+        put_u32(w, x->owner);
+        put_u64(w, (uint64_t)x->offset);
+        put_u64(w, (uint64_t)x->size);
+        put_u32(w, (uint32_t)x->first);
+        put_u32(w, (uint32_t)x->last);
+    }
+    for (uint32_t i = 0; i < rec->n_tensors; i++) {
+        put_u32(w, rec->tensor_buf[i]);
+        put_u64(w, rec->tensor_bytes[i]);
+    }
+    section_end(w, at);
+}
+
+/* The plan of the program the sections written so far describe: they are read back (the
+ * program is const here, and compiling seals a program) and the copy is compiled as a loader
+ * will compile it. A compile error comes back with compile's status and message. */
+static dfg_status plan_by_compiling(const wbuf *w, const dfg_plan_info *info, dfg_plan_record **out, char *err,
+                                    size_t len) {
+    dfg_program *q = NULL;
+    dfg_status st = dfg_plan_parse_(w->b, w->n, "plan", true, &q, NULL, err, len);
+    if (st) return st;
+    dfg_options o = dfg_plan_options(info);
+    if ((st = dfg_compile(q, &o))) fail(err, len, st, "%s", dfg_program_error(q));
+    else if (!(*out = dfg_plan_record_of_(q))) st = fail(err, len, DFG_ERR_NOMEM, "plan: out of memory");
+    dfg_program_free(q);
+    return st;
+}
+
 dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
                               size_t len) {
     if (!p || !info || !out || !out_len) return fail(err, len, DFG_ERR_ARG, "plan: NULL argument");
@@ -269,9 +315,10 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     dfg_status st = check_program(p, err, len);
     if (st) return st;
     wbuf w = {0};
+    uint32_t n_sections = info->host_lib ? 6u : 5u;
     put(&w, DFG_PLAN_MAGIC, 8); /* the 7 letters and their NUL */
     put_u32(&w, DFG_PLAN_VERSION);
-    put_u32(&w, info->host_lib ? 6u : 5u);
+    put_u32(&w, n_sections);
     write_info(&w, p, info);
     write_settings(&w, p);
     write_tensors(&w, p);
@@ -282,6 +329,15 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
         put(&w, info->host_lib, info->host_lib_size);
         section_end(&w, at);
     }
+    dfg_plan_record *made = NULL;
+    if (!info->plan && !w.oom && (st = plan_by_compiling(&w, info, &made, err, len))) {
+        free(w.b);
+        return st;
+    }
+    const dfg_plan_record *rec = info->plan ? info->plan : made;
+    if (rec) write_plan(&w, rec); /* NULL only after running out of memory */
+    dfg_plan_record_free_(made);
+    patch_le(&w, 12, n_sections + 1, 4);
     if (w.oom) {
         free(w.b);
         return fail(err, len, DFG_ERR_NOMEM, "plan: out of memory serialising the program");

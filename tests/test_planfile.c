@@ -1,10 +1,11 @@
 /* test_planfile.c - plan files (runtime/planfile.h): a GPT-2 training program saved and loaded
  * back is the same program (tensors with their flags and scopes, nodes with theirs, attributes,
  * stages, settings, compile options), compiles to the same memory plan and trains to
- * bit-identical metrics and parameters; a compiled program and version-1 and -2 files are
+ * bit-identical metrics and parameters; a compiled program and files of older versions are
  * refused; every damaged, truncated, foreign or future file is refused with one clear line;
- * files whose checksums were fixed up after damage never crash the reader, and semantic damage
- * is caught by the rebuild's own checks.
+ * files whose checksums were fixed up after damage never crash the reader, semantic damage
+ * is caught by the rebuild's own checks, and a recorded memory plan that overlaps live
+ * tensors, leaves the arena or differs from what this dfg compiles is refused.
  *
  * The GPT-2 program comes from examples/gpt2_train.c, built as the module
  * gpt2_train_pipeline.so next to this executable (tests/cli/CMakeLists.txt) and dlopened here
@@ -18,7 +19,7 @@
 #include "graph/ir.h"
 #include "ops/op.h"
 #include "passes/plan.h"
-#include "runtime/planfile.h"
+#include "runtime/planfile_internal.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- the GPT-2 pipeline module */
@@ -382,16 +383,19 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
     }
     memcpy(b, plan, n);
     b[8] = 7; /* format version */
-    expect_refused(b, n, "format version 7 is newer than this dfg (4)", "future version");
+    expect_refused(b, n, "format version 7 is newer than this dfg (5)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (4)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (5)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (4) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (5) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     b[8] = 3; /* the format before stage step ranges */
-    expect_refused(b, n, "format version 3 is older than this dfg's (4) and lacks stage step ranges", "version 3");
+    expect_refused(b, n, "format version 3 is older than this dfg's (5) and lacks stage step ranges", "version 3");
+    b[8] = 4; /* the format before the plan section */
+    expect_refused(b, n, "format version 4 is older than this dfg's (5) and lacks the schedule and memory plan",
+                   "version 4");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");
@@ -431,7 +435,7 @@ static void test_truncation(const unsigned char *plan, size_t n, size_t stride, 
 static void test_fuzz(const unsigned char *plan, size_t n, int rounds, const char *what) {
     unsigned char *b = malloc(n);
     section s[8];
-    int count = sections_of(plan, n, s), loaded = 0, refused = 0;
+    int count = sections_of(plan, n, s), loaded = 0, refused = 0, compiled = 0;
     for (int r = 0; r < rounds; r++) {
         memcpy(b, plan, n);
         int flips = dfg_test_int(1, 4);
@@ -444,22 +448,26 @@ static void test_fuzz(const unsigned char *plan, size_t n, int rounds, const cha
         fix_crcs(b, n);
         dfg_program *q = NULL;
         char err[512] = "";
-        if (dfg_plan_parse(b, n, "P.dfg", &q, NULL, err, sizeof(err)) == DFG_OK) {
+        dfg_plan_info info;
+        if (dfg_plan_parse(b, n, "P.dfg", &q, &info, err, sizeof(err)) == DFG_OK) {
             loaded++;
             CHECK(q && !dfg_program_status(q), "%s fuzz %d: loaded an invalid program", what, r);
             void *again = NULL;
             size_t n2 = 0;
-            dfg_plan_info info = {0};
             CHECK(q && dfg_plan_serialize(q, &info, &again, &n2, err, sizeof(err)) == DFG_OK,
                   "%s fuzz %d: a loaded program does not save: %s", what, r, err);
             free(again);
+            /* compiling it either reproduces the recorded plan or is refused in one line */
+            if (q && dfg_plan_compile(q, &info, "P.dfg", err, sizeof(err)) == DFG_OK) compiled++;
+            else CHECK(!strncmp(err, "P.dfg: ", 7) && !strchr(err, '\n'), "%s fuzz %d: refusal '%s'", what, r, err);
             dfg_program_free(q);
+            dfg_plan_info_free(&info);
         } else {
             refused++;
             CHECK(!strncmp(err, "P.dfg: ", 7) && !q, "%s fuzz %d: refusal without a message", what, r);
         }
     }
-    printf("%s fuzz: %d loaded, %d refused\n", what, loaded, refused);
+    printf("%s fuzz: %d loaded (%d compiled to the recorded plan), %d refused\n", what, loaded, compiled, refused);
     CHECK(refused > rounds / 2, "%s fuzz: only %d of %d damaged files were refused", what, refused, rounds);
     free(b);
 }
@@ -467,14 +475,23 @@ static void test_fuzz(const unsigned char *plan, size_t n, int rounds, const cha
 /* Damage the checksum cannot see: a program altered in memory, then saved (the writer does not
  * re-validate nodes), must be refused by the rebuild with a message naming the problem. */
 static void expect_semantic_refusal(dfg_program *p, const char *want, const char *what) {
+    /* the altered program does not compile, so the writer is given the plan of the unaltered one */
     dfg_plan_info info = {.target = DFG_TARGET_CPU};
-    void *b = NULL;
     size_t n = 0;
+    dfg_program *ok = tiny_program(), *back = NULL;
+    unsigned char *b = serialize(ok, &info, &n);
     char err[512];
-    CHECK(dfg_plan_serialize(p, &info, &b, &n, err, sizeof(err)) == DFG_OK, "%s: serialize: %s", what, err);
+    dfg_plan_info planned;
+    CHECK(b && dfg_plan_parse(b, n, "P.dfg", &back, &planned, err, sizeof(err)) == DFG_OK, "%s: %s", what, err);
+    free(b);
+    b = NULL;
+    CHECK(dfg_plan_serialize(p, &planned, (void **)&b, &n, err, sizeof(err)) == DFG_OK, "%s: serialize: %s", what, err);
     if (b) expect_refused(b, n, want, what);
     free(b);
     dfg_program_free(p);
+    dfg_program_free(ok);
+    dfg_program_free(back);
+    dfg_plan_info_free(&planned);
 }
 
 static dfg_node *find_node(dfg_program *p, dfg_op op) {
@@ -524,6 +541,86 @@ static void test_semantic_damage(void) {
     expect_semantic_refusal(p, "with repeat 0", "stage repeat 0");
 }
 
+/* ---------------------------------------------------------------- the recorded plan */
+typedef enum { OVERLAP, OUTSIDE, MISALIGNED, TENSOR_BYTES, BAD_BUFFER, LATE_STEP, BIG_ARENA, RENAMED_NODE } plan_damage;
+
+/* Two live buffers (sizes > 0) whose step ranges meet: placing one on the other is an overlap. */
+static bool live_pair(const dfg_plan_record *rec, uint32_t *a, uint32_t *b) {
+    for (uint32_t i = 0; i < rec->n_bufs; i++)
+        for (uint32_t j = i + 1; j < rec->n_bufs; j++) {
+            const dfg_plan_buf_rec *x = &rec->bufs[i], *y = &rec->bufs[j];
+            if (x->first >= 0 && y->first >= 0 && x->size > 0 && y->size > 0 && x->first <= y->last &&
+                y->first <= x->last && x->offset != y->offset) {
+                *a = i, *b = j;
+                return true;
+            }
+        }
+    return false;
+}
+
+/* Alters the record of a loaded plan, saves the program with it and loads the bytes back: the
+ * loader must refuse the file (want) or, when the record is valid on its own but is not what
+ * this dfg plans, dfg_plan_compile must (want_compile). */
+static void expect_plan_refused(const unsigned char *plan, size_t n, plan_damage d, const char *want,
+                                const char *want_compile, const char *what) {
+    dfg_program *q = NULL;
+    dfg_plan_info info;
+    char err[512];
+    CHECK(dfg_plan_parse(plan, n, "P.dfg", &q, &info, err, sizeof(err)) == DFG_OK, "%s: %s", what, err);
+    if (!q) return;
+    dfg_plan_record *rec = info.plan;
+    uint32_t a = 0, b = 0, t = rec->n_bufs ? rec->bufs[0].owner : 0;
+    switch (d) {
+    case OVERLAP: CHECK(live_pair(rec, &a, &b), "%s: no two live buffers", what); rec->bufs[b].offset = rec->bufs[a].offset; break;
+    case OUTSIDE: rec->bufs[1].offset = (int64_t)rec->arena_bytes; break;
+    case MISALIGNED: rec->bufs[1].offset += 4; break;
+    case TENSOR_BYTES: rec->tensor_bytes[t] -= 4; break;
+    case BAD_BUFFER: rec->tensor_buf[rec->n_tensors - 1] = rec->n_bufs + 7; break;
+    case LATE_STEP: rec->bufs[rec->n_bufs - 1].last = (int32_t)rec->n_steps; break;
+    case BIG_ARENA: rec->arena_bytes += rec->align; break;
+    case RENAMED_NODE: rec->nodes[0][1].name = rec->nodes[0][0].name; break;
+    }
+    void *bytes = NULL;
+    size_t len = 0;
+    CHECK(dfg_plan_serialize(q, &info, &bytes, &len, err, sizeof(err)) == DFG_OK, "%s: serialize: %s", what, err);
+    dfg_program_free(q);
+    dfg_plan_info_free(&info);
+    if (want) {
+        if (bytes) expect_refused(bytes, len, want, what);
+        free(bytes);
+        return;
+    }
+    dfg_status st = bytes ? dfg_plan_parse(bytes, len, "P.dfg", &q, &info, err, sizeof(err)) : DFG_ERR_ARG;
+    free(bytes);
+    CHECK(st == DFG_OK, "%s: a record valid on its own is refused: %s", what, err);
+    if (st) return;
+    st = dfg_plan_compile(q, &info, "P.dfg", err, sizeof(err));
+    CHECK(st == DFG_ERR_FORMAT && strstr(err, "plans the program differently") && strstr(err, want_compile) &&
+              strstr(err, "re-run dfg compile") && !strchr(err, '\n'),
+          "%s: dfg_plan_compile said %d '%s'", what, (int)st, err);
+    dfg_program_free(q);
+    dfg_plan_info_free(&info);
+}
+
+static void test_plan_section(const unsigned char *plan, size_t n) {
+    expect_plan_refused(plan, n, OVERLAP, "are live together", NULL, "overlapping live buffers");
+    expect_plan_refused(plan, n, OUTSIDE, "is misaligned or outside the", NULL, "buffer past the arena");
+    expect_plan_refused(plan, n, MISALIGNED, "is misaligned or outside the", NULL, "misaligned buffer");
+    expect_plan_refused(plan, n, TENSOR_BYTES, "but its shape and dtype need", NULL, "tensor bytes");
+    expect_plan_refused(plan, n, BAD_BUFFER, "is placed in buffer", NULL, "buffer index out of range");
+    expect_plan_refused(plan, n, LATE_STEP, "-step timeline", NULL, "lifetime past the timeline");
+    expect_plan_refused(plan, n, BIG_ARENA, NULL, "arena", "a larger arena than this dfg plans");
+    expect_plan_refused(plan, n, RENAMED_NODE, NULL, "node 1 of graph", "another schedule");
+    /* the unaltered record compiles to itself */
+    dfg_program *q = NULL;
+    dfg_plan_info info;
+    char err[512];
+    CHECK(dfg_plan_parse(plan, n, "P.dfg", &q, &info, err, sizeof(err)) == DFG_OK && info.plan, "plan: %s", err);
+    CHECK(q && dfg_plan_compile(q, &info, "P.dfg", err, sizeof(err)) == DFG_OK, "the recorded plan: %s", err);
+    dfg_program_free(q);
+    dfg_plan_info_free(&info);
+}
+
 int main(void) {
     dfg_test_init("test_planfile");
     test_tiny_round_trip();
@@ -547,6 +644,7 @@ int main(void) {
     test_gpt2_round_trip(lib, &plan, &plan_len);
     if (plan) {
         test_damage(plan, plan_len, "gpt2");
+        test_plan_section(plan, plan_len);
         test_truncation(plan, plan_len, 97, "gpt2");
         test_fuzz(plan, plan_len, 2000, "gpt2");
     }

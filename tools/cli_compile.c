@@ -291,14 +291,18 @@ static void print_plan(const dfg_program *q, const dfg_plan_info *info) {
 }
 
 /* Serialises the program, reads the bytes back and compiles them as dfg run will load and
- * compile the file: the plan is checked before anything is written. */
+ * compile the file (the recompiled plan must equal the recorded one): the plan is checked
+ * before anything is written. */
 static int compile_as_run(const compile_args *c, const dfg_program *p, const dfg_plan_info *info, dfg_program **q,
                           dfg_plan_info *back) {
     void *bytes = NULL;
     size_t n = 0;
     char err[1024];
-    if (dfg_plan_serialize(p, info, &bytes, &n, err, sizeof(err))) return cli_error(CMD, CLI_FAILED, "%s", err);
-    dfg_status st = dfg_plan_parse(bytes, n, c->pipeline, q, back, err, sizeof(err));
+    /* serialising compiles a copy to record its plan: a program that does not compile (a budget
+     * remat cannot meet) fails here, as bad input */
+    dfg_status st = dfg_plan_serialize(p, info, &bytes, &n, err, sizeof(err));
+    if (st) return cli_error(CMD, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s: %s", c->pipeline, err);
+    st = dfg_plan_parse(bytes, n, c->pipeline, q, back, err, sizeof(err));
     free(bytes);
     if (st) return cli_error(CMD, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
     return cli_compile_plan(CMD, c->pipeline, q, back);

@@ -1,8 +1,9 @@
 /* cli_inspect.c - `dfg inspect P.dfg [--json]`: the memory report of a plan, compiled for its
  * target (and with its memory budget and fusion option) as dfg run compiles it: arena, lower
  * bound and naive bytes, the budget and the arena's margin under it, what is live at the peak by
- * category, the largest temporary, FLOPs, the fuse pass's rewrites and remat's recomputed nodes,
- * node counts, the winning placement ordering and the stages. Human table by default; --json
+ * category (with what each category's bytes are and why they are there), the largest temporary,
+ * FLOPs, the fuse pass's rewrites and remat's recomputed nodes, node counts, the winning placement
+ * ordering and the stages with their FLOPs, bytes moved and peak live bytes. Human table by default; --json
  * prints one JSON object (keys in the usage text). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "../passes/plan.h"
-#include "cli.h"
+#include "cli_inspect.h"
 
 #define CMD "inspect"
 
@@ -21,8 +21,10 @@ static void usage(FILE *f) {
                "Compiles a plan for its target with the options dfg compile recorded (as dfg run\n"
                "does; a cuda plan is inspected on any machine) and prints its memory report: arena,\n"
                "lower bound, naive bytes, the memory budget and the arena's margin under it, what is\n"
-               "live at the peak step by category, the largest temporary, FLOPs, fused ops and\n"
-               "recomputed nodes, node counts, the placement ordering that won, and the stages.\n"
+               "live at the peak step by category (with the most each category holds at any step\n"
+               "and a line on what its bytes are and why they are there), the largest temporary,\n"
+               "FLOPs, fused ops and recomputed nodes, node counts, the placement ordering that won,\n"
+               "and the stages with their FLOPs, bytes moved and peak live bytes.\n"
                "\n"
                "  --json   print one JSON object instead of the table. Keys (bytes are integers):\n"
                "           plan, program, target (\"cpu\"|\"cuda\"), align, no_reuse, keep_order,\n"
@@ -33,6 +35,9 @@ static void usage(FILE *f) {
                "           peak_stage, peak_node (null at a host stage), peak_op,\n"
                "           peak_breakdown {params, grads, optimizer, ref_model, kv_cache,\n"
                "           activations, logits, workspace, other: bytes live at the peak},\n"
+               "           categories {the same names: {peak_bytes, peak_tensors, largest_at_peak\n"
+               "           {name, bytes} (null when none), max_bytes (most at any step), max_step,\n"
+               "           max_stage (null when never live), why (one sentence)}},\n"
                "           largest_temp {name, dtype, shape [dims], bytes} (null when none),\n"
                "           flops (one step, without recompute), fused {logprob, linear_logprob,\n"
                "           bias_gelu: rewrites by the fuse pass}, remat {recomputed_nodes (copies\n"
@@ -41,7 +46,9 @@ static void usage(FILE *f) {
                "           n_nodes_removed (by dce), n_inplace (outputs placed in an input's bytes),\n"
                "           placement (ordering),\n"
                "           stages [{name, kind (\"graph\"|\"host\"), graph, function, nodes, repeat,\n"
-               "           flops (without recompute), first_step, last_step}]\n");
+               "           flops (without recompute), bytes_moved (read + written by its kernels, all\n"
+               "           runs), peak_live_bytes (most live at one of its steps), first_step,\n"
+               "           last_step}]\n");
 }
 
 /* ---------------------------------------------------------------- facts both outputs print */
@@ -53,6 +60,8 @@ typedef struct {
     const dfg_report *r;
     int peak_stage;       /* index, or -1 */
     const dfg_node *peak; /* the node at the peak step; NULL at a host stage */
+    cli_category_facts cat[DFG_CAT_COUNT];
+    cli_stage_facts *stage; /* [p->n_stages] */
 } inspection;
 
 static inspection inspect_of(const char *path, const dfg_program *p, const dfg_plan_info *info) {
@@ -105,19 +114,25 @@ static void print_totals(const inspection *in) {
 
 static void print_peak(const inspection *in) {
     const dfg_report *r = in->r;
-    char a[32];
+    char a[32], m[32], why[1024];
     printf("peak          step %d of %d: stage '%s'", r->peak_step, r->n_steps,
            in->peak_stage >= 0 ? in->p->stages[in->peak_stage].name : "?");
     if (in->peak) printf(", node '%s' (%s)", in->peak->name, dfg_op_name(in->peak->op));
-    printf("\nlive at peak  %-12s %12s %8s\n", "category", "bytes", "share");
+    printf("\nlive at peak  %-12s %12s %8s %8s %15s\n", "category", "bytes", "share", "tensors", "most, any step");
     size_t total = 0;
+    int tensors = 0;
     for (int c = 0; c < DFG_CAT_COUNT; c++) {
         total += r->peak[c];
-        printf("              %-12s %12s %7.1f%%\n", dfg_category_name((dfg_category)c),
-               dfg_bytes_str((double)r->peak[c], a, sizeof(a)), 100.0 * ratio(r->peak[c], r->lower_bound_bytes));
+        tensors += in->cat[c].peak_tensors;
+        printf("              %-12s %12s %7.1f%% %8d %15s\n", dfg_category_name((dfg_category)c),
+               dfg_bytes_str((double)r->peak[c], a, sizeof(a)), 100.0 * ratio(r->peak[c], r->lower_bound_bytes),
+               in->cat[c].peak_tensors, dfg_bytes_str((double)in->cat[c].max_bytes, m, sizeof(m)));
     }
-    printf("              %-12s %12s %7.1f%%\n", "total", dfg_bytes_str((double)total, a, sizeof(a)),
-           100.0 * ratio(total, r->lower_bound_bytes));
+    printf("              %-12s %12s %7.1f%% %8d\n", "total", dfg_bytes_str((double)total, a, sizeof(a)),
+           100.0 * ratio(total, r->lower_bound_bytes), tensors);
+    for (int c = 0; c < DFG_CAT_COUNT; c++)
+        printf("%-13s %-12s %s\n", c ? "" : "why", dfg_category_name((dfg_category)c),
+               cli_category_why(in->p, in->cat, (dfg_category)c, why, sizeof(why)));
 }
 
 static void print_work(const inspection *in) {
@@ -142,19 +157,22 @@ static void print_work(const inspection *in) {
 
 static void print_stages(const inspection *in) {
     const dfg_program *p = in->p;
-    printf("stages        %-3s %-16s %-6s %7s %6s %12s  %s\n", "#", "name", "kind", "nodes", "runs", "GFLOP", "steps");
+    printf("stages        %-3s %-16s %-6s %7s %6s %12s %10s %10s  %s\n", "#", "name", "kind", "nodes", "runs", "GFLOP",
+           "moved", "peak live", "steps");
     for (int s = 0; s < p->n_stages; s++) {
         const dfg_stage *st = &p->stages[s];
         int a = in->plan->stage_step[s], b = in->plan->stage_step[s + 1] - 1;
-        char steps[48];
+        char steps[48], moved[32], live[32];
         if (a == b) snprintf(steps, sizeof(steps), "%d", a);
         else snprintf(steps, sizeof(steps), "%d-%d", a, b);
+        dfg_bytes_str(in->stage[s].peak_live_bytes, live, sizeof(live));
         if (st->kind == DFG_STAGE_HOST)
-            printf("              %-3d %-16s %-6s %7s %6d %12s  %s (function %s)\n", s + 1, st->name, "host", "-", 1, "-",
-                   steps, st->symbol);
+            printf("              %-3d %-16s %-6s %7s %6d %12s %10s %10s  %s (function %s)\n", s + 1, st->name, "host",
+                   "-", 1, "-", "-", live, steps, st->symbol);
         else
-            printf("              %-3d %-16s %-6s %7d %6d %12.4g  %s\n", s + 1, st->name, "graph", st->graph->n_nodes,
-                   st->repeat, stage_flops(st) * 1e-9, steps);
+            printf("              %-3d %-16s %-6s %7d %6d %12.4g %10s %10s  %s\n", s + 1, st->name, "graph",
+                   st->graph->n_nodes, st->repeat, stage_flops(st) * 1e-9,
+                   dfg_bytes_str(in->stage[s].bytes_moved, moved, sizeof(moved)), live, steps);
     }
 }
 
@@ -176,6 +194,8 @@ static cJSON *json_stages(const inspection *in) {
         cJSON_AddNumberToObject(o, "nodes", graph ? st->graph->n_nodes : 0);
         cJSON_AddNumberToObject(o, "repeat", st->repeat);
         cJSON_AddNumberToObject(o, "flops", stage_flops(st));
+        cJSON_AddNumberToObject(o, "bytes_moved", in->stage[s].bytes_moved);
+        cJSON_AddNumberToObject(o, "peak_live_bytes", (double)in->stage[s].peak_live_bytes);
         cJSON_AddNumberToObject(o, "first_step", in->plan->stage_step[s]);
         cJSON_AddNumberToObject(o, "last_step", in->plan->stage_step[s + 1] - 1);
     }
@@ -191,6 +211,31 @@ static cJSON *json_largest_temp(const dfg_report *r) {
     for (int d = 0; shape && d < r->largest_temp->shape.rank; d++)
         cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)r->largest_temp->shape.d[d]));
     cJSON_AddNumberToObject(o, "bytes", (double)r->largest_temp_bytes);
+    return o;
+}
+
+static cJSON *json_categories(const inspection *in) {
+    cJSON *o = cJSON_CreateObject();
+    char why[1024];
+    for (int c = 0; o && c < DFG_CAT_COUNT; c++) {
+        const cli_category_facts *f = &in->cat[c];
+        cJSON *k = cJSON_AddObjectToObject(o, dfg_category_name((dfg_category)c));
+        cJSON_AddNumberToObject(k, "peak_bytes", (double)f->peak_bytes);
+        cJSON_AddNumberToObject(k, "peak_tensors", f->peak_tensors);
+        if (f->largest) {
+            cJSON *l = cJSON_AddObjectToObject(k, "largest_at_peak");
+            cJSON_AddStringToObject(l, "name", in->p->tensors[f->largest->owner]->name);
+            cJSON_AddNumberToObject(l, "bytes", (double)f->largest->size);
+        } else cJSON_AddNullToObject(k, "largest_at_peak");
+        cJSON_AddNumberToObject(k, "max_bytes", (double)f->max_bytes);
+        cJSON_AddNumberToObject(k, "max_step", f->max_step);
+        int s = -1;
+        for (int i = 0; f->max_bytes && i < in->p->n_stages; i++)
+            if (f->max_step >= in->plan->stage_step[i] && f->max_step < in->plan->stage_step[i + 1]) s = i;
+        if (s >= 0) cJSON_AddStringToObject(k, "max_stage", in->p->stages[s].name);
+        else cJSON_AddNullToObject(k, "max_stage");
+        cJSON_AddStringToObject(k, "why", cli_category_why(in->p, in->cat, (dfg_category)c, why, sizeof(why)));
+    }
     return o;
 }
 
@@ -223,6 +268,7 @@ static cJSON *json_report(const inspection *in) {
     cJSON *peak = cJSON_AddObjectToObject(o, "peak_breakdown");
     for (int c = 0; peak && c < DFG_CAT_COUNT; c++)
         cJSON_AddNumberToObject(peak, dfg_category_name((dfg_category)c), (double)r->peak[c]);
+    cJSON_AddItemToObject(o, "categories", json_categories(in));
     cJSON_AddItemToObject(o, "largest_temp", json_largest_temp(r));
     cJSON_AddNumberToObject(o, "flops", r->flops);
     cJSON *fused = cJSON_AddObjectToObject(o, "fused");
@@ -275,7 +321,10 @@ int cli_inspect(int argc, char **argv) {
     int rc = cli_load_plan(CMD, path, &p, &info);
     if (rc) return rc;
     inspection in = inspect_of(path, p, &info);
-    if (json) {
+    in.stage = calloc((size_t)p->n_stages + 1, sizeof(*in.stage));
+    if (!in.stage || !cli_category_facts_of(p, in.cat) || !cli_stage_facts_of(p, in.stage))
+        rc = cli_error(CMD, CLI_FAILED, "out of memory");
+    else if (json) {
         rc = print_json(&in);
     } else {
         print_totals(&in);
@@ -283,6 +332,7 @@ int cli_inspect(int argc, char **argv) {
         print_work(&in);
         print_stages(&in);
     }
+    free(in.stage);
     dfg_program_free(p);
     dfg_plan_info_free(&info);
     return rc;

@@ -137,11 +137,11 @@ bool cli_write_file(const char *cmd, const char *path, const void *data, size_t 
 }
 
 int cli_compile_plan(const char *cmd, const char *label, dfg_program **p, dfg_plan_info *info) {
-    dfg_options o = dfg_plan_options(info);
-    dfg_status st = dfg_compile(*p, &o);
+    char err[1024];
+    dfg_status st = dfg_plan_compile(*p, info, label, err, sizeof(err));
     if (!st) return CLI_OK;
-    /* a budget remat cannot meet is bad input (exit 2), like any program that does not compile */
-    int rc = cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s: %s", label, dfg_program_error(*p));
+    /* a budget remat cannot meet, or a plan this dfg does not reproduce, is bad input (exit 2) */
+    int rc = cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
     dfg_program_free(*p);
     dfg_plan_info_free(info);
     *p = NULL;

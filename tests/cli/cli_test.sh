@@ -132,6 +132,24 @@ if [s["name"] for s in d["stages"]] != ["data", "train"] or d["stages"][1]["node
 if d["target"] != "cpu" or d["align"] != 64 or d["flops"] <= 0: bad.append("target, align or flops")
 print("; ".join(bad))' inspect.json)
 [ -z "$checks" ] && ok "inspect --json values are consistent" || fail "inspect --json: $checks"
+checks=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1])); bad = []
+cats = d["categories"]
+if set(cats) != set(d["peak_breakdown"]): bad.append("categories and peak_breakdown name different categories")
+for name, c in cats.items():
+    if c["peak_bytes"] != d["peak_breakdown"][name]: bad.append(name + ": peak_bytes differs from peak_breakdown")
+    if c["max_bytes"] < c["peak_bytes"]: bad.append(name + ": max_bytes below peak_bytes")
+    if (c["peak_tensors"] > 0) != (c["largest_at_peak"] is not None) or (c["peak_tensors"] > 0) != (c["peak_bytes"] > 0): bad.append(name + ": tensors, bytes and largest disagree")
+    if c["largest_at_peak"] and c["largest_at_peak"]["bytes"] > c["peak_bytes"]: bad.append(name + ": largest above the total")
+    if not c["why"] or "\n" in c["why"]: bad.append(name + ": why")
+    if c["max_bytes"] and c["max_stage"] not in [s["name"] for s in d["stages"]]: bad.append(name + ": max_stage")
+if cats["params"]["max_bytes"] != cats["params"]["peak_bytes"]: bad.append("params are not live all step")
+if "the trained weights" not in cats["params"]["why"]: bad.append("params why: " + cats["params"]["why"])
+if max(s["peak_live_bytes"] for s in d["stages"]) != d["lower_bound_bytes"]: bad.append("stage peaks do not reach the lower bound")
+if not all(s["bytes_moved"] > 0 for s in d["stages"] if s["kind"] == "graph"): bad.append("bytes_moved")
+print("; ".join(bad))' inspect.json)
+[ -z "$checks" ] && ok "inspect --json categories and stage bytes are consistent" || fail "inspect --json categories: $checks"
 arena=$(human "$(jget inspect.json 'd["arena_bytes"]')")
 run "$DFG" run gpt2.dfg --steps 1 --threads 1
 expect_in out.txt "arena $arena," "run allocates the arena inspect reports ($arena)"
@@ -160,7 +178,7 @@ for v in 1 2 3; do
   printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
   run "$DFG" inspect old.dfg
   expect_rc 2 "a version-$v plan"
-  expect_in err.txt "format version $v is older than this dfg's (4)" "a version-$v plan is named as old"
+  expect_in err.txt "format version $v is older than this dfg's (5)" "a version-$v plan is named as old"
   expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
   expect_one_line "version-$v plan"
 done
@@ -275,6 +293,41 @@ run "$DFG" info short.dfg
 expect_rc 2 "a truncated plan"
 expect_in err.txt "is truncated" "truncation is reported"
 expect_one_line "truncated plan"
+# every section damaged, and the file cut inside every part of it (tests/cli/plan_surgery.py)
+SURGERY="$SRC/tests/cli/plan_surgery.py"
+python3 "$SURGERY" sections gpt2.dfg >sections.txt
+[ "$(wc -l <sections.txt)" -eq 7 ] && ok "gpt2.dfg has 7 sections (with hostlib and plan)" || fail "sections: $(cat sections.txt)"
+while read -r kind name payload length; do
+  python3 "$SURGERY" flip gpt2.dfg flip.dfg "$kind"
+  run "$DFG" inspect flip.dfg
+  [ "$rc" -eq 2 ] && grep -qF "flip.dfg: checksum mismatch in section '$name'" err.txt && [ "$(wc -l <err.txt)" -eq 1 ] \
+    && ok "a damaged '$name' section is refused in one line" || fail "damaged section '$name' (exit $rc)"
+  for cut in $((payload - 16)) $((payload - 9)) $((payload + length / 2)) $((payload + length - 1)); do
+    python3 "$SURGERY" cut gpt2.dfg cut.dfg "$cut"
+    run "$DFG" run cut.dfg --steps 1
+    [ "$rc" -eq 2 ] && grep -q "cut.dfg: .*truncated" err.txt && [ "$(wc -l <err.txt)" -eq 1 ] \
+      || fail "cut to $cut bytes (in or before section '$name'): exit $rc"
+  done
+  ok "cut before, inside the header of, and inside section '$name': refused as truncated"
+done <sections.txt
+for cut in 0 5 12; do
+  python3 "$SURGERY" cut gpt2.dfg cut.dfg "$cut"
+  run "$DFG" info cut.dfg
+  [ "$rc" -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && ok "cut to $cut bytes: $(cat err.txt)" || fail "cut to $cut bytes"
+done
+# a recorded plan the loader checks on its own, and one this dfg does not reproduce
+python3 "$SURGERY" overlap gpt2.dfg overlap.dfg
+run "$DFG" run overlap.dfg --steps 1
+expect_rc 2 "a plan whose live buffers overlap"
+expect_in err.txt "section 'plan' is invalid" "the overlap is found in the plan section"
+expect_in err.txt "are live together" "the overlap is named"
+expect_one_line "overlapping plan"
+python3 "$SURGERY" arena gpt2.dfg arena.dfg 4096
+run "$DFG" run arena.dfg --steps 1
+expect_rc 2 "a plan this dfg does not reproduce"
+expect_in err.txt "plans the program differently" "a different plan is refused"
+expect_in err.txt "re-run dfg compile" "the refusal says what to do"
+expect_one_line "different plan"
 cp "$SRC/examples/gpt2_train.c" notaplan.dfg
 run "$DFG" run notaplan.dfg
 expect_rc 2 "a file that is not a plan"
@@ -309,6 +362,8 @@ expect_in out.txt "fused: " "compile reports the fused ops"
 run "$DFG" inspect g124.dfg --json
 cp out.txt g124.json
 budget=$(jget g124.json 'd["persistent_bytes"] + d["peak_breakdown"]["activations"] // 2')
+[ "$(jget g124.json 'd["categories"]["logits"]["peak_bytes"] == 0 and "never stored" in d["categories"]["logits"]["why"]')" = True ] \
+  && ok "124M: inspect says why no logits are live (fused linear_logprob)" || fail "124M logits why: $(jget g124.json 'd["categories"]["logits"]')"
 run "$DFG" compile "$G124" --target cuda --memory-budget "$budget" -o g124b.dfg
 expect_rc 0 "compile gpt2_124m under --memory-budget $budget (persistent + half the activations)"
 expect_in out.txt "memory budget" "compile reports the budget"

@@ -4,7 +4,7 @@
  * Every input is tried twice: as it is, and as a repaired copy whose magic, version, section
  * lengths (clamped to the bytes present; the last section takes the rest) and section CRCs are
  * made right. Random mutations of the raw bytes almost always die at a checksum; the repaired
- * copy takes them to the payload parsers (settings, tensors, graphs, stages) and to the rebuild
+ * copy takes them to the payload parsers (settings, tensors, graphs, stages, plan) and to the rebuild
  * through the public builders. For each of the two, one of these must hold, or the harness
  * aborts (which the fuzzer reports as a crash):
  *   - refused: status DFG_ERR_FORMAT or DFG_ERR_NOMEM, *out NULL, info zeroed, and a one-line
@@ -17,7 +17,8 @@
  *     may only fail for the budget (DFG_ERR_ARG) or memory: an internal error (DFG_ERR_STATE:
  *     a pass broke an invariant) aborts. A compiled plan must pass the planner's independent
  *     property checks (tests/planner_props.h: no two live tensors share bytes, lower bound <=
- *     arena <= naive, ...) and fit the memory budget.
+ *     arena <= naive, ...) and fit the memory budget; then it must equal the file's recorded
+ *     plan (section 'plan') or dfg_plan_check refuses it with DFG_ERR_FORMAT and one line.
  * Programs above FUZZ_MAX_NODES nodes or FUZZ_MAX_TENSORS tensors are loaded and round-tripped
  * but not compiled, to keep an execution in the milliseconds (the seeds have < 100 nodes; the
  * fuzzer's inputs stay near the seeds' size).
@@ -106,7 +107,8 @@ static uint8_t *repaired(const uint8_t *data, size_t size) {
 /* ---------------------------------------------------------------- checks */
 static bool info_is_zero(const dfg_plan_info *i) { /* field by field: padding may differ */
     return i->target == 0 && !i->source[0] && i->compile_time == 0 && !i->dfg_version[0] && i->align == 0 &&
-           !i->no_reuse && !i->keep_order && !i->no_fuse && i->memory_budget == 0 && !i->host_lib && !i->host_lib_size;
+           !i->no_reuse && !i->keep_order && !i->no_fuse && i->memory_budget == 0 && !i->host_lib && !i->host_lib_size &&
+           !i->plan;
 }
 
 static void check_refusal(dfg_status s, const dfg_program *p, const dfg_plan_info *info, const char *err) {
@@ -125,6 +127,7 @@ static void check_info(const dfg_plan_info *info) {
     if (info->host_lib && memcmp(info->host_lib, "\x7f" "ELF", 4)) fuzz_fail("host library is not ELF", NULL);
     if (!memchr(info->source, 0, sizeof(info->source)) || !memchr(info->dfg_version, 0, sizeof(info->dfg_version)))
         fuzz_fail("info strings not terminated", NULL);
+    if (!info->plan) fuzz_fail("a loaded plan without its memory plan", NULL);
 }
 
 /* Saves p again, loads the bytes, saves that: both saves must succeed and agree. */
@@ -191,6 +194,11 @@ static void check_compile(dfg_program *p, const dfg_plan_info *info) {
     if (!rep) fuzz_fail("compiled without a report", NULL);
     if (opt.memory_budget > 0 && (int64_t)rep->arena_bytes > opt.memory_budget) fuzz_fail("plan over the budget", NULL);
     if (pp_check(p, "fuzz_plan", NULL)) fuzz_fail("the plan breaks the planner's properties (above)", NULL);
+    /* the file's recorded plan is this one, or the file is refused in one line */
+    char err[1024];
+    st = dfg_plan_check(p, info, FUZZ_LABEL, err, sizeof(err));
+    if (st && (st != DFG_ERR_FORMAT || strncmp(err, FUZZ_LABEL ": ", strlen(FUZZ_LABEL) + 2) || strchr(err, '\n')))
+        fuzz_fail("a plan check refusal is not one line naming the file", err);
 }
 
 /* Loads one input and checks the outcome (deep: the round trip and the compile too); true when
