@@ -113,6 +113,8 @@ int cli_info(int argc, char **argv) {
     print_stages(p);
     print_memory(p);
     printf("memory    %s\n", cli_memory_summary(dfg_program_report(p), line, sizeof(line)));
+    /* cli_load_plan refuses a file whose recorded plan this dfg does not reproduce */
+    printf("          the file's recorded schedule and memory plan match this dfg's compile, node for node and byte for byte\n");
     dfg_program_free(p);
     dfg_plan_info_free(&info);
     return CLI_OK;
