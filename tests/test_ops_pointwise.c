@@ -1,7 +1,9 @@
 /* test_ops_pointwise.c - forward values of the pointwise, layout and reduction ops on the CPU
  * runtime, each against a naive reference written here: binary ops with broadcasting (f32 and
  * wrapping i32), equal, where, cast rounding, fill, reshape, permute, slice, concat, expand,
- * sum/mean/masked_sum and argmax. Gradients are checked elsewhere (test_gradcheck*.c). */
+ * sum/mean/masked_sum, argmax, and GELU (plain and fused with a bias) against the formula in
+ * double precision. Gradients are checked elsewhere (test_gradcheck*.c). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -534,8 +536,49 @@ static void test_argmax(void) {
     dfg_fx_end(&f);
 }
 
+/* ---------------------------------------------------------------- GELU against double precision */
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+/* The CPU kernels use a rational tanh (ops/cpu/fastmath.h), not libm's: over the whole range,
+ * saturated tails and tiny inputs included, the error must stay within a float rounding of the
+ * result plus what an error of 4e-7 in tanh (about 3 ulp near 1) gives: 0.5 |x| 4e-7. (On the
+ * negative side 1 + tanh cancels, so no float tanh, libm's included, is accurate relative to
+ * the result there.) Returns the worst error as a multiple of that bound. */
+static double gelu_error(double x, float y) {
+    double want = gelu_ref(x), bound = 0.5 * fabs(x) * 4e-7 + 4.0 * FLT_EPSILON * fabs(want) + 1e-37;
+    return fabs((double)y - want) / bound;
+}
+
+static void test_gelu(void) {
+    enum { R = 64, C = 48 };
+    static const float special[] = {0.0f, 1e-6f, -1e-6f, 3.9e-4f, -4.1e-4f, 0.5f, -0.5f, 3.0f, -3.0f,
+                                    7.9f, -7.9f, 8.5f, -8.5f, 30.0f, -30.0f, 1e-30f};
+    float *x = rnd(R * C, -12.0f, 12.0f), *b = rnd(C, -1.0f, 1.0f);
+    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++) x[i * 7] = special[i];
+    dfg_fx f;
+    dfg_fx_begin(&f, "gelu");
+    dfg_tensor *tx = dfg_fx_const_f32(&f, "x", DFG_SHAPE(R, C), x), *tb = dfg_fx_const_f32(&f, "b", DFG_SHAPE(C), b);
+    dfg_output(f.g, dfg_gelu(f.g, tx), "gelu");
+    dfg_output(f.g, dfg_gelu(f.g, dfg_bias_add(f.g, tx, tb)), "bias_gelu"); /* fused by the fuse pass */
+    if (dfg_fx_run(&f)) {
+        float y[R * C], z[R * C];
+        dfg_fx_read(&f, "gelu", y, sizeof(y));
+        dfg_fx_read(&f, "bias_gelu", z, sizeof(z));
+        double worst_y = 0, worst_z = 0;
+        for (int i = 0; i < R * C; i++) {
+            worst_y = fmax(worst_y, gelu_error(x[i], y[i]));
+            worst_z = fmax(worst_z, gelu_error((double)(x[i] + b[i % C]), z[i])); /* the kernel adds in float */
+        }
+        CHECK(worst_y <= 1.0, "gelu: error %.3g x the bound against double precision", worst_y);
+        CHECK(worst_z <= 1.0, "bias_gelu: error %.3g x the bound against double precision", worst_z);
+    }
+    dfg_fx_end(&f);
+    free(x), free(b);
+}
+
 int main(void) {
     dfg_test_init("test_ops_pointwise");
+    test_gelu();
     test_binary_f32();
     test_binary_i32();
     test_where();

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "fastmath.h"
 
 #define DFG_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -13,9 +14,10 @@ dfg_status cpu_bias_gelu(const dfg_node *n, void *const *in, void *const *out, d
     float *y = out[0];                  /* (rows, N) */
 #pragma omp parallel for schedule(static) if (rows * c > 32768)
     for (int64_t r = 0; r < rows; r++)
+#pragma omp simd
         for (int64_t j = 0; j < c; j++) {
             float u = x[r * c + j] + b[j];
-            y[r * c + j] = 0.5f * u * (1.0f + tanhf(DFG_GELU_K * (u + 0.044715f * u * u * u)));
+            y[r * c + j] = 0.5f * u * (1.0f + dfg_tanh_f32(DFG_GELU_K * (u + 0.044715f * u * u * u)));
         }
     return DFG_OK;
 }
@@ -28,8 +30,9 @@ dfg_status cpu_bias_gelu_bwd(const dfg_node *n, void *const *in, void *const *ou
     float *du = out[0];
 #pragma omp parallel for schedule(static) if (rows * c > 32768)
     for (int64_t r = 0; r < rows; r++)
+#pragma omp simd
         for (int64_t j = 0; j < c; j++) {
-            float u = x[r * c + j] + b[j], t = tanhf(DFG_GELU_K * (u + 0.044715f * u * u * u));
+            float u = x[r * c + j] + b[j], t = dfg_tanh_f32(DFG_GELU_K * (u + 0.044715f * u * u * u));
             float dt = DFG_GELU_K * (1.0f + 3.0f * 0.044715f * u * u);
             du[r * c + j] = dy[r * c + j] * (0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * dt);
         }

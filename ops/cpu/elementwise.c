@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "fastmath.h"
 #include "dtype.h"
 
 #define DFG_OMP_MIN 32768 /* below this many elements a parallel region costs more than it saves */
@@ -77,7 +78,7 @@ dfg_status cpu_binary(const dfg_node *n, void *const *in, void *const *out, dfg_
 
 static inline float gelu_f(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + dfg_tanh_f32(k * (x + 0.044715f * x * x * x)));
 }
 
 static inline float unary_f32(const dfg_node *n, float x) {
@@ -124,7 +125,7 @@ dfg_status cpu_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, df
     int64_t cnt = dfg_shape_numel(n->out[0]->shape);
 #pragma omp parallel for schedule(static) if (cnt > DFG_OMP_MIN)
     for (int64_t i = 0; i < cnt; i++) {
-        float v = x[i], u = k * (v + 0.044715f * v * v * v), t = tanhf(u);
+        float v = x[i], u = k * (v + 0.044715f * v * v * v), t = dfg_tanh_f32(u);
         float du = k * (1.0f + 3.0f * 0.044715f * v * v);
         dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
     }
