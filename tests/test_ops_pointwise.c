@@ -10,6 +10,7 @@
 
 #include "dfg.h"
 #include "dfg_runtime.h"
+#include "ops/cpu/fastmath.h"
 #include "testutil.h"
 
 static float *rnd(int64_t n, float lo, float hi) {
@@ -576,9 +577,34 @@ static void test_gelu(void) {
     free(x), free(b);
 }
 
+/* The kernels' own exp and tanh (ops/cpu/fastmath.h) against double precision, densely over
+ * their range, and at the edges: exp flushes below -87.34 to 0, overflows to inf, keeps NaN. */
+static void test_fastmath(void) {
+    double worst_exp = 0, worst_tanh = 0;
+    float at_exp = 0, at_tanh = 0;
+    for (float x = -87.3f; x <= 88.7f; x += 0.000917f) {
+        double e = fabs(dfg_exp_f32(x) - exp((double)x)) / exp((double)x);
+        if (e > worst_exp) worst_exp = e, at_exp = x;
+    }
+    for (float x = 1e-30f; x < 30.0f; x *= 1.00003f) {
+        for (int sign = -1; sign <= 1; sign += 2) {
+            double t = tanh((double)(sign * x)), e = fabs(dfg_tanh_f32(sign * x) - t) / fabs(t);
+            if (e > worst_tanh) worst_tanh = e, at_tanh = sign * x;
+        }
+    }
+    CHECK(worst_exp < 1.5e-7, "dfg_exp_f32: relative error %.3g at %g", worst_exp, at_exp);
+    CHECK(worst_tanh < 5e-7, "dfg_tanh_f32: relative error %.3g at %g", worst_tanh, at_tanh);
+    CHECK(dfg_exp_f32(-88.0f) == 0.0f && dfg_exp_f32(-INFINITY) == 0.0f && isinf(dfg_exp_f32(89.0f)) &&
+              isnan(dfg_exp_f32(NAN)) && dfg_exp_f32(0.0f) == 1.0f,
+          "dfg_exp_f32 edges: %g %g %g %g %g", dfg_exp_f32(-88.0f), dfg_exp_f32(-INFINITY), dfg_exp_f32(89.0f),
+          dfg_exp_f32(NAN), dfg_exp_f32(0.0f));
+    CHECK(dfg_tanh_f32(30.0f) <= 1.0f && dfg_tanh_f32(-30.0f) >= -1.0f && dfg_tanh_f32(0.0f) == 0.0f, "tanh edges");
+}
+
 int main(void) {
     dfg_test_init("test_ops_pointwise");
     test_gelu();
+    test_fastmath();
     test_binary_f32();
     test_binary_i32();
     test_where();

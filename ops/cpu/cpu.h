@@ -24,6 +24,7 @@ extern const dfg_cpu_fn dfg_cpu_kernels[DFG_OP_COUNT];
 
 /* Per-thread scratch a node's kernel needs (0 for most). */
 size_t dfg_cpu_scratch_bytes(const dfg_node *n);
+size_t dfg_cpu_attention_scratch(const dfg_node *n); /* the attention family's (attention.c) */
 /* Formats "<op> '<node>': <reason>" into ctx->err and returns s. */
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -26,6 +26,10 @@ size_t dfg_cpu_scratch_bytes(const dfg_node *n) {
     switch (n->op) {
     case DFG_OP_SAMPLE: /* the row's scaled logits, for top-k selection */
         return sizeof(float) * (size_t)n->in[0]->shape.d[n->in[0]->shape.rank - 1];
+    case DFG_OP_ATTENTION: /* scores (T, T); backward also their gradient; decoding a row of them */
+    case DFG_OP_ATTENTION_BWD:
+    case DFG_OP_ATTENTION_CACHED:
+        return dfg_cpu_attention_scratch(n);
     default:
         return 0;
     }

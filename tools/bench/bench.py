@@ -1,0 +1,429 @@
+#!/usr/bin/python3
+"""bench.py - dfg's GRPO step (examples/grpo.c) against the same step in eager PyTorch
+(tools/bench/grpo_torch.py), side by side on this machine.
+
+For each config and mode it compiles the plan once, then alternates R runs of each program
+(dfg, torch, dfg, torch, ...), each a fresh process of N steps whose first W steps are warm-up.
+Per step it takes the step time each program reports (dfg: "ms" of `--metrics`; torch: its
+JSON lines, perf_counter around the step); per process the peak RSS from os.wait4's rusage
+(ru_maxrss, the same measurement for both). It prints a table and writes
+OUT/<date>-<host>-<config>.json and .md.
+
+  modes  full   the whole step: data, rollout (prefill + decode with a KV cache), reward,
+                advantages, reference log-probs, the GRPO loss, backward, clipping, AdamW
+         fixed  one rollout batch made once (by grpo_torch.py from its initial model), and each
+                step trains on it: dfg run --rollouts R; grpo_torch.py --mode fixed --rollouts R
+
+No timing is asserted anywhere: this measures, it does not test.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
+def reverse_digits_for(n_positions):
+    """The largest `digits` of the reverse task whose prompt (d + 1) + completion (d + 2) fit."""
+    return max(d for d in range(1, 65) if 2 * d + 3 <= n_positions)
+
+
+# model and batch settings, named as examples/grpo.c's --set keys; steps/warmup are defaults
+CONFIGS = {
+    # examples/grpo.c's defaults: the main job (n_positions defaults to T there, as here)
+    "tiny": dict(settings=dict(n_layer=2, n_head=4, n_embd=64, vocab_size=15, digits=3,
+                               prompts_per_step=8, num_generations=8), steps=800, warmup=50),
+    "small": dict(settings=dict(n_layer=4, n_head=4, n_embd=256, vocab_size=512, n_positions=128,
+                                digits=reverse_digits_for(128), prompts_per_step=8, num_generations=8),
+                  steps=6, warmup=1),
+    # GPT-2 124M: one step for the record (every process pays its first-step costs in it)
+    "gpt2-124m": dict(settings=dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024,
+                                    digits=64, prompts_per_step=4, num_generations=8),
+                      steps=1, warmup=0, runs=1, min_free_gib=14),
+}
+
+
+def lengths(s):
+    """examples/grpo.c, task reverse: prompt = digits + 1 ('='), completion = answer + 2."""
+    Lp, Lc = s["digits"] + 1, s["digits"] + 2
+    return Lp, Lc
+
+
+# ---------------------------------------------------------------- the machine
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def meminfo(key):
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def git_commit():
+    r = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    if r.returncode:
+        return "unknown"
+    dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return r.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def dfg_identity(dfg):
+    """The dfg binary and the libdfg.so it loads: version line, sha256 and mtime, to tell
+    whether a rebuild happened in the middle of a benchmark."""
+    import hashlib
+    out = dict(version=sh([dfg, "--version"]).stdout.strip())
+    files = {"dfg": dfg}
+    for line in sh(["ldd", dfg]).stdout.splitlines():
+        if "libdfg" in line and "=>" in line:
+            files["libdfg"] = line.split("=>")[1].split("(")[0].strip()
+    for k, p in files.items():
+        try:
+            with open(p, "rb") as f:
+                out[k] = dict(path=p, sha256=hashlib.sha256(f.read()).hexdigest()[:16],
+                              mtime=datetime.datetime.fromtimestamp(os.path.getmtime(p)).isoformat(timespec="seconds"))
+        except OSError:
+            out[k] = dict(path=p)
+    return out
+
+
+def cpu_busy():
+    """(busy, total) jiffies of all CPUs from /proc/stat (busy = all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)
+
+
+def wait_quiet(limit_s, threshold=0.10):
+    """Waits (at most limit_s) until the CPUs were under threshold busy for one second: other
+    work on the machine (a build, another benchmark) would otherwise land in the timings.
+    Returns the busy fraction last seen."""
+    deadline = time.time() + limit_s
+    while True:
+        b0, t0 = cpu_busy()
+        time.sleep(1.0)
+        b1, t1 = cpu_busy()
+        frac = (b1 - b0) / max(t1 - t0, 1)
+        if frac < threshold or time.time() >= deadline:
+            return frac
+
+
+def run_measured(cmd, env, out_path, err_path, quiet_wait):
+    """Runs cmd to completion; returns its exit code, wall time, peak RSS (ru_maxrss, bytes),
+    its CPU seconds and the other processes' share of the CPUs while it ran."""
+    idle_before = wait_quiet(quiet_wait) if quiet_wait > 0 else None
+    hz = os.sysconf("SC_CLK_TCK")
+    ncpu = os.cpu_count() or 1
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        b0, _ = cpu_busy()
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        b1, _ = cpu_busy()
+        p.returncode = os.waitstatus_to_exitcode(status)
+    cpu = ru.ru_utime + ru.ru_stime
+    other = max(0.0, (b1 - b0) / hz - cpu)
+    return dict(rc=p.returncode, wall_s=round(wall, 3), peak_rss_bytes=ru.ru_maxrss * 1024, cpu_s=round(cpu, 3),
+                background_cpu_pct=round(100.0 * other / (wall * ncpu), 1),
+                busy_before_pct=None if idle_before is None else round(100.0 * idle_before, 1))
+
+
+def tail(path, n=20):
+    try:
+        with open(path) as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- the two programs
+def torch_args(s, threads, seed):
+    a = [sys.executable, os.path.join(HERE, "grpo_torch.py")]
+    for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
+              "num_generations"):
+        if k in s:
+            a += [f"--{k}", str(s[k])]
+    return a + ["--threads", str(threads), "--seed", str(seed)]
+
+
+def torch_env(blas):
+    env = dict(os.environ)
+    if blas == "openmp":
+        if not os.path.isdir(OPENBLAS_OPENMP):
+            sys.exit(f"bench: --torch-blas openmp needs {OPENBLAS_OPENMP} (Debian's libopenblas0-openmp)")
+        env["LD_LIBRARY_PATH"] = OPENBLAS_OPENMP + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def parse_jsonl(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def stats(xs):
+    return dict(min=min(xs), median=statistics.median(xs), max=max(xs)) if xs else None
+
+
+def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
+    tag = f"{cfg_name}-{mode}-{impl}-{r}"
+    out, err = os.path.join(work, tag + ".out"), os.path.join(work, tag + ".err")
+    if impl == "dfg":
+        metrics = os.path.join(work, tag + ".jsonl")
+        cmd = [a.dfg, "run", plan, "--steps", str(steps), "--threads", str(a.threads), "--seed", str(a.seed),
+               "--metrics", metrics, "--quiet"]
+        if mode == "fixed":
+            cmd += ["--rollouts", rollouts]
+        env = dict(os.environ)
+    else:
+        cmd = torch_args(s, a.threads, a.seed) + ["--mode", mode, "--steps", str(steps), "--warmup", str(warmup)]
+        if mode == "fixed":
+            cmd += ["--rollouts", rollouts]
+        env = torch_env(a.torch_blas)
+    m = run_measured(cmd, env, out, err, a.quiet_wait)
+    if m["rc"] != 0:
+        sys.exit(f"bench: {impl} failed (exit {m['rc']}): {' '.join(cmd)}\n{tail(err)}{tail(out)}")
+    if impl == "dfg":
+        rows = [x for x in parse_jsonl(metrics) if x.get("step", 0) > warmup]
+        ms = [x["ms"] for x in rows]
+        m["arena_bytes"] = rows[-1].get("arena_bytes") if rows else None
+        m["reward_mean"] = statistics.mean(x["reward"] for x in rows if x.get("reward") is not None) if rows else None
+    else:
+        rows = parse_jsonl(out)
+        summary = next((x for x in rows if x.get("summary")), {})
+        rows = [x for x in rows if "ms" in x and not x.get("summary")]
+        ms = [x["ms"] for x in rows]
+        m["blas"] = summary.get("blas")
+        m["self_reported_peak_rss_bytes"] = summary.get("peak_rss_bytes")
+        m["reward_mean"] = statistics.mean(x["reward"] for x in rows) if rows else None
+    if not ms:
+        sys.exit(f"bench: {impl} reported no timed steps ({steps} steps, {warmup} warm-up)")
+    m.update(step_ms=ms, median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), cmd=cmd)
+    return m
+
+
+def bench_config(cfg_name, a, work):
+    cfg = CONFIGS[cfg_name]
+    s = dict(cfg["settings"])
+    steps = a.steps if a.steps is not None else cfg["steps"]
+    warmup = a.warmup if a.warmup is not None else cfg["warmup"]
+    runs = a.runs if a.runs is not None else cfg.get("runs", 3)
+    if warmup >= steps:
+        sys.exit(f"bench: {cfg_name}: --warmup {warmup} leaves no timed step of {steps}")
+    need = cfg.get("min_free_gib")
+    if need:
+        avail = meminfo("MemAvailable")
+        if avail is not None and avail < need * 2**30:
+            print(f"bench: skipping {cfg_name}: {avail / 2**30:.1f} GiB available, it wants {need} GiB", flush=True)
+            return None
+    Lp, Lc = lengths(s)
+    N = s["prompts_per_step"] * s["num_generations"]
+    tokens_per_step = N * Lc
+    d = os.path.join(work, cfg_name)
+    os.makedirs(d, exist_ok=True)
+    plan = os.path.join(d, "plan.dfg")
+    cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", plan]
+    for k, v in s.items():
+        cmd += ["--set", f"{k}={v}"]
+    r = sh(cmd, cwd=ROOT)
+    if r.returncode:
+        sys.exit(f"bench: dfg compile failed:\n{r.stdout}{r.stderr}")
+    compile_log = r.stdout.strip().splitlines()
+    ident = dfg_identity(a.dfg)
+    result = dict(config=cfg_name, settings=s, prompt_len=Lp, completion_len=Lc, sequences=N,
+                  completion_tokens_per_step=tokens_per_step, steps=steps, warmup=warmup, runs=runs,
+                  dfg_compile=compile_log, modes={})
+    for mode in a.modes:
+        rollouts = None
+        if mode == "fixed":
+            rollouts = os.path.join(d, "rollouts.safetensors")
+            mk = torch_args(s, a.threads, a.seed) + ["--mode", "fixed", "--steps", "0", "--save-rollouts", rollouts]
+            rr = sh(mk, env=torch_env(a.torch_blas), cwd=ROOT)
+            if rr.returncode:
+                sys.exit(f"bench: making the fixed rollouts failed:\n{rr.stdout}{rr.stderr}")
+        per, discarded = {"dfg": [], "torch": []}, []
+        for i in range(runs):
+            for impl in ("dfg", "torch"):
+                for attempt in range(a.retries + 1):
+                    print(f"  {cfg_name} {mode} run {i + 1}/{runs} {impl} ({steps} steps, {warmup} warm-up) ...",
+                          end="", flush=True)
+                    m = one_run(impl, cfg_name, mode, s, a, d, i, plan, rollouts, steps, warmup)
+                    print(f" {m['median_ms']:.2f} ms/step, peak RSS {m['peak_rss_bytes'] / 2**20:.1f} MiB, "
+                          f"background {m['background_cpu_pct']}% CPU", flush=True)
+                    if m["background_cpu_pct"] <= a.max_background or attempt == a.retries:
+                        break
+                    print(f"    (other processes took {m['background_cpu_pct']}% of the CPUs: run again)", flush=True)
+                    discarded.append(dict(m, impl=impl, run=i))
+                per[impl].append(m)
+        summary = {"discarded_runs": discarded}
+        for impl, ms in per.items():
+            med = [m["median_ms"] for m in ms]
+            summary[impl] = dict(
+                step_ms=stats(med),
+                tokens_per_s=stats([tokens_per_step / (x * 1e-3) for x in med]),
+                peak_rss_mb=stats([m["peak_rss_bytes"] / 2**20 for m in ms]),
+                background_cpu_pct=stats([m["background_cpu_pct"] for m in ms]),
+                runs=ms)
+        dm, tm = summary["dfg"]["step_ms"]["median"], summary["torch"]["step_ms"]["median"]
+        dr, tr = summary["dfg"]["peak_rss_mb"]["median"], summary["torch"]["peak_rss_mb"]["median"]
+        summary["speedup_torch_ms_over_dfg_ms"] = tm / dm
+        summary["rss_ratio_dfg_over_torch"] = dr / tr
+        # run i of dfg and run i of torch ran back to back: their ratio is less exposed to the
+        # machine's speed drifting between runs (a shared VM's cores do)
+        summary["pair_speedups"] = stats([t["median_ms"] / d["median_ms"] for d, t in zip(per["dfg"], per["torch"])])
+        result["modes"][mode] = summary
+    after = dfg_identity(a.dfg)
+    result["dfg_binary"] = ident
+    if after != ident:
+        result["dfg_binary_after"] = after
+        print(f"bench: WARNING: {a.dfg} or its libdfg.so changed during the {cfg_name} runs (rebuilt?): "
+              f"its numbers mix two builds", flush=True)
+    return result
+
+
+# ---------------------------------------------------------------- the report
+def fmt3(st, f="{:.1f}"):
+    return f"{f.format(st['median'])} [{f.format(st['min'])}-{f.format(st['max'])}]"
+
+
+def table(results):
+    head = ("| config | mode | impl | step ms median [min-max of runs] | completion tok/s | peak RSS MiB | "
+            "torch ms / dfg ms (per pair) | dfg RSS / torch RSS | background CPU % |")
+    lines = [head, "|" + "---|" * 9]
+    for res in results:
+        for mode, sm in res["modes"].items():
+            for impl in ("dfg", "torch"):
+                x = sm[impl]
+                fm = "{:.2f}" if x["step_ms"]["median"] < 100 else "{:.0f}"
+                ps = sm["pair_speedups"]
+                ratio = (f"{sm['speedup_torch_ms_over_dfg_ms']:.2f} ({ps['min']:.2f}-{ps['max']:.2f})",
+                         f"{sm['rss_ratio_dfg_over_torch']:.2f}") if impl == "dfg" else ("", "")
+                lines.append(f"| {res['config']} | {mode} | {impl} | {fmt3(x['step_ms'], fm)} | "
+                             f"{fmt3(x['tokens_per_s'], '{:.0f}')} | {fmt3(x['peak_rss_mb'])} | {ratio[0]} | {ratio[1]} | "
+                             f"{x['background_cpu_pct']['max']:.0f} |")
+    return "\n".join(lines)
+
+
+def notes(res):
+    return (f"{res['config']}: {res['sequences']} sequences of {res['prompt_len']} prompt + {res['completion_len']} "
+            f"completion tokens; tok/s = {res['completion_tokens_per_step']} completion positions per step "
+            f"(sequences x max_completion_length, generated in `full`, trained on in `fixed`) / median step time; "
+            f"{res['runs']} alternating runs per program, {res['steps']} steps each, first {res['warmup']} not timed.")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="dfg vs eager PyTorch on examples/grpo.c's GRPO step")
+    ap.add_argument("--configs", default="tiny,small", help="comma list of: " + ", ".join(CONFIGS))
+    ap.add_argument("--modes", default="full,fixed", help="comma list of: full, fixed")
+    ap.add_argument("--runs", type=int, help="alternating runs per program (default 3; gpt2-124m 1)")
+    ap.add_argument("--steps", type=int, help="steps per process, warm-up included (default per config)")
+    ap.add_argument("--warmup", type=int, help="first steps not timed (default per config)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dfg", default=os.path.join(ROOT, "build", "dfg"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--torch-blas", choices=("openmp", "system"), default="openmp",
+                    help="openmp (default): run torch on Debian's OpenBLAS OpenMP build, the BLAS dfg links; "
+                         "system: whatever libblas.so.3 the machine's alternatives select")
+    ap.add_argument("--quiet-wait", type=float, default=60.0,
+                    help="before each run wait up to this many seconds for the CPUs to be idle (0: do not)")
+    ap.add_argument("--max-background", type=float, default=10.0,
+                    help="a run during which other processes took more than this %% of the CPUs is run again")
+    ap.add_argument("--retries", type=int, default=2, help="how often such a run is repeated at most")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (plans, logs, rollouts)")
+    ap.add_argument("--note", default="", help="free text stored with the results (e.g. which build --dfg is)")
+    a = ap.parse_args()
+    a.configs = [c for c in a.configs.split(",") if c]
+    a.modes = [m for m in a.modes.split(",") if m]
+    for c in a.configs:
+        if c not in CONFIGS:
+            sys.exit(f"bench: unknown config '{c}' (valid: {', '.join(CONFIGS)})")
+    for m in a.modes:
+        if m not in ("full", "fixed"):
+            sys.exit(f"bench: unknown mode '{m}' (valid: full, fixed)")
+    a.dfg = os.path.abspath(a.dfg)
+    if not os.access(a.dfg, os.X_OK):
+        sys.exit(f"bench: no dfg at {a.dfg} (build it: cmake --build build)")
+
+    torch_version = sh([sys.executable, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
+    work = tempfile.mkdtemp(prefix="dfg-bench-")
+    # the cost of loading torch alone, to read torch's peak RSS against
+    base = run_measured([sys.executable, "-c", "import torch"], torch_env(a.torch_blas), os.devnull, os.devnull, 0)
+    ldd = sh(["ldd", a.dfg]).stdout
+    machine = dict(hostname=socket.gethostname(), cpu=cpu_model(), cores=os.cpu_count(),
+                   ram_gib=round((meminfo("MemTotal") or 0) / 2**30, 1), kernel=platform.release(),
+                   python=platform.python_version())
+    common = dict(date=datetime.date.today().isoformat(), machine=machine, git_commit=git_commit(),
+                  note=a.note, torch_version=torch_version, threads=a.threads, seed=a.seed, torch_blas=a.torch_blas,
+                  dfg_blas=[l.strip().split(" (0x")[0] for l in ldd.splitlines() if "blas" in l or "gomp" in l],
+                  torch_import_peak_rss_mb=round(base["peak_rss_bytes"] / 2**20, 1))
+    print(f"dfg {git_commit()} vs torch {torch_version}, {a.threads} threads, {machine['cpu']} "
+          f"({machine['cores']} cores, {machine['ram_gib']} GiB); importing torch alone peaks at "
+          f"{common['torch_import_peak_rss_mb']} MiB RSS", flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    results = []
+    try:
+        for c in a.configs:
+            res = bench_config(c, a, work)
+            if res is None:
+                continue
+            results.append(res)
+            stem = os.path.join(a.out, f"{common['date']}-{machine['hostname']}-{c}")
+            with open(stem + ".json", "w") as f:
+                json.dump(dict(common, **res), f, indent=1)
+                f.write("\n")
+            with open(stem + ".md", "w") as f:
+                f.write(f"# dfg vs PyTorch, {c}, {common['date']}, {machine['hostname']}\n\n"
+                        f"dfg {common['git_commit']}, torch {torch_version} (BLAS: {a.torch_blas}), "
+                        f"{a.threads} threads; {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB. "
+                        f"Importing torch alone peaks at {common['torch_import_peak_rss_mb']} MiB RSS."
+                        + (f" Note: {a.note}." if a.note else "") + "\n\n")
+                f.write(table([res]) + "\n\n" + notes(res) + "\n")
+            print(f"wrote {stem}.json and .md", flush=True)
+    finally:
+        if a.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if results:
+        print()
+        print(table(results))
+        print()
+        for res in results:
+            print(notes(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+#!/usr/bin/python3
+"""grpo_torch.py - the GRPO iteration of dfg's examples/grpo.c written as a PyTorch user would
+write it: eager mode, fp32, CPU, no compilation, no Hugging Face libraries.
+
+One step (--mode full), as examples/grpo.c runs it with its defaults:
+  data        P problems of the `reverse` task (d random digits then '='), each repeated G times
+  rollout     under torch.no_grad: prefill the prompts into a KV cache, then decode exactly
+              max_completion_length tokens, one at a time, sampling at temperature 1
+              (torch.multinomial); a row stops counting after its first EOS (completion mask)
+  reward      the `mixed` reward of runtime/tasks.c, in Python, per completion
+  advantages  (r - group mean) / (group std + 1e-4), torch.std (unbiased): scale_rewards=group
+  ref         the frozen initial model's per-token log-probs (beta = 0.04), under no_grad
+  train       the policy's log-probs (log_softmax + gather on the completion positions only,
+              as TRL's logits_to_keep), ratio = exp(logp - logp.detach()) (num_iterations 1),
+              clipped surrogate (epsilon 0.2) + beta * k3 KL, loss_type grpo:
+              mean over sequences of sum(l * m) / max(sum(m), 1); backward
+  update      clip_grad_norm_(1.0), torch.optim.AdamW(lr 1e-3, betas (.9, .999), eps 1e-8, wd 0)
+
+--mode fixed samples one rollout batch at the start (or loads --rollouts FILE, the safetensors
+file that `dfg run --rollouts` reads: tokens i32 (N,T), completion_mask f32 (N,T), rewards
+f32 (N)) and each step then runs advantages, ref, train and update on those same tokens, as
+`dfg run --rollouts` does (which takes the rewards from the file too, so no reward is
+recomputed here either).
+
+Output: one JSON line per timed step on stdout, {"step": i, "ms": ..., "reward": ...} (the first
+--warmup steps run but are not printed), then one summary line with the median step time and
+the process's peak RSS (getrusage(RUSAGE_SELF).ru_maxrss * 1024 bytes).
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import struct
+import sys
+import time
+
+PAD, EOS, DIGIT0, PLUS, MINUS, EQUALS = 0, 1, 2, 12, 13, 14  # runtime/dfg_tasks.h
+TASK_VOCAB = 15
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n_layer", type=int, default=2)
+    ap.add_argument("--n_head", type=int, default=4)
+    ap.add_argument("--n_embd", type=int, default=64)
+    ap.add_argument("--vocab_size", type=int, default=TASK_VOCAB)
+    ap.add_argument("--n_positions", type=int, default=0, help="default: prompt + completion length (as dfg)")
+    ap.add_argument("--digits", type=int, default=3)
+    ap.add_argument("--prompts_per_step", type=int, default=8)
+    ap.add_argument("--num_generations", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=100, help="steps run in all (the first --warmup are not reported)")
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--mode", choices=("full", "fixed"), default="full")
+    ap.add_argument("--rollouts", help="fixed mode: train on this safetensors rollout (dfg's --rollouts format)")
+    ap.add_argument("--save-rollouts", help="write the first rollout batch (dfg's --rollouts format) and go on")
+    # the remaining GRPO settings, at examples/grpo.c's defaults
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--beta", type=float, default=0.04)
+    ap.add_argument("--epsilon", type=float, default=0.2)
+    ap.add_argument("--learning_rate", type=float, default=1e-3)
+    ap.add_argument("--max_grad_norm", type=float, default=1.0)
+    return ap.parse_args(argv)
+
+
+ARGS = parse_args()
+# Debian's torch runs its matrix products in OpenBLAS (pthreads build), whose thread count
+# torch.set_num_threads does not set: fix it (and OpenMP's) before torch is loaded.
+os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(ARGS.threads))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+# ---------------------------------------------------------------- the model (GPT-2)
+def attention(q, k, v, causal):
+    """(B, H, Tq, hd) x (B, H, Tk, hd): SDPA where torch has it (2.0+), else nanoGPT's fallback."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    if causal:
+        Tq, Tk = q.size(-2), k.size(-2)
+        mask = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
+        att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.n_head = H
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x, cache=None, pos=0):
+        B, T, C = x.shape
+        H = self.n_head
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, H, C // H).transpose(1, 2)
+        k = k.view(B, T, H, C // H).transpose(1, 2)
+        v = v.view(B, T, H, C // H).transpose(1, 2)
+        if cache is not None:  # a preallocated (B, H, n_positions, hd) K and V per layer
+            kc, vc = cache
+            kc[:, :, pos:pos + T] = k
+            vc[:, :, pos:pos + T] = v
+            k, v = kc[:, :, :pos + T], vc[:, :, :pos + T]
+        y = attention(q, k, v, causal=T > 1)  # one new token attends to the whole cache
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, vocab_size, n_positions):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(n_positions, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
+        # the initialisation of dfg's GPT-2 (graph/nn.c): N(0, 0.02), wpe N(0, 0.01), the residual
+        # projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 / 0
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p.zero_()
+                elif name.startswith("wpe"):
+                    p.normal_(0.0, 0.01)
+                elif name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
+                    p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
+                elif ".ln_" in name or name.startswith("ln_f"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, 0.02)
+
+    def forward(self, idx, caches=None, pos=0):
+        """Hidden states (B, T, C) after ln_f of tokens idx (B, T) at positions pos .. pos+T-1."""
+        T = idx.size(1)
+        x = self.wte(idx) + self.wpe.weight[pos:pos + T]
+        for l, block in enumerate(self.h):
+            x = block(x, None if caches is None else caches[l], pos)
+        return self.ln_f(x)
+
+    def lm_head(self, h):
+        return F.linear(h, self.wte.weight)  # tied to wte, as GPT-2
+
+
+# ---------------------------------------------------------------- the task and its reward
+def make_prompts(P, G, digits):
+    """reverse task: P prompts of `digits` digits then '=', each repeated G times; answers (P*G, d)."""
+    d = torch.randint(0, 10, (P, digits))
+    prompt = torch.cat([d + DIGIT0, torch.full((P, 1), EQUALS)], dim=1)
+    answer = d.flip(1) + DIGIT0
+    return prompt.repeat_interleave(G, dim=0), answer.repeat_interleave(G, dim=0)
+
+
+def reward_mixed(completion, answer):
+    """runtime/tasks.c's `mixed`: 0.6 exact + 0.3 partial + 0.1 format, 1 only for the exact answer."""
+    m = completion.index(EOS) if EOS in completion else len(completion)
+    eos = m < len(completion)
+    L = len(answer)
+    if eos and completion[:m] == answer:
+        return 1.0
+    k = m + 1 if eos else m
+    target = answer + [EOS]
+    hits = sum(1 for i in range(min(k, L + 1)) if completion[i] == target[i])
+    partial = hits / max(k, L + 1)
+    first = 1 if m > 0 and completion[0] == MINUS else 0
+    fmt = 1.0 if eos and m - first >= 1 and all(DIGIT0 <= t < DIGIT0 + 10 for t in completion[first:m]) else 0.0
+    return 0.3 * partial + 0.1 * fmt
+
+
+def rewards_of(completions, answers):
+    return torch.tensor([reward_mixed(c, a) for c, a in zip(completions.tolist(), answers.tolist())])
+
+
+# ---------------------------------------------------------------- GRPO
+@torch.no_grad()
+def generate(model, prompts, max_new, temperature):
+    """Samples max_new tokens after each prompt with a KV cache: (N, max_new) token ids."""
+    N, Lp = prompts.shape
+    cfg = model.h[0]
+    C = model.wte.embedding_dim
+    H = cfg.n_head
+    T = Lp + max_new
+    caches = [(torch.empty(N, H, T, C // H), torch.empty(N, H, T, C // H)) for _ in model.h]
+    out = torch.empty(N, max_new, dtype=torch.long)
+    h = model(prompts, caches, 0)[:, -1]  # prefill the whole prompt
+    for i in range(max_new):
+        logits = model.lm_head(h)
+        if temperature != 1.0:
+            logits = logits / temperature
+        tok = torch.multinomial(F.softmax(logits, dim=-1), 1)  # (N, 1)
+        out[:, i] = tok[:, 0]
+        if i + 1 < max_new:
+            h = model(tok, caches, Lp + i)[:, -1]
+    return out
+
+
+def completion_mask(completions):
+    """1 on the tokens up to and including the first EOS, 0 after it."""
+    is_eos = (completions == EOS).long()
+    return ((is_eos.cumsum(1) - is_eos) == 0).float()
+
+
+def token_logp(model, tokens, Lp, temperature):
+    """log p(tokens[:, t] | tokens[:, <t]) for the completion positions t = Lp .. T-1: (N, T - Lp)."""
+    h = model(tokens)[:, Lp - 1:-1]  # the hidden states that predict the completion tokens
+    logits = model.lm_head(h)
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.gather(F.log_softmax(logits, dim=-1), 2, tokens[:, Lp:].unsqueeze(-1)).squeeze(-1)
+
+
+def advantages_of(rewards, G):
+    r = rewards.view(-1, G)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)
+
+
+def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a):
+    """advantages, reference log-probs, the GRPO loss, backward, clipping and AdamW."""
+    adv = advantages_of(rewards, a.num_generations)
+    if a.beta != 0.0:
+        with torch.no_grad():
+            ref_logp = token_logp(ref, tokens, Lp, a.temperature)
+    logp = token_logp(policy, tokens, Lp, a.temperature)
+    old_logp = logp.detach()  # num_iterations 1: the ratio is 1, its gradient is not
+    ratio = torch.exp(logp - old_logp)
+    A = adv.unsqueeze(1)
+    per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - a.epsilon, 1 + a.epsilon) * A)
+    if a.beta != 0.0:
+        d = ref_logp - logp
+        kl = torch.exp(d) - d - 1  # k3
+        per_token = per_token + a.beta * kl
+    loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()  # loss_type grpo
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), a.max_grad_norm)
+    opt.step()
+    return loss.item()
+
+
+# ---------------------------------------------------------------- safetensors (dfg's rollout files)
+ST_DTYPES = {"I32": (torch.int32, 4), "F32": (torch.float32, 4), "I64": (torch.int64, 8)}
+TORCH_ST = {torch.int32: "I32", torch.float32: "F32", torch.int64: "I64"}
+
+
+def st_write(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": TORCH_ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+    os.replace(path + ".tmp", path)
+
+
+def st_read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        dt, _ = ST_DTYPES[e["dtype"]]
+        lo, hi = e["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[8 + n + lo:8 + n + hi]), dtype=dt).view(e["shape"]).clone()
+    return out
+
+
+# ---------------------------------------------------------------- main
+def loaded_blas():
+    """The BLAS / OpenMP libraries this process mapped (Debian's alternatives decide which)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if any(k in line for k in ("blas", "gomp", "mkl"))}
+        return sorted(os.path.realpath(p) for p in libs if p.startswith("/"))
+    except OSError:
+        return []
+
+
+def main(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    Lp, max_new = a.digits + 1, a.digits + 2  # examples/grpo.c: the task's prompt, its answer + 2
+    T = Lp + max_new
+    n_positions = a.n_positions or T
+    if T > n_positions:
+        sys.exit(f"grpo_torch: prompt {Lp} + completion {max_new} tokens exceed n_positions {n_positions}")
+    if a.vocab_size < TASK_VOCAB:
+        sys.exit(f"grpo_torch: vocab_size {a.vocab_size} is smaller than the task's vocabulary ({TASK_VOCAB})")
+    P, G = a.prompts_per_step, a.num_generations
+    policy = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
+    ref = None
+    if a.beta != 0.0:
+        ref = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
+        ref.load_state_dict(policy.state_dict())  # the frozen initial policy
+        ref.requires_grad_(False)
+    opt = torch.optim.AdamW(policy.parameters(), lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+    def rollout():
+        prompts, answers = make_prompts(P, G, a.digits)
+        completions = generate(policy, prompts, max_new, a.temperature)
+        mask = completion_mask(completions)
+        rewards = rewards_of(completions, answers)
+        tokens = torch.cat([prompts, completions], dim=1)
+        return tokens, torch.cat([torch.zeros(P * G, Lp), mask], dim=1), rewards
+
+    fixed = None
+    if a.mode == "fixed":
+        if a.rollouts:
+            r = st_read(a.rollouts)
+            tok, m, rw = r["tokens"], r["completion_mask"], r["rewards"]
+            if tuple(tok.shape) != (P * G, T) or tuple(m.shape) != (P * G, T) or tuple(rw.shape) != (P * G,):
+                sys.exit(f"grpo_torch: {a.rollouts} holds tokens {tuple(tok.shape)}, completion_mask "
+                         f"{tuple(m.shape)}, rewards {tuple(rw.shape)}; this config needs ({P * G}, {T}) and ({P * G},)")
+            fixed = (tok.long(), m.float(), rw.float())
+        else:
+            fixed = rollout()
+        if a.save_rollouts:
+            st_write(a.save_rollouts, {"tokens": fixed[0].int(), "completion_mask": fixed[1], "rewards": fixed[2]})
+
+    times = []
+    for step in range(1, a.steps + 1):
+        t0 = time.perf_counter()
+        if fixed is None:
+            tokens, full_mask, rewards = rollout()
+            if step == 1 and a.save_rollouts:
+                tw = time.perf_counter()
+                st_write(a.save_rollouts, {"tokens": tokens.int(), "completion_mask": full_mask, "rewards": rewards})
+                t0 += time.perf_counter() - tw  # the write is no part of the step's time
+        else:
+            tokens, full_mask, rewards = fixed
+        loss = train_step(policy, ref, opt, tokens, full_mask[:, Lp:], rewards, Lp, a)
+        ms = 1e3 * (time.perf_counter() - t0)
+        if step > a.warmup:
+            times.append(ms)
+            print(json.dumps({"step": step, "ms": round(ms, 3), "reward": round(rewards.mean().item(), 6),
+                              "loss": round(loss, 6)}), flush=True)
+    times.sort()
+    med = times[len(times) // 2] if len(times) % 2 else (sum(times[len(times) // 2 - 1:len(times) // 2 + 1]) / 2 if times else None)
+    print(json.dumps({"summary": True, "mode": a.mode, "steps": a.steps, "warmup": a.warmup, "timed_steps": len(times),
+                      "median_ms": med, "threads": a.threads, "torch": torch.__version__,
+                      "sequences": P * G, "prompt_len": Lp, "completion_len": max_new,
+                      "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}), flush=True)
+
+
+if __name__ == "__main__":
+    main(ARGS)
