@@ -83,13 +83,19 @@ static bool inputs_still_valid(const dfg_graph *g, const dfg_node *n, int pos) {
     return true;
 }
 
-static bool copyable(const dfg_node *n) {
-    if (n->flags & (DFG_NF_BACKWARD | DFG_NF_RECOMPUTED)) return false;
-    if (n->op == DFG_OP_SAMPLE || n->out[0]->view_of) return false; /* random, or a view (no bytes of its own) */
+/* A forward node a copy may redo: not random, writing no state, not a step output. */
+static bool redoable(const dfg_node *n) {
+    /* a view the backward made (a matmul's weight gradient reading a reshape of an activation)
+     * is as pure as a forward one */
+    bool backward = (n->flags & DFG_NF_BACKWARD) && !n->out[0]->view_of;
+    if (backward || (n->flags & DFG_NF_RECOMPUTED) || n->op == DFG_OP_SAMPLE) return false;
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k]->version_of || (n->out[k]->flags & DFG_TF_OUTPUT)) return false;
     return true;
 }
+
+/* ... and that has bytes of its own (a view is copied only with what it views). */
+static bool copyable(const dfg_node *n) { return redoable(n) && !n->out[0]->view_of; }
 
 /* First position after `after` of a node reading one of n's outputs (directly or through a
  * reshape view), or -1. */
@@ -123,7 +129,9 @@ static int collect(const void *ctx, const dfg_program *p, const dfg_plan *trial,
         int peak_pos = peak - trial->stage_step[s];
         for (int i = 0; i < g->n_nodes && i <= peak_pos && n < cap; i++) {
             dfg_node *src = g->nodes[i];
-            if (!copyable(src)) continue;
+            /* a view counts: when only a view of an activation is read after the peak (a matmul
+             * reading a reshape), copying the view copies the node that made its bytes */
+            if (!redoable(src)) continue;
             int64_t freed = 0;
             for (int k = 0; k < src->n_out; k++) {
                 const dfg_tensor *o = src->out[k];
@@ -299,8 +307,14 @@ static void undo(remat_ctx *c, dfg_graph *g) {
  * of their own: measuring frees its arena first. */
 static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost, dfg_arena *scratch, bool *kept) {
     (void)scratch;
-    candidate cand[MAX_TRIES_PER_ROUND];
-    int n = collect(c, c->p, trial, cand, MAX_TRIES_PER_ROUND);
+    /* every candidate is collected and sorted before the cheapest are tried: capping the
+     * collection instead would only ever see the first layers' nodes */
+    int cap = 0;
+    for (int gi = 0; gi < c->p->n_graphs; gi++) cap += c->p->graphs[gi]->n_nodes;
+    candidate *cand = malloc(sizeof(*cand) * (size_t)(cap ? cap : 1));
+    if (!cand) return DFG_ERR_NOMEM;
+    int n = collect(c, c->p, trial, cand, cap);
+    if (n > MAX_TRIES_PER_ROUND) n = MAX_TRIES_PER_ROUND;
     dfg_arena try_scratch = {0};
     dfg_status st = DFG_OK;
     *kept = false;
@@ -324,6 +338,7 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
         else undo(c, cand[i].g);
     }
     dfg_arena_free_all(&try_scratch);
+    free(cand);
     return st;
 }
 
