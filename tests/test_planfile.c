@@ -324,6 +324,7 @@ static void test_gpt2_round_trip(void *lib, unsigned char **plan, size_t *plan_l
     free(b);
     dfg_program_free(q);
     dfg_program_free(p);
+    dfg_plan_info_free(&back); /* the recorded plan */
 }
 
 /* ---------------------------------------------------------------- refusals */
