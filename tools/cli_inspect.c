@@ -66,14 +66,11 @@ typedef struct {
 
 static inspection inspect_of(const char *path, const dfg_program *p, const dfg_plan_info *info) {
     inspection in = {.path = path, .p = p, .info = info, .plan = p->plan, .r = dfg_program_report(p), .peak_stage = -1};
-    int step = in.r->peak_step;
-    for (int s = 0; s < p->n_stages; s++) {
-        if (step < in.plan->stage_step[s] || step >= in.plan->stage_step[s + 1]) continue;
-        in.peak_stage = s;
-        int i = step - in.plan->stage_step[s];
-        const dfg_stage *st = &p->stages[s];
-        if (st->kind == DFG_STAGE_GRAPH && i < st->graph->n_nodes) in.peak = st->graph->nodes[i];
-    }
+    int step = in.r->peak_step, s = in.peak_stage = cli_stage_at(p, step);
+    if (s < 0) return in;
+    int i = step - in.plan->stage_step[s];
+    const dfg_stage *st = &p->stages[s];
+    if (st->kind == DFG_STAGE_GRAPH && i < st->graph->n_nodes) in.peak = st->graph->nodes[i];
     return in;
 }
 
@@ -229,9 +226,7 @@ static cJSON *json_categories(const inspection *in) {
         } else cJSON_AddNullToObject(k, "largest_at_peak");
         cJSON_AddNumberToObject(k, "max_bytes", (double)f->max_bytes);
         cJSON_AddNumberToObject(k, "max_step", f->max_step);
-        int s = -1;
-        for (int i = 0; f->max_bytes && i < in->p->n_stages; i++)
-            if (f->max_step >= in->plan->stage_step[i] && f->max_step < in->plan->stage_step[i + 1]) s = i;
+        int s = f->max_bytes ? cli_stage_at(in->p, f->max_step) : -1;
         if (s >= 0) cJSON_AddStringToObject(k, "max_stage", in->p->stages[s].name);
         else cJSON_AddNullToObject(k, "max_stage");
         cJSON_AddStringToObject(k, "why", cli_category_why(in->p, in->cat, (dfg_category)c, why, sizeof(why)));

@@ -21,6 +21,8 @@ typedef struct {
     size_t peak_live_bytes; /* most bytes live at one of its steps */
 } cli_stage_facts;
 
+/* The stage that holds timeline step `step` of a compiled program, or -1. */
+int cli_stage_at(const dfg_program *p, int step);
 /* false when out of memory */
 bool cli_category_facts_of(const dfg_program *p, cli_category_facts f[DFG_CAT_COUNT]);
 bool cli_stage_facts_of(const dfg_program *p, cli_stage_facts *out /* [p->n_stages] */);

@@ -8,10 +8,9 @@
 
 #include "cli_inspect.h"
 
-/* The stage that holds timeline step `step`, or -1. */
-static int stage_at(const dfg_plan *plan, int n_stages, int step) {
-    for (int s = 0; s < n_stages; s++)
-        if (step >= plan->stage_step[s] && step < plan->stage_step[s + 1]) return s;
+int cli_stage_at(const dfg_program *p, int step) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (step >= p->plan->stage_step[s] && step < p->plan->stage_step[s + 1]) return s;
     return -1;
 }
 
@@ -78,7 +77,7 @@ static const char *count_str(double x, char *buf, size_t len) {
 /* For a category with nothing live at the peak: where it was, if anywhere. */
 static void elsewhere(const dfg_program *p, const cli_category_facts *f, char *buf, size_t len) {
     char b[32];
-    int s = stage_at(p->plan, p->n_stages, f->max_step);
+    int s = cli_stage_at(p, f->max_step);
     if (!f->max_bytes) snprintf(buf, len, "none in this program");
     else snprintf(buf, len, "none at the peak; at most %s, at step %d (stage '%s'), free again by the peak",
                   dfg_bytes_str((double)f->max_bytes, b, sizeof(b)), f->max_step, s >= 0 ? p->stages[s].name : "?");
