@@ -7,13 +7,16 @@
  * One step = one optimizer update on P prompts x G generations (N = P G sequences):
  *   data        host: P problems of the task, each repeated G times (runtime/dfg_tasks.h)
  *   sft         (the first sft_steps steps only) a supervised step on the right answers
- *   prefill     the prompts into the KV cache
+ *   prefill     the prompts into the KV cache, each prompt once for its G sequences
  *   decode      x max_completion_length: sample the next token of every sequence (Philox RNG,
  *               temperature, top-k), write it, and stop counting a sequence after its EOS
  *               through the completion mask: no host round trip, no logits kept
  *   reward      host: the task's verifiable reward per sequence
  *   advantages  (r - group mean) / (group std + 1e-4) (scale_rewards), reward metrics
  *   ref         (beta != 0) the frozen reference model's per-token log-probs
+ *               (share_prompts, by default whenever a micro-batch holds whole groups: every
+ *               forward pass computes a group's prompt positions once and its G completions
+ *               over them, graph/nn_shared.c; the same numbers as G separate passes)
  *   old         (num_iterations > 1) the policy's log-probs before this step's updates
  *   train.k     x gradient_accumulation_steps micro-batches: GRPO's clipped loss with the KL
  *               penalty, gradients accumulated into persistent buffers
@@ -35,6 +38,7 @@ typedef struct {
     dfg_task task;
     const char *reward;
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
+    bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
     float temperature, beta, max_grad_norm;
     int top_k;
     dfg_grpo_loss_config loss;
@@ -68,6 +72,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
+    const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
     c->beta = (float)dfg_setting_float(p, "beta", 0.04);
@@ -110,6 +115,14 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
         return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, sft_steps >= 0, temperature > 0, "
                                 "top_k >= 0, beta >= 0, epsilon(_high) >= 0 and max_grad_norm > 0 are required");
     c->n_micro = c->N / c->GA;
+    bool whole_groups = c->n_micro % c->G == 0;
+    if (strcmp(share, "auto") && strcmp(share, "1") && strcmp(share, "0"))
+        return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts must be auto, 1 or 0, got '%s'", share);
+    if (!strcmp(share, "1") && !whole_groups)
+        return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts=1 computes each prompt once for its group, so a "
+                                "micro-batch (%lld sequences) must hold whole groups of num_generations %lld: change "
+                                "gradient_accumulation_steps or set share_prompts=0", (long long)c->n_micro, (long long)c->G);
+    c->share_prompts = whole_groups && strcmp(share, "0");
     c->loss.beta = c->beta;
     c->loss.n_total = c->N;
     c->loss.max_completion_length = c->max_new;
@@ -177,10 +190,19 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
 }
 
 /* ---------------------------------------------------------------- the rollout */
+/* The first len tokens of the first row of every group of G rows: tokens (n, T) -> (n/G, len). */
+static dfg_tensor *group_prompts(dfg_graph *g, dfg_tensor *tokens, int64_t G, int64_t len) {
+    dfg_shape s = dfg_tensor_shape(tokens);
+    dfg_tensor *groups = dfg_reshape(g, tokens, DFG_SHAPE(s.d[0] / G, G, s.d[1]));
+    return dfg_reshape(g, dfg_slice(g, dfg_slice(g, groups, 1, 0, 1), 2, 0, len), DFG_SHAPE(s.d[0] / G, len));
+}
+
 static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "prefill");
     /* every prompt token but the last goes into the cache; the last one starts the decoding */
-    dfg_gpt2_prefill(g, s->policy, &s->kv, dfg_slice(g, s->tokens, 1, 0, c->Lp - 1));
+    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, s->tokens, c->G, c->Lp - 1) /* (P, Lp-1) */
+                                           : dfg_slice(g, s->tokens, 1, 0, c->Lp - 1);   /* (N, Lp-1) */
+    dfg_gpt2_prefill(g, s->policy, &s->kv, prompts);
     dfg_assign(g, s->cur_tok, dfg_slice(g, s->tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
     dfg_assign_fill(g, s->done, 0.0f);
@@ -202,7 +224,8 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
-    dfg_tensor *active = dfg_sum(g, dfg_reshape(g, s->mask, DFG_SHAPE(-1)), 0);
+    dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
+    dfg_tensor *active = dfg_sum(g, dfg_reshape(g, scored, DFG_SHAPE(-1)), 0);
     dfg_assign(g, s->active, active);
     dfg_tensor *r = dfg_reshape(g, s->rewards, DFG_SHAPE(1, c->N));
     dfg_tensor *dev = dfg_sub(g, r, dfg_mean(g, r, 1));
@@ -213,30 +236,36 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-/* (n, T) log-probs of rows[row0 .. row0+n) under model m, each scored token at its own position
- * (0 at position 0 and wherever the mask is 0), as the dump and the old/ref copies keep them. */
-static dfg_tensor *padded_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tok, dfg_tensor *mask, float temperature) {
-    dfg_shape s = dfg_tensor_shape(tok);
-    int64_t n = s.d[0], T = s.d[1];
-    dfg_tensor *lp = dfg_mul(g, dfg_grpo_token_logp(g, m, tok, temperature), dfg_slice(g, mask, 1, 1, T - 1));
-    return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, 1), 0.0f), lp}, 2, 1);
+/* Log-probs of the completion tokens of tok (n, T) under model m, as (n, max_new): entry j scores
+ * position Lp + j. With share_prompts the prompt positions are computed once per group. */
+static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_gpt2 *m, dfg_tensor *tok) {
+    if (c->share_prompts)
+        return dfg_grpo_completion_logp(g, m, group_prompts(g, tok, c->G, c->Lp), dfg_slice(g, tok, 1, c->Lp, c->max_new),
+                                        c->temperature);
+    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature), 1, c->Lp - 1, c->max_new);
+}
+
+/* (n, T) from the completions' log-probs (n, max_new) and mask: each scored token at its own
+ * position, 0 on the prompt and wherever the mask is 0, as the dump and the old/ref copies keep them. */
+static dfg_tensor *padded(dfg_graph *g, const grpo_config *c, dfg_tensor *lp, dfg_tensor *mask) {
+    int64_t n = dfg_tensor_shape(lp).d[0];
+    return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, c->Lp), 0.0f), dfg_mul(g, lp, mask)}, 2, 1);
 }
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs. */
 static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
                                    const dfg_gpt2 *m, dfg_tensor *dst) {
     dfg_graph *g = dfg_graph_new(p, name);
-    dfg_assign(g, dst, padded_logp(g, m, s->tokens, s->mask, c->temperature));
+    dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
+    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens), mask));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
 /* ---------------------------------------------------------------- training */
-/* rows [row0, row0 + n) of x along axis 0, then columns 1 .. T-1 when shift */
-static dfg_tensor *rows(dfg_graph *g, dfg_tensor *x, dfg_tensor *row0, int64_t n, bool shift) {
+/* rows [row0, row0 + n) of x along axis 0, then the completion's columns Lp .. T-1 when scored */
+static dfg_tensor *rows(dfg_graph *g, const grpo_config *c, dfg_tensor *x, dfg_tensor *row0, int64_t n, bool scored) {
     dfg_tensor *r = dfg_slice_at(g, x, 0, row0, n);
-    if (!shift) return r;
-    int64_t T = dfg_tensor_shape(x).d[1];
-    return dfg_slice(g, r, 1, 1, T - 1);
+    return scored ? dfg_slice(g, r, 1, c->Lp, c->max_new) : r;
 }
 
 static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
@@ -245,13 +274,13 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_graph *g = dfg_graph_new(p, name);
     int64_t n = c->n_micro;
     dfg_tensor *row0 = dfg_scale(g, s->micro, (float)n); /* i32: this micro-batch's first row */
-    dfg_tensor *tok = rows(g, s->tokens, row0, n, false), *mask = rows(g, s->mask, row0, n, true);
-    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, tok, c->temperature); /* (n, T-1) */
+    dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
+    dfg_tensor *logp = completion_logp(g, c, s->policy, tok); /* (n, max_new) */
     dfg_grpo_inputs in = {
         .logp = logp,
-        .old_logp = s->old_logp ? rows(g, s->old_logp, row0, n, true) : NULL,
-        .ref_logp = c->beta != 0.0f ? rows(g, s->ref_logp, row0, n, true) : NULL,
-        .advantages = rows(g, s->advantages, row0, n, false),
+        .old_logp = s->old_logp ? rows(g, c, s->old_logp, row0, n, true) : NULL,
+        .ref_logp = c->beta != 0.0f ? rows(g, c, s->ref_logp, row0, n, true) : NULL,
+        .advantages = rows(g, c, s->advantages, row0, n, false),
         .mask = mask,
         .active_tokens = s->active,
     };
@@ -264,9 +293,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_accumulate(g, s->acc_clipped, t.clipped_sum);
     dfg_accumulate(g, s->acc_tokens, t.tokens);
     if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
-        dfg_tensor *lp = dfg_mul(g, dfg_detach(g, logp), mask);
-        dfg_tensor *full = dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, 1), 0.0f), lp}, 2, 1);
-        dfg_slice_assign_at(g, s->logp, full, 0, row0);
+        dfg_slice_assign_at(g, s->logp, padded(g, c, dfg_detach(g, logp), mask), 0, row0);
     }
     dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->GA);
@@ -353,6 +380,11 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     /* what `dfg run --rollouts R --dump OUT` needs to know about this program */
     dfg_program_set(p, "dfg.rollout_stages", "data,sft,prefill,decode,reward");
     dfg_program_set(p, "dfg.rollout_tensors", "tokens,completion_mask,rewards");
+    if (c->share_prompts) { /* rollouts from elsewhere must keep a group's prompt the same */
+        char rule[96];
+        snprintf(rule, sizeof(rule), "tokens,%lld,%lld", (long long)c->Lp, (long long)c->G);
+        dfg_program_set(p, "dfg.rollout_shared_prompts", rule);
+    }
     dfg_program_set(p, "dfg.dump",
                     "logp=logp,ref_logp=ref_logp,advantages=advantages,loss=metric.loss,grad_norm=metric.grad_norm,"
                     "kl=metric.kl,clip_ratio=metric.clip_ratio");

@@ -242,6 +242,12 @@ dfg_tensor *dfg_softmax(dfg_graph *g, dfg_tensor *x);     /* over the last axis 
 dfg_tensor *dfg_log_softmax(dfg_graph *g, dfg_tensor *x); /* over the last axis */
 /* Causal self-attention: qkv (B, T, 3C) laid out [q | k | v] as GPT-2's c_attn -> (B, T, C). */
 dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head);
+/* Causal attention of rows that continue a shared prefix: qkv (n, Tc, 3C) of n = P*G rows
+ * whose rows p*G .. p*G+G-1 all follow prefix p of prefix (P, Tp, 3C) (fused [q | k | v]; only
+ * its keys and values are read) -> (n, Tc, C). The query at position i of a row attends to the
+ * Tp prefix positions and to its row's positions 0 .. i: dfg_attention of the whole sequences,
+ * without computing the prefix G times. The prefix's gradient sums over its group. */
+dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, int n_head);
 /* Decoding form: q (B, Tq, C); caches (B, Tmax, C); pos an i32 scalar. Query i sits at position
  * pos + i and attends to cache rows 0 .. pos + i (write them first with dfg_slice_assign_at). */
 dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,

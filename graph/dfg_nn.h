@@ -93,8 +93,10 @@ typedef struct {
  * training stages reuse their bytes. */
 dfg_status dfg_gpt2_kv_cache(dfg_program *p, const char *prefix, const dfg_gpt2 *m, int64_t N, int64_t Tmax,
                              dfg_gpt2_kv *out);
-/* tokens (N, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
- * caches and returns the hidden states after ln_f (N, Tp, C). */
+/* tokens (P, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
+ * caches and returns the hidden states after ln_f (P, Tp, C). P is the caches' N, or N / G for
+ * groups of G sequences that share a prompt: prompt i then fills cache rows i*G .. i*G+G-1, and
+ * its positions are computed once, not G times. */
 dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tokens);
 /* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
  * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
@@ -102,6 +104,12 @@ dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv 
 dfg_tensor *dfg_gpt2_decode(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
 dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+/* n = P*G sequences in groups of G that share a prompt: rows i*G .. i*G+G-1 are prompts[i]
+ * (P, Tp) followed by their own completions (n, Tc), at positions 0 .. Tp+Tc-1. The prompt
+ * positions are computed once per group, not G times (graph/nn_shared.c); the result equals
+ * dfg_gpt2_hidden of the n whole sequences, kept where it predicts a completion token: entry j of
+ * (n, Tc, C) is the state at position Tp-1+j, after ln_f. */
+dfg_tensor *dfg_gpt2_hidden_grouped(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions);
 /* hidden (..., C) -> logits (..., V) through the tied lm_head (hidden @ wte^T). */
 dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden);
 /* tokens (B, T) -> logits (B, T, V). */
@@ -138,6 +146,12 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
  * fuse pass turns it into linear_logprob: the logits never exist. */
 dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
+
+/* The same log-probs for the completion tokens only, of groups that share their prompt (see
+ * dfg_gpt2_hidden_grouped): prompts (P, Tp), completions (n = P*G, Tc) -> (n, Tc), entry j is
+ * log p(completions[:, j] | prompt, completions[:, < j]). */
+dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions,
+                                     float temperature);
 
 /* The state of a rollout in progress (all STATEs; N sequences of T positions). */
 typedef struct {

@@ -26,14 +26,20 @@ typedef struct {
     dfg_tensor *pos; /* decode: the position (i32 scalar); prefill: NULL */
 } cache_ctx;
 
-/* Prefill attention: causal attention over the prompt, its keys and values copied into the
- * caches' first rows. */
+/* Prefill attention: causal attention over the prompts, their keys and values copied into the
+ * caches' first rows; with P prompts for N = P*G cache rows, each prompt's into its G rows. */
 static dfg_tensor *prefill_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, void *ctx) {
     cache_ctx *c = ctx;
-    dfg_tensor *qkv = dfg_nn_linear(g, x, blk->c_attn_w, blk->c_attn_b); /* (N, Tp, 3C) */
-    int64_t C = dfg_tensor_shape(x).d[2];
-    dfg_slice_assign(g, c->kv->k[c->layer], dfg_slice(g, qkv, 2, C, C), 1, 0);     /* k: rows 0 .. Tp-1 */
-    dfg_slice_assign(g, c->kv->v[c->layer], dfg_slice(g, qkv, 2, 2 * C, C), 1, 0); /* v */
+    dfg_tensor *qkv = dfg_nn_linear(g, x, blk->c_attn_w, blk->c_attn_b); /* (P, Tp, 3C) */
+    dfg_shape s = dfg_tensor_shape(x), cache = dfg_tensor_shape(c->kv->k[c->layer]);
+    int64_t P = s.d[0], Tp = s.d[1], C = s.d[2], N = cache.d[0];
+    for (int kv = 0; kv < 2; kv++) {
+        dfg_tensor *part = dfg_slice(g, qkv, 2, (1 + kv) * C, C); /* k or v: (P, Tp, C) */
+        if (N != P)                                                /* (P, 1, Tp, C) -> (P, G, Tp, C) */
+            part = dfg_reshape(g, dfg_expand(g, dfg_reshape(g, part, DFG_SHAPE(P, 1, Tp, C)), DFG_SHAPE(P, N / P, Tp, C)),
+                               DFG_SHAPE(N, Tp, C));
+        dfg_slice_assign(g, kv ? c->kv->v[c->layer] : c->kv->k[c->layer], part, 1, 0); /* rows 0 .. Tp-1 */
+    }
     c->layer++;
     return dfg_nn_linear(g, dfg_attention(g, qkv, c->n_head), blk->attn_proj_w, blk->attn_proj_b);
 }

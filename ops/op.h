@@ -111,6 +111,7 @@ dfg_status grad_layernorm(dfg_graph *, const dfg_node *, dfg_tensor *const *, co
 dfg_status grad_softmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_log_softmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_attention(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+dfg_status grad_attention_prefix(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_embed(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_take(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
 dfg_status grad_logprob(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);

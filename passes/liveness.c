@@ -106,7 +106,8 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
                         (node->op == DFG_OP_MATMUL && node->attr.matmul.trans_b && table[node->in[1]->storage->id]);
             switch (node->op) {
             case DFG_OP_MATMUL: case DFG_OP_EMBED: case DFG_OP_EMBED_BWD: case DFG_OP_ATTENTION:
-            case DFG_OP_ATTENTION_BWD: case DFG_OP_LAYERNORM: case DFG_OP_LAYERNORM_BWD:
+            case DFG_OP_ATTENTION_BWD: case DFG_OP_ATTENTION_PREFIX: case DFG_OP_ATTENTION_PREFIX_BWD:
+            case DFG_OP_LAYERNORM: case DFG_OP_LAYERNORM_BWD:
                 break; /* these change what the last dim means */
             default:
                 for (int j = 0; j < node->n_in && !mark; j++)

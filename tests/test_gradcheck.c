@@ -583,6 +583,9 @@ static dfg_tensor *b_layernorm(gc *c, dfg_tensor *const *x) { return dfg_layerno
 /* GPT-2's per-token log-probability: log_softmax then take */
 static dfg_tensor *b_logprob(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, dfg_log_softmax(c->g, x[0]), x[1]); }
 static dfg_tensor *b_attention(gc *c, dfg_tensor *const *x) { return dfg_attention(c->g, x[0], c->k->iarg[0]); }
+static dfg_tensor *b_attention_prefix(gc *c, dfg_tensor *const *x) {
+    return dfg_attention_prefix(c->g, x[0], x[1], c->k->iarg[0]);
+}
 static dfg_tensor *b_embed(gc *c, dfg_tensor *const *x) { return dfg_embed(c->g, x[0], x[1]); }
 static dfg_tensor *b_take(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, x[0], x[1]); }
 
@@ -591,6 +594,16 @@ static void s_attention(gc *c) {
     int64_t B = dfg_test_int(1, 2), T = dfg_test_int(1, 5), Dh = dfg_test_int(1, 4);
     c->shape[0] = (dfg_shape){.rank = 3, .d = {B, T, 3 * c->k->iarg[0] * Dh}};
     snprintf(c->note, sizeof(c->note), "%d heads", c->k->iarg[0]);
+}
+
+/* qkv (P*G, Tc, 3 H Dh) after prefixes (P, Tp, 3 H Dh) for iarg[0] = H heads; G >= 2 so that a
+ * prefix's gradient sums over rows */
+static void s_attention_prefix(gc *c) {
+    int64_t P = dfg_test_int(1, 2), G = dfg_test_int(2, 3), Tc = dfg_test_int(1, 3), Tp = dfg_test_int(1, 3);
+    int64_t W = 3 * c->k->iarg[0] * dfg_test_int(1, 2);
+    c->shape[0] = (dfg_shape){.rank = 3, .d = {P * G, Tc, W}};
+    c->shape[1] = (dfg_shape){.rank = 3, .d = {P, Tp, W}};
+    snprintf(c->note, sizeof(c->note), "%d heads, groups of %lld", c->k->iarg[0], (long long)G);
 }
 
 /* M = A, K = B, N = C, batch dims D and E; dims from 1 so that vectors are covered too */
@@ -629,6 +642,8 @@ static const gc_case nn_cases[] = {
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {1}, .setup = s_attention},
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {2}, .setup = s_attention},
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {4}, .setup = s_attention},
+    {CASE("attention_prefix", b_attention_prefix, 2, NN(1), NN(1)), .iarg = {1}, .setup = s_attention_prefix},
+    {CASE("attention_prefix", b_attention_prefix, 2, NN(1), NN(1)), .iarg = {2}, .setup = s_attention_prefix},
     {CASE("embed", b_embed, 2, NN(DA, DB), IDX(DA, DC, DD))},
     {CASE("embed ids rank 1", b_embed, 2, NN(DA, DB), IDX(DA, DC)), .lo = 1, .hi = 6},
     {CASE("take", b_take, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},

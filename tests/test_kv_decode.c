@@ -1,7 +1,11 @@
 /* test_kv_decode.c - generation with a KV cache computes what the full forward computes: a
  * prefill over the first Tp tokens then one decode step per later position (fed the true next
  * token, read with a run-time slice) gives the same logits, position by position, as
- * dfg_gpt2_logits over the whole sequence. */
+ * dfg_gpt2_logits over the whole sequence. The N = P*G sequences come in groups of G that share
+ * their first Tp tokens (GRPO's completions of one prompt): the prefill computes each prompt once
+ * and fills its G rows of the caches, and dfg_gpt2_hidden_grouped (the prompt once, the
+ * completions over it) must give the full forward's logits at the positions that predict the
+ * completion tokens. G = 1 is the ungrouped case. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +15,8 @@
 
 int main(void) {
     dfg_test_init("test_kv_decode");
-    int N = dfg_test_int(1, 3), Tp = dfg_test_int(1, 5), T = Tp + dfg_test_int(2, 6), V = dfg_test_int(7, 40);
+    int P = dfg_test_int(1, 3), G = dfg_test_int(1, 3), N = P * G, Tp = dfg_test_int(1, 5), T = Tp + dfg_test_int(2, 6),
+        V = dfg_test_int(7, 40);
     dfg_gpt2_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = V, .block_size = T + 3,
                            .ln_eps = 1e-5f, .dtype = DFG_F32};
     dfg_program *p = dfg_program_new("kv");
@@ -23,9 +28,16 @@ int main(void) {
     dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     dfg_tensor *out = dfg_state(p, "cached", DFG_F32, DFG_SHAPE(N, T, V), DFG_ROLE_NONE, dfg_init_zeros());
 
-    dfg_graph *pre = dfg_graph_new(p, "prefill"); /* logits of positions 0 .. Tp-1, caches rows 0 .. Tp-1 */
-    dfg_tensor *h = dfg_gpt2_prefill(pre, m, &kv, dfg_slice(pre, tok, 1, 0, Tp));
-    dfg_slice_assign(pre, out, dfg_gpt2_lm_head(pre, m, h), 1, 0);
+    dfg_tensor *grouped = dfg_state(p, "grouped", DFG_F32, DFG_SHAPE(N, T - Tp, V), DFG_ROLE_NONE, dfg_init_zeros());
+
+    /* logits of positions 0 .. Tp-1 (P, Tp, V), copied to each row of a group; caches rows 0 .. Tp-1 */
+    dfg_graph *pre = dfg_graph_new(p, "prefill");
+    dfg_tensor *prompts = dfg_reshape(pre, dfg_slice(pre, dfg_reshape(pre, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
+    prompts = dfg_slice(pre, prompts, 1, 0, Tp); /* (P, Tp): the first row of each group */
+    dfg_tensor *lp = dfg_gpt2_lm_head(pre, m, dfg_gpt2_prefill(pre, m, &kv, prompts));
+    lp = dfg_reshape(pre, dfg_expand(pre, dfg_reshape(pre, lp, DFG_SHAPE(P, 1, Tp, V)), DFG_SHAPE(P, G, Tp, V)),
+                     DFG_SHAPE(N, Tp, V));
+    dfg_slice_assign(pre, out, lp, 1, 0);
     dfg_assign_fill(pre, pos, (float)Tp);
     dfg_stage_graph(p, pre, 1);
 
@@ -38,6 +50,9 @@ int main(void) {
 
     dfg_graph *full = dfg_graph_new(p, "full");
     dfg_output(full, dfg_gpt2_logits(full, m, tok), "full");
+    dfg_tensor *pr = dfg_reshape(full, dfg_slice(full, dfg_reshape(full, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
+    dfg_tensor *hg = dfg_gpt2_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp));
+    dfg_assign(full, grouped, dfg_gpt2_lm_head(full, m, hg)); /* (N, T-Tp, V): positions Tp-1 .. T-2 */
     dfg_stage_graph(p, full, 1);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));
 
@@ -47,14 +62,26 @@ int main(void) {
     CHECK(dfg_runtime_create(p, &o, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * T));
     float *a = malloc(sizeof(float) * (size_t)(N * T * V)), *b = malloc(sizeof(float) * (size_t)(N * T * V));
-    for (int i = 0; i < N * T; i++) ids[i] = dfg_test_int(0, V - 1);
+    for (int i = 0; i < N * T; i++) /* a group's rows share their first Tp tokens */
+        ids[i] = i / T % G && i % T < Tp ? ids[i - T] : dfg_test_int(0, V - 1);
     dfg_runtime_write(rt, "tok", ids, sizeof(int32_t) * (size_t)(N * T));
     CHECK(dfg_runtime_step(rt) == DFG_OK, "step: %s", dfg_runtime_error(rt));
     dfg_runtime_read(rt, "cached", a, sizeof(float) * (size_t)(N * T * V));
     dfg_runtime_read(rt, "full", b, sizeof(float) * (size_t)(N * T * V));
     double err = dfg_test_max_rel_err(a, b, N * T * V, 1e-3);
-    printf("N=%d Tp=%d T=%d V=%d: max rel. error of cached vs full logits %.3g\n", N, Tp, T, V, err);
+    printf("P=%d G=%d Tp=%d T=%d V=%d: max rel. error of cached vs full logits %.3g\n", P, G, Tp, T, V, err);
     CHECK(err < 1e-5, "cached decoding differs from the full forward: %.3g", err);
+    int64_t W = (int64_t)(T - Tp) * V; /* per row: the full logits at positions Tp-1 .. T-2 */
+    float *c = malloc(sizeof(float) * (size_t)(N * W));
+    dfg_runtime_read(rt, "grouped", c, sizeof(float) * (size_t)(N * W));
+    double gerr = 0;
+    for (int r = 0; r < N; r++) {
+        double e = dfg_test_max_rel_err(c + r * W, b + ((int64_t)r * T + Tp - 1) * V, W, 1e-3);
+        gerr = e > gerr ? e : gerr;
+    }
+    printf("max rel. error of the grouped forward vs full logits %.3g\n", gerr);
+    CHECK(gerr < 1e-5, "dfg_gpt2_hidden_grouped differs from the full forward: %.3g", gerr);
+    free(c);
     int32_t end = -1;
     dfg_runtime_read(rt, "pos", &end, sizeof(end));
     CHECK(end == T, "the position counter ends at %d, want %d", end, T);

@@ -1,7 +1,7 @@
 /* test_ops_nn.c - forward values of the nn ops on the CPU runtime against naive references
  * written here in double: matmul (every transpose flag and batch mode), bias_add, layernorm,
- * softmax / log_softmax, causal attention, KV-cache attention filled one token per stage run,
- * embed and take, and the run-time range errors of attention_cached, embed and take. */
+ * softmax / log_softmax, causal attention, attention over a shared prefix, KV-cache attention
+ * filled one token per stage run, embed and take, and the run-time range errors of attention_cached, embed and take. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +251,41 @@ static void test_attention(void) {
     free(q), free(k), free(v);
 }
 
+/* attention_prefix over G rows per prefix equals causal attention of the whole sequences (each
+ * row's prefix copied in front of it), at the rows' own positions. */
+static void test_attention_prefix(void) {
+    enum { P = 2, G = 3, N = P * G, TP = 4, TC = 3, T = TP + TC, C = 12, H = 3 };
+    float *pq = rndn(P * TP * C, 1.5f), *pk = rndn(P * TP * C, 1.5f), *pv = rndn(P * TP * C, 1);
+    float *cq = rndn(N * TC * C, 1.5f), *ck = rndn(N * TC * C, 1.5f), *cv = rndn(N * TC * C, 1);
+    float *fq = malloc(sizeof(float) * N * T * C), *fk = malloc(sizeof(float) * N * T * C), *fv = malloc(sizeof(float) * N * T * C);
+    for (int b = 0; b < N; b++) /* whole sequence b: prefix b / G, then its own rows */
+        for (int t = 0; t < T; t++) {
+            size_t dst = ((size_t)b * T + t) * C, src = t < TP ? ((size_t)(b / G) * TP + t) * C : ((size_t)b * TC + t - TP) * C;
+            memcpy(fq + dst, (t < TP ? pq : cq) + src, sizeof(float) * C);
+            memcpy(fk + dst, (t < TP ? pk : ck) + src, sizeof(float) * C);
+            memcpy(fv + dst, (t < TP ? pv : cv) + src, sizeof(float) * C);
+        }
+    dfg_fx f;
+    dfg_fx_begin(&f, "attention_prefix");
+    dfg_tensor *own[3] = {dfg_fx_const_f32(&f, "cq", DFG_SHAPE(N, TC, C), cq), dfg_fx_const_f32(&f, "ck", DFG_SHAPE(N, TC, C), ck),
+                          dfg_fx_const_f32(&f, "cv", DFG_SHAPE(N, TC, C), cv)};
+    dfg_tensor *pre[3] = {dfg_fx_const_f32(&f, "pq", DFG_SHAPE(P, TP, C), pq), dfg_fx_const_f32(&f, "pk", DFG_SHAPE(P, TP, C), pk),
+                          dfg_fx_const_f32(&f, "pv", DFG_SHAPE(P, TP, C), pv)};
+    dfg_output(f.g, dfg_attention_prefix(f.g, dfg_concat(f.g, own, 3, 2), dfg_concat(f.g, pre, 3, 2), H), "y");
+    if (dfg_fx_run(&f)) {
+        float y[N * TC * C];
+        double *r = malloc(sizeof(double) * N * T * C), want[N * TC * C];
+        ref_attention(fq, fk, fv, N, T, C, H, r);
+        for (int b = 0; b < N; b++) memcpy(want + b * TC * C, r + ((size_t)b * T + TP) * C, sizeof(double) * TC * C);
+        dfg_fx_read(&f, "y", y, sizeof(y));
+        double e = rel_err(y, want, N * TC * C, 1.0);
+        CHECK(e < 1e-5, "attention_prefix vs naive attention of the whole sequences: rel err %g", e);
+        free(r);
+    }
+    dfg_fx_end(&f);
+    free(pq), free(pk), free(pv), free(cq), free(ck), free(cv), free(fq), free(fk), free(fv);
+}
+
 /* The KV cache is filled one token per run of a stage repeated T times: each run writes row pos
  * of the caches with dfg_slice_assign_at, attends with dfg_attention_cached, stores the output
  * row and advances pos. The rows must equal full causal attention over the same q, k, v. Cache
@@ -406,6 +441,7 @@ int main(void) {
     test_layernorm();
     test_softmax();
     test_attention();
+    test_attention_prefix();
     test_attention_cached();
     test_attention_cached_range();
     test_embed_take();

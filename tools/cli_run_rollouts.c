@@ -115,6 +115,35 @@ static int check_values(const dfg_program *p, const char *path, const dfg_tensor
     return CLI_OK;
 }
 
+/* The setting "dfg.rollout_shared_prompts" = "TENSOR,LEN,G": the program computes the first LEN
+ * columns of TENSOR once for every group of G rows (examples/grpo.c's share_prompts), so the rows
+ * of a group must agree there. */
+static int check_shared_prompts(const dfg_program *p, const char *path, const cli_rollouts *r) {
+    const char *rule = dfg_program_setting(p, "dfg.rollout_shared_prompts");
+    if (!rule) return CLI_OK;
+    char name[128];
+    long long len = 0, G = 0;
+    const dfg_tensor *t = NULL;
+    const int32_t *v = NULL;
+    if (sscanf(rule, "%127[^,],%lld,%lld", name, &len, &G) == 3)
+        for (int k = 0; k < r->n; k++)
+            if (!strcmp(r->t[k]->name, name)) t = r->t[k], v = r->data[k];
+    if (!t || t->dtype != DFG_I32 || t->shape.rank != 2 || G < 1 || t->shape.d[0] % G || len < 0 || len > t->shape.d[1])
+        return cli_error(CMD, CLI_USAGE, "%s: setting dfg.rollout_shared_prompts '%s' does not fit the plan's rollout",
+                         path, rule);
+    int64_t rows = t->shape.d[0], cols = t->shape.d[1];
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t first = i - i % G;
+        for (int64_t j = 0; j < len; j++)
+            if (v[i * cols + j] != v[first * cols + j])
+                return cli_error(CMD, CLI_USAGE, "%s: '%s' row %" PRId64 " differs from row %" PRId64 " at column %" PRId64
+                                 ", but rows %" PRId64 "..%" PRId64 " are one prompt's group: this plan computes a group's "
+                                 "%lld prompt tokens once (compile with --set share_prompts=0 for other rollouts)",
+                                 path, name, i, first, j, first, first + (int64_t)G - 1, len);
+    }
+    return CLI_OK;
+}
+
 /* Checks the file against the plan (names, dtypes, shapes, values) and keeps aligned copies. */
 static int take_tensors(const dfg_program *p, const char *path, const dfg_safetensors *st, cli_rollouts *r) {
     char want[512], fs[96], ps[96], why[256];
@@ -177,6 +206,7 @@ int cli_rollouts_load(const dfg_program *p, const char *plan, const char *path, 
     char err[1024];
     if (!rc && dfg_st_open(path, &st, err, sizeof(err))) rc = cli_error(CMD, CLI_USAGE, "--rollouts: %s", err);
     if (!rc) rc = take_tensors(p, path, st, r);
+    if (!rc) rc = check_shared_prompts(p, path, r);
     dfg_st_free(st);
     if (rc) cli_rollouts_free(r);
     else *out = r;

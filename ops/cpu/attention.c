@@ -15,9 +15,7 @@
 #include "cpu.h"
 #include "fastmath.h"
 
-/* Row t of s (n entries, keys 0..nk-1 allowed, the rest masked): softmax in place, zeros past nk;
- * returns the log-sum-exp of the allowed scores. */
-static float softmax_row(float *s, int64_t nk, int64_t n) {
+float dfg_cpu_softmax_row(float *s, int64_t nk, int64_t n) {
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = 0; j < nk; j++) m = s[j] > m ? s[j] : m;
 #pragma omp simd reduction(+ : l)
@@ -32,7 +30,7 @@ static float softmax_row(float *s, int64_t nk, int64_t n) {
     return m + logf(l);
 }
 
-static float *thread_scratch(dfg_cpu_ctx *ctx) {
+float *dfg_cpu_thread_scratch(dfg_cpu_ctx *ctx) {
     return (float *)((char *)ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_per_thread);
 }
 
@@ -54,10 +52,10 @@ dfg_status cpu_attention(const dfg_node *n, void *const *in, void *const *out, d
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t b = bh / H, h = bh % H;
         const float *q = qkv + b * T * 3 * C + h * D, *k = q + C, *v = q + 2 * C; /* rows of stride 3C */
-        float *S = thread_scratch(ctx);                                          /* (T, T) */
+        float *S = dfg_cpu_thread_scratch(ctx);                                          /* (T, T) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, scale, q, (int)(3 * C), k,
                     (int)(3 * C), 0.0f, S, (int)T);
-        for (int64_t t = 0; t < T; t++) lse[bh * T + t] = softmax_row(S + t * T, t + 1, T);
+        for (int64_t t = 0; t < T; t++) lse[bh * T + t] = dfg_cpu_softmax_row(S + t * T, t + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, S, (int)T, v, (int)(3 * C),
                     0.0f, y + b * T * C + h * D, (int)C);
     }
@@ -82,7 +80,7 @@ dfg_status cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *ou
         const float *q = qkv + b * T * 3 * C + h * D, *k = q + C, *v = q + 2 * C;
         const float *dyb = dy + b * T * C + h * D, *yb = y + b * T * C + h * D; /* rows of stride C */
         float *dq = dqkv + b * T * 3 * C + h * D, *dk = dq + C, *dv = dq + 2 * C;
-        float *P = thread_scratch(ctx), *dS = P + T * T; /* (T, T) each */
+        float *P = dfg_cpu_thread_scratch(ctx), *dS = P + T * T; /* (T, T) each */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, scale, q, (int)(3 * C), k,
                     (int)(3 * C), 0.0f, P, (int)T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, 1.0f, dyb, (int)C, v,
@@ -129,10 +127,10 @@ dfg_status cpu_attention_cached(const dfg_node *n, void *const *in, void *const 
         for (int64_t i = 0; i < Tq; i++) {
             int64_t b = bh / H, h = bh % H, nk = pos + i + 1;
             const float *k = kc + b * Tmax * C + h * D, *v = vc + b * Tmax * C + h * D; /* rows of stride C */
-            float *p = thread_scratch(ctx);                                             /* (nk) */
+            float *p = dfg_cpu_thread_scratch(ctx);                                             /* (nk) */
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nk, (int)D, scale, k, (int)C, q + (b * Tq + i) * C + h * D, 1,
                         0.0f, p, 1);
-            softmax_row(p, nk, nk);
+            dfg_cpu_softmax_row(p, nk, nk);
             cblas_sgemv(CblasRowMajor, CblasTrans, (int)nk, (int)D, 1.0f, v, (int)C, p, 1, 0.0f,
                         y + (b * Tq + i) * C + h * D, 1);
         }

@@ -25,6 +25,12 @@ extern const dfg_cpu_fn dfg_cpu_kernels[DFG_OP_COUNT];
 /* Per-thread scratch a node's kernel needs (0 for most). */
 size_t dfg_cpu_scratch_bytes(const dfg_node *n);
 size_t dfg_cpu_attention_scratch(const dfg_node *n); /* the attention family's (attention.c) */
+size_t dfg_cpu_attention_prefix_scratch(const dfg_node *n); /* attention_prefix.c */
+/* This thread's scratch (ctx->scratch_per_thread bytes). */
+float *dfg_cpu_thread_scratch(dfg_cpu_ctx *ctx);
+/* A row s of n scores whose first nk are allowed (causal masking): softmax in place, zeros past
+ * nk; returns the log-sum-exp of the allowed scores (attention.c). */
+float dfg_cpu_softmax_row(float *s, int64_t nk, int64_t n);
 /* Formats "<op> '<node>': <reason>" into ctx->err and returns s. */
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -70,13 +70,26 @@ dfg_status cpu_concat(const dfg_node *n, void *const *in, void *const *out, dfg_
     return DFG_OK;
 }
 
+/* Broadcasting copies whole runs: the trailing dims where the input is not broadcast are one
+ * contiguous block of it (a prompt's keys and values copied to each of G rows is one memcpy per
+ * row); only a broadcast in the last dim falls back to element copies. */
 dfg_status cpu_expand(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
-    const dfg_shape os = n->out[0]->shape;
+    const dfg_shape os = n->out[0]->shape, is = n->in[0]->shape;
     size_t esz = dfg_dtype_size(n->in[0]->dtype);
     int64_t st[DFG_MAX_RANK];
-    dfg_bcast_strides(os, n->in[0]->shape, st);
-    int64_t cnt = dfg_shape_numel(os);
+    dfg_bcast_strides(os, is, st);
+    int64_t cnt = dfg_shape_numel(os), run = 1;
+    for (int d = os.rank - 1, k = is.rank - 1; d >= 0 && k >= 0 && is.d[k] == os.d[d]; d--, k--) run *= os.d[d];
+    if (run > 1 && cnt > 0) {
+        int64_t runs = cnt / run;
+        size_t bytes = (size_t)run * esz;
+#pragma omp parallel for schedule(static) if (cnt > 65536)
+        for (int64_t r = 0; r < runs; r++)
+            memcpy((char *)out[0] + (size_t)r * bytes, (const char *)in[0] + (size_t)dfg_bcast_offset(&os, st, r * run) * esz,
+                   bytes);
+        return DFG_OK;
+    }
 #pragma omp parallel for schedule(static) if (cnt > 65536)
     for (int64_t i = 0; i < cnt; i++) copy_elem(out[0], i, in[0], dfg_bcast_offset(&os, st, i), esz);
     return DFG_OK;

@@ -30,6 +30,9 @@ size_t dfg_cpu_scratch_bytes(const dfg_node *n) {
     case DFG_OP_ATTENTION_BWD:
     case DFG_OP_ATTENTION_CACHED:
         return dfg_cpu_attention_scratch(n);
+    case DFG_OP_ATTENTION_PREFIX: /* scores (Tc, Tp + Tc); backward also their gradient */
+    case DFG_OP_ATTENTION_PREFIX_BWD:
+        return dfg_cpu_attention_prefix_scratch(n);
     default:
         return 0;
     }

@@ -256,9 +256,10 @@ expect_rc 0 "the checkpoint left by a double SIGINT loads"
 
 # ---------------------------------------------------------------- fixed rollouts and --dump
 # N = prompts_per_step 8 x num_generations 8 = 64 sequences of T = 4 + 5 = 9 tokens, vocab 15
-"${ST[@]}" rollouts r.safetensors 64 9 15 7
-"${ST[@]}" rollouts rows.safetensors 64 9 15 7 --bad-shape
-"${ST[@]}" rollouts long.safetensors 64 10 15 7
+"${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
+"${ST[@]}" rollouts rows.safetensors 64 9 15 7 --bad-shape --group 8
+"${ST[@]}" rollouts long.safetensors 64 10 15 7 --group 8
+"${ST[@]}" rollouts mixed.safetensors 64 9 15 7
 run "$DFG" run grpo.dfg --rollouts rows.safetensors
 expect_rc 2 "rollouts with 65 sequences"
 expect_one_line "wrong N"
@@ -267,6 +268,15 @@ expect_in err.txt "tensor 'tokens' has shape (65,9) in the file but the plan's i
 run "$DFG" run grpo.dfg --rollouts long.safetensors
 expect_rc 2 "rollouts of 10 tokens"
 expect_in err.txt "T = max_prompt_length + max_completion_length = 4 + 5" "the message names T's settings"
+# the plan computes each group's prompt once (share_prompts=auto), so a group's prompts must agree
+run "$DFG" run grpo.dfg --rollouts mixed.safetensors
+expect_rc 2 "rollouts whose groups do not share their prompt"
+expect_one_line "a group with several prompts"
+expect_in err.txt "'tokens' row 1 differs from row 0 at column 0, but rows 0..7 are one prompt's group" \
+  "the message names the rows and the column"
+"$DFG" compile "$SRC/examples/grpo.c" --set share_prompts=0 -o copies.dfg >/dev/null
+run "$DFG" run copies.dfg --rollouts mixed.safetensors --steps 1 --quiet
+expect_rc 0 "share_prompts=0 trains on rollouts with a prompt per row"
 run "$DFG" run gpt2.dfg --rollouts r.safetensors
 expect_rc 2 "--rollouts on a plan without rollout settings"
 expect_in err.txt "cannot train on fixed rollouts" "the message says why"

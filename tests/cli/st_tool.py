@@ -7,7 +7,7 @@
                                  listing the tensors that differ
   st_tool.py names F             the tensor names, one per line, sorted
   st_tool.py meta F KEY          a metadata value
-  st_tool.py rollouts OUT N T V SEED [--bad-shape]
+  st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G]
                                  a GRPO rollout file: tokens i32 (N,T) (prompt then completion,
                                  right-padded), completion_mask f32 (N,T), rewards f32 (N)
   st_tool.py check-dump OUT R G  OUT's logp is 0 off R's completion mask and finite, < 0 on it;
@@ -71,14 +71,17 @@ def same(a, b, skip=None):
     return 0
 
 
-def rollouts(out, n, t, vocab, seed, bad_shape):
-    """Prompts of 4 tokens, then 1..(T-4) completion tokens ending in EOS (id 1), right-padded
-    with 0; the mask is 1 on the completion tokens, EOS included."""
+def rollouts(out, n, t, vocab, seed, bad_shape, group):
+    """Prompts of 4 tokens (the same for each group of `group` rows, as a rollout makes them;
+    group 1: every row its own), then 1..(T-4) completion tokens ending in EOS (id 1),
+    right-padded with 0; the mask is 1 on the completion tokens, EOS included."""
     rng = random.Random(seed)
     tokens, mask, rewards = [], [], []
     lp = 4
-    for _ in range(n):
-        row = [rng.randrange(2, vocab) for _ in range(lp)]
+    for i in range(n):
+        if i % group == 0:
+            prompt = [rng.randrange(2, vocab) for _ in range(lp)]
+        row = list(prompt)
         k = rng.randrange(1, t - lp + 1)
         comp = [rng.randrange(2, vocab) for _ in range(k - 1)] + [1]
         row += comp + [0] * (t - lp - k)
@@ -132,7 +135,8 @@ def main(argv):
         print(read(argv[2])[1].get(argv[3], ""))
         return 0
     if cmd == "rollouts":
-        return rollouts(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), "--bad-shape" in argv)
+        group = int(argv[argv.index("--group") + 1]) if "--group" in argv else 1
+        return rollouts(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), "--bad-shape" in argv, group)
     if cmd == "check-dump":
         return check_dump(argv[2], argv[3], int(argv[4]))
     print(__doc__)

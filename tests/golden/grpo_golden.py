@@ -55,6 +55,10 @@ CONFIGS = [
     dict(name="dapo_kl_it3", loss_type="dapo", beta=0.04, gradient_accumulation_steps=3, num_iterations=3,
          learning_rate=1e-4, ref="perturbed", epsilon=0.02, epsilon_high=0.08, scale_rewards="batch", clips=True),
     dict(name="dapo_b0", loss_type="dapo", beta=0.0, gradient_accumulation_steps=2, weight_decay=0.0),
+    # every configuration whose micro-batches hold whole groups (GA 1 and 3 of P x G = 3 x 4)
+    # computes each prompt once per group (share_prompts=auto); this one runs G separate copies
+    dict(name="grpo_kl_copies", loss_type="grpo", beta=0.04, gradient_accumulation_steps=1, ref="perturbed",
+         share_prompts=0),
 ]
 DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial")
 
