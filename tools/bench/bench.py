@@ -257,6 +257,8 @@ def bench_config(cfg_name, a, work):
     cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", plan]
     for k, v in s.items():
         cmd += ["--set", f"{k}={v}"]
+    for kv in a.dfg_set:  # dfg-only settings (e.g. share_prompts=0): torch's step does not change
+        cmd += ["--set", kv]
     r = sh(cmd, cwd=ROOT)
     if r.returncode:
         sys.exit(f"bench: dfg compile failed:\n{r.stdout}{r.stderr}")
@@ -264,7 +266,7 @@ def bench_config(cfg_name, a, work):
     ident = dfg_identity(a.dfg)
     result = dict(config=cfg_name, settings=s, prompt_len=Lp, completion_len=Lc, sequences=N,
                   completion_tokens_per_step=tokens_per_step, steps=steps, warmup=warmup, runs=runs,
-                  dfg_compile=compile_log, modes={})
+                  dfg_settings=list(a.dfg_set), dfg_compile=compile_log, modes={})
     for mode in a.modes:
         rollouts = None
         if mode == "fixed":
@@ -363,6 +365,9 @@ def main():
                     help="a run during which other processes took more than this %% of the CPUs is run again")
     ap.add_argument("--retries", type=int, default=2, help="how often such a run is repeated at most")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (plans, logs, rollouts)")
+    ap.add_argument("--dfg-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra `dfg compile --set` for dfg's plan only (repeatable), e.g. share_prompts=0; "
+                         "it is part of the results' file names")
     ap.add_argument("--note", default="", help="free text stored with the results (e.g. which build --dfg is)")
     a = ap.parse_args()
     a.configs = [c for c in a.configs.split(",") if c]
@@ -400,7 +405,8 @@ def main():
             if res is None:
                 continue
             results.append(res)
-            stem = os.path.join(a.out, f"{common['date']}-{machine['hostname']}-{c}")
+            extra = "".join("-" + kv.replace("=", "_") for kv in a.dfg_set)
+            stem = os.path.join(a.out, f"{common['date']}-{machine['hostname']}-{c}{extra}")
             with open(stem + ".json", "w") as f:
                 json.dump(dict(common, **res), f, indent=1)
                 f.write("\n")
@@ -409,6 +415,7 @@ def main():
                         f"dfg {common['git_commit']}, torch {torch_version} (BLAS: {a.torch_blas}), "
                         f"{a.threads} threads; {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB. "
                         f"Importing torch alone peaks at {common['torch_import_peak_rss_mb']} MiB RSS."
+                        + (f" dfg compiled with --set {', --set '.join(a.dfg_set)}." if a.dfg_set else "")
                         + (f" Note: {a.note}." if a.note else "") + "\n\n")
                 f.write(table([res]) + "\n\n" + notes(res) + "\n")
             print(f"wrote {stem}.json and .md", flush=True)
