@@ -112,6 +112,9 @@ typedef struct {
 
 /* Records "<label>: <message>" as the reader's error (the first one sticks); returns s. */
 dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Messages quote names and versions from the file: control characters become '?', so that a
+ * refusal stays one line whatever those hold. */
+void dfg_plan_one_line(char *msg);
 /* Rebuilds the program from the records; NULL (with the reader's error set) when it fails. */
 dfg_program *dfg_plan_build_(dfg_plan_reader *r);
 /* Checks the plan section on its own and against the tensors and graphs sections. */

@@ -195,12 +195,6 @@ typedef struct {
     size_t len;
 } mismatch;
 
-/* Messages quote names and a version from the file: keep them one line whatever those hold. */
-static void one_line(char *msg) {
-    for (char *c = msg; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-}
-
 static dfg_status differs(const mismatch *m, const dfg_plan_info *info, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static dfg_status differs(const mismatch *m, const dfg_plan_info *info, const char *fmt, ...) {
@@ -214,7 +208,7 @@ static dfg_status differs(const mismatch *m, const dfg_plan_info *info, const ch
              "%s: this dfg (%s) plans the program differently from the dfg that compiled it (%s): %s; re-run dfg "
              "compile on the pipeline",
              m->label, DFG_VERSION_STRING, info->dfg_version[0] ? info->dfg_version : "unknown", what);
-    one_line(m->err);
+    dfg_plan_one_line(m->err);
     return DFG_ERR_FORMAT;
 }
 
@@ -290,7 +284,7 @@ dfg_status dfg_plan_compile(dfg_program *p, const dfg_plan_info *info, const cha
     dfg_options o = dfg_plan_options(info);
     dfg_status st = dfg_compile(p, &o);
     if (st) {
-        if (err && len) snprintf(err, len, "%s: %s", label ? label : "plan", dfg_program_error(p)), one_line(err);
+        if (err && len) snprintf(err, len, "%s: %s", label ? label : "plan", dfg_program_error(p)), dfg_plan_one_line(err);
         return st;
     }
     return dfg_plan_check(p, info, label, err, len);

@@ -23,6 +23,11 @@
 #define MAX_NODE_IO (1u << 20)
 #define MAX_STAGES 4096u
 
+void dfg_plan_one_line(char *msg) {
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+}
+
 dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) {
     if (r->status) return r->status;
     char msg[768];
@@ -30,9 +35,7 @@ dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* the message quotes names and versions from the file: keep it one line whatever they hold */
-    for (char *c = msg; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    dfg_plan_one_line(msg);
     if (r->err && r->err_len) snprintf(r->err, r->err_len, "%s: %s", r->label, msg);
     r->status = s;
     return s;
