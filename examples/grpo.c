@@ -5,7 +5,7 @@
  *   dfg run grpo.dfg --steps 400
  *
  * One step = one optimizer update on P prompts x G generations (N = P G sequences):
- *   data        host: P problems of the task, each repeated G times (runtime/dfg_tasks.h)
+ *   data        host: P problems of the task, each repeated G times (examples/tasks/dfg_tasks.h)
  *   sft         (the first sft_steps steps only) a supervised step on the right answers
  *   prefill     the prompts into the KV cache, each prompt once for its G sequences
  *   decode      x max_completion_length: sample the next token of every sequence (Philox RNG,
@@ -23,7 +23,7 @@
  *   update.k    global-norm clipping, AdamW; k = 0 .. num_iterations-1 passes over the rollouts
  * Settings carry Hugging Face GPT2Config's and TRL GRPOConfig's names. With
  * `dfg run --rollouts R.safetensors` the stages data .. reward are skipped and the step trains
- * on the given tokens, completion_mask and rewards (see the settings "dfg.rollout_*" below). */
+ * on the given tokens, completion_mask and rewards (see declare() below). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +350,8 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
 }
 
 /* ---------------------------------------------------------------- the program */
+static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s);
+
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
@@ -377,17 +379,25 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
             dfg_stage_steps(p, name, c->sft_steps, -1);
         }
     }
-    /* what `dfg run --rollouts R --dump OUT` needs to know about this program */
-    dfg_program_set(p, "dfg.rollout_stages", "data,sft,prefill,decode,reward");
-    dfg_program_set(p, "dfg.rollout_tensors", "tokens,completion_mask,rewards");
-    if (c->share_prompts) { /* rollouts from elsewhere must keep a group's prompt the same */
-        char rule[96];
-        snprintf(rule, sizeof(rule), "tokens,%lld,%lld", (long long)c->Lp, (long long)c->G);
-        dfg_program_set(p, "dfg.rollout_shared_prompts", rule);
-    }
-    dfg_program_set(p, "dfg.dump",
-                    "logp=logp,ref_logp=ref_logp,advantages=advantages,loss=metric.loss,grad_norm=metric.grad_norm,"
-                    "kl=metric.kl,clip_ratio=metric.clip_ratio");
+    return declare(p, c, s);
+}
+
+/* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
+ * its host stages read (the typed config, validated once per run). */
+static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
+    const char *stages[5];
+    int n = 0;
+    stages[n++] = "data";
+    if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
+    stages[n++] = "prefill", stages[n++] = "decode", stages[n++] = "reward";
+    dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards}, 3);
+    if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
+    static const char *const dumps[][2] = {{"logp", "logp"},           {"ref_logp", "ref_logp"},
+                                           {"advantages", "advantages"}, {"loss", "metric.loss"},
+                                           {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"},
+                                           {"clip_ratio", "metric.clip_ratio"}};
+    for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
+    dfg_host_state(p, "grpo_host_init", "grpo_host_release");
     return dfg_program_status(p);
 }
 
@@ -404,29 +414,32 @@ dfg_status dfg_pipeline(dfg_program *p) {
     return st ? st : dfg_program_status(p);
 }
 
-/* ---------------------------------------------------------------- host stages */
-static bool setting_task(dfg_host_ctx *ctx, dfg_task *t) {
-    const char *name = dfg_host_setting(ctx, "task"), *digits = dfg_host_setting(ctx, "digits");
-    char err[256];
-    if (!name || !digits || dfg_task_init(t, name, atoi(digits), err, sizeof(err)))
-        return dfg_host_fail(ctx, "the task settings are missing or wrong"), false;
-    return true;
+/* ---------------------------------------------------------------- host stages
+ * The host stages read the same typed config the pipeline built the program from: read_config
+ * runs once per run, on the runtime's program (dfg_host_state), not once per step. */
+dfg_status grpo_host_init(dfg_program *p, void **user) {
+    grpo_config *c = calloc(1, sizeof(*c));
+    if (!c) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    dfg_status st = read_config(p, c);
+    if (!st && c->Lp != c->task.prompt_len)
+        st = dfg_program_fail(p, DFG_ERR_ARG, "task '%s' with %d digits has prompts of %d tokens, but max_prompt_length is %lld",
+                              c->task.name, c->task.digits, c->task.prompt_len, (long long)c->Lp);
+    if (st) {
+        free(c);
+        return st;
+    }
+    *user = c;
+    return DFG_OK;
 }
 
-static int64_t setting_i(dfg_host_ctx *ctx, const char *key) {
-    const char *v = dfg_host_setting(ctx, key);
-    return v ? strtoll(v, NULL, 10) : -1;
-}
+void grpo_host_release(void *user) { free(user); }
 
 dfg_status grpo_data(dfg_host_ctx *ctx) {
-    dfg_task t;
-    if (!setting_task(ctx, &t)) return DFG_ERR_RUNTIME;
-    if (setting_i(ctx, "max_prompt_length") != t.prompt_len)
-        return dfg_host_fail(ctx, "task '%s' with %d digits has prompts of %d tokens, but max_prompt_length is %lld",
-                             t.name, t.digits, t.prompt_len, (long long)setting_i(ctx, "max_prompt_length"));
-    return dfg_grpo_make_batch(ctx, &t, (int)setting_i(ctx, "prompts_per_step"), (int)setting_i(ctx, "num_generations"));
+    const grpo_config *c = dfg_host_user(ctx);
+    return dfg_grpo_make_batch(ctx, &c->task, (int)c->P, (int)c->G);
 }
 
 dfg_status grpo_reward(dfg_host_ctx *ctx) {
-    return dfg_grpo_rewards_kind(ctx, (int)setting_i(ctx, "max_prompt_length"), dfg_host_setting(ctx, "reward"));
+    const grpo_config *c = dfg_host_user(ctx);
+    return dfg_grpo_rewards_kind(ctx, (int)c->Lp, c->reward);
 }

@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dfg_arena_chunk dfg_arena_chunk;
 
 typedef struct {
@@ -15,4 +19,7 @@ typedef struct {
 void *dfg_arena_alloc(dfg_arena *a, size_t size);
 void dfg_arena_free_all(dfg_arena *a);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

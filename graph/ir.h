@@ -1,5 +1,7 @@
 /* ir.h - the IR's plain-data structs, shared by the graph layer, ops, passes and the runtime.
- * Users of the DSL include dfg.h only; this header is for the library's own modules.
+ * Users of the DSL include dfg.h only; this header is for the library's own modules. The graph
+ * layer knows nothing of particular ops: a node holds an op id (ops/ops.def) and a pointer to
+ * its attributes, and the op layer (ops/node.c) builds every node through the calls at the end.
  */
 #ifndef DFG_IR_H
 #define DFG_IR_H
@@ -7,44 +9,20 @@
 #include <stdarg.h>
 
 #include "arena.h"
-#include "dfg.h"
+#include "dfg_graph.h"
 
 #include <uthash.h>
 
-/* ---------------------------------------------------------------- op ids */
-typedef enum {
-#define X(E, name, nin, nout, gk, infer, grad, cost, cpu) DFG_OP_##E,
-#include "../ops/ops.def"
-#undef X
-    DFG_OP_COUNT
-} dfg_op;
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-/* ---------------------------------------------------------------- attributes (one plain struct per op family) */
-typedef enum { DFG_ASSIGN_COPY, DFG_ASSIGN_ADD, DFG_ASSIGN_FILL } dfg_assign_mode;
+/* The largest dim and element count a tensor may have (checked by every constructor). */
+#define DFG_MAX_DIM ((int64_t)1 << 40)
 
-typedef union {
-    struct { float alpha, beta; } scale;
-    struct { float lo, hi; } clamp;
-    struct { dfg_dtype to; } cast;
-    struct { dfg_dtype dtype; float value; dfg_shape shape; } fill;
-    struct { dfg_shape shape; } reshape; /* also expand's target */
-    struct { int perm[DFG_MAX_RANK]; } permute;
-    struct { int axis; int64_t start, len; } slice;
-    struct { int axis; } concat;
-    struct { int axis; bool keepdim; } reduce;
-    struct { bool trans_a, trans_b; } matmul;
-    struct { float eps; } layernorm;
-    struct { int n_head; } attention;
-    struct { int64_t vocab; } scatter; /* embed_bwd, take_bwd: size of the scattered axis */
-    struct { float temperature; int top_k; } sample;
-    struct { dfg_assign_mode mode; float value; } assign;
-    struct { int axis; int64_t start; bool dynamic; } slice_assign; /* dynamic: start from input 2 */
-    dfg_adamw_config adamw;
-    struct { float max_norm; } clip;
-    /* logprob family: 1/temperature; linear_logprob: weight layout and the chunks it walks */
-    struct { float inv_temp; bool trans_b; int64_t rows_chunk, v_chunk; } logprob;
-    unsigned char raw[72];
-} dfg_attrs;
+/* The attributes of a node: a plain struct per op family, defined by the op layer
+ * (ops/attrs.h); the graph layer only stores a pointer to them. */
+typedef union dfg_attrs dfg_attrs;
 
 /* ---------------------------------------------------------------- tensors */
 enum {
@@ -93,7 +71,7 @@ enum {
 
 struct dfg_node {
     int id; /* index in its graph: build order until the schedule pass reorders the nodes */
-    dfg_op op;
+    unsigned op; /* a dfg_op of ops/ops.def */
     uint32_t flags;
     const dfg_node *grad_of; /* nodes made by a gradient rule: the forward node it differentiates */
     const dfg_node *after;   /* scheduling: must run after this node of its graph (remat copies) */
@@ -101,7 +79,7 @@ struct dfg_node {
     int n_in, n_out;
     dfg_tensor **in;
     dfg_tensor **out;
-    dfg_attrs attr;
+    const dfg_attrs *attr; /* never NULL once built (zeros for an op without attributes) */
     dfg_graph *graph;
 };
 
@@ -138,6 +116,24 @@ typedef struct {
     bool used; /* read by the pipeline through a dfg_setting_* accessor (graph/settings.c) */
 } dfg_setting;
 
+/* What a pipeline declares about its program for the tools that run it (graph/declare.c). */
+typedef struct {
+    char *name;
+    dfg_tensor *t;
+} dfg_dump_decl;
+
+typedef struct {
+    char *host_init, *host_release;  /* dfg_host_state: the pipeline's symbols, or NULL */
+    char **rollout_stages;           /* dfg_declare_rollout */
+    int n_rollout_stages;
+    dfg_tensor **rollout_tensors;
+    int n_rollout_tensors;
+    dfg_tensor *shared_tokens;       /* dfg_declare_shared_prompts, or NULL */
+    int64_t shared_len, shared_group;
+    dfg_dump_decl *dumps;            /* dfg_declare_dump */
+    int n_dumps, cap_dumps;
+} dfg_declarations;
+
 struct dfg_program {
     char *name;
     dfg_setting *settings;
@@ -150,6 +146,7 @@ struct dfg_program {
     int n_graphs, cap_graphs;
     dfg_stage *stages;
     int n_stages, cap_stages;
+    dfg_declarations decl;
     struct dfg_plan *plan; /* set by dfg_compile (passes/); the program is then sealed */
     dfg_status status;
     char error[1024];
@@ -157,11 +154,13 @@ struct dfg_program {
 
 /* ---------------------------------------------------------------- helpers for the library */
 bool dfg_is_persistent(const dfg_tensor *t); /* PARAM, STATE, INPUT or CONST, not a version */
-dfg_tensor *dfg_tensor_new_(dfg_program *p, dfg_kind kind, dfg_dtype dt, dfg_shape shape, const char *name);
-char *dfg_strdup_(dfg_program *p, const char *s);
-dfg_status dfg_program_fail_(dfg_program *p, dfg_status s, const char *fmt, ...)
+dfg_tensor *dfg_tensor_new(dfg_program *p, dfg_kind kind, dfg_dtype dt, dfg_shape shape, const char *name);
+char *dfg_program_strdup(dfg_program *p, const char *s);
+/* After dfg_compile the program is sealed: false, or true with the program's error set. */
+bool dfg_program_sealed(dfg_program *p, const char *what);
+dfg_status dfg_program_err(dfg_program *p, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-dfg_status dfg_graph_fail_(dfg_graph *g, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+dfg_status dfg_graph_err(dfg_graph *g, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "x 'h.0.qkv' f32 (4,19,144)" */
 char *dfg_tensor_desc(const dfg_tensor *t, char *buf, size_t len);
 int dfg_norm_axis(int axis, int rank); /* -1 -> rank-1; returns -1 when out of range */
@@ -169,5 +168,33 @@ int dfg_norm_axis(int axis, int rank); /* -1 -> rank-1; returns -1 when out of r
 bool dfg_shape_broadcast(dfg_shape a, dfg_shape b, dfg_shape *out);
 /* Value of a DFG_SHAPE literal with rank and dims given as an array. */
 dfg_shape dfg_shape_of(int rank, const int64_t *dims);
+bool dfg_is_float(dfg_dtype t); /* f32, bf16, f16 */
 
+/* ---------------------------------------------------------------- node construction (ops/node.c)
+ * What an op's shape rule says about one output. alias >= 0 means the output shares the storage
+ * of input `alias`: as a view (writes == false, e.g. reshape) or as the new version of a
+ * persistent tensor written in place (writes == true, e.g. assign). */
+typedef struct {
+    dfg_dtype dtype;
+    dfg_shape shape;
+    int alias;
+    bool writes;
+} dfg_out_spec;
+
+/* A new node of op id `op` with room for its inputs and outputs, not yet in the graph; NULL (the
+ * graph's error set) when the graph has an error or its program is compiled. */
+dfg_node *dfg_graph_node_new(dfg_graph *g, unsigned op, const char *op_name, int n_in, int n_out);
+/* Sets n->in from in[]: a persistent tensor stands for its current version in g; a temporary
+ * must be g's own and not overwritten since. false (the graph's error set) on a bad input. */
+bool dfg_graph_node_inputs(dfg_graph *g, dfg_node *n, const char *op_name, dfg_tensor *const *in);
+/* Checks the shape rule's output specs (dims, aliases, in-place writes of PARAM/STATE only, one
+ * write per tensor), makes the outputs, appends n to g and records the new versions. */
+dfg_status dfg_graph_node_finish(dfg_graph *g, dfg_node *n, const char *op_name, const dfg_out_spec *spec);
+/* Sets the graph's error as "<op> '<node>' in graph '<g>': <reason>; inputs: #0 ..." */
+dfg_status dfg_graph_node_failv(dfg_graph *g, const dfg_node *n, const char *op_name, dfg_status s, const char *fmt,
+                                va_list ap);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -8,7 +8,7 @@
 dfg_program *dfg_program_new(const char *name) {
     dfg_program *p = calloc(1, sizeof(*p));
     if (!p) return NULL;
-    p->name = dfg_strdup_(p, name ? name : "program");
+    p->name = dfg_program_strdup(p, name ? name : "program");
     if (!p->name) {
         free(p);
         return NULL;
@@ -24,6 +24,7 @@ void dfg_program_free(dfg_program *p) {
     free(p->graphs);
     free(p->stages);
     free(p->settings);
+    free(p->decl.dumps);
     dfg_arena_free_all(&p->arena);
     free(p);
 }
@@ -46,7 +47,7 @@ const char *dfg_program_error(const dfg_program *p) {
     return "";
 }
 
-dfg_status dfg_program_fail_(dfg_program *p, dfg_status s, const char *fmt, ...) {
+dfg_status dfg_program_err(dfg_program *p, dfg_status s, const char *fmt, ...) {
     if (p->status) return p->status; /* the first error sticks */
     va_list ap;
     va_start(ap, fmt);
@@ -56,7 +57,7 @@ dfg_status dfg_program_fail_(dfg_program *p, dfg_status s, const char *fmt, ...)
     return s;
 }
 
-char *dfg_strdup_(dfg_program *p, const char *s) {
+char *dfg_program_strdup(dfg_program *p, const char *s) {
     size_t n = strlen(s) + 1;
     char *d = dfg_arena_alloc(&p->arena, n);
     if (d) memcpy(d, s, n);
@@ -88,15 +89,15 @@ static bool shape_valid(dfg_shape s) {
     return true;
 }
 
-dfg_tensor *dfg_tensor_new_(dfg_program *p, dfg_kind kind, dfg_dtype dt, dfg_shape shape, const char *name) {
+dfg_tensor *dfg_tensor_new(dfg_program *p, dfg_kind kind, dfg_dtype dt, dfg_shape shape, const char *name) {
     if (!grow((void **)&p->tensors, &p->cap_tensors, p->n_tensors + 1, sizeof(*p->tensors))) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory growing the tensor table");
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory growing the tensor table");
         return NULL;
     }
     dfg_tensor *t = dfg_arena_alloc(&p->arena, sizeof(*t));
-    char *nm = t ? dfg_strdup_(p, name) : NULL;
+    char *nm = t ? dfg_program_strdup(p, name) : NULL;
     if (!t || !nm) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory creating tensor '%s'", name);
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory creating tensor '%s'", name);
         return NULL;
     }
     t->id = p->n_tensors;
@@ -125,9 +126,9 @@ static bool index_name(dfg_program *p, dfg_tensor *t) {
 
 /* Validates the arguments shared by every persistent-tensor constructor and creates it. */
 /* After dfg_compile the program is sealed: its plan describes exactly these tensors and nodes. */
-static bool sealed(dfg_program *p, const char *what) {
+bool dfg_program_sealed(dfg_program *p, const char *what) {
     if (!p->plan) return false;
-    dfg_program_fail_(p, DFG_ERR_STATE, "%s: program '%s' is compiled; build everything before dfg_compile", what,
+    dfg_program_err(p, DFG_ERR_STATE, "%s: program '%s' is compiled; build everything before dfg_compile", what,
                       p->name);
     return true;
 }
@@ -135,26 +136,26 @@ static bool sealed(dfg_program *p, const char *what) {
 static dfg_tensor *persistent_new(dfg_program *p, const char *what, const char *name, dfg_kind kind, dfg_dtype dt,
                                   dfg_shape shape) {
     if (!p) return NULL;
-    if (p->status || sealed(p, what)) return NULL;
+    if (p->status || dfg_program_sealed(p, what)) return NULL;
     char sb[96];
     if (!name || !*name) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "%s: a name is required", what);
+        dfg_program_err(p, DFG_ERR_ARG, "%s: a name is required", what);
         return NULL;
     }
     if ((unsigned)dt >= DFG_DTYPE_COUNT) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "%s '%s': unknown dtype %d", what, name, (int)dt);
+        dfg_program_err(p, DFG_ERR_ARG, "%s '%s': unknown dtype %d", what, name, (int)dt);
         return NULL;
     }
     if (!shape_valid(shape)) {
-        dfg_program_fail_(p, DFG_ERR_SHAPE, "%s '%s': invalid shape %s (rank <= %d, dims >= 1)", what, name,
+        dfg_program_err(p, DFG_ERR_SHAPE, "%s '%s': invalid shape %s (rank <= %d, dims >= 1)", what, name,
                           dfg_shape_str(shape, sb, sizeof(sb)), DFG_MAX_RANK);
         return NULL;
     }
     if (dfg_find(p, name)) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "%s '%s': a tensor with this name already exists", what, name);
+        dfg_program_err(p, DFG_ERR_ARG, "%s '%s': a tensor with this name already exists", what, name);
         return NULL;
     }
-    dfg_tensor *t = dfg_tensor_new_(p, kind, dt, shape, name);
+    dfg_tensor *t = dfg_tensor_new(p, kind, dt, shape, name);
     if (t) index_name(p, t);
     return t;
 }
@@ -163,7 +164,7 @@ dfg_tensor *dfg_param(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
     dfg_tensor *t = persistent_new(p, "param", name, DFG_PARAM, dt, shape);
     if (!t) return NULL;
     if ((unsigned)init.kind >= DFG_INIT_COUNT) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "param '%s': unknown init kind %d", name, (int)init.kind);
+        dfg_program_err(p, DFG_ERR_ARG, "param '%s': unknown init kind %d", name, (int)init.kind);
         return NULL;
     }
     t->role = DFG_ROLE_PARAM;
@@ -176,7 +177,7 @@ dfg_tensor *dfg_state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
     dfg_tensor *t = persistent_new(p, "state", name, DFG_STATE, dt, shape);
     if (!t) return NULL;
     if ((unsigned)role >= DFG_ROLE_COUNT || (unsigned)init.kind >= DFG_INIT_COUNT) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "state '%s': unknown role %d or init kind %d", name, (int)role,
+        dfg_program_err(p, DFG_ERR_ARG, "state '%s': unknown role %d or init kind %d", name, (int)role,
                           (int)init.kind);
         return NULL;
     }
@@ -187,7 +188,7 @@ dfg_tensor *dfg_state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
 
 dfg_tensor *dfg_const(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape shape, const void *data) {
     if (p && !p->status && !data) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "const '%s': data is NULL", name ? name : "?");
+        dfg_program_err(p, DFG_ERR_ARG, "const '%s': data is NULL", name ? name : "?");
         return NULL;
     }
     dfg_tensor *t = persistent_new(p, "const", name, DFG_CONST, dt, shape);
@@ -195,7 +196,7 @@ dfg_tensor *dfg_const(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
     size_t bytes = (size_t)dfg_shape_numel(shape) * dfg_dtype_size(dt);
     t->data = dfg_arena_alloc(&p->arena, bytes);
     if (!t->data) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "const '%s': out of memory for %zu bytes", name, bytes);
+        dfg_program_err(p, DFG_ERR_NOMEM, "const '%s': out of memory for %zu bytes", name, bytes);
         return NULL;
     }
     memcpy(t->data, data, bytes);
@@ -204,14 +205,14 @@ dfg_tensor *dfg_const(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape 
 
 dfg_status dfg_set_scope(dfg_program *p, dfg_tensor *t, const char *first_stage, const char *last_stage) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status || sealed(p, "scope")) return p->status;
+    if (p->status || dfg_program_sealed(p, "scope")) return p->status;
     if (!t || t->id < 0 || t->id >= p->n_tensors || p->tensors[t->id] != t || (t->kind != DFG_STATE && t->kind != DFG_INPUT))
-        return dfg_program_fail_(p, DFG_ERR_ARG, "scope: needs a STATE or INPUT of program '%s'", p->name);
+        return dfg_program_err(p, DFG_ERR_ARG, "scope: needs a STATE or INPUT of program '%s'", p->name);
     if (!first_stage || !*first_stage || !last_stage || !*last_stage)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "scope of '%s': needs the first and last stage names", t->name);
-    t->scope_first = dfg_strdup_(p, first_stage);
-    t->scope_last = dfg_strdup_(p, last_stage);
-    if (!t->scope_first || !t->scope_last) return dfg_program_fail_(p, DFG_ERR_NOMEM, "scope: out of memory");
+        return dfg_program_err(p, DFG_ERR_ARG, "scope of '%s': needs the first and last stage names", t->name);
+    t->scope_first = dfg_program_strdup(p, first_stage);
+    t->scope_last = dfg_program_strdup(p, last_stage);
+    if (!t->scope_first || !t->scope_last) return dfg_program_err(p, DFG_ERR_NOMEM, "scope: out of memory");
     return DFG_OK;
 }
 
@@ -221,13 +222,13 @@ static bool owned_persistent(const dfg_program *p, const dfg_tensor *t) {
 
 dfg_status dfg_init_from(dfg_program *p, dfg_tensor *dst, dfg_tensor *src) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status || sealed(p, "init_from")) return p->status;
+    if (p->status || dfg_program_sealed(p, "init_from")) return p->status;
     if (!owned_persistent(p, dst) || !owned_persistent(p, src) || dst == src)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "init_from: needs two different PARAM/STATE tensors of program '%s'",
+        return dfg_program_err(p, DFG_ERR_ARG, "init_from: needs two different PARAM/STATE tensors of program '%s'",
                                  p->name);
     char a[96], b[96];
     if (!dfg_shape_equal(dst->shape, src->shape) || src->init_from)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "init_from: '%s' %s cannot start from '%s' %s (shapes differ, or the source is a copy itself)",
+        return dfg_program_err(p, DFG_ERR_ARG, "init_from: '%s' %s cannot start from '%s' %s (shapes differ, or the source is a copy itself)",
                                  dst->name, dfg_shape_str(dst->shape, a, sizeof(a)), src->name,
                                  dfg_shape_str(src->shape, b, sizeof(b)));
     dst->init_from = src;
@@ -242,7 +243,7 @@ dfg_status dfg_set_role(dfg_tensor *t, dfg_role role) {
 
 static dfg_stage *stage_new(dfg_program *p) {
     if (!grow((void **)&p->stages, &p->cap_stages, p->n_stages + 1, sizeof(*p->stages))) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory adding a stage");
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory adding a stage");
         return NULL;
     }
     dfg_stage *s = &p->stages[p->n_stages++];
@@ -252,25 +253,25 @@ static dfg_stage *stage_new(dfg_program *p) {
 
 dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status || sealed(p, "stage_steps")) return p->status;
+    if (p->status || dfg_program_sealed(p, "stage_steps")) return p->status;
     if (first < 0 || (last >= 0 && last < first))
-        return dfg_program_fail_(p, DFG_ERR_ARG, "stage_steps '%s': steps %lld..%lld are not a range", stage ? stage : "?",
+        return dfg_program_err(p, DFG_ERR_ARG, "stage_steps '%s': steps %lld..%lld are not a range", stage ? stage : "?",
                                  (long long)first, (long long)last);
     for (int i = 0; stage && i < p->n_stages; i++)
         if (!strcmp(p->stages[i].name, stage)) {
             p->stages[i].first_step = first, p->stages[i].last_step = last < 0 ? -1 : last;
             return DFG_OK;
         }
-    return dfg_program_fail_(p, DFG_ERR_ARG, "stage_steps: no stage named '%s'", stage ? stage : "(null)");
+    return dfg_program_err(p, DFG_ERR_ARG, "stage_steps: no stage named '%s'", stage ? stage : "(null)");
 }
 
 dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status || sealed(p, "stage")) return p->status;
+    if (p->status || dfg_program_sealed(p, "stage")) return p->status;
     if (!g || g->program != p)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "stage: the graph is NULL or belongs to another program");
+        return dfg_program_err(p, DFG_ERR_ARG, "stage: the graph is NULL or belongs to another program");
     if (repeat < 1)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "stage '%s': repeat must be >= 1, got %d", g->name, repeat);
+        return dfg_program_err(p, DFG_ERR_ARG, "stage '%s': repeat must be >= 1, got %d", g->name, repeat);
     dfg_stage *s = stage_new(p);
     if (!s) return p->status;
     s->kind = DFG_STAGE_GRAPH;
@@ -282,16 +283,16 @@ dfg_status dfg_stage_graph(dfg_program *p, dfg_graph *g, int repeat) {
 
 dfg_status dfg_stage_host(dfg_program *p, const char *name, const char *symbol) {
     if (!p) return DFG_ERR_ARG;
-    if (p->status || sealed(p, "stage")) return p->status;
+    if (p->status || dfg_program_sealed(p, "stage")) return p->status;
     if (!name || !*name || !symbol || !*symbol)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "host stage: a stage name and a function symbol are required");
+        return dfg_program_err(p, DFG_ERR_ARG, "host stage: a stage name and a function symbol are required");
     dfg_stage *s = stage_new(p);
     if (!s) return p->status;
     s->kind = DFG_STAGE_HOST;
-    s->name = dfg_strdup_(p, name);
-    s->symbol = dfg_strdup_(p, symbol);
+    s->name = dfg_program_strdup(p, name);
+    s->symbol = dfg_program_strdup(p, symbol);
     s->repeat = 1;
-    if (!s->name || !s->symbol) return dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory adding stage '%s'", name);
+    if (!s->name || !s->symbol) return dfg_program_err(p, DFG_ERR_NOMEM, "out of memory adding stage '%s'", name);
     return DFG_OK;
 }
 
@@ -299,12 +300,12 @@ dfg_status dfg_stage_host(dfg_program *p, const char *name, const char *symbol) 
 dfg_graph *dfg_graph_new(dfg_program *p, const char *name) {
     if (!p || p->status) return NULL;
     if (!grow((void **)&p->graphs, &p->cap_graphs, p->n_graphs + 1, sizeof(*p->graphs))) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory adding a graph");
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory adding a graph");
         return NULL;
     }
     dfg_graph *g = dfg_arena_alloc(&p->arena, sizeof(*g));
-    if (!g || !(g->name = dfg_strdup_(p, name ? name : "graph"))) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory creating a graph");
+    if (!g || !(g->name = dfg_program_strdup(p, name ? name : "graph"))) {
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory creating a graph");
         return NULL;
     }
     g->program = p;
@@ -312,7 +313,7 @@ dfg_graph *dfg_graph_new(dfg_program *p, const char *name) {
     /* The poison tensor stands in for results after an error; it is never in the tensor table. */
     g->poison = dfg_arena_alloc(&p->arena, sizeof(*g->poison));
     if (!g->poison) {
-        dfg_program_fail_(p, DFG_ERR_NOMEM, "out of memory creating a graph");
+        dfg_program_err(p, DFG_ERR_NOMEM, "out of memory creating a graph");
         return NULL;
     }
     g->poison->id = -1;
@@ -329,7 +330,7 @@ dfg_status dfg_graph_status(const dfg_graph *g) { return g ? g->status : DFG_ERR
 const char *dfg_graph_error(const dfg_graph *g) { return g ? g->error : "graph is NULL"; }
 dfg_program *dfg_graph_program(const dfg_graph *g) { return g ? g->program : NULL; }
 
-dfg_status dfg_graph_fail_(dfg_graph *g, dfg_status s, const char *fmt, ...) {
+dfg_status dfg_graph_err(dfg_graph *g, dfg_status s, const char *fmt, ...) {
     if (g->status) return g->status;
     va_list ap;
     va_start(ap, fmt);
@@ -344,7 +345,7 @@ dfg_tensor *dfg_input(dfg_graph *g, const char *name, dfg_dtype dt, dfg_shape sh
     if (g->status) return g->poison;
     dfg_tensor *t = persistent_new(g->program, "input", name, DFG_INPUT, dt, shape);
     if (!t) {
-        dfg_graph_fail_(g, g->program->status, "%s", g->program->error);
+        dfg_graph_err(g, g->program->status, "%s", g->program->error);
         return g->poison;
     }
     return t;
@@ -354,21 +355,21 @@ dfg_tensor *dfg_output(dfg_graph *g, dfg_tensor *t, const char *name) {
     if (!g) return t;
     if (g->status) return g->poison;
     if (!t || (t->flags & DFG_TF_POISON) || t->kind != DFG_TEMP || t->graph != g || !name || !*name) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "output '%s': needs a tensor computed by graph '%s' and a name",
+        dfg_graph_err(g, DFG_ERR_ARG, "output '%s': needs a tensor computed by graph '%s' and a name",
                         name ? name : "?", g->name);
         return g->poison;
     }
     if (t->flags & DFG_TF_OUTPUT) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "output '%s': tensor is already the output '%s'", name, t->name);
+        dfg_graph_err(g, DFG_ERR_ARG, "output '%s': tensor is already the output '%s'", name, t->name);
         return g->poison;
     }
-    char *nm = dfg_strdup_(g->program, name);
+    char *nm = dfg_program_strdup(g->program, name);
     if (!nm) {
-        dfg_graph_fail_(g, DFG_ERR_NOMEM, "out of memory");
+        dfg_graph_err(g, DFG_ERR_NOMEM, "out of memory");
         return g->poison;
     }
     if (dfg_find(g->program, name)) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "output '%s': a tensor with this name already exists", name);
+        dfg_graph_err(g, DFG_ERR_ARG, "output '%s': a tensor with this name already exists", name);
         return g->poison;
     }
     t->name = nm;
@@ -381,7 +382,7 @@ dfg_tensor *dfg_output(dfg_graph *g, dfg_tensor *t, const char *name) {
 dfg_tensor *dfg_name(dfg_tensor *t, const char *name) {
     if (!t || (t->flags & DFG_TF_POISON) || !name || t->kind != DFG_TEMP || (t->flags & DFG_TF_OUTPUT)) return t;
     dfg_program *p = t->graph->program;
-    char *nm = dfg_strdup_(p, name);
+    char *nm = dfg_program_strdup(p, name);
     if (!nm) return t;
     t->name = nm;
     if (t->producer && t->producer_slot == 0) t->producer->name = nm;
@@ -406,6 +407,6 @@ char *dfg_tensor_desc(const dfg_tensor *t, char *buf, size_t len) {
 }
 
 /* Grows g->latest to hold tensor id `id`. */
-bool dfg_graph_latest_reserve_(dfg_graph *g, int id) {
+bool dfg_graph_latest_reserve(dfg_graph *g, int id) {
     return grow((void **)&g->latest, &g->cap_latest, id + 1, sizeof(*g->latest));
 }

@@ -31,16 +31,16 @@ static bool settings_reserve(dfg_program *p) {
 dfg_status dfg_program_set(dfg_program *p, const char *key, const char *value) {
     if (!p) return DFG_ERR_ARG;
     if (p->status) return p->status;
-    if (!key || !*key || !value) return dfg_program_fail_(p, DFG_ERR_ARG, "setting: a key and a value are required");
-    char *v = dfg_strdup_(p, value);
-    if (!v) return dfg_program_fail_(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
+    if (!key || !*key || !value) return dfg_program_err(p, DFG_ERR_ARG, "setting: a key and a value are required");
+    char *v = dfg_program_strdup(p, value);
+    if (!v) return dfg_program_err(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
     int i = setting_index(p, key);
     if (i >= 0) {
         p->settings[i].value = v;
         return DFG_OK;
     }
-    char *k = dfg_strdup_(p, key);
-    if (!k || !settings_reserve(p)) return dfg_program_fail_(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
+    char *k = dfg_program_strdup(p, key);
+    if (!k || !settings_reserve(p)) return dfg_program_err(p, DFG_ERR_NOMEM, "setting '%s': out of memory", key);
     p->settings[p->n_settings++] = (dfg_setting){k, v, false};
     return DFG_OK;
 }
@@ -72,7 +72,7 @@ dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt ? fmt : "(no message)", ap);
     va_end(ap);
-    return dfg_program_fail_(p, s, "%s", msg);
+    return dfg_program_err(p, s, "%s", msg);
 }
 
 /* ---------------------------------------------------------------- typed accessors */
@@ -82,7 +82,7 @@ dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) 
 static const char *lookup(dfg_program *p, const char *key, const char *def_text) {
     if (!p || p->status) return NULL;
     if (!key || !*key) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "setting: a key is required");
+        dfg_program_err(p, DFG_ERR_ARG, "setting: a key is required");
         return NULL;
     }
     int i = setting_index(p, key);
@@ -106,11 +106,11 @@ int64_t dfg_setting_int(dfg_program *p, const char *key, int64_t def) {
     errno = 0;
     long long x = starts_like_number(v) ? strtoll(v, &end, 10) : 0;
     if (!end || end == v || *end) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "setting '%s': '%s' is not an integer", key, v);
+        dfg_program_err(p, DFG_ERR_ARG, "setting '%s': '%s' is not an integer", key, v);
         return def;
     }
     if (errno == ERANGE) {
-        dfg_program_fail_(p, DFG_ERR_RANGE, "setting '%s': %s is out of the 64-bit integer range", key, v);
+        dfg_program_err(p, DFG_ERR_RANGE, "setting '%s': %s is out of the 64-bit integer range", key, v);
         return def;
     }
     return (int64_t)x;
@@ -132,11 +132,11 @@ double dfg_setting_float(dfg_program *p, const char *key, double def) {
     char *end = NULL;
     double x = starts_like_number(v) ? strtod(v, &end) : 0.0;
     if (!end || end == v || *end) {
-        dfg_program_fail_(p, DFG_ERR_ARG, "setting '%s': '%s' is not a number", key, v);
+        dfg_program_err(p, DFG_ERR_ARG, "setting '%s': '%s' is not a number", key, v);
         return def;
     }
     if (!isfinite(x)) {
-        dfg_program_fail_(p, DFG_ERR_RANGE, "setting '%s': '%s' is not a finite number", key, v);
+        dfg_program_err(p, DFG_ERR_RANGE, "setting '%s': '%s' is not a finite number", key, v);
         return def;
     }
     return x;
@@ -155,6 +155,6 @@ bool dfg_setting_bool(dfg_program *p, const char *key, bool def) {
         if (!strcmp(v, yes[i])) return true;
         if (!strcmp(v, no[i])) return false;
     }
-    dfg_program_fail_(p, DFG_ERR_ARG, "setting '%s': '%s' is not a boolean (true/false, 1/0, yes/no, on/off)", key, v);
+    dfg_program_err(p, DFG_ERR_ARG, "setting '%s': '%s' is not a boolean (true/false, 1/0, yes/no, on/off)", key, v);
     return def;
 }

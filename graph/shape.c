@@ -34,6 +34,8 @@ const char *dfg_status_name(dfg_status s) { return (unsigned)s < DFG_STATUS_COUN
 const char *dfg_dtype_name(dfg_dtype t) { return (unsigned)t < DFG_DTYPE_COUNT ? dtype_names[t] : "?"; }
 const char *dfg_kind_name(dfg_kind k) { return (unsigned)k < DFG_KIND_COUNT ? kind_names[k] : "?"; }
 const char *dfg_role_name(dfg_role r) { return (unsigned)r < DFG_ROLE_COUNT ? role_names[r] : "?"; }
+bool dfg_is_float(dfg_dtype t) { return t == DFG_F32 || t == DFG_BF16 || t == DFG_F16; }
+
 size_t dfg_dtype_size(dfg_dtype t) { return (unsigned)t < DFG_DTYPE_COUNT ? dtype_sizes[t] : 0; }
 
 int64_t dfg_shape_numel(dfg_shape s) {

@@ -6,9 +6,9 @@
 
 static bool heads_ok(int64_t c, int h) { return h > 0 && c % h == 0; }
 
-dfg_status infer_attention(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_attention(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *qkv = n->in[0];
-    int h = n->attr.attention.n_head;
+    int h = n->attr->attention.n_head;
     if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !dfg_is_float(qkv->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs a float qkv of shape (B, T, 3C)");
     int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
@@ -19,9 +19,9 @@ dfg_status infer_attention(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 }
 
 /* inputs: dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) -> dqkv (B,T,3C) */
-dfg_status infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dy = n->in[0], *qkv = n->in[1], *y = n->in[2], *lse = n->in[3];
-    int h = n->attr.attention.n_head;
+    int h = n->attr->attention.n_head;
     if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !heads_ok(qkv->shape.d[2] / 3, h))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs qkv of shape (B, T, 3C)");
     int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
@@ -33,9 +33,9 @@ dfg_status infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *ou
 }
 
 /* inputs: q (B,Tq,C), k_cache (B,Tmax,C), v_cache (B,Tmax,C), pos (i32, one element) */
-dfg_status infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *pos = n->in[3];
-    int h = n->attr.attention.n_head;
+    int h = n->attr->attention.n_head;
     if (q->shape.rank != 3 || k->shape.rank != 3 || !dfg_shape_equal(k->shape, v->shape) ||
         q->shape.d[0] != k->shape.d[0] || q->shape.d[2] != k->shape.d[2] || q->shape.d[1] > k->shape.d[1])
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs q (B, Tq, C) and caches (B, Tmax, C) with Tq <= Tmax");
@@ -51,7 +51,7 @@ dfg_status infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec 
 
 /* Causal attention does about half of the dense 2*T*T*C multiply-adds for QK^T and PV each;
  * backward does about twice the forward. */
-dfg_cost cost_attention(const dfg_node *n) {
+dfg_cost dfg_cost_attention(const dfg_node *n) {
     const dfg_tensor *x = n->in[n->op == DFG_OP_ATTENTION_BWD ? 1 : 0];
     double B = (double)x->shape.d[0], T = (double)x->shape.d[1], C = (double)n->out[0]->shape.d[2];
     if (n->op == DFG_OP_ATTENTION_BWD) C /= 3.0;
@@ -73,9 +73,9 @@ dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cach
     return dfg_op_out(g, DFG_OP_ATTENTION_CACHED, (dfg_tensor *[]){q, k_cache, v_cache, pos}, 4, &a);
 }
 
-dfg_status grad_attention(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_attention(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                           dfg_tensor **din) {
     if (!dout[0] || !need[0]) return g->status;
-    din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->out[0], n->out[1]}, 4, &n->attr);
+    din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->out[0], n->out[1]}, 4, n->attr);
     return g->status;
 }

@@ -8,7 +8,7 @@
 
 /* qkv (n, Tc, 3C) and prefix (P, Tp, 3C) of one float dtype, n a multiple of P, heads split C */
 static dfg_status check_pair(dfg_graph *g, const dfg_node *n, const dfg_tensor *qkv, const dfg_tensor *pre) {
-    int h = n->attr.attention.n_head;
+    int h = n->attr->attention.n_head;
     if (qkv->shape.rank != 3 || pre->shape.rank != 3 || qkv->shape.d[2] % 3 || qkv->shape.d[2] != pre->shape.d[2] ||
         pre->shape.d[0] < 1 || qkv->shape.d[0] % pre->shape.d[0])
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs qkv (n, Tc, 3C) and a prefix (P, Tp, 3C) with n a multiple of P");
@@ -19,25 +19,25 @@ static dfg_status check_pair(dfg_graph *g, const dfg_node *n, const dfg_tensor *
     return DFG_OK;
 }
 
-dfg_status infer_attention_prefix(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_attention_prefix(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *qkv = n->in[0], *pre = n->in[1];
     dfg_status st = check_pair(g, n, qkv, pre);
     if (st) return st;
     int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
     out[0] = (dfg_out_spec){qkv->dtype, DFG_SHAPE(B, T, C), -1, false};
-    out[1] = (dfg_out_spec){DFG_F32, DFG_SHAPE(B, n->attr.attention.n_head, T), -1, false};
+    out[1] = (dfg_out_spec){DFG_F32, DFG_SHAPE(B, n->attr->attention.n_head, T), -1, false};
     return DFG_OK;
 }
 
 /* inputs: dy (n,Tc,C), qkv (n,Tc,3C), prefix (P,Tp,3C), y (n,Tc,C), lse (n,H,Tc)
  * -> dqkv (n,Tc,3C), dprefix (P,Tp,3C) (its query columns 0) */
-dfg_status infer_attention_prefix_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_attention_prefix_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dy = n->in[0], *qkv = n->in[1], *pre = n->in[2], *y = n->in[3], *lse = n->in[4];
     dfg_status st = check_pair(g, n, qkv, pre);
     if (st) return st;
     int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
     if (!dfg_shape_equal(dy->shape, DFG_SHAPE(B, T, C)) || !dfg_shape_equal(y->shape, DFG_SHAPE(B, T, C)) ||
-        !dfg_shape_equal(lse->shape, DFG_SHAPE(B, n->attr.attention.n_head, T)) || dy->dtype != qkv->dtype ||
+        !dfg_shape_equal(lse->shape, DFG_SHAPE(B, n->attr->attention.n_head, T)) || dy->dtype != qkv->dtype ||
         y->dtype != qkv->dtype || lse->dtype != DFG_F32)
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
     out[0] = (dfg_out_spec){qkv->dtype, qkv->shape, -1, false};
@@ -47,7 +47,7 @@ dfg_status infer_attention_prefix_bwd(dfg_graph *g, const dfg_node *n, dfg_out_s
 
 /* Each query meets Tp prefix keys and (on average) (Tc + 1) / 2 of its own: QK^T and PV are
  * 2 multiply-adds per key and channel each; backward about twice the forward. */
-dfg_cost cost_attention_prefix(const dfg_node *n) {
+dfg_cost dfg_cost_attention_prefix(const dfg_node *n) {
     const dfg_tensor *qkv = n->in[n->op == DFG_OP_ATTENTION_PREFIX ? 0 : 1], *pre = n->in[n->op == DFG_OP_ATTENTION_PREFIX ? 1 : 2];
     double B = (double)qkv->shape.d[0], Tc = (double)qkv->shape.d[1], Tp = (double)pre->shape.d[1];
     double C = (double)qkv->shape.d[2] / 3.0;
@@ -61,11 +61,11 @@ dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *pref
     return n ? n->out[0] : (g ? g->poison : NULL);
 }
 
-dfg_status grad_attention_prefix(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_attention_prefix(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                                  dfg_tensor **din) {
     if (!dout[0] || (!need[0] && !need[1])) return g->status;
     dfg_tensor *in[5] = {dout[0], n->in[0], n->in[1], n->out[0], n->out[1]};
-    dfg_node *b = dfg_node_add(g, DFG_OP_ATTENTION_PREFIX_BWD, in, 5, &n->attr, 2);
+    dfg_node *b = dfg_node_add(g, DFG_OP_ATTENTION_PREFIX_BWD, in, 5, n->attr, 2);
     if (!b) return g->status;
     if (need[0]) din[0] = b->out[0];
     if (need[1]) din[1] = b->out[1];

@@ -4,7 +4,7 @@
 #include "op.h"
 
 /* inputs: x (..., N), bias (N) -> y (..., N) */
-dfg_status infer_bias_gelu(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_bias_gelu(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0], *b = n->in[1];
     if (x->dtype != b->dtype || !dfg_is_float(x->dtype) || x->shape.rank < 1 || b->shape.rank != 1 ||
         b->shape.d[0] != x->shape.d[x->shape.rank - 1])
@@ -14,7 +14,7 @@ dfg_status infer_bias_gelu(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 }
 
 /* inputs: dy (..., N), x (..., N), bias (N) -> d(x + bias) (..., N) */
-dfg_status infer_bias_gelu_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_bias_gelu_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dy = n->in[0], *x = n->in[1], *b = n->in[2];
     if (!dfg_shape_equal(dy->shape, x->shape) || dy->dtype != x->dtype || b->dtype != x->dtype || b->shape.rank != 1 ||
         x->shape.rank < 1 || b->shape.d[0] != x->shape.d[x->shape.rank - 1])
@@ -23,7 +23,7 @@ dfg_status infer_bias_gelu_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *ou
     return DFG_OK;
 }
 
-dfg_status grad_bias_gelu(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_bias_gelu(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                           dfg_tensor **din) {
     if (!need[0] && !need[1]) return g->status;
     dfg_tensor *du = dfg_op_out(g, DFG_OP_BIAS_GELU_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->in[1]}, 3, NULL);

@@ -17,7 +17,7 @@ static dfg_shape drop_last(dfg_shape s) {
     return s;
 }
 
-dfg_status infer_embed(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_embed(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *w = n->in[0], *ids = n->in[1];
     if (w->shape.rank != 2 || !dfg_is_float(w->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "table must be float (V, C)");
     if (ids->dtype != DFG_I32) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "ids must be i32");
@@ -26,7 +26,7 @@ dfg_status infer_embed(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_status infer_take(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_take(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0], *idx = n->in[1];
     if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "x must be float (..., V)");
     if (idx->dtype != DFG_I32 || !dfg_shape_equal(idx->shape, drop_last(x->shape)))
@@ -39,11 +39,11 @@ dfg_status infer_take(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 /* embed_bwd: dy (..., C), ids (...) [, acc (V, C)] -> (V, C); take_bwd: dy (...), idx (...) ->
  * (..., V). With acc (a gradient buffer, PARAM/STATE) embed_bwd adds into it in place and its
  * output is acc's new value: what the fuse pass makes of "dW, then buffer += dW". */
-dfg_status infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != 2 && !(n->op == DFG_OP_EMBED_BWD && n->n_in == 3))
         return dfg_node_fail(g, n, DFG_ERR_ARG, "needs dy and indices (and, for embed_bwd, an optional accumulator)");
     const dfg_tensor *dy = n->in[0], *idx = n->in[1];
-    int64_t v = n->attr.scatter.vocab;
+    int64_t v = n->attr->scatter.vocab;
     if (v < 1 || idx->dtype != DFG_I32 || !dfg_is_float(dy->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs float dy, i32 indices and vocab >= 1");
     out[0].dtype = dy->dtype;
@@ -63,7 +63,7 @@ dfg_status infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_status infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0], *rng = n->in[1];
     if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
     if (rng->dtype != DFG_I32 || !dfg_shape_equal(rng->shape, DFG_SHAPE(4)))
@@ -73,7 +73,7 @@ dfg_status infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_cost cost_sample(const dfg_node *n) { return dfg_cost_io(n, 10.0 * (double)dfg_shape_numel(n->in[0]->shape)); }
+dfg_cost dfg_cost_sample(const dfg_node *n) { return dfg_cost_io(n, 10.0 * (double)dfg_shape_numel(n->in[0]->shape)); }
 
 dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids) {
     return dfg_op_out(g, DFG_OP_EMBED, (dfg_tensor *[]){table, ids}, 2, NULL);
@@ -94,12 +94,12 @@ static dfg_tensor *scatter(dfg_graph *g, dfg_op op, dfg_tensor *dy, dfg_tensor *
     return dfg_op_out(g, op, (dfg_tensor *[]){dy, idx}, 2, &a);
 }
 
-dfg_status grad_embed(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_embed(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (need[0]) din[0] = scatter(g, DFG_OP_EMBED_BWD, dout[0], n->in[1], n->in[0]->shape.d[0]);
     return g->status;
 }
 
-dfg_status grad_take(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_take(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     const dfg_tensor *x = n->in[0];
     if (need[0]) din[0] = scatter(g, DFG_OP_TAKE_BWD, dout[0], n->in[1], x->shape.d[x->shape.rank - 1]);
     return g->status;

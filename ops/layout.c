@@ -5,8 +5,8 @@
 #include "op.h"
 
 /* ---------------------------------------------------------------- reshape */
-dfg_status infer_reshape(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
-    dfg_shape s = n->attr.reshape.shape;
+dfg_status dfg_infer_reshape(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    dfg_shape s = n->attr->reshape.shape;
     int64_t known = 1, numel = dfg_shape_numel(n->in[0]->shape);
     int free_dim = -1;
     if (s.rank < 0 || s.rank > DFG_MAX_RANK) return dfg_node_fail(g, n, DFG_ERR_ARG, "target rank %d", s.rank);
@@ -36,19 +36,19 @@ dfg_tensor *dfg_reshape(dfg_graph *g, dfg_tensor *x, dfg_shape shape) {
     return dfg_op_out(g, DFG_OP_RESHAPE, &x, 1, &a);
 }
 
-dfg_status grad_reshape(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_reshape(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (need[0]) din[0] = dfg_reshape(g, dout[0], n->in[0]->shape);
     return g->status;
 }
 
 /* ---------------------------------------------------------------- permute */
-dfg_status infer_permute(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_permute(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
     bool seen[DFG_MAX_RANK] = {0};
     out[0].dtype = x->dtype;
     out[0].shape.rank = x->shape.rank;
     for (int i = 0; i < x->shape.rank; i++) {
-        int p = n->attr.permute.perm[i];
+        int p = n->attr->permute.perm[i];
         if (p < 0 || p >= x->shape.rank || seen[p])
             return dfg_node_fail(g, n, DFG_ERR_ARG, "perm is not a permutation of 0..%d", x->shape.rank - 1);
         seen[p] = true;
@@ -58,11 +58,11 @@ dfg_status infer_permute(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 }
 
 dfg_tensor *dfg_permute(dfg_graph *g, dfg_tensor *x, const int *perm) {
-    dfg_attrs a = {0};
+    dfg_attrs a = {.permute = {{0}}};
     int rank = x && !(x->flags & DFG_TF_POISON) ? x->shape.rank : 0;
     for (int i = 0; i < DFG_MAX_RANK; i++) a.permute.perm[i] = (perm && i < rank) ? perm[i] : i;
     if (!perm && g && !g->status) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "permute: perm is NULL");
+        dfg_graph_err(g, DFG_ERR_ARG, "permute: perm is NULL");
         return g->poison;
     }
     return dfg_op_out(g, DFG_OP_PERMUTE, &x, 1, &a);
@@ -73,7 +73,7 @@ dfg_tensor *dfg_transpose(dfg_graph *g, dfg_tensor *x, int axis_a, int axis_b) {
     int rank = x && !(x->flags & DFG_TF_POISON) ? x->shape.rank : 0;
     int a = dfg_norm_axis(axis_a, rank), b = dfg_norm_axis(axis_b, rank);
     if (g && !g->status && (a < 0 || b < 0)) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "transpose: axes %d and %d do not fit rank %d of '%s'", axis_a, axis_b, rank,
+        dfg_graph_err(g, DFG_ERR_ARG, "transpose: axes %d and %d do not fit rank %d of '%s'", axis_a, axis_b, rank,
                         x ? x->name : "NULL");
         return g->poison;
     }
@@ -82,19 +82,19 @@ dfg_tensor *dfg_transpose(dfg_graph *g, dfg_tensor *x, int axis_a, int axis_b) {
     return dfg_permute(g, x, perm);
 }
 
-dfg_status grad_permute(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_permute(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     int inv[DFG_MAX_RANK];
-    for (int i = 0; i < n->in[0]->shape.rank; i++) inv[n->attr.permute.perm[i]] = i;
+    for (int i = 0; i < n->in[0]->shape.rank; i++) inv[n->attr->permute.perm[i]] = i;
     if (need[0]) din[0] = dfg_permute(g, dout[0], inv);
     return g->status;
 }
 
 /* ---------------------------------------------------------------- slice */
 /* inputs: x [, start (i32, one element): the first index, read at run time] */
-dfg_status infer_slice(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_slice(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
-    int ax = n->attr.slice.axis;
-    int64_t st = n->attr.slice.start, len = n->attr.slice.len;
+    int ax = n->attr->slice.axis;
+    int64_t st = n->attr->slice.start, len = n->attr->slice.len;
     if (n->n_in != 1 && n->n_in != 2) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs x and an optional start tensor");
     if (ax < 0 || ax >= x->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
     if (n->n_in == 2) {
@@ -124,14 +124,14 @@ dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int6
 
 dfg_tensor *dfg_slice_at(dfg_graph *g, dfg_tensor *x, int axis, dfg_tensor *start, int64_t len) {
     if (g && !g->status && !start) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "slice_at: start is NULL");
+        dfg_graph_err(g, DFG_ERR_ARG, "slice_at: start is NULL");
         return g->poison;
     }
     return slice(g, x, axis, 0, len, start);
 }
 
 /* ---------------------------------------------------------------- detach */
-dfg_status infer_detach(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_detach(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     (void)g;
     out[0] = (dfg_out_spec){.dtype = n->in[0]->dtype, .shape = n->in[0]->shape, .alias = 0, .writes = false};
     return DFG_OK;
@@ -140,13 +140,13 @@ dfg_status infer_detach(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 dfg_tensor *dfg_detach(dfg_graph *g, dfg_tensor *x) { return dfg_op_out(g, DFG_OP_DETACH, &x, 1, NULL); }
 
 /* The gradient is dy padded with zeros back to the input's extent. */
-dfg_status grad_slice(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_slice(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (!need[0]) return g->status;
     if (n->n_in == 2)
         return dfg_node_fail(g, n, DFG_ERR_UNSUPPORTED, "no gradient through a slice whose start is read at run time");
     const dfg_tensor *x = n->in[0];
-    int ax = n->attr.slice.axis;
-    int64_t st = n->attr.slice.start, len = n->attr.slice.len, after = x->shape.d[ax] - st - len;
+    int ax = n->attr->slice.axis;
+    int64_t st = n->attr->slice.start, len = n->attr->slice.len, after = x->shape.d[ax] - st - len;
     dfg_tensor *parts[3];
     int np = 0;
     dfg_shape s = x->shape;
@@ -158,9 +158,9 @@ dfg_status grad_slice(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, 
 }
 
 /* ---------------------------------------------------------------- concat */
-dfg_status infer_concat(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_concat(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x0 = n->in[0];
-    int ax = n->attr.concat.axis;
+    int ax = n->attr->concat.axis;
     if (n->n_in < 1) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs at least one input");
     if (ax < 0 || ax >= x0->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
     dfg_shape s = x0->shape;
@@ -181,7 +181,7 @@ dfg_status infer_concat(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 
 dfg_tensor *dfg_concat(dfg_graph *g, dfg_tensor *const *xs, int n, int axis) {
     if (g && !g->status && (!xs || n < 1)) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "concat: needs at least one input");
+        dfg_graph_err(g, DFG_ERR_ARG, "concat: needs at least one input");
         return g->poison;
     }
     int rank = xs && xs[0] && !(xs[0]->flags & DFG_TF_POISON) ? xs[0]->shape.rank : 0;
@@ -190,8 +190,8 @@ dfg_tensor *dfg_concat(dfg_graph *g, dfg_tensor *const *xs, int n, int axis) {
     return dfg_op_out(g, DFG_OP_CONCAT, xs, n, &a);
 }
 
-dfg_status grad_concat(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
-    int ax = n->attr.concat.axis;
+dfg_status dfg_grad_concat(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    int ax = n->attr->concat.axis;
     int64_t off = 0;
     for (int i = 0; i < n->n_in; i++) {
         int64_t len = n->in[i]->shape.d[ax];
@@ -202,9 +202,9 @@ dfg_status grad_concat(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout,
 }
 
 /* ---------------------------------------------------------------- expand */
-dfg_status infer_expand(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_expand(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
-    dfg_shape s = n->attr.reshape.shape, b;
+    dfg_shape s = n->attr->expand.shape, b;
     if (s.rank < x->shape.rank || s.rank > DFG_MAX_RANK || !dfg_shape_broadcast(x->shape, s, &b) ||
         !dfg_shape_equal(b, s))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the input does not broadcast to the target shape");
@@ -214,11 +214,11 @@ dfg_status infer_expand(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 }
 
 dfg_tensor *dfg_expand(dfg_graph *g, dfg_tensor *x, dfg_shape shape) {
-    dfg_attrs a = {.reshape = {shape}};
+    dfg_attrs a = {.expand = {shape}};
     return dfg_op_out(g, DFG_OP_EXPAND, &x, 1, &a);
 }
 
-dfg_status grad_expand(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_expand(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (need[0]) din[0] = dfg_sum_to_shape(g, dout[0], n->in[0]->shape);
     return g->status;
 }

@@ -17,7 +17,7 @@ static dfg_shape drop_last(dfg_shape s) {
 }
 
 static bool chunks_ok(const dfg_node *n, int64_t rows, int64_t v) {
-    int64_t rc = n->attr.logprob.rows_chunk, vc = n->attr.logprob.v_chunk;
+    int64_t rc = n->attr->logprob.rows_chunk, vc = n->attr->logprob.v_chunk;
     /* v_chunk: the whole vocabulary or a multiple of the reduction block (results then do not
      * depend on it, see ops/cpu/logprob.c) */
     return rc >= 1 && rc <= rows && rc <= DFG_LOGPROB_MAX_ROWS && vc >= 1 && vc <= v &&
@@ -25,19 +25,19 @@ static bool chunks_ok(const dfg_node *n, int64_t rows, int64_t v) {
 }
 
 /* inputs: logits (..., V), targets (...) -> logp (...) f32, lse (...) f32 */
-dfg_status infer_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *z = n->in[0], *t = n->in[1];
     if (z->shape.rank < 1 || !dfg_is_float(z->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
     if (t->dtype != DFG_I32 || !dfg_shape_equal(t->shape, drop_last(z->shape)))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "targets must be i32 with the logits' shape minus the last dim");
-    if (!(n->attr.logprob.inv_temp > 0)) return dfg_node_fail(g, n, DFG_ERR_ARG, "inverse temperature must be > 0");
+    if (!(n->attr->logprob.inv_temp > 0)) return dfg_node_fail(g, n, DFG_ERR_ARG, "inverse temperature must be > 0");
     out[0] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     out[1] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     return DFG_OK;
 }
 
 /* inputs: dlogp (...), logits (..., V), targets (...), lse (...) -> dlogits (..., V) */
-dfg_status infer_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dy = n->in[0], *z = n->in[1], *t = n->in[2], *lse = n->in[3];
     if (z->shape.rank < 1 || !dfg_is_float(z->dtype) || t->dtype != DFG_I32 || dy->dtype != DFG_F32 ||
         lse->dtype != DFG_F32 || !dfg_shape_equal(t->shape, drop_last(z->shape)) || !dfg_shape_equal(dy->shape, t->shape) ||
@@ -51,24 +51,24 @@ dfg_status infer_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out)
 static bool weight_fits(const dfg_node *n, const dfg_tensor *h, const dfg_tensor *w, int64_t *v) {
     int64_t c = h->shape.d[h->shape.rank - 1];
     if (w->shape.rank != 2 || w->dtype != h->dtype) return false;
-    bool tb = n->attr.logprob.trans_b;
+    bool tb = n->attr->logprob.trans_b;
     *v = tb ? w->shape.d[0] : w->shape.d[1];
     return (tb ? w->shape.d[1] : w->shape.d[0]) == c;
 }
 
 /* inputs: hidden (..., C), weight, targets (...) -> logp (...), lse (...), workspace (rc, vc) */
-dfg_status infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *h = n->in[0], *w = n->in[1], *t = n->in[2];
     int64_t v = 0;
     if (h->shape.rank < 2 || !dfg_is_float(h->dtype) || !weight_fits(n, h, w, &v))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs hidden (..., C) and a weight (V, C) (trans_b) or (C, V)");
     if (t->dtype != DFG_I32 || !dfg_shape_equal(t->shape, drop_last(h->shape)))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "targets must be i32 with the hidden states' shape minus the last dim");
-    if (!(n->attr.logprob.inv_temp > 0) || !chunks_ok(n, dfg_shape_numel(t->shape), v))
+    if (!(n->attr->logprob.inv_temp > 0) || !chunks_ok(n, dfg_shape_numel(t->shape), v))
         return dfg_node_fail(g, n, DFG_ERR_ARG, "inverse temperature must be > 0 and the chunks inside (rows, V)");
     out[0] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     out[1] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
-    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr.logprob.rows_chunk, n->attr.logprob.v_chunk), -1, false};
+    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr->logprob.rows_chunk, n->attr->logprob.v_chunk), -1, false};
     return DFG_OK;
 }
 
@@ -76,7 +76,7 @@ dfg_status infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *o
  * With acc (a gradient buffer of the weight's shape, PARAM/STATE), dweight is added into acc in
  * place and output 1 is acc's new value: the fuse pass makes this form from "dW, then
  * accumulate dW into the buffer", so a vocabulary-sized dW is never stored on its own. */
-dfg_status infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != 5 && n->n_in != 6) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs 5 inputs, or 6 with an accumulator");
     const dfg_tensor *dy = n->in[0], *h = n->in[1], *w = n->in[2], *t = n->in[3], *lse = n->in[4];
     const dfg_tensor *acc = n->n_in == 6 ? n->in[5] : NULL;
@@ -90,19 +90,19 @@ dfg_status infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spe
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
     out[0] = (dfg_out_spec){h->dtype, h->shape, -1, false};
     out[1] = acc ? (dfg_out_spec){w->dtype, w->shape, 5, true} : (dfg_out_spec){w->dtype, w->shape, -1, false};
-    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr.logprob.rows_chunk, n->attr.logprob.v_chunk), -1, false};
+    out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr->logprob.rows_chunk, n->attr->logprob.v_chunk), -1, false};
     return DFG_OK;
 }
 
 /* logprob: a pass over the logits for max and sum (online), one exp per logit */
-dfg_cost cost_logprob(const dfg_node *n) {
+dfg_cost dfg_cost_logprob(const dfg_node *n) {
     const dfg_tensor *z = n->in[n->op == DFG_OP_LOGPROB ? 0 : 1];
     return dfg_cost_io(n, (n->op == DFG_OP_LOGPROB ? 10.0 : 12.0) * (double)dfg_shape_numel(z->shape));
 }
 
 /* linear_logprob: the lm_head GEMM (2 rows V C) plus the logprob work; backward recomputes the
  * logits and does two more GEMMs of that size */
-dfg_cost cost_linear_logprob(const dfg_node *n) {
+dfg_cost dfg_cost_linear_logprob(const dfg_node *n) {
     bool bwd = n->op == DFG_OP_LINEAR_LOGPROB_BWD;
     const dfg_tensor *h = n->in[bwd ? 1 : 0], *w = n->in[bwd ? 2 : 1];
     double rows = (double)dfg_shape_numel(h->shape) / (double)h->shape.d[h->shape.rank - 1];
@@ -111,17 +111,17 @@ dfg_cost cost_linear_logprob(const dfg_node *n) {
     return dfg_cost_io(n, (bwd ? 3.0 : 1.0) * gemm + 10.0 * rows * v);
 }
 
-dfg_status grad_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (!dout[0] || !need[0]) return g->status; /* the log-sum-exp output is not differentiated */
-    din[0] = dfg_op_out(g, DFG_OP_LOGPROB_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->out[1]}, 4, &n->attr);
+    din[0] = dfg_op_out(g, DFG_OP_LOGPROB_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->out[1]}, 4, n->attr);
     return g->status;
 }
 
-dfg_status grad_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                                dfg_tensor **din) {
     if (!dout[0] || (!need[0] && !need[1])) return g->status;
     dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD,
-                               (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->in[2], n->out[1]}, 5, &n->attr, 3);
+                               (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->in[2], n->out[1]}, 5, n->attr, 3);
     if (!b) return g->status;
     if (need[0]) din[0] = b->out[0];
     if (need[1]) din[1] = b->out[1];

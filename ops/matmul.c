@@ -4,7 +4,7 @@
 
 bool dfg_matmul_dims(const dfg_node *n, dfg_mm_dims *d, const char **why) {
     const dfg_tensor *a = n->in[0], *b = n->in[1];
-    bool ta = n->attr.matmul.trans_a, tb = n->attr.matmul.trans_b;
+    bool ta = n->attr->matmul.trans_a, tb = n->attr->matmul.trans_b;
     int ra = a->shape.rank, rb = b->shape.rank;
     if (ra < 2 || rb < 2) return *why = "both operands need rank >= 2", false;
     d->M = ta ? a->shape.d[ra - 1] : a->shape.d[ra - 2];
@@ -21,15 +21,15 @@ bool dfg_matmul_dims(const dfg_node *n, dfg_mm_dims *d, const char **why) {
     return true;
 }
 
-dfg_status infer_matmul(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_matmul(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *a = n->in[0], *b = n->in[1];
     dfg_mm_dims d;
     const char *why = "";
     if (a->dtype != b->dtype || !dfg_is_float(a->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs two float operands of one dtype");
     if (!dfg_matmul_dims(n, &d, &why))
-        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "%s (trans_a=%d, trans_b=%d)", why, n->attr.matmul.trans_a,
-                             n->attr.matmul.trans_b);
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "%s (trans_a=%d, trans_b=%d)", why, n->attr->matmul.trans_a,
+                             n->attr->matmul.trans_b);
     out[0].dtype = a->dtype;
     out[0].shape = d.batch_shape;
     out[0].shape.d[out[0].shape.rank++] = d.M;
@@ -37,7 +37,7 @@ dfg_status infer_matmul(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_cost cost_matmul(const dfg_node *n) {
+dfg_cost dfg_cost_matmul(const dfg_node *n) {
     dfg_mm_dims d;
     const char *why;
     if (!dfg_matmul_dims(n, &d, &why)) return dfg_cost_io(n, 0.0);
@@ -57,9 +57,9 @@ static dfg_tensor *rows(dfg_graph *g, dfg_tensor *x) {
 /* C = op(A) op(B). dA = dC op(B)^T (or its transpose when A is transposed), dB likewise; an
  * operand shared across the batch gets the batch summed, by flattening the batch into rows
  * when the layout allows it (one large GEMM instead of a batched one and a reduction). */
-dfg_status grad_matmul(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+dfg_status dfg_grad_matmul(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     dfg_tensor *a = n->in[0], *b = n->in[1], *dc = dout[0];
-    bool ta = n->attr.matmul.trans_a, tb = n->attr.matmul.trans_b;
+    bool ta = n->attr->matmul.trans_a, tb = n->attr->matmul.trans_b;
     bool b_shared = b->shape.rank == 2 && a->shape.rank > 2;
     if (need[0]) {
         dfg_tensor *da = ta ? dfg_matmul(g, b, dc, tb, true) : dfg_matmul(g, dc, b, false, !tb);
@@ -77,7 +77,7 @@ dfg_status grad_matmul(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout,
 }
 
 /* ---------------------------------------------------------------- bias add */
-dfg_status infer_bias_add(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_bias_add(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0], *b = n->in[1];
     if (x->dtype != b->dtype || !dfg_is_float(x->dtype) || x->shape.rank < 1 || b->shape.rank != 1 ||
         b->shape.d[0] != x->shape.d[x->shape.rank - 1])
@@ -91,7 +91,7 @@ dfg_tensor *dfg_bias_add(dfg_graph *g, dfg_tensor *x, dfg_tensor *bias) {
     return dfg_op_out(g, DFG_OP_BIAS_ADD, (dfg_tensor *[]){x, bias}, 2, NULL);
 }
 
-dfg_status grad_bias_add(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_bias_add(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                          dfg_tensor **din) {
     (void)n;
     if (need[0]) din[0] = dout[0];

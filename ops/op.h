@@ -1,24 +1,32 @@
-/* op.h - the op registry: per op, its shape rule, gradient rule and cost (kernels: ops/cpu/cpu.h).
- *
- * The table is generated from ops/ops.def, so every op has every entry and the enum and the
- * tables cannot drift apart.
- */
+/* op.h - the op registry: per op, every fact of its ops.def row (shape rule, gradient rule, cost,
+ * attribute layout, in-place rule, dtypes, randomness, memory hint, whether CUDA has a kernel);
+ * the kernels' tables are ops/cpu/cpu.h and ops/cuda/. The enum, the declarations and the table
+ * are generated from ops/ops.def, so they cannot drift apart. */
 #ifndef DFG_OP_H
 #define DFG_OP_H
 
 #include "../graph/ir.h"
+#include "attrs.h"
+#include "dfg_ops.h"
+#include "opdef.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- op ids */
+typedef enum {
+#define X(E, ...) DFG_OP_##E,
+#include "ops.def"
+#undef X
+    DFG_OP_COUNT
+} dfg_op;
+
+/* ---------------------------------------------------------------- per-op facts (the columns of ops.def) */
 typedef enum { DFG_GRAD_DIFF, DFG_GRAD_ZERO, DFG_GRAD_NONE } dfg_grad_kind;
-
-/* What infer says about one output. alias >= 0 means the output shares the storage of input
- * `alias`: as a view (writes == false, e.g. reshape) or as the new version of a persistent
- * tensor written in place (writes == true, e.g. assign). */
-typedef struct {
-    dfg_dtype dtype;
-    dfg_shape shape;
-    int alias;
-    bool writes;
-} dfg_out_spec;
+typedef enum { DFG_INPLACE_NONE, DFG_INPLACE_IN0, DFG_INPLACE_IN01, DFG_INPLACE_IN12, DFG_INPLACE_EACH } dfg_inplace_rule;
+typedef enum { DFG_DTYPES_F32, DFG_DTYPES_ANY } dfg_dtype_rule;
+typedef enum { DFG_MEM_KEEPS, DFG_MEM_NEW_AXIS, DFG_MEM_LOGITS, DFG_MEM_LM_HEAD, DFG_MEM_TABLE } dfg_mem_hint;
 
 typedef struct {
     double flops;
@@ -40,13 +48,23 @@ typedef struct {
     int n_in, n_out; /* -1: decided by the builder */
     dfg_grad_kind grad_kind;
     dfg_infer_fn infer;
-    dfg_grad_fn grad;
+    dfg_grad_fn grad; /* NULL unless DIFF */
     dfg_cost_fn cost;
+    const dfg_attr_layout *attrs;
+    dfg_inplace_rule inplace;
+    dfg_dtype_rule dtypes;
+    bool random;        /* draws from an RNG state: never recomputed */
+    dfg_mem_hint mem;
+    bool has_cuda;      /* ops/cuda has its kernel */
 } dfg_op_info;
 
 extern const dfg_op_info dfg_ops[DFG_OP_COUNT];
 
 static inline const char *dfg_op_name(dfg_op op) { return (unsigned)op < DFG_OP_COUNT ? dfg_ops[op].name : "?"; }
+/* The op's attribute layout; none for an id that is no op (a damaged program is still written). */
+static inline const dfg_attr_layout *dfg_op_attrs(unsigned op) {
+    return op < DFG_OP_COUNT ? dfg_ops[op].attrs : &dfg_attr_layout_none;
+}
 
 /* ---------------------------------------------------------------- node construction (for builders)
  * dfg_node_add resolves persistent inputs to their current version, runs the op's shape rule
@@ -59,9 +77,8 @@ dfg_status dfg_node_fail(dfg_graph *g, const dfg_node *n, dfg_status s, const ch
     __attribute__((format(printf, 4, 5)));
 
 /* ---------------------------------------------------------------- shared rules, used by several ops */
-dfg_status infer_unary(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);
-dfg_status infer_same2(dfg_graph *g, const dfg_node *n, dfg_out_spec *out); /* two float inputs of one shape */
-bool dfg_is_float(dfg_dtype t);
+dfg_status dfg_infer_unary(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);
+dfg_status dfg_infer_same2(dfg_graph *g, const dfg_node *n, dfg_out_spec *out); /* two float inputs of one shape */
 dfg_cost dfg_cost_io(const dfg_node *n, double flops); /* bytes = all inputs read, all outputs written */
 /* The shapes of one matmul node: op(a) is (M, K), op(b) is (K, N), repeated over `batch`;
  * an operand of rank 2 is shared by every batch entry. */
@@ -70,53 +87,22 @@ typedef struct {
     dfg_shape batch_shape;
 } dfg_mm_dims;
 bool dfg_matmul_dims(const dfg_node *n, dfg_mm_dims *d, const char **why);
-/* The input whose bytes output k may take when that input dies at this node, or -1 (see
- * ops/inplace.c for the contract kernels keep). */
+/* The input whose bytes output k may take when that input dies at this node, or -1: the op's
+ * inplace rule (ops.def) applied to the node, for inputs of the output's shape and byte size. */
 int dfg_op_inplace_input(const dfg_node *n, int k);
 /* Sums a broadcast gradient back to `shape` (undoes numpy broadcasting). */
 dfg_tensor *dfg_sum_to_shape(dfg_graph *g, dfg_tensor *x, dfg_shape shape);
 
-#define X(E, name, nin, nout, gk, infer, grad, cost, cpu)                               \
-    dfg_status infer(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);              \
-    dfg_cost cost(const dfg_node *n);
+/* Every rule ops.def names, declared from the table (an op's rules may be shared by several
+ * rows: repeating a declaration is harmless). */
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) \
+    dfg_status dfg_infer_##infer(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);            \
+    dfg_cost dfg_cost_##cost(const dfg_node *n);                                                 \
+    DFG_UNLESS_NONE(grad)(dfg_status dfg_grad_##grad(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, \
+                                                     const bool *need, dfg_tensor **din);)
 #include "ops.def"
-#undef X
 
-/* gradient rules, declared one by one because NULL entries have none */
-dfg_status grad_add(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_sub(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_mul(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_div(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_minmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_scale(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_exp(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_log(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_neg(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_sqrt(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_clamp(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_gelu(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_where(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_cast(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_reshape(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_permute(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_slice(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_concat(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_expand(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_sum(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_mean(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_masked_sum(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_matmul(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_bias_add(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_layernorm(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_softmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_log_softmax(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_attention(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_attention_prefix(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_embed(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_take(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_logprob(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_linear_logprob(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
-dfg_status grad_bias_gelu(dfg_graph *, const dfg_node *, dfg_tensor *const *, const bool *, dfg_tensor **);
+#undef X
 
 /* linear_logprob keeps a running sum per row of a chunk on the stack */
 #define DFG_LOGPROB_MAX_ROWS 4096
@@ -124,4 +110,7 @@ dfg_status grad_bias_gelu(dfg_graph *, const dfg_node *, dfg_tensor *const *, co
  * reduce over the vocabulary in blocks of it, so results do not depend on the chunk size */
 #define DFG_LOGPROB_V_BLOCK 256
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -2,7 +2,7 @@
  * gradient rules. Kernels: ops/cpu/reduce.c. */
 #include "op.h"
 
-dfg_cost cost_reduce(const dfg_node *n) { return dfg_cost_io(n, (double)dfg_shape_numel(n->in[0]->shape)); }
+dfg_cost dfg_cost_reduce(const dfg_node *n) { return dfg_cost_io(n, (double)dfg_shape_numel(n->in[0]->shape)); }
 
 /* The input's shape with `axis` removed (or kept as 1). */
 static dfg_shape reduced(dfg_shape s, int axis, bool keepdim) {
@@ -15,19 +15,19 @@ static dfg_shape reduced(dfg_shape s, int axis, bool keepdim) {
     return s;
 }
 
-dfg_status infer_reduce(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_reduce(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
-    int ax = n->attr.reduce.axis;
+    int ax = n->attr->reduce.axis;
     if (ax < 0 || ax >= x->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
     if (!dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs a floating-point input");
     out[0].dtype = x->dtype;
-    out[0].shape = reduced(x->shape, ax, n->attr.reduce.keepdim);
+    out[0].shape = reduced(x->shape, ax, n->attr->reduce.keepdim);
     return DFG_OK;
 }
 
-dfg_status infer_masked_sum(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_masked_sum(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0], *m = n->in[1];
-    int ax = n->attr.reduce.axis;
+    int ax = n->attr->reduce.axis;
     dfg_shape b;
     if (ax < 0 || ax >= x->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
     if (!dfg_is_float(x->dtype) || m->dtype != x->dtype)
@@ -39,7 +39,7 @@ dfg_status infer_masked_sum(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) 
     return DFG_OK;
 }
 
-dfg_status infer_argmax(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_argmax(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *x = n->in[0];
     if (x->shape.rank < 1 || !dfg_is_float(x->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs a floating-point input of rank >= 1");
@@ -71,22 +71,22 @@ static dfg_tensor *spread(dfg_graph *g, dfg_tensor *dy, const dfg_tensor *x, int
     return dfg_expand(g, dfg_reshape(g, dy, reduced(x->shape, axis, true)), x->shape);
 }
 
-dfg_status grad_sum(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
-    if (need[0]) din[0] = spread(g, dout[0], n->in[0], n->attr.reduce.axis);
+dfg_status dfg_grad_sum(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    if (need[0]) din[0] = spread(g, dout[0], n->in[0], n->attr->reduce.axis);
     return g->status;
 }
 
-dfg_status grad_mean(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
-    int ax = n->attr.reduce.axis;
+dfg_status dfg_grad_mean(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    int ax = n->attr->reduce.axis;
     float inv = 1.0f / (float)n->in[0]->shape.d[ax];
     if (need[0]) din[0] = spread(g, dfg_scale(g, dout[0], inv), n->in[0], ax);
     return g->status;
 }
 
-dfg_status grad_masked_sum(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
+dfg_status dfg_grad_masked_sum(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                            dfg_tensor **din) {
     dfg_tensor *x = n->in[0], *m = n->in[1];
-    dfg_tensor *dy = spread(g, dout[0], x, n->attr.reduce.axis);
+    dfg_tensor *dy = spread(g, dout[0], x, n->attr->reduce.axis);
     if (need[0]) din[0] = dfg_mul(g, dy, m);
     if (need[1]) din[1] = dfg_sum_to_shape(g, dfg_mul(g, dy, x), m->shape);
     return g->status;

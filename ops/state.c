@@ -1,49 +1,48 @@
-/* state.c - ops that write persistent tensors in place: assign (copy, accumulate, fill),
+/* state.c - ops that write persistent tensors in place: assign, accumulate, assign_fill,
  * slice_assign (KV caches), the AdamW step and global-norm gradient clipping. Each output
  * that writes is a new version of the tensor it writes (see graph.c). Kernels: ops/cpu/state.c. */
 #include "op.h"
 
-/* ---------------------------------------------------------------- assign */
-dfg_status infer_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+/* ---------------------------------------------------------------- assign, accumulate, assign_fill */
+dfg_status dfg_infer_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dst = n->in[0];
-    bool fill = n->attr.assign.mode == DFG_ASSIGN_FILL;
-    if (n->n_in != (fill ? 1 : 2)) return dfg_node_fail(g, n, DFG_ERR_ARG, "wrong number of inputs for this mode");
-    if (!fill) {
+    if (n->op != DFG_OP_ASSIGN_FILL) {
         const dfg_tensor *src = n->in[1];
         /* a copy may also convert between float dtypes (an f32 master into a bf16 parameter),
          * so no converted temporary is ever stored */
-        bool convert = n->attr.assign.mode == DFG_ASSIGN_COPY && dfg_is_float(src->dtype) && dfg_is_float(dst->dtype);
+        bool convert = n->op == DFG_OP_ASSIGN && dfg_is_float(src->dtype) && dfg_is_float(dst->dtype);
         if ((src->dtype != dst->dtype && !convert) || !dfg_shape_equal(src->shape, dst->shape))
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "source and destination differ in shape or dtype");
-        if (n->attr.assign.mode == DFG_ASSIGN_ADD && dst->dtype == DFG_U8)
+        if (n->op == DFG_OP_ACCUMULATE && dst->dtype == DFG_U8)
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "cannot accumulate u8");
     }
     out[0] = (dfg_out_spec){dst->dtype, dst->shape, 0, true};
     return DFG_OK;
 }
 
-static dfg_tensor *assign(dfg_graph *g, dfg_assign_mode mode, dfg_tensor *dst, dfg_tensor *src, float v) {
-    dfg_attrs a = {.assign = {mode, v}};
-    return dfg_op_out(g, DFG_OP_ASSIGN, (dfg_tensor *[]){dst, src}, mode == DFG_ASSIGN_FILL ? 1 : 2, &a);
+dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src) {
+    return dfg_op_out(g, DFG_OP_ASSIGN, (dfg_tensor *[]){dst, src}, 2, NULL);
 }
-dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src) { return assign(g, DFG_ASSIGN_COPY, dst, src, 0); }
-dfg_tensor *dfg_accumulate(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src) { return assign(g, DFG_ASSIGN_ADD, dst, src, 0); }
+dfg_tensor *dfg_accumulate(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src) {
+    return dfg_op_out(g, DFG_OP_ACCUMULATE, (dfg_tensor *[]){dst, src}, 2, NULL);
+}
 dfg_tensor *dfg_assign_fill(dfg_graph *g, dfg_tensor *dst, float value) {
-    return assign(g, DFG_ASSIGN_FILL, dst, NULL, value);
+    dfg_attrs a = {.assign_fill = {value}};
+    return dfg_op_out(g, DFG_OP_ASSIGN_FILL, &dst, 1, &a);
 }
 
 /* ---------------------------------------------------------------- slice_assign: dst[..., start:start+len, ...] = src */
-dfg_status infer_slice_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_slice_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *dst = n->in[0], *src = n->in[1];
-    int ax = n->attr.slice_assign.axis;
-    bool dyn = n->attr.slice_assign.dynamic;
+    int ax = n->attr->slice_assign.axis;
+    bool dyn = n->attr->slice_assign.dynamic;
     if (n->n_in != (dyn ? 3 : 2)) return dfg_node_fail(g, n, DFG_ERR_ARG, "wrong number of inputs");
     if (ax < 0 || ax >= dst->shape.rank || src->shape.rank != dst->shape.rank || src->dtype != dst->dtype)
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "axis out of range, or rank/dtype differ");
     for (int d = 0; d < dst->shape.rank; d++)
         if (d != ax && src->shape.d[d] != dst->shape.d[d])
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "dim %d differs", d);
-    int64_t len = src->shape.d[ax], st = n->attr.slice_assign.start;
+    int64_t len = src->shape.d[ax], st = n->attr->slice_assign.start;
     if (len > dst->shape.d[ax] || (!dyn && (st < 0 || st + len > dst->shape.d[ax])))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rows [%lld, %lld) do not fit dim %d of size %lld", (long long)st,
                              (long long)(st + len), ax, (long long)dst->shape.d[ax]);
@@ -65,15 +64,15 @@ dfg_tensor *dfg_slice_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int
 }
 dfg_tensor *dfg_slice_assign_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, dfg_tensor *pos) {
     if (g && !g->status && !pos) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "slice_assign: pos is NULL");
+        dfg_graph_err(g, DFG_ERR_ARG, "slice_assign: pos is NULL");
         return g->poison;
     }
     return slice_assign(g, dst, src, axis, 0, pos);
 }
 
 /* ---------------------------------------------------------------- adamw: inputs step, (param, grad, m, v) x n; outputs (param, m, v) x n */
-dfg_status infer_adamw(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
-    const dfg_adamw_config *c = &n->attr.adamw;
+dfg_status dfg_infer_adamw(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_attrs_adamw *c = &n->attr->adamw;
     if (n->n_in < 5 || (n->n_in - 1) % 4 || n->n_out != (n->n_in - 1) / 4 * 3)
         return dfg_node_fail(g, n, DFG_ERR_ARG, "needs step and (param, grad, m, v) per parameter");
     if (n->in[0]->dtype != DFG_I32 || dfg_shape_numel(n->in[0]->shape) != 1)
@@ -97,7 +96,7 @@ dfg_status infer_adamw(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     return DFG_OK;
 }
 
-dfg_cost cost_adamw(const dfg_node *n) {
+dfg_cost dfg_cost_adamw(const dfg_node *n) {
     double el = 0;
     for (int i = 1; i < n->n_in; i += 4) el += (double)dfg_shape_numel(n->in[i]->shape);
     return dfg_cost_io(n, 12.0 * el);
@@ -108,9 +107,9 @@ dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const 
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
     if (n < 1 || !params || !grads || !m || !v)
-        return dfg_graph_fail_(g, DFG_ERR_ARG, "adamw: needs n >= 1 parameters with grads and moments");
+        return dfg_graph_err(g, DFG_ERR_ARG, "adamw: needs n >= 1 parameters with grads and moments");
     dfg_tensor **in = dfg_arena_alloc(&g->program->arena, sizeof(*in) * (size_t)(1 + 4 * n));
-    if (!in) return dfg_graph_fail_(g, DFG_ERR_NOMEM, "adamw: out of memory");
+    if (!in) return dfg_graph_err(g, DFG_ERR_NOMEM, "adamw: out of memory");
     in[0] = step;
     for (int i = 0; i < n; i++) {
         in[1 + 4 * i] = params[i];
@@ -118,15 +117,15 @@ dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const 
         in[3 + 4 * i] = m[i];
         in[4 + 4 * i] = v[i];
     }
-    dfg_attrs a = {.adamw = cfg};
+    dfg_attrs a = {.adamw = {cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}};
     dfg_node_add(g, DFG_OP_ADAMW, in, 1 + 4 * n, &a, 3 * n);
     return g->status;
 }
 
 /* ---------------------------------------------------------------- clip_grad_norm: inputs g x n; outputs norm, g' x n */
-dfg_status infer_clip(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+dfg_status dfg_infer_clip(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in < 1 || n->n_out != n->n_in + 1) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs n >= 1 gradients");
-    if (!(n->attr.clip.max_norm > 0)) return dfg_node_fail(g, n, DFG_ERR_ARG, "max_norm must be > 0");
+    if (!(n->attr->clip.max_norm > 0)) return dfg_node_fail(g, n, DFG_ERR_ARG, "max_norm must be > 0");
     out[0] = (dfg_out_spec){DFG_F32, DFG_SCALAR, -1, false};
     for (int i = 0; i < n->n_in; i++) {
         const dfg_tensor *t = n->in[i];
@@ -138,7 +137,7 @@ dfg_status infer_clip(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 }
 
 /* two passes over every gradient: sum of squares, then the scaling */
-dfg_cost cost_clip(const dfg_node *n) {
+dfg_cost dfg_cost_clip(const dfg_node *n) {
     double el = 0;
     for (int i = 0; i < n->n_in; i++) el += (double)dfg_shape_numel(n->in[i]->shape);
     dfg_cost c = dfg_cost_io(n, 3.0 * el);
@@ -150,7 +149,7 @@ dfg_tensor *dfg_clip_grad_norm(dfg_graph *g, dfg_tensor **grads, int n, float ma
     if (!g) return NULL;
     if (g->status) return g->poison;
     if (n < 1 || !grads) {
-        dfg_graph_fail_(g, DFG_ERR_ARG, "clip_grad_norm: needs n >= 1 gradients");
+        dfg_graph_err(g, DFG_ERR_ARG, "clip_grad_norm: needs n >= 1 gradients");
         return g->poison;
     }
     dfg_attrs a = {.clip = {max_norm}};

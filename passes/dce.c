@@ -47,7 +47,7 @@ dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o) {
     int nt = p->n_tensors, removed = 0;
     bool *live_t = malloc(sizeof(*live_t) * (size_t)(nt ? nt : 1));
     bool *live_n = NULL;
-    if (!live_t) return dfg_program_fail_(p, DFG_ERR_NOMEM, "dce: out of memory");
+    if (!live_t) return dfg_program_err(p, DFG_ERR_NOMEM, "dce: out of memory");
     for (int gi = 0; gi < p->n_graphs; gi++) {
         dfg_graph *g = p->graphs[gi];
         if (dfg_graph_stage_index(p, g) < 0) continue; /* never runs: nothing to plan */
@@ -55,7 +55,7 @@ dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o) {
         live_n = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(*live_n));
         if (!live_n) {
             free(live_t);
-            return dfg_program_fail_(p, DFG_ERR_NOMEM, "dce: out of memory");
+            return dfg_program_err(p, DFG_ERR_NOMEM, "dce: out of memory");
         }
         for (int i = 0; i < nt; i++) live_t[i] = false;
         mark_live(p, g, live_t, live_n);

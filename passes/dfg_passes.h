@@ -9,11 +9,15 @@
 #ifndef DFG_PASSES_H
 #define DFG_PASSES_H
 
-#include "dfg_runtime.h"
+#include "dfg_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What a plan is made for: the planner needs no device, so a cuda plan is made on any machine. */
+typedef enum { DFG_TARGET_CPU, DFG_TARGET_CUDA, DFG_TARGET_COUNT } dfg_target;
+DFG_API const char *dfg_target_name(dfg_target t); /* "cpu", "cuda"; "?" when out of range */
 
 typedef struct {
     dfg_target target;     /* alignment and, later, kernels: 256-byte on cuda, 64 on cpu */
@@ -27,13 +31,13 @@ typedef struct {
 
 /* Parses "6GiB", "512MiB", "1.5GB", "4096" into bytes (GiB/MiB/KiB binary, GB/MB/KB decimal);
  * false when the text is not a positive size. */
-bool dfg_parse_bytes(const char *text, int64_t *bytes);
+DFG_API bool dfg_parse_bytes(const char *text, int64_t *bytes);
 
-dfg_options dfg_options_default(dfg_target target);
+DFG_API dfg_options dfg_options_default(dfg_target target);
 
 /* Runs the passes; on failure the program's error says which pass and why. */
-dfg_status dfg_compile(dfg_program *p, const dfg_options *opt);
-bool dfg_is_compiled(const dfg_program *p);
+DFG_API dfg_status dfg_compile(dfg_program *p, const dfg_options *opt);
+DFG_API bool dfg_is_compiled(const dfg_program *p);
 
 /* What the bytes live at the peak are for. */
 typedef enum {
@@ -49,7 +53,7 @@ typedef enum {
     DFG_CAT_COUNT
 } dfg_category;
 
-const char *dfg_category_name(dfg_category c);
+DFG_API const char *dfg_category_name(dfg_category c);
 
 typedef struct {
     dfg_target target;
@@ -73,7 +77,7 @@ typedef struct {
 } dfg_report;
 
 /* The report of a compiled program, or NULL. */
-const dfg_report *dfg_program_report(const dfg_program *p);
+DFG_API const dfg_report *dfg_program_report(const dfg_program *p);
 
 #ifdef __cplusplus
 }

@@ -160,7 +160,7 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
         dfg_rw_move_tail(g, first, rg->first_pos + 1);
         for (int k = 0; k < rg->n_old; k++) {
             dfg_tensor *d = din[rg->old_input[k]];
-            if (!d) return dfg_program_fail_(f->p, DFG_ERR_STATE, "fuse: %s made no gradient for input %d", dfg_op_name(op),
+            if (!d) return dfg_program_err(f->p, DFG_ERR_STATE, "fuse: %s made no gradient for input %d", dfg_op_name(op),
                                              rg->old_input[k]);
             d->grad_wrt = in[rg->old_input[k]];
             dfg_rw_replace_uses(f->p, g, rg->old_grad[k], d);
@@ -218,7 +218,7 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
      * writes: log_softmax(cast(lm_head(h), f32) / T)), while only the pattern reads each value */
     for (int hops = 0; hops < 2; hops++) {
         const dfg_node *up = z->producer;
-        bool scale = forward_op(z, DFG_OP_SCALE) && up->attr.scale.beta == 0.0f && up->attr.scale.alpha > 0.0f;
+        bool scale = forward_op(z, DFG_OP_AFFINE) && up->attr->affine.beta == 0.0f && up->attr->affine.alpha > 0.0f;
         bool cast = forward_op(z, DFG_OP_CAST) && z->dtype == DFG_F32 && dfg_is_float(up->in[0]->dtype);
         if (!scale && !cast) break;
         r.fwd[r.n++] = up;
@@ -226,17 +226,17 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
             r.n--;
             break;
         }
-        if (scale) inv_temp *= up->attr.scale.alpha;
+        if (scale) inv_temp *= up->attr->affine.alpha;
         z = up->in[0];
     }
-    if (forward_op(z, DFG_OP_MATMUL) && !z->producer->attr.matmul.trans_a && z->producer->in[1]->shape.rank == 2 &&
+    if (forward_op(z, DFG_OP_MATMUL) && !z->producer->attr->matmul.trans_a && z->producer->in[1]->shape.rank == 2 &&
         z->producer->in[0]->shape.rank >= 2) {
         mm = z->producer;
         r.fwd[r.n++] = mm;
         if (!only_region_reads(f, &r, z)) r.n--, mm = NULL;
     }
     r.fwd[r.n++] = take;
-    dfg_attrs a = {.logprob = {inv_temp, mm ? mm->attr.matmul.trans_b : false, 0, 0}};
+    dfg_attrs a = {.logprob = {inv_temp, mm ? mm->attr->matmul.trans_b : false, 0, 0}};
     dfg_tensor *in[3];
     int n_in;
     if (mm) {
@@ -276,7 +276,7 @@ static dfg_status try_accumulate_into(fuse_ctx *f, dfg_node *b, int slot, bool *
     if (b->n_in != plain_in || (dw->flags & DFG_TF_OUTPUT) || f->c.start[dw->id + 1] - f->c.start[dw->id] != 1)
         return DFG_OK;
     dfg_node *acc = (dfg_node *)f->c.node[f->c.start[dw->id]];
-    if (acc->op != DFG_OP_ASSIGN || acc->attr.assign.mode != DFG_ASSIGN_ADD || acc->in[1] != dw || acc->in[0] == dw)
+    if (acc->op != DFG_OP_ACCUMULATE || acc->in[1] != dw || acc->in[0] == dw)
         return DFG_OK;
     dfg_tensor *v = acc->in[0];
     for (int k = f->c.start[v->id]; k < f->c.start[v->id + 1]; k++)
@@ -286,7 +286,7 @@ static dfg_status try_accumulate_into(fuse_ctx *f, dfg_node *b, int slot, bool *
     for (int j = 0; j < plain_in; j++) in[j] = b->in[j];
     in[plain_in] = v;
     int first = g->n_nodes;
-    dfg_node *n = dfg_rw_add(g, b->op, in, plain_in + 1, &b->attr, b->n_out);
+    dfg_node *n = dfg_rw_add(g, b->op, in, plain_in + 1, b->attr, b->n_out);
     if (!n) return g->status;
     n->flags = b->flags;
     n->grad_of = b->grad_of;
@@ -310,9 +310,9 @@ static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o,
      * more than enough; reaching it means a rewrite did not take (a bug, reported, not a hang) */
     for (int round = 0, limit = g->n_nodes + 1;; round++) {
         if (round > limit)
-            return dfg_program_fail_(p, DFG_ERR_STATE, "fuse: graph '%s' still matches after %d rewrites", g->name, limit);
+            return dfg_program_err(p, DFG_ERR_STATE, "fuse: graph '%s' still matches after %d rewrites", g->name, limit);
         fuse_ctx f = {p, g, o, {0}};
-        if (dfg_consumers_build(p, g, &f.c)) return dfg_program_fail_(p, DFG_ERR_NOMEM, "fuse: out of memory");
+        if (dfg_consumers_build(p, g, &f.c)) return dfg_program_err(p, DFG_ERR_NOMEM, "fuse: out of memory");
         bool fired = false;
         dfg_status st = DFG_OK;
         for (int i = 0; i < g->n_nodes && !fired && !st; i++) {

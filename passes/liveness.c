@@ -96,23 +96,24 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
             const dfg_node *node = p->graphs[gi]->nodes[n];
-            if (node->op == DFG_OP_EMBED) table[node->in[0]->storage->id] = true;
+            if (dfg_ops[node->op].mem == DFG_MEM_TABLE) table[node->in[0]->storage->id] = true;
         }
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
             const dfg_node *node = p->graphs[gi]->nodes[n];
             const dfg_tensor *o = node->out[0];
-            bool mark = node->op == DFG_OP_TAKE_BWD || node->op == DFG_OP_LOGPROB_BWD ||
-                        (node->op == DFG_OP_MATMUL && node->attr.matmul.trans_b && table[node->in[1]->storage->id]);
-            switch (node->op) {
-            case DFG_OP_MATMUL: case DFG_OP_EMBED: case DFG_OP_EMBED_BWD: case DFG_OP_ATTENTION:
-            case DFG_OP_ATTENTION_BWD: case DFG_OP_ATTENTION_PREFIX: case DFG_OP_ATTENTION_PREFIX_BWD:
-            case DFG_OP_LAYERNORM: case DFG_OP_LAYERNORM_BWD:
-                break; /* these change what the last dim means */
-            default:
+            bool mark = false;
+            switch (dfg_ops[node->op].mem) {
+            case DFG_MEM_LOGITS: mark = true; break;
+            case DFG_MEM_LM_HEAD: /* hidden @ table^T */
+                mark = node->attr->matmul.trans_b && table[node->in[1]->storage->id];
+                break;
+            case DFG_MEM_NEW_AXIS: case DFG_MEM_TABLE: break; /* these change what the last dim means */
+            case DFG_MEM_KEEPS:
                 for (int j = 0; j < node->n_in && !mark; j++)
                     mark = logits[node->in[j]->id] && o->shape.rank &&
                            o->shape.d[o->shape.rank - 1] == node->in[j]->shape.d[node->in[j]->shape.rank - 1];
+                break;
             }
             if (mark) logits[o->id] = true;
         }

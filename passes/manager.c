@@ -24,6 +24,11 @@ static const pass_entry pipeline[] = {
     {"verify_plan", dfg_pass_verify_plan},
 };
 
+const char *dfg_target_name(dfg_target t) {
+    static const char *const names[DFG_TARGET_COUNT] = {[DFG_TARGET_CPU] = "cpu", [DFG_TARGET_CUDA] = "cuda"};
+    return (unsigned)t < DFG_TARGET_COUNT ? names[t] : "?";
+}
+
 dfg_options dfg_options_default(dfg_target target) {
     dfg_options o = {.target = target};
 #ifndef NDEBUG
@@ -39,16 +44,16 @@ void *dfg_plan_alloc(dfg_plan *plan, size_t bytes) { return dfg_arena_alloc(plan
 dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
     if (!p) return DFG_ERR_ARG;
     if (p->status) return p->status;
-    if (p->plan) return dfg_program_fail_(p, DFG_ERR_STATE, "compile: program '%s' is already compiled", p->name);
+    if (p->plan) return dfg_program_err(p, DFG_ERR_STATE, "compile: program '%s' is already compiled", p->name);
     dfg_status st = dfg_program_status(p);
     if (st) return st; /* a graph's error: dfg_program_error names it */
     dfg_options o = opt ? *opt : dfg_options_default(DFG_TARGET_CPU);
     if ((unsigned)o.target >= DFG_TARGET_COUNT)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "compile: unknown target %d", (int)o.target);
+        return dfg_program_err(p, DFG_ERR_ARG, "compile: unknown target %d", (int)o.target);
     if (!o.align) o.align = o.target == DFG_TARGET_CUDA ? 256 : 64;
-    if (o.align & (o.align - 1)) return dfg_program_fail_(p, DFG_ERR_ARG, "compile: alignment %zu is not a power of two", o.align);
+    if (o.align & (o.align - 1)) return dfg_program_err(p, DFG_ERR_ARG, "compile: alignment %zu is not a power of two", o.align);
     dfg_plan *plan = dfg_arena_alloc(&p->arena, sizeof(*plan));
-    if (!plan) return dfg_program_fail_(p, DFG_ERR_NOMEM, "compile: out of memory");
+    if (!plan) return dfg_program_err(p, DFG_ERR_NOMEM, "compile: out of memory");
     plan->opt = o;
     plan->arena = &p->arena;
     p->plan = plan; /* from here on the program is sealed */
@@ -57,7 +62,7 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
         if (o.verify_each && pipeline[i].run != dfg_pass_verify && (st = dfg_pass_verify(p, &o))) return st;
     }
     if (o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
-        return dfg_program_fail_(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",
+        return dfg_program_err(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",
                                  plan->report.arena_bytes, (long long)o.memory_budget);
     return DFG_OK;
 }

@@ -10,7 +10,7 @@
 
 #include "../graph/ir.h"
 #include "../ops/op.h"
-#include "../runtime/memplan.h"
+#include "memplan.h"
 #include "dfg_passes.h"
 
 typedef struct {

@@ -88,7 +88,7 @@ static bool redoable(const dfg_node *n) {
     /* a view the backward made (a matmul's weight gradient reading a reshape of an activation)
      * is as pure as a forward one */
     bool backward = (n->flags & DFG_NF_BACKWARD) && !n->out[0]->view_of;
-    if (backward || (n->flags & DFG_NF_RECOMPUTED) || n->op == DFG_OP_SAMPLE) return false;
+    if (backward || (n->flags & DFG_NF_RECOMPUTED) || dfg_ops[n->op].random) return false;
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k]->version_of || (n->out[k]->flags & DFG_TF_OUTPUT)) return false;
     return true;
@@ -256,7 +256,7 @@ static dfg_node *make_copy(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, df
     for (int j = 0; j < src->n_in; j++)
         if (!(in[j] = value_for(c, trial, g, src->in[j], pos, depth))) return NULL;
     int first = g->n_nodes;
-    dfg_node *copy = dfg_rw_add(g, src->op, in, src->n_in, &src->attr, src->n_out);
+    dfg_node *copy = dfg_rw_add(g, src->op, in, src->n_in, src->attr, src->n_out);
     if (!copy || !note_copy(c, src, copy)) return NULL;
     copy->flags |= DFG_NF_RECOMPUTED | DFG_NF_BACKWARD;
     for (int k = 0; k < src->n_out; k++) copy->out[k]->flags |= src->out[k]->flags & DFG_TF_WORKSPACE;
@@ -376,13 +376,13 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     if (!st && arena > o->memory_budget) {
         char dom[256];
         dominant(&trial.report, dom, sizeof(dom));
-        st = dfg_program_fail_(p, DFG_ERR_ARG,
+        st = dfg_program_err(p, DFG_ERR_ARG,
                                "remat: the memory budget of %.1f MiB does not fit; the smallest plan found needs %.1f MiB "
                                "(persistent tensors %.1f MiB, %d activations recomputed); at its peak: %s",
                                (double)o->memory_budget / 1048576.0, (double)arena / 1048576.0,
                                (double)trial.report.persistent_bytes / 1048576.0, c.n_copies, dom);
     } else if (st && !p->status) {
-        st = dfg_program_fail_(p, st, "remat: %s", dfg_program_error(p)[0] ? dfg_program_error(p) : "out of memory");
+        st = dfg_program_err(p, st, "remat: %s", dfg_program_error(p)[0] ? dfg_program_error(p) : "out of memory");
     }
     dfg_arena_free_all(&scratch);
     for (int gi = 0; c.orders && gi < p->n_graphs; gi++) free(c.orders[gi]);

@@ -211,7 +211,7 @@ static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
     }
     dag_free(&d);
     free(order);
-    return ok ? DFG_OK : dfg_program_fail_(p, DFG_ERR_NOMEM, "schedule: out of memory in graph '%s'", g->name);
+    return ok ? DFG_OK : dfg_program_err(p, DFG_ERR_NOMEM, "schedule: out of memory in graph '%s'", g->name);
 }
 
 dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o) {

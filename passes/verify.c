@@ -25,9 +25,9 @@ static dfg_status verify_stages(dfg_program *p) {
     for (int s = 0; s < p->n_stages; s++) {
         for (int r = 0; r < s; r++) {
             if (!strcmp(p->stages[r].name, p->stages[s].name))
-                return dfg_program_fail_(p, DFG_ERR_ARG, "verify: two stages are named '%s'", p->stages[s].name);
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: two stages are named '%s'", p->stages[s].name);
             if (p->stages[s].kind == DFG_STAGE_GRAPH && p->stages[r].graph == p->stages[s].graph)
-                return dfg_program_fail_(p, DFG_ERR_ARG, "verify: graph '%s' is staged twice (stages %d and %d)",
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: graph '%s' is staged twice (stages %d and %d)",
                                          p->stages[s].graph->name, r, s);
         }
     }
@@ -36,7 +36,7 @@ static dfg_status verify_stages(dfg_program *p) {
         if (!t->scope_first) continue;
         int a = stage_by_name(p, t->scope_first), b = stage_by_name(p, t->scope_last);
         if (a < 0 || b < 0 || a > b)
-            return dfg_program_fail_(p, DFG_ERR_ARG, "verify: the scope of '%s' (%s .. %s) does not name two stages in order",
+            return dfg_program_err(p, DFG_ERR_ARG, "verify: the scope of '%s' (%s .. %s) does not name two stages in order",
                                      t->name, t->scope_first, t->scope_last);
     }
     return DFG_OK;
@@ -57,7 +57,7 @@ typedef struct {
 } walk;
 
 static dfg_status fail_node(walk *w, const dfg_node *n, const char *what, const dfg_tensor *t) {
-    return dfg_program_fail_(w->p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' (%s): %s '%s'", w->g->name, n->id,
+    return dfg_program_err(w->p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' (%s): %s '%s'", w->g->name, n->id,
                              n->name, dfg_op_name(n->op), what, t ? t->name : "NULL");
 }
 
@@ -79,7 +79,7 @@ static dfg_status check_input(walk *w, const dfg_node *n, dfg_tensor *x) {
 static dfg_status check_outputs(walk *w, const dfg_node *n) {
     dfg_graph *g = (dfg_graph *)w->g;
     dfg_out_spec *spec = calloc((size_t)n->n_out, sizeof(*spec));
-    if (!spec) return dfg_program_fail_(w->p, DFG_ERR_NOMEM, "verify: out of memory");
+    if (!spec) return dfg_program_err(w->p, DFG_ERR_NOMEM, "verify: out of memory");
     for (int k = 0; k < n->n_out; k++) spec[k].alias = -1;
     dfg_status st = g->status ? g->status : dfg_ops[n->op].infer(g, n, spec);
     for (int k = 0; k < n->n_out && !st; k++) {
@@ -98,7 +98,7 @@ static dfg_status check_outputs(walk *w, const dfg_node *n) {
         if (s->writes) w->current[o->version_of->id] = o;
     }
     free(spec);
-    if (st && !w->p->status) dfg_program_fail_(w->p, st, "verify: %s", g->error);
+    if (st && !w->p->status) dfg_program_err(w->p, st, "verify: %s", g->error);
     return st;
 }
 
@@ -109,10 +109,10 @@ static dfg_status verify_graph(dfg_program *p, const dfg_graph *g, bool *defined
     for (int i = 0; i < g->n_nodes; i++) {
         const dfg_node *n = g->nodes[i];
         if (n->id != i || n->graph != g || (unsigned)n->op >= DFG_OP_COUNT)
-            return dfg_program_fail_(p, DFG_ERR_STATE, "verify: graph '%s': node at %d is misnumbered or foreign",
+            return dfg_program_err(p, DFG_ERR_STATE, "verify: graph '%s': node at %d is misnumbered or foreign",
                                      g->name, i);
         if (n->after && (n->after->graph != g || n->after->id >= i || g->nodes[n->after->id] != n->after))
-            return dfg_program_fail_(p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' must run after '%s'", g->name, i,
+            return dfg_program_err(p, DFG_ERR_STATE, "verify: graph '%s', node %d '%s' must run after '%s'", g->name, i,
                                      n->name, n->after->name);
         for (int j = 0; j < n->n_in; j++) {
             dfg_status st = check_input(&w, n, n->in[j]);
@@ -124,13 +124,43 @@ static dfg_status verify_graph(dfg_program *p, const dfg_graph *g, bool *defined
     return DFG_OK;
 }
 
+/* Every stage a rollout declaration names must exist (graph/declare.c cannot know: stages may
+ * come after it). */
+static dfg_status verify_declarations(dfg_program *p) {
+    for (int i = 0; i < p->decl.n_rollout_stages; i++) {
+        bool found = false;
+        for (int s = 0; s < p->n_stages && !found; s++) found = !strcmp(p->stages[s].name, p->decl.rollout_stages[i]);
+        if (!found)
+            return dfg_program_err(p, DFG_ERR_ARG, "verify: declare_rollout names stage '%s', which the program does not have",
+                                   p->decl.rollout_stages[i]);
+    }
+    return DFG_OK;
+}
+
+/* A plan for a target runs every node with that target's kernel: an op without one (its ops.def
+ * cuda column is `none`) refuses the compile here, naming it, rather than failing on the GPU. */
+static dfg_status verify_kernels(dfg_program *p, dfg_target target) {
+    if (target != DFG_TARGET_CUDA) return DFG_OK; /* every op has a CPU kernel (ops.def) */
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[gi]->nodes[i];
+            if (n->op < DFG_OP_COUNT && !dfg_ops[n->op].has_cuda)
+                return dfg_program_err(p, DFG_ERR_UNSUPPORTED,
+                                       "verify: op '%s' (node '%s' in graph '%s') has no CUDA kernel yet; compile for "
+                                       "--target cpu, or add its kernel (docs/ARCHITECTURE.md, adding an op)",
+                                       dfg_op_name(n->op), n->name, p->graphs[gi]->name);
+        }
+    return DFG_OK;
+}
+
 dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o) {
-    (void)o;
     dfg_status st = verify_stages(p);
+    if (!st) st = verify_declarations(p);
+    if (!st && o) st = verify_kernels(p, o->target);
     if (st) return st;
     bool *defined = malloc(sizeof(*defined) * (size_t)(p->n_tensors ? p->n_tensors : 1));
     dfg_tensor **current = malloc(sizeof(*current) * (size_t)(p->n_tensors ? p->n_tensors : 1));
-    if (!defined || !current) st = dfg_program_fail_(p, DFG_ERR_NOMEM, "verify: out of memory");
+    if (!defined || !current) st = dfg_program_err(p, DFG_ERR_NOMEM, "verify: out of memory");
     for (int gi = 0; gi < p->n_graphs && !st; gi++) st = verify_graph(p, p->graphs[gi], defined, current);
     free(defined);
     free(current);

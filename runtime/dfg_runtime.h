@@ -4,14 +4,11 @@
 #ifndef DFG_RUNTIME_H
 #define DFG_RUNTIME_H
 
-#include "../graph/dfg.h"
+#include "dfg_passes.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { DFG_TARGET_CPU, DFG_TARGET_CUDA, DFG_TARGET_COUNT } dfg_target;
-const char *dfg_target_name(dfg_target t);
 
 typedef struct {
     dfg_target target;
@@ -25,7 +22,7 @@ typedef struct {
     bool check;
 } dfg_run_options;
 
-dfg_run_options dfg_run_options_default(void);
+DFG_API dfg_run_options dfg_run_options_default(void);
 
 typedef struct dfg_runtime dfg_runtime;
 
@@ -33,25 +30,25 @@ typedef struct dfg_runtime dfg_runtime;
  * defaults for opt->target), allocates the one arena of the planned size, resolves host stages
  * and initialises every PARAM and STATE from its init spec and the seed. On failure *out may
  * still hold a runtime whose dfg_runtime_error() says why; free it with dfg_runtime_free. */
-dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out);
-void dfg_runtime_free(dfg_runtime *rt);
-const char *dfg_runtime_error(const dfg_runtime *rt);
-const dfg_program *dfg_runtime_program(const dfg_runtime *rt);
+DFG_API dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out);
+DFG_API void dfg_runtime_free(dfg_runtime *rt);
+DFG_API const char *dfg_runtime_error(const dfg_runtime *rt);
+DFG_API const dfg_program *dfg_runtime_program(const dfg_runtime *rt);
 
 /* Runs every stage once (one training step); a stage outside its dfg_stage_steps range or
  * switched off with dfg_runtime_skip_stage does not run. Error messages number the step that
  * failed from 1 (dfg_runtime_steps_done() + 1), as dfg run prints steps. A kernel's failure is
  * sticky; DFG_ERR_NUMERIC from clip_grad_norm (gradients not finite) comes before any optimizer
  * update of that step. */
-dfg_status dfg_runtime_step(dfg_runtime *rt);
-int64_t dfg_runtime_steps_done(const dfg_runtime *rt);
+DFG_API dfg_status dfg_runtime_step(dfg_runtime *rt);
+DFG_API int64_t dfg_runtime_steps_done(const dfg_runtime *rt);
 /* Sets the step counter (resuming a run: host stages and stage ranges read it). */
-dfg_status dfg_runtime_set_steps_done(dfg_runtime *rt, int64_t steps);
+DFG_API dfg_status dfg_runtime_set_steps_done(dfg_runtime *rt, int64_t steps);
 /* Switches a stage off (or on again) for the following steps: e.g. training on fixed rollouts
  * written by the host instead of generating them. */
-dfg_status dfg_runtime_skip_stage(dfg_runtime *rt, const char *name, bool skip);
+DFG_API dfg_status dfg_runtime_skip_stage(dfg_runtime *rt, const char *name, bool skip);
 /* Re-runs parameter/state initialisation (called by create). */
-dfg_status dfg_runtime_init_state(dfg_runtime *rt);
+DFG_API dfg_status dfg_runtime_init_state(dfg_runtime *rt);
 
 /* Host view of a tensor's bytes (persistent tensors and dfg_output tensors). */
 typedef struct {
@@ -62,37 +59,40 @@ typedef struct {
     const char *name;
 } dfg_buffer;
 
-dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buffer *out);
+DFG_API dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buffer *out);
 /* Copies exactly the tensor's bytes in or out; a size mismatch is an error. */
-dfg_status dfg_runtime_write(dfg_runtime *rt, const char *name, const void *data, size_t bytes);
-dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_t bytes);
+DFG_API dfg_status dfg_runtime_write(dfg_runtime *rt, const char *name, const void *data, size_t bytes);
+DFG_API dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_t bytes);
 
 /* Metrics (dfg_metric) in creation order, read after a step. */
-int dfg_runtime_metric_count(const dfg_runtime *rt);
-const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i);
-float dfg_runtime_metric_value(dfg_runtime *rt, int i);
+DFG_API int dfg_runtime_metric_count(const dfg_runtime *rt);
+DFG_API const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i);
+DFG_API float dfg_runtime_metric_value(dfg_runtime *rt, int i);
 /* Whether the last step ran the stage that writes metric i (a stage outside its dfg_stage_steps
  * range, or skipped, leaves its metrics at older values); false before the first step. */
-bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
+DFG_API bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
 
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
-size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
+DFG_API size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
 /* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results
  * are bit-reproducible for a given seed and thread count; OpenBLAS partitions its GEMMs by the
  * thread count, so other counts agree only to float rounding. */
-int dfg_runtime_threads(const dfg_runtime *rt);
+DFG_API int dfg_runtime_threads(const dfg_runtime *rt);
 
 /* ---------------------------------------------------------------- host stages
  * A host stage is `dfg_status fn(dfg_host_ctx *ctx)`, exported by the pipeline's shared object. */
 typedef struct dfg_host_ctx dfg_host_ctx;
 typedef dfg_status (*dfg_host_fn)(dfg_host_ctx *ctx);
 
-dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out);
-int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step */
-uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
+DFG_API dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out);
+DFG_API int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step */
+DFG_API uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
 /* The value of a program setting (dfg_program_set); NULL when absent. */
-const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
-dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DFG_API const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
+/* What the pipeline's host-state init stored (dfg_host_state, dfg_graph.h): its typed settings,
+ * read and validated once when the runtime was created; NULL when the program declares none. */
+DFG_API void *dfg_host_user(const dfg_host_ctx *ctx);
+DFG_API dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A small deterministic generator for host stages (splitmix64): returns the next value of the
  * stream and advances *state. Seed it from dfg_host_seed and dfg_host_step so that a run gives
  * the same data on every machine. */
@@ -108,9 +108,9 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
  * prefix; GPT-2's attn.bias / attn.masked_bias buffers and a tied lm_head.weight are skipped.
  * f32/bf16/f16 values convert to the tensor's dtype. With `strict`, every PARAM must be found
  * and every other file tensor must be known; *n_loaded (may be NULL) counts the tensors set. */
-dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
+DFG_API dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
 /* Writes every PARAM (and every STATE when with_state), atomically: temp file, fsync, rename. */
-dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);
+DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,7 @@ const char *dfg_plan_section_name(uint32_t kind) {
     static const char *const names[DFG_PLAN_SEC_END] = {
         [DFG_PLAN_SEC_INFO] = "info",     [DFG_PLAN_SEC_SETTINGS] = "settings", [DFG_PLAN_SEC_TENSORS] = "tensors",
         [DFG_PLAN_SEC_GRAPHS] = "graphs", [DFG_PLAN_SEC_STAGES] = "stages",     [DFG_PLAN_SEC_HOSTLIB] = "hostlib",
-        [DFG_PLAN_SEC_PLAN] = "plan",
+        [DFG_PLAN_SEC_PLAN] = "plan",     [DFG_PLAN_SEC_DECLARATIONS] = "declarations",
     };
     return kind > 0 && kind < DFG_PLAN_SEC_END ? names[kind] : "?";
 }
@@ -47,6 +47,6 @@ void dfg_plan_info_free(dfg_plan_info *info) {
     free(info->host_lib);
     info->host_lib = NULL;
     info->host_lib_size = 0;
-    dfg_plan_record_free_(info->plan);
+    dfg_plan_record_free(info->plan);
     info->plan = NULL;
 }

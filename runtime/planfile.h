@@ -90,7 +90,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 5u
+#define DFG_PLAN_VERSION 6u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,
@@ -100,6 +100,7 @@ typedef enum {
     DFG_PLAN_SEC_STAGES,
     DFG_PLAN_SEC_HOSTLIB,
     DFG_PLAN_SEC_PLAN,
+    DFG_PLAN_SEC_DECLARATIONS,
     DFG_PLAN_SEC_END /* one past the last kind */
 } dfg_plan_section;
 
@@ -110,7 +111,6 @@ typedef struct dfg_plan_record dfg_plan_record;
 typedef struct {
     dfg_target target;
     char source[512];      /* the pipeline file given to dfg compile */
-    int64_t compile_time;  /* unix seconds */
     char dfg_version[32];  /* load: the writer's DFG_VERSION_STRING (save writes this build's) */
     /* dfg_options that change the plan, besides the target (verify_each only checks) */
     size_t align;          /* 0: the target's */
@@ -131,32 +131,32 @@ typedef struct {
  * Refuses a program that has an error, is compiled or (info->plan NULL) does not compile; a
  * compile error is returned with its status and the program's message in err. On failure
  * writes one line to err. */
-dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len);
+DFG_API dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len);
 /* The same bytes in memory: *out is malloc'd (free it), *out_len its size. */
-dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
+DFG_API dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, void **out, size_t *out_len, char *err,
                               size_t len);
 
 /* Reads and rebuilds a plan. On success *out is a new program (dfg_program_free it) and *info
  * is filled (dfg_plan_info_free it; info may be NULL). On failure *out is NULL, info is zeroed
  * and err holds one line: "P.dfg: <what is wrong>". */
-dfg_status dfg_plan_load(const char *path, dfg_program **out, dfg_plan_info *info, char *err, size_t len);
+DFG_API dfg_status dfg_plan_load(const char *path, dfg_program **out, dfg_plan_info *info, char *err, size_t len);
 /* As dfg_plan_load on n bytes in memory (tests, fuzzing); label names them in messages. */
-dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
+DFG_API dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
                           char *err, size_t len);
-void dfg_plan_info_free(dfg_plan_info *info);
+DFG_API void dfg_plan_info_free(dfg_plan_info *info);
 /* The options to compile a loaded program with: the defaults for info's target with the
  * recorded alignment, flags and memory budget. */
-dfg_options dfg_plan_options(const dfg_plan_info *info);
+DFG_API dfg_options dfg_plan_options(const dfg_plan_info *info);
 /* Compiles a loaded program with dfg_plan_options(info) and checks the result against the
  * file's plan (dfg_plan_check). On failure err holds one line ("<label>: ..."): the compile
  * error with compile's status, or the first difference from the file's plan (DFG_ERR_FORMAT). */
-dfg_status dfg_plan_compile(dfg_program *p, const dfg_plan_info *info, const char *label, char *err, size_t len);
+DFG_API dfg_status dfg_plan_compile(dfg_program *p, const dfg_plan_info *info, const char *label, char *err, size_t len);
 /* DFG_OK when the compiled program's schedule and memory plan equal info's record. */
-dfg_status dfg_plan_check(const dfg_program *compiled, const dfg_plan_info *info, const char *label, char *err,
+DFG_API dfg_status dfg_plan_check(const dfg_program *compiled, const dfg_plan_info *info, const char *label, char *err,
                           size_t len);
 
 /* Helpers shared by the writer, the reader and the tests. */
-uint32_t dfg_plan_crc32(const void *data, size_t n);
-const char *dfg_plan_section_name(uint32_t kind); /* "tensors", ...; "?" when unknown */
+DFG_API uint32_t dfg_plan_crc32(const void *data, size_t n);
+DFG_API const char *dfg_plan_section_name(uint32_t kind); /* "tensors", ...; "?" when unknown */
 
 #endif

@@ -24,72 +24,10 @@ typedef struct {
     dfg_tensor **in;             /* scratch: one node's inputs */
 } builder;
 
-/* ---------------------------------------------------------------- attributes
- * dfg_node_add takes a dfg_attrs as the builders fill it. The shape rules check most fields;
- * what they would trip over before checking (bool bytes that are neither 0 nor 1, enums outside
- * their range, sizes whose products overflow) is checked here on the raw bytes. */
-#define RAW(T, field) raw_##T(raw + offsetof(dfg_attrs, field))
-static int64_t raw_i64(const unsigned char *b) {
-    int64_t v;
-    memcpy(&v, b, sizeof(v));
-    return v;
-}
-static int raw_int(const unsigned char *b) {
-    int v;
-    memcpy(&v, b, sizeof(v));
-    return v;
-}
-static unsigned raw_byte(const unsigned char *b) { return *b; }
-
-static bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
-
-/* A target shape of reshape (allow_free: one dim may be -1), expand or fill. */
-static bool attr_shape_ok(const unsigned char *b, bool allow_free) {
-    dfg_shape s;
-    memcpy(&s, b, sizeof(s));
-    if (s.rank < 0 || s.rank > DFG_MAX_RANK) return false;
-    int64_t n = 1;
-    bool free_seen = false;
-    for (int i = 0; i < s.rank; i++) {
-        if (allow_free && s.d[i] == -1 && !free_seen) {
-            free_seen = true;
-            continue;
-        }
-        if (!in_range(s.d[i], 1, DFG_PLAN_MAX_DIM) || n > DFG_PLAN_MAX_DIM / s.d[i]) return false;
-        n *= s.d[i];
-    }
-    return true;
-}
-
-static const char *attrs_problem(dfg_op op, const unsigned char *raw) {
-    switch (op) {
-    case DFG_OP_FILL: return attr_shape_ok(raw + offsetof(dfg_attrs, fill.shape), false) ? NULL : "fill shape";
-    case DFG_OP_RESHAPE: return attr_shape_ok(raw + offsetof(dfg_attrs, reshape.shape), true) ? NULL : "target shape";
-    case DFG_OP_EXPAND: return attr_shape_ok(raw + offsetof(dfg_attrs, reshape.shape), false) ? NULL : "target shape";
-    case DFG_OP_SLICE:
-        return in_range(RAW(i64, slice.start), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM) && in_range(RAW(i64, slice.len), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM)
-                   ? NULL
-                   : "slice range";
-    case DFG_OP_SUM: case DFG_OP_MEAN: case DFG_OP_MASKED_SUM:
-        return RAW(byte, reduce.keepdim) <= 1 ? NULL : "keepdim flag";
-    case DFG_OP_MATMUL:
-        return RAW(byte, matmul.trans_a) <= 1 && RAW(byte, matmul.trans_b) <= 1 ? NULL : "transpose flags";
-    case DFG_OP_EMBED_BWD: case DFG_OP_TAKE_BWD:
-        return in_range(RAW(i64, scatter.vocab), 1, DFG_PLAN_MAX_DIM) ? NULL : "vocabulary size";
-    case DFG_OP_ASSIGN:
-        return in_range(RAW(int, assign.mode), DFG_ASSIGN_COPY, DFG_ASSIGN_FILL) ? NULL : "assign mode";
-    case DFG_OP_SLICE_ASSIGN:
-        return RAW(byte, slice_assign.dynamic) <= 1 && in_range(RAW(i64, slice_assign.start), -DFG_PLAN_MAX_DIM, DFG_PLAN_MAX_DIM)
-                   ? NULL
-                   : "slice_assign start or dynamic flag";
-    default: return NULL;
-    }
-}
-
 /* ---------------------------------------------------------------- helpers */
 static void *bcalloc(builder *b, size_t n, size_t elem) {
     void *a = calloc(n ? n : 1, elem);
-    if (!a) dfg_plan_fail_(b->r, DFG_ERR_NOMEM, "out of memory");
+    if (!a) dfg_reader_err(b->r, DFG_ERR_NOMEM, "out of memory");
     return a;
 }
 
@@ -97,7 +35,7 @@ static void *bcalloc(builder *b, size_t n, size_t elem) {
 static bool construction_ok(builder *b, const char *what) {
     if (b->r->status) return false;
     if (!dfg_program_status(b->p)) return true;
-    dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: %s: %s", what, dfg_program_error(b->p));
+    dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: %s: %s", what, dfg_program_error(b->p));
     return false;
 }
 
@@ -106,7 +44,7 @@ static void build_settings(builder *b) {
     for (uint32_t i = 0; i < r->n_settings && !r->status; i++) {
         const dfg_plan_setting_rec *s = &r->settings[i];
         if (dfg_program_setting(b->p, s->key)) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: setting '%s' appears twice", s->key);
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: setting '%s' appears twice", s->key);
             return;
         }
         dfg_program_set(b->p, s->key, s->value);
@@ -126,12 +64,12 @@ static void build_graphs(builder *b) {
         for (uint32_t i = 0; i < r->graphs[gi].n_nodes; i++) {
             dfg_plan_node_rec *n = &r->graphs[gi].nodes[i];
             if (n->n_out < 1 || n->first_out >= r->n_tensors || n->n_out > r->n_tensors - n->first_out) {
-                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: node %u of graph '%s' has %u outputs from tensor %u (of %u)",
+                dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: node %u of graph '%s' has %u outputs from tensor %u (of %u)",
                                i, r->graphs[gi].name, n->n_out, n->first_out, r->n_tensors);
                 return;
             }
             if (b->first_of[n->first_out]) {
-                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: two nodes produce tensor %u", n->first_out);
+                dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: two nodes produce tensor %u", n->first_out);
                 return;
             }
             b->first_of[n->first_out] = n;
@@ -163,7 +101,7 @@ static void build_persistent(builder *b, uint32_t id) {
     dfg_tensor *x = make_persistent(b, t);
     if (!construction_ok(b, what)) return;
     if (!x) {
-        dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: %s '%s' (%s) cannot be created", what, t->name,
+        dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: %s '%s' (%s) cannot be created", what, t->name,
                        dfg_kind_name((dfg_kind)t->kind));
         return;
     }
@@ -173,7 +111,7 @@ static void build_persistent(builder *b, uint32_t id) {
         if (!construction_ok(b, what)) return;
     }
     if ((uint32_t)x->id != id)
-        dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: tensor '%s' was rebuilt as id %d, the file says %u", t->name,
+        dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: tensor '%s' was rebuilt as id %d, the file says %u", t->name,
                        x->id, id);
 }
 
@@ -187,7 +125,7 @@ static void name_outputs(builder *b, dfg_graph *g, dfg_node *n) {
         if (rec->flags & DFG_PLAN_TF_OUTPUT) {
             dfg_output(g, t, rec->name);
             if (g->status)
-                dfg_plan_fail_(b->r, DFG_ERR_FORMAT, "invalid plan: output '%s': %s", rec->name, dfg_graph_error(g));
+                dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: output '%s': %s", rec->name, dfg_graph_error(g));
         } else if (strcmp(t->name, rec->name)) {
             dfg_name(t, rec->name);
         }
@@ -199,7 +137,7 @@ static void check_node(builder *b, const dfg_plan_node_rec *nr, const dfg_node *
     dfg_plan_reader *r = b->r;
     for (uint32_t j = 0; j < nr->n_in; j++)
         if ((uint32_t)n->in[j]->id != nr->in[j]) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: input #%u resolves to tensor %d, the file says %u", where,
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s: input #%u resolves to tensor %d, the file says %u", where,
                            j, n->in[j]->id, nr->in[j]);
             return;
         }
@@ -208,12 +146,12 @@ static void check_node(builder *b, const dfg_plan_node_rec *nr, const dfg_node *
         const dfg_plan_tensor_rec *rec = t->id >= 0 && (uint32_t)t->id < r->n_tensors ? &r->tensors[t->id] : NULL;
         char s1[96], s2[96];
         if ((uint32_t)t->id != id + (uint32_t)k || !rec || rec->kind != DFG_TEMP) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d became tensor %d, the file says %u", where, k,
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d became tensor %d, the file says %u", where, k,
                            t->id, id + (uint32_t)k);
             return;
         }
         if (t->dtype != (dfg_dtype)rec->dtype || !dfg_shape_equal(t->shape, rec->shape)) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d is %s %s, the file says %s %s", where, k,
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s: output #%d is %s %s, the file says %s %s", where, k,
                            dfg_dtype_name(t->dtype), dfg_shape_str(t->shape, s1, sizeof(s1)),
                            dfg_dtype_name((dfg_dtype)rec->dtype), dfg_shape_str(rec->shape, s2, sizeof(s2)));
             return;
@@ -226,7 +164,7 @@ static uint32_t build_node(builder *b, uint32_t id) {
     dfg_plan_reader *r = b->r;
     dfg_plan_node_rec *nr = b->first_of[id];
     if (!nr) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: temporary tensor %u '%s' is produced by no node", id,
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: temporary tensor %u '%s' is produced by no node", id,
                        r->tensors[id].name);
         return 0;
     }
@@ -235,39 +173,40 @@ static uint32_t build_node(builder *b, uint32_t id) {
     char where[160];
     snprintf(where, sizeof(where), "graph '%.60s', node %u", gr->name, nr->index);
     if (b->next_node[nr->graph] != nr->index) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s comes before node %u of its graph", where,
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s comes before node %u of its graph", where,
                        b->next_node[nr->graph]);
         return 0;
     }
     if (nr->op >= DFG_OP_COUNT || strcmp(nr->op_name, dfg_op_name((dfg_op)nr->op))) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "%s is op %u '%s', which this dfg does not have (it has '%s'); recompile the pipeline",
+        dfg_reader_err(r, DFG_ERR_FORMAT, "%s is op %u '%s', which this dfg does not have (it has '%s'); recompile the pipeline",
                        where, nr->op, nr->op_name, dfg_op_name((dfg_op)nr->op));
         return 0;
     }
-    const char *bad = attrs_problem((dfg_op)nr->op, nr->attr);
-    if (bad) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s (%s): the %s attribute is out of range", where, nr->op_name, bad);
+    /* the shape rules check the attributes against the inputs; decoding checks what they would
+     * trip over first (flags that are not 0 or 1, enums and dims out of range) */
+    dfg_attrs attr;
+    char why[160];
+    if (!dfg_attrs_decode(dfg_op_attrs(nr->op), nr->attr, nr->attr_len, &attr, why, sizeof(why))) {
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s (%s): attributes: %s", where, nr->op_name, why);
         return 0;
     }
     for (uint32_t j = 0; j < nr->n_in; j++) {
         if (nr->in[j] >= id) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s reads tensor %u, which does not exist yet", where, nr->in[j]);
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s reads tensor %u, which does not exist yet", where, nr->in[j]);
             return 0;
         }
         b->in[j] = b->p->tensors[nr->in[j]];
     }
-    dfg_attrs attr;
-    memcpy(&attr, nr->attr, sizeof(attr));
     dfg_node *n = dfg_node_add(g, (dfg_op)nr->op, b->in, (int)nr->n_in, &attr, (int)nr->n_out);
     if (!n) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s: %s", where,
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s: %s", where,
                        g->status ? dfg_graph_error(g) : dfg_program_error(b->p));
         return 0;
     }
     b->next_node[nr->graph]++;
     if (nr->flags & DFG_PLAN_NF_BACKWARD) n->flags |= DFG_NF_BACKWARD;
     if (nr->grad_of > nr->index) {
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s differentiates node %u, which is not before it", where,
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s differentiates node %u, which is not before it", where,
                        nr->grad_of - 1);
         return 0;
     }
@@ -275,7 +214,7 @@ static uint32_t build_node(builder *b, uint32_t id) {
     check_node(b, nr, n, id, where);
     name_outputs(b, g, n);
     if (!r->status && strcmp(n->name, nr->name))
-        dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: %s is named '%s' after rebuilding, the file says '%s'", where,
+        dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: %s is named '%s' after rebuilding, the file says '%s'", where,
                        n->name, nr->name);
     return r->status ? 0 : nr->n_out;
 }
@@ -289,7 +228,7 @@ static void verify_tensors(builder *b) {
         if (t->kind != (dfg_kind)rec->kind || t->dtype != (dfg_dtype)rec->dtype || t->role != (dfg_role)rec->role ||
             !dfg_shape_equal(t->shape, rec->shape) || strcmp(t->name, rec->name) ||
             ((t->flags & DFG_TF_OUTPUT) != 0) != ((rec->flags & DFG_PLAN_TF_OUTPUT) != 0))
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u was rebuilt as '%s' (%s), the file says '%s' (%s)", i,
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: tensor %u was rebuilt as '%s' (%s), the file says '%s' (%s)", i,
                            t->name, dfg_kind_name(t->kind), rec->name, dfg_kind_name((dfg_kind)rec->kind));
     }
 }
@@ -305,7 +244,7 @@ static void link_tensors(builder *b) {
         if (rec->grad_wrt) {
             dfg_tensor *x = rec->grad_wrt <= r->n_tensors ? b->p->tensors[rec->grad_wrt - 1] : NULL;
             if (!x || x == t || x->dtype != t->dtype || !dfg_shape_equal(x->shape, t->shape)) {
-                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' is the gradient of tensor %u, which does "
+                dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' is the gradient of tensor %u, which does "
                                "not match it", i, t->name, rec->grad_wrt - 1);
                 return;
             }
@@ -313,7 +252,7 @@ static void link_tensors(builder *b) {
         }
         if (rec->init_from) {
             if (rec->init_from > r->n_tensors) {
-                dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' starts as a copy of tensor %u (of %u)", i,
+                dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: tensor %u '%s' starts as a copy of tensor %u (of %u)", i,
                                t->name, rec->init_from - 1, r->n_tensors);
                 return;
             }
@@ -337,7 +276,7 @@ static void build_tensors_and_nodes(builder *b) {
             continue;
         }
         if (t->flags) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output or a "
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output or a "
                            "gradient", id, t->name);
             return;
         }
@@ -345,7 +284,7 @@ static void build_tensors_and_nodes(builder *b) {
     }
     for (uint32_t gi = 0; gi < r->n_graphs && !r->status; gi++)
         if (b->next_node[gi] != r->graphs[gi].n_nodes)
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: graph '%s' lists %u nodes, but only %u produce tensors",
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: graph '%s' lists %u nodes, but only %u produce tensors",
                            r->graphs[gi].name, r->graphs[gi].n_nodes, b->next_node[gi]);
     verify_tensors(b);
     link_tensors(b);
@@ -359,7 +298,7 @@ static void build_stages(builder *b) {
             dfg_stage_host(b->p, s->name, s->symbol);
         } else if (s->graph >= r->n_graphs || s->repeat < 1 || s->repeat > (uint32_t)INT32_MAX ||
                    strcmp(s->name, r->graphs[s->graph].name)) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "invalid plan: stage %u '%s' names graph %u (of %u) with repeat %u", i,
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: stage %u '%s' names graph %u (of %u) with repeat %u", i,
                            s->name, s->graph, r->n_graphs, s->repeat);
             return;
         } else {
@@ -370,16 +309,50 @@ static void build_stages(builder *b) {
     }
 }
 
-dfg_program *dfg_plan_build_(dfg_plan_reader *r) {
+/* A declaration's tensor ref: a tensor of the rebuilt program, or NULL (with the reader's error
+ * set) for a ref out of range; 0 is no tensor. */
+static dfg_tensor *decl_tensor(builder *b, uint32_t ref, const char *what) {
+    if (ref == 0) return NULL;
+    if (ref > (uint32_t)b->p->n_tensors) {
+        dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: %s names tensor %u of %d", what, ref - 1, b->p->n_tensors);
+        return NULL;
+    }
+    return b->p->tensors[ref - 1];
+}
+
+/* The pipeline's declarations, made again through dfg_host_state and dfg_declare_*: they check
+ * the file's values as they checked the pipeline's. */
+static void build_declarations(builder *b) {
+    const dfg_plan_decl_rec *d = &b->r->decl;
+    dfg_program *p = b->p;
+    if (d->host_init[0]) dfg_host_state(p, d->host_init, d->host_release[0] ? d->host_release : NULL);
+    if (d->n_stages || d->n_tensors) {
+        dfg_tensor **ts = bcalloc(b, d->n_tensors, sizeof(*ts));
+        for (uint32_t i = 0; ts && i < d->n_tensors && !b->r->status; i++)
+            ts[i] = decl_tensor(b, d->tensors[i], "a rollout tensor");
+        if (ts && !b->r->status) dfg_declare_rollout(p, d->stages, (int)d->n_stages, ts, (int)d->n_tensors);
+        free(ts);
+    }
+    dfg_tensor *shared = decl_tensor(b, d->shared, "the shared-prompt rule");
+    if (shared && !b->r->status) dfg_declare_shared_prompts(p, shared, d->shared_len, d->shared_group);
+    for (uint32_t i = 0; i < d->n_dumps && !b->r->status; i++) {
+        dfg_tensor *t = decl_tensor(b, d->dumps[i], "a dump entry");
+        if (!b->r->status) dfg_declare_dump(p, d->dump_names[i], t);
+    }
+    construction_ok(b, "declarations");
+}
+
+dfg_program *dfg_plan_build(dfg_plan_reader *r) {
     builder b = {.r = r, .p = dfg_program_new(r->name)};
     if (!b.p) {
-        dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+        dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory");
         return NULL;
     }
     build_settings(&b);
     if (!r->status) build_graphs(&b);
     if (!r->status) build_tensors_and_nodes(&b);
     if (!r->status) build_stages(&b);
+    if (!r->status) build_declarations(&b);
     if (!r->status) construction_ok(&b, "program");
     free(b.graphs);
     free(b.next_node);

@@ -4,6 +4,7 @@
 #define DFG_PLANFILE_INTERNAL_H
 
 #include "../graph/ir.h"
+#include "../ops/attrs.h"
 #include "planfile.h"
 
 /* The largest dim and element count the program's constructors accept (as program.c). */
@@ -38,7 +39,8 @@ typedef struct {
     uint32_t grad_of; /* index + 1 of the forward node it differentiates, 0 for none */
     uint32_t n_in, *in;
     uint32_t n_out, first_out;
-    unsigned char attr[sizeof(dfg_attrs)]; /* raw: checked per op before it is read as a dfg_attrs */
+    const unsigned char *attr; /* the encoded attributes (dfg_attrs_encode), in the file's bytes */
+    uint32_t attr_len;
     uint32_t graph, index;                 /* where the node sits */
 } dfg_plan_node_rec;
 
@@ -54,6 +56,17 @@ typedef struct {
     uint32_t graph, repeat;
     int64_t first_step, last_step;
 } dfg_plan_stage_rec;
+
+typedef struct {
+    const char *host_init, *host_release; /* "" for none */
+    uint32_t n_stages, n_tensors, n_dumps;
+    const char **stages;
+    uint32_t *tensors;       /* refs */
+    uint32_t shared;         /* ref, 0: no shared-prompt rule */
+    int64_t shared_len, shared_group;
+    const char **dump_names;
+    uint32_t *dumps;         /* refs */
+} dfg_plan_decl_rec;
 
 /* ---------------------------------------------------------------- the plan section */
 typedef struct {
@@ -79,10 +92,10 @@ struct dfg_plan_record {
 };
 
 /* A new empty record (NULL when out of memory); dfg_plan_record_free releases it. */
-dfg_plan_record *dfg_plan_record_new_(void);
-void dfg_plan_record_free_(dfg_plan_record *rec);
+dfg_plan_record *dfg_plan_record_new(void);
+void dfg_plan_record_free(dfg_plan_record *rec);
 /* The record of a compiled program (NULL when out of memory). */
-dfg_plan_record *dfg_plan_record_of_(const dfg_program *compiled);
+dfg_plan_record *dfg_plan_record_of(const dfg_program *compiled);
 
 typedef struct {
     const char *label; /* the file name, first word of every message */
@@ -104,6 +117,7 @@ typedef struct {
     uint32_t n_graphs;
     dfg_plan_stage_rec *stages;
     uint32_t n_stages;
+    dfg_plan_decl_rec decl;
     const unsigned char *hostlib;
     size_t hostlib_size;
     dfg_plan_record *plan; /* section 7, owned by the reader until it is handed to the info */
@@ -111,16 +125,16 @@ typedef struct {
 } dfg_plan_reader;
 
 /* Records "<label>: <message>" as the reader's error (the first one sticks); returns s. */
-dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+dfg_status dfg_reader_err(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Messages quote names and versions from the file: control characters become '?', so that a
  * refusal stays one line whatever those hold. */
 void dfg_plan_one_line(char *msg);
 /* Rebuilds the program from the records; NULL (with the reader's error set) when it fails. */
-dfg_program *dfg_plan_build_(dfg_plan_reader *r);
+dfg_program *dfg_plan_build(dfg_plan_reader *r);
 /* Checks the plan section on its own and against the tensors and graphs sections. */
-void dfg_plan_record_validate_(dfg_plan_reader *r);
+void dfg_plan_record_validate(dfg_plan_reader *r);
 /* dfg_plan_parse, accepting a file without a plan section when plan_optional (the writer). */
-dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
+dfg_status dfg_plan_parse_bytes(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
                            dfg_plan_info *info, char *err, size_t len);
 
 #endif

@@ -10,9 +10,9 @@
 #include "../passes/plan.h"
 #include "planfile_internal.h"
 
-dfg_plan_record *dfg_plan_record_new_(void) { return calloc(1, sizeof(dfg_plan_record)); }
+dfg_plan_record *dfg_plan_record_new(void) { return calloc(1, sizeof(dfg_plan_record)); }
 
-void dfg_plan_record_free_(dfg_plan_record *rec) {
+void dfg_plan_record_free(dfg_plan_record *rec) {
     if (!rec) return;
     dfg_arena_free_all(&rec->arena);
     free(rec);
@@ -71,22 +71,22 @@ static bool record_buffers(dfg_plan_record *rec, const dfg_program *p) {
     return true;
 }
 
-dfg_plan_record *dfg_plan_record_of_(const dfg_program *p) {
-    dfg_plan_record *rec = dfg_plan_record_new_();
+dfg_plan_record *dfg_plan_record_of(const dfg_program *p) {
+    dfg_plan_record *rec = dfg_plan_record_new();
     if (!rec) return NULL;
     const dfg_plan *plan = p->plan;
     rec->arena_bytes = plan->mem.arena_bytes;
     rec->align = (uint32_t)plan->opt.align;
     rec->n_steps = (uint32_t)plan->n_steps;
     if (!record_schedule(rec, p) || !record_buffers(rec, p)) {
-        dfg_plan_record_free_(rec);
+        dfg_plan_record_free(rec);
         return NULL;
     }
     return rec;
 }
 
 /* ---------------------------------------------------------------- the record on its own */
-#define FAIL(...) (dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'plan' is invalid: " __VA_ARGS__), false)
+#define FAIL(...) (dfg_reader_err(r, DFG_ERR_FORMAT, "section 'plan' is invalid: " __VA_ARGS__), false)
 
 /* "tensor 12 'h.0.qkv'" for a tensor the tensors section names, "compiled tensor 4012" past it. */
 static const char *tensor_label(const dfg_plan_reader *r, uint32_t id, char *buf, size_t len) {
@@ -140,7 +140,7 @@ static int by_offset(const void *x, const void *y, void *ctx) {
 /* Sorted by offset, each live buffer is compared with those that start inside it. */
 static bool check_overlaps(dfg_plan_reader *r, const dfg_plan_record *rec) {
     uint32_t *idx = malloc(sizeof(uint32_t) * (rec->n_bufs ? rec->n_bufs : 1)), n = 0;
-    if (!idx) return dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory"), false;
+    if (!idx) return dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory"), false;
     for (uint32_t b = 0; b < rec->n_bufs; b++)
         if (rec->bufs[b].first >= 0 && rec->bufs[b].size > 0) idx[n++] = b;
     qsort_r(idx, n, sizeof(uint32_t), by_offset, rec->bufs);
@@ -181,7 +181,7 @@ static bool check_tensor_bytes(dfg_plan_reader *r, const dfg_plan_record *rec) {
     return true;
 }
 
-void dfg_plan_record_validate_(dfg_plan_reader *r) {
+void dfg_plan_record_validate(dfg_plan_reader *r) {
     const dfg_plan_record *rec = r->plan;
     if (r->status || !rec) return;
     if (check_header(r, rec) && check_tensor_bytes(r, rec) && check_buffer_bounds(r, rec)) check_overlaps(r, rec);
@@ -260,7 +260,7 @@ dfg_status dfg_plan_check(const dfg_program *p, const dfg_plan_info *info, const
         if (err && len) snprintf(err, len, "%s: the plan file records no memory plan", m.label);
         return DFG_ERR_FORMAT;
     }
-    dfg_plan_record *h = dfg_plan_record_of_(p);
+    dfg_plan_record *h = dfg_plan_record_of(p);
     if (!h) {
         if (err && len) snprintf(err, len, "%s: out of memory", m.label);
         return DFG_ERR_NOMEM;
@@ -276,7 +276,7 @@ dfg_status dfg_plan_check(const dfg_program *p, const dfg_plan_info *info, const
                      h->n_tensors, h->n_graphs);
     if (!st) st = compare_schedule(&m, info, f, h);
     if (!st) st = compare_memory(&m, info, f, h);
-    dfg_plan_record_free_(h);
+    dfg_plan_record_free(h);
     return st;
 }
 

@@ -28,7 +28,7 @@ void dfg_plan_one_line(char *msg) {
         if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
 }
 
-dfg_status dfg_plan_fail_(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) {
+dfg_status dfg_reader_err(dfg_plan_reader *r, dfg_status s, const char *fmt, ...) {
     if (r->status) return r->status;
     char msg[768];
     va_list ap;
@@ -53,7 +53,7 @@ typedef struct {
 static bool need(cursor *c, uint64_t k, const char *what) {
     if (c->r->status) return false;
     if (k <= c->n - c->off) return true;
-    dfg_plan_fail_(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s needs %llu bytes, %zu left", c->sec, what,
+    dfg_reader_err(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s needs %llu bytes, %zu left", c->sec, what,
                    (unsigned long long)k, c->n - c->off);
     return false;
 }
@@ -80,18 +80,18 @@ static const char *get_str(cursor *c, uint32_t max, const char *what) {
     uint32_t k = get_u32(c, what);
     if (c->r->status) return NULL;
     if (k > max) {
-        dfg_plan_fail_(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s is %u bytes long (at most %u)", c->sec, what,
+        dfg_reader_err(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s is %u bytes long (at most %u)", c->sec, what,
                        k, max);
         return NULL;
     }
     if (!need(c, k, what)) return NULL;
     if (memchr(c->b + c->off, 0, k)) {
-        dfg_plan_fail_(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s contains a NUL byte", c->sec, what);
+        dfg_reader_err(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %s contains a NUL byte", c->sec, what);
         return NULL;
     }
     char *s = dfg_arena_alloc(&c->r->arena, (size_t)k + 1);
     if (!s) {
-        dfg_plan_fail_(c->r, DFG_ERR_NOMEM, "out of memory");
+        dfg_reader_err(c->r, DFG_ERR_NOMEM, "out of memory");
         return NULL;
     }
     memcpy(s, c->b + c->off, k);
@@ -104,7 +104,7 @@ static uint32_t get_count(cursor *c, uint32_t max, size_t min_rec, const char *w
     uint32_t n = get_u32(c, what);
     if (c->r->status) return 0;
     if (n > max || (uint64_t)n * min_rec > c->n - c->off) {
-        dfg_plan_fail_(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %u %s cannot fit (cap %u, %zu bytes left)",
+        dfg_reader_err(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %u %s cannot fit (cap %u, %zu bytes left)",
                        c->sec, n, what, max, c->n - c->off);
         return 0;
     }
@@ -113,14 +113,14 @@ static uint32_t get_count(cursor *c, uint32_t max, size_t min_rec, const char *w
 
 static void *alloc_array(dfg_plan_reader *r, size_t n, size_t elem) {
     void *a = dfg_arena_alloc(&r->arena, (n ? n : 1) * elem);
-    if (!a) dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+    if (!a) dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory");
     return a;
 }
 
 static bool end_of_section(cursor *c) {
     if (c->r->status) return false;
     if (c->off == c->n) return true;
-    dfg_plan_fail_(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %zu unexpected bytes at its end", c->sec,
+    dfg_reader_err(c->r, DFG_ERR_FORMAT, "section '%s' is malformed: %zu unexpected bytes at its end", c->sec,
                    c->n - c->off);
     return false;
 }
@@ -130,29 +130,21 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     uint32_t target = get_u32(c, "the target");
     const char *name = get_str(c, MAX_NAME, "the program name");
     const char *source = get_str(c, MAX_NAME, "the source file name");
-    int64_t when = (int64_t)get_u64(c, "the compile time");
     const char *version = get_str(c, MAX_NAME, "the writer's version");
-    uint32_t attr_size = get_u32(c, "the attribute size");
     get_u32(c, "the op count"); /* informational: each node's op is checked by name */
     uint32_t align = get_u32(c, "the alignment");
     uint32_t flags = get_u32(c, "the compile flags");
     int64_t budget = (int64_t)get_u64(c, "the memory budget");
     if (!end_of_section(c)) return;
     if (align > DFG_PLAN_MAX_ALIGN || (align & (align - 1)) || (flags & ~(uint32_t)DFG_PLAN_OPT_ALL) || budget < 0)
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT,
                                     "section 'info' is malformed: alignment %u, compile flags %#x, memory budget %lld",
                                     align, flags, (long long)budget);
     if (target >= DFG_TARGET_COUNT)
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "unknown target %u (this dfg knows cpu and cuda)", target);
-    if (attr_size != sizeof(dfg_attrs))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
-                                    "written by dfg %s, whose op attributes take %u bytes (this dfg: %zu); recompile "
-                                    "the pipeline with this dfg",
-                                    version, attr_size, sizeof(dfg_attrs));
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "unknown target %u (this dfg knows cpu and cuda)", target);
     r->name = name;
     r->info.target = (dfg_target)target;
     snprintf(r->info.source, sizeof(r->info.source), "%s", source);
-    r->info.compile_time = when;
     snprintf(r->info.dfg_version, sizeof(r->info.dfg_version), "%s", version);
     r->info.align = align;
     r->info.no_reuse = (flags & DFG_PLAN_OPT_NO_REUSE) != 0;
@@ -170,7 +162,7 @@ static void read_settings(dfg_plan_reader *r, cursor *c) {
         s->value = get_str(c, MAX_VALUE, "a setting's value");
         unsigned used = get_u8(c, "a setting's used flag");
         if (!r->status && (!*s->key || used > 1))
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'settings' is malformed: setting %u has an empty key or a bad flag",
+            dfg_reader_err(r, DFG_ERR_FORMAT, "section 'settings' is malformed: setting %u has an empty key or a bad flag",
                            i);
         s->used = used == 1;
     }
@@ -194,7 +186,7 @@ static void read_scope(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tenso
     const char *last = get_str(c, MAX_NAME, "a scope's last stage");
     if (r->status) return;
     if (!*first != !*last)
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has a scope "
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has a scope "
                                     "with one end", i, t->name);
     if (*first) t->scope_first = first, t->scope_last = last;
 }
@@ -208,7 +200,7 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
     if (r->status) return;
     if (t->kind >= DFG_KIND_COUNT || t->dtype >= DFG_DTYPE_COUNT || t->role >= DFG_ROLE_COUNT ||
         (t->flags & ~(unsigned)DFG_PLAN_TF_ALL) || rank > DFG_MAX_RANK)
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT,
                                     "section 'tensors' is malformed: tensor %u has kind %u, dtype %u, role %u, flags %u, "
                                     "rank %u",
                                     i, t->kind, t->dtype, t->role, t->flags, rank);
@@ -218,7 +210,7 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
     if (r->status) return;
     if (!shape_ok(t->shape)) {
         char sb[160];
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has shape %s",
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has shape %s",
                                     i, t->name, dfg_shape_str(t->shape, sb, sizeof(sb)));
     }
     if (t->kind == DFG_STATE || t->kind == DFG_INPUT) read_scope(r, c, i, t);
@@ -228,14 +220,14 @@ static void read_tensor(dfg_plan_reader *r, cursor *c, uint32_t i, dfg_plan_tens
         t->init.b = get_f32(c, "an init value");
         t->init_from = get_u32(c, "an init source");
         if (!r->status && k >= DFG_INIT_COUNT)
-            return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has init kind %u",
+            return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'tensors' is malformed: tensor %u '%s' has init kind %u",
                                         i, t->name, k);
         t->init.kind = (dfg_init_kind)k;
     } else if (t->kind == DFG_CONST) {
         uint64_t bytes = get_u64(c, "a constant's size");
         uint64_t want = (uint64_t)dfg_shape_numel(t->shape) * dfg_dtype_size((dfg_dtype)t->dtype);
         if (!r->status && bytes != want)
-            return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+            return (void)dfg_reader_err(r, DFG_ERR_FORMAT,
                                         "section 'tensors' is malformed: constant '%s' holds %llu bytes, its shape needs "
                                         "%llu",
                                         t->name, (unsigned long long)bytes, (unsigned long long)want);
@@ -253,7 +245,7 @@ static void read_tensors(dfg_plan_reader *r, cursor *c) {
     end_of_section(c);
 }
 
-#define NODE_MIN_BYTES (4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + sizeof(dfg_attrs))
+#define NODE_MIN_BYTES (4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + 4)
 
 static void read_node(dfg_plan_reader *r, cursor *c, dfg_plan_node_rec *n) {
     n->op = get_u32(c, "a node's op");
@@ -261,7 +253,7 @@ static void read_node(dfg_plan_reader *r, cursor *c, dfg_plan_node_rec *n) {
     n->name = get_str(c, MAX_NAME, "a node's name");
     n->flags = get_u8(c, "a node's flags");
     if (!r->status && (n->flags & ~(unsigned)DFG_PLAN_NF_ALL))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'graphs' is malformed: node '%s' has flags %#x", n->name,
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'graphs' is malformed: node '%s' has flags %#x", n->name,
                                     n->flags);
     n->grad_of = get_u32(c, "a node's forward node");
     n->n_in = get_count(c, MAX_NODE_IO, 4, "node inputs");
@@ -269,9 +261,10 @@ static void read_node(dfg_plan_reader *r, cursor *c, dfg_plan_node_rec *n) {
     for (uint32_t j = 0; j < n->n_in && !r->status; j++) n->in[j] = get_u32(c, "a node's input id");
     n->n_out = get_u32(c, "a node's output count");
     n->first_out = get_u32(c, "a node's first output id");
-    if (!need(c, sizeof(dfg_attrs), "a node's attributes")) return;
-    memcpy(n->attr, c->b + c->off, sizeof(dfg_attrs));
-    c->off += sizeof(dfg_attrs);
+    n->attr_len = get_count(c, DFG_ATTRS_MAX_ENCODED, 1, "attribute bytes");
+    if (!need(c, n->attr_len, "a node's attributes")) return;
+    n->attr = c->b + c->off; /* decoded against the op's layout when the node is rebuilt */
+    c->off += n->attr_len;
 }
 
 static void read_graphs(dfg_plan_reader *r, cursor *c) {
@@ -304,10 +297,33 @@ static void read_stages(dfg_plan_reader *r, cursor *c) {
         } else if (s->kind == 1) {
             s->symbol = get_str(c, MAX_NAME, "a host stage's function");
         } else if (!r->status) {
-            dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'stages' is malformed: stage %u has kind %u", i, s->kind);
+            dfg_reader_err(r, DFG_ERR_FORMAT, "section 'stages' is malformed: stage %u has kind %u", i, s->kind);
         }
         s->first_step = (int64_t)get_u64(c, "a stage's first step");
         s->last_step = (int64_t)get_u64(c, "a stage's last step");
+    }
+    end_of_section(c);
+}
+
+static void read_declarations(dfg_plan_reader *r, cursor *c) {
+    dfg_plan_decl_rec *d = &r->decl;
+    d->host_init = get_str(c, MAX_NAME, "the host state's init function");
+    d->host_release = get_str(c, MAX_NAME, "the host state's release function");
+    d->n_stages = get_count(c, MAX_STAGES, 4, "rollout stages");
+    d->stages = alloc_array(r, d->n_stages, sizeof(*d->stages));
+    for (uint32_t i = 0; i < d->n_stages && !r->status; i++) d->stages[i] = get_str(c, MAX_NAME, "a rollout stage");
+    d->n_tensors = get_count(c, MAX_TENSORS, 4, "rollout tensors");
+    d->tensors = alloc_array(r, d->n_tensors, sizeof(*d->tensors));
+    for (uint32_t i = 0; i < d->n_tensors && !r->status; i++) d->tensors[i] = get_u32(c, "a rollout tensor");
+    d->shared = get_u32(c, "the shared-prompt tokens");
+    d->shared_len = (int64_t)get_u64(c, "the shared prompt length");
+    d->shared_group = (int64_t)get_u64(c, "the shared prompt group");
+    d->n_dumps = get_count(c, MAX_TENSORS, 8, "dump entries");
+    d->dump_names = alloc_array(r, d->n_dumps, sizeof(*d->dump_names));
+    d->dumps = alloc_array(r, d->n_dumps, sizeof(*d->dumps));
+    for (uint32_t i = 0; i < d->n_dumps && !r->status; i++) {
+        d->dump_names[i] = get_str(c, MAX_NAME, "a dump entry's name");
+        d->dumps[i] = get_u32(c, "a dump entry's tensor");
     }
     end_of_section(c);
 }
@@ -318,13 +334,13 @@ static const char *get_rec_str(cursor *c, dfg_plan_record *rec, const char *what
     if (!s) return NULL;
     size_t k = strlen(s) + 1;
     char *d = dfg_arena_alloc(&rec->arena, k);
-    if (!d) return dfg_plan_fail_(c->r, DFG_ERR_NOMEM, "out of memory"), NULL;
+    if (!d) return dfg_reader_err(c->r, DFG_ERR_NOMEM, "out of memory"), NULL;
     return memcpy(d, s, k);
 }
 
 static void *rec_array(dfg_plan_reader *r, dfg_plan_record *rec, size_t n, size_t elem) {
     void *a = dfg_arena_alloc(&rec->arena, (n ? n : 1) * elem);
-    if (!a) dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+    if (!a) dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory");
     return a;
 }
 
@@ -356,22 +372,22 @@ static void read_buffers(dfg_plan_reader *r, cursor *c, dfg_plan_record *rec) {
 }
 
 static void read_plan(dfg_plan_reader *r, cursor *c) {
-    dfg_plan_record *rec = r->plan = dfg_plan_record_new_();
-    if (!rec) return (void)dfg_plan_fail_(r, DFG_ERR_NOMEM, "out of memory");
+    dfg_plan_record *rec = r->plan = dfg_plan_record_new();
+    if (!rec) return (void)dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory");
     rec->arena_bytes = get_u64(c, "the arena size");
     rec->align = get_u32(c, "the alignment");
     rec->n_steps = get_u32(c, "the timeline length");
     rec->n_tensors = get_u32(c, "the compiled tensor count");
     if (!r->status && (rec->align == 0 || rec->align > DFG_PLAN_MAX_ALIGN || (rec->align & (rec->align - 1)) ||
                        rec->arena_bytes > (uint64_t)INT64_MAX))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'plan' is malformed: alignment %u, arena %llu bytes",
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'plan' is malformed: alignment %u, arena %llu bytes",
                                     rec->align, (unsigned long long)rec->arena_bytes);
     read_schedule(r, c, rec);
     read_buffers(r, c, rec);
     if (r->status) return;
     /* the tensor table is last: its length is the count declared up front, checked against what is left */
     if ((rec->n_tensors > MAX_TENSORS || (uint64_t)rec->n_tensors * 12u != c->n - c->off))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT,
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT,
                                     "section 'plan' is malformed: %u compiled tensors need %llu bytes, %zu left",
                                     rec->n_tensors, (unsigned long long)rec->n_tensors * 12u, c->n - c->off);
     rec->tensor_buf = rec_array(r, rec, rec->n_tensors, sizeof(*rec->tensor_buf));
@@ -386,7 +402,7 @@ static void read_plan(dfg_plan_reader *r, cursor *c) {
 static void read_hostlib(dfg_plan_reader *r, cursor *c) {
     static const unsigned char elf[4] = {0x7f, 'E', 'L', 'F'};
     if (c->n < sizeof(elf) || memcmp(c->b, elf, sizeof(elf)))
-        return (void)dfg_plan_fail_(r, DFG_ERR_FORMAT, "section 'hostlib' does not hold a shared object");
+        return (void)dfg_reader_err(r, DFG_ERR_FORMAT, "section 'hostlib' does not hold a shared object");
     r->hostlib = c->b;
     r->hostlib_size = c->n;
 }
@@ -404,54 +420,55 @@ static uint64_t le(const unsigned char *b, int bytes) {
 /* Checks the header and every section's bounds and checksum; fills r->sec[kind]. */
 static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, size_t n) {
     size_t have = n < 8 ? n : 8;
-    if (n == 0) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "not a dfg plan file (it is empty)");
-    if (memcmp(b, DFG_PLAN_MAGIC, have)) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "not a dfg plan file (bad magic)");
+    if (n == 0) return dfg_reader_err(r, DFG_ERR_FORMAT, "not a dfg plan file (it is empty)");
+    if (memcmp(b, DFG_PLAN_MAGIC, have)) return dfg_reader_err(r, DFG_ERR_FORMAT, "not a dfg plan file (bad magic)");
     if (n < HEADER_BYTES)
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header is truncated (needs %u bytes, %zu present)", HEADER_BYTES, n);
+        return dfg_reader_err(r, DFG_ERR_FORMAT, "the header is truncated (needs %u bytes, %zu present)", HEADER_BYTES, n);
     uint32_t version = (uint32_t)le(b + 8, 4), count = (uint32_t)le(b + 12, 4);
     if (version > DFG_PLAN_VERSION)
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "format version %u is newer than this dfg (%u); use a newer dfg",
+        return dfg_reader_err(r, DFG_ERR_FORMAT, "format version %u is newer than this dfg (%u); use a newer dfg",
                               version, DFG_PLAN_VERSION);
-    if (version < 1) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "format version %u is not valid", version);
+    if (version < 1) return dfg_reader_err(r, DFG_ERR_FORMAT, "format version %u is not valid", version);
     if (version < DFG_PLAN_VERSION) /* why old versions are not read: planfile.h */
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT,
+        return dfg_reader_err(r, DFG_ERR_FORMAT,
                               "format version %u is older than this dfg's (%u) and lacks %s; re-run dfg compile on the "
                               "pipeline",
                               version, DFG_PLAN_VERSION,
                               version == 1   ? "scopes, gradient flags and compile options"
                               : version == 2 ? "the memory budget and the no-fuse option"
                               : version == 3 ? "stage step ranges"
-                                             : "the schedule and memory plan");
-    uint32_t fewest = r->plan_optional ? 5u : 6u;
-    if (count < fewest || count > 7u)
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 6 or 7)", count);
+                              : version == 4 ? "the schedule and memory plan"
+                                             : "op attributes stored field by field and the pipeline's declarations");
+    uint32_t fewest = r->plan_optional ? 6u : 7u;
+    if (count < fewest || count > 8u)
+        return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);
     size_t off = HEADER_BYTES;
     for (uint32_t i = 0; i < count; i++) {
         if (n - off < SECTION_HEADER_BYTES)
-            return dfg_plan_fail_(r, DFG_ERR_FORMAT,
+            return dfg_reader_err(r, DFG_ERR_FORMAT,
                                   "the file is truncated: section %u of %u needs a %u-byte header, %zu bytes left", i + 1,
                                   count, SECTION_HEADER_BYTES, n - off);
         uint32_t kind = (uint32_t)le(b + off, 4), crc = (uint32_t)le(b + off + 12, 4);
         uint64_t len = le(b + off + 4, 8);
         off += SECTION_HEADER_BYTES;
         if (kind == 0 || kind >= DFG_PLAN_SEC_END)
-            return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section %u of %u has unknown kind %u", i + 1, count, kind);
+            return dfg_reader_err(r, DFG_ERR_FORMAT, "section %u of %u has unknown kind %u", i + 1, count, kind);
         const char *nm = dfg_plan_section_name(kind);
         if (len > n - off)
-            return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section '%s' is truncated (needs %llu bytes, %zu left)", nm,
+            return dfg_reader_err(r, DFG_ERR_FORMAT, "section '%s' is truncated (needs %llu bytes, %zu left)", nm,
                                   (unsigned long long)len, n - off);
-        if (r->sec[kind].b) return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section '%s' appears twice", nm);
+        if (r->sec[kind].b) return dfg_reader_err(r, DFG_ERR_FORMAT, "section '%s' appears twice", nm);
         if (dfg_plan_crc32(b + off, (size_t)len) != crc)
-            return dfg_plan_fail_(r, DFG_ERR_FORMAT, "checksum mismatch in section '%s' (the file is damaged)", nm);
+            return dfg_reader_err(r, DFG_ERR_FORMAT, "checksum mismatch in section '%s' (the file is damaged)", nm);
         r->sec[kind].b = b + off;
         r->sec[kind].n = (size_t)len;
         off += (size_t)len;
     }
     if (off != n)
-        return dfg_plan_fail_(r, DFG_ERR_FORMAT, "%zu unexpected bytes after the last section", n - off);
+        return dfg_reader_err(r, DFG_ERR_FORMAT, "%zu unexpected bytes after the last section", n - off);
     for (uint32_t k = DFG_PLAN_SEC_INFO; k < DFG_PLAN_SEC_END; k++)
         if (!r->sec[k].b && k != DFG_PLAN_SEC_HOSTLIB && !(k == DFG_PLAN_SEC_PLAN && r->plan_optional))
-            return dfg_plan_fail_(r, DFG_ERR_FORMAT, "section '%s' is missing", dfg_plan_section_name(k));
+            return dfg_reader_err(r, DFG_ERR_FORMAT, "section '%s' is missing", dfg_plan_section_name(k));
     return DFG_OK;
 }
 
@@ -463,28 +480,29 @@ static void read_section(dfg_plan_reader *r, uint32_t kind, void (*fn)(dfg_plan_
 
 dfg_status dfg_plan_parse(const void *bytes, size_t n, const char *label, dfg_program **out, dfg_plan_info *info,
                           char *err, size_t len) {
-    return dfg_plan_parse_(bytes, n, label, false, out, info, err, len);
+    return dfg_plan_parse_bytes(bytes, n, label, false, out, info, err, len);
 }
 
-dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
+dfg_status dfg_plan_parse_bytes(const void *bytes, size_t n, const char *label, bool plan_optional, dfg_program **out,
                            dfg_plan_info *info, char *err, size_t len) {
     if (err && len) err[0] = '\0';
     if (out) *out = NULL;
     if (info) *info = (dfg_plan_info){0};
     dfg_plan_reader r = {.label = label ? label : "plan", .err = err, .err_len = len, .plan_optional = plan_optional};
-    if (!out || (!bytes && n)) return dfg_plan_fail_(&r, DFG_ERR_ARG, "NULL argument");
+    if (!out || (!bytes && n)) return dfg_reader_err(&r, DFG_ERR_ARG, "NULL argument");
     if (!read_container(&r, bytes, n)) {
         read_section(&r, DFG_PLAN_SEC_INFO, read_info);
         read_section(&r, DFG_PLAN_SEC_SETTINGS, read_settings);
         read_section(&r, DFG_PLAN_SEC_TENSORS, read_tensors);
         read_section(&r, DFG_PLAN_SEC_GRAPHS, read_graphs);
         read_section(&r, DFG_PLAN_SEC_STAGES, read_stages);
+        read_section(&r, DFG_PLAN_SEC_DECLARATIONS, read_declarations);
         read_section(&r, DFG_PLAN_SEC_HOSTLIB, read_hostlib);
         read_section(&r, DFG_PLAN_SEC_PLAN, read_plan);
     }
-    dfg_program *p = r.status ? NULL : dfg_plan_build_(&r);
+    dfg_program *p = r.status ? NULL : dfg_plan_build(&r);
     /* the plan is checked against a program known to be valid, so its messages can trust names */
-    dfg_plan_record_validate_(&r);
+    dfg_plan_record_validate(&r);
     if (p && r.status) {
         dfg_program_free(p);
         p = NULL;
@@ -492,7 +510,7 @@ dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool 
     if (p && r.hostlib && info) {
         r.info.host_lib = malloc(r.hostlib_size);
         if (!r.info.host_lib) {
-            dfg_plan_fail_(&r, DFG_ERR_NOMEM, "out of memory for the %zu-byte host library", r.hostlib_size);
+            dfg_reader_err(&r, DFG_ERR_NOMEM, "out of memory for the %zu-byte host library", r.hostlib_size);
             dfg_program_free(p);
             p = NULL;
         } else {
@@ -502,7 +520,7 @@ dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool 
     }
     dfg_arena_free_all(&r.arena);
     if (!p) {
-        dfg_plan_record_free_(r.plan);
+        dfg_plan_record_free(r.plan);
         return r.status ? r.status : DFG_ERR_FORMAT;
     }
     *out = p;
@@ -510,7 +528,7 @@ dfg_status dfg_plan_parse_(const void *bytes, size_t n, const char *label, bool 
         r.info.plan = r.plan;
         *info = r.info;
     } else {
-        dfg_plan_record_free_(r.plan);
+        dfg_plan_record_free(r.plan);
     }
     return DFG_OK;
 }

@@ -151,9 +151,7 @@ static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info)
     put_u32(w, (uint32_t)info->target);
     put_str(w, p->name);
     put_str(w, info->source);
-    put_u64(w, (uint64_t)info->compile_time);
     put_str(w, DFG_VERSION_STRING);
-    put_u32(w, (uint32_t)sizeof(dfg_attrs));
     put_u32(w, (uint32_t)DFG_OP_COUNT);
     put_u32(w, (uint32_t)info->align);
     put_u32(w, option_flags(info));
@@ -219,7 +217,11 @@ static void write_node(wbuf *w, const dfg_node *n) {
     for (int j = 0; j < n->n_in; j++) put_u32(w, (uint32_t)n->in[j]->id);
     put_u32(w, (uint32_t)n->n_out);
     put_u32(w, (uint32_t)n->out[0]->id);
-    put(w, &n->attr, sizeof(n->attr));
+    /* field by field through the op's layout: the same node always gives the same bytes */
+    unsigned char attr[DFG_ATTRS_MAX_ENCODED];
+    size_t k = dfg_attrs_encode(dfg_op_attrs(n->op), n->attr, attr);
+    put_u32(w, (uint32_t)k);
+    put(w, attr, k);
 }
 
 static void write_graphs(wbuf *w, const dfg_program *p) {
@@ -284,17 +286,38 @@ static void write_plan(wbuf *w, const dfg_plan_record *rec) {
     section_end(w, at);
 }
 
+/* What the pipeline declared (graph/declare.c): rebuilt through the same calls on load. */
+static void write_declarations(wbuf *w, const dfg_program *p) {
+    const dfg_declarations *d = &p->decl;
+    size_t at = section_begin(w, DFG_PLAN_SEC_DECLARATIONS);
+    put_str(w, d->host_init ? d->host_init : "");
+    put_str(w, d->host_release ? d->host_release : "");
+    put_u32(w, (uint32_t)d->n_rollout_stages);
+    for (int i = 0; i < d->n_rollout_stages; i++) put_str(w, d->rollout_stages[i]);
+    put_u32(w, (uint32_t)d->n_rollout_tensors);
+    for (int i = 0; i < d->n_rollout_tensors; i++) put_u32(w, ref(d->rollout_tensors[i]));
+    put_u32(w, ref(d->shared_tokens));
+    put_u64(w, (uint64_t)d->shared_len);
+    put_u64(w, (uint64_t)d->shared_group);
+    put_u32(w, (uint32_t)d->n_dumps);
+    for (int i = 0; i < d->n_dumps; i++) {
+        put_str(w, d->dumps[i].name);
+        put_u32(w, ref(d->dumps[i].t));
+    }
+    section_end(w, at);
+}
+
 /* The plan of the program the sections written so far describe: they are read back (the
  * program is const here, and compiling seals a program) and the copy is compiled as a loader
  * will compile it. A compile error comes back with compile's status and message. */
 static dfg_status plan_by_compiling(const wbuf *w, const dfg_plan_info *info, dfg_plan_record **out, char *err,
                                     size_t len) {
     dfg_program *q = NULL;
-    dfg_status st = dfg_plan_parse_(w->b, w->n, "plan", true, &q, NULL, err, len);
+    dfg_status st = dfg_plan_parse_bytes(w->b, w->n, "plan", true, &q, NULL, err, len);
     if (st) return st;
     dfg_options o = dfg_plan_options(info);
     if ((st = dfg_compile(q, &o))) fail(err, len, st, "%s", dfg_program_error(q));
-    else if (!(*out = dfg_plan_record_of_(q))) st = fail(err, len, DFG_ERR_NOMEM, "plan: out of memory");
+    else if (!(*out = dfg_plan_record_of(q))) st = fail(err, len, DFG_ERR_NOMEM, "plan: out of memory");
     dfg_program_free(q);
     return st;
 }
@@ -315,7 +338,7 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     dfg_status st = check_program(p, err, len);
     if (st) return st;
     wbuf w = {0};
-    uint32_t n_sections = info->host_lib ? 6u : 5u;
+    uint32_t n_sections = info->host_lib ? 7u : 6u; /* and the plan */
     put(&w, DFG_PLAN_MAGIC, 8); /* the 7 letters and their NUL */
     put_u32(&w, DFG_PLAN_VERSION);
     put_u32(&w, n_sections);
@@ -324,6 +347,7 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     write_tensors(&w, p);
     write_graphs(&w, p);
     write_stages(&w, p);
+    write_declarations(&w, p);
     if (info->host_lib) {
         size_t at = section_begin(&w, DFG_PLAN_SEC_HOSTLIB);
         put(&w, info->host_lib, info->host_lib_size);
@@ -336,7 +360,7 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     }
     const dfg_plan_record *rec = info->plan ? info->plan : made;
     if (rec) write_plan(&w, rec); /* NULL only after running out of memory */
-    dfg_plan_record_free_(made);
+    dfg_plan_record_free(made);
     patch_le(&w, 12, n_sections + 1, 4);
     if (w.oom) {
         free(w.b);

@@ -9,10 +9,6 @@
 #include "../passes/plan.h"
 #include "runtime_internal.h"
 
-const char *dfg_target_name(dfg_target t) {
-    static const char *const names[DFG_TARGET_COUNT] = {[DFG_TARGET_CPU] = "cpu", [DFG_TARGET_CUDA] = "cuda"};
-    return (unsigned)t < DFG_TARGET_COUNT ? names[t] : "?";
-}
 
 dfg_run_options dfg_run_options_default(void) {
     return (dfg_run_options){.target = DFG_TARGET_CPU, .n_threads = 0, .seed = 1234, .host_lib = NULL, .check = false};
@@ -87,6 +83,30 @@ static dfg_status resolve_host_stages(dfg_runtime *rt) {
     return DFG_OK;
 }
 
+/* The pipeline's host state (dfg_host_state): its init runs once, here, on the runtime's
+ * program, and reads the settings its host stages need, typed and validated. */
+static dfg_status start_host_state(dfg_runtime *rt, dfg_program *p) {
+    const dfg_declarations *d = &p->decl;
+    if (!d->host_init) return DFG_OK;
+    void *lib = rt->opt.host_lib ? rt->opt.host_lib : RTLD_DEFAULT;
+    dfg_status (*init)(dfg_program *, void **);
+    *(void **)&init = dlsym(lib, d->host_init);
+    if (!init)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "host state: function '%s' not found (is it exported by the pipeline?)",
+                           d->host_init);
+    if (d->host_release) {
+        *(void **)&rt->host_release = dlsym(lib, d->host_release);
+        if (!rt->host_release)
+            return dfg_rt_fail(rt, DFG_ERR_ARG, true, "host state: function '%s' not found (is it exported by the pipeline?)",
+                               d->host_release);
+    }
+    dfg_status st = init(p, &rt->host_user);
+    if (st || dfg_program_status(p))
+        return dfg_rt_fail(rt, st ? st : dfg_program_status(p), true, "host state '%s' failed: %s", d->host_init,
+                           dfg_program_status(p) ? dfg_program_error(p) : dfg_status_name(st));
+    return DFG_OK;
+}
+
 /* The runtime's copy of the plan's offsets (the plan itself lives in the program's arena). */
 static dfg_status adopt_plan(dfg_runtime *rt, dfg_program *p) {
     if (!p->plan) {
@@ -125,7 +145,7 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     rt->be = &dfg_backend_cpu;
     st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
     if (st) return rt->status = st;
-    if ((st = scan_program(rt)) || (st = resolve_host_stages(rt))) return st;
+    if ((st = scan_program(rt)) || (st = resolve_host_stages(rt)) || (st = start_host_state(rt, p))) return st;
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
@@ -135,6 +155,7 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
 
 void dfg_runtime_free(dfg_runtime *rt) {
     if (!rt) return;
+    if (rt->host_release && rt->host_user) rt->host_release(rt->host_user);
     if (rt->arena) rt->be->free(rt->be_state, rt->arena);
     if (rt->be && rt->be_state) rt->be->destroy(rt->be_state);
     dfg_memplan_free(&rt->plan);
@@ -277,6 +298,7 @@ dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out)
 }
 int64_t dfg_host_step(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->step : 0; }
 uint64_t dfg_host_seed(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->opt.seed : 0; }
+void *dfg_host_user(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->host_user : NULL; }
 const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key) {
     return ctx ? dfg_program_setting(ctx->rt->p, key) : NULL;
 }

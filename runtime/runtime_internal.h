@@ -3,7 +3,7 @@
 #define DFG_RUNTIME_INTERNAL_H
 
 #include "backend.h"
-#include "memplan.h"
+#include "../passes/memplan.h"
 
 /* The checking mode (runtime/check.c): per-buffer liveness and checksums along the plan's
  * timeline, poison in dead bytes. NULL in a runtime without DFG_CHECK. */
@@ -22,6 +22,8 @@ struct dfg_runtime {
     char *arena;
     void **in_ptrs, **out_ptrs; /* per-node pointer arrays, sized for the widest node */
     dfg_host_fn *host;          /* [stage] resolved host functions */
+    void *host_user;            /* what the pipeline's host-state init made (dfg_host_state) */
+    void (*host_release)(void *user);
     bool *skip;                 /* [stage] switched off with dfg_runtime_skip_stage */
     const dfg_tensor **metrics;
     int *metric_stage;          /* [metric] the stage that writes it; -1: none found */

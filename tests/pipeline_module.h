@@ -1,7 +1,7 @@
 /* pipeline_module.h - compiles a C file that uses the public dfg headers into a shared object
  * and loads it, as `dfg compile` does with pipelines: the planner tests build the example
- * pipelines and a host-stage function this way (a test executable exports no symbols for
- * dlsym to find). Header-only: every test links testutil.c alone. */
+ * pipelines and host-stage functions this way. The module's calls into dfg resolve to the API
+ * the test executable exports (ENABLE_EXPORTS). Header-only: every test links testutil.c alone. */
 #ifndef DFG_PIPELINE_MODULE_H
 #define DFG_PIPELINE_MODULE_H
 
@@ -29,13 +29,17 @@ static inline const char *pm_source_dir(void) {
 /* Compiles `src` (a path) into <tmpdir>/<name>.so and dlopens it; NULL (after a failed CHECK
  * naming the compiler's complaint) when either fails. The compiler is $CC or cc. */
 static inline void *pm_build(const char *src, const char *name) {
-    char so[512], log[600], cmd[8192];
+    char so[512], log[600], cmd[16384];
     snprintf(so, sizeof(so), "%s", dfg_test_tmp_path(name));
     snprintf(log, sizeof(log), "%s.log", so);
     strncat(so, ".so", sizeof(so) - strlen(so) - 1);
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    snprintf(cmd, sizeof(cmd), "%s -std=c11 -O1 -fPIC -shared -D_GNU_SOURCE -I'%s/graph' -I'%s/runtime' -o '%s' '%s' 2>'%s'", cc,
-             pm_source_dir(), pm_source_dir(), so, src, log);
+    const char *d = pm_source_dir();
+    /* the public headers' directories and the examples' tasks, as dfg compile gives them */
+    snprintf(cmd, sizeof(cmd),
+             "%s -std=c11 -O1 -fPIC -shared -D_GNU_SOURCE -I'%s/graph' -I'%s/ops' -I'%s/ops/nn' -I'%s/passes' "
+             "-I'%s/runtime' -I'%s/examples/tasks' -o '%s' '%s' '%s' 2>'%s'",
+             cc, d, d, d, d, d, d, so, src, DFG_TASKS_LIB, log);
     int rc = system(cmd);
     if (rc != 0) {
         char msg[2048] = "";

@@ -112,7 +112,7 @@ static void test_moved_offset_caught_at_read(void) {
             printf("check mode reports: %s\n", msg);
             CHECK(st == DFG_ERR_STATE, "checked run: %s", dfg_status_name(st));
             CHECK(has(msg, "DFG_CHECK: step 1, graph 'train': input 'gelu#0' of 'y' (plan step 3) changed since plan step 0 (written by 'gelu#0')") &&
-                      has(msg, "are shared with 'scale#1' (plan steps 1-2)"),
+                      has(msg, "are shared with 'affine#1' (plan steps 1-2)"),
                   "message");
             CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE, "the failure is sticky");
         }
@@ -134,7 +134,7 @@ static void test_moved_offset_caught_at_create(void) {
         if (mode == 0) CHECK(st == DFG_OK, "plain create: %s", dfg_runtime_error(rt));
         else {
             const char *msg = dfg_runtime_error(rt);
-            CHECK(st == DFG_ERR_STATE && has(msg, "DFG_CHECK: the plan puts 'gelu#0'") && has(msg, "and 'scale#1'") &&
+            CHECK(st == DFG_ERR_STATE && has(msg, "DFG_CHECK: the plan puts 'gelu#0'") && has(msg, "and 'affine#1'") &&
                       has(msg, "in the same bytes while both are live"),
                   "mode %d: %s", mode, msg);
         }
@@ -205,7 +205,7 @@ static void test_poison_written(void) {
         const uint32_t *w = (const uint32_t *)(const void *)(rt->arena + rt->plan.offset[P.b->id]);
         int poisoned = 0;
         for (int i = 0; i < N * N; i++) poisoned += w[i] == DFG_CHECK_POISON;
-        CHECK(poisoned == (check ? N * N : 0), "check %d: %d of %d words of the dead 'scale#1' hold the poison", check,
+        CHECK(poisoned == (check ? N * N : 0), "check %d: %d of %d words of the dead 'affine#1' hold the poison", check,
               poisoned, N * N);
         dfg_runtime_free(rt);
     }
@@ -238,7 +238,7 @@ static void test_state_clobbered_caught_at_step_end(void) {
         rt->plan.offset[late->id] = rt->plan.offset[st->id];
         CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE &&
                   has(dfg_runtime_error(rt), "DFG_CHECK: step 1, at the end of the step: 'st' changed since plan step 1 (written by 'assign#1')") &&
-                  has(dfg_runtime_error(rt), "shared with 'scale#2' (plan steps 2-3)"),
+                  has(dfg_runtime_error(rt), "shared with 'affine#2' (plan steps 2-3)"),
               "state clobbered: %s", dfg_runtime_error(rt));
     }
     dfg_runtime_free(rt);

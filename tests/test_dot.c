@@ -22,7 +22,7 @@
 #include <graphviz/gvc.h>
 
 #include "graph/ir.h"
-#include "passes/dfg_dot.h"
+#include "tools/dot/dfg_dot.h"
 #include "passes/plan.h"
 #include "testutil.h"
 

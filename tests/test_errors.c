@@ -278,7 +278,7 @@ static void test_bad_writes(void) {
     g = dfg_graph_new(p, "w2");
     dfg_tensor *in = dfg_input(g, "in", DFG_F32, DFG_SHAPE(3));
     dfg_accumulate(g, in, s);
-    EXPECT_FAIL(g, DFG_ERR_ARG, "assign", "'in' is a", "cannot be written; only PARAM and STATE can");
+    EXPECT_FAIL(g, DFG_ERR_ARG, "accumulate", "'in' is a", "cannot be written; only PARAM and STATE can");
     g = dfg_graph_new(p, "w3");
     dfg_tensor *tmp = dfg_scale(g, s, 1.0f);
     dfg_slice_assign(g, tmp, dfg_slice(g, s, 0, 0, 1), 0, 0);

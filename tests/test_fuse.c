@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/dfg_nn.h"
+#include "ops/nn/dfg_nn.h"
 #include "passes/plan.h"
 #include "testutil.h"
 
@@ -263,7 +263,7 @@ static int64_t probe_v_chunk(int64_t rows, int64_t budget) {
     dfg_status st = dfg_compile(p, &o);
     CHECK(st == DFG_OK, "probe: %s", dfg_program_error(p));
     const dfg_node *lin = st ? NULL : find_op(p, DFG_OP_LINEAR_LOGPROB, 3);
-    int64_t vc = lin ? lin->attr.logprob.v_chunk : 0;
+    int64_t vc = lin ? lin->attr->logprob.v_chunk : 0;
     CHECK(vc >= 1 && vc <= 1024, "probe: rows %lld, budget %lld: v_chunk %lld is not a small chunk", (long long)rows,
           (long long)budget, (long long)vc);
     dfg_program_free(p);
@@ -287,12 +287,12 @@ static bool read_all(variant *v, const char *name, void *dst, size_t bytes) {
 static const dfg_node *check_linear(const char *label, const dfg_program *p, bool trans_b, float temp, int64_t rows,
                                     int64_t vc, int64_t V) {
     const dfg_node *lin = find_op(p, DFG_OP_LINEAR_LOGPROB, 3);
-    CHECK(lin && lin->attr.logprob.trans_b == trans_b, "%s: no linear_logprob with trans_b %d", label, trans_b);
+    CHECK(lin && lin->attr->logprob.trans_b == trans_b, "%s: no linear_logprob with trans_b %d", label, trans_b);
     if (!lin) return NULL;
-    int64_t rc = lin->attr.logprob.rows_chunk, v_chunk = lin->attr.logprob.v_chunk, want_rc = rows < 1024 ? rows : 1024;
+    int64_t rc = lin->attr->logprob.rows_chunk, v_chunk = lin->attr->logprob.v_chunk, want_rc = rows < 1024 ? rows : 1024;
     const dfg_tensor *ws = lin->out[2];
-    CHECK(fabsf(lin->attr.logprob.inv_temp * temp - 1.0f) < 1e-6f, "%s: inv_temp %g for temp %g", label,
-          lin->attr.logprob.inv_temp, temp);
+    CHECK(fabsf(lin->attr->logprob.inv_temp * temp - 1.0f) < 1e-6f, "%s: inv_temp %g for temp %g", label,
+          lin->attr->logprob.inv_temp, temp);
     CHECK(rc == want_rc && v_chunk == vc && V % v_chunk != 0,
           "%s: chunks (%lld, %lld), expected (%lld, %lld) for V %lld", label, (long long)rc, (long long)v_chunk,
           (long long)want_rc, (long long)vc, (long long)V);
@@ -363,7 +363,7 @@ static void test_gpt2_tied(bool accumulate, float temp) {
             CHECK(strcmp(lin->in[1]->name, "wte.weight") == 0, "%s: linear_logprob's weight is '%s', not wte", label,
                   lin->in[1]->name);
         CHECK(count_op(p, DFG_OP_LOG_SOFTMAX) == 0 && count_op(p, DFG_OP_TAKE) == 0 &&
-                  count_fwd_vocab(p, DFG_OP_SCALE, c.V) == 0 && count_op(p, DFG_OP_LOG_SOFTMAX_BWD) == 0 &&
+                  count_fwd_vocab(p, DFG_OP_AFFINE, c.V) == 0 && count_op(p, DFG_OP_LOG_SOFTMAX_BWD) == 0 &&
                   count_op(p, DFG_OP_TAKE_BWD) == 0,
               "%s: unfused log-softmax ops left after fusion", label);
         CHECK(count_op(p, DFG_OP_BIAS_GELU) == c.L && count_op(p, DFG_OP_GELU) == 0 &&
@@ -461,9 +461,9 @@ static void test_head(int variant, bool many_rows) {
     if (linear) {
         const dfg_node *lin = check_linear(label, p, false, c.temp, rows, vc, c.V);
         if (lin && many_rows)
-            CHECK(rows % lin->attr.logprob.rows_chunk != 0 && rows > lin->attr.logprob.rows_chunk,
+            CHECK(rows % lin->attr->logprob.rows_chunk != 0 && rows > lin->attr->logprob.rows_chunk,
                   "%s: rows %lld fit one chunk of %lld", label, (long long)rows,
-                  (long long)lin->attr.logprob.rows_chunk);
+                  (long long)lin->attr->logprob.rows_chunk);
         CHECK(count_op(p, DFG_OP_MATMUL) == 3 && count_op(p, DFG_OP_LOGPROB) == 0 && count_op(p, DFG_OP_TAKE) == 0,
               "%s: %d matmuls (expected the first layer's and its two gradients), %d logprob", label,
               count_op(p, DFG_OP_MATMUL), count_op(p, DFG_OP_LOGPROB));
@@ -476,10 +476,10 @@ static void test_head(int variant, bool many_rows) {
         if (lp) {
             /* a scale read elsewhere stays a node: logprob then works on its output, at 1/T = 1 */
             float want = variant == 3 ? 1.0f : 1.0f / c.temp;
-            CHECK(fabsf(lp->attr.logprob.inv_temp - want) <= 1e-6f * want, "%s: inv_temp %g, expected %g", label,
-                  lp->attr.logprob.inv_temp, want);
-            CHECK(count_fwd_vocab(p, DFG_OP_SCALE, c.V) == (variant == 3 && c.temp != 1.0f),
-                  "%s: %d logits scales left", label, count_fwd_vocab(p, DFG_OP_SCALE, c.V));
+            CHECK(fabsf(lp->attr->logprob.inv_temp - want) <= 1e-6f * want, "%s: inv_temp %g, expected %g", label,
+                  lp->attr->logprob.inv_temp, want);
+            CHECK(count_fwd_vocab(p, DFG_OP_AFFINE, c.V) == (variant == 3 && c.temp != 1.0f),
+                  "%s: %d logits scales left", label, count_fwd_vocab(p, DFG_OP_AFFINE, c.V));
         }
     }
     /* sequence 1 is fully masked: d loss / d x is exactly zero there, and not elsewhere */
@@ -721,12 +721,12 @@ static void test_bf16_cuda_plan(void) {
         CHECK(lin && lin->in[0]->dtype == DFG_BF16 && lin->in[1]->dtype == DFG_BF16 && lin->out[0]->dtype == DFG_F32,
               "bf16 cuda: linear_logprob should read the bf16 hidden and weight and give f32 log-probs");
         if (lin)
-            CHECK(fabsf(lin->attr.logprob.inv_temp * temp - 1.0f) < 1e-6f, "bf16 cuda: inv_temp %g",
-                  lin->attr.logprob.inv_temp);
+            CHECK(fabsf(lin->attr->logprob.inv_temp * temp - 1.0f) < 1e-6f, "bf16 cuda: inv_temp %g",
+                  lin->attr->logprob.inv_temp);
         CHECK(count_op(s.p, DFG_OP_CAST) == 0 && count_op(s.p, DFG_OP_LOG_SOFTMAX) == 0 &&
-                  count_fwd_vocab(s.p, DFG_OP_SCALE, V) == 0 && count_op(s.p, DFG_OP_MATMUL) == 0,
+                  count_fwd_vocab(s.p, DFG_OP_AFFINE, V) == 0 && count_op(s.p, DFG_OP_MATMUL) == 0,
               "bf16 cuda: cast %d, log_softmax %d, logits scale %d, matmul %d left", count_op(s.p, DFG_OP_CAST),
-              count_op(s.p, DFG_OP_LOG_SOFTMAX), count_fwd_vocab(s.p, DFG_OP_SCALE, V), count_op(s.p, DFG_OP_MATMUL));
+              count_op(s.p, DFG_OP_LOG_SOFTMAX), count_fwd_vocab(s.p, DFG_OP_AFFINE, V), count_op(s.p, DFG_OP_MATMUL));
         const dfg_node *b6 = find_op(s.p, DFG_OP_LINEAR_LOGPROB_BWD, 6);
         CHECK(b6 && b6->out[1]->dtype == DFG_BF16, "bf16 cuda: expected the accumulating bf16 linear_logprob_bwd");
         CHECK(temps_with_last_dim(s.p, V, true) == 0, "bf16 cuda: %d live TEMPs end in the vocabulary",
@@ -792,8 +792,8 @@ static void test_memory_effect(void) {
         const dfg_node *lin = find_op(pf, DFG_OP_LINEAR_LOGPROB, 3);
         if (lin) {
             size_t ws = dfg_tensor_bytes(lin->out[2]);
-            CHECK(ws <= (32u << 20) && lin->attr.logprob.v_chunk < V, "vocab-sized: workspace %zu bytes, v_chunk %lld",
-                  ws, (long long)lin->attr.logprob.v_chunk);
+            CHECK(ws <= (32u << 20) && lin->attr->logprob.v_chunk < V, "vocab-sized: workspace %zu bytes, v_chunk %lld",
+                  ws, (long long)lin->attr->logprob.v_chunk);
         }
     }
     dfg_program_free(pf);

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/dfg.h"
+#include "dfg.h"
 #include "runtime/dfg_runtime.h"
 #include "testutil.h"
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/dfg_nn.h"
+#include "ops/nn/dfg_nn.h"
 #include "passes/plan.h"
 #include "pipeline_module.h"
 
@@ -197,7 +197,7 @@ static int64_t tight_budget(const train_cfg *c, const dfg_report *r0) {
 static int64_t v_chunk_of(const dfg_program *p) {
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int i = 0; i < p->graphs[gi]->n_nodes; i++)
-            if (p->graphs[gi]->nodes[i]->op == DFG_OP_LINEAR_LOGPROB) return p->graphs[gi]->nodes[i]->attr.logprob.v_chunk;
+            if (p->graphs[gi]->nodes[i]->op == DFG_OP_LINEAR_LOGPROB) return p->graphs[gi]->nodes[i]->attr->logprob.v_chunk;
     return 0;
 }
 

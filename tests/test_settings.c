@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "graph/dfg.h"
+#include "dfg.h"
 #include "testutil.h"
 
 static void test_defaults_are_recorded(void) {

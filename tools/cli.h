@@ -131,16 +131,16 @@ void cli_progress_init(cli_progress *pr, dfg_runtime *rt, int64_t first, int64_t
 void cli_progress_update(cli_progress *pr, int64_t step, double elapsed, double tok_s, bool force);
 void cli_progress_clear(cli_progress *pr);
 
-/* Fixed rollouts (--rollouts R): load reads the tensors the plan's setting "dfg.rollout_tensors"
- * names and checks them against the plan (before a runtime exists, so bad input fails first);
- * apply switches off the stages in "dfg.rollout_stages"; write fills the tensors before a step. */
+/* Fixed rollouts (--rollouts R): load reads the tensors the pipeline declared (dfg_declare_rollout)
+ * and checks them against the plan (before a runtime exists, so bad input fails first); apply
+ * switches off the declared stages; write fills the tensors before a step. */
 typedef struct cli_rollouts cli_rollouts;
 int cli_rollouts_load(const dfg_program *p, const char *plan, const char *path, cli_rollouts **out);
 int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r);
 int cli_rollouts_write(dfg_runtime *rt, const cli_rollouts *r);
 void cli_rollouts_free(cli_rollouts *r);
-/* --dump OUT: the plan's setting "dfg.dump" ("name=tensor,...") and every PARAM. check: before
- * the run, so that a bad setting fails before any step; write: after the last step. */
+/* --dump OUT: the pipeline's dfg_declare_dump entries and every PARAM. check: before the run, so
+ * that a plan with nothing to dump fails before any step; write: after the last step. */
 int cli_dump_check(const dfg_program *p, const char *plan);
 int cli_dump_write(dfg_runtime *rt, const char *path, const char *const *meta_kv, int n_meta);
 

@@ -31,6 +31,9 @@ extern char **environ;
 #ifndef DFG_C_COMPILER
 #define DFG_C_COMPILER "cc"
 #endif
+#ifndef DFG_TASKS_LIB
+#error "DFG_TASKS_LIB must be defined (the build passes the examples' tasks archive)"
+#endif
 
 #define CMD "compile"
 #define MAX_SETS 256
@@ -138,15 +141,32 @@ static void stem_of(const char *path, char *out, size_t len) {
     snprintf(out, len, "%.*s", (int)n, base);
 }
 
-/* Runs the C compiler; its diagnostics (file:line: error: ...) go straight to our stderr. */
+/* Runs the C compiler; its diagnostics (file:line: error: ...) go straight to our stderr. The
+ * pipeline sees dfg's public headers and the examples' tasks (examples/tasks/dfg_tasks.h); the
+ * tasks archive is linked in, so the shared object (embedded in the plan) carries what it uses
+ * of them, and its calls into dfg resolve to the dfg that loads it. */
 static int compile_shared_object(const char *pipeline, const char *so_path) {
     const char *cc = getenv("DFG_CC");
     if (!cc || !*cc) cc = DFG_C_COMPILER;
-    char inc_graph[4200], inc_runtime[4200];
-    snprintf(inc_graph, sizeof(inc_graph), "-I%s/graph", DFG_SOURCE_DIR);
-    snprintf(inc_runtime, sizeof(inc_runtime), "-I%s/runtime", DFG_SOURCE_DIR);
-    const char *argv[] = {cc, "-std=c11", "-O2", "-fPIC", "-shared", inc_graph, inc_runtime,
-                          "-o", so_path, pipeline, NULL};
+    static const char *const dirs[] = {"graph", "ops", "ops/nn", "passes", "runtime", "examples/tasks"};
+    enum { N_DIRS = sizeof(dirs) / sizeof(dirs[0]) };
+    char inc[N_DIRS][4200];
+    const char *argv[N_DIRS + 12];
+    int k = 0;
+    argv[k++] = cc;
+    argv[k++] = "-std=c11";
+    argv[k++] = "-O2";
+    argv[k++] = "-fPIC";
+    argv[k++] = "-shared";
+    for (int i = 0; i < N_DIRS; i++) {
+        snprintf(inc[i], sizeof(inc[i]), "-I%s/%s", DFG_SOURCE_DIR, dirs[i]);
+        argv[k++] = inc[i];
+    }
+    argv[k++] = "-o";
+    argv[k++] = so_path;
+    argv[k++] = pipeline;
+    argv[k++] = DFG_TASKS_LIB;
+    argv[k++] = NULL;
     pid_t pid;
     int rc = posix_spawnp(&pid, cc, NULL, NULL, (char *const *)argv, environ);
     if (rc) return cli_error(CMD, CLI_USAGE, "cannot run the C compiler '%s': %s", cc, strerror(rc));
@@ -309,7 +329,7 @@ static int compile_as_run(const compile_args *c, const dfg_program *p, const dfg
 }
 
 static int save(const compile_args *c, const dfg_program *p, const char *so, const char *out) {
-    dfg_plan_info info = {.target = c->target, .compile_time = (int64_t)time(NULL), .align = (size_t)c->align,
+    dfg_plan_info info = {.target = c->target, .align = (size_t)c->align,
                           .no_reuse = c->no_reuse, .keep_order = c->keep_order, .no_fuse = c->no_fuse,
                           .memory_budget = c->memory_budget};
     snprintf(info.source, sizeof(info.source), "%s", c->pipeline);

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../passes/dfg_dot.h"
+#include "dot/dfg_dot.h"
 #include "cli.h"
 
 #define CMD "dot"

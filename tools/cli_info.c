@@ -1,9 +1,11 @@
 /* cli_info.c - `dfg info P.dfg`: what a plan holds, without running it: where it came from,
- * its settings, its stages with node counts, the persistent tensors' bytes by role, and the
+ * its settings, its stages with node counts, what its pipeline declared for the tools (host
+ * state, fixed rollouts, dumps), the persistent tensors' bytes by role, and the
  * memory plan in one line (the program is compiled as dfg run compiles it; dfg inspect has the
  * details). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../graph/ir.h"
@@ -20,10 +22,12 @@ static void usage(FILE *f) {
 }
 
 static void print_origin(const char *path, const dfg_program *p, const dfg_plan_info *info) {
+    /* a plan holds no timestamp (the same pipeline always gives the same bytes): the file's own
+     * modification time says when it was written */
     char when[64] = "?", sb[32];
-    time_t t = (time_t)info->compile_time;
+    struct stat fs;
     struct tm tm;
-    if (gmtime_r(&t, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    if (stat(path, &fs) == 0 && gmtime_r(&fs.st_mtime, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
     printf("plan      %s (format %u, written by dfg %s)\n", path, DFG_PLAN_VERSION, info->dfg_version);
     printf("program   %s, target %s", p->name, dfg_target_name(info->target));
     if (info->align) printf(", alignment %zu", info->align);
@@ -32,7 +36,7 @@ static void print_origin(const char *path, const dfg_program *p, const dfg_plan_
     if (info->no_fuse) printf(", no fusion");
     if (info->memory_budget > 0) printf(", memory budget %s", dfg_bytes_str((double)info->memory_budget, sb, sizeof(sb)));
     printf("\n");
-    printf("source    %s, compiled %s\n", info->source, when);
+    printf("source    %s, written %s\n", info->source, when);
     if (info->host_lib) printf("host code %s embedded\n", dfg_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));
 }
 
@@ -53,6 +57,32 @@ static void print_stages(const dfg_program *p) {
         }
         printf("graph '%s', %d nodes", st->graph->name, st->graph->n_nodes);
         if (st->repeat > 1) printf(", runs %d times", st->repeat);
+        printf("\n");
+    }
+}
+
+/* What the pipeline declared for the tools (dfg_graph.h's declarations). */
+static void print_declarations(const dfg_program *p) {
+    const dfg_declarations *d = &p->decl;
+    if (d->host_init)
+        printf("host      state from %s()%s%s%s, read once per run\n", d->host_init, d->host_release ? ", released by " : "",
+               d->host_release ? d->host_release : "", d->host_release ? "()" : "");
+    if (d->n_rollout_tensors) {
+        printf("rollouts  dfg run --rollouts sets");
+        for (int i = 0; i < d->n_rollout_tensors; i++) printf("%s %s", i ? "," : "", d->rollout_tensors[i]->name);
+        printf(" and skips stages");
+        for (int i = 0; i < d->n_rollout_stages; i++) printf("%s %s", i ? "," : "", d->rollout_stages[i]);
+        printf("\n");
+    }
+    if (d->shared_tokens)
+        printf("          groups of %lld rows of %s share their first %lld tokens (one prompt per group)\n",
+               (long long)d->shared_group, d->shared_tokens->name, (long long)d->shared_len);
+    if (d->n_dumps) {
+        printf("dump      dfg run --dump writes every parameter and");
+        for (int i = 0; i < d->n_dumps; i++)
+            printf("%s %s%s%s%s", i ? "," : "", d->dumps[i].name, strcmp(d->dumps[i].name, d->dumps[i].t->name) ? " (" : "",
+                   strcmp(d->dumps[i].name, d->dumps[i].t->name) ? d->dumps[i].t->name : "",
+                   strcmp(d->dumps[i].name, d->dumps[i].t->name) ? ")" : "");
         printf("\n");
     }
 }
@@ -111,6 +141,7 @@ int cli_info(int argc, char **argv) {
     print_origin(path, p, &info);
     print_settings(p);
     print_stages(p);
+    print_declarations(p);
     print_memory(p);
     printf("memory    %s\n", cli_memory_summary(dfg_program_report(p), line, sizeof(line)));
     /* cli_load_plan refuses a file whose recorded plan this dfg does not reproduce */

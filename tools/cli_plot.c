@@ -16,7 +16,7 @@
 #include <cjson/cJSON.h>
 #include <graphviz/cgraph.h>
 
-#include "../passes/dfg_dot.h"
+#include "dot/dfg_dot.h"
 #include "cli.h"
 
 #define CMD "plot"

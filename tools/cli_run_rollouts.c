@@ -1,12 +1,12 @@
 /* cli_run_rollouts.c - dfg run's fixed-rollout mode and dumps.
  *
- * A program that can train on rollouts made elsewhere (examples/grpo.c) says so in three
- * settings: "dfg.rollout_stages" (the stages that make a rollout: switched off), "dfg.rollout_tensors"
- * (the persistent tensors a rollout file fills, e.g. tokens, completion_mask, rewards) and
- * "dfg.dump" ("file_name=tensor,..." written by --dump, with every PARAM). The CLI knows nothing
- * else about the program: which settings fix the shapes is said in messages only for the TRL
- * setting names (prompts_per_step x num_generations sequences of max_prompt_length +
- * max_completion_length tokens), when the plan has them. */
+ * A program that can train on rollouts made elsewhere (examples/grpo.c) says so with
+ * declarations its pipeline made (dfg_declare_rollout: the stages that make a rollout, switched
+ * off, and the persistent tensors a rollout file fills; dfg_declare_shared_prompts; and
+ * dfg_declare_dump: what --dump writes besides every PARAM). The CLI knows nothing else about
+ * the program: which settings fix the shapes is said in messages only for the TRL setting names
+ * (prompts_per_step x num_generations sequences of max_prompt_length + max_completion_length
+ * tokens), when the plan has them. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,16 +25,6 @@ struct cli_rollouts {
     const dfg_tensor *t[MAX_ROLLOUT_TENSORS];
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
 };
-
-/* Splits a comma-separated list in place; returns the count (at most max), or -1 when longer. */
-static int split_list(char *s, char **items, int max) {
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == max) return -1;
-        items[n++] = tok;
-    }
-    return n;
-}
 
 static bool same_shape(dfg_shape a, dfg_shape b) {
     return a.rank == b.rank && !memcmp(a.d, b.d, sizeof(int64_t) * (size_t)a.rank);
@@ -66,27 +56,16 @@ static void expected_list(const cli_rollouts *r, char *buf, size_t len) {
                  dfg_dtype_name(r->t[i]->dtype), dfg_shape_str(r->t[i]->shape, sb, sizeof(sb)));
 }
 
-/* The plan's rollout tensors: persistent, kept for the whole step (a scoped one's bytes would
- * belong to other tensors between its stages). */
+/* The plan's rollout tensors, as its pipeline declared them (STATEs of the whole step). */
 static int find_tensors(const dfg_program *p, const char *plan, cli_rollouts *r) {
-    const char *list = dfg_program_setting(p, "dfg.rollout_tensors");
-    const char *stages = dfg_program_setting(p, "dfg.rollout_stages");
-    if (!list || !stages)
-        return cli_error(CMD, CLI_USAGE, "%s: program '%s' cannot train on fixed rollouts (its pipeline sets no "
-                         "dfg.rollout_tensors and dfg.rollout_stages)", plan, p->name);
-    char buf[1024];
-    char *items[MAX_ROLLOUT_TENSORS];
-    snprintf(buf, sizeof(buf), "%s", list);
-    int n = split_list(buf, items, MAX_ROLLOUT_TENSORS);
-    if (n <= 0) return cli_error(CMD, CLI_USAGE, "%s: setting dfg.rollout_tensors '%s' is not a list of 1 to %d names",
-                                 plan, list, MAX_ROLLOUT_TENSORS);
-    for (int i = 0; i < n; i++) {
-        const dfg_tensor *t = dfg_find(p, items[i]);
-        if (!t || t->kind != DFG_STATE || t->scope_first)
-            return cli_error(CMD, CLI_USAGE, "%s: setting dfg.rollout_tensors names '%s', which is no state of the "
-                             "whole step", plan, items[i]);
-        r->t[r->n++] = t;
-    }
+    const dfg_declarations *d = &p->decl;
+    if (!d->n_rollout_tensors)
+        return cli_error(CMD, CLI_USAGE, "%s: program '%s' cannot train on fixed rollouts (its pipeline declares none: "
+                         "dfg_declare_rollout)", plan, p->name);
+    if (d->n_rollout_tensors > MAX_ROLLOUT_TENSORS)
+        return cli_error(CMD, CLI_USAGE, "%s: a rollout of %d tensors is more than this tool takes (%d)", plan,
+                         d->n_rollout_tensors, MAX_ROLLOUT_TENSORS);
+    for (int i = 0; i < d->n_rollout_tensors; i++) r->t[r->n++] = d->rollout_tensors[i];
     return CLI_OK;
 }
 
@@ -115,31 +94,24 @@ static int check_values(const dfg_program *p, const char *path, const dfg_tensor
     return CLI_OK;
 }
 
-/* The setting "dfg.rollout_shared_prompts" = "TENSOR,LEN,G": the program computes the first LEN
- * columns of TENSOR once for every group of G rows (examples/grpo.c's share_prompts), so the rows
- * of a group must agree there. */
+/* dfg_declare_shared_prompts: the program computes the first `len` columns of the tokens once
+ * for every group of G rows (examples/grpo.c's share_prompts), so the rows of a group must agree
+ * there. */
 static int check_shared_prompts(const dfg_program *p, const char *path, const cli_rollouts *r) {
-    const char *rule = dfg_program_setting(p, "dfg.rollout_shared_prompts");
-    if (!rule) return CLI_OK;
-    char name[128];
-    long long len = 0, G = 0;
-    const dfg_tensor *t = NULL;
+    const dfg_tensor *t = p->decl.shared_tokens;
+    if (!t) return CLI_OK;
     const int32_t *v = NULL;
-    if (sscanf(rule, "%127[^,],%lld,%lld", name, &len, &G) == 3)
-        for (int k = 0; k < r->n; k++)
-            if (!strcmp(r->t[k]->name, name)) t = r->t[k], v = r->data[k];
-    if (!t || t->dtype != DFG_I32 || t->shape.rank != 2 || G < 1 || t->shape.d[0] % G || len < 0 || len > t->shape.d[1])
-        return cli_error(CMD, CLI_USAGE, "%s: setting dfg.rollout_shared_prompts '%s' does not fit the plan's rollout",
-                         path, rule);
-    int64_t rows = t->shape.d[0], cols = t->shape.d[1];
-    for (int64_t i = 0; i < rows; i++) {
+    for (int k = 0; k < r->n; k++)
+        if (r->t[k] == t) v = r->data[k];
+    int64_t rows = t->shape.d[0], cols = t->shape.d[1], len = p->decl.shared_len, G = p->decl.shared_group;
+    for (int64_t i = 0; v && i < rows; i++) {
         int64_t first = i - i % G;
         for (int64_t j = 0; j < len; j++)
             if (v[i * cols + j] != v[first * cols + j])
                 return cli_error(CMD, CLI_USAGE, "%s: '%s' row %" PRId64 " differs from row %" PRId64 " at column %" PRId64
                                  ", but rows %" PRId64 "..%" PRId64 " are one prompt's group: this plan computes a group's "
-                                 "%lld prompt tokens once (compile with --set share_prompts=0 for other rollouts)",
-                                 path, name, i, first, j, first, first + (int64_t)G - 1, len);
+                                 "%" PRId64 " prompt tokens once (compile with --set share_prompts=0 for other rollouts)",
+                                 path, t->name, i, first, j, first, first + G - 1, len);
     }
     return CLI_OK;
 }
@@ -178,21 +150,15 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
     return CLI_OK;
 }
 
-/* Switches off the rollout stages the program has (the list may name optional stages, such as
- * a warm-up that this plan was compiled without). */
+/* Switches off the rollout stages the pipeline declared. */
 static int skip_stages(dfg_runtime *rt, const dfg_program *p, char *skipped, size_t len) {
-    char buf[1024];
-    char *items[64];
-    snprintf(buf, sizeof(buf), "%s", dfg_program_setting(p, "dfg.rollout_stages"));
-    int n = split_list(buf, items, 64);
     skipped[0] = '\0';
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < p->n_stages; s++) {
-            if (strcmp(p->stages[s].name, items[i])) continue;
-            if (dfg_runtime_skip_stage(rt, items[i], true))
-                return cli_error(CMD, CLI_FAILED, "skipping stage '%s': %s", items[i], dfg_runtime_error(rt));
-            snprintf(skipped + strlen(skipped), len - strlen(skipped), "%s%s", skipped[0] ? ", " : "", items[i]);
-        }
+    for (int i = 0; i < p->decl.n_rollout_stages; i++) {
+        const char *name = p->decl.rollout_stages[i];
+        if (dfg_runtime_skip_stage(rt, name, true))
+            return cli_error(CMD, CLI_FAILED, "skipping stage '%s': %s", name, dfg_runtime_error(rt));
+        snprintf(skipped + strlen(skipped), len - strlen(skipped), "%s%s", skipped[0] ? ", " : "", name);
+    }
     return CLI_OK;
 }
 
@@ -238,54 +204,21 @@ void cli_rollouts_free(cli_rollouts *r) {
 
 /* ---------------------------------------------------------------- --dump */
 
-/* Parses "dfg.dump" into (file name, tensor) pairs, checked; returns an exit code. names point
- * into buf. */
-#define MAX_DUMP 64
-static int dump_entries(const dfg_program *p, const char *plan, char *buf, size_t len, char **names,
-                        const dfg_tensor **ts, int *n) {
-    const char *spec = dfg_program_setting(p, "dfg.dump");
-    *n = 0;
-    if (!spec)
-        return cli_error(CMD, CLI_USAGE, "%s: program '%s' says nothing to dump (its pipeline sets no dfg.dump); "
-                         "--save writes the parameters", plan, p->name);
-    snprintf(buf, len, "%s", spec);
-    char *items[MAX_DUMP];
-    int k = split_list(buf, items, MAX_DUMP);
-    if (k <= 0) return cli_error(CMD, CLI_USAGE, "%s: setting dfg.dump '%s' is not a list of name=tensor", plan, spec);
-    for (int i = 0; i < k; i++) {
-        char *eq = strchr(items[i], '=');
-        if (!eq || eq == items[i] || !eq[1])
-            return cli_error(CMD, CLI_USAGE, "%s: setting dfg.dump: '%s' is not name=tensor", plan, items[i]);
-        *eq = '\0';
-        const dfg_tensor *t = dfg_find(p, eq + 1), *clash = dfg_find(p, items[i]);
-        if (!t) return cli_error(CMD, CLI_USAGE, "%s: setting dfg.dump: no tensor named '%s'", plan, eq + 1);
-        if (clash && clash->kind == DFG_PARAM)
-            return cli_error(CMD, CLI_USAGE, "%s: setting dfg.dump: '%s' is the name of a param", plan, items[i]);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(names[j], items[i]))
-                return cli_error(CMD, CLI_USAGE, "%s: setting dfg.dump names '%s' twice", plan, items[i]);
-        names[i] = items[i];
-        ts[i] = t;
-    }
-    *n = k;
-    return CLI_OK;
-}
-
+/* What --dump writes besides the parameters: the pipeline's dfg_declare_dump entries. */
 int cli_dump_check(const dfg_program *p, const char *plan) {
-    char buf[2048], *names[MAX_DUMP];
-    const dfg_tensor *ts[MAX_DUMP];
-    int n;
-    return dump_entries(p, plan, buf, sizeof(buf), names, ts, &n);
+    if (!p->decl.n_dumps)
+        return cli_error(CMD, CLI_USAGE, "%s: program '%s' declares nothing to dump (dfg_declare_dump); --save writes the "
+                         "parameters", plan, p->name);
+    return CLI_OK;
 }
 
 int cli_dump_write(dfg_runtime *rt, const char *path, const char *const *meta_kv, int n_meta) {
     const dfg_program *p = dfg_runtime_program(rt);
-    char buf[2048];
-    int total = MAX_DUMP + p->n_tensors, n = 0;
+    int total = p->decl.n_dumps + p->n_tensors, n = 0;
     const char **names = calloc((size_t)total, sizeof(*names));
     const dfg_tensor **ts = calloc((size_t)total, sizeof(*ts));
-    int rc = names && ts ? dump_entries(p, path, buf, sizeof(buf), (char **)names, ts, &n)
-                         : cli_error(CMD, CLI_FAILED, "out of memory");
+    int rc = names && ts ? cli_dump_check(p, path) : cli_error(CMD, CLI_FAILED, "out of memory");
+    for (int i = 0; i < p->decl.n_dumps && !rc; i++) names[n] = p->decl.dumps[i].name, ts[n++] = p->decl.dumps[i].t;
     for (int i = 0; i < p->n_tensors && !rc; i++) /* every PARAM, under its (Hugging Face) name */
         if (p->tensors[i]->kind == DFG_PARAM) names[n] = p->tensors[i]->name, ts[n++] = p->tensors[i];
     if (!rc) rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta_kv, n_meta);

@@ -34,19 +34,19 @@ float *dfg_cpu_thread_scratch(dfg_cpu_ctx *ctx) {
     return (float *)((char *)ctx->scratch + (size_t)omp_get_thread_num() * ctx->scratch_per_thread);
 }
 
-size_t dfg_cpu_attention_scratch(const dfg_node *n) {
+size_t dfg_cpu_scratch_attention(const dfg_node *n) {
     if (n->op == DFG_OP_ATTENTION_CACHED) return sizeof(float) * (size_t)n->in[1]->shape.d[1]; /* Tmax */
     int64_t T = n->op == DFG_OP_ATTENTION ? n->in[0]->shape.d[1] : n->in[1]->shape.d[1];
     return sizeof(float) * (size_t)(T * T) * (n->op == DFG_OP_ATTENTION_BWD ? 2u : 1u);
 }
 
-dfg_status cpu_attention(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_attention(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape s = n->in[0]->shape;
-    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr.attention.n_head, D = C / H;
+    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
     const float *qkv = in[0];         /* (B, T, 3C) */
     float *y = out[0], *lse = out[1]; /* (B, T, C), (B, H, T) */
     float scale = 1.0f / sqrtf((float)D);
-    if (ctx->scratch_per_thread < dfg_cpu_attention_scratch(n))
+    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
@@ -66,13 +66,13 @@ dfg_status cpu_attention(const dfg_node *n, void *const *in, void *const *out, d
  * its head's columns of dq, dk and dv, so the jobs write without races:
  *   P = exp(S - lse), dP = dY V^T, dS = P (dP - rowsum(dY * Y)) scale,
  *   dQ = dS K, dK = dS^T Q, dV = P^T dY. */
-dfg_status cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape s = n->in[1]->shape;
-    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr.attention.n_head, D = C / H;
+    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
     const float *dy = in[0], *qkv = in[1], *y = in[2], *lse = in[3];
     float *dqkv = out[0];
     float scale = 1.0f / sqrtf((float)D);
-    if (ctx->scratch_per_thread < dfg_cpu_attention_scratch(n))
+    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
@@ -109,9 +109,9 @@ dfg_status cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *ou
 
 /* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,C) rows 0 .. pos+i: per query
  * row, scores = K q (a GEMV over the cached rows), softmax, y = V^T p. */
-dfg_status cpu_attention_cached(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape qs = n->in[0]->shape;
-    int64_t B = qs.d[0], Tq = qs.d[1], C = qs.d[2], Tmax = n->in[1]->shape.d[1], H = n->attr.attention.n_head,
+    int64_t B = qs.d[0], Tq = qs.d[1], C = qs.d[2], Tmax = n->in[1]->shape.d[1], H = n->attr->attention.n_head,
             D = C / H;
     const float *q = in[0], *kc = in[1], *vc = in[2];
     int64_t pos = *(const int32_t *)in[3];
@@ -119,7 +119,7 @@ dfg_status cpu_attention_cached(const dfg_node *n, void *const *in, void *const 
     if (pos < 0 || pos + Tq > Tmax)
         return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "position %lld + %lld queries exceeds the cache length %lld",
                             (long long)pos, (long long)Tq, (long long)Tmax);
-    if (ctx->scratch_per_thread < dfg_cpu_attention_scratch(n))
+    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(ctx->n_threads)

@@ -28,7 +28,7 @@ static prefix_dims dims_of(const dfg_shape qkv, const dfg_shape pre, int n_head)
     return d;
 }
 
-size_t dfg_cpu_attention_prefix_scratch(const dfg_node *n) {
+size_t dfg_cpu_scratch_attention_prefix(const dfg_node *n) {
     bool bwd = n->op == DFG_OP_ATTENTION_PREFIX_BWD;
     const dfg_tensor *qkv = n->in[bwd ? 1 : 0], *pre = n->in[bwd ? 2 : 1];
     size_t rows = (size_t)qkv->shape.d[1], cols = (size_t)(qkv->shape.d[1] + pre->shape.d[1]);
@@ -45,11 +45,11 @@ static void scores(const prefix_dims *d, const float *q, const float *k, const f
                 0.0f, S + d->Tp, (int)d->ld);
 }
 
-dfg_status cpu_attention_prefix(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const prefix_dims d = dims_of(n->in[0]->shape, n->in[1]->shape, n->attr.attention.n_head);
+dfg_status dfg_cpu_attention_prefix(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    const prefix_dims d = dims_of(n->in[0]->shape, n->in[1]->shape, n->attr->attention.n_head);
     const float *qkv = in[0], *pre = in[1]; /* (n, Tc, 3C), (P, Tp, 3C) */
     float *y = out[0], *lse = out[1];       /* (n, Tc, C), (n, H, Tc) */
-    if (ctx->scratch_per_thread < dfg_cpu_attention_prefix_scratch(n))
+    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention_prefix(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     int ld3 = (int)(3 * d.C);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
@@ -89,11 +89,11 @@ static void softmax_grad(const prefix_dims *d, float *P, float *dS, const float 
 /* inputs dy (n,Tc,C), qkv (n,Tc,3C), prefix (P,Tp,3C), y (n,Tc,C), lse (n,H,Tc)
  * -> dqkv (n,Tc,3C), dprefix (P,Tp,3C). Per row: dP = dY [Vp | V]^T, dQ = dS_p Kp + dS_own K,
  * dK = dS_own^T Q, dV = P_own^T dY; and the prefix's dKp += dS_p^T Q, dVp += P_p^T dY. */
-dfg_status cpu_attention_prefix_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const prefix_dims d = dims_of(n->in[1]->shape, n->in[2]->shape, n->attr.attention.n_head);
+dfg_status dfg_cpu_attention_prefix_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    const prefix_dims d = dims_of(n->in[1]->shape, n->in[2]->shape, n->attr->attention.n_head);
     const float *dy = in[0], *qkv = in[1], *pre = in[2], *y = in[3], *lse = in[4];
     float *dqkv = out[0], *dpre = out[1];
-    if (ctx->scratch_per_thread < dfg_cpu_attention_prefix_scratch(n))
+    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention_prefix(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     int ld3 = (int)(3 * d.C), ldc = (int)d.C, Tc = (int)d.Tc, Tp = (int)d.Tp, D = (int)d.D, ld = (int)d.ld;
     int64_t P = d.n / d.G;

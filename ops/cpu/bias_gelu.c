@@ -6,7 +6,7 @@
 
 #define DFG_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-dfg_status cpu_bias_gelu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_bias_gelu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[0]->shape;
     int64_t c = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / c;
@@ -22,7 +22,7 @@ dfg_status cpu_bias_gelu(const dfg_node *n, void *const *in, void *const *out, d
     return DFG_OK;
 }
 
-dfg_status cpu_bias_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_bias_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[1]->shape;
     int64_t c = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / c;

@@ -35,8 +35,10 @@ float dfg_cpu_softmax_row(float *s, int64_t nk, int64_t n);
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-#define X(E, name, nin, nout, gk, infer, grad, cost, cpu) \
-    dfg_status cpu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx);
+/* Every kernel and scratch rule ops.def names (shared ones are declared once per row). */
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) \
+    dfg_status dfg_cpu_##cpu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx); \
+    DFG_UNLESS_NONE(scratch)(size_t dfg_cpu_scratch_##scratch(const dfg_node *n);)
 #include "../ops.def"
 #undef X
 

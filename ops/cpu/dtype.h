@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../graph/dfg.h"
+#include "../../graph/dfg_graph.h"
 
 static inline uint32_t dfg_f32_bits(float f) {
     uint32_t u;

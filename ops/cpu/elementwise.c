@@ -54,7 +54,7 @@ static void binary_row(dfg_op op, dfg_dtype dt, const void *a, const void *b, vo
     }
 }
 
-dfg_status cpu_binary(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_binary(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape os = n->out[0]->shape;
     dfg_dtype dt = n->in[0]->dtype;
@@ -83,18 +83,18 @@ static inline float gelu_f(float x) {
 
 static inline float unary_f32(const dfg_node *n, float x) {
     switch (n->op) {
-    case DFG_OP_SCALE: return n->attr.scale.alpha * x + n->attr.scale.beta;
+    case DFG_OP_AFFINE: return n->attr->affine.alpha * x + n->attr->affine.beta;
     case DFG_OP_EXP: return expf(x);
     case DFG_OP_LOG: return logf(x);
     case DFG_OP_NEG: return -x;
     case DFG_OP_SQRT: return sqrtf(x);
-    case DFG_OP_CLAMP: return x < n->attr.clamp.lo ? n->attr.clamp.lo : x > n->attr.clamp.hi ? n->attr.clamp.hi : x;
+    case DFG_OP_CLAMP: return x < n->attr->clamp.lo ? n->attr->clamp.lo : x > n->attr->clamp.hi ? n->attr->clamp.hi : x;
     case DFG_OP_GELU: return gelu_f(x);
     default: return 0.0f;
     }
 }
 
-dfg_status cpu_unary(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_unary(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t cnt = dfg_shape_numel(n->out[0]->shape);
     if (n->in[0]->dtype == DFG_I32) { /* scale, neg, clamp of counters: computed exactly in double */
@@ -102,9 +102,9 @@ dfg_status cpu_unary(const dfg_node *n, void *const *in, void *const *out, dfg_c
         int32_t *y = out[0];
         for (int64_t i = 0; i < cnt; i++) {
             double v = x[i];
-            if (n->op == DFG_OP_SCALE) v = (double)n->attr.scale.alpha * v + (double)n->attr.scale.beta;
+            if (n->op == DFG_OP_AFFINE) v = (double)n->attr->affine.alpha * v + (double)n->attr->affine.beta;
             else if (n->op == DFG_OP_NEG) v = -v;
-            else v = v < n->attr.clamp.lo ? n->attr.clamp.lo : v > n->attr.clamp.hi ? n->attr.clamp.hi : v;
+            else v = v < n->attr->clamp.lo ? n->attr->clamp.lo : v > n->attr->clamp.hi ? n->attr->clamp.hi : v;
             dfg_store(y, DFG_I32, i, nearbyint(v));
         }
         return DFG_OK;
@@ -117,7 +117,7 @@ dfg_status cpu_unary(const dfg_node *n, void *const *in, void *const *out, dfg_c
 }
 
 /* d/dx of the tanh-approximated GELU: 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx */
-dfg_status cpu_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const float *dy = in[0], *x = in[1];
     float *dx = out[0];
@@ -132,7 +132,7 @@ dfg_status cpu_gelu_bwd(const dfg_node *n, void *const *in, void *const *out, df
     return DFG_OK;
 }
 
-dfg_status cpu_where(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_where(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape os = n->out[0]->shape;
     int64_t sc[DFG_MAX_RANK], sa[DFG_MAX_RANK], sb[DFG_MAX_RANK];
@@ -151,7 +151,7 @@ dfg_status cpu_where(const dfg_node *n, void *const *in, void *const *out, dfg_c
     return DFG_OK;
 }
 
-dfg_status cpu_cast(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_cast(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     dfg_dtype from = n->in[0]->dtype, to = n->out[0]->dtype;
     int64_t cnt = dfg_shape_numel(n->out[0]->shape);
@@ -163,11 +163,11 @@ dfg_status cpu_cast(const dfg_node *n, void *const *in, void *const *out, dfg_cp
     return DFG_OK;
 }
 
-dfg_status cpu_fill(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_fill(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx, (void)in;
     dfg_dtype dt = n->out[0]->dtype;
     int64_t cnt = dfg_shape_numel(n->out[0]->shape);
-    float v = n->attr.fill.value;
+    float v = n->attr->fill.value;
     if (dt == DFG_F32) {
         float *y = out[0];
         for (int64_t i = 0; i < cnt; i++) y[i] = v;

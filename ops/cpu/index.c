@@ -16,7 +16,7 @@ static dfg_status bad_id(dfg_cpu_ctx *ctx, const dfg_node *n, const int32_t *ids
                         (long long)at, n->in[1]->name, (long long)v);
 }
 
-dfg_status cpu_embed(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_embed(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     int64_t V = n->in[0]->shape.d[0], C = n->in[0]->shape.d[1], cnt = dfg_shape_numel(n->in[1]->shape);
     const float *w = in[0];     /* (V, C) */
     const int32_t *ids = in[1]; /* (cnt) */
@@ -28,8 +28,8 @@ dfg_status cpu_embed(const dfg_node *n, void *const *in, void *const *out, dfg_c
 }
 
 /* dW[id] += dy[i]: rows are visited in order, so repeated ids sum deterministically. */
-dfg_status cpu_embed_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    int64_t V = n->attr.scatter.vocab, C = n->out[0]->shape.d[1], cnt = dfg_shape_numel(n->in[1]->shape);
+dfg_status dfg_cpu_embed_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    int64_t V = n->attr->scatter.vocab, C = n->out[0]->shape.d[1], cnt = dfg_shape_numel(n->in[1]->shape);
     const float *dy = in[0];    /* (cnt, C) */
     const int32_t *ids = in[1]; /* (cnt) */
     float *dw = out[0];         /* (V, C): new bytes, or the accumulator's with 3 inputs */
@@ -43,7 +43,7 @@ dfg_status cpu_embed_bwd(const dfg_node *n, void *const *in, void *const *out, d
     return DFG_OK;
 }
 
-dfg_status cpu_take(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_take(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape xs = n->in[0]->shape;
     int64_t V = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / V;
     const float *x = in[0];     /* (rows, V) */
@@ -55,8 +55,8 @@ dfg_status cpu_take(const dfg_node *n, void *const *in, void *const *out, dfg_cp
     return DFG_OK;
 }
 
-dfg_status cpu_take_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    int64_t V = n->attr.scatter.vocab, rows = dfg_shape_numel(n->in[1]->shape);
+dfg_status dfg_cpu_take_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    int64_t V = n->attr->scatter.vocab, rows = dfg_shape_numel(n->in[1]->shape);
     const float *dy = in[0];    /* (rows) */
     const int32_t *idx = in[1]; /* (rows) */
     float *dx = out[0];         /* (rows, V) */

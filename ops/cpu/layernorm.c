@@ -6,13 +6,13 @@
 
 #define DFG_LN_BLOCK 64
 
-dfg_status cpu_layernorm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_layernorm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[0]->shape;
     int64_t C = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / C;
     const float *x = in[0], *w = in[1], *b = in[2]; /* x (rows, C), w (C), b (C) */
     float *y = out[0], *mean = out[1], *rstd = out[2]; /* y (rows, C), mean (rows), rstd (rows) */
-    float eps = n->attr.layernorm.eps;
+    float eps = n->attr->layernorm.eps;
 #pragma omp parallel for schedule(static) if (rows * C > 32768)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
@@ -29,7 +29,7 @@ dfg_status cpu_layernorm(const dfg_node *n, void *const *in, void *const *out, d
     return DFG_OK;
 }
 
-dfg_status cpu_layernorm_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_layernorm_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[1]->shape;
     int64_t C = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / C;

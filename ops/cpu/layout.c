@@ -13,20 +13,20 @@ static inline void copy_elem(char *dst, int64_t j, const char *src, int64_t i, s
     }
 }
 
-dfg_status cpu_reshape(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_reshape(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     if (out[0] != in[0]) memcpy(out[0], in[0], dfg_tensor_bytes(n->out[0]));
     return DFG_OK;
 }
 
-dfg_status cpu_permute(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_permute(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape is = n->in[0]->shape, os = n->out[0]->shape;
     size_t esz = dfg_dtype_size(n->in[0]->dtype);
     int64_t istride[DFG_MAX_RANK], pstride[DFG_MAX_RANK]; /* pstride[k]: input stride of output dim k */
     int64_t s = 1;
     for (int d = is.rank - 1; d >= 0; d--) istride[d] = s, s *= is.d[d];
-    for (int k = 0; k < os.rank; k++) pstride[k] = istride[n->attr.permute.perm[k]];
+    for (int k = 0; k < os.rank; k++) pstride[k] = istride[n->attr->permute.perm[k]];
     int64_t last = os.rank ? os.d[os.rank - 1] : 1, rows = dfg_shape_numel(os) / last;
     int64_t ls = os.rank ? pstride[os.rank - 1] : 1;
     dfg_shape outer = os;
@@ -39,23 +39,23 @@ dfg_status cpu_permute(const dfg_node *n, void *const *in, void *const *out, dfg
     return DFG_OK;
 }
 
-dfg_status cpu_slice(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    int64_t outer, len, inner, start = n->attr.slice.start;
-    dfg_split_axis(n->in[0]->shape, n->attr.slice.axis, &outer, &len, &inner);
+dfg_status dfg_cpu_slice(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    int64_t outer, len, inner, start = n->attr->slice.start;
+    dfg_split_axis(n->in[0]->shape, n->attr->slice.axis, &outer, &len, &inner);
     if (n->n_in == 2) start = *(const int32_t *)in[1];
-    if (start < 0 || start + n->attr.slice.len > len)
+    if (start < 0 || start + n->attr->slice.len > len)
         return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows", (long long)start,
-                            (long long)(start + n->attr.slice.len), n->in[0]->name, (long long)len);
+                            (long long)(start + n->attr->slice.len), n->in[0]->name, (long long)len);
     size_t esz = dfg_dtype_size(n->in[0]->dtype);
-    size_t row = (size_t)(n->attr.slice.len * inner) * esz;
+    size_t row = (size_t)(n->attr->slice.len * inner) * esz;
     for (int64_t o = 0; o < outer; o++)
         memcpy((char *)out[0] + (size_t)o * row, (const char *)in[0] + (size_t)((o * len + start) * inner) * esz, row);
     return DFG_OK;
 }
 
-dfg_status cpu_concat(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_concat(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
-    int ax = n->attr.concat.axis;
+    int ax = n->attr->concat.axis;
     int64_t outer, total, inner;
     dfg_split_axis(n->out[0]->shape, ax, &outer, &total, &inner);
     size_t esz = dfg_dtype_size(n->out[0]->dtype);
@@ -73,7 +73,7 @@ dfg_status cpu_concat(const dfg_node *n, void *const *in, void *const *out, dfg_
 /* Broadcasting copies whole runs: the trailing dims where the input is not broadcast are one
  * contiguous block of it (a prompt's keys and values copied to each of G rows is one memcpy per
  * row); only a broadcast in the last dim falls back to element copies. */
-dfg_status cpu_expand(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_expand(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape os = n->out[0]->shape, is = n->in[0]->shape;
     size_t esz = dfg_dtype_size(n->in[0]->dtype);

@@ -21,13 +21,13 @@ static dfg_status bad_target(dfg_cpu_ctx *ctx, const dfg_node *n, const int32_t 
     return DFG_OK;
 }
 
-dfg_status cpu_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     int64_t rows, v;
     logits_dims(n->in[0], &rows, &v);
     const float *z = in[0];         /* (rows, V) */
     const int32_t *t = in[1];       /* (rows) */
     float *logp = out[0], *lse = out[1]; /* (rows), (rows) */
-    float s = n->attr.logprob.inv_temp;
+    float s = n->attr->logprob.inv_temp;
     if (bad_target(ctx, n, t, rows, v)) return DFG_ERR_RANGE;
 #pragma omp parallel for schedule(static) if (rows * v > 16384)
     for (int64_t r = 0; r < rows; r++) {
@@ -48,13 +48,13 @@ dfg_status cpu_logprob(const dfg_node *n, void *const *in, void *const *out, dfg
 }
 
 /* dz = g * inv_temp * (onehot(t) - softmax(z * inv_temp)); rows with g == 0 (masked) are 0 */
-dfg_status cpu_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     int64_t rows, v;
     logits_dims(n->in[1], &rows, &v);
     const float *dy = in[0], *z = in[1], *lse = in[3]; /* (rows), (rows, V), (rows) */
     const int32_t *t = in[2];
     float *dz = out[0]; /* (rows, V) */
-    float s = n->attr.logprob.inv_temp;
+    float s = n->attr->logprob.inv_temp;
     if (bad_target(ctx, n, t, rows, v)) return DFG_ERR_RANGE;
 #pragma omp parallel for schedule(static) if (rows * v > 16384)
     for (int64_t r = 0; r < rows; r++) {
@@ -81,11 +81,11 @@ static lin_dims lin_of(const dfg_node *n, const dfg_tensor *h, const dfg_tensor 
     lin_dims d;
     d.c = h->shape.d[h->shape.rank - 1];
     d.rows = dfg_shape_numel(h->shape) / d.c;
-    d.tb = n->attr.logprob.trans_b;
+    d.tb = n->attr->logprob.trans_b;
     d.v = d.tb ? w->shape.d[0] : w->shape.d[1];
-    d.rc = n->attr.logprob.rows_chunk;
-    d.vc = n->attr.logprob.v_chunk;
-    d.s = n->attr.logprob.inv_temp;
+    d.rc = n->attr->logprob.rows_chunk;
+    d.vc = n->attr->logprob.v_chunk;
+    d.s = n->attr->logprob.inv_temp;
     return d;
 }
 
@@ -105,7 +105,7 @@ static void chunk_logits(const lin_dims *d, const float *h, const float *w, int6
     }
 }
 
-dfg_status cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     lin_dims d = lin_of(n, n->in[0], n->in[1]);
     const float *h = in[0], *w = in[1]; /* (rows, C), (V, C) or (C, V) */
     const int32_t *t = in[2];           /* (rows) */
@@ -143,7 +143,7 @@ dfg_status cpu_linear_logprob(const dfg_node *n, void *const *in, void *const *o
     return DFG_OK;
 }
 
-dfg_status cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     lin_dims d = lin_of(n, n->in[1], n->in[2]);
     const float *dy = in[0], *h = in[1], *w = in[2], *lse = in[4]; /* (rows), (rows, C), W, (rows) */
     const int32_t *t = in[3];

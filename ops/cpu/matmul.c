@@ -3,12 +3,12 @@
 
 #include "cpu.h"
 
-dfg_status cpu_matmul(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_matmul(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     dfg_mm_dims d;
     const char *why;
     if (!dfg_matmul_dims(n, &d, &why)) return dfg_cpu_fail(ctx, n, DFG_ERR_SHAPE, "%s", why);
-    bool ta = n->attr.matmul.trans_a, tb = n->attr.matmul.trans_b;
+    bool ta = n->attr->matmul.trans_a, tb = n->attr->matmul.trans_b;
     bool a_batched = n->in[0]->shape.rank > 2, b_batched = n->in[1]->shape.rank > 2;
     const float *A = in[0], *B = in[1]; /* A (.., M, K) or (.., K, M); B (.., K, N) or (.., N, K) */
     float *C = out[0];                  /* (.., M, N) */
@@ -28,7 +28,7 @@ dfg_status cpu_matmul(const dfg_node *n, void *const *in, void *const *out, dfg_
     return DFG_OK;
 }
 
-dfg_status cpu_bias_add(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_bias_add(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[0]->shape;
     int64_t c = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / c;

@@ -20,21 +20,21 @@ static void reduce_axis(const float *x, float *out, int64_t outer, int64_t len, 
     }
 }
 
-dfg_status cpu_reduce(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_reduce(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t outer, len, inner;
-    dfg_split_axis(n->in[0]->shape, n->attr.reduce.axis, &outer, &len, &inner);
+    dfg_split_axis(n->in[0]->shape, n->attr->reduce.axis, &outer, &len, &inner);
     reduce_axis(in[0], out[0], outer, len, inner, n->op == DFG_OP_MEAN ? 1.0 / (double)len : 1.0);
     return DFG_OK;
 }
 
-dfg_status cpu_masked_sum(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_masked_sum(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[0]->shape;
     const float *x = in[0], *m = in[1];
     float *y = out[0];
     int64_t outer, len, inner, ms[DFG_MAX_RANK];
-    dfg_split_axis(xs, n->attr.reduce.axis, &outer, &len, &inner);
+    dfg_split_axis(xs, n->attr->reduce.axis, &outer, &len, &inner);
     dfg_bcast_strides(xs, n->in[1]->shape, ms);
 #pragma omp parallel for schedule(static) if (outer * len * inner > 65536)
     for (int64_t j = 0; j < outer * inner; j++) {
@@ -49,7 +49,7 @@ dfg_status cpu_masked_sum(const dfg_node *n, void *const *in, void *const *out, 
     return DFG_OK;
 }
 
-dfg_status cpu_argmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_argmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape xs = n->in[0]->shape;
     int64_t v = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / v;

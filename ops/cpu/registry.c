@@ -4,10 +4,18 @@
 #include "cpu.h"
 
 const dfg_cpu_fn dfg_cpu_kernels[DFG_OP_COUNT] = {
-#define X(E, name, nin, nout, gk, infer, grad, cost, cpu) [DFG_OP_##E] = cpu,
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) [DFG_OP_##E] = dfg_cpu_##cpu,
 #include "../ops.def"
 #undef X
 };
+
+static size_t (*const scratch_fns[DFG_OP_COUNT])(const dfg_node *n) = {
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) [DFG_OP_##E] = DFG_FN_OR_NULL(dfg_cpu_scratch_, scratch),
+#include "../ops.def"
+#undef X
+};
+
+size_t dfg_cpu_scratch_bytes(const dfg_node *n) { return scratch_fns[n->op] ? scratch_fns[n->op](n) : 0; }
 
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...) {
     if (ctx->err && ctx->err_len) {
@@ -20,22 +28,6 @@ dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const
         }
     }
     return s;
-}
-
-size_t dfg_cpu_scratch_bytes(const dfg_node *n) {
-    switch (n->op) {
-    case DFG_OP_SAMPLE: /* the row's scaled logits, for top-k selection */
-        return sizeof(float) * (size_t)n->in[0]->shape.d[n->in[0]->shape.rank - 1];
-    case DFG_OP_ATTENTION: /* scores (T, T); backward also their gradient; decoding a row of them */
-    case DFG_OP_ATTENTION_BWD:
-    case DFG_OP_ATTENTION_CACHED:
-        return dfg_cpu_attention_scratch(n);
-    case DFG_OP_ATTENTION_PREFIX: /* scores (Tc, Tp + Tc); backward also their gradient */
-    case DFG_OP_ATTENTION_PREFIX_BWD:
-        return dfg_cpu_attention_prefix_scratch(n);
-    default:
-        return 0;
-    }
 }
 
 void dfg_bcast_strides(dfg_shape out, dfg_shape in, int64_t *strides) {

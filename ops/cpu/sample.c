@@ -55,7 +55,13 @@ static int32_t sample_row(const float *z, int64_t v, float temp, int top_k, floa
     return (int32_t)last; /* u rounded up to the total: the last kept token */
 }
 
-dfg_status cpu_sample(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+/* The row's scaled logits, for top-k selection. */
+size_t dfg_cpu_scratch_sample(const dfg_node *n) {
+    const dfg_shape xs = n->in[0]->shape;
+    return sizeof(float) * (size_t)xs.d[xs.rank - 1];
+}
+
+dfg_status dfg_cpu_sample(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape xs = n->in[0]->shape;
     int64_t v = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / v;
     const float *logits = in[0];           /* (rows, V) */
@@ -67,7 +73,7 @@ dfg_status cpu_sample(const dfg_node *n, void *const *in, void *const *out, dfg_
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     for (int64_t r = 0; r < rows; r++) {
         dfg_philox_ctr c = dfg_philox4x32(dfg_philox_row_ctr(ctr, (uint64_t)r), k0, k1);
-        tok[r] = sample_row(logits + r * v, v, n->attr.sample.temperature, n->attr.sample.top_k,
+        tok[r] = sample_row(logits + r * v, v, n->attr->sample.temperature, n->attr->sample.top_k,
                             dfg_philox_uniform(c.v[0]), ctx->scratch);
         if (tok[r] < 0) return dfg_cpu_fail(ctx, n, DFG_ERR_NUMERIC, "row %lld of the logits holds a NaN", (long long)r);
     }

@@ -20,7 +20,7 @@ static double row_lse(const float *x, int64_t v) {
     return m + log(s);
 }
 
-dfg_status cpu_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t rows, v;
     rows_of(n, &rows, &v);
@@ -34,7 +34,7 @@ dfg_status cpu_softmax(const dfg_node *n, void *const *in, void *const *out, dfg
     return DFG_OK;
 }
 
-dfg_status cpu_log_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_log_softmax(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t rows, v;
     rows_of(n, &rows, &v);
@@ -49,7 +49,7 @@ dfg_status cpu_log_softmax(const dfg_node *n, void *const *in, void *const *out,
 }
 
 /* dx = y * (dy - sum(dy * y)) */
-dfg_status cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t rows, v;
     rows_of(n, &rows, &v);
@@ -65,7 +65,7 @@ dfg_status cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out,
 }
 
 /* dx = dy - exp(y) * sum(dy) */
-dfg_status cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     int64_t rows, v;
     rows_of(n, &rows, &v);

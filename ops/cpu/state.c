@@ -1,4 +1,4 @@
-/* state.c - CPU kernels that write persistent tensors in place: assign (copy, add, fill),
+/* state.c - CPU kernels that write persistent tensors in place: assign, accumulate, assign_fill,
  * slice_assign, the AdamW step (as torch.optim.AdamW) and global-norm clipping (as
  * torch.nn.utils.clip_grad_norm_). Outputs arrive aliased to the tensors they write. */
 #include <math.h>
@@ -7,17 +7,16 @@
 #include "cpu.h"
 #include "dtype.h"
 
-dfg_status cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    (void)ctx;
+dfg_status dfg_cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_tensor *dst = n->in[0];
     int64_t cnt = dfg_shape_numel(dst->shape);
-    switch (n->attr.assign.mode) {
-    case DFG_ASSIGN_COPY:
+    switch ((dfg_op)n->op) {
+    case DFG_OP_ASSIGN:
         if (n->in[1]->dtype != dst->dtype) /* float to float, round to nearest even */
             for (int64_t i = 0; i < cnt; i++) dfg_store(out[0], dst->dtype, i, dfg_load(in[1], n->in[1]->dtype, i));
         else if (out[0] != in[1]) memmove(out[0], in[1], dfg_tensor_bytes(dst));
         break;
-    case DFG_ASSIGN_ADD:
+    case DFG_OP_ACCUMULATE:
         if (dst->dtype == DFG_F32) {
             float *y = out[0];
             const float *x = in[1];
@@ -27,18 +26,20 @@ dfg_status cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_
                 dfg_store(out[0], dst->dtype, i, dfg_load(out[0], dst->dtype, i) + dfg_load(in[1], dst->dtype, i));
         }
         break;
-    case DFG_ASSIGN_FILL:
-        for (int64_t i = 0; i < cnt; i++) dfg_store(out[0], dst->dtype, i, n->attr.assign.value);
+    case DFG_OP_ASSIGN_FILL:
+        for (int64_t i = 0; i < cnt; i++) dfg_store(out[0], dst->dtype, i, n->attr->assign_fill.value);
         break;
+    default:
+        return dfg_cpu_fail(ctx, n, DFG_ERR_ARG, "not an assign op");
     }
     return DFG_OK;
 }
 
-dfg_status cpu_slice_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_slice_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_tensor *dst = n->in[0], *src = n->in[1];
-    int ax = n->attr.slice_assign.axis;
-    int64_t start = n->attr.slice_assign.start;
-    if (n->attr.slice_assign.dynamic) start = *(const int32_t *)in[2];
+    int ax = n->attr->slice_assign.axis;
+    int64_t start = n->attr->slice_assign.start;
+    if (n->attr->slice_assign.dynamic) start = *(const int32_t *)in[2];
     int64_t outer, len, inner, slen = src->shape.d[ax];
     dfg_split_axis(dst->shape, ax, &outer, &len, &inner);
     if (start < 0 || start + slen > len)
@@ -50,8 +51,8 @@ dfg_status cpu_slice_assign(const dfg_node *n, void *const *in, void *const *out
     return DFG_OK;
 }
 
-dfg_status cpu_adamw(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const dfg_adamw_config c = n->attr.adamw;
+dfg_status dfg_cpu_adamw(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    const dfg_attrs_adamw c = n->attr->adamw;
     int32_t t = *(const int32_t *)in[0];
     if (t < 1) return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "step is %d; it counts from 1", t);
     double bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t);
@@ -92,7 +93,7 @@ static dfg_status clip_nonfinite(const dfg_node *n, void *const *in, double norm
 /* out[0] = the global norm; out[1+i] = in[i] * min(1, max_norm / (norm + 1e-6)). A norm that is
  * not finite fails the step here, before any optimizer update reads the clipped gradients: the
  * parameters and moments stay those of the last good step. */
-dfg_status cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+dfg_status dfg_cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     double ss = 0.0;
     for (int i = 0; i < n->n_in; i++) {
         const float *g = in[i];
@@ -102,7 +103,7 @@ dfg_status cpu_clip_grad_norm(const dfg_node *n, void *const *in, void *const *o
         for (int64_t j = 0; j < cnt; j++) part += (double)g[j] * g[j];
         ss += part;
     }
-    double norm = sqrt(ss), coef = (double)n->attr.clip.max_norm / (norm + 1e-6);
+    double norm = sqrt(ss), coef = (double)n->attr->clip.max_norm / (norm + 1e-6);
     if (!isfinite(norm)) return clip_nonfinite(n, in, norm, ctx);
     float scale = (float)(coef < 1.0 ? coef : 1.0);
     *(float *)out[0] = (float)norm;

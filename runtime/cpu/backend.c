@@ -13,17 +13,6 @@ typedef struct {
     dfg_cpu_ctx ctx;
 } cpu_state;
 
-/* Ops that move bytes of any dtype; every other op computes in f32 on the CPU. */
-static bool dtype_agnostic(dfg_op op) {
-    switch (op) {
-    case DFG_OP_RESHAPE: case DFG_OP_PERMUTE: case DFG_OP_SLICE: case DFG_OP_CONCAT: case DFG_OP_EXPAND:
-    case DFG_OP_CAST: case DFG_OP_FILL: case DFG_OP_ASSIGN: case DFG_OP_SLICE_ASSIGN: case DFG_OP_WHERE:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static const dfg_tensor *non_f32_float(const dfg_node *n) {
     for (int i = 0; i < n->n_in; i++)
         if (dfg_is_float(n->in[i]->dtype) && n->in[i]->dtype != DFG_F32) return n->in[i];
@@ -38,7 +27,7 @@ static dfg_status cpu_create(const dfg_program *p, const dfg_run_options *o, voi
         const dfg_graph *g = p->graphs[gi];
         for (int i = 0; i < g->n_nodes; i++) {
             const dfg_node *n = g->nodes[i];
-            const dfg_tensor *bad = dtype_agnostic(n->op) ? NULL : non_f32_float(n);
+            const dfg_tensor *bad = dfg_ops[n->op].dtypes == DFG_DTYPES_ANY ? NULL : non_f32_float(n);
             if (bad) {
                 snprintf(err, len,
                          "cpu backend: %s '%s' in graph '%s' computes in %s ('%s'); the CPU runs f32 programs "

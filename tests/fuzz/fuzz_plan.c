@@ -106,7 +106,7 @@ static uint8_t *repaired(const uint8_t *data, size_t size) {
 
 /* ---------------------------------------------------------------- checks */
 static bool info_is_zero(const dfg_plan_info *i) { /* field by field: padding may differ */
-    return i->target == 0 && !i->source[0] && i->compile_time == 0 && !i->dfg_version[0] && i->align == 0 &&
+    return i->target == 0 && !i->source[0] && !i->dfg_version[0] && i->align == 0 &&
            !i->no_reuse && !i->keep_order && !i->no_fuse && i->memory_budget == 0 && !i->host_lib && !i->host_lib_size &&
            !i->plan;
 }

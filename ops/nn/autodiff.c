@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "ir.h"
+#include "../op.h"
+#include "dfg_nn.h"
 
 typedef struct {
     dfg_graph *g;
@@ -49,7 +49,7 @@ static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const 
     dfg_tensor **dout = dfg_arena_alloc(&g->program->arena, sizeof(*dout) * (size_t)n->n_out);
     dfg_tensor **din = dfg_arena_alloc(&g->program->arena, sizeof(*din) * (size_t)(n->n_in + 1));
     bool *need = dfg_arena_alloc(&g->program->arena, sizeof(*need) * (size_t)(n->n_in + 1));
-    if (!dout || !din || !need) return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
+    if (!dout || !din || !need) return dfg_graph_err(g, DFG_ERR_NOMEM, "backward: out of memory");
     bool any_out = false, any_in = false;
     for (int k = 0; k < n->n_out; k++) any_out |= (dout[k] = c->gr[n->out[k]->id]) != NULL;
     for (int j = 0; j < n->n_in; j++) {
@@ -85,17 +85,17 @@ static dfg_status backward_impl(dfg_graph *g, dfg_tensor *loss, dfg_tensor *cons
     char db[160];
     if (!loss || (loss->flags & DFG_TF_POISON) || loss->kind != DFG_TEMP || loss->graph != g ||
         dfg_shape_numel(loss->shape) != 1 || !dfg_is_float(loss->dtype))
-        return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: the loss must be a float scalar computed in graph '%s', got %s",
+        return dfg_graph_err(g, DFG_ERR_ARG, "backward: the loss must be a float scalar computed in graph '%s', got %s",
                                g->name, dfg_tensor_desc(loss, db, sizeof(db)));
     if (n < 1 || !wrt || (!grads && !accum))
-        return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
+        return dfg_graph_err(g, DFG_ERR_ARG, "backward: needs n >= 1 tensors to differentiate");
     dfg_program *p = g->program;
     for (int i = 0; i < n; i++) {
         if (!wrt[i] || (wrt[i]->flags & DFG_TF_POISON) || !dfg_is_float(wrt[i]->dtype))
-            return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: wrt[%d] is NULL, poisoned or not float", i);
+            return dfg_graph_err(g, DFG_ERR_ARG, "backward: wrt[%d] is NULL, poisoned or not float", i);
         /* its id indexes this program's tables below */
         if (wrt[i]->id < 0 || wrt[i]->id >= p->n_tensors || p->tensors[wrt[i]->id] != wrt[i])
-            return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: wrt[%d] '%s' belongs to another program", i,
+            return dfg_graph_err(g, DFG_ERR_ARG, "backward: wrt[%d] '%s' belongs to another program", i,
                                    wrt[i]->name);
     }
 
@@ -105,7 +105,7 @@ static dfg_status backward_impl(dfg_graph *g, dfg_tensor *loss, dfg_tensor *cons
     c.wrt_index = malloc(sizeof(*c.wrt_index) * (size_t)c.n_tensors);
     if (!c.needs || !c.gr || !c.wrt_index) {
         free(c.needs), free(c.gr), free(c.wrt_index);
-        return dfg_graph_fail_(g, DFG_ERR_NOMEM, "backward: out of memory");
+        return dfg_graph_err(g, DFG_ERR_NOMEM, "backward: out of memory");
     }
     for (int i = 0; i < c.n_tensors; i++) c.wrt_index[i] = -1;
     for (int i = 0; i < n; i++) c.needs[wrt[i]->id] = true, c.wrt_index[wrt[i]->id] = i;
@@ -134,7 +134,7 @@ static dfg_status backward_impl(dfg_graph *g, dfg_tensor *loss, dfg_tensor *cons
 }
 
 dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads) {
-    if (g && !g->status && !grads) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward: grads is NULL");
+    if (g && !g->status && !grads) return dfg_graph_err(g, DFG_ERR_ARG, "backward: grads is NULL");
     return backward_impl(g, loss, wrt, n, grads, NULL);
 }
 
@@ -142,6 +142,6 @@ dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *c
                                    dfg_tensor *const *accum) {
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
-    if (n < 1 || !accum) return dfg_graph_fail_(g, DFG_ERR_ARG, "backward_accumulate: needs n >= 1 accumulators");
+    if (n < 1 || !accum) return dfg_graph_err(g, DFG_ERR_ARG, "backward_accumulate: needs n >= 1 accumulators");
     return backward_impl(g, loss, wrt, n, NULL, accum);
 }

@@ -1,4 +1,5 @@
-/* dfg_nn.h - composite builders (GPT-2) written only with the public DSL of dfg.h.
+/* dfg_nn.h - the layer above the op core (ops/nn/): autodiff, metrics, and composite builders
+ * (GPT-2, the training helpers, GRPO) written only with the public calls of dfg_ops.h.
  *
  * Parameters carry Hugging Face GPT-2 names (wte.weight, h.0.attn.c_attn.weight, ...) and
  * layouts: linear weights are stored (in, out) as HF's Conv1D, so a checkpoint loads as is.
@@ -8,12 +9,27 @@
 #ifndef DFG_NN_H
 #define DFG_NN_H
 
-#include "dfg.h"
+#include "dfg_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* ---------------------------------------------------------------- autodiff
+ * Appends the gradient of the scalar `loss` with respect to each wrt[i] to the graph and
+ * stores it in grads[i] (a TEMP of wrt[i]'s shape; zeros when loss does not depend on it). */
+DFG_API dfg_status dfg_backward(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n, dfg_tensor **grads);
+/* As dfg_backward, then accumulates each gradient into the STATE accum[i] (micro-batching). */
+DFG_API dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_tensor *const *wrt, int n,
+                                   dfg_tensor *const *accum);
+
+
+/* ---------------------------------------------------------------- metrics
+ * Copies a scalar into the persistent metric "name" (an f32 STATE "metric.<name>" of role
+ * METRIC), reported after every step. */
+DFG_API dfg_status dfg_metric(dfg_graph *g, const char *name, dfg_tensor *scalar);
+
+/* ---------------------------------------------------------------- GPT-2 */
 typedef struct {
     int n_layer, n_head, n_embd, vocab_size, block_size;
     float ln_eps; /* 1e-5 as GPT-2 */
@@ -43,22 +59,22 @@ typedef struct {
 } dfg_gpt2;
 
 /* The GPT-2 tiny/small presets used by the examples and benchmarks. */
-dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
+DFG_API dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
 
 /* Reads a pipeline's model settings, with Hugging Face GPT2Config's names and each default from
  * `defaults`: "n_layer", "n_head", "n_embd", "vocab_size", "n_positions"; the dtype is bf16 when
  * the setting "target" is "cuda" (weights and activations; f32 masters and moments come from
  * dfg_nn_adamw_step) and f32 otherwise. Out-of-range values are a program error naming the
  * setting. */
-dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
+DFG_API dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
 /* AdamW's hyper-parameters from the settings (Hugging Face TrainingArguments' names)
  * "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay". */
-dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config defaults, dfg_adamw_config *out);
+DFG_API dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config defaults, dfg_adamw_config *out);
 
 /* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy; a frozen copy
  * comes from dfg_gpt2_frozen below), with GPT-2's init: N(0, 0.02), residual projections
  * N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1. */
-dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
+DFG_API dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
 /* The same tensors for a frozen copy of the model (GRPO's reference model): STATEs of role
  * REF_MODEL, named prefix + HF name (e.g. "ref.wte.weight"), with the same init specs. Not
  * PARAMs, because a frozen copy is not trained: it is not counted as parameters, `dfg run
@@ -66,20 +82,20 @@ dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config c
  * PARAM), `--save` leaves it out and checkpoints with state keep it. Never pass it to
  * dfg_backward or an optimizer: it needs no gradients, moments or master weights. Make it start as
  * the policy with dfg_nn_init_copy (no graph work; weights loaded into the policy reach it). */
-dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
+DFG_API dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
 
-dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b); /* x @ w + b */
-dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
+DFG_API dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b); /* x @ w + b */
+DFG_API dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
 /* x (B, T, C) -> (B, T, C): c_attn, causal attention, c_proj. */
-dfg_tensor *dfg_nn_self_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, int n_head);
+DFG_API dfg_tensor *dfg_nn_self_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, int n_head);
 /* x (..., C) -> (..., C): c_fc, gelu, c_proj. */
-dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk);
+DFG_API dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk);
 /* Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(.)). */
-dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg);
+DFG_API dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg);
 /* The same block with another attention (the KV-cache forms): attention(g, ln_1(x), blk, ctx)
  * returns the attention's projected output, of x's shape. */
 typedef dfg_tensor *(*dfg_nn_attention_fn)(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, void *ctx);
-dfg_tensor *dfg_nn_gpt2_block_with(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg,
+DFG_API dfg_tensor *dfg_nn_gpt2_block_with(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg,
                                    dfg_nn_attention_fn attention, void *ctx);
 
 /* ---------------------------------------------------------------- generation with a KV cache */
@@ -91,29 +107,29 @@ typedef struct {
 /* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the
  * model's dtype, role KV_CACHE. Scope them (dfg_set_scope) to the generation stages so that the
  * training stages reuse their bytes. */
-dfg_status dfg_gpt2_kv_cache(dfg_program *p, const char *prefix, const dfg_gpt2 *m, int64_t N, int64_t Tmax,
+DFG_API dfg_status dfg_gpt2_kv_cache(dfg_program *p, const char *prefix, const dfg_gpt2 *m, int64_t N, int64_t Tmax,
                              dfg_gpt2_kv *out);
 /* tokens (P, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
  * caches and returns the hidden states after ln_f (P, Tp, C). P is the caches' N, or N / G for
  * groups of G sequences that share a prompt: prompt i then fills cache rows i*G .. i*G+G-1, and
  * its positions are computed once, not G times. */
-dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tokens);
 /* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
  * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
  * hidden state after ln_f (N, 1, C). */
-dfg_tensor *dfg_gpt2_decode(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
+DFG_API dfg_tensor *dfg_gpt2_decode(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
-dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
 /* n = P*G sequences in groups of G that share a prompt: rows i*G .. i*G+G-1 are prompts[i]
  * (P, Tp) followed by their own completions (n, Tc), at positions 0 .. Tp+Tc-1. The prompt
  * positions are computed once per group, not G times (graph/nn_shared.c); the result equals
  * dfg_gpt2_hidden of the n whole sequences, kept where it predicts a completion token: entry j of
  * (n, Tc, C) is the state at position Tp-1+j, after ln_f. */
-dfg_tensor *dfg_gpt2_hidden_grouped(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions);
+DFG_API dfg_tensor *dfg_gpt2_hidden_grouped(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions);
 /* hidden (..., C) -> logits (..., V) through the tied lm_head (hidden @ wte^T). */
-dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden);
+DFG_API dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden);
 /* tokens (B, T) -> logits (B, T, V). */
-dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
 
 /* ---------------------------------------------------------------- training helpers */
 
@@ -121,10 +137,10 @@ dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens)
  * parameter ("<prefix>grad.<param>", the parameter's dtype and shape), for
  * dfg_backward_accumulate (micro-batches), in-place clipping and the optimizer; zero them with
  * dfg_assign_fill after the update. */
-dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n, const char *prefix, dfg_tensor **out);
+DFG_API dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params, int n, const char *prefix, dfg_tensor **out);
 /* dst[i] starts as src[i] (dfg_init_from for each i): e.g. a frozen reference model that starts
  * as the policy, also when the policy's weights come from `dfg run --weights`. */
-dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *const *src, int n);
+DFG_API dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *const *src, int n);
 
 /* One AdamW step on n parameters, built from dfg_adamw, with the state it needs (names start
  * with prefix, "" for the policy):
@@ -138,19 +154,19 @@ dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *
  * parameter with --weights reach the master too. Weight decay applies to matrices only (rank >=
  * 2: embeddings and linear weights), not to biases and LayerNorm gains, as Hugging Face's Trainer
  * and nanoGPT group them. */
-dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
+DFG_API dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
 
 /* ---------------------------------------------------------------- GRPO (graph/nn_grpo.c) */
 /* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
  * fuse pass turns it into linear_logprob: the logits never exist. */
-dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
+DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
 
 /* The same log-probs for the completion tokens only, of groups that share their prompt (see
  * dfg_gpt2_hidden_grouped): prompts (P, Tp), completions (n = P*G, Tc) -> (n, Tc), entry j is
  * log p(completions[:, j] | prompt, completions[:, < j]). */
-dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions,
+DFG_API dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions,
                                      float temperature);
 
 /* The state of a rollout in progress (all STATEs; N sequences of T positions). */
@@ -165,14 +181,14 @@ typedef struct {
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
  * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),
  * marks sequences that produced `eos` as done, and advances token and pos. */
-dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
+DFG_API dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
                                 int top_k, int32_t eos);
 
 typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE } dfg_grpo_scale;
 /* rewards (N), rows g*G .. g*G+G-1 one prompt's group (G >= 2) -> advantages (N):
  * (r - group mean) / (std + 1e-4) with torch.std's unbiased std of the group (GROUP) or of the
  * whole batch (BATCH), or r - group mean (NONE), as TRL's scale_rewards. */
-dfg_tensor *dfg_grpo_advantages(dfg_graph *g, dfg_tensor *rewards, int64_t group, dfg_grpo_scale scale);
+DFG_API dfg_tensor *dfg_grpo_advantages(dfg_graph *g, dfg_tensor *rewards, int64_t group, dfg_grpo_scale scale);
 
 typedef enum { DFG_GRPO_LOSS_GRPO, DFG_GRPO_LOSS_BNPO, DFG_GRPO_LOSS_DR_GRPO, DFG_GRPO_LOSS_DAPO } dfg_grpo_loss_type;
 typedef struct {
@@ -204,7 +220,7 @@ typedef struct {
  * sum(l m) / max(sum(m), 1); bnpo: this micro-batch's sum(l m) / max(sum(m), 1), divided by the
  * number of micro-batches (TRL's per-batch normalisation); dr_grpo: sum(l m) / (N max_new);
  * dapo: sum(l m) / the step's active tokens. */
-dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out);
+DFG_API dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
 #include <graphviz/cgraph.h>
 
 #include "dfg_dot.h"
-#include "plan.h"
+#include "../../passes/plan.h"
 
 typedef struct {
     const dfg_program *p;

@@ -1,0 +1,125 @@
+/* declare.c - a pipeline's declarations about its program (dfg_graph.h): host state, what a
+ * fixed rollout replaces, which rows share a prompt, what --dump writes. They are checked here
+ * against the program; stage names are checked when the program is compiled (passes/verify.c),
+ * since stages may be added after the declaration. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static bool owned(const dfg_program *p, const dfg_tensor *t) {
+    return t && t->id >= 0 && t->id < p->n_tensors && p->tensors[t->id] == t;
+}
+
+static bool symbol_ok(const char *s) {
+    if (!s || !*s || strlen(s) > 200) return false;
+    for (const char *c = s; *c; c++)
+        if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (c != s && *c >= '0' && *c <= '9')))
+            return false;
+    return true;
+}
+
+dfg_status dfg_host_state(dfg_program *p, const char *init_symbol, const char *release_symbol) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "host_state")) return p->status;
+    if (!symbol_ok(init_symbol) || (release_symbol && !symbol_ok(release_symbol)))
+        return dfg_program_err(p, DFG_ERR_ARG, "host_state: '%s' and '%s' must be C function names",
+                               init_symbol ? init_symbol : "(null)", release_symbol ? release_symbol : "(none)");
+    if (p->decl.host_init) return dfg_program_err(p, DFG_ERR_ARG, "host_state: declared twice");
+    p->decl.host_init = dfg_program_strdup(p, init_symbol);
+    p->decl.host_release = release_symbol ? dfg_program_strdup(p, release_symbol) : NULL;
+    if (!p->decl.host_init || (release_symbol && !p->decl.host_release))
+        return dfg_program_err(p, DFG_ERR_NOMEM, "host_state: out of memory");
+    return DFG_OK;
+}
+
+dfg_status dfg_declare_rollout(dfg_program *p, const char *const *stages, int n_stages, dfg_tensor *const *tensors,
+                               int n_tensors) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_rollout")) return p->status;
+    if (p->decl.n_rollout_tensors) return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout: declared twice");
+    if (n_stages < 1 || n_stages > 64 || !stages || n_tensors < 1 || n_tensors > 64 || !tensors)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout: needs 1 to 64 stages and 1 to 64 tensors");
+    char **names = dfg_arena_alloc(&p->arena, sizeof(*names) * (size_t)n_stages);
+    dfg_tensor **ts = dfg_arena_alloc(&p->arena, sizeof(*ts) * (size_t)n_tensors);
+    if (!names || !ts) return dfg_program_err(p, DFG_ERR_NOMEM, "declare_rollout: out of memory");
+    for (int i = 0; i < n_stages; i++) {
+        if (!stages[i] || !*stages[i] || strlen(stages[i]) > 200)
+            return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout: stage name #%d is empty or too long", i);
+        if (!(names[i] = dfg_program_strdup(p, stages[i])))
+            return dfg_program_err(p, DFG_ERR_NOMEM, "declare_rollout: out of memory");
+    }
+    for (int i = 0; i < n_tensors; i++) {
+        const dfg_tensor *t = tensors[i];
+        if (!owned(p, t) || t->kind != DFG_STATE || t->scope_first)
+            return dfg_program_err(p, DFG_ERR_ARG,
+                                   "declare_rollout: tensor #%d '%s' must be a STATE of this program that lives for "
+                                   "the whole step (no scope)",
+                                   i, t && owned(p, t) ? t->name : "?");
+        for (int j = 0; j < i; j++)
+            if (ts[j] == t) return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout: '%s' is named twice", t->name);
+        ts[i] = tensors[i];
+    }
+    p->decl.rollout_stages = names;
+    p->decl.n_rollout_stages = n_stages;
+    p->decl.rollout_tensors = ts;
+    p->decl.n_rollout_tensors = n_tensors;
+    return DFG_OK;
+}
+
+dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens, int64_t prompt_len, int64_t group) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_shared_prompts")) return p->status;
+    bool rollout = false;
+    for (int i = 0; i < p->decl.n_rollout_tensors; i++) rollout |= p->decl.rollout_tensors[i] == tokens;
+    if (!rollout || tokens->dtype != DFG_I32 || tokens->shape.rank != 2)
+        return dfg_program_err(p, DFG_ERR_ARG,
+                               "declare_shared_prompts: the tokens must be an i32 (N, T) tensor declared by "
+                               "dfg_declare_rollout first");
+    if (group < 1 || tokens->shape.d[0] % group || prompt_len < 0 || prompt_len > tokens->shape.d[1])
+        return dfg_program_err(p, DFG_ERR_ARG,
+                               "declare_shared_prompts: groups of %lld rows and %lld prompt columns do not fit '%s' "
+                               "(%lld, %lld)",
+                               (long long)group, (long long)prompt_len, tokens->name, (long long)tokens->shape.d[0],
+                               (long long)tokens->shape.d[1]);
+    p->decl.shared_tokens = tokens;
+    p->decl.shared_len = prompt_len;
+    p->decl.shared_group = group;
+    return DFG_OK;
+}
+
+/* A dump name becomes a safetensors key: printable, no quotes or backslashes. */
+static bool dump_name_ok(const char *s) {
+    if (!s || !*s || strlen(s) > 200) return false;
+    for (const char *c = s; *c; c++)
+        if (*c < 0x21 || *c > 0x7e || *c == '"' || *c == '\\') return false;
+    return true;
+}
+
+dfg_status dfg_declare_dump(dfg_program *p, const char *name, dfg_tensor *t) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_dump")) return p->status;
+    if (!dump_name_ok(name))
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_dump: the name must be 1 to 200 printable characters without "
+                                               "spaces or quotes");
+    if (!owned(p, t) || t->kind == DFG_TEMP || t->kind == DFG_PARAM)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_dump '%s': needs a persistent tensor of this program that is "
+                                               "not a PARAM (every PARAM is dumped anyway)", name);
+    const dfg_tensor *clash = dfg_find(p, name);
+    if (clash && clash->kind == DFG_PARAM)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_dump: '%s' is the name of a PARAM", name);
+    for (int i = 0; i < p->decl.n_dumps; i++)
+        if (!strcmp(p->decl.dumps[i].name, name))
+            return dfg_program_err(p, DFG_ERR_ARG, "declare_dump: '%s' is declared twice", name);
+    if (p->decl.n_dumps == p->decl.cap_dumps) {
+        int nc = p->decl.cap_dumps ? 2 * p->decl.cap_dumps : 16;
+        dfg_dump_decl *d = realloc(p->decl.dumps, sizeof(*d) * (size_t)nc);
+        if (!d) return dfg_program_err(p, DFG_ERR_NOMEM, "declare_dump: out of memory");
+        p->decl.dumps = d;
+        p->decl.cap_dumps = nc;
+    }
+    char *copy = dfg_program_strdup(p, name);
+    if (!copy) return dfg_program_err(p, DFG_ERR_NOMEM, "declare_dump: out of memory");
+    p->decl.dumps[p->decl.n_dumps++] = (dfg_dump_decl){copy, t};
+    return DFG_OK;
+}

@@ -1,0 +1,123 @@
+/* gemm.c - GEMM descriptors from nodes (pure), the emulated GEMM that executes a descriptor with
+ * OpenBLAS's column-major sgemm, and the launchers' shared error formatter. Plain C, linked with
+ * both builds of the kernels (nvcc and emulated). */
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cpu/dtype.h"
+#include "cuda.h"
+
+dfg_status dfg_cuda_fail(dfg_cuda_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...) {
+    if (ctx->err && ctx->err_len) {
+        int k = snprintf(ctx->err, ctx->err_len, "%s '%s': ", dfg_op_name(n->op), n->name);
+        if (k >= 0 && (size_t)k < ctx->err_len) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(ctx->err + k, ctx->err_len - (size_t)k, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return s;
+}
+
+dfg_gemm_desc dfg_gemm_row_major(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
+                                 int64_t ldc, dfg_dtype ab_type, dfg_dtype c_type, float alpha, float beta) {
+    /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: B comes first */
+    return (dfg_gemm_desc){.m = N, .n = M, .k = K, .trans_a = trans_b, .trans_b = trans_a, .lda = ldb, .ldb = lda,
+                           .ldc = ldc, .batch = 1, .a_type = ab_type, .b_type = ab_type, .c_type = c_type,
+                           .bias_type = c_type, .alpha = alpha, .beta = beta, .epilogue = DFG_GEMM_EPI_NONE};
+}
+
+bool dfg_gemm_matmul(const dfg_node *n, dfg_gemm_desc *d, const char **why) {
+    dfg_mm_dims mm;
+    if (!dfg_matmul_dims(n, &mm, why)) return false;
+    bool ta = n->attr->matmul.trans_a, tb = n->attr->matmul.trans_b;
+    bool a_batched = n->in[0]->shape.rank > 2, b_batched = n->in[1]->shape.rank > 2;
+    int64_t lda = ta ? mm.M : mm.K, ldb = tb ? mm.K : mm.N; /* row-major leading dims */
+    *d = dfg_gemm_row_major(mm.M, mm.N, mm.K, ta, tb, lda, ldb, mm.N, n->in[0]->dtype, n->out[0]->dtype, 1.0f, 0.0f);
+    if (a_batched && !b_batched && !ta) { /* a shared B: the batch folds into M, one GEMM */
+        d->n = mm.M * mm.batch;
+        return true;
+    }
+    d->batch = mm.batch;
+    /* in the descriptor, A is dfg's b and B is dfg's a */
+    d->stride_a = b_batched ? mm.K * mm.N : 0;
+    d->stride_b = a_batched ? mm.M * mm.K : 0;
+    d->stride_c = mm.M * mm.N;
+    return true;
+}
+
+char *dfg_gemm_str(const dfg_gemm_desc *d, char *buf, size_t len) {
+    snprintf(buf, len, "m=%lld n=%lld k=%lld op(A)=%c op(B)=%c lda=%lld ldb=%lld ldc=%lld batch=%lld strides=%lld/%lld/%lld",
+             (long long)d->m, (long long)d->n, (long long)d->k, d->trans_a ? 'T' : 'N', d->trans_b ? 'T' : 'N',
+             (long long)d->lda, (long long)d->ldb, (long long)d->ldc, (long long)d->batch, (long long)d->stride_a,
+             (long long)d->stride_b, (long long)d->stride_c);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- the emulated GEMM */
+/* An f32 copy of a column-major matrix of `rows` x `cols` (leading dimension ld) in dtype t. */
+static float *widen(const void *x, dfg_dtype t, int64_t rows, int64_t cols, int64_t ld) {
+    int64_t count = rows * cols;
+    float *w = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    if (!w) return NULL;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) w[c * rows + r] = dfg_load(x, t, c * ld + r);
+    return w;
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static dfg_status gemm_one(const dfg_gemm_desc *d, const void *a, const void *b, void *c, const void *bias) {
+    int64_t ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k; /* A as stored */
+    int64_t br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
+    float *A = widen(a, d->a_type, ar, ac, d->lda), *B = widen(b, d->b_type, br, bc, d->ldb);
+    float *C = widen(c, d->c_type, d->m, d->n, d->ldc);
+    dfg_status st = A && B && C ? DFG_OK : DFG_ERR_NOMEM;
+    if (!st) {
+        if (d->beta == 0.0f) memset(C, 0, sizeof(float) * (size_t)(d->m * d->n)); /* cuBLAS: C is not read */
+        cblas_sgemm(CblasColMajor, d->trans_a ? CblasTrans : CblasNoTrans, d->trans_b ? CblasTrans : CblasNoTrans,
+                    (int)d->m, (int)d->n, (int)d->k, d->alpha, A, (int)(ar ? ar : 1), B, (int)(br ? br : 1), d->beta,
+                    C, (int)(d->m ? d->m : 1));
+        for (int64_t j = 0; j < d->n; j++)
+            for (int64_t i = 0; i < d->m; i++) {
+                float v = C[j * d->m + i];
+                if (d->epilogue != DFG_GEMM_EPI_NONE) v += dfg_load(bias, d->bias_type, i);
+                if (d->epilogue == DFG_GEMM_EPI_GELU_BIAS) v = gelu_tanh(v);
+                dfg_store(c, d->c_type, j * d->ldc + i, v);
+            }
+    }
+    free(A), free(B), free(C);
+    return st;
+}
+
+dfg_status dfg_cuda_gemm_interpret(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, const void *a, const void *b, void *c,
+                                   const void *bias) {
+    char why[256];
+    if (d->m < 0 || d->n < 0 || d->k < 0 || d->batch < 1 || d->ldc < (d->m > 1 ? d->m : 1) ||
+        d->lda < ((d->trans_a ? d->k : d->m) > 1 ? (d->trans_a ? d->k : d->m) : 1) ||
+        d->ldb < ((d->trans_b ? d->n : d->k) > 1 ? (d->trans_b ? d->n : d->k) : 1) ||
+        (d->epilogue != DFG_GEMM_EPI_NONE && !bias)) {
+        /* what cuBLAS would refuse with CUBLAS_STATUS_INVALID_VALUE */
+        if (ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: invalid descriptor %s", dfg_gemm_str(d, why, sizeof(why)));
+        return DFG_ERR_ARG;
+    }
+    size_t ea = dfg_dtype_size(d->a_type), eb = dfg_dtype_size(d->b_type), ec = dfg_dtype_size(d->c_type);
+    for (int64_t i = 0; i < d->batch; i++) {
+        dfg_status st = gemm_one(d, (const char *)a + (size_t)(i * d->stride_a) * ea,
+                                 (const char *)b + (size_t)(i * d->stride_b) * eb, (char *)c + (size_t)(i * d->stride_c) * ec,
+                                 bias);
+        if (st) {
+            if (ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: out of memory");
+            return st;
+        }
+    }
+    return DFG_OK;
+}

@@ -1,0 +1,111 @@
+/* dfg_ops.h - the op builders of dfg's public DSL: one call per op, each appending a node to a
+ * graph after checking its inputs' shapes and dtypes (see dfg_graph.h for the error model). The
+ * fused ops (logprob, linear_logprob, bias_gelu) have no builders: only the fuse pass makes them
+ * from the unfused math written here. */
+#ifndef DFG_OPS_H
+#define DFG_OPS_H
+
+#include "dfg_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- elementwise
+ * Binary ops broadcast numpy-style (trailing dims aligned; a dim of 1 stretches). */
+DFG_API dfg_tensor *dfg_add(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_sub(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_mul(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_div(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_minimum(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_maximum(dfg_graph *g, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_equal(dfg_graph *g, dfg_tensor *a, dfg_tensor *b); /* 1.0 where a == b, else 0.0 (f32) */
+DFG_API dfg_tensor *dfg_scale(dfg_graph *g, dfg_tensor *x, float alpha);        /* alpha * x */
+DFG_API dfg_tensor *dfg_add_scalar(dfg_graph *g, dfg_tensor *x, float beta);    /* x + beta */
+DFG_API dfg_tensor *dfg_affine(dfg_graph *g, dfg_tensor *x, float alpha, float beta); /* alpha * x + beta */
+DFG_API dfg_tensor *dfg_exp(dfg_graph *g, dfg_tensor *x);
+DFG_API dfg_tensor *dfg_log(dfg_graph *g, dfg_tensor *x);
+DFG_API dfg_tensor *dfg_neg(dfg_graph *g, dfg_tensor *x);
+DFG_API dfg_tensor *dfg_sqrt(dfg_graph *g, dfg_tensor *x);
+DFG_API dfg_tensor *dfg_clamp(dfg_graph *g, dfg_tensor *x, float lo, float hi);
+/* cond != 0 ? a : b, all three broadcast together; cond may be f32, i32 or u8. */
+DFG_API dfg_tensor *dfg_where(dfg_graph *g, dfg_tensor *cond, dfg_tensor *a, dfg_tensor *b);
+DFG_API dfg_tensor *dfg_cast(dfg_graph *g, dfg_tensor *x, dfg_dtype to);
+DFG_API dfg_tensor *dfg_fill(dfg_graph *g, dfg_dtype dt, dfg_shape shape, float value);
+DFG_API dfg_tensor *dfg_gelu(dfg_graph *g, dfg_tensor *x); /* tanh approximation, as GPT-2 */
+
+/* ---------------------------------------------------------------- shape ops */
+DFG_API dfg_tensor *dfg_reshape(dfg_graph *g, dfg_tensor *x, dfg_shape shape); /* a view; one dim may be -1 */
+DFG_API dfg_tensor *dfg_permute(dfg_graph *g, dfg_tensor *x, const int *perm); /* perm has rank(x) entries */
+DFG_API dfg_tensor *dfg_transpose(dfg_graph *g, dfg_tensor *x, int axis_a, int axis_b);
+DFG_API dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len);
+/* As dfg_slice, with the start read at run time from an i32 scalar (a micro-batch's rows);
+ * an out-of-range start fails the step. */
+DFG_API dfg_tensor *dfg_slice_at(dfg_graph *g, dfg_tensor *x, int axis, dfg_tensor *start, int64_t len);
+DFG_API dfg_tensor *dfg_concat(dfg_graph *g, dfg_tensor *const *xs, int n, int axis);
+/* x's value with no gradient flowing back through it (a view, no copy): GRPO's "detached" terms. */
+DFG_API dfg_tensor *dfg_detach(dfg_graph *g, dfg_tensor *x);
+DFG_API dfg_tensor *dfg_expand(dfg_graph *g, dfg_tensor *x, dfg_shape shape); /* broadcast to shape */
+
+/* ---------------------------------------------------------------- reductions (axis < 0 counts from the end) */
+DFG_API dfg_tensor *dfg_sum(dfg_graph *g, dfg_tensor *x, int axis);
+DFG_API dfg_tensor *dfg_sum_keepdim(dfg_graph *g, dfg_tensor *x, int axis);
+DFG_API dfg_tensor *dfg_mean(dfg_graph *g, dfg_tensor *x, int axis);
+DFG_API dfg_tensor *dfg_masked_sum(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask, int axis); /* sum(x*mask) */
+DFG_API dfg_tensor *dfg_argmax(dfg_graph *g, dfg_tensor *x); /* over the last axis, i32 */
+
+/* ---------------------------------------------------------------- linear algebra and nn */
+/* op(a) @ op(b) with op = transpose of the last two dims when the flag is set. Leading (batch)
+ * dims must match, or one operand is 2-D and is shared across the other's batch. */
+DFG_API dfg_tensor *dfg_matmul(dfg_graph *g, dfg_tensor *a, dfg_tensor *b, bool trans_a, bool trans_b);
+DFG_API dfg_tensor *dfg_bias_add(dfg_graph *g, dfg_tensor *x, dfg_tensor *bias); /* x (..., N) + bias (N) */
+DFG_API dfg_tensor *dfg_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
+DFG_API dfg_tensor *dfg_softmax(dfg_graph *g, dfg_tensor *x);     /* over the last axis */
+DFG_API dfg_tensor *dfg_log_softmax(dfg_graph *g, dfg_tensor *x); /* over the last axis */
+/* Causal self-attention: qkv (B, T, 3C) laid out [q | k | v] as GPT-2's c_attn -> (B, T, C). */
+DFG_API dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head);
+/* Causal attention of rows that continue a shared prefix: qkv (n, Tc, 3C) of n = P*G rows
+ * whose rows p*G .. p*G+G-1 all follow prefix p of prefix (P, Tp, 3C) (fused [q | k | v]; only
+ * its keys and values are read) -> (n, Tc, C). The query at position i of a row attends to the
+ * Tp prefix positions and to its row's positions 0 .. i: dfg_attention of the whole sequences,
+ * without computing the prefix G times. The prefix's gradient sums over its group. */
+DFG_API dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, int n_head);
+/* Decoding form: q (B, Tq, C); caches (B, Tmax, C); pos an i32 scalar. Query i sits at position
+ * pos + i and attends to cache rows 0 .. pos + i (write them first with dfg_slice_assign_at). */
+DFG_API dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
+                                 dfg_tensor *pos, int n_head);
+DFG_API dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids); /* (V, C), i32 (...) -> (..., C) */
+DFG_API dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     /* x (..., V), i32 (...) -> (...) */
+
+/* ---------------------------------------------------------------- random sampling
+ * rng: an i32 STATE of shape (4): {key_lo, key_hi, counter_lo, counter_hi}, Philox4x32-10.
+ * Each call draws one uniform per row from counter and advances the counter by one, in place.
+ * temperature <= 0 is greedy (argmax); top_k <= 0 keeps the whole vocabulary. */
+DFG_API dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k);
+
+/* ---------------------------------------------------------------- writes to persistent tensors */
+/* dst = src; a float src of another float dtype is converted (round to nearest even) */
+DFG_API dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src);
+DFG_API dfg_tensor *dfg_accumulate(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src); /* dst += src */
+DFG_API dfg_tensor *dfg_assign_fill(dfg_graph *g, dfg_tensor *dst, float value);     /* dst[:] = value */
+DFG_API dfg_tensor *dfg_slice_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, int64_t start);
+/* As dfg_slice_assign, with the start read at run time from an i32 scalar (a KV-cache position). */
+DFG_API dfg_tensor *dfg_slice_assign_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, dfg_tensor *pos);
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} dfg_adamw_config;
+/* One AdamW step (decoupled weight decay) over n parameters, in place on params and moments.
+ * step: i32 scalar holding the 1-based step number used for bias correction. */
+DFG_API dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
+                     dfg_tensor *const *v, int n, dfg_tensor *step, dfg_adamw_config cfg);
+/* Scales the n gradients so that their global L2 norm is at most max_norm (as
+ * torch.nn.utils.clip_grad_norm_) and replaces grads[i] with the result: persistent gradient
+ * accumulators are scaled in place, TEMP gradients give new TEMPs. Returns the norm before
+ * clipping (f32 scalar). */
+DFG_API dfg_tensor *dfg_clip_grad_norm(dfg_graph *g, dfg_tensor **grads, int n, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,310 @@
+/* cuda_harness.c - see cuda_harness.h. */
+#include "cuda_harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/cpu.h"
+#include "ops/cpu/dtype.h"
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/simt/dfg_simt_ctl.h"
+
+#ifdef DFG_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+/* ---------------------------------------------------------------- data */
+void cuda_fill_range(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    (void)slot;
+    const float *r = user;
+    if (t->dtype == DFG_I32)
+        for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int((int)r[0], (int)r[1] - 1);
+    else
+        dfg_test_fill_uniform(data, n, r[0], r[1]);
+}
+
+#ifndef DFG_NO_CUDA_EMU
+static int cases_run, gpu_runs;
+static int gpu_state = -1; /* -1 unknown, 0 none, 1 present */
+
+/* ---------------------------------------------------------------- one build of the node */
+typedef struct {
+    dfg_program *p;
+    dfg_node *n;
+    int n_bufs;
+    const dfg_tensor *storage[64]; /* distinct storages of the node's inputs and outputs */
+    void *data[64];                 /* one allocation each, exactly the tensor's bytes */
+    int in_buf[32], out_buf[32];    /* [slot] -> buffer */
+} build;
+
+static int buf_of(build *b, const dfg_tensor *t) {
+    for (int i = 0; i < b->n_bufs; i++)
+        if (b->storage[i] == t->storage) return i;
+    b->storage[b->n_bufs] = t->storage;
+    b->data[b->n_bufs] = calloc(1, dfg_tensor_bytes(t->storage) ? dfg_tensor_bytes(t->storage) : 1);
+    return b->n_bufs++;
+}
+
+static bool make(const cuda_case *c, dfg_dtype dt, build *b) {
+    memset(b, 0, sizeof(*b));
+    b->p = dfg_program_new(c->label);
+    dfg_graph *g = dfg_graph_new(b->p, "case");
+    b->n = g ? c->build(g, dt, c->user) : NULL;
+    CHECK(b->n && !dfg_program_status(b->p), "%s (%s): the case does not build: %s", c->label, dfg_dtype_name(dt),
+          dfg_program_error(b->p));
+    if (!b->n || dfg_program_status(b->p)) return false;
+    CHECK(b->n->n_in <= 32 && b->n->n_out <= 32, "%s: too many inputs or outputs for the harness", c->label);
+    for (int j = 0; j < b->n->n_in; j++) b->in_buf[j] = buf_of(b, b->n->in[j]);
+    for (int k = 0; k < b->n->n_out; k++) b->out_buf[k] = buf_of(b, b->n->out[k]);
+    return true;
+}
+
+static void unmake(build *b) {
+    for (int i = 0; i < b->n_bufs; i++) free(b->data[i]);
+    dfg_program_free(b->p);
+}
+
+static bool is_input_buf(const build *b, int buf) {
+    for (int j = 0; j < b->n->n_in; j++)
+        if (b->in_buf[j] == buf) return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------- data */
+
+static void fill_default(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    (void)slot, (void)user;
+    if (t->dtype == DFG_I32)
+        for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int(0, 7);
+    else if (t->dtype == DFG_U8)
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)data)[i] = (uint8_t)dfg_test_int(0, 1);
+    else
+        dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
+}
+
+/* The inputs' values as the f32 build holds them: base[buf] for every input buffer. */
+static void draw_inputs(const cuda_case *c, build *f32, void **base) {
+    cuda_fill_fn fill = c->fill ? c->fill : fill_default;
+    for (int i = 0; i < f32->n_bufs; i++) {
+        base[i] = NULL;
+        if (!is_input_buf(f32, i)) continue;
+        const dfg_tensor *t = f32->storage[i];
+        base[i] = malloc(dfg_tensor_bytes(t) ? dfg_tensor_bytes(t) : 1);
+        int slot = 0;
+        while (f32->in_buf[slot] != i) slot++;
+        fill(slot, t, base[i], dfg_tensor_numel(t), c->user);
+    }
+}
+
+/* Input buffer values for a build of dtype dt: the f32 values rounded to what dt's tensor holds
+ * (the CPU reference then computes on exactly those values). */
+static void load_inputs(build *into, const build *f32, void *const *base, const build *dtype_of) {
+    for (int i = 0; i < into->n_bufs; i++) {
+        if (!base[i]) {
+            dfg_test_poison(into->data[i], dfg_tensor_bytes(into->storage[i]));
+            continue;
+        }
+        const dfg_tensor *t = f32->storage[i], *as = dtype_of->storage[i], *dst = into->storage[i];
+        int64_t n = dfg_tensor_numel(t);
+        if (!dfg_is_float(t->dtype)) {
+            memcpy(into->data[i], base[i], dfg_tensor_bytes(t));
+            continue;
+        }
+        for (int64_t e = 0; e < n; e++) {
+            double v = dfg_load(base[i], DFG_F32, e);
+            if (as->dtype == DFG_BF16) v = dfg_bf16_to_f32(dfg_f32_to_bf16((float)v));
+            dfg_store(into->data[i], dst->dtype, e, v);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- running */
+static bool run_cpu(const cuda_case *c, build *b) {
+    dfg_cpu_ctx ctx = {.n_threads = 1};
+    char err[512] = "";
+    ctx.scratch_per_thread = dfg_cpu_scratch_bytes(b->n);
+    ctx.scratch = ctx.scratch_per_thread ? malloc(ctx.scratch_per_thread) : NULL;
+    ctx.err = err, ctx.err_len = sizeof(err);
+    void *in[32], *out[32];
+    for (int j = 0; j < b->n->n_in; j++) in[j] = b->data[b->in_buf[j]];
+    for (int k = 0; k < b->n->n_out; k++) out[k] = b->data[b->out_buf[k]];
+    dfg_status st = dfg_cpu_kernels[b->n->op](b->n, in, out, &ctx);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", c->label, err);
+    return st == DFG_OK;
+}
+
+static bool run_emulated(const cuda_case *c, build *b, uint64_t seed) {
+    dfg_cuda_fn fn = dfg_emu_kernels[b->n->op];
+    CHECK(fn != NULL, "%s: op '%s' has no CUDA kernel", c->label, dfg_op_name(b->n->op));
+    if (!fn) return false;
+    char err[1024] = "";
+    int flags = 0;
+    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err,
+                        .err_len = sizeof(err)};
+    ctx.scratch_bytes = dfg_emu_scratch_bytes(b->n);
+    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
+    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
+    void *in[32], *out[32];
+    for (int j = 0; j < b->n->n_in; j++) in[j] = b->data[b->in_buf[j]];
+    for (int k = 0; k < b->n->n_out; k++) out[k] = b->data[b->out_buf[k]];
+    dfg_simt_set_seed(seed);
+    dfg_status st = fn(b->n, in, out, &ctx);
+    dfg_simt_set_seed(0);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "%s (%s, schedule seed %llu): the CUDA kernel failed: %s", c->label,
+          dfg_dtype_name(b->n->out[0]->dtype), (unsigned long long)seed, err);
+    CHECK(flags == 0, "%s: the CUDA kernel flagged a bad value (%d) in valid inputs", c->label, flags);
+    return st == DFG_OK && flags == 0;
+}
+
+/* ---------------------------------------------------------------- comparing */
+static bool compare(const cuda_case *c, const build *ref, const build *got, dfg_dtype dt, const char *what) {
+    bool ok = true;
+    double rtol = dt == DFG_BF16 ? (c->rtol_bf16 ? c->rtol_bf16 : 1e-2) : (c->rtol ? c->rtol : 1e-5);
+    double atol = dt == DFG_BF16 ? (c->atol_bf16 ? c->atol_bf16 : 1e-2) : (c->atol ? c->atol : 1e-6);
+    for (int k = 0; k < ref->n->n_out && ok; k++) {
+        if (c->skip_outputs & (1u << k)) continue;
+        const dfg_tensor *rt = ref->n->out[k], *gt = got->n->out[k];
+        const void *r = ref->data[ref->out_buf[k]], *g = got->data[got->out_buf[k]];
+        int64_t n = dfg_tensor_numel(rt);
+        for (int64_t e = 0; e < n && ok; e++) {
+            double a = dfg_load(r, rt->dtype, e), b = dfg_load(g, gt->dtype, e);
+            bool same = dfg_is_float(rt->dtype) ? fabs(a - b) <= atol + rtol * fabs(a) : a == b;
+            if (dfg_is_float(rt->dtype) && isnan(a) != isnan(b)) same = false;
+            if (!same) {
+                char sb[96];
+                CHECK(same, "%s (%s, %s): output %d '%s' %s element %lld: CPU %.9g, CUDA %.9g (rtol %g, atol %g)",
+                      c->label, dfg_dtype_name(dt), what, k, rt->name, dfg_shape_str(rt->shape, sb, sizeof(sb)),
+                      (long long)e, a, b, rtol, atol);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+static bool same_bits(const cuda_case *c, const build *a, const build *b, uint64_t seed) {
+    for (int k = 0; k < a->n->n_out; k++) {
+        if (c->skip_outputs & (1u << k)) continue;
+        size_t bytes = dfg_tensor_bytes(a->n->out[k]);
+        if (memcmp(a->data[a->out_buf[k]], b->data[b->out_buf[k]], bytes)) {
+            CHECK(false, "%s (%s): output %d differs between schedule seeds 0 and %llu (a race or a missing barrier)",
+                  c->label, dfg_dtype_name(a->n->out[0]->dtype), k, (unsigned long long)seed);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- the GPU half */
+#ifdef DFG_HAVE_CUDA
+static bool have_gpu(void) {
+    if (gpu_state < 0) {
+        int n = 0;
+        gpu_state = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    }
+    return gpu_state == 1;
+}
+
+/* The nvcc-built kernel on the device, on the inputs of `host` (whose outputs it then holds). */
+static bool run_gpu(const cuda_case *c, build *host) {
+    dfg_cuda_fn fn = dfg_cuda_kernels[host->n->op];
+    if (!fn) return false;
+    void *dev[64] = {0};
+    bool ok = true;
+    for (int i = 0; i < host->n_bufs && ok; i++) {
+        size_t bytes = dfg_tensor_bytes(host->storage[i]);
+        ok = cudaMalloc(&dev[i], bytes ? bytes : 1) == cudaSuccess &&
+             cudaMemcpy(dev[i], host->data[i], bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    int *flags = NULL;
+    char err[1024] = "";
+    dfg_cuda_ctx ctx = {.err = err, .err_len = sizeof(err), .sm_count = 132};
+    ctx.scratch_bytes = dfg_cuda_scratch_bytes(host->n);
+    ok = ok && cudaMalloc((void **)&flags, sizeof(int)) == cudaSuccess && cudaMemset(flags, 0, sizeof(int)) == cudaSuccess;
+    ok = ok && (!ctx.scratch_bytes || cudaMalloc(&ctx.scratch, ctx.scratch_bytes) == cudaSuccess);
+    ctx.flags = flags;
+    void *in[32], *out[32];
+    for (int j = 0; j < host->n->n_in; j++) in[j] = dev[host->in_buf[j]];
+    for (int k = 0; k < host->n->n_out; k++) out[k] = dev[host->out_buf[k]];
+    dfg_status st = ok ? fn(host->n, in, out, &ctx) : DFG_ERR_NOMEM;
+    ok = ok && st == DFG_OK && cudaDeviceSynchronize() == cudaSuccess;
+    CHECK(ok, "%s (GPU): %s", c->label, err[0] ? err : cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < host->n_bufs && ok; i++)
+        cudaMemcpy(host->data[i], dev[i], dfg_tensor_bytes(host->storage[i]), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < host->n_bufs; i++) cudaFree(dev[i]);
+    cudaFree(flags);
+    cudaFree(ctx.scratch);
+    return ok;
+}
+#endif
+
+/* ---------------------------------------------------------------- one dtype */
+static bool check_dtype(const cuda_case *c, dfg_dtype dt, build *f32) {
+    build ref, got, again;
+    if (!make(c, DFG_F32, &ref)) return false;
+    if (!make(c, dt, &got) || !make(c, dt, &again)) {
+        unmake(&ref);
+        return false;
+    }
+    void *base[64];
+    draw_inputs(c, f32, base);
+    bool ok = true;
+    load_inputs(&ref, f32, base, &got);
+    ok = run_cpu(c, &ref);
+    load_inputs(&got, f32, base, &got);
+    ok = ok && run_emulated(c, &got, 0) && compare(c, &ref, &got, dt, "emulated");
+    int seeds = c->seeds ? c->seeds : 3;
+    for (int s = 1; s <= seeds && ok; s++) {
+        uint64_t seed = dfg_test_u64() | 1;
+        load_inputs(&again, f32, base, &got);
+        ok = run_emulated(c, &again, seed) && same_bits(c, &got, &again, seed);
+    }
+#ifdef DFG_HAVE_CUDA
+    if (ok && have_gpu()) {
+        load_inputs(&again, f32, base, &got);
+        ok = run_gpu(c, &again) && compare(c, &ref, &again, dt, "GPU");
+        gpu_runs++;
+    }
+#endif
+    for (int i = 0; i < f32->n_bufs; i++) free(base[i]);
+    unmake(&ref), unmake(&got), unmake(&again);
+    return ok;
+}
+
+#endif /* DFG_NO_CUDA_EMU */
+
+bool cuda_emulator_built(void) {
+#ifdef DFG_NO_CUDA_EMU
+    return false;
+#else
+    return true;
+#endif
+}
+
+bool cuda_check(const cuda_case *c) {
+#ifdef DFG_NO_CUDA_EMU
+    (void)c;
+    return false;
+#else
+    build f32;
+    if (!make(c, DFG_F32, &f32)) return false;
+    bool ok = check_dtype(c, DFG_F32, &f32);
+    if (c->bf16) ok = check_dtype(c, DFG_BF16, &f32) && ok;
+    unmake(&f32);
+    cases_run++;
+    return ok;
+#endif
+}
+
+void cuda_report(const char *test) {
+#ifdef DFG_NO_CUDA_EMU
+    printf("%s: skipped (no SIMT emulator in this build)\n", test);
+#else
+    printf("%s: %d cases under the SIMT emulator%s\n", test, cases_run,
+           gpu_runs ? "" : "; the GPU half skipped (no CUDA device)");
+    if (gpu_runs) printf("%s: %d runs on the GPU\n", test, gpu_runs);
+#endif
+}
