@@ -1,5 +1,7 @@
-/* backend.h - what the executor needs from a device: arena memory, copies, and running one node.
- * The CPU backend is runtime/cpu/backend.c; the CUDA backend goes beside it. */
+/* backend.h - what the executor needs from a device: arena memory, copies, running one node, and
+ * (on the CUDA backend) capturing a stage's nodes as a graph and replaying it. The CPU backend
+ * is runtime/cpu/backend.c; the CUDA backend is runtime/cuda/backend.c, over a device layer
+ * (runtime/cuda/device.h) that is either a GPU or the SIMT emulator. */
 #ifndef DFG_BACKEND_H
 #define DFG_BACKEND_H
 
@@ -19,8 +21,27 @@ typedef struct {
      * pointer. On failure writes "<op> '<node>': why" to err. */
     dfg_status (*exec)(void *state, const dfg_node *n, void *const *in, void *const *out, char *err, size_t len);
     dfg_status (*sync)(void *state);
+    bool host_memory; /* the arena is host memory the executor and host stages may read directly */
+    /* Staging for host stages on a device backend (NULL on the CPU): pinned host memory. */
+    void *(*alloc_host)(void *state, size_t bytes);
+    void (*free_host)(void *state, void *ptr);
+    /* Stage graphs (NULL on backends without them): the nodes exec'ed between capture_begin and
+     * capture_end become stage `stage`'s graph (nothing runs); replay runs it. */
+    dfg_status (*capture_begin)(void *state, int stage, char *err, size_t len);
+    dfg_status (*capture_end)(void *state, int stage, char *err, size_t len);
+    dfg_status (*replay)(void *state, int stage, char *err, size_t len);
+    /* After a stage: DFG_OK, or the bad value a kernel found on the device (its flag), in err. */
+    dfg_status (*check_flags)(void *state, char *err, size_t len);
+    /* One line about the device for the run's header ("NVIDIA H100 80GB HBM3, 132 SMs"). */
+    const char *(*describe)(void *state);
 } dfg_backend;
 
 extern const dfg_backend dfg_backend_cpu;
+/* The CUDA backend on the emulated device (always built when the CUDA headers are) and on a GPU
+ * (built with nvcc and the CUDA libraries). */
+extern const dfg_backend dfg_backend_cuda_emulated;
+#ifdef DFG_HAVE_CUDA
+extern const dfg_backend dfg_backend_cuda;
+#endif
 
 #endif

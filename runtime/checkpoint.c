@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/cpu/dtype.h"
+#include "../ops/dtype.h"
 #include "runtime_internal.h"
 #include "safetensors.h"
 

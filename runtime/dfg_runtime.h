@@ -20,6 +20,13 @@ typedef struct {
      * left, so a planner bug fails the step (DFG_ERR_STATE, naming the tensors that share the
      * bytes) instead of giving wrong numbers. Several times slower; for debugging. */
     bool check;
+    /* A cuda plan on the CPU: the CUDA backend's own code over the emulated device (the .cu
+     * kernels under the SIMT emulator, GEMMs by the interpreter of cuBLAS's semantics). Slow and
+     * exact: for checking a GPU plan without a GPU. */
+    bool emulate_gpu;
+    /* Run every node as it comes instead of capturing each stage once as a CUDA Graph and
+     * replaying it (the cuda backend; graph replay and eager launches give identical bits). */
+    bool eager;
 } dfg_run_options;
 
 DFG_API dfg_run_options dfg_run_options_default(void);
@@ -72,6 +79,9 @@ DFG_API float dfg_runtime_metric_value(dfg_runtime *rt, int i);
  * range, or skipped, leaves its metrics at older values); false before the first step. */
 DFG_API bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
 
+/* The backend running the program ("cpu", "cuda", "cuda (emulated)") and its device, in words. */
+DFG_API const char *dfg_runtime_backend(const dfg_runtime *rt);
+DFG_API const char *dfg_runtime_device(const dfg_runtime *rt);
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 DFG_API size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
 /* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results

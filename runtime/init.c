@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/cpu/dtype.h"
+#include "../ops/dtype.h"
 #include "../ops/philox.h"
 #include "runtime_internal.h"
 

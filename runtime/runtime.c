@@ -125,6 +125,35 @@ static dfg_status adopt_plan(dfg_runtime *rt, dfg_program *p) {
     return DFG_OK;
 }
 
+/* cpu plans run on the CPU backend; cuda plans on a GPU, or with emulate_gpu on the emulated
+ * device through the same CUDA backend. */
+static dfg_status choose_backend(dfg_runtime *rt) {
+    if (rt->opt.target == DFG_TARGET_CPU) {
+        if (rt->opt.emulate_gpu)
+            return dfg_rt_fail(rt, DFG_ERR_ARG, true, "the GPU emulator runs plans compiled for cuda; this one is for cpu");
+        rt->be = &dfg_backend_cpu;
+        return DFG_OK;
+    }
+    if (rt->opt.emulate_gpu) {
+#ifdef DFG_HAVE_CUDA_EMU
+        rt->be = &dfg_backend_cuda_emulated;
+        return DFG_OK;
+#else
+        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true,
+                           "this dfg was built without the CUDA headers, so it has no GPU emulator (install the CUDA "
+                           "toolkit and rebuild)");
+#endif
+    }
+#ifdef DFG_HAVE_CUDA
+    rt->be = &dfg_backend_cuda; /* its create says so in one line when there is no GPU */
+    return DFG_OK;
+#else
+    return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true,
+                       "this dfg was built without CUDA (nvcc), so it cannot run a cuda plan on a GPU; --emulate-gpu "
+                       "runs it on the CPU through the CUDA backend's own code");
+#endif
+}
+
 dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
     if (!out) return DFG_ERR_ARG;
     *out = NULL;
@@ -136,16 +165,17 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     if (!p) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "program is NULL");
     if (dfg_program_status(p)) return dfg_rt_fail(rt, DFG_ERR_STATE, true, "program has an error: %s", dfg_program_error(p));
     if ((unsigned)rt->opt.target >= DFG_TARGET_COUNT) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "unknown target");
-    if (rt->opt.target != DFG_TARGET_CPU)
-        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "target '%s' is not available in this build; use --target cpu",
-                           dfg_target_name(rt->opt.target));
-    dfg_status st = adopt_plan(rt, p);
+    dfg_status st = choose_backend(rt);
+    if (!st) st = adopt_plan(rt, p);
     if (st) return st;
     if (rt->opt.n_threads <= 0) rt->opt.n_threads = omp_get_max_threads(); /* what "all cores" means here */
-    rt->be = &dfg_backend_cpu;
     st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
     if (st) return rt->status = st;
-    if ((st = scan_program(rt)) || (st = resolve_host_stages(rt)) || (st = start_host_state(rt, p))) return st;
+    rt->captured = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->captured));
+    if (!rt->captured) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    if ((st = scan_program(rt)) || (st = resolve_host_stages(rt)) || (st = start_host_state(rt, p)) ||
+        (st = dfg_rt_staging_create(rt)))
+        return st;
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
@@ -156,6 +186,8 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
 void dfg_runtime_free(dfg_runtime *rt) {
     if (!rt) return;
     if (rt->host_release && rt->host_user) rt->host_release(rt->host_user);
+    if (rt->be && rt->be_state) dfg_rt_staging_free(rt);
+    free(rt->captured);
     if (rt->arena) rt->be->free(rt->be_state, rt->arena);
     if (rt->be && rt->be_state) rt->be->destroy(rt->be_state);
     dfg_memplan_free(&rt->plan);
@@ -179,10 +211,12 @@ void dfg_runtime_free(dfg_runtime *rt) {
         }                                               \
     } while (0)
 
-static dfg_status run_graph(dfg_runtime *rt, int si) {
+/* Every node of stage si, `repeat` times, through the backend (or, while a stage is captured,
+ * into its graph). */
+static dfg_status exec_stage(dfg_runtime *rt, int si) {
     const dfg_stage *s = &rt->p->stages[si];
     const dfg_graph *g = s->graph;
-    char why[512];
+    char why[768];
     for (int r = 0; r < s->repeat; r++) {
         if (!g->n_nodes) { /* an empty graph still has its plan step: lifetimes begin and end there */
             CHECKED(dfg_check_before(rt, si, r, 0));
@@ -204,11 +238,48 @@ static dfg_status run_graph(dfg_runtime *rt, int si) {
     return DFG_OK;
 }
 
+/* On a backend with graphs the stage is captured once (every repeat unrolled: decode's steps are
+ * one graph) and replayed; check mode and opt.eager run node by node. Kernels' bad-value flags
+ * are read after the stage. */
+static dfg_status run_graph(dfg_runtime *rt, int si) {
+    const char *name = rt->p->stages[si].name;
+    char why[768] = "";
+    dfg_status st = DFG_OK;
+    if (rt->be->capture_begin && !rt->check && !rt->opt.eager) {
+        if (!rt->captured[si]) {
+            st = rt->be->capture_begin(rt->be_state, si, why, sizeof(why));
+            if (!st) st = exec_stage(rt, si);
+            dfg_status end = rt->be->capture_end(rt->be_state, si, why + strlen(why), sizeof(why) - strlen(why));
+            if (st) return st;
+            if (end)
+                return dfg_rt_fail(rt, end, true, "step %lld, stage '%s': capturing it as a graph failed: %s",
+                                   (long long)rt->step + 1, name, why);
+            rt->captured[si] = true;
+        }
+        st = rt->be->replay(rt->be_state, si, why, sizeof(why));
+    } else {
+        st = exec_stage(rt, si);
+        if (st) return st;
+    }
+    if (!st && rt->be->check_flags) st = rt->be->check_flags(rt->be_state, why, sizeof(why));
+    if (st) return dfg_rt_fail(rt, st, true, "step %lld, stage '%s': %s", (long long)rt->step + 1, name, why);
+    return DFG_OK;
+}
+
 static dfg_status run_host(dfg_runtime *rt, int si) {
     dfg_host_ctx ctx = {rt, si};
     CHECKED(dfg_check_before(rt, si, 0, 0));
     rt->error[0] = '\0';
+    if (!rt->be->host_memory) { /* the host reads what the device wrote */
+        dfg_status sy = rt->be->sync(rt->be_state);
+        if (sy) return dfg_rt_fail(rt, sy, true, "step %lld, before host stage '%s': the device failed (%s)",
+                                   (long long)rt->step + 1, rt->p->stages[si].name, dfg_status_name(sy));
+    }
+    rt->in_host_stage = true;
     dfg_status st = rt->host[si](&ctx);
+    rt->in_host_stage = false;
+    dfg_status flushed = rt->be->host_memory ? DFG_OK : dfg_rt_staging_flush(rt);
+    if (!st) st = flushed;
     if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step + 1,
                                          rt->p->stages[si].name, dfg_status_name(st));
     if (st) rt->status = st;
@@ -247,7 +318,12 @@ dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buffer *out
     if (!rt || !out) return DFG_ERR_ARG;
     const dfg_tensor *t = dfg_rt_lookup(rt, name);
     if (!t) return DFG_ERR_ARG;
-    *out = (dfg_buffer){dfg_rt_ptr(rt, t), t->dtype, t->shape, dfg_tensor_bytes(t), t->name};
+    void *data = dfg_rt_ptr(rt, t);
+    if (!rt->be->host_memory) { /* device memory: host stages see a staged copy */
+        dfg_status st = dfg_rt_staging_buffer(rt, t, &data);
+        if (st) return st;
+    }
+    *out = (dfg_buffer){data, t->dtype, t->shape, dfg_tensor_bytes(t), t->name};
     return DFG_OK;
 }
 
@@ -271,6 +347,12 @@ dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_
     if (!t) return DFG_ERR_ARG;
     if (check_size(rt, t, bytes)) return DFG_ERR_ARG;
     return rt->be->download(rt->be_state, data, dfg_rt_ptr(rt, t), bytes);
+}
+
+const char *dfg_runtime_backend(const dfg_runtime *rt) { return rt && rt->be ? rt->be->name : "?"; }
+const char *dfg_runtime_device(const dfg_runtime *rt) {
+    if (!rt || !rt->be) return "?";
+    return rt->be->describe && rt->be_state ? rt->be->describe(rt->be_state) : "the CPU";
 }
 
 int dfg_runtime_metric_count(const dfg_runtime *rt) { return rt ? rt->n_metrics : 0; }

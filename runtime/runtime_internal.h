@@ -31,6 +31,14 @@ struct dfg_runtime {
     int n_metrics;
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */
+    bool *captured;   /* [stage] its graph exists (backends with graphs) */
+    /* host stages on a device backend see tensors through pinned staging (staging.c) */
+    bool in_host_stage;
+    char *staging;                  /* pinned host memory */
+    size_t staging_bytes, staging_used;
+    const dfg_tensor **staged;      /* [n_staged] tensors a host stage asked for */
+    void **staged_at;
+    int n_staged;
     dfg_status status; /* sticky: a failed step leaves the state half-updated */
     char error[1024];
 };
@@ -61,6 +69,14 @@ dfg_status dfg_check_step_begin(dfg_runtime *rt);
 dfg_status dfg_check_before(dfg_runtime *rt, int stage, int run, int index); /* before a kernel or host stage */
 dfg_status dfg_check_after(dfg_runtime *rt, int stage, int run, int index);
 dfg_status dfg_check_step_end(dfg_runtime *rt);
+
+/* Staging (staging.c): the pinned host memory host stages read and write persistent tensors in on
+ * a backend whose arena is device memory; create sizes it, buffer downloads a tensor into it
+ * (once per stage), flush uploads what a stage saw and forgets it. */
+dfg_status dfg_rt_staging_create(dfg_runtime *rt);
+void dfg_rt_staging_free(dfg_runtime *rt);
+dfg_status dfg_rt_staging_buffer(dfg_runtime *rt, const dfg_tensor *t, void **host);
+dfg_status dfg_rt_staging_flush(dfg_runtime *rt);
 
 /* Sets dst from dst->init_from (dfg_init_from), converting the dtype. */
 dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ops/cpu/cpu.h"
-#include "ops/cpu/dtype.h"
+#include "ops/dtype.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/simt/dfg_simt_ctl.h"
 
@@ -26,6 +26,7 @@ void cuda_fill_range(int slot, const dfg_tensor *t, void *data, int64_t n, void 
 
 #ifndef DFG_NO_CUDA_EMU
 static int cases_run, gpu_runs;
+static bool covered[DFG_OP_COUNT]; /* ops whose CUDA kernel a case compared */
 static int gpu_state = -1; /* -1 unknown, 0 none, 1 present */
 
 /* ---------------------------------------------------------------- one build of the node */
@@ -291,6 +292,7 @@ bool cuda_check(const cuda_case *c) {
 #else
     build f32;
     if (!make(c, DFG_F32, &f32)) return false;
+    covered[f32.n->op] = true;
     bool ok = check_dtype(c, DFG_F32, &f32);
     if (c->bf16) ok = check_dtype(c, DFG_BF16, &f32) && ok;
     unmake(&f32);
@@ -306,5 +308,15 @@ void cuda_report(const char *test) {
     printf("%s: %d cases under the SIMT emulator%s\n", test, cases_run,
            gpu_runs ? "" : "; the GPU half skipped (no CUDA device)");
     if (gpu_runs) printf("%s: %d runs on the GPU\n", test, gpu_runs);
+    /* the ops this test compared, for test_cuda_table's coverage check */
+    const char *dir = getenv("DFG_CUDA_COVERAGE_DIR");
+    if (dir && *dir) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s.txt", dir, test);
+        FILE *f = fopen(path, "w");
+        for (int op = 0; f && op < DFG_OP_COUNT; op++)
+            if (covered[op] && dfg_test_failures == 0) fprintf(f, "%s\n", dfg_op_name(op));
+        if (f) fclose(f);
+    }
 #endif
 }

@@ -29,7 +29,8 @@
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
     int64_t steps, seed, threads, every, save_every;
-    bool quiet;
+    bool quiet, emulate_gpu, eager;
+    dfg_target target; /* the plan's */
     bool seed_given;
 } run_args;
 
@@ -37,7 +38,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
-               "                     [--rollouts R.safetensors] [--dump OUT.safetensors]\n"
+               "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
                "\n"
                "Runs a plan made by dfg compile: N steps, each running every stage once, and prints\n"
                "the program's metrics after each step.\n"
@@ -49,6 +50,11 @@ static void usage(FILE *f) {
                "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
+               "  --emulate-gpu  run a plan compiled for cuda on the CPU, through the CUDA backend's own\n"
+               "                 code: its kernels under the SIMT emulator, GEMMs by an interpreter of\n"
+               "                 cuBLAS's semantics, stages captured as graphs and replayed (slow, exact:\n"
+               "                 to check a GPU plan before paying for GPU time)\n"
+               "  --eager        cuda plans: launch node by node instead of replaying each stage's graph\n"
                "  --every K      print a line every K steps (and after the last): each metric's mean\n"
                "                 over those K steps; default 1. On a terminal a progress line (step,\n"
                "                 reward, loss, kl, tok/s, arena, ETA) is redrawn on stderr in between\n"
@@ -90,6 +96,7 @@ static int parse_args(int argc, char **argv, run_args *r) {
         {"--threads", true},  {"--every", true},    {"--checkpoint-dir", true}, {"--save-every", true},
         {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
+        {"--emulate-gpu", false}, {"--eager", false},
         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
@@ -103,6 +110,10 @@ static int parse_args(int argc, char **argv, run_args *r) {
         } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             usage(stdout);
             return -1;
+        } else if (!strcmp(opt, "--emulate-gpu")) {
+            r->emulate_gpu = true;
+        } else if (!strcmp(opt, "--eager")) {
+            r->eager = true;
         } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
             r->quiet = true;
         } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
@@ -219,8 +230,13 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     cli_say("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
            p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
            dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
-    int threads = dfg_runtime_threads(rt);
-    cli_say(", %d thread%s\n", threads, threads == 1 ? "" : "s");
+    if (r->target == DFG_TARGET_CPU) {
+        int threads = dfg_runtime_threads(rt);
+        cli_say(", %d thread%s\n", threads, threads == 1 ? "" : "s");
+    } else {
+        cli_say(", %s backend on %s%s\n", dfg_runtime_backend(rt), dfg_runtime_device(rt),
+                r->eager ? ", eager launches" : ", stages replayed as graphs");
+    }
 }
 
 /* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */
@@ -503,7 +519,9 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc && a->rollouts) rc = cli_rollouts_load(p, a->plan, a->rollouts, &s.rollouts);
     if (!rc && s.ckpt_dir) rc = cli_ckpt_prepare(s.ckpt_dir, a->resume != NULL, &lock);
     dfg_run_options opt = dfg_run_options_default();
-    opt.target = DFG_TARGET_CPU;
+    opt.target = a->target;
+    opt.emulate_gpu = a->emulate_gpu;
+    opt.eager = a->eager;
     opt.seed = s.seed;
     opt.n_threads = (int)a->threads;
     opt.host_lib = lib;
@@ -540,9 +558,10 @@ int cli_run(int argc, char **argv) {
     dfg_plan_info info;
     if ((rc = cli_load_plan(CMD, r.plan, &p, &info))) return rc;
     void *lib = NULL;
-    if (info.target != DFG_TARGET_CPU)
-        rc = cli_error(CMD, CLI_USAGE, "%s: plan targets %s; this build's runtime supports cpu (recompile with --target cpu)",
-                       r.plan, dfg_target_name(info.target));
+    r.target = info.target;
+    if (r.emulate_gpu && info.target != DFG_TARGET_CUDA)
+        rc = cli_error(CMD, CLI_USAGE, "%s: --emulate-gpu runs plans compiled for cuda; this one is for %s", r.plan,
+                       dfg_target_name(info.target));
     if (!rc) rc = open_host_lib(&r, &info, &lib);
     if (!rc) rc = execute(&r, p, lib);
     dfg_program_free(p);

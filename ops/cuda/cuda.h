@@ -35,7 +35,9 @@ struct dfg_cuda_ctx {
     size_t scratch_bytes;
     int *flags;            /* device int: a kernel sets it nonzero when it finds a bad value */
     dfg_cuda_gemm_fn gemm;
-    void *gemm_state;      /* the GEMM implementation's handle (cuBLASLt, workspace), or NULL */
+    void *gemm_state;      /* the GEMM implementation's handle (cuBLASLt), or NULL */
+    void *gemm_workspace;  /* device workspace the GEMM may use (planned beside the arena) */
+    size_t gemm_workspace_bytes;
     int sm_count;          /* multiprocessors, for grid sizing (132 on H100 SXM) */
     char *err;             /* where a launcher writes why it failed */
     size_t err_len;

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cpu/dtype.h"
+#include "../dtype.h"
 #include "cuda.h"
+#include "simt/dfg_simt_ctl.h"
 
 dfg_status dfg_cuda_fail(dfg_cuda_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...) {
     if (ctx->err && ctx->err_len) {
@@ -98,6 +99,31 @@ static dfg_status gemm_one(const dfg_gemm_desc *d, const void *a, const void *b,
     return st;
 }
 
+/* One recorded GEMM: what the emulator's stream holds until the graph replays it. */
+typedef struct {
+    dfg_gemm_desc d;
+    const void *a, *b, *bias;
+    void *c;
+} gemm_task;
+
+static dfg_status gemm_all(const dfg_gemm_desc *d, const void *a, const void *b, void *c, const void *bias) {
+    size_t ea = dfg_dtype_size(d->a_type), eb = dfg_dtype_size(d->b_type), ec = dfg_dtype_size(d->c_type);
+    for (int64_t i = 0; i < d->batch; i++) {
+        dfg_status st = gemm_one(d, (const char *)a + (size_t)(i * d->stride_a) * ea,
+                                 (const char *)b + (size_t)(i * d->stride_b) * eb, (char *)c + (size_t)(i * d->stride_c) * ec,
+                                 bias);
+        if (st) return st;
+    }
+    return DFG_OK;
+}
+
+/* A replayed GEMM has no caller to report to: out of memory there leaves the poison in C (the
+ * emulated device's allocations start as NaN), which the step's results then show. */
+static void gemm_replay(void *arg) {
+    const gemm_task *t = arg;
+    (void)gemm_all(&t->d, t->a, t->b, t->c, t->bias);
+}
+
 dfg_status dfg_cuda_gemm_interpret(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, const void *a, const void *b, void *c,
                                    const void *bias) {
     char why[256];
@@ -109,15 +135,15 @@ dfg_status dfg_cuda_gemm_interpret(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, co
         if (ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: invalid descriptor %s", dfg_gemm_str(d, why, sizeof(why)));
         return DFG_ERR_ARG;
     }
-    size_t ea = dfg_dtype_size(d->a_type), eb = dfg_dtype_size(d->b_type), ec = dfg_dtype_size(d->c_type);
-    for (int64_t i = 0; i < d->batch; i++) {
-        dfg_status st = gemm_one(d, (const char *)a + (size_t)(i * d->stride_a) * ea,
-                                 (const char *)b + (size_t)(i * d->stride_b) * eb, (char *)c + (size_t)(i * d->stride_c) * ec,
-                                 bias);
-        if (st) {
-            if (ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: out of memory");
-            return st;
+    if (dfg_simt_capturing()) { /* a stream being captured: the GEMM is a node of the graph */
+        gemm_task t = {*d, a, b, bias, c};
+        if (dfg_simt_host_task(gemm_replay, &t, sizeof(t))) {
+            if (ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: %s", dfg_simt_last_message());
+            return DFG_ERR_NOMEM;
         }
+        return DFG_OK;
     }
-    return DFG_OK;
+    dfg_status st = gemm_all(d, a, b, c, bias);
+    if (st && ctx->err) snprintf(ctx->err, ctx->err_len, "gemm: out of memory");
+    return st;
 }

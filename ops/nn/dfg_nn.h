@@ -62,9 +62,9 @@ typedef struct {
 DFG_API dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
 
 /* Reads a pipeline's model settings, with Hugging Face GPT2Config's names and each default from
- * `defaults`: "n_layer", "n_head", "n_embd", "vocab_size", "n_positions"; the dtype is bf16 when
- * the setting "target" is "cuda" (weights and activations; f32 masters and moments come from
- * dfg_nn_adamw_step) and f32 otherwise. Out-of-range values are a program error naming the
+ * `defaults`: "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", and "torch_dtype"
+ * (bfloat16 or float32: the weights' and activations' dtype; bfloat16 by default when the setting
+ * "target" is "cuda", with f32 masters and moments from dfg_nn_adamw_step; float32 on the CPU). Out-of-range values are a program error naming the
  * setting. */
 DFG_API dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
 /* AdamW's hyper-parameters from the settings (Hugging Face TrainingArguments' names)

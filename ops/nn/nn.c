@@ -15,7 +15,16 @@ dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config d, dfg_
     m.n_embd = (int)dfg_setting_int(p, "n_embd", d.n_embd);
     m.vocab_size = (int)dfg_setting_int(p, "vocab_size", d.vocab_size);
     m.block_size = (int)dfg_setting_int(p, "n_positions", d.block_size);
-    m.dtype = strcmp(dfg_setting_str(p, "target", "cpu"), "cuda") ? DFG_F32 : DFG_BF16;
+    /* Hugging Face's torch_dtype: bf16 weights and activations on the GPU by default (f32 masters
+     * and moments come from dfg_nn_adamw_step); float32 there computes as the CPU does, so an
+     * emulated GPU run can be compared tightly with a CPU run */
+    bool cuda = !strcmp(dfg_setting_str(p, "target", "cpu"), "cuda");
+    const char *dt = dfg_setting_str(p, "torch_dtype", cuda ? "bfloat16" : "float32");
+    if (!strcmp(dt, "float32") || !strcmp(dt, "f32")) m.dtype = DFG_F32;
+    else if (!strcmp(dt, "bfloat16") || !strcmp(dt, "bf16")) m.dtype = DFG_BF16;
+    else return dfg_program_fail(p, DFG_ERR_ARG, "torch_dtype must be bfloat16 or float32, got '%s'", dt);
+    if (!cuda && m.dtype != DFG_F32)
+        return dfg_program_fail(p, DFG_ERR_ARG, "torch_dtype %s needs --target cuda: the CPU kernels compute in float32", dt);
     *out = m;
     if (dfg_program_status(p)) return dfg_program_status(p);
     if (m.n_layer < 1 || m.n_layer > DFG_GPT2_MAX_LAYERS)

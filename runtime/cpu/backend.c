@@ -101,4 +101,5 @@ const dfg_backend dfg_backend_cpu = {
     .download = cpu_copy,
     .exec = cpu_exec,
     .sync = cpu_sync,
+    .host_memory = true,
 };

@@ -1,0 +1,189 @@
+/* backend.c - the CUDA backend over a device layer (device.h): a GPU, or the SIMT emulator.
+ *
+ * One device allocation holds the planned arena and, after it, the kernels' workspace (the
+ * largest any node's launcher asks for), the GEMM library's workspace and the device flag word
+ * kernels set on bad values: nothing is allocated after start-up. Nodes run through the launcher
+ * table of ops/cuda; a stage's nodes (every repeat, unrolled) are captured once as a graph and
+ * replayed after that. The orchestration is the same for both devices; only the device layer
+ * differs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "device.h"
+
+typedef struct {
+    const dfg_device *d;
+    void *dev;
+    dfg_cuda_ctx ctx;
+    char desc[256];
+    size_t scratch_max; /* bytes: the largest node workspace */
+    size_t arena_bytes; /* of the last alloc: the workspace follows it */
+    char *base;         /* the one device allocation */
+    int n_stages;
+    void **graphs;      /* [stage] its graph once captured */
+} cuda_state;
+
+/* The tail of the one allocation: workspace, GEMM workspace, flag word (256-byte aligned). */
+#define ALIGN_UP(x) (((x) + 255) & ~(size_t)255)
+
+static dfg_status check_kernels(const dfg_device *d, const dfg_program *p, size_t *scratch, char *err, size_t len) {
+    *scratch = 0;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[gi]->nodes[i];
+            if (n->op >= DFG_OP_COUNT || !d->kernels[n->op]) {
+                snprintf(err, len, "cuda backend: op '%s' (node '%s' in graph '%s') has no CUDA kernel in this build",
+                         dfg_op_name(n->op), n->name, p->graphs[gi]->name);
+                return DFG_ERR_UNSUPPORTED;
+            }
+            size_t s = d->scratch_bytes(n);
+            if (s > *scratch) *scratch = s;
+        }
+    return DFG_OK;
+}
+
+static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **state, char *err, size_t len) {
+    cuda_state *st = calloc(1, sizeof(*st));
+    if (!st) return snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM;
+    st->d = d;
+    dfg_status s = check_kernels(d, p, &st->scratch_max, err, len);
+    int sm = 0;
+    if (!s) s = d->open(&st->dev, &sm, st->desc, sizeof(st->desc), err, len);
+    st->n_stages = p->n_stages;
+    st->graphs = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*st->graphs));
+    if (!s && !st->graphs) s = (snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM);
+    if (s) {
+        if (st->dev) d->close(st->dev);
+        free(st->graphs);
+        free(st);
+        return s;
+    }
+    st->ctx = (dfg_cuda_ctx){.stream = d->stream(st->dev), .gemm = d->gemm, .gemm_state = d->gemm_state(st->dev),
+                             .sm_count = sm};
+    *state = st;
+    return DFG_OK;
+}
+
+static dfg_status create_emulated(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
+    (void)o;
+    return create_on(&dfg_device_emulated, p, state, err, len);
+}
+
+static void destroy(void *state) {
+    cuda_state *st = state;
+    if (!st) return;
+    for (int s = 0; s < st->n_stages; s++)
+        if (st->graphs[s]) st->d->graph_destroy(st->dev, st->graphs[s]);
+    st->d->close(st->dev);
+    free(st->graphs);
+    free(st);
+}
+
+static void *alloc(void *state, size_t bytes) {
+    cuda_state *st = state;
+    size_t arena = ALIGN_UP(bytes), scratch = ALIGN_UP(st->scratch_max), gemm = ALIGN_UP(st->d->gemm_workspace);
+    st->base = st->d->alloc(st->dev, arena + scratch + gemm + 256);
+    if (!st->base) return NULL;
+    st->arena_bytes = arena;
+    st->ctx.scratch = scratch ? st->base + arena : NULL;
+    st->ctx.gemm_workspace = gemm ? st->base + arena + scratch : NULL;
+    st->ctx.gemm_workspace_bytes = st->d->gemm_workspace;
+    st->ctx.flags = (int *)(st->base + arena + scratch + gemm);
+    char err[256];
+    if (st->d->fill(st->dev, st->ctx.flags, 0, sizeof(int), err, sizeof(err))) return NULL;
+    return st->base;
+}
+
+static void release(void *state, void *ptr) {
+    cuda_state *st = state;
+    if (ptr) st->d->release(st->dev, ptr);
+}
+
+static dfg_status upload(void *state, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = state;
+    char err[256];
+    return st->d->to_device(st->dev, dst, src, bytes, err, sizeof(err));
+}
+
+static dfg_status download(void *state, void *dst, const void *src, size_t bytes) {
+    cuda_state *st = state;
+    char err[256];
+    return st->d->to_host(st->dev, dst, src, bytes, err, sizeof(err));
+}
+
+static dfg_status exec(void *state, const dfg_node *n, void *const *in, void *const *out, char *err, size_t len) {
+    cuda_state *st = state;
+    st->ctx.err = err;
+    st->ctx.err_len = len;
+    st->ctx.scratch_bytes = st->d->scratch_bytes(n);
+    return st->d->kernels[n->op](n, in, out, &st->ctx);
+}
+
+static dfg_status sync(void *state) {
+    cuda_state *st = state;
+    char err[256];
+    return st->d->sync(st->dev, err, sizeof(err));
+}
+
+static void *alloc_host(void *state, size_t bytes) {
+    cuda_state *st = state;
+    return st->d->alloc_host(st->dev, bytes);
+}
+
+static void free_host(void *state, void *ptr) {
+    cuda_state *st = state;
+    if (ptr) st->d->release_host(st->dev, ptr);
+}
+
+static dfg_status capture_begin(void *state, int stage, char *err, size_t len) {
+    cuda_state *st = state;
+    if (stage < 0 || stage >= st->n_stages || st->graphs[stage])
+        return snprintf(err, len, "stage %d is captured already", stage), DFG_ERR_STATE;
+    return st->d->capture_begin(st->dev, err, len);
+}
+
+static dfg_status capture_end(void *state, int stage, char *err, size_t len) {
+    cuda_state *st = state;
+    return st->d->capture_end(st->dev, &st->graphs[stage], err, len);
+}
+
+static dfg_status replay(void *state, int stage, char *err, size_t len) {
+    cuda_state *st = state;
+    if (stage < 0 || stage >= st->n_stages || !st->graphs[stage])
+        return snprintf(err, len, "stage %d has no graph", stage), DFG_ERR_STATE;
+    return st->d->graph_launch(st->dev, st->graphs[stage], err, len);
+}
+
+/* The flag word: kernels set it to a nonzero code when they meet a value the CPU kernel would
+ * refuse (an id out of range, a NaN row in sampling); it is read, and cleared, after a stage. */
+static dfg_status check_flags(void *state, char *err, size_t len) {
+    cuda_state *st = state;
+    int flag = 0;
+    dfg_status s = st->d->to_host(st->dev, &flag, st->ctx.flags, sizeof(flag), err, len);
+    if (s || !flag) return s;
+    char ignored[128];
+    st->d->fill(st->dev, st->ctx.flags, 0, sizeof(int), ignored, sizeof(ignored));
+    snprintf(err, len, "a kernel found a value out of range on the device (flag %d): a token id outside the vocabulary, "
+                       "a position past the cache, or a row of NaN logits", flag);
+    return DFG_ERR_RANGE;
+}
+
+static const char *describe(void *state) { return ((cuda_state *)state)->desc; }
+
+#define DFG_CUDA_BACKEND(create_fn, label)                                                               \
+    {.name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
+     .upload = upload, .download = download, .exec = exec, .sync = sync, .host_memory = false,          \
+     .alloc_host = alloc_host, .free_host = free_host, .capture_begin = capture_begin,                   \
+     .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe}
+
+const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, "cuda (emulated)");
+
+#ifdef DFG_HAVE_CUDA
+static dfg_status create_gpu(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
+    (void)o;
+    return create_on(&dfg_device_cuda, p, state, err, len);
+}
+const dfg_backend dfg_backend_cuda = DFG_CUDA_BACKEND(create_gpu, "cuda");
+#endif
