@@ -34,6 +34,10 @@ typedef struct {
     dfg_status (*check_flags)(void *state, char *err, size_t len);
     /* One line about the device for the run's header ("NVIDIA H100 80GB HBM3, 132 SMs"). */
     const char *(*describe)(void *state);
+    /* Device memory the backend holds (the arena and its workspace), as its device layer counts
+     * it, and how much of it is workspace beside the planned arena. */
+    size_t (*device_bytes)(void *state);
+    size_t (*workspace_bytes)(void *state);
 } dfg_backend;
 
 extern const dfg_backend dfg_backend_cpu;

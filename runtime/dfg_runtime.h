@@ -82,6 +82,10 @@ DFG_API bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
 /* The backend running the program ("cpu", "cuda", "cuda (emulated)") and its device, in words. */
 DFG_API const char *dfg_runtime_backend(const dfg_runtime *rt);
 DFG_API const char *dfg_runtime_device(const dfg_runtime *rt);
+/* A device backend: the device memory it holds as its device layer counts it (the arena and,
+ * after it, the kernels' and GEMM's workspace), and the workspace part; 0 on the CPU. */
+DFG_API size_t dfg_runtime_device_bytes(const dfg_runtime *rt);
+DFG_API size_t dfg_runtime_workspace_bytes(const dfg_runtime *rt);
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 DFG_API size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
 /* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results

@@ -355,6 +355,13 @@ const char *dfg_runtime_device(const dfg_runtime *rt) {
     return rt->be->describe && rt->be_state ? rt->be->describe(rt->be_state) : "the CPU";
 }
 
+size_t dfg_runtime_device_bytes(const dfg_runtime *rt) {
+    return rt && rt->be && rt->be->device_bytes && rt->be_state ? rt->be->device_bytes(rt->be_state) : 0;
+}
+size_t dfg_runtime_workspace_bytes(const dfg_runtime *rt) {
+    return rt && rt->be && rt->be->workspace_bytes && rt->be_state ? rt->be->workspace_bytes(rt->be_state) : 0;
+}
+
 int dfg_runtime_metric_count(const dfg_runtime *rt) { return rt ? rt->n_metrics : 0; }
 
 const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i) {

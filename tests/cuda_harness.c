@@ -27,7 +27,9 @@ void cuda_fill_range(int slot, const dfg_tensor *t, void *data, int64_t n, void 
 #ifndef DFG_NO_CUDA_EMU
 static int cases_run, gpu_runs;
 static bool covered[DFG_OP_COUNT]; /* ops whose CUDA kernel a case compared */
+#ifdef DFG_HAVE_CUDA
 static int gpu_state = -1; /* -1 unknown, 0 none, 1 present */
+#endif
 
 /* ---------------------------------------------------------------- one build of the node */
 typedef struct {

@@ -234,8 +234,12 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
         int threads = dfg_runtime_threads(rt);
         cli_say(", %d thread%s\n", threads, threads == 1 ? "" : "s");
     } else {
+        size_t dev = dfg_runtime_device_bytes(rt), ws = dfg_runtime_workspace_bytes(rt);
+        char db[32], wb[32];
         cli_say(", %s backend on %s%s\n", dfg_runtime_backend(rt), dfg_runtime_device(rt),
                 r->eager ? ", eager launches" : ", stages replayed as graphs");
+        cli_say("device memory: %zu bytes allocated (%s) = the planned arena %zu + kernel and GEMM workspace %zu (%s)\n",
+                dev, dfg_bytes_str((double)dev, db, sizeof(db)), dev - ws, ws, dfg_bytes_str((double)ws, wb, sizeof(wb)));
     }
 }
 

@@ -6,6 +6,8 @@
  * table of ops/cuda; a stage's nodes (every repeat, unrolled) are captured once as a graph and
  * replayed after that. The orchestration is the same for both devices; only the device layer
  * differs. */
+#include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +68,13 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **st
     return DFG_OK;
 }
 
+/* The emulated device's GEMMs run on OpenBLAS, whose sums depend on its thread count: the run's
+ * thread count fixes them, as it does the CPU backend's. */
 static dfg_status create_emulated(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
-    (void)o;
+    if (o && o->n_threads > 0) {
+        omp_set_num_threads(o->n_threads);
+        openblas_set_num_threads(o->n_threads);
+    }
     return create_on(&dfg_device_emulated, p, state, err, len);
 }
 
@@ -172,11 +179,23 @@ static dfg_status check_flags(void *state, char *err, size_t len) {
 
 static const char *describe(void *state) { return ((cuda_state *)state)->desc; }
 
+static size_t device_bytes(void *state) {
+    cuda_state *st = state;
+    return st->d->allocated(st->dev);
+}
+
+/* Everything of the one allocation after the arena: kernel workspace, GEMM workspace, flags. */
+static size_t workspace_bytes(void *state) {
+    cuda_state *st = state;
+    return ALIGN_UP(st->scratch_max) + ALIGN_UP(st->d->gemm_workspace) + 256;
+}
+
 #define DFG_CUDA_BACKEND(create_fn, label)                                                               \
     {.name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
      .upload = upload, .download = download, .exec = exec, .sync = sync, .host_memory = false,          \
      .alloc_host = alloc_host, .free_host = free_host, .capture_begin = capture_begin,                   \
-     .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe}
+     .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe,    \
+     .device_bytes = device_bytes, .workspace_bytes = workspace_bytes}
 
 const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, "cuda (emulated)");
 

@@ -23,6 +23,7 @@ typedef struct {
     dfg_status (*open)(void **dev, int *sm_count, char *desc, size_t desc_len, char *err, size_t len);
     void (*close)(void *dev);
     void *(*alloc)(void *dev, size_t bytes);      /* device memory; NULL when out of memory */
+    size_t (*allocated)(void *dev);               /* device bytes allocated and not released */
     void (*release)(void *dev, void *p);
     void *(*alloc_host)(void *dev, size_t bytes); /* pinned host memory for staging */
     void (*release_host)(void *dev, void *p);

@@ -25,6 +25,7 @@ typedef struct {
 
 typedef struct {
     cudaStream_t stream;
+    size_t allocated; /* bytes of live cudaMalloc allocations */
     cublasLtHandle_t lt;
     gemm_algo cache[GEMM_CACHE]; /* heuristics chosen once per GEMM shape, then reused */
     int n_cache;
@@ -79,16 +80,29 @@ static void gpu_close(void *dev) {
     free(g);
 }
 
+/* Allocations carry their size in a 256-byte header (keeping the arena 256-byte aligned), so
+ * the device layer can say what it holds. */
 static void *gpu_alloc(void *dev, size_t bytes) {
-    (void)dev;
-    void *p = NULL;
-    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+    gpu *g = dev;
+    char *p = NULL;
+    if (cudaMalloc((void **)&p, 256 + (bytes ? bytes : 1)) != cudaSuccess) return NULL;
+    if (cudaMemcpy(p, &bytes, sizeof(bytes), cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    g->allocated += bytes;
+    return p + 256;
 }
 
 static void gpu_release(void *dev, void *p) {
-    (void)dev;
-    cudaFree(p);
+    gpu *g = dev;
+    if (!p) return;
+    size_t bytes = 0;
+    if (cudaMemcpy(&bytes, (char *)p - 256, sizeof(bytes), cudaMemcpyDeviceToHost) == cudaSuccess) g->allocated -= bytes;
+    cudaFree((char *)p - 256);
 }
+
+static size_t gpu_allocated(void *dev) { return ((gpu *)dev)->allocated; }
 
 static void *gpu_alloc_host(void *dev, size_t bytes) {
     (void)dev;
@@ -252,6 +266,7 @@ const dfg_device dfg_device_cuda = {
     .open = gpu_open,
     .close = gpu_close,
     .alloc = gpu_alloc,
+    .allocated = gpu_allocated,
     .release = gpu_release,
     .alloc_host = gpu_alloc_host,
     .release_host = gpu_release_host,

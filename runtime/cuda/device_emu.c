@@ -13,8 +13,11 @@
 #include "device.h"
 
 typedef struct {
-    int open;
+    size_t allocated; /* device bytes handed out and not released: what the run measures */
 } emu_dev;
+
+/* Each allocation carries its size in a 256-byte header, so release can count it back. */
+#define EMU_HEADER 256
 
 /* Fails a call the device layer must not make inside a capture. */
 static dfg_status refuse_in_capture(const char *call, char *err, size_t len) {
@@ -28,7 +31,6 @@ static dfg_status emu_open(void **dev, int *sm_count, char *desc, size_t desc_le
     (void)err, (void)len;
     emu_dev *d = calloc(1, sizeof(*d));
     if (!d) return DFG_ERR_NOMEM;
-    d->open = 1;
     *dev = d;
     *sm_count = 132; /* grid sizes as on an H100 SXM */
     snprintf(desc, desc_len, "emulated CUDA device (SIMT emulator on the CPU, grids sized for 132 SMs)");
@@ -38,18 +40,27 @@ static dfg_status emu_open(void **dev, int *sm_count, char *desc, size_t desc_le
 static void emu_close(void *dev) { free(dev); }
 
 static void *emu_alloc(void *dev, size_t bytes) {
-    (void)dev;
+    emu_dev *d = dev;
     char err[128];
     if (refuse_in_capture("an allocation", err, sizeof(err))) return NULL;
-    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    if (p) memset(p, 0xFF, bytes); /* NaN as f32 and bf16, -1 as i32 */
-    return p;
+    char *p = aligned_alloc(256, EMU_HEADER + (bytes + 255) / 256 * 256);
+    if (!p) return NULL;
+    memcpy(p, &bytes, sizeof(bytes));
+    memset(p + EMU_HEADER, 0xFF, bytes); /* NaN as f32 and bf16, -1 as i32 */
+    d->allocated += bytes;
+    return p + EMU_HEADER;
 }
 
 static void emu_release(void *dev, void *p) {
-    (void)dev;
-    free(p);
+    emu_dev *d = dev;
+    if (!p) return;
+    size_t bytes;
+    memcpy(&bytes, (char *)p - EMU_HEADER, sizeof(bytes));
+    d->allocated -= bytes;
+    free((char *)p - EMU_HEADER);
 }
+
+static size_t emu_allocated(void *dev) { return ((emu_dev *)dev)->allocated; }
 
 static dfg_status emu_to_device(void *dev, void *dst, const void *src, size_t bytes, char *err, size_t len) {
     (void)dev;
@@ -125,6 +136,7 @@ const dfg_device dfg_device_emulated = {
     .open = emu_open,
     .close = emu_close,
     .alloc = emu_alloc,
+    .allocated = emu_allocated,
     .release = emu_release,
     .alloc_host = emu_alloc_host,
     .release_host = emu_release_host,

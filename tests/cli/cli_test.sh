@@ -172,13 +172,13 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
 expect_rc 2 "--align 3"
 expect_in err.txt "power of two" "--align names the rule"
 
-# plans of format versions 1 to 3 are refused with what to do
-for v in 1 2 3; do
+# plans of format versions 1 to 5 are refused with what to do
+for v in 1 2 3 4 5; do
   cp gpt2.dfg old.dfg
   printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
   run "$DFG" inspect old.dfg
   expect_rc 2 "a version-$v plan"
-  expect_in err.txt "format version $v is older than this dfg's (5)" "a version-$v plan is named as old"
+  expect_in err.txt "format version $v is older than this dfg's (6)" "a version-$v plan is named as old"
   expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
   expect_one_line "version-$v plan"
 done
@@ -296,7 +296,7 @@ expect_one_line "truncated plan"
 # every section damaged, and the file cut inside every part of it (tests/cli/plan_surgery.py)
 SURGERY="$SRC/tests/cli/plan_surgery.py"
 python3 "$SURGERY" sections gpt2.dfg >sections.txt
-[ "$(wc -l <sections.txt)" -eq 7 ] && ok "gpt2.dfg has 7 sections (with hostlib and plan)" || fail "sections: $(cat sections.txt)"
+[ "$(wc -l <sections.txt)" -eq 8 ] && ok "gpt2.dfg has 8 sections (with hostlib, plan and declarations)" || fail "sections: $(cat sections.txt)"
 while read -r kind name payload length; do
   python3 "$SURGERY" flip gpt2.dfg flip.dfg "$kind"
   run "$DFG" inspect flip.dfg

@@ -47,8 +47,11 @@ has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "
 # ---------------------------------------------------------------- the plan
 run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg
 expect_rc 0 "compile examples/grpo.c"
-expect_in out.txt "dfg.rollout_tensors=tokens,completion_mask,rewards" "the plan says what a rollout holds"
-cp out.txt compile.txt
+run "$DFG" info grpo.dfg
+expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, reward" \
+  "the plan says what a rollout holds (dfg_declare_rollout)"
+expect_in out.txt "groups of 8 rows of tokens share their first 4 tokens" "and which rows share a prompt"
+cp out.txt info.txt
 
 # the plan's setting "seed" is --seed's default; --seed wins
 run "$DFG" compile "$SRC/examples/grpo.c" --set seed=77 -o seed77.dfg
@@ -281,19 +284,19 @@ run "$DFG" run gpt2.dfg --rollouts r.safetensors
 expect_rc 2 "--rollouts on a plan without rollout settings"
 expect_in err.txt "cannot train on fixed rollouts" "the message says why"
 run "$DFG" run gpt2.dfg --dump d.safetensors
-expect_rc 2 "--dump on a plan without dfg.dump"
+expect_rc 2 "--dump on a plan that declares no dumps"
 
 run "$DFG" run grpo.dfg --rollouts r.safetensors --dump d.safetensors --save w.safetensors --threads 1
 expect_rc 0 "--rollouts R --dump OUT"
 expect_in out.txt "stages data, prefill, decode, reward skipped" "the rollout stages are skipped"
 expect_in out.txt "dumped step 1 to d.safetensors" "the dump is written"
-# the plan's setting dfg.dump names the values (file name=tensor); the issue's five must be there
-dumped=$(grep -o 'dfg\.dump=[^ ]*' compile.txt | sed 's/^dfg\.dump=//' | tr ',' '\n' | sed 's/=.*//')
-check "dfg.dump lists logp, ref_logp, advantages, loss, grad_norm" \
+# the pipeline's dump declarations (dfg info lists them) name the values; the issue's five must be there
+dumped=$(grep '^dump ' info.txt | sed 's/^dump *dfg run --dump writes every parameter and //; s/ ([^)]*)//g' | tr ',' '\n' | tr -d ' ')
+check "the declared dumps list logp, ref_logp, advantages, loss, grad_norm" \
   [ "$(printf '%s\n' $dumped | grep -cxE 'logp|ref_logp|advantages|loss|grad_norm')" = 5 ]
 { "${ST[@]}" names w.safetensors; printf '%s\n' $dumped; } | LC_ALL=C sort >want.txt
 "${ST[@]}" names d.safetensors >got.txt
-check "OUT holds exactly the $(printf '%s\n' $dumped | wc -l) values of dfg.dump and the $(($(wc -l <want.txt) - $(printf '%s\n' $dumped | wc -l))) params" \
+check "OUT holds exactly the $(printf '%s\n' $dumped | wc -l) declared values and the $(($(wc -l <want.txt) - $(printf '%s\n' $dumped | wc -l))) params" \
   cmp -s want.txt got.txt
 run "${ST[@]}" check-dump d.safetensors r.safetensors 8
 expect_rc 0 "logp is 0 off the mask and finite on it; advantages are centred per group"

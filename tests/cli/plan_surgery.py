@@ -14,7 +14,7 @@ import struct
 import sys
 import zlib
 
-NAMES = {1: "info", 2: "settings", 3: "tensors", 4: "graphs", 5: "stages", 6: "hostlib", 7: "plan"}
+NAMES = {1: "info", 2: "settings", 3: "tensors", 4: "graphs", 5: "stages", 6: "hostlib", 7: "plan", 8: "declarations"}
 
 
 def sections(b):

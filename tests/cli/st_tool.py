@@ -5,6 +5,17 @@
                                  tensors of A and B: same names, dtypes, shapes and bytes (any
                                  header order), leaving out names that start with PREFIX; exit 3
                                  listing the tensors that differ
+  st_tool.py close A B RTOL [--except PREFIX]
+                                 tensors of A and B (f32, bf16 or f16 in either) agree: the same
+                                 names and shapes, and per tensor max|a - b| <= RTOL * max|a|
+                                 (integer tensors equal); prints the worst tensor; exit 3 when
+                                 one does not
+  st_tool.py update W0 A B RTOL [--from W0B] [--prefix P]
+                                 the update B - W0B (W0B: B's start, default W0) agrees with the
+                                 update A - W0 over all the float tensors together:
+                                 ||(B - W0B) - (A - W0)|| <= RTOL * ||A - W0|| (2-norms); with
+                                 --prefix, B and W0B hold tensor N as P + N (a mixed-precision
+                                 run's f32 masters, "master."); exit 3 when not
   st_tool.py names F             the tensor names, one per line, sorted
   st_tool.py meta F KEY          a metadata value
   st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G]
@@ -39,8 +50,43 @@ def read(path):
 
 def values(t):
     dtype, shape, raw = t
+    if dtype == "BF16":  # the top half of an f32
+        return [struct.unpack("<f", struct.pack("<I", h << 16))[0] for h in struct.unpack("<%dH" % (len(raw) // 2), raw)]
     code, size = DTYPES[dtype]
     return list(struct.unpack("<%d%s" % (len(raw) // size, code), raw))
+
+
+def close(a, b, rtol, skip=None):
+    ta, _ = read(a)
+    tb, _ = read(b)
+    if skip:
+        ta = {k: v for k, v in ta.items() if not k.startswith(skip)}
+        tb = {k: v for k, v in tb.items() if not k.startswith(skip)}
+    if set(ta) != set(tb):
+        print("names differ: %s" % ", ".join(sorted(set(ta) ^ set(tb))[:10]))
+        return 3
+    worst, worst_name, bad = 0.0, "", []
+    for n in sorted(ta):
+        if ta[n][1] != tb[n][1]:
+            bad.append("%s shape %s vs %s" % (n, ta[n][1], tb[n][1]))
+            continue
+        va, vb = values(ta[n]), values(tb[n])
+        if ta[n][0] in ("I32", "U8") or tb[n][0] in ("I32", "U8"):
+            if va != vb:
+                bad.append("%s (integers differ)" % n)
+            continue
+        scale = max((abs(x) for x in va), default=0.0)
+        err = max((abs(x - y) for x, y in zip(va, vb)), default=0.0)
+        rel = err / scale if scale > 0 else err
+        if not math.isfinite(rel) or rel > rtol:
+            bad.append("%s rel %.3g" % (n, rel))
+        if rel > worst or not math.isfinite(rel):
+            worst, worst_name = rel, n
+    print("%d tensors, worst %s at %.3g of its largest value (bound %g)" % (len(ta), worst_name or "-", worst, rtol))
+    if bad:
+        print("%d tensor(s) off: %s" % (len(bad), "; ".join(bad[:10])))
+        return 3
+    return 0
 
 
 def write(path, tensors, meta):
@@ -69,6 +115,26 @@ def same(a, b, skip=None):
         return 3
     print("%d tensors identical" % len(ta))
     return 0
+
+
+def update(w0, a, b, rtol, w0b=None, prefix=""):
+    t0, _ = read(w0)
+    t0b = read(w0b)[0] if w0b else t0
+    ta, _ = read(a)
+    tb, _ = read(b)
+    if prefix:
+        tb = {k[len(prefix):]: v for k, v in tb.items() if k.startswith(prefix)}
+        t0b = {k[len(prefix):]: v for k, v in t0b.items() if k.startswith(prefix)} if w0b else t0b
+    diff = ref = 0.0
+    for n in sorted(t0):
+        if t0[n][0] in ("I32", "U8") or n not in ta or n not in tb or n not in t0b:
+            continue
+        for x0, y0, xa, xb in zip(values(t0[n]), values(t0b[n]), values(ta[n]), values(tb[n])):
+            diff += ((xb - y0) - (xa - x0)) ** 2
+            ref += (xa - x0) ** 2
+    rel = math.sqrt(diff / ref) if ref > 0 else float("inf")
+    print("update of %d tensors: |B - A| / |A - W0| = %.3g (bound %g)" % (len(t0), rel, rtol))
+    return 0 if rel <= rtol else 3
 
 
 def rollouts(out, n, t, vocab, seed, bad_shape, group):
@@ -128,6 +194,11 @@ def main(argv):
     cmd = argv[1]
     if cmd == "same":
         return same(argv[2], argv[3], argv[5] if len(argv) > 5 and argv[4] == "--except" else None)
+    if cmd == "close":
+        return close(argv[2], argv[3], float(argv[4]), argv[6] if len(argv) > 6 and argv[5] == "--except" else None)
+    if cmd == "update":
+        opt = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None
+        return update(argv[2], argv[3], argv[4], float(argv[5]), opt("--from"), opt("--prefix") or "")
     if cmd == "names":
         print("\n".join(sorted(read(argv[2])[0])))
         return 0

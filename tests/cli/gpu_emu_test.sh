@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# gpu_emu_test.sh - plans compiled for cuda, run on the CPU with `dfg run --emulate-gpu`: the CUDA
+# backend's own code over the emulated device (the .cu kernels under the SIMT emulator, GEMMs by
+# the interpreter of cuBLAS's semantics, every stage captured as a graph and replayed).
+#   usage: gpu_emu_test.sh /path/to/dfg /path/to/source-tree
+# Checks, each against an independent run:
+#   - GPT-2 training and the GRPO pipeline with torch_dtype=float32 on cuda equal the CPU backend
+#     (weights after the steps within 1e-5 of each tensor's largest value, the printed metrics,
+#     and every value a fixed-rollout GRPO step dumps: log-probs, advantages, loss, KL, gradient
+#     norm). The runs use adam_epsilon 1e-3: with the usual 1e-8, Adam turns rounding noise in a
+#     gradient that is zero in exact arithmetic (the attention's key bias) into a full-size update
+#     whose sign is a coin toss on any two machines;
+#   - with bf16 (the cuda default) the updates of the f32 master weights stay within 2e-2 of the
+#     CPU's over 3 steps (2-norm of the difference over all parameters; the bf16 parameters
+#     themselves cannot show an update smaller than their rounding, e.g. a layernorm gain at 1.0),
+#     and a GRPO step's log-probs and loss within 2e-2;
+#   - graph replay equals eager launches (--eager) bit for bit;
+#   - the device memory the emulated device allocated is the plan's arena (dfg inspect) plus the
+#     workspace it reports, byte for byte;
+#   - a cuda plan without --emulate-gpu on a machine without a GPU is refused in one line, and
+#     --emulate-gpu on a cpu plan too.
+# Every run uses one thread: OpenBLAS's sums (the CPU's GEMMs and the emulated cuBLAS) depend on
+# the thread count.
+set -u
+DFG=$1
+SRC=$2
+ST=("python3" "$SRC/tests/cli/st_tool.py")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-gpu-emu-test-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+failures=0
+ok() { echo "ok - $1"; }
+fail() {
+  echo "FAIL - $1"
+  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
+  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
+  failures=$((failures + 1))
+}
+run() { "$@" >out.txt 2>err.txt; rc=$?; }
+check() { local what=$1; shift; if "$@" >check.txt 2>&1; then ok "$what: $(tail -1 check.txt)"; else cat check.txt; fail "$what"; fi; }
+expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
+expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
+steps_of() { grep '^step ' "$1" | sed 's/  [0-9.]* ms.*//'; } # the metrics, without the timings
+
+# ---------------------------------------------------------------- GPT-2 training
+EPS=(--set adam_epsilon=1e-3)
+run "$DFG" compile "$SRC/examples/gpt2_train.c" "${EPS[@]}" -o cpu.dfg
+run "$DFG" compile "$SRC/examples/gpt2_train.c" "${EPS[@]}" --target cuda --set torch_dtype=float32 -o f32.dfg
+expect_rc 0 "compile gpt2_train for cuda in float32"
+run "$DFG" compile "$SRC/examples/gpt2_train.c" "${EPS[@]}" --target cuda -o bf16.dfg
+expect_rc 0 "compile gpt2_train for cuda (bf16)"
+run "$DFG" run cpu.dfg --steps 3 --threads 1 --save cpu.safetensors
+expect_rc 0 "gpt2_train on the CPU"
+run "$DFG" run f32.dfg --steps 3 --emulate-gpu --threads 1 --save f32.safetensors
+expect_rc 0 "gpt2_train float32 with --emulate-gpu"
+expect_in out.txt "cuda (emulated) backend" "the run says which backend and device"
+cp out.txt f32_run.txt
+check "float32 cuda weights after 3 steps = the CPU's (1e-5)" "${ST[@]}" close cpu.safetensors f32.safetensors 1e-5
+run "$DFG" run f32.dfg --steps 3 --emulate-gpu --threads 1 --eager --save eager.safetensors
+expect_rc 0 "the same run with eager launches"
+check "graph replay = eager launches, bit for bit" "${ST[@]}" same f32.safetensors eager.safetensors
+run "$DFG" run cpu.dfg --steps 0 --threads 1 --save cpu0.safetensors
+run "$DFG" run bf16.dfg --steps 0 --emulate-gpu --threads 1 --checkpoint-dir bf0
+run "$DFG" run bf16.dfg --steps 3 --emulate-gpu --threads 1 --checkpoint-dir bf3
+expect_rc 0 "gpt2_train bf16 with --emulate-gpu (checkpoints hold the f32 masters)"
+check "bf16: the masters' update over 3 steps within 2e-2 of the CPU's" "${ST[@]}" update cpu0.safetensors \
+  cpu.safetensors bf3/checkpoint.safetensors 2e-2 --from bf0/checkpoint.safetensors --prefix master.
+
+# the device memory is the planned arena and the workspace the run reports, measured
+arena=$("$DFG" inspect f32.dfg --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["arena_bytes"])')
+line=$(grep '^device memory:' f32_run.txt)
+dev=$(sed 's/^device memory: \([0-9]*\) bytes.*/\1/' <<<"$line")
+ws=$(sed 's/.*workspace \([0-9]*\) .*/\1/' <<<"$line")
+if [ -n "$dev" ] && [ -n "$ws" ] && [ $((dev - ws)) -eq "$arena" ]; then
+  ok "the emulated device allocated the plan's arena ($arena bytes) + workspace $ws, byte for byte"
+else fail "device memory '$line' vs the plan's arena $arena"; fi
+
+# ---------------------------------------------------------------- GRPO
+run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" -o gcpu.dfg
+run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda --set torch_dtype=float32 -o g32.dfg
+expect_rc 0 "compile grpo for cuda in float32"
+run "$DFG" run gcpu.dfg --steps 2 --threads 1 --save gcpu.safetensors
+steps_of out.txt >gcpu_steps.txt
+run "$DFG" run g32.dfg --steps 2 --emulate-gpu --threads 1 --save g32.safetensors
+expect_rc 0 "GRPO (prefill, decode with sampling, reward, train, update) float32 with --emulate-gpu"
+steps_of out.txt >g32_steps.txt
+if cmp -s gcpu_steps.txt g32_steps.txt; then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them"
+else diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
+check "GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close gcpu.safetensors g32.safetensors 1e-5
+# one step on fixed rollouts, everything it computes dumped (as the PyTorch golden test reads it)
+"${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
+run "$DFG" run gcpu.dfg --rollouts r.safetensors --dump dcpu.safetensors --threads 1
+run "$DFG" run g32.dfg --rollouts r.safetensors --dump d32.safetensors --emulate-gpu --threads 1
+expect_rc 0 "GRPO on fixed rollouts with --emulate-gpu --dump"
+check "log-probs, reference log-probs, advantages, loss, KL, gradient norm and updated weights = the CPU's (1e-5)" \
+  "${ST[@]}" close dcpu.safetensors d32.safetensors 1e-5
+run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda -o gbf.dfg
+run "$DFG" run gbf.dfg --rollouts r.safetensors --dump dbf.safetensors --emulate-gpu --threads 1
+expect_rc 0 "GRPO bf16 on fixed rollouts"
+python3 - dcpu.safetensors dbf.safetensors "$SRC/tests/cli" >check.txt 2>&1 <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import st_tool as s
+a, b = s.read(sys.argv[1])[0], s.read(sys.argv[2])[0]
+worst = 0.0
+for n in ("logp", "ref_logp", "loss", "advantages"):
+    va, vb = s.values(a[n]), s.values(b[n])
+    scale = max(abs(x) for x in va)
+    worst = max(worst, max(abs(x - y) for x, y in zip(va, vb)) / scale)
+print("bf16 log-probs, loss, advantages: worst %.3g of the largest value" % worst)
+sys.exit(0 if worst <= 2e-2 else 3)
+PY
+if [ $? -eq 0 ]; then ok "$(cat check.txt) (bound 2e-2)"; else cat check.txt; fail "bf16 GRPO step vs the CPU"; fi
+
+# ---------------------------------------------------------------- refusals
+run "$DFG" run g32.dfg --steps 1
+if nvidia-smi >/dev/null 2>&1; then
+  ok "a GPU is here: the cuda plan without --emulate-gpu is not refused (exit $rc)"
+else
+  expect_rc 1 "a cuda plan without a GPU"
+  [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "emulate-gpu" err.txt && ok "refused in one line that names --emulate-gpu" \
+    || fail "the refusal of a cuda plan without a GPU"
+fi
+run "$DFG" run gcpu.dfg --steps 1 --emulate-gpu --threads 1
+expect_rc 2 "--emulate-gpu on a cpu plan"
+expect_in err.txt "runs plans compiled for cuda" "the message says why"
+
+echo
+if [ "$failures" -eq 0 ]; then echo "gpu_emu_test: all checks passed"; exit 0; fi
+echo "gpu_emu_test: $failures check(s) failed"
+exit 1
