@@ -89,13 +89,16 @@ def st_read(path):
     meta = header.pop("__metadata__", {}) or {}
     out = {}
     for name, info in header.items():
-        dt = np.dtype(ST_DTYPES[info["dtype"]]).newbyteorder("<")
+        bf16 = info["dtype"] == "BF16"  # the top half of an f32: read as u16, widened below
+        dt = np.dtype(np.uint16 if bf16 else ST_DTYPES[info["dtype"]]).newbyteorder("<")
         shape = tuple(info["shape"])
         lo, hi = info["data_offsets"]
         count = int(np.prod(shape, dtype=np.int64))
         if not (0 <= lo <= hi <= len(body)) or hi - lo != count * dt.itemsize:
             raise ValueError(f"{path}: tensor '{name}' has bad data_offsets {lo}..{hi}")
         out[name] = np.frombuffer(body[lo:hi], dtype=dt).reshape(shape).astype(dt.newbyteorder("="))
+        if bf16:
+            out[name] = (out[name].astype(np.uint32) << 16).view(np.float32)
     return out, meta
 
 
