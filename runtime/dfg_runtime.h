@@ -82,6 +82,11 @@ DFG_API bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
 /* The backend running the program ("cpu", "cuda", "cuda (emulated)") and its device, in words. */
 DFG_API const char *dfg_runtime_backend(const dfg_runtime *rt);
 DFG_API const char *dfg_runtime_device(const dfg_runtime *rt);
+/* A device backend: the milliseconds of the last step the host spent on its own work (launching
+ * graphs and kernels, host stages, staging), that is the step's time minus the time it waited on
+ * the device; -1 on the CPU backend, where all of a step is host time. Under --emulate-gpu the
+ * kernels themselves run on the host inside the launches, so only a GPU run separates the two. */
+DFG_API double dfg_runtime_host_ms(const dfg_runtime *rt);
 /* A device backend: the device memory it holds as its device layer counts it (the arena and,
  * after it, the kernels' and GEMM's workspace), and the workspace part; 0 on the CPU. */
 DFG_API size_t dfg_runtime_device_bytes(const dfg_runtime *rt);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../passes/plan.h"
 #include "runtime_internal.h"
@@ -202,6 +203,20 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A device call the host waits on: its time counts as device time, not host time. */
+static dfg_status waited(dfg_runtime *rt, dfg_status (*fn)(void *, char *, size_t), char *why, size_t len) {
+    double t0 = now_s();
+    dfg_status st = fn(rt->be_state, why, len);
+    rt->wait_s += now_s() - t0;
+    return st;
+}
+
 /* Check mode around one plan step: the sticky error is set by check.c. */
 #define CHECKED(call)                                   \
     do {                                                \
@@ -261,7 +276,7 @@ static dfg_status run_graph(dfg_runtime *rt, int si) {
         st = exec_stage(rt, si);
         if (st) return st;
     }
-    if (!st && rt->be->check_flags) st = rt->be->check_flags(rt->be_state, why, sizeof(why));
+    if (!st && rt->be->check_flags) st = waited(rt, rt->be->check_flags, why, sizeof(why));
     if (st) return dfg_rt_fail(rt, st, true, "step %lld, stage '%s': %s", (long long)rt->step + 1, name, why);
     return DFG_OK;
 }
@@ -271,7 +286,9 @@ static dfg_status run_host(dfg_runtime *rt, int si) {
     CHECKED(dfg_check_before(rt, si, 0, 0));
     rt->error[0] = '\0';
     if (!rt->be->host_memory) { /* the host reads what the device wrote */
+        double t0 = now_s();
         dfg_status sy = rt->be->sync(rt->be_state);
+        rt->wait_s += now_s() - t0;
         if (sy) return dfg_rt_fail(rt, sy, true, "step %lld, before host stage '%s': the device failed (%s)",
                                    (long long)rt->step + 1, rt->p->stages[si].name, dfg_status_name(sy));
     }
@@ -291,6 +308,8 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     if (rt->status) return rt->status;
     CHECKED(dfg_check_step_begin(rt));
+    rt->step_t0 = now_s();
+    rt->wait_s = 0;
     for (int s = 0; s < rt->p->n_stages; s++) rt->stage_ran[s] = false;
     for (int s = 0; s < rt->p->n_stages; s++) {
         const dfg_stage *stage = &rt->p->stages[s];
@@ -300,8 +319,12 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
         if (st) return st;
         rt->stage_ran[s] = true;
     }
+    double t_sync = now_s();
     dfg_status st = rt->be->sync(rt->be_state);
+    rt->wait_s += now_s() - t_sync;
     if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step + 1);
+    rt->last_step_ms = 1e3 * (now_s() - rt->step_t0);
+    rt->last_wait_ms = 1e3 * rt->wait_s;
     CHECKED(dfg_check_step_end(rt));
     rt->step++;
     return DFG_OK;
@@ -353,6 +376,11 @@ const char *dfg_runtime_backend(const dfg_runtime *rt) { return rt && rt->be ? r
 const char *dfg_runtime_device(const dfg_runtime *rt) {
     if (!rt || !rt->be) return "?";
     return rt->be->describe && rt->be_state ? rt->be->describe(rt->be_state) : "the CPU";
+}
+
+double dfg_runtime_host_ms(const dfg_runtime *rt) {
+    if (!rt || !rt->be || rt->be->host_memory) return -1.0;
+    return rt->last_step_ms - rt->last_wait_ms;
 }
 
 size_t dfg_runtime_device_bytes(const dfg_runtime *rt) {

@@ -32,6 +32,8 @@ struct dfg_runtime {
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */
     bool *captured;   /* [stage] its graph exists (backends with graphs) */
+    double wait_s;    /* this step: seconds blocked on the device (synchronisation, flag reads) */
+    double last_wait_ms, last_step_ms, step_t0;
     /* host stages on a device backend see tensors through pinned staging (staging.c) */
     bool in_host_stage;
     char *staging;                  /* pinned host memory */

@@ -216,7 +216,7 @@ typedef struct {
     /* what the next printed line averages: the steps since the previous line */
     double *sum;          /* [metric count] */
     int64_t *n_sum;       /* [metric count] steps that updated the metric */
-    double sum_ms, sum_tokens;
+    double sum_ms, sum_tokens, sum_host_ms; /* host_ms: a device backend's host share */
     int64_t n_summed;
     cli_guard *guard;     /* with checkpoints: the last good state's counters */
     cli_progress progress;
@@ -259,6 +259,8 @@ static void add_to_interval(run_state *s, double ms, double tokens) {
             s->n_sum[i]++;
         }
     s->sum_ms += ms;
+    double host = dfg_runtime_host_ms(s->rt);
+    if (host >= 0) s->sum_host_ms += host;
     s->sum_tokens += tokens >= 0 ? tokens : 0;
     s->n_summed++;
 }
@@ -276,10 +278,11 @@ static void print_interval(run_state *s, int64_t step, int width) {
         s->n_sum[i] = 0;
     }
     printf("  %.1f ms", s->sum_ms / n);
+    if (dfg_runtime_host_ms(s->rt) >= 0) printf(" (host %.1f ms)", s->sum_host_ms / n);
     if (s->mask) printf("  %.0f tok/s", s->sum_ms > 0 ? s->sum_tokens / (s->sum_ms * 1e-3) : 0.0);
     printf("\n");
     fflush(stdout);
-    s->sum_ms = s->sum_tokens = 0;
+    s->sum_ms = s->sum_tokens = s->sum_host_ms = 0;
     s->n_summed = 0;
 }
 
@@ -297,7 +300,7 @@ static bool add_number(cJSON *o, const char *key, double v, const char *fmt) {
  * completion mask. A metric named like one of the
  * line's own keys is written as "metric.<name>". */
 static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
-    static const char *const own[] = {"step", "ms", "tokens_per_s", "arena_bytes"};
+    static const char *const own[] = {"step", "ms", "host_ms", "tokens_per_s", "arena_bytes"};
     cJSON *o = cJSON_CreateObject();
     bool ok = o && add_number(o, "step", (double)step, "%.0f");
     for (int i = 0; ok && i < dfg_runtime_metric_count(s->rt); i++) {
@@ -311,6 +314,7 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
         ok = add_number(o, key, v, "%.9g");
     }
     ok = ok && add_number(o, "ms", ms, "%.3f");
+    if (dfg_runtime_host_ms(s->rt) >= 0) ok = ok && add_number(o, "host_ms", dfg_runtime_host_ms(s->rt), "%.3f");
     ok = ok && add_number(o, "tokens_per_s", tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : NAN, "%.1f");
     ok = ok && add_number(o, "arena_bytes", (double)dfg_runtime_arena_bytes(s->rt), "%.0f");
     char *line = ok ? cJSON_PrintUnformatted(o) : NULL;

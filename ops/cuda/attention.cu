@@ -1,0 +1,801 @@
+// attention.cu - causal attention on the GPU where cuDNN's fused SDPA is not used: the forward
+// and backward over a fused qkv (B, T, 3C) laid out [q | k | v] (head h at columns h*D .. h*D+D
+// of each part), and the decoding form against KV caches (attention_cached).
+//
+// The forward and backward are flash-attention-style tiled kernels on CUDA cores (f32 FMAs on
+// f32 or bf16 storage): a block holds a tile of rows in shared memory and streams the other side
+// through it, with the (T x T) scores never leaving the block. The head dim is padded with zeros
+// to DP = 32, 64 or 128, so any D <= 128 (odd ones too) runs the same code; a thread owns a 4 x 4
+// or 4 x 8 register tile of the scores and of the output, reading shared memory as float4 (tiles
+// that are read along their rows are stored transposed, padded to keep float4 alignment).
+//   forward   block = (b, h, 64 queries); key/value tiles of 64; online softmax; y and lse.
+//   backward  a prep kernel computes delta = rowsum(dy * y) (scratch); one kernel per 64-key tile
+//             accumulates dK and dV over the queries that see it; another per 64-query tile
+//             accumulates dQ over the keys it sees. No atomics: each block owns its outputs, and
+//             every sum runs in a fixed order, so results are bit-identical run to run.
+// The same kernels serve attention_prefix (attention_prefix.cu includes this file with
+// DFG_ATTENTION_ENGINE_ONLY): a sequence's keys are its prefix's Tp rows, then its own; a query
+// at position i sees keys 0 .. Tp + i. Plain attention is the case Tp = 0.
+//
+// attention_cached is memory-bound decoding (flash-decoding): a block per (b, h, query, split of
+// 256 cache positions) stages keys through shared memory, keeps a running max/sum and an
+// unnormalised output; a combine kernel merges the splits in order. The position is read on the
+// device.
+#include "common.cuh"
+
+namespace {
+
+constexpr int ATT_THREADS = 128;
+
+// Blocks of a tiled kernel that fit an H100 SM's 227 KB of shared memory (1 KB of it reserved per
+// block), at most 4: the minimum __launch_bounds__ asks for, so that ptxas spends registers
+// (up to 65536 / (128 * blocks)) where occupancy is bounded by shared memory anyway, and spills none.
+__host__ __device__ constexpr int att_min_blocks(int smem_floats) {
+    int blocks = 227 * 1024 / (smem_floats * 4 + 1024);
+    return blocks > 4 ? 4 : blocks < 1 ? 1 : blocks;
+}
+
+// The shape of one attention node as the kernels see it.
+struct att_geom {
+    int Tc;      // query rows (and own keys) per sequence
+    int Tp;      // prefix keys before them (0: plain attention)
+    int G;       // sequences per prefix
+    int n;       // sequences
+    int H, D;    // heads, head dim
+    long long C; // model width: rows of qkv have 3C elements, rows of y / dy have C
+    float scale; // 1 / sqrt(D)
+    int vec;     // 1: rows may move 4 elements at a time (D % 4 == 0, pointers aligned)
+};
+
+// ---------------------------------------------------------------- 4-element row access
+// 4 elements as one 16-byte (f32) or 8-byte (bf16) access
+static __device__ __forceinline__ float4 ld_vec4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+static __device__ __forceinline__ float4 ld_vec4(const __nv_bfloat16 *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p); // bf16 is the high half of an f32: widen by shifting
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+static __device__ __forceinline__ void st_vec4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
+static __device__ __forceinline__ unsigned bf16_pair(float a, float b) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
+}
+static __device__ __forceinline__ void st_vec4(__nv_bfloat16 *p, float4 v) {
+    *reinterpret_cast<uint2 *>(p) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+}
+
+// Elements d .. d+3 of a row of D (zeros past D, or for a NULL row: padding of tiles and heads).
+template <class T>
+static __device__ __forceinline__ float4 ld4(const T *row, int d, int D, bool vec) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (!row || d >= D) return v;
+    if (vec) return ld_vec4(row + d); // D % 4 == 0: the 4 are all inside
+    v.x = dfg_ld(row, d);
+    if (d + 1 < D) v.y = dfg_ld(row, d + 1);
+    if (d + 2 < D) v.z = dfg_ld(row, d + 2);
+    if (d + 3 < D) v.w = dfg_ld(row, d + 3);
+    return v;
+}
+template <class T>
+static __device__ __forceinline__ void st4(T *row, int d, int D, bool vec, float4 v) {
+    if (d >= D) return;
+    if (vec) return st_vec4(row + d, v);
+    dfg_st(row, d, v.x);
+    if (d + 1 < D) dfg_st(row, d + 1, v.y);
+    if (d + 2 < D) dfg_st(row, d + 2, v.z);
+    if (d + 3 < D) dfg_st(row, d + 3, v.w);
+}
+static __device__ __forceinline__ float4 lds4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+static __device__ __forceinline__ float get4(const float4 &v, int e) { // e: a constant once unrolled
+    return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+// ---------------------------------------------------------------- rows of the fused tensors
+// Query row i of sequence b, head h (NULL past the end: a zero row).
+template <class T>
+static __device__ __forceinline__ const T *q_row(const T *qkv, const att_geom &g, int b, int h, int i) {
+    return i < g.Tc ? qkv + ((long long)b * g.Tc + i) * 3 * g.C + (long long)h * g.D : nullptr;
+}
+// Key (part 1) or value (part 2) j of sequence b's extended sequence: its prefix's rows, then
+// its own (NULL past the end).
+template <class T>
+static __device__ __forceinline__ const T *kv_row(const T *qkv, const T *pre, const att_geom &g, int b, int h, int j,
+                                                  int part) {
+    long long col = part * g.C + (long long)h * g.D;
+    if (j < g.Tp) return pre + ((long long)(b / g.G) * g.Tp + j) * 3 * g.C + col;
+    j -= g.Tp;
+    return j < g.Tc ? qkv + ((long long)b * g.Tc + j) * 3 * g.C + col : nullptr;
+}
+// Row i of a (n, Tc, C) tensor (y, dy) at head h.
+template <class T>
+static __device__ __forceinline__ const T *c_row(const T *x, const att_geom &g, int b, int h, int i) {
+    return i < g.Tc ? x + ((long long)b * g.Tc + i) * g.C + (long long)h * g.D : nullptr;
+}
+
+// Copies the R rows of a tile (row r from row(r); DP columns, zero-padded) into shared memory:
+// transposed into tt (DP, R + 4) and/or row-major into rm (R, DP). A warp reads 8 rows x 4 chunks
+// of 4 elements (64 contiguous bytes of each row in f32), so the transposed stores hit 2-way
+// bank conflicts at most.
+template <class T, int DP, int R, class RowFn>
+static __device__ __forceinline__ void load_tile(float *tt, float *rm, RowFn row, int D, bool vec) {
+    constexpr int NC = DP / 4;
+    for (int item = threadIdx.x; item < R * NC; item += ATT_THREADS) {
+        int r = (item & 7) + 8 * (item / (8 * NC)), c = (item >> 3) % NC;
+        float4 v = ld4(row(r), c * 4, D, vec);
+        if (tt) {
+            tt[(c * 4 + 0) * (R + 4) + r] = v.x;
+            tt[(c * 4 + 1) * (R + 4) + r] = v.y;
+            tt[(c * 4 + 2) * (R + 4) + r] = v.z;
+            tt[(c * 4 + 3) * (R + 4) + r] = v.w;
+        }
+        if (rm) *reinterpret_cast<float4 *>(rm + r * DP + c * 4) = v;
+    }
+}
+
+// The max over the 8 lanes that share a row of a register tile (lanes 8k .. 8k+7 of a warp).
+static __device__ __forceinline__ float row8_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
+static __device__ __forceinline__ float row8_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+
+// ---------------------------------------------------------------- forward
+// Shared memory: Qt (DP, 68) | K^T (DP, 68), reused as P^T (64, 68) | V (64, DP).
+template <int DP>
+__host__ __device__ constexpr int fwd_smem_floats() {
+    return DP * 68 + (DP > 64 ? DP : 64) * 68 + 64 * DP;
+}
+
+// Block (b*H + h, query tile): 64 query rows against key/value tiles of 64. Thread (ty, tx) =
+// (tid / 8, tid % 8) owns query rows ty*4 .. ty*4+3, score columns tx*4 + {0..3, 32..35} and
+// output columns tx*4 + 32k + {0..3}. Tiles run from the last (longest) query rows to the first,
+// so the heavy blocks start first.
+template <class T, int DP>
+static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_floats<DP>()))
+    att_fwd_kernel(T *y,          // (n, Tc, C)
+                   float *lse,    // (n, H, Tc)
+                   const T *qkv,  // (n, Tc, 3C)
+                   const T *pre,  // (P, Tp, 3C); NULL when Tp = 0
+                   att_geom g) {
+    DFG_SHARED_DYNAMIC(float, sm);
+    float *Qt = sm, *KP = sm + DP * 68, *Vs = KP + (DP > 64 ? DP : 64) * 68;
+    const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
+    const int b = blockIdx.x / g.H, h = blockIdx.x % g.H, q0 = (gridDim.y - 1 - blockIdx.y) * 64;
+    const bool vec = g.vec != 0;
+    load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
+
+    float o[4][DP / 8] = {}, m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};
+    const int kend = g.Tp + min(q0 + 64, g.Tc); // keys the tile's last row sees
+    for (int k0 = 0; k0 < kend; k0 += 64) {
+        __syncthreads(); // the previous tile's P^T and V are read
+        load_tile<T, DP, 64>(KP, nullptr, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 1); }, g.D, vec);
+        load_tile<T, DP, 64>(nullptr, Vs, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 2); }, g.D, vec);
+        __syncthreads();
+        float s[4][8] = {};
+#pragma unroll 2
+        for (int d = 0; d < DP; d++) {
+            float4 qa = lds4(Qt + d * 68 + ty * 4), k0v = lds4(KP + d * 68 + tx * 4);
+            float4 k1v = lds4(KP + d * 68 + 32 + tx * 4);
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[a][e] = fmaf(get4(qa, a), get4(k0v, e), s[a][e]);
+                    s[a][4 + e] = fmaf(get4(qa, a), get4(k1v, e), s[a][4 + e]);
+                }
+        }
+        // online softmax: key j is visible to row i when j <= Tp + i; key 0 always is, so the
+        // running max is finite after the first tile and a fully masked row of a later tile adds 0
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            int lim = g.Tp + q0 + ty * 4 + a;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                int j = k0 + tx * 4 + (e & 3) + 32 * (e >> 2);
+                s[a][e] = j <= lim ? s[a][e] * g.scale : -INFINITY;
+                mx = fmaxf(mx, s[a][e]);
+            }
+            float mn = fmaxf(m[a], row8_max(mx)), alpha = expf(m[a] - mn);
+            m[a] = mn;
+            l[a] *= alpha;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                s[a][e] = expf(s[a][e] - mn);
+                l[a] += s[a][e]; // this thread's columns; the row's 8 lanes are summed at the end
+            }
+#pragma unroll
+            for (int x = 0; x < DP / 8; x++) o[a][x] *= alpha;
+        }
+        __syncthreads(); // every K^T read: P^T takes its place
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            st_vec4(KP + (tx * 4 + (e & 3) + 32 * (e >> 2)) * 68 + ty * 4,
+                    make_float4(s[0][e], s[1][e], s[2][e], s[3][e]));
+        __syncthreads();
+#pragma unroll 2
+        for (int c = 0; c < 64; c++) {
+            float4 p = lds4(KP + c * 68 + ty * 4);
+#pragma unroll
+            for (int k = 0; k < DP / 32; k++) {
+                float4 v = lds4(Vs + c * DP + k * 32 + tx * 4);
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[a][k * 4 + e] = fmaf(get4(p, a), get4(v, e), o[a][k * 4 + e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        float lt = row8_sum(l[a]), inv = 1.0f / lt;
+        int i = q0 + ty * 4 + a;
+        if (i >= g.Tc) continue;
+        T *yr = y + ((long long)b * g.Tc + i) * g.C + (long long)h * g.D;
+#pragma unroll
+        for (int k = 0; k < DP / 32; k++)
+            st4(yr, k * 32 + tx * 4, g.D, vec,
+                make_float4(o[a][k * 4] * inv, o[a][k * 4 + 1] * inv, o[a][k * 4 + 2] * inv, o[a][k * 4 + 3] * inv));
+        if (tx == 0) lse[((long long)b * g.H + h) * g.Tc + i] = m[a] + logf(lt);
+    }
+}
+
+// ---------------------------------------------------------------- backward
+// delta (n, H, Tc) = rowsum(dy * y) per head: a warp per (row, head).
+template <class T>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_delta_kernel(float *delta,  // (n, H, Tc)
+                     const T *dy,   // (n, Tc, C)
+                     const T *y,    // (n, Tc, C)
+                     long long rows, att_geom g) {
+    const int lane = threadIdx.x & 31;
+    for (long long w = ((long long)blockIdx.x * ATT_THREADS + threadIdx.x) >> 5; w < rows * g.H;
+         w += (long long)gridDim.x * (ATT_THREADS / 32)) { // uniform per warp: the shuffles see 32 lanes
+        long long r = w / g.H;
+        int h = (int)(w % g.H);
+        const T *a = dy + r * g.C + (long long)h * g.D, *b = y + r * g.C + (long long)h * g.D;
+        float s = 0.0f;
+        for (int d = lane; d < g.D; d += 32) s = fmaf(dfg_ld(a, d), dfg_ld(b, d), s);
+        s = dfg_warp_sum(s);
+        long long bb = r / g.Tc, i = r % g.Tc;
+        if (lane == 0) delta[(bb * g.H + h) * g.Tc + i] = s;
+    }
+}
+
+// Shared memory of the dK/dV kernel: K^T, V^T (DP, 68) | Q^T, dO^T (DP, 36), reused as P, dS
+// (32, 68) | Q, dO (32, DP) | lse, delta (32).
+template <int DP>
+__host__ __device__ constexpr int dkv_region() {
+    return DP * 36 > 32 * 68 ? DP * 36 : 32 * 68;
+}
+template <int DP>
+__host__ __device__ constexpr int dkv_smem_floats() {
+    return 2 * DP * 68 + 2 * dkv_region<DP>() + 2 * 32 * DP + 64;
+}
+
+// Block (sequence or prefix, head, tile of 64 keys) accumulates dK = dS^T Q and dV = P^T dO over
+// the query tiles (32 rows) that see its keys: a sequence's own keys k0.. are seen by its rows
+// k0.. ; a prefix's keys by every row of the G sequences of its group, walked in order, so the
+// group's sum needs no atomics. One launch holds both kinds: the first npre blocks are the
+// prefixes' (the longest walks), then the sequences' by key tile (tile 0, the longest, first).
+// Thread (ty, tx) owns keys ty*4 .. ty*4+3, the score columns (queries) tx*4 .. tx*4+3 and
+// output columns tx*4 + 32k + {0..3}.
+template <class T, int DP>
+static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_floats<DP>()))
+    att_dkv_kernel(T *dqkv,            // (n, Tc, 3C): its key and value columns
+                   T *dpre,            // (P, Tp, 3C) or NULL (npre = 0)
+                   const T *dy,        // (n, Tc, C)
+                   const T *qkv,       // (n, Tc, 3C)
+                   const T *pre,       // (P, Tp, 3C) or NULL
+                   const float *lse,   // (n, H, Tc)
+                   const float *delta, // (n, H, Tc)
+                   att_geom g, int npre) {
+    DFG_SHARED_DYNAMIC(float, sm);
+    float *Kt = sm, *Vt = Kt + DP * 68, *Qt = Vt + DP * 68, *Ot = Qt + dkv_region<DP>();
+    float *Ps = Qt, *dSs = Ot; // after the scores, P and dS replace Q^T and dO^T
+    float *Qs = Ot + dkv_region<DP>(), *Os = Qs + 32 * DP, *lse_s = Os + 32 * DP, *dl_s = lse_s + 32;
+    const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
+    const bool prefix = (int)blockIdx.x < npre, vec = g.vec != 0;
+    const int units = (prefix ? g.n / g.G : g.n) * g.H, blk = prefix ? (int)blockIdx.x : (int)blockIdx.x - npre;
+    const int u = blk % units / g.H, h = blk % units % g.H, k0 = blk / units * 64; // u: prefix, or sequence
+    T *const dst = prefix ? dpre : dqkv;
+    const int key0 = prefix ? k0 : g.Tp + k0;       // the tile's first key in the extended sequence
+    const int nkeys = prefix ? g.Tp : g.Tp + g.Tc;  // keys of its kind end here
+    const int b_begin = prefix ? u * g.G : u, b_end = prefix ? (u + 1) * g.G : u + 1;
+    const int kb = prefix ? u * g.G : u; // a sequence whose extended keys hold this tile
+    auto kv = [&](int r, int part) { return key0 + r < nkeys ? kv_row(qkv, pre, g, kb, h, key0 + r, part) : nullptr; };
+    load_tile<T, DP, 64>(Kt, nullptr, [&](int r) { return kv(r, 1); }, g.D, vec);
+    load_tile<T, DP, 64>(Vt, nullptr, [&](int r) { return kv(r, 2); }, g.D, vec);
+
+    float dk[4][DP / 8] = {}, dv[4][DP / 8] = {};
+    for (int b = b_begin; b < b_end; b++) {
+        for (int i0 = prefix ? 0 : k0; i0 < g.Tc; i0 += 32) { // own keys k0.. are seen from row k0 on
+            __syncthreads(); // the previous tile's P, dS, Q and dO are read
+            load_tile<T, DP, 32>(Qt, Qs, [&](int r) { return q_row(qkv, g, b, h, i0 + r); }, g.D, vec);
+            load_tile<T, DP, 32>(Ot, Os, [&](int r) { return c_row(dy, g, b, h, i0 + r); }, g.D, vec);
+            if (tid < 32) {
+                long long at = ((long long)b * g.H + h) * g.Tc + i0 + tid;
+                lse_s[tid] = i0 + tid < g.Tc ? lse[at] : 0.0f;
+                dl_s[tid] = i0 + tid < g.Tc ? delta[at] : 0.0f;
+            }
+            __syncthreads();
+            float s[4][4] = {}, dp[4][4] = {};
+#pragma unroll 2
+            for (int d = 0; d < DP; d++) {
+                float4 ka = lds4(Kt + d * 68 + ty * 4), va = lds4(Vt + d * 68 + ty * 4);
+                float4 qb = lds4(Qt + d * 36 + tx * 4), ob = lds4(Ot + d * 36 + tx * 4);
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[a][e] = fmaf(get4(ka, a), get4(qb, e), s[a][e]);
+                        dp[a][e] = fmaf(get4(va, a), get4(ob, e), dp[a][e]);
+                    }
+            }
+            // P = exp(S - lse) where key j is visible to row i (j <= Tp + i); dS = P (dP - delta) scale
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int j = key0 + ty * 4 + a, i = i0 + tx * 4 + e, r = tx * 4 + e;
+                    bool see = i < g.Tc && j < nkeys && j <= g.Tp + i;
+                    float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
+                    s[a][e] = p;
+                    dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
+                }
+            __syncthreads(); // Q^T and dO^T are read: P and dS replace them
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                st_vec4(Ps + (tx * 4 + e) * 68 + ty * 4, make_float4(s[0][e], s[1][e], s[2][e], s[3][e]));
+                st_vec4(dSs + (tx * 4 + e) * 68 + ty * 4, make_float4(dp[0][e], dp[1][e], dp[2][e], dp[3][e]));
+            }
+            __syncthreads();
+#pragma unroll 2
+            for (int r = 0; r < 32; r++) {
+                float4 pa = lds4(Ps + r * 68 + ty * 4), da = lds4(dSs + r * 68 + ty * 4);
+#pragma unroll
+                for (int k = 0; k < DP / 32; k++) {
+                    float4 ov = lds4(Os + r * DP + k * 32 + tx * 4), qv = lds4(Qs + r * DP + k * 32 + tx * 4);
+#pragma unroll
+                    for (int a = 0; a < 4; a++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            dv[a][k * 4 + e] = fmaf(get4(pa, a), get4(ov, e), dv[a][k * 4 + e]);
+                            dk[a][k * 4 + e] = fmaf(get4(da, a), get4(qv, e), dk[a][k * 4 + e]);
+                        }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        int j = k0 + ty * 4 + a; // row of dst
+        if (key0 + ty * 4 + a >= nkeys) continue;
+        T *row = dst + ((long long)u * (prefix ? g.Tp : g.Tc) + j) * 3 * g.C + (long long)h * g.D;
+#pragma unroll
+        for (int k = 0; k < DP / 32; k++) {
+            int d = k * 32 + tx * 4;
+            if (prefix) st4(row, d, g.D, vec, make_float4(0.0f, 0.0f, 0.0f, 0.0f)); // a prefix's queries get nothing
+            st4(row + g.C, d, g.D, vec,
+                make_float4(dk[a][k * 4], dk[a][k * 4 + 1], dk[a][k * 4 + 2], dk[a][k * 4 + 3]));
+            st4(row + 2 * g.C, d, g.D, vec,
+                make_float4(dv[a][k * 4], dv[a][k * 4 + 1], dv[a][k * 4 + 2], dv[a][k * 4 + 3]));
+        }
+    }
+}
+
+// Shared memory of the dQ kernel: Q^T, dO^T (DP, 68) | K^T (DP, 36) | V^T (DP, 36), reused as
+// dS^T (32, 68) | K (32, DP) | lse, delta (64).
+template <int DP>
+__host__ __device__ constexpr int dq_smem_floats() {
+    return 2 * DP * 68 + DP * 36 + dkv_region<DP>() + 32 * DP + 128;
+}
+
+// Block (b*H + h, tile of 64 queries) accumulates dQ = dS K over the key tiles (32 keys) its rows
+// see, prefix keys first. Thread (ty, tx) owns query rows ty*4 .. ty*4+3, score columns (keys)
+// tx*4 .. tx*4+3 and output columns tx*4 + 32k + {0..3}.
+template <class T, int DP>
+static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_floats<DP>()))
+    att_dq_kernel(T *dqkv,            // (n, Tc, 3C): its query columns
+                  const T *dy,        // (n, Tc, C)
+                  const T *qkv,       // (n, Tc, 3C)
+                  const T *pre,       // (P, Tp, 3C) or NULL
+                  const float *lse,   // (n, H, Tc)
+                  const float *delta, // (n, H, Tc)
+                  att_geom g) {
+    DFG_SHARED_DYNAMIC(float, sm);
+    float *Qt = sm, *Ot = Qt + DP * 68, *Kt = Ot + DP * 68, *Vt = Kt + DP * 36, *dSt = Vt;
+    float *Ks = Vt + dkv_region<DP>(), *lse_s = Ks + 32 * DP, *dl_s = lse_s + 64;
+    const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
+    const int b = blockIdx.x / g.H, h = blockIdx.x % g.H, q0 = (gridDim.y - 1 - blockIdx.y) * 64;
+    const bool vec = g.vec != 0;
+    load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
+    load_tile<T, DP, 64>(Ot, nullptr, [&](int r) { return c_row(dy, g, b, h, q0 + r); }, g.D, vec);
+    if (tid < 64) {
+        long long at = ((long long)b * g.H + h) * g.Tc + q0 + tid;
+        lse_s[tid] = q0 + tid < g.Tc ? lse[at] : 0.0f;
+        dl_s[tid] = q0 + tid < g.Tc ? delta[at] : 0.0f;
+    }
+    float dq[4][DP / 8] = {};
+    const int kend = g.Tp + min(q0 + 64, g.Tc);
+    for (int k0 = 0; k0 < kend; k0 += 32) {
+        __syncthreads(); // the previous tile's dS^T and K are read
+        load_tile<T, DP, 32>(Kt, Ks, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 1); }, g.D, vec);
+        load_tile<T, DP, 32>(Vt, nullptr, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 2); }, g.D, vec);
+        __syncthreads();
+        float s[4][4] = {}, dp[4][4] = {};
+#pragma unroll 2
+        for (int d = 0; d < DP; d++) {
+            float4 qa = lds4(Qt + d * 68 + ty * 4), oa = lds4(Ot + d * 68 + ty * 4);
+            float4 kb = lds4(Kt + d * 36 + tx * 4), vb = lds4(Vt + d * 36 + tx * 4);
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[a][e] = fmaf(get4(qa, a), get4(kb, e), s[a][e]);
+                    dp[a][e] = fmaf(get4(oa, a), get4(vb, e), dp[a][e]);
+                }
+        }
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = ty * 4 + a, i = q0 + r, j = k0 + tx * 4 + e;
+                bool see = i < g.Tc && j <= g.Tp + i;
+                float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
+                dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
+            }
+        __syncthreads(); // V^T is read: dS^T replaces it
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            st_vec4(dSt + (tx * 4 + e) * 68 + ty * 4, make_float4(dp[0][e], dp[1][e], dp[2][e], dp[3][e]));
+        __syncthreads();
+#pragma unroll 2
+        for (int c = 0; c < 32; c++) {
+            float4 da = lds4(dSt + c * 68 + ty * 4);
+#pragma unroll
+            for (int k = 0; k < DP / 32; k++) {
+                float4 kv = lds4(Ks + c * DP + k * 32 + tx * 4);
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) dq[a][k * 4 + e] = fmaf(get4(da, a), get4(kv, e), dq[a][k * 4 + e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        int i = q0 + ty * 4 + a;
+        if (i >= g.Tc) continue;
+        T *row = dqkv + ((long long)b * g.Tc + i) * 3 * g.C + (long long)h * g.D;
+#pragma unroll
+        for (int k = 0; k < DP / 32; k++)
+            st4(row, k * 32 + tx * 4, g.D, vec,
+                make_float4(dq[a][k * 4], dq[a][k * 4 + 1], dq[a][k * 4 + 2], dq[a][k * 4 + 3]));
+    }
+}
+
+// ---------------------------------------------------------------- host side of the tiled kernels
+static bool aligned_for(const void *p, size_t bytes) { return !p || (uintptr_t)p % bytes == 0; }
+
+// The geometry of a node: qkv (n, Tc, 3C) after an optional prefix (P, Tp, 3C).
+static att_geom att_geometry(const dfg_tensor *qkv, const dfg_tensor *pre, int n_head) {
+    att_geom g;
+    g.n = (int)qkv->shape.d[0];
+    g.Tc = (int)qkv->shape.d[1];
+    g.Tp = pre ? (int)pre->shape.d[1] : 0;
+    g.G = pre ? (int)(qkv->shape.d[0] / pre->shape.d[0]) : 1;
+    g.H = n_head;
+    g.C = qkv->shape.d[2] / 3;
+    g.D = (int)(g.C / n_head);
+    g.scale = 1.0f / sqrtf((float)g.D);
+    g.vec = 0;
+    return g;
+}
+
+// 1 when rows may move 4 elements at a time: D % 4 == 0 (row starts stay aligned), tensors aligned.
+static int att_vec(int D, size_t elem, const void *p0, const void *p1, const void *p2, const void *p3 = nullptr,
+                   const void *p4 = nullptr) {
+    size_t a = 4 * elem;
+    return D % 4 == 0 && aligned_for(p0, a) && aligned_for(p1, a) && aligned_for(p2, a) && aligned_for(p3, a) &&
+           aligned_for(p4, a);
+}
+
+// The padded head dim of the tiled kernels (0: D is over 128).
+static int att_dp(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 0; }
+#define ATT_TOO_WIDE "head dim %d: the CUDA attention kernels take head dims up to 128"
+
+// Launches kernel with `floats` floats of dynamic shared memory, opting in above 48 KB.
+#define ATT_LAUNCH(kernel, grid, floats, ...)                                                             \
+    do {                                                                                                 \
+        size_t bytes_ = (size_t)(floats) * sizeof(float);                                                \
+        cudaError_t e_ = bytes_ > 48 * 1024 ? DFG_SET_MAX_DYNAMIC_SMEM(kernel, bytes_) : cudaSuccess;   \
+        if (e_ == cudaSuccess) e_ = DFG_LAUNCH(kernel, grid, ATT_THREADS, bytes_, stream, __VA_ARGS__); \
+        dfg_status st_ = dfg_cuda_launched(ctx, n, e_, #kernel);                                         \
+        if (st_) return st_;                                                                             \
+    } while (0)
+
+template <class T, int DP>
+static dfg_status att_forward_dp(const dfg_node *n, dfg_cuda_ctx *ctx, T *y, float *lse, const T *qkv, const T *pre,
+                                 att_geom g) {
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    dim3 grid((unsigned)(g.n * g.H), (unsigned)((g.Tc + 63) / 64));
+    ATT_LAUNCH((att_fwd_kernel<T, DP>), grid, fwd_smem_floats<DP>(), y, lse, qkv, pre, g);
+    return DFG_OK;
+}
+
+// y (n, Tc, C) and lse (n, H, Tc) of the sequences of qkv (after their prefixes when pre is set).
+template <class T>
+static dfg_status att_forward(const dfg_node *n, dfg_cuda_ctx *ctx, T *y, float *lse, const T *qkv, const T *pre,
+                              att_geom g) {
+    g.vec = att_vec(g.D, sizeof(T), y, qkv, pre);
+    switch (att_dp(g.D)) {
+    case 32: return att_forward_dp<T, 32>(n, ctx, y, lse, qkv, pre, g);
+    case 64: return att_forward_dp<T, 64>(n, ctx, y, lse, qkv, pre, g);
+    case 128: return att_forward_dp<T, 128>(n, ctx, y, lse, qkv, pre, g);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, ATT_TOO_WIDE, g.D);
+    }
+}
+
+template <class T, int DP>
+static dfg_status att_backward_dp(const dfg_node *n, dfg_cuda_ctx *ctx, T *dqkv, T *dpre, const T *dy, const T *qkv,
+                                  const T *pre, const float *lse, const float *delta, att_geom g) {
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    ATT_LAUNCH((att_dq_kernel<T, DP>), dim3((unsigned)(g.n * g.H), (unsigned)((g.Tc + 63) / 64)),
+               dq_smem_floats<DP>(), dqkv, dy, qkv, pre, lse, delta, g);
+    // the prefixes' key tiles, then the sequences' (see att_dkv_kernel)
+    long long npre = dpre ? (long long)(g.n / g.G) * g.H * ((g.Tp + 63) / 64) : 0;
+    long long blocks = npre + (long long)g.n * g.H * ((g.Tc + 63) / 64);
+    ATT_LAUNCH((att_dkv_kernel<T, DP>), (unsigned)blocks, dkv_smem_floats<DP>(), dqkv, dpre, dy, qkv, pre, lse, delta,
+               g, (int)npre);
+    return DFG_OK;
+}
+
+// Scratch of the backward: delta (n, H, Tc) floats.
+static size_t att_backward_scratch(const dfg_tensor *qkv, int n_head) {
+    return sizeof(float) * (size_t)qkv->shape.d[0] * (size_t)qkv->shape.d[1] * (size_t)n_head;
+}
+
+// dqkv (n, Tc, 3C), and dprefix (P, Tp, 3C) when dpre is set, from dy, qkv, y and lse; delta
+// (n, H, Tc) goes to ctx->scratch.
+template <class T>
+static dfg_status att_backward(const dfg_node *n, dfg_cuda_ctx *ctx, T *dqkv, T *dpre, const T *dy, const T *qkv,
+                               const T *pre, const T *y, const float *lse, att_geom g) {
+    size_t need = sizeof(float) * (size_t)g.n * (size_t)g.Tc * (size_t)g.H;
+    if (!ctx->scratch || ctx->scratch_bytes < need)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small (%zu needed)",
+                             ctx->scratch_bytes, need);
+    if (!att_dp(g.D)) return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, ATT_TOO_WIDE, g.D);
+    g.vec = att_vec(g.D, sizeof(T), dqkv, dpre, dy, qkv, pre);
+    float *delta = (float *)ctx->scratch;
+    long long rows = (long long)g.n * g.Tc;
+    cudaError_t e = DFG_LAUNCH((att_delta_kernel<T>), dfg_grid_for(rows * g.H * 32, ATT_THREADS, ctx), ATT_THREADS, 0,
+                               (cudaStream_t)ctx->stream, delta, dy, y, rows, g);
+    dfg_status st = dfg_cuda_launched(ctx, n, e, "att_delta_kernel");
+    if (st) return st;
+    switch (att_dp(g.D)) {
+    case 32: return att_backward_dp<T, 32>(n, ctx, dqkv, dpre, dy, qkv, pre, lse, delta, g);
+    case 64: return att_backward_dp<T, 64>(n, ctx, dqkv, dpre, dy, qkv, pre, lse, delta, g);
+    default: return att_backward_dp<T, 128>(n, ctx, dqkv, dpre, dy, qkv, pre, lse, delta, g);
+    }
+}
+
+} // namespace
+
+#ifndef DFG_ATTENTION_ENGINE_ONLY
+namespace {
+
+// ---------------------------------------------------------------- decoding against KV caches
+struct att_dec {
+    int Tq, Tmax, H, D;
+    long long C;
+    int L;      // cache positions per split
+    int nsplit; // splits (ceil(Tmax / L)); 1: the split kernel writes y itself
+    int KC, KS; // keys per chunk staged in shared memory, and their row stride (odd: no bank conflicts)
+    int NP;     // key subsets the output sum runs in (threads per output element)
+    int vec;    // 1: rows move 4 elements at a time
+    float scale;
+};
+
+// The position of the first query, read on the device; out of range (the CPU kernel's error) sets
+// the flag and is clamped so that no access leaves the caches.
+static __device__ __forceinline__ int att_pos(const int32_t *pos_in, int *flags, const att_dec &a, bool report) {
+    int pos = *pos_in;
+    if (pos < 0 || pos > a.Tmax - a.Tq) {
+        if (report && flags) *flags = 1;
+        pos = pos < 0 ? 0 : a.Tmax - a.Tq;
+    }
+    return pos;
+}
+
+// Block (b*H + h, query i, split s) over cache positions [s*L, min((s+1)*L, pos+i+1)): chunks of
+// KC keys are staged in shared memory (coalesced, 4 elements a thread), thread t scores key t of
+// the chunk; a block-wide online softmax; the weighted values summed by NP subsets of the keys
+// (thread = (subset, output element or quad)), straight from global memory in rows.
+template <class T>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_split_kernel(float *part,        // (B*H*Tq, nsplit, D + 2): max, sum, unnormalised output
+                     T *y,               // (B, Tq, C): written here when nsplit = 1
+                     const T *q,         // (B, Tq, C)
+                     const T *kc,        // (B, Tmax, C)
+                     const T *vc,        // (B, Tmax, C)
+                     const int32_t *pos_in, int *flags, att_dec a) {
+    DFG_SHARED_DYNAMIC(float, sm);
+    float *qs = sm, *Ks = qs + a.D, *ps = Ks + a.KC * a.KS, *red = ps + a.KC, *acc = red + 32; // acc: (NP, D)
+    const int tid = threadIdx.x, b = blockIdx.x / a.H, h = blockIdx.x % a.H, i = blockIdx.y, s = blockIdx.z;
+    const int pos = att_pos(pos_in, flags, a, blockIdx.x == 0 && i == 0 && s == 0 && tid == 0);
+    const int kbeg = s * a.L, kend = min(kbeg + a.L, pos + i + 1);
+    if (kbeg >= kend) return; // the whole block: a split past the query's keys (the combine skips it)
+    const T *qr = q + ((long long)b * a.Tq + i) * a.C + (long long)h * a.D;
+    const long long at = (long long)b * a.Tmax * a.C + (long long)h * a.D; // row 0 of this batch and head
+    const T *kb = kc + at, *vb = vc + at;
+    for (int d = tid; d < a.D; d += ATT_THREADS) qs[d] = dfg_ld(qr, d);
+    for (int d = tid; d < a.NP * a.D; d += ATT_THREADS) acc[d] = 0.0f;
+    const int W = a.vec ? a.D / 4 : a.D; // units of a row: quads or elements
+    float m = -INFINITY, l = 0.0f;
+    for (int c0 = kbeg; c0 < kend; c0 += a.KC) {
+        const int nc = min(a.KC, kend - c0);
+        // no barrier here: the previous chunk's keys were last read before its block_max, and
+        // its weights ps are rewritten only after the barrier below
+        for (int it = tid; it < nc * W; it += ATT_THREADS) {
+            int r = it / W, w = it % W;
+            const T *row = kb + (long long)(c0 + r) * a.C;
+            if (a.vec) {
+                float4 v = ld_vec4(row + 4 * w);
+                float *dst = Ks + r * a.KS + 4 * w;
+                dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+            } else {
+                Ks[r * a.KS + w] = dfg_ld(row, w);
+            }
+        }
+        __syncthreads(); // the chunk's keys (and q, on the first pass) are stored
+        float sc = -INFINITY;
+        if (tid < nc) {
+            float dot = 0.0f;
+            for (int d = 0; d < a.D; d++) dot = fmaf(qs[d], Ks[tid * a.KS + d], dot);
+            sc = dot * a.scale;
+        }
+        float mn = fmaxf(m, dfg_block_max(sc, red)), alpha = expf(m - mn); // key kbeg is always seen: mn is finite
+        float p = tid < nc ? expf(sc - mn) : 0.0f;
+        if (tid < nc) ps[tid] = p;
+        l = l * alpha + dfg_block_sum(p, red); // its barriers also publish ps
+        m = mn;
+        for (int u = tid; u < a.NP * W; u += ATT_THREADS) {
+            int sub = u / W, w = u % W;
+            if (a.vec) {
+                float *o = acc + sub * a.D + 4 * w;
+                float4 t = make_float4(o[0] * alpha, o[1] * alpha, o[2] * alpha, o[3] * alpha);
+#pragma unroll 4
+                for (int j = sub; j < nc; j += a.NP) { // independent loads in flight: this is memory-bound
+                    float4 v = ld_vec4(vb + (long long)(c0 + j) * a.C + 4 * w);
+                    float pj = ps[j];
+                    t.x = fmaf(pj, v.x, t.x), t.y = fmaf(pj, v.y, t.y);
+                    t.z = fmaf(pj, v.z, t.z), t.w = fmaf(pj, v.w, t.w);
+                }
+                o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+            } else {
+                float t = acc[sub * a.D + w] * alpha;
+#pragma unroll 4
+                for (int j = sub; j < nc; j += a.NP) t = fmaf(ps[j], dfg_ld(vb + (long long)(c0 + j) * a.C, w), t);
+                acc[sub * a.D + w] = t;
+            }
+        }
+    }
+    __syncthreads(); // every subset's sums are stored
+    float *pr = part + (((long long)blockIdx.x * a.Tq + i) * a.nsplit + s) * (a.D + 2); // this split's record
+    for (int d = tid; d < a.D; d += ATT_THREADS) {
+        float o = 0.0f;
+        for (int sub = 0; sub < a.NP; sub++) o += acc[sub * a.D + d];
+        if (a.nsplit == 1)
+            dfg_st(y + ((long long)b * a.Tq + i) * a.C + (long long)h * a.D, d, o / l);
+        else
+            pr[2 + d] = o;
+    }
+    if (a.nsplit > 1 && tid == 0) pr[0] = m, pr[1] = l;
+}
+
+// Block (b*H + h) * Tq + i: y = sum_s w_s o_s / sum_s w_s l_s, w_s = exp(m_s - max m), over the
+// splits that hold keys of this query, in split order.
+template <class T>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_combine_kernel(T *y,                // (B, Tq, C)
+                       const float *part,   // (B*H*Tq, nsplit, D + 2)
+                       const int32_t *pos_in, att_dec a) {
+    DFG_SHARED_DYNAMIC(float, w); // (nsplit)
+    const long long row = blockIdx.x;
+    const int bh = (int)(row / a.Tq), i = (int)(row % a.Tq), b = bh / a.H, h = bh % a.H;
+    const int ns = (att_pos(pos_in, nullptr, a, false) + i + 1 + a.L - 1) / a.L;
+    const float *pr = part + row * a.nsplit * (a.D + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < ns; s++) mx = fmaxf(mx, pr[s * (a.D + 2)]);
+    for (int s = threadIdx.x; s < ns; s += ATT_THREADS) w[s] = expf(pr[s * (a.D + 2)] - mx);
+    __syncthreads();
+    float tot = 0.0f;
+    for (int s = 0; s < ns; s++) tot = fmaf(w[s], pr[s * (a.D + 2) + 1], tot);
+    T *yr = y + ((long long)b * a.Tq + i) * a.C + (long long)h * a.D;
+    for (int d = threadIdx.x; d < a.D; d += ATT_THREADS) {
+        float o = 0.0f;
+        for (int s = 0; s < ns; s++) o = fmaf(w[s], pr[s * (a.D + 2) + 2 + d], o);
+        dfg_st(yr, d, o / tot);
+    }
+}
+
+// The decoding plan of a node (from its shapes only, so the scratch rule agrees with the launcher
+// and the splits do not depend on the device).
+static att_dec att_decoding(const dfg_node *n) {
+    att_dec a;
+    const dfg_shape qs = n->in[0]->shape;
+    a.Tq = (int)qs.d[1];
+    a.Tmax = (int)n->in[1]->shape.d[1];
+    a.H = n->attr->attention.n_head;
+    a.C = qs.d[2];
+    a.D = (int)(a.C / a.H);
+    a.KS = a.D | 1;
+    a.KC = 10240 / a.KS; // 40 KB of keys a chunk
+    a.KC = a.KC >= ATT_THREADS ? ATT_THREADS : a.KC >= 32 ? a.KC / 32 * 32 : (a.KC > 0 ? a.KC : 1);
+    a.L = (256 + a.KC - 1) / a.KC * a.KC;
+    a.nsplit = (a.Tmax + a.L - 1) / a.L;
+    if (a.nsplit < 1) a.nsplit = 1;
+    a.vec = 0;
+    int W = a.D % 4 ? a.D : a.D / 4;
+    a.NP = W >= ATT_THREADS ? 1 : ATT_THREADS / W;
+    a.scale = 1.0f / sqrtf((float)a.D);
+    return a;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- launchers
+DFG_CUDA_LAUNCHER(attention) {
+    const dfg_tensor *qkv = n->in[0];
+    att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+                            return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0], nullptr, g));
+}
+
+DFG_CUDA_SCRATCH(attention_bwd) { return att_backward_scratch(n->in[1], n->attr->attention.n_head); }
+
+DFG_CUDA_LAUNCHER(attention_bwd) {
+    const dfg_tensor *qkv = n->in[1];
+    att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+                            return att_backward<T>(n, ctx, (T *)out[0], nullptr, (const T *)in[0], (const T *)in[1],
+                                                   nullptr, (const T *)in[2], (const float *)in[3], g));
+}
+
+DFG_CUDA_SCRATCH(attention_cached) {
+    att_dec a = att_decoding(n);
+    size_t records = (size_t)n->in[0]->shape.d[0] * (size_t)a.H * (size_t)a.Tq * (size_t)a.nsplit;
+    return a.nsplit == 1 ? 0 : sizeof(float) * records * (size_t)(a.D + 2);
+}
+
+// inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, C), pos (i32) -> y (B, Tq, C)
+DFG_CUDA_LAUNCHER(attention_cached) {
+    att_dec a = att_decoding(n);
+    long long B = n->in[0]->shape.d[0];
+    size_t need = DFG_CUDA_FN(scratch_attention_cached)(n);
+    if (need && (!ctx->scratch || ctx->scratch_bytes < need))
+        return dfg_cuda_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small (%zu needed)",
+                             ctx->scratch_bytes, need);
+    if (a.Tq > 65535 || a.nsplit > 65535)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "%d queries, %d splits: over the grid's limits",
+                             a.Tq, a.nsplit);
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    size_t floats = (size_t)a.D + (size_t)a.KC * a.KS + a.KC + 32 + (size_t)a.NP * a.D;
+    dim3 grid((unsigned)(B * a.H), (unsigned)a.Tq, (unsigned)a.nsplit);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
+        a.vec = att_vec(a.D, sizeof(T), in[0], in[1], in[2]);
+        ATT_LAUNCH((att_split_kernel<T>), grid, floats, (float *)ctx->scratch, (T *)out[0], (const T *)in[0],
+                   (const T *)in[1], (const T *)in[2], (const int32_t *)in[3], ctx->flags, a);
+        if (a.nsplit > 1)
+            ATT_LAUNCH((att_combine_kernel<T>), (unsigned)(B * a.H * a.Tq), a.nsplit, (T *)out[0],
+                       (const float *)ctx->scratch, (const int32_t *)in[3], a);
+    });
+    return DFG_OK;
+}
+#endif // DFG_ATTENTION_ENGINE_ONLY

@@ -1,0 +1,223 @@
+// softmax.cu - softmax and log-softmax over the last axis, and their backward ops, which take
+// (dy, y).
+//
+// A warp per row when the row has at most 1024 elements (8 rows per block, shuffles only), else a
+// block of 256 per row. The forward reads a row once for an online max and sum of exponentials
+// (each thread keeps (m, s) and rescales s when m grows; threads merge their pairs the same way),
+// then once more to write. 16-byte loads and stores when the row length is a multiple of the
+// vector and the pointers are aligned.
+//
+// In place (ops.def: y over x; dx over dy or y): every element is read by the thread that later
+// writes it, and the row's reduction completes before any write, so aliasing is safe.
+//
+// Special values as the CPU: NaNs make the row NaN; a +inf makes it NaN (the CPU's exp(inf - inf));
+// -inf elements weigh 0; a row of -inf alone is NaN. The backward sums accumulate in double (the
+// CPU does; a dot product of dy and y cancels).
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kWarpRowMax = 1024;
+
+__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------- 16-byte vectors (VEC elements)
+template <class T>
+struct Vec {
+    static constexpr int n = 16 / (int)sizeof(T);
+};
+__device__ __forceinline__ void ld_vec(const float *p, int64_t i, float (&v)[4]) {
+    const float4 q = *reinterpret_cast<const float4 *>(p + i);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void ld_vec(const __nv_bfloat16 *p, int64_t i, float (&v)[8]) {
+    const uint4 q = *reinterpret_cast<const uint4 *>(p + i);
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) { // little-endian: element 2k is the low half
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void st_vec(float *p, int64_t i, const float (&v)[4]) {
+    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+}
+__device__ __forceinline__ void st_vec(__nv_bfloat16 *p, int64_t i, const float (&v)[8]) {
+    *reinterpret_cast<uint4 *>(p + i) = make_uint4(bf16x2(v[0], v[1]), bf16x2(v[2], v[3]), bf16x2(v[4], v[5]),
+                                                   bf16x2(v[6], v[7]));
+}
+template <int VEC, class T>
+__device__ __forceinline__ void ld(const T *p, int64_t i, float (&v)[VEC]) {
+    if constexpr (VEC == 1) v[0] = dfg_ld(p, i);
+    else ld_vec(p, i, v);
+}
+template <int VEC, class T>
+__device__ __forceinline__ void st(T *p, int64_t i, const float (&v)[VEC]) {
+    if constexpr (VEC == 1) dfg_st(p, i, v[0]);
+    else st_vec(p, i, v);
+}
+
+// ---------------------------------------------------------------- row reductions
+// the weight of a partial sum s taken at max m once the max is mn: 0 for m = -inf (exp(-inf + inf)
+// would be NaN), so a NaN s still poisons the sum
+__device__ __forceinline__ float rescale(float m, float mn) { return m == -INFINITY ? 0.0f : expf(m - mn); }
+
+// merges (m, s) over the row's threads (a warp, or the block: sh holds 64 floats)
+template <bool WARP>
+__device__ __forceinline__ void row_merge(float &m, float &s, float *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        const float mn = fmaxf(m, m2);
+        s = s * rescale(m, mn) + s2 * rescale(m2, mn);
+        m = mn;
+    }
+    if constexpr (!WARP) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0) sh[warp] = m, sh[32 + warp] = s;
+        __syncthreads();
+        m = lane < kWarps ? sh[lane] : -INFINITY;
+        s = lane < kWarps ? sh[32 + lane] : 0.0f;
+        __syncthreads();
+        row_merge<true>(m, s, sh);
+    }
+}
+
+template <bool WARP>
+__device__ __forceinline__ double row_sum(double v, double *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if constexpr (!WARP) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0) sh[warp] = v;
+        __syncthreads();
+        v = lane < kWarps ? sh[lane] : 0.0;
+        __syncthreads();
+        v = row_sum<true>(v, sh);
+    }
+    return v;
+}
+
+// y (rows, V) = softmax(x) or log_softmax(x) per row
+template <class T, int VEC, bool WARP, bool LOG>
+__global__ __launch_bounds__(kThreads) void sm_fwd(const T *x /* (rows, V) */, T *y /* (rows, V) */, int64_t rows,
+                                                   int64_t V) {
+    __shared__ float sh[64];
+    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
+    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
+        if (WARP && r >= rows) break; // the whole warp; the warp variant has no block barrier
+        const T *xr = x + r * V;
+        float v[VEC], m = -INFINITY, s = 0.0f;
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(xr, i, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                if (v[k] > m) s = s * expf(m - v[k]) + 1.0f, m = v[k];
+                else if (v[k] != -INFINITY) s += expf(v[k] - m); // a NaN makes s NaN
+                if (v[k] == INFINITY) s = NAN;                    // the CPU's exp(inf - inf)
+            }
+        }
+        row_merge<WARP>(m, s, sh);
+        const float inv = 1.0f / s, ls = logf(s);
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(xr, i, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) v[k] = LOG ? (v[k] - m) - ls : expf(v[k] - m) * inv;
+            st<VEC>(y + r * V, i, v);
+        }
+    }
+}
+
+// softmax_bwd: dx = y * (dy - sum(dy * y)); log_softmax_bwd: dx = dy - exp(y) * sum(dy)
+template <class T, int VEC, bool WARP, bool LOG>
+__global__ __launch_bounds__(kThreads) void sm_bwd(const T *dy /* (rows, V) */, const T *y /* (rows, V) */,
+                                                   T *dx /* (rows, V) */, int64_t rows, int64_t V) {
+    __shared__ double sh[32];
+    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
+    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
+        if (WARP && r >= rows) break;
+        float a[VEC], b[VEC];
+        double acc = 0.0;
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(dy + r * V, i, a);
+            if constexpr (!LOG) ld<VEC>(y + r * V, i, b);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) acc += LOG ? (double)a[k] : (double)a[k] * b[k];
+        }
+        const float s = (float)row_sum<WARP>(acc, sh);
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(dy + r * V, i, a);
+            ld<VEC>(y + r * V, i, b);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) a[k] = LOG ? a[k] - expf(b[k]) * s : b[k] * (a[k] - s);
+            st<VEC>(dx + r * V, i, a);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- host side
+unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
+    const int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
+    return (unsigned)(units < cap ? (units > 0 ? units : 1) : cap);
+}
+
+bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+// kern<T, VEC, WARP, LOG>: the warp or block variant, vectorized or not
+#define SM_LAUNCH(kern, LOG, vec, rows, V, ...)                                                                    \
+    (V <= kWarpRowMax                                                                                              \
+         ? (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, true, LOG>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st,   \
+                             __VA_ARGS__)                                                                          \
+                : DFG_LAUNCH((kern<T, 1, true, LOG>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st, __VA_ARGS__)) \
+         : (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)  \
+                : DFG_LAUNCH((kern<T, 1, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)))
+
+template <bool LOG>
+dfg_status forward(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, const char *name) {
+    const dfg_shape s = n->out[0]->shape;
+    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    if (rows == 0) return DFG_OK;
+    if (n->in[0]->dtype != n->out[0]->dtype) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "x and y differ in dtype");
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    cudaError_t e = cudaSuccess;
+    const bool aligned = aligned16(in[0]) && aligned16(out[0]);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
+        const bool vec = aligned && V % Vec<T>::n == 0;
+        e = SM_LAUNCH(sm_fwd, LOG, vec, rows, V, (const T *)in[0], (T *)out[0], rows, V);
+    });
+    return dfg_cuda_launched(ctx, n, e, name);
+}
+
+template <bool LOG>
+dfg_status backward(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, const char *name) {
+    const dfg_shape s = n->out[0]->shape;
+    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    if (rows == 0) return DFG_OK;
+    if (n->in[0]->dtype != n->in[1]->dtype || n->in[0]->dtype != n->out[0]->dtype)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "dy, y and dx differ in dtype");
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    cudaError_t e = cudaSuccess;
+    const bool aligned = aligned16(in[0]) && aligned16(in[1]) && aligned16(out[0]);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
+        const bool vec = aligned && V % Vec<T>::n == 0;
+        e = SM_LAUNCH(sm_bwd, LOG, vec, rows, V, (const T *)in[0], (const T *)in[1], (T *)out[0], rows, V);
+    });
+    return dfg_cuda_launched(ctx, n, e, name);
+}
+
+} // namespace
+
+DFG_CUDA_LAUNCHER(softmax) { return forward<false>(n, in, out, ctx, "softmax"); }
+DFG_CUDA_LAUNCHER(log_softmax) { return forward<true>(n, in, out, ctx, "log_softmax"); }
+DFG_CUDA_LAUNCHER(softmax_bwd) { return backward<false>(n, in, out, ctx, "softmax_bwd"); }
+DFG_CUDA_LAUNCHER(log_softmax_bwd) { return backward<true>(n, in, out, ctx, "log_softmax_bwd"); }
