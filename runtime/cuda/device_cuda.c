@@ -25,7 +25,7 @@ typedef struct {
 
 typedef struct {
     cudaStream_t stream;
-    size_t allocated; /* bytes of live cudaMalloc allocations */
+    size_t free_at_open; /* cudaMemGetInfo's free bytes once the context exists */
     cublasLtHandle_t lt;
     gemm_algo cache[GEMM_CACHE]; /* heuristics chosen once per GEMM shape, then reused */
     int n_cache;
@@ -65,6 +65,9 @@ static dfg_status gpu_open(void **dev, int *sm_count, char *desc, size_t desc_le
         free(g);
         return DFG_ERR_RUNTIME;
     }
+    size_t total = 0;
+    cudaFree(NULL); /* the context exists before the baseline is read */
+    if (cudaMemGetInfo(&g->free_at_open, &total) != cudaSuccess) g->free_at_open = 0;
     *sm_count = prop.multiProcessorCount;
     snprintf(desc, desc_len, "%s, sm_%d%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
              (double)prop.totalGlobalMem / (1 << 30));
@@ -80,29 +83,26 @@ static void gpu_close(void *dev) {
     free(g);
 }
 
-/* Allocations carry their size in a 256-byte header (keeping the arena 256-byte aligned), so
- * the device layer can say what it holds. */
 static void *gpu_alloc(void *dev, size_t bytes) {
-    gpu *g = dev;
-    char *p = NULL;
-    if (cudaMalloc((void **)&p, 256 + (bytes ? bytes : 1)) != cudaSuccess) return NULL;
-    if (cudaMemcpy(p, &bytes, sizeof(bytes), cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(p);
-        return NULL;
-    }
-    g->allocated += bytes;
-    return p + 256;
+    (void)dev;
+    void *p = NULL;
+    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
 }
 
 static void gpu_release(void *dev, void *p) {
-    gpu *g = dev;
-    if (!p) return;
-    size_t bytes = 0;
-    if (cudaMemcpy(&bytes, (char *)p - 256, sizeof(bytes), cudaMemcpyDeviceToHost) == cudaSuccess) g->allocated -= bytes;
-    cudaFree((char *)p - 256);
+    (void)dev;
+    cudaFree(p);
 }
 
-static size_t gpu_allocated(void *dev) { return ((gpu *)dev)->allocated; }
+/* Measured, not counted: the device's free memory when the context was made (the context's own
+ * memory is thus not included) minus its free memory now. The driver hands out memory in pages,
+ * so this is the planned allocation rounded up to its granularity. */
+static size_t gpu_allocated(void *dev) {
+    gpu *g = dev;
+    size_t free_now = 0, total = 0;
+    if (cudaMemGetInfo(&free_now, &total) != cudaSuccess || free_now > g->free_at_open) return 0;
+    return g->free_at_open - free_now;
+}
 
 static void *gpu_alloc_host(void *dev, size_t bytes) {
     (void)dev;
