@@ -225,17 +225,6 @@ DFG_CUDA_LAUNCHER(take_bwd) {
     return dfg_cuda_launched(ctx, n, e, "take_bwd");
 }
 
-// ops.def names scratch rules for the scatters; neither needs device workspace (embed_bwd
-// accumulates in shared memory, take_bwd writes each element once): ops.def could say none.
-DFG_CUDA_SCRATCH(take_bwd) {
-    (void)n;
-    return 0;
-}
-DFG_CUDA_SCRATCH(embed_bwd) {
-    (void)n;
-    return 0;
-}
-
 // inputs dy (..., C), ids (...) [, acc (V, C), which the output takes in place]
 DFG_CUDA_LAUNCHER(embed_bwd) {
     const int64_t V = n->attr->scatter.vocab, C = n->out[0]->shape.d[1], cnt = dfg_shape_numel(n->in[1]->shape);

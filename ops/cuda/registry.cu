@@ -2,10 +2,8 @@
 // nvcc build, dfg_emu_kernels in the emulated build, NULL where the cuda column says none.
 #include "common.cuh"
 
-// every launcher and scratch rule ops.def names. DFG_CUDA_PENDING: weak while the kernel
-// families are being written (a missing launcher is NULL in the table, which test_op_table
-// reports); empty once every family exists.
-#define DFG_CUDA_PENDING __attribute__((weak))
+// every launcher and scratch rule ops.def names: one that is missing does not link
+#define DFG_CUDA_PENDING
 #define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) \
     DFG_UNLESS_NONE(cuda)(extern "C" DFG_CUDA_PENDING dfg_status DFG_CUDA_FN(cuda)(const dfg_node *, void *const *,    \
                                                                                    void *const *, dfg_cuda_ctx *);)    \

@@ -405,12 +405,6 @@ __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ Tens
 
 } // namespace
 
-// ops.def names a scratch rule; the update needs no device workspace (ops.def could say none)
-DFG_CUDA_SCRATCH(adamw) {
-    (void)n;
-    return 0;
-}
-
 // inputs: step, (param, grad, m, v) x np; outputs (param, m, v) x np, each over its input
 DFG_CUDA_LAUNCHER(adamw) {
     const int np = (n->n_in - 1) / 4;
