@@ -36,6 +36,7 @@ dfg_status dfg_cpu_logprob(const dfg_node *n, void *const *in, void *const *out,
         double l = 0.0;
         for (int64_t j = 0; j < v; j++) { /* online: rescale the sum when the max grows */
             float x = zr[j] * s;
+            if (x == -INFINITY) continue; /* weighs nothing; exp(-inf - -inf) would be NaN */
             if (x > m) {
                 l = l * exp((double)m - x) + 1.0;
                 m = x;
@@ -127,6 +128,7 @@ dfg_status dfg_cpu_linear_logprob(const dfg_node *n, void *const *in, void *cons
                 double l = sum[r];
                 for (int64_t j = 0; j < vc; j++) { /* element by element: the same sums for any chunking */
                     float x = row[j] * d.s;
+                    if (x == -INFINITY) continue; /* weighs nothing; exp(-inf - -inf) would be NaN */
                     if (x > m) l = l * exp((double)m - x) + 1.0, m = x;
                     else l += exp((double)x - m);
                 }

@@ -1,0 +1,391 @@
+/* test_cuda_logprob.c - the CUDA logprob family (ops/cuda/logprob.cu) against the CPU kernels
+ * (tests/cuda_harness.h): logprob and logprob_bwd with a warp per row and a block per row, odd
+ * vocabularies (the 16-byte loads' scalar head and tail), rank-3 logits, temperatures, masked
+ * rows (dy = 0); linear_logprob and linear_logprob_bwd with the weight (V, C) and (C, V), row
+ * chunks that do and do not divide the rows, vocabulary chunks that are the whole vocabulary or
+ * blocks of 256 with a tail, and the accumulating form (6 inputs). Beyond the harness: the
+ * linear ops give bit-identical results for different v_chunk values (what the CPU promises),
+ * dz and z misaligned against each other take the scalar path, and a target outside the
+ * vocabulary sets the device flag. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_harness.h"
+#include "ops/cpu/cpu.h"
+#include "ops/dtype.h"
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/simt/dfg_simt_ctl.h"
+
+/* ---------------------------------------------------------------- cases */
+typedef struct {
+    int rank;        /* rank of the targets: 1 or 2 */
+    int64_t d0, d1;  /* targets' shape (d0) or (d0, d1) */
+    int64_t v, c;    /* vocabulary; hidden width (linear) */
+    float inv_temp;
+    bool tb;                 /* linear: W (V, C) */
+    int64_t rc, vc;          /* linear: chunks */
+    bool acc;                /* linear_logprob_bwd: 6 inputs */
+} lp_case;
+
+static dfg_shape rows_shape(const lp_case *k) { return k->rank == 1 ? DFG_SHAPE(k->d0) : DFG_SHAPE(k->d0, k->d1); }
+static dfg_shape with_last(const lp_case *k, int64_t last) {
+    return k->rank == 1 ? DFG_SHAPE(k->d0, last) : DFG_SHAPE(k->d0, k->d1, last);
+}
+static dfg_attrs attrs_of(const lp_case *k) {
+    return (dfg_attrs){.logprob = {k->inv_temp, k->tb, k->rc, k->vc}};
+}
+
+static dfg_node *build_logprob(dfg_graph *g, dfg_dtype dt, void *user) {
+    const lp_case *k = user;
+    dfg_attrs a = attrs_of(k);
+    dfg_tensor *in[2] = {dfg_input(g, "z", dt, with_last(k, k->v)), dfg_input(g, "t", DFG_I32, rows_shape(k))};
+    return dfg_node_add(g, DFG_OP_LOGPROB, in, 2, &a, 2);
+}
+
+static dfg_node *build_logprob_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
+    const lp_case *k = user;
+    dfg_attrs a = attrs_of(k);
+    dfg_tensor *in[4] = {dfg_input(g, "dy", DFG_F32, rows_shape(k)), dfg_input(g, "z", dt, with_last(k, k->v)),
+                         dfg_input(g, "t", DFG_I32, rows_shape(k)), dfg_input(g, "lse", DFG_F32, rows_shape(k))};
+    return dfg_node_add(g, DFG_OP_LOGPROB_BWD, in, 4, &a, 1);
+}
+
+static dfg_shape w_shape(const lp_case *k) { return k->tb ? DFG_SHAPE(k->v, k->c) : DFG_SHAPE(k->c, k->v); }
+
+static dfg_node *build_linear(dfg_graph *g, dfg_dtype dt, void *user) {
+    const lp_case *k = user;
+    dfg_attrs a = attrs_of(k);
+    dfg_tensor *in[3] = {dfg_input(g, "h", dt, with_last(k, k->c)), dfg_input(g, "w", dt, w_shape(k)),
+                         dfg_input(g, "t", DFG_I32, rows_shape(k))};
+    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB, in, 3, &a, 3);
+}
+
+static dfg_node *build_linear_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
+    const lp_case *k = user;
+    dfg_attrs a = attrs_of(k);
+    dfg_tensor *in[6] = {dfg_input(g, "dy", DFG_F32, rows_shape(k)), dfg_input(g, "h", dt, with_last(k, k->c)),
+                         dfg_input(g, "w", dt, w_shape(k)), dfg_input(g, "t", DFG_I32, rows_shape(k)),
+                         dfg_input(g, "lse", DFG_F32, rows_shape(k)), NULL};
+    if (k->acc) in[5] = dfg_state(g->program, "dw_acc", dt, w_shape(k), DFG_ROLE_GRAD, dfg_init_zeros());
+    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, k->acc ? 6 : 5, &a, 3);
+}
+
+/* Inputs by meaning: targets in [0, V); dy with about a quarter of the rows masked (0); logits
+ * in [-3, 3); hidden states and weights in [-1, 1) (logits of a few units); lse within 0.3 of the
+ * log-sum-exp of the case's own logits (the inputs are filled in slot order, so z, h and W are
+ * there when lse is drawn): a random lse would make exp(x - lse) sum far from 1, and dz's
+ * rounding to bf16 then dominates dh's cancellation. */
+static const float *filled_z, *filled_h, *filled_w;
+
+static void fill_lse(const lp_case *k, float *f, int64_t rows) {
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, l = 0.0;
+        for (int64_t j = 0; j < k->v; j++) {
+            double x;
+            if (k->c == 0) {
+                x = filled_z[r * k->v + j];
+            } else {
+                x = 0.0;
+                for (int64_t i = 0; i < k->c; i++)
+                    x += (double)filled_h[r * k->c + i] * filled_w[k->tb ? j * k->c + i : i * k->v + j];
+            }
+            x *= k->inv_temp;
+            if (x > m) l = l * exp(m - x) + 1.0, m = x;
+            else l += exp(x - m);
+        }
+        f[r] = (float)(m + log(l)) + dfg_test_uniform(-0.3f, 0.3f);
+    }
+}
+
+static void fill_lp(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    const lp_case *k = user;
+    const char *name = t->name;
+    float *f = data;
+    if (t->dtype == DFG_I32) {
+        for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int(0, (int)k->v - 1);
+    } else if (!strcmp(name, "dy")) {
+        for (int64_t i = 0; i < n; i++) f[i] = dfg_test_int(0, 3) ? dfg_test_uniform(-1.0f, 1.0f) : 0.0f;
+    } else if (!strcmp(name, "lse")) {
+        fill_lse(k, f, n);
+    } else if (!strcmp(name, "z")) {
+        dfg_test_fill_uniform(f, n, -3.0f, 3.0f);
+        filled_z = f;
+    } else {
+        dfg_test_fill_uniform(f, n, -1.0f, 1.0f);
+        if (!strcmp(name, "h")) filled_h = f;
+        if (!strcmp(name, "w")) filled_w = f;
+    }
+    (void)slot;
+}
+
+static void label_of(char *buf, size_t len, const char *op, const lp_case *k) {
+    char rs[48];
+    if (k->rank == 1) snprintf(rs, sizeof(rs), "(%lld)", (long long)k->d0);
+    else snprintf(rs, sizeof(rs), "(%lld,%lld)", (long long)k->d0, (long long)k->d1);
+    snprintf(buf, len, "%s rows%s V%lld C%lld s%g%s rc%lld vc%lld%s", op, rs, (long long)k->v, (long long)k->c,
+             (double)k->inv_temp, k->tb ? " W(V,C)" : " W(C,V)", (long long)k->rc, (long long)k->vc,
+             k->acc ? " acc" : "");
+}
+
+static void check_case(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, const lp_case *k,
+                       unsigned skip) {
+    char label[200];
+    label_of(label, sizeof(label), op, k);
+    cuda_case c = {.label = label, .build = build, .user = (void *)k, .fill = fill_lp, .bf16 = true, .seeds = 2,
+                   .skip_outputs = skip};
+    cuda_check(&c);
+}
+
+/* ---------------------------------------------------------------- direct runs (beyond the harness) */
+typedef struct {
+    dfg_program *p;
+    dfg_node *n;
+    void *in[8], *out[8];
+    void *blk_in[8], *blk_out[8]; /* the allocations (in/out may point one element in) */
+} direct;
+
+/* Builds the node (f32 or bf16) with the case's attributes; inputs filled from `src` (the f32
+ * values, rounded for bf16), outputs poisoned; out_shift/in_shift: elements the data pointers
+ * of the float outputs/inputs sit past their allocations' starts; alias_acc: the accumulator's
+ * output is its input's buffer (as in a plan), else a buffer of its own. */
+static bool direct_make(direct *d, dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const lp_case *k, dfg_dtype dt,
+                        float *const *src, int in_shift, int out_shift, bool alias_acc) {
+    memset(d, 0, sizeof(*d));
+    d->p = dfg_program_new("direct");
+    dfg_graph *g = dfg_graph_new(d->p, "g");
+    d->n = build(g, dt, (void *)k);
+    CHECK(d->n && !dfg_program_status(d->p), "direct build: %s", dfg_program_error(d->p));
+    if (!d->n || dfg_program_status(d->p)) return false;
+    for (int j = 0; j < d->n->n_in; j++) {
+        const dfg_tensor *t = d->n->in[j];
+        int sh = dfg_is_float(t->dtype) ? in_shift : 0;
+        size_t es = dfg_dtype_size(t->dtype);
+        d->blk_in[j] = malloc(dfg_tensor_bytes(t) + (size_t)sh * es + 1);
+        d->in[j] = (char *)d->blk_in[j] + sh * es;
+        for (int64_t e = 0; e < dfg_tensor_numel(t); e++) {
+            if (t->dtype == DFG_I32) ((int32_t *)d->in[j])[e] = ((const int32_t *)src[j])[e];
+            else dfg_store(d->in[j], t->dtype, e, t->dtype == DFG_BF16 ? dfg_bf16_to_f32(dfg_f32_to_bf16(src[j][e])) : src[j][e]);
+        }
+    }
+    for (int o = 0; o < d->n->n_out; o++) {
+        const dfg_tensor *t = d->n->out[o];
+        if (alias_acc && d->n->n_in == 6 && t->storage == d->n->in[5]->storage) { /* the accumulator, in place */
+            d->out[o] = d->in[5];
+            continue;
+        }
+        int sh = dfg_is_float(t->dtype) ? out_shift : 0;
+        size_t es = dfg_dtype_size(t->dtype);
+        d->blk_out[o] = malloc(dfg_tensor_bytes(t) + (size_t)sh * es + 1);
+        d->out[o] = (char *)d->blk_out[o] + sh * es;
+        dfg_test_poison(d->out[o], dfg_tensor_bytes(t));
+    }
+    return true;
+}
+
+static void direct_free(direct *d) {
+    for (int j = 0; j < 8; j++) free(d->blk_in[j]), free(d->blk_out[j]);
+    dfg_program_free(d->p);
+}
+
+/* Runs the emulated launcher; returns the device flag (-1: the launch failed). */
+static int direct_emu(direct *d, uint64_t seed) {
+    char err[1024] = "";
+    int flags = 0;
+    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
+    ctx.scratch_bytes = dfg_emu_scratch_bytes(d->n);
+    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
+    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
+    dfg_simt_set_seed(seed);
+    dfg_status st = dfg_emu_kernels[d->n->op](d->n, d->in, d->out, &ctx);
+    dfg_simt_set_seed(0);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "emulated %s: %s", dfg_op_name(d->n->op), err);
+    return st == DFG_OK ? flags : -1;
+}
+
+static bool direct_cpu(direct *d) {
+    char err[512] = "";
+    dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+    ctx.scratch_per_thread = dfg_cpu_scratch_bytes(d->n);
+    ctx.scratch = ctx.scratch_per_thread ? malloc(ctx.scratch_per_thread) : NULL;
+    dfg_status st = dfg_cpu_kernels[d->n->op](d->n, d->in, d->out, &ctx);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "CPU %s: %s", dfg_op_name(d->n->op), err);
+    return st == DFG_OK;
+}
+
+/* f32 sources for every input of a case (indexed by slot), from fill_lp */
+static void sources(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const lp_case *k, float **src) {
+    dfg_program *p = dfg_program_new("src");
+    dfg_node *n = build(dfg_graph_new(p, "g"), DFG_F32, (void *)k);
+    for (int j = 0; j < 8; j++) src[j] = NULL;
+    for (int j = 0; n && j < n->n_in; j++) {
+        int64_t cnt = dfg_tensor_numel(n->in[j]);
+        src[j] = malloc(sizeof(float) * (size_t)(cnt ? cnt : 1));
+        fill_lp(j, n->in[j], src[j], cnt, (void *)k);
+    }
+    dfg_program_free(p);
+}
+
+static bool same_output(const direct *a, const direct *b, int o, const char *what) {
+    size_t bytes = dfg_tensor_bytes(a->n->out[o]);
+    bool same = memcmp(a->out[o], b->out[o], bytes) == 0;
+    CHECK(same, "%s: output %d '%s' differs bit for bit", what, o, a->n->out[o]->name);
+    return same;
+}
+
+/* linear_logprob(_bwd) with two chunkings of the vocabulary (and of the rows: the same rc) on
+ * the same inputs: identical bits, in f32 and bf16. */
+static void check_chunk_independence(lp_case k, int64_t vc_a, int64_t vc_b) {
+    for (int dti = 0; dti < 2; dti++) {
+        dfg_dtype dt = dti ? DFG_BF16 : DFG_F32;
+        for (int bwd = 0; bwd < 2; bwd++) {
+            dfg_node *(*build)(dfg_graph *, dfg_dtype, void *) = bwd ? build_linear_bwd : build_linear;
+            float *src[8];
+            lp_case ka = k, kb = k;
+            ka.vc = vc_a, kb.vc = vc_b;
+            sources(build, &ka, src);
+            direct a, b;
+            char what[240];
+            label_of(what, sizeof(what), bwd ? "linear_logprob_bwd" : "linear_logprob", &ka);
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " vs vc%lld (%s)", (long long)vc_b,
+                     dfg_dtype_name(dt));
+            if (direct_make(&a, build, &ka, dt, src, 0, 0, true) && direct_make(&b, build, &kb, dt, src, 0, 0, true)) {
+                if (direct_emu(&a, 0) == 0 && direct_emu(&b, 7) == 0)
+                    for (int o = 0; o < 2; o++) same_output(&a, &b, o, what);
+                direct_free(&b);
+            }
+            direct_free(&a);
+            for (int j = 0; j < 8; j++) free(src[j]);
+        }
+    }
+}
+
+/* linear_logprob_bwd with 6 inputs whose output 1 does not arrive in place (the launcher copies
+ * the accumulator first): the same bits as in place. */
+static void check_acc_not_in_place(lp_case k) {
+    for (int dti = 0; dti < 2; dti++) {
+        dfg_dtype dt = dti ? DFG_BF16 : DFG_F32;
+        float *src[8];
+        sources(build_linear_bwd, &k, src);
+        direct a, b;
+        if (direct_make(&a, build_linear_bwd, &k, dt, src, 0, 0, true) &&
+            direct_make(&b, build_linear_bwd, &k, dt, src, 0, 0, false)) {
+            CHECK(b.out[1] != b.in[5], "the accumulator's output has a buffer of its own");
+            if (direct_emu(&a, 0) == 0 && direct_emu(&b, 0) == 0)
+                for (int o = 0; o < 2; o++) same_output(&a, &b, o, "linear_logprob_bwd, accumulator not in place");
+            direct_free(&b);
+        }
+        direct_free(&a);
+        for (int j = 0; j < 8; j++) free(src[j]);
+    }
+}
+
+/* The emulated kernel with float inputs or outputs one element past an aligned address against
+ * the CPU on aligned buffers (f32: tolerance 1e-5; bf16: 1e-2). */
+static void check_shifted(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, lp_case k, int in_shift,
+                          int out_shift) {
+    for (int dti = 0; dti < 2; dti++) {
+        dfg_dtype dt = dti ? DFG_BF16 : DFG_F32;
+        float *src[8];
+        sources(build, &k, src);
+        direct ref, got;
+        if (dt == DFG_BF16) { /* the reference: the CPU on the inputs as the bf16 build holds them */
+            dfg_program *p = dfg_program_new("round");
+            dfg_node *n = build(dfg_graph_new(p, "g"), DFG_BF16, &k);
+            for (int j = 0; n && j < n->n_in; j++)
+                if (n->in[j]->dtype == DFG_BF16)
+                    for (int64_t e = 0; e < dfg_tensor_numel(n->in[j]); e++)
+                        src[j][e] = dfg_bf16_to_f32(dfg_f32_to_bf16(src[j][e]));
+            dfg_program_free(p);
+        }
+        if (direct_make(&ref, build, &k, DFG_F32, src, 0, 0, true) &&
+            direct_make(&got, build, &k, dt, src, in_shift, out_shift, true)) {
+            if (direct_cpu(&ref) && direct_emu(&got, 3) == 0) {
+                double rtol = dt == DFG_BF16 ? 1e-2 : 1e-5, atol = dt == DFG_BF16 ? 1e-2 : 1e-6;
+                const dfg_tensor *t = ref.n->out[0];
+                int bad = 0;
+                for (int64_t e = 0; e < dfg_tensor_numel(t); e++) {
+                    double a = dfg_load(ref.out[0], DFG_F32, e), b = dfg_load(got.out[0], got.n->out[0]->dtype, e);
+                    bad += !(fabs(a - b) <= atol + rtol * fabs(a));
+                }
+                CHECK(bad == 0, "%s V%lld (%s) shifted in %d / out %d: %d elements differ from the CPU", op,
+                      (long long)k.v, dfg_dtype_name(dt), in_shift, out_shift, bad);
+            }
+            direct_free(&got);
+        }
+        direct_free(&ref);
+        for (int j = 0; j < 8; j++) free(src[j]);
+    }
+}
+
+/* A target outside [0, V) sets the device flag (the CPU kernel refuses the node instead). */
+static void check_bad_target(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, lp_case k,
+                             int target_slot, int32_t bad) {
+    float *src[8];
+    sources(build, &k, src);
+    ((int32_t *)src[target_slot])[k.d0 / 2] = bad;
+    direct d;
+    if (direct_make(&d, build, &k, DFG_F32, src, 0, 0, true)) {
+        int flags = direct_emu(&d, 0);
+        CHECK(flags > 0, "%s: target %d in a vocabulary of %lld: the device flag is %d", op, bad, (long long)k.v, flags);
+        direct_free(&d);
+    }
+    for (int j = 0; j < 8; j++) free(src[j]);
+}
+
+int main(void) {
+    dfg_test_init("test_cuda_logprob");
+    if (!cuda_emulator_built()) {
+        cuda_report("test_cuda_logprob");
+        return DFG_TEST_SKIP;
+    }
+    /* logprob, logprob_bwd: a warp per row (V <= 2048) and a block per row; V = 1 and odd
+     * vocabularies (16-byte head and tail); rank-2 and rank-3 logits; temperatures */
+    const lp_case rows[] = {
+        {1, 1, 0, 1, 0, 1.0f, false, 0, 0, false},      {1, 3, 0, 5, 0, 1.0f, false, 0, 0, false},
+        {1, 7, 0, 33, 0, 0.7f, false, 0, 0, false},     {2, 2, 3, 37, 0, 1.3f, false, 0, 0, false},
+        {1, 17, 0, 64, 0, 1.0f, false, 0, 0, false},    {1, 5, 0, 1025, 0, 1.0f, false, 0, 0, false},
+        {1, 9, 0, 2048, 0, 0.5f, false, 0, 0, false},   {1, 3, 0, 2049, 0, 1.0f, false, 0, 0, false},
+        {1, 4, 0, 4099, 0, 2.0f, false, 0, 0, false},   {2, 2, 2, 4096, 0, 1.0f, false, 0, 0, false},
+        {1, 2, 0, 50257, 0, 1.0f, false, 0, 0, false},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        check_case(build_logprob, "logprob", &rows[i], 0);
+        check_case(build_logprob_bwd, "logprob_bwd", &rows[i], 0);
+    }
+    /* linear_logprob(_bwd): both weight layouts; row chunks that divide the rows or not (and 1);
+     * v_chunk = V, blocks of 256 with and without a tail; C odd; the accumulating form */
+    const lp_case lin[] = {
+        {1, 1, 0, 1, 1, 1.0f, true, 1, 1, false},          {1, 5, 0, 300, 7, 1.0f, true, 5, 300, false},
+        {1, 5, 0, 300, 7, 0.8f, false, 2, 256, false},     {2, 2, 3, 300, 9, 1.0f, true, 4, 256, true},
+        {1, 9, 0, 1000, 16, 1.25f, false, 9, 512, true},   {1, 9, 0, 1000, 16, 1.0f, true, 3, 1000, false},
+        {1, 6, 0, 777, 5, 1.0f, false, 6, 777, true},      {1, 7, 0, 1024, 12, 1.0f, true, 7, 256, false},
+        {1, 3, 0, 5003, 8, 1.0f, true, 3, 1280, false},    {1, 1, 0, 257, 3, 1.0f, false, 1, 256, false},
+        {1, 2, 0, 66000, 2, 1.0f, true, 2, 66000, false}, /* more blocks than a round of the fold */
+    };
+    for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++) {
+        check_case(build_linear, "linear_logprob", &lin[i], 1u << 2); /* the workspace is no result */
+        check_case(build_linear_bwd, "linear_logprob_bwd", &lin[i], 1u << 2);
+    }
+    /* results independent of v_chunk: bit for bit, forward and backward */
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.0f, true, 4, 0, false}, 256, 768);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 0.9f, false, 6, 0, true}, 512, 1000);
+    check_chunk_independence((lp_case){1, 5, 0, 5003, 4, 1.0f, true, 5, 0, false}, 256, 5003);
+    check_acc_not_in_place(lin[3]);
+    check_acc_not_in_place(lin[4]);
+    /* z and dz misaligned against each other (the scalar path); logits starting mid-vector */
+    check_shifted(build_logprob_bwd, "logprob_bwd", rows[5], 0, 1);
+    check_shifted(build_logprob_bwd, "logprob_bwd", rows[8], 0, 1);
+    check_shifted(build_logprob_bwd, "logprob_bwd", rows[9], 1, 0);
+    check_shifted(build_logprob, "logprob", rows[9], 1, 0);
+    check_shifted(build_logprob, "logprob", rows[6], 3, 0);
+    /* targets outside the vocabulary: the device flag */
+    check_bad_target(build_logprob, "logprob", rows[5], 1, (int32_t)rows[5].v);
+    check_bad_target(build_logprob_bwd, "logprob_bwd", rows[8], 2, -1);
+    check_bad_target(build_linear, "linear_logprob", lin[2], 2, -3);
+    check_bad_target(build_linear_bwd, "linear_logprob_bwd", lin[2], 3, (int32_t)lin[2].v);
+    cuda_report("test_cuda_logprob");
+    return dfg_test_finish();
+}

@@ -1,0 +1,153 @@
+/* test_cuda_sample.c - the CUDA sampler (ops/cuda/sample.cu) draws exactly the CPU's tokens
+ * (tests/cuda_harness.h compares integer outputs exactly) and advances the RNG state as the CPU:
+ * many rows and random RNG states (key and counter, the counter's carry into its high word);
+ * greedy (temperature 0 and < 0); temperatures hot, cold and tiny (most weights underflow);
+ * top-k of 1, a few, V - 1, V and beyond; vocabularies of 1, odd sizes, one block (256) and one
+ * past it, not a multiple of 32 and larger than a block (5003, 50257), a multiple of the
+ * 16-byte vector (the vectorized lane loads); logits with many ties (top-k's threshold shared
+ * by several tokens, the first maximum), masked (-inf) entries, all -inf rows; f32 and bf16.
+ * Beyond the harness: logits starting one element past an aligned address (the scalar loads),
+ * and a NaN row sets the device flag. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_harness.h"
+#include "ops/cpu/cpu.h"
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/simt/dfg_simt_ctl.h"
+
+typedef enum { LOGITS_UNIFORM, LOGITS_TIES, LOGITS_MASKED, LOGITS_WIDE } logits_kind;
+
+typedef struct {
+    int64_t rows, v;
+    float temperature;
+    int top_k;
+    logits_kind kind;
+    bool rank3; /* logits (2, rows / 2, V) */
+} sample_case;
+
+static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
+    const sample_case *k = user;
+    dfg_shape s = k->rank3 ? DFG_SHAPE(2, k->rows / 2, k->v) : DFG_SHAPE(k->rows, k->v);
+    dfg_tensor *rng = dfg_state(g->program, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
+    dfg_tensor *tok = dfg_sample(g, dfg_input(g, "logits", dt, s), rng, k->temperature, k->top_k);
+    return dfg_graph_status(g) ? NULL : tok->producer;
+}
+
+/* logits by kind (values exact in bf16 where ties matter); the RNG state: random key and
+ * counter, sometimes a low word about to carry */
+static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    const sample_case *k = user;
+    if (slot == 1) {
+        int32_t *s = data;
+        for (int i = 0; i < 4; i++) s[i] = (int32_t)(uint32_t)dfg_test_u64();
+        if (dfg_test_int(0, 3) == 0) s[2] = -1; /* 0x...FFFFFFFF: the next counter carries */
+        return;
+    }
+    float *x = data;
+    (void)t;
+    for (int64_t i = 0; i < n; i++) {
+        switch (k->kind) {
+        case LOGITS_UNIFORM: x[i] = dfg_test_uniform(-2.0f, 2.0f); break;
+        case LOGITS_TIES: x[i] = 0.5f * (float)dfg_test_int(-4, 4); break;
+        case LOGITS_MASKED: x[i] = dfg_test_int(0, 2) ? dfg_test_uniform(-3.0f, 3.0f) : -INFINITY; break;
+        case LOGITS_WIDE: x[i] = dfg_test_uniform(-40.0f, 40.0f); break;
+        }
+    }
+    if (k->kind == LOGITS_MASKED && n >= 2 * k->v) /* row 1 all masked: its first token */
+        for (int64_t j = 0; j < k->v; j++) x[k->v + j] = -INFINITY;
+}
+
+static void check_sample(const sample_case *k, int repeats) {
+    static const char *kinds[] = {"uniform", "ties", "masked", "wide"};
+    char label[160];
+    snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d %s%s", (long long)k->rows, (long long)k->v,
+             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "");
+    for (int i = 0; i < repeats; i++) { /* fresh logits and RNG state each time */
+        cuda_case c = {.label = label, .build = build_sample, .user = (void *)k, .fill = fill_sample, .bf16 = true,
+                       .seeds = 1};
+        cuda_check(&c);
+    }
+}
+
+/* ---------------------------------------------------------------- direct runs */
+/* The emulated kernel on logits at `shift` elements past an aligned address (f32), against the
+ * CPU on the same values; a NaN at (nan_row, 3) when nan_row >= 0: the flag must be set and the
+ * other rows' tokens still the CPU's. */
+static void check_direct(sample_case k, int shift, int64_t nan_row) {
+    dfg_program *p = dfg_program_new("direct");
+    dfg_node *n = build_sample(dfg_graph_new(p, "g"), DFG_F32, &k);
+    CHECK(n != NULL, "direct sample node: %s", dfg_program_error(p));
+    if (!n) {
+        dfg_program_free(p);
+        return;
+    }
+    int64_t cnt = k.rows * k.v;
+    float *src = malloc(sizeof(float) * (size_t)cnt), *blk = malloc(sizeof(float) * (size_t)(cnt + shift + 4));
+    float *x = blk + shift;
+    int32_t rng[4], rng_cpu[4], rng_gpu[4];
+    fill_sample(0, n->in[0], src, cnt, &k);
+    fill_sample(1, n->in[1], rng, 4, &k);
+    memcpy(x, src, sizeof(float) * (size_t)cnt);
+    int32_t *tok_cpu = malloc(sizeof(int32_t) * (size_t)k.rows), *tok_gpu = malloc(sizeof(int32_t) * (size_t)k.rows);
+    /* the CPU, row by row where a NaN would stop it: rows alone then give its tokens */
+    char err[1024] = "";
+    dfg_cpu_ctx cctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+    cctx.scratch_per_thread = dfg_cpu_scratch_bytes(n);
+    cctx.scratch = malloc(cctx.scratch_per_thread);
+    memcpy(rng_cpu, rng, sizeof(rng));
+    dfg_status st = dfg_cpu_kernels[DFG_OP_SAMPLE](n, (void *[]){src, rng_cpu}, (void *[]){tok_cpu, rng_cpu}, &cctx);
+    CHECK(st == DFG_OK, "CPU sample: %s", err);
+    free(cctx.scratch);
+    if (nan_row >= 0) x[nan_row * k.v + 3] = NAN;
+    int flags = 0;
+    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
+    memcpy(rng_gpu, rng, sizeof(rng));
+    dfg_test_poison(tok_gpu, sizeof(int32_t) * (size_t)k.rows);
+    dfg_simt_set_seed(5);
+    st = dfg_emu_kernels[DFG_OP_SAMPLE](n, (void *[]){x, rng_gpu}, (void *[]){tok_gpu, rng_gpu}, &ctx);
+    dfg_simt_set_seed(0);
+    CHECK(st == DFG_OK, "emulated sample: %s", err);
+    int differ = 0;
+    for (int64_t r = 0; r < k.rows; r++) differ += r != nan_row && tok_cpu[r] != tok_gpu[r];
+    CHECK(differ == 0, "sample V %lld shifted %d: %d of %lld rows drew another token than the CPU", (long long)k.v, shift,
+          differ, (long long)k.rows);
+    CHECK(memcmp(rng_cpu, rng_gpu, sizeof(rng)) == 0, "the RNG state advanced differently");
+    CHECK(nan_row < 0 ? flags == 0 : flags != 0, "a NaN in row %lld: device flag %d", (long long)nan_row, flags);
+    if (nan_row >= 0) CHECK(tok_gpu[nan_row] == 0, "the NaN row's token: %d", tok_gpu[nan_row]);
+    free(src), free(blk), free(tok_cpu), free(tok_gpu);
+    dfg_program_free(p);
+}
+
+int main(void) {
+    dfg_test_init("test_cuda_sample");
+    if (!cuda_emulator_built()) {
+        cuda_report("test_cuda_sample");
+        return DFG_TEST_SKIP;
+    }
+    const sample_case cases[] = {
+        /* greedy */
+        {16, 50, 0.0f, 0, LOGITS_UNIFORM, false},    {16, 33, -1.0f, 5, LOGITS_TIES, false},
+        {4, 5003, 0.0f, 0, LOGITS_TIES, false},       {6, 1, 1.0f, 0, LOGITS_UNIFORM, false},
+        /* full vocabulary, temperatures */
+        {64, 7, 1.0f, 0, LOGITS_UNIFORM, false},      {64, 33, 0.7f, 0, LOGITS_UNIFORM, false},
+        {32, 256, 1.0f, 0, LOGITS_UNIFORM, false},    {32, 257, 2.5f, 0, LOGITS_UNIFORM, false},
+        {16, 1000, 1.0f, 0, LOGITS_WIDE, false},      {16, 1000, 1e-3f, 0, LOGITS_UNIFORM, false},
+        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true},    {12, 5003, 0.8f, 0, LOGITS_MASKED, false},
+        {8, 5003, 1.0f, 0, LOGITS_TIES, false},       {4, 50257, 1.0f, 0, LOGITS_UNIFORM, false},
+        /* top-k */
+        {32, 33, 1.0f, 1, LOGITS_UNIFORM, false},     {32, 40, 1.5f, 5, LOGITS_TIES, false},
+        {32, 300, 1.0f, 299, LOGITS_UNIFORM, false},  {16, 300, 1.0f, 300, LOGITS_UNIFORM, false},
+        {16, 300, 1.0f, 1000, LOGITS_MASKED, false},  {8, 4096, 0.9f, 50, LOGITS_UNIFORM, false},
+        {8, 5003, 1.0f, 40, LOGITS_TIES, false},      {8, 5003, 2.0f, 7, LOGITS_MASKED, false},
+        {4, 50257, 0.7f, 50, LOGITS_WIDE, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_sample(&cases[i], cases[i].v > 5003 ? 1 : 3);
+    check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false}, 1, -1);
+    check_direct((sample_case){8, 4096, 1.0f, 9, LOGITS_UNIFORM, false}, 3, -1);
+    check_direct((sample_case){6, 520, 1.0f, 0, LOGITS_UNIFORM, false}, 0, 2);
+    check_direct((sample_case){6, 520, 0.0f, 0, LOGITS_UNIFORM, false}, 2, 4);
+    cuda_report("test_cuda_sample");
+    return dfg_test_finish();
+}
