@@ -12,6 +12,8 @@
 
 #ifdef DFG_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/cuda/device.h"
 #endif
 
 /* ---------------------------------------------------------------- data */
@@ -211,6 +213,30 @@ static bool have_gpu(void) {
     return gpu_state == 1;
 }
 
+/* The GPU device layer the backend uses (runtime/cuda/device_cuda.c): its stream and its
+ * cuBLASLt GEMM, so the matmul family runs on the GPU as in a real run. */
+static void *gpu_dev;
+static void *gpu_gemm_ws;
+
+static bool open_gpu(dfg_cuda_ctx *ctx) {
+    if (!gpu_dev) {
+        int sm = 0;
+        char desc[256], err[256];
+        if (dfg_device_cuda.open(&gpu_dev, &sm, desc, sizeof(desc), err, sizeof(err))) {
+            CHECK(false, "opening the GPU: %s", err);
+            return false;
+        }
+        if (cudaMalloc(&gpu_gemm_ws, dfg_device_cuda.gemm_workspace) != cudaSuccess) gpu_gemm_ws = NULL;
+        printf("GPU: %s\n", desc);
+    }
+    ctx->stream = dfg_device_cuda.stream(gpu_dev);
+    ctx->gemm = dfg_device_cuda.gemm;
+    ctx->gemm_state = dfg_device_cuda.gemm_state(gpu_dev);
+    ctx->gemm_workspace = gpu_gemm_ws;
+    ctx->gemm_workspace_bytes = gpu_gemm_ws ? dfg_device_cuda.gemm_workspace : 0;
+    return true;
+}
+
 /* The nvcc-built kernel on the device, on the inputs of `host` (whose outputs it then holds). */
 static bool run_gpu(const cuda_case *c, build *host) {
     dfg_cuda_fn fn = dfg_cuda_kernels[host->n->op];
@@ -225,6 +251,7 @@ static bool run_gpu(const cuda_case *c, build *host) {
     int *flags = NULL;
     char err[1024] = "";
     dfg_cuda_ctx ctx = {.err = err, .err_len = sizeof(err), .sm_count = 132};
+    ok = ok && open_gpu(&ctx);
     ctx.scratch_bytes = dfg_cuda_scratch_bytes(host->n);
     ok = ok && cudaMalloc((void **)&flags, sizeof(int)) == cudaSuccess && cudaMemset(flags, 0, sizeof(int)) == cudaSuccess;
     ok = ok && (!ctx.scratch_bytes || cudaMalloc(&ctx.scratch, ctx.scratch_bytes) == cudaSuccess);
