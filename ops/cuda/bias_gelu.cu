@@ -1,0 +1,163 @@
+// bias_gelu.cu - gelu(x + bias) and its backward on the GPU, as ops/cpu/bias_gelu.c computes them
+// (the tanh approximation with fastmath.h's rational tanh, f32 arithmetic on f32/bf16/f16
+// storage). The fuse pass makes these from bias_add -> gelu, so the pre-activation x + bias is
+// never stored: the backward recomputes it.
+//
+// Both are pointwise over x (rows, N) with the bias broadcast along the rows. Threads walk the
+// (rows, N / V) grid of V-element vectors in grid-stride order: consecutive threads take
+// consecutive vectors of a row (coalesced x, dy, y; the bias row stays in L1/L2), and the walk
+// advances without a division per step. V = 16 bytes of the type (f32x4, bf16x8) when N is a
+// multiple of it and every pointer is aligned, else 1.
+//
+// bias_gelu_bwd has a single output, d(x + bias): the bias gradient is a separate sum node over
+// its rows (ops/bias_gelu.c's gradient rule), so this kernel needs no reduction and no scratch.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluK = 0.7978845608028654f; // sqrt(2/pi)
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+template <class T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
+template <int V, class T> __device__ __forceinline__ Vec<T, V> ldv(const T *p) {
+    return *reinterpret_cast<const Vec<T, V> *>(p);
+}
+template <int V, class T> __device__ __forceinline__ void stv(T *p, const Vec<T, V> &v) {
+    *reinterpret_cast<Vec<T, V> *>(p) = v;
+}
+
+// tanh as ops/cpu/fastmath.h's dfg_tanh_f32 (same formula: GELU's 1 + tanh near -1 amplifies
+// any difference between two tanh approximations)
+__device__ __forceinline__ float tanh_r(float x) {
+    const float lim = 7.90531110763549805f;
+    float c = x > lim ? lim : (x < -lim ? -lim : x), x2 = c * c;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 - 8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    float small = x < 0.0f ? -x : x;
+    return small < 4e-4f ? x : c * p / q;
+}
+__device__ __forceinline__ float gelu_f(float u) {
+    return 0.5f * u * (1.0f + tanh_r(kGeluK * (u + 0.044715f * u * u * u)));
+}
+__device__ __forceinline__ float gelu_grad(float u) {
+    float t = tanh_r(kGeluK * (u + 0.044715f * u * u * u)), dt = kGeluK * (1.0f + 3.0f * 0.044715f * u * u);
+    return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * dt;
+}
+
+// A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order; the step is
+// split once into whole rows and a remainder, so moving on needs no division.
+struct Walk {
+    int64_t r, c, n, dq, dr;
+    __device__ __forceinline__ explicit Walk(int64_t n_) : n(n_) {
+        int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = (int64_t)gridDim.x * blockDim.x;
+        r = i / n, c = i - r * n, dq = s / n, dr = s - dq * n;
+    }
+    __device__ __forceinline__ void next() {
+        c += dr, r += dq;
+        if (c >= n) c -= n, r++;
+    }
+};
+
+// y (rows, N) = gelu(x + b)
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bias_gelu_kernel(T *y /* (rows, N) */, const T *x /* (rows, N) */, const T *b /* (N) */, int64_t rows, int64_t N) {
+    for (Walk w(N / V); w.r < rows; w.next()) {
+        const int64_t col = w.c * V, at = w.r * N + col;
+        Vec<T, V> vx = ldv<V>(x + at);
+        const Vec<T, V> vb = ldv<V>(b + col);
+#pragma unroll
+        for (int j = 0; j < V; j++) vx.v[j] = from_f<T>(gelu_f(to_f(vx.v[j]) + to_f(vb.v[j])));
+        stv<V>(y + at, vx);
+    }
+}
+
+// du (rows, N) = dy * gelu'(x + b)
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bias_gelu_bwd_kernel(T *du /* (rows, N) */, const T *dy /* (rows, N) */, const T *x /* (rows, N) */,
+                         const T *b /* (N) */, int64_t rows, int64_t N) {
+    for (Walk w(N / V); w.r < rows; w.next()) {
+        const int64_t col = w.c * V, at = w.r * N + col;
+        Vec<T, V> g = ldv<V>(dy + at);
+        const Vec<T, V> vx = ldv<V>(x + at), vb = ldv<V>(b + col);
+#pragma unroll
+        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * gelu_grad(to_f(vx.v[j]) + to_f(vb.v[j])));
+        stv<V>(du + at, g);
+    }
+}
+
+inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+template <class T>
+dfg_status launch_fwd(const dfg_node *n, void *y, const void *x, const void *b, int64_t rows, int64_t N,
+                      dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(T);
+    cudaError_t e;
+    if (N % V == 0 && aligned16(y) && aligned16(x) && aligned16(b))
+        e = DFG_LAUNCH((bias_gelu_kernel<T, V>), dfg_grid_for(rows * (N / V), kThreads, ctx), kThreads, 0,
+                       (cudaStream_t)ctx->stream, (T *)y, (const T *)x, (const T *)b, rows, N);
+    else
+        e = DFG_LAUNCH((bias_gelu_kernel<T, 1>), dfg_grid_for(rows * N, kThreads, ctx), kThreads, 0,
+                       (cudaStream_t)ctx->stream, (T *)y, (const T *)x, (const T *)b, rows, N);
+    return dfg_cuda_launched(ctx, n, e, "bias_gelu_kernel");
+}
+
+template <class T>
+dfg_status launch_bwd(const dfg_node *n, void *du, const void *dy, const void *x, const void *b, int64_t rows,
+                      int64_t N, dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(T);
+    cudaError_t e;
+    if (N % V == 0 && aligned16(du) && aligned16(dy) && aligned16(x) && aligned16(b))
+        e = DFG_LAUNCH((bias_gelu_bwd_kernel<T, V>), dfg_grid_for(rows * (N / V), kThreads, ctx), kThreads, 0,
+                       (cudaStream_t)ctx->stream, (T *)du, (const T *)dy, (const T *)x, (const T *)b, rows, N);
+    else
+        e = DFG_LAUNCH((bias_gelu_bwd_kernel<T, 1>), dfg_grid_for(rows * N, kThreads, ctx), kThreads, 0,
+                       (cudaStream_t)ctx->stream, (T *)du, (const T *)dy, (const T *)x, (const T *)b, rows, N);
+    return dfg_cuda_launched(ctx, n, e, "bias_gelu_bwd_kernel");
+}
+
+} // namespace
+
+// inputs x (..., N), bias (N) -> y (..., N)
+DFG_CUDA_LAUNCHER(bias_gelu) {
+    const dfg_shape xs = n->in[0]->shape;
+    const int64_t N = xs.d[xs.rank - 1], rows = N ? dfg_shape_numel(xs) / N : 0;
+    if (rows == 0) return DFG_OK;
+    switch (n->in[0]->dtype) {
+    case DFG_F32: return launch_fwd<float>(n, out[0], in[0], in[1], rows, N, ctx);
+    case DFG_BF16: return launch_fwd<__nv_bfloat16>(n, out[0], in[0], in[1], rows, N, ctx);
+    case DFG_F16: return launch_fwd<__half>(n, out[0], in[0], in[1], rows, N, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "x of %s", dfg_dtype_name(n->in[0]->dtype));
+    }
+}
+
+// inputs dy (..., N), x (..., N), bias (N) -> d(x + bias) (..., N)
+DFG_CUDA_LAUNCHER(bias_gelu_bwd) {
+    const dfg_shape xs = n->in[1]->shape;
+    const int64_t N = xs.d[xs.rank - 1], rows = N ? dfg_shape_numel(xs) / N : 0;
+    if (rows == 0) return DFG_OK;
+    switch (n->in[1]->dtype) {
+    case DFG_F32: return launch_bwd<float>(n, out[0], in[0], in[1], in[2], rows, N, ctx);
+    case DFG_BF16: return launch_bwd<__nv_bfloat16>(n, out[0], in[0], in[1], in[2], rows, N, ctx);
+    case DFG_F16: return launch_bwd<__half>(n, out[0], in[0], in[1], in[2], rows, N, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "x of %s", dfg_dtype_name(n->in[1]->dtype));
+    }
+}

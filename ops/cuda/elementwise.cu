@@ -1,0 +1,678 @@
+// elementwise.cu - pointwise ops on the GPU: the broadcasting binaries (add .. equal), the unaries
+// (affine .. gelu), gelu_bwd, where, cast, fill. Each matches ops/cpu/elementwise.c element for
+// element: the same formulas in f32 (bf16 and f16 storage widened on load, rounded to nearest even
+// on store), the same NaN behaviour of min/max/clamp/where, the same integer wrap-around and
+// saturation.
+//
+// Broadcasting: the launcher collapses the output's dims into (rows, cols) plus up to 5 outer
+// dims; adjacent dims merge when every input's strides continue across them, so same-shape
+// operands become one row, `x (rows, C) op y (C)` and `x (rows, C) op y (rows, 1)` two dims. An
+// input then reads element (r, c) at row_offset(r) + c * cs with cs 1 (it spans the columns) or 0
+// (one value per row). Threads walk the (rows, cols / V) grid of V-element vectors in grid-stride
+// order (coalesced along the row); the row offsets are recomputed only when a thread's row
+// changes, and cost no division at all when there is one outer dim. V = 16 bytes of the input
+// type (f32x4, bf16x8) when every spanning operand is aligned, else 1; a single row (flat
+// operands) keeps its vectors and finishes its last cols % V elements in the first threads.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxIn = 3;                   // where: cond, a, b
+constexpr int kMaxOuter = DFG_MAX_RANK - 1; // outer dims left after collapsing (cols is the last)
+
+// ---------------------------------------------------------------- element types
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+template <bool C, class A, class B> struct pick { typedef A type; };
+template <class A, class B> struct pick<false, A, B> { typedef B type; };
+template <class A, class B> struct same { static constexpr bool value = false; };
+template <class A> struct same<A, A> { static constexpr bool value = true; };
+
+// V elements moved as one access of V * sizeof(T) bytes (16: ld.global.v4)
+template <class T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
+template <int V, class T> __device__ __forceinline__ Vec<T, V> ldv(const T *p) {
+    return *reinterpret_cast<const Vec<T, V> *>(p);
+}
+template <int V, class T> __device__ __forceinline__ void stv(T *p, const Vec<T, V> &v) {
+    *reinterpret_cast<Vec<T, V> *>(p) = v;
+}
+// V elements from column col of a row that spans the columns (cs 1), or its one value repeated
+template <int V, class T> __device__ __forceinline__ Vec<T, V> ld_bcast(const T *row, int64_t cs, int64_t col) {
+    if (cs) return ldv<V>(row + col);
+    Vec<T, V> r;
+    const T s = row[0];
+#pragma unroll
+    for (int j = 0; j < V; j++) r.v[j] = s;
+    return r;
+}
+
+// ---------------------------------------------------------------- broadcast plan and walk
+struct Bcast {
+    int64_t rows, cols;            // the output as (rows, cols), row-major
+    int nd;                        // outer dims, 1..kMaxOuter; rows is their product
+    int narrow;                    // rows < 2^32: row indices split with 32-bit divisions
+    int64_t dims[kMaxOuter];
+    int64_t rs[kMaxIn][kMaxOuter]; // input k's element stride along outer dim d (0: broadcast)
+    int64_t cs[kMaxIn];            // input k's stride along the columns: 1, or 0 (one value per row)
+};
+
+// Input K's element offset of row r. The loop is unrolled with constant indices so that the
+// plan stays in the kernel's parameter space (a run-time index would copy it to local memory);
+// a 32-bit division is a few instructions where a 64-bit one is a long subroutine.
+template <int K> __device__ __forceinline__ int64_t row_offset(const Bcast &p, int64_t r) {
+    int64_t off = 0;
+    if (p.narrow) {
+        uint32_t i = (uint32_t)r;
+#pragma unroll
+        for (int d = kMaxOuter - 1; d > 0; d--)
+            if (d < p.nd) {
+                uint32_t q = i / (uint32_t)p.dims[d];
+                off += (int64_t)(i - q * (uint32_t)p.dims[d]) * p.rs[K][d];
+                i = q;
+            }
+        return off + (int64_t)i * p.rs[K][0];
+    }
+#pragma unroll
+    for (int d = kMaxOuter - 1; d > 0; d--)
+        if (d < p.nd) {
+            int64_t q = r / p.dims[d];
+            off += (r - q * p.dims[d]) * p.rs[K][d];
+            r = q;
+        }
+    return off + r * p.rs[K][0];
+}
+
+// A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order: the step is
+// split once into whole rows and a remainder, so moving on needs no division.
+struct Walk {
+    int64_t r, c, n, dq, dr;
+    __device__ __forceinline__ explicit Walk(int64_t n_) : n(n_) {
+        int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = (int64_t)gridDim.x * blockDim.x;
+        r = i / n, c = i - r * n, dq = s / n, dr = s - dq * n;
+    }
+    __device__ __forceinline__ void next() {
+        c += dr, r += dq;
+        if (c >= n) c -= n, r++;
+    }
+};
+
+__device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_threads() { return (int64_t)gridDim.x * blockDim.x; }
+
+// ---------------------------------------------------------------- binary ops
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MIN, B_MAX, B_EQ };
+
+template <int OP> __device__ __forceinline__ float bin_f(float a, float b) {
+    switch (OP) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MIN: return a < b ? a : b; // NaN: b, as the CPU
+    case B_MAX: return a > b ? a : b;
+    default: return a == b ? 1.0f : 0.0f;
+    }
+}
+// integers wrap on overflow and give 0 for division by zero (the CPU's rules)
+template <int OP> __device__ __forceinline__ int32_t bin_i(int32_t a, int32_t b) {
+    uint32_t ua = (uint32_t)a, ub = (uint32_t)b;
+    switch (OP) {
+    case B_ADD: return (int32_t)(ua + ub);
+    case B_SUB: return (int32_t)(ua - ub);
+    case B_MUL: return (int32_t)(ua * ub);
+    case B_DIV: return b == 0 ? 0 : b == -1 ? (int32_t)(0u - ua) : a / b;
+    case B_MIN: return a < b ? a : b;
+    default: return a > b ? a : b;
+    }
+}
+template <int OP, class T> struct Bin { // f32, bf16, f16: f32 arithmetic; equal gives f32
+    typedef typename pick<OP == B_EQ, float, T>::type Out;
+    static __device__ __forceinline__ Out apply(T a, T b) { return from_f<Out>(bin_f<OP>(to_f(a), to_f(b))); }
+};
+template <int OP> struct Bin<OP, int32_t> {
+    typedef typename pick<OP == B_EQ, float, int32_t>::type Out;
+    static __device__ __forceinline__ Out apply(int32_t a, int32_t b) {
+        if (OP == B_EQ) return (Out)(a == b ? 1.0f : 0.0f);
+        return (Out)bin_i<OP>(a, b);
+    }
+};
+
+// y (rows, cols) = a op b, each input broadcast by the plan (inputs 0 and 1). y may be a or b
+// (in place): every element is read before the same thread writes it.
+template <int OP, class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    binary_kernel(typename Bin<OP, T>::Out *y /* (rows, cols) */, const T *a /* plan input 0 */,
+                  const T *b /* plan input 1 */, Bcast p, int64_t tail /* rows == 1: cols % V */) {
+    typedef typename Bin<OP, T>::Out O;
+    const int64_t nv = p.cols / V;
+    if (nv > 0) {
+        int64_t cur = -1, oa = 0, ob = 0;
+        for (Walk w(nv); w.r < p.rows; w.next()) {
+            if (w.r != cur) cur = w.r, oa = row_offset<0>(p, cur), ob = row_offset<1>(p, cur);
+            const int64_t col = w.c * V;
+            Vec<T, V> va = ld_bcast<V>(a + oa, p.cs[0], col), vb = ld_bcast<V>(b + ob, p.cs[1], col);
+            Vec<O, V> vy;
+#pragma unroll
+            for (int j = 0; j < V; j++) vy.v[j] = Bin<OP, T>::apply(va.v[j], vb.v[j]);
+            stv<V>(y + cur * p.cols + col, vy);
+        }
+    }
+    const int64_t t = thread_index();
+    if (t < tail) { // row 0, whose row offsets are 0
+        const int64_t col = nv * V + t;
+        y[col] = Bin<OP, T>::apply(a[col * p.cs[0]], b[col * p.cs[1]]);
+    }
+}
+
+// ---------------------------------------------------------------- unary ops and gelu_bwd
+enum { U_AFFINE, U_EXP, U_LOG, U_NEG, U_SQRT, U_CLAMP, U_GELU };
+constexpr float kGeluK = 0.7978845608028654f; // sqrt(2/pi)
+
+// tanh as ops/cpu/fastmath.h's rational function (the same formula, so GELU matches the CPU far
+// inside the tolerance; tanhf would differ by its own few ulp, amplified in 1 + tanh near -1)
+__device__ __forceinline__ float tanh_r(float x) {
+    const float lim = 7.90531110763549805f;
+    float c = x > lim ? lim : (x < -lim ? -lim : x), x2 = c * c;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 - 8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    float small = x < 0.0f ? -x : x;
+    return small < 4e-4f ? x : c * p / q;
+}
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanh_r(kGeluK * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) { // d gelu / dx
+    float t = tanh_r(kGeluK * (x + 0.044715f * x * x * x)), du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+// p0, p1: (alpha, beta) for affine, (lo, hi) for clamp
+template <int OP> __device__ __forceinline__ float un_f(float x, float p0, float p1) {
+    switch (OP) {
+    case U_AFFINE: return __fadd_rn(__fmul_rn(p0, x), p1); // unfused, as the CPU rounds it
+    case U_EXP: return expf(x);
+    case U_LOG: return logf(x);
+    case U_NEG: return -x;
+    case U_SQRT: return sqrtf(x);
+    case U_CLAMP: return x < p0 ? p0 : x > p1 ? p1 : x; // NaN stays NaN
+    default: return gelu_f(x);
+    }
+}
+
+// y (n) = op(x (n)); y may be x. Vectors of V, the last n % V elements by the first threads.
+template <int OP, class T, int V>
+__global__ void __launch_bounds__(kThreads) unary_kernel(T *y /* (n) */, const T *x /* (n) */, int64_t n, float p0,
+                                                         float p1) {
+    const int64_t nv = n / V;
+    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
+        Vec<T, V> v = ldv<V>(x + i * V);
+#pragma unroll
+        for (int j = 0; j < V; j++) v.v[j] = from_f<T>(un_f<OP>(to_f(v.v[j]), p0, p1));
+        stv<V>(y + i * V, v);
+    }
+    const int64_t t = thread_index();
+    if (t < n - nv * V) y[nv * V + t] = from_f<T>(un_f<OP>(to_f(x[nv * V + t]), p0, p1));
+}
+
+// i32 affine / neg / clamp (counters): computed in double and rounded to nearest even, saturated
+template <int OP>
+__global__ void __launch_bounds__(kThreads) unary_i32_kernel(int32_t *y /* (n) */, const int32_t *x /* (n) */,
+                                                             int64_t n, float p0, float p1) {
+    for (int64_t i = thread_index(); i < n; i += grid_threads()) {
+        double v = (double)x[i];
+        if (OP == U_AFFINE) v = __dadd_rn(__dmul_rn((double)p0, v), (double)p1); // unfused, as the CPU
+        else if (OP == U_NEG) v = -v;
+        else v = v < p0 ? (double)p0 : v > p1 ? (double)p1 : v;
+        v = rint(v);
+        y[i] = v != v ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v;
+    }
+}
+
+// dx (n) = dy (n) * gelu'(x (n)); dx may be dy or x
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) gelu_bwd_kernel(T *dx /* (n) */, const T *dy /* (n) */,
+                                                            const T *x /* (n) */, int64_t n) {
+    const int64_t nv = n / V;
+    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
+        Vec<T, V> g = ldv<V>(dy + i * V), v = ldv<V>(x + i * V);
+#pragma unroll
+        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * gelu_grad(to_f(v.v[j])));
+        stv<V>(dx + i * V, g);
+    }
+    const int64_t t = thread_index(), e = nv * V + t;
+    if (t < n - nv * V) dx[e] = from_f<T>(to_f(dy[e]) * gelu_grad(to_f(x[e])));
+}
+
+// ---------------------------------------------------------------- where
+__device__ __forceinline__ bool truthy(float c) { return c != 0.0f; } // NaN: true, -0: false (as the CPU)
+__device__ __forceinline__ bool truthy(int32_t c) { return c != 0; }
+__device__ __forceinline__ bool truthy(uint8_t c) { return c != 0; }
+
+// y (rows, cols) = cond ? a : b, broadcast by the plan (inputs cond 0, a 1, b 2). Values are
+// moved as bits of their size (any dtype); y may be a or b.
+template <class TC, class TV, int V>
+__global__ void __launch_bounds__(kThreads)
+    where_kernel(TV *y /* (rows, cols) */, const TC *c /* plan input 0 */, const TV *a /* plan input 1 */,
+                 const TV *b /* plan input 2 */, Bcast p, int64_t tail /* rows == 1: cols % V */) {
+    const int64_t nv = p.cols / V;
+    if (nv > 0) {
+        int64_t cur = -1, oc = 0, oa = 0, ob = 0;
+        for (Walk w(nv); w.r < p.rows; w.next()) {
+            if (w.r != cur)
+                cur = w.r, oc = row_offset<0>(p, cur), oa = row_offset<1>(p, cur), ob = row_offset<2>(p, cur);
+            const int64_t col = w.c * V;
+            Vec<TC, V> vc = ld_bcast<V>(c + oc, p.cs[0], col);
+            Vec<TV, V> va = ld_bcast<V>(a + oa, p.cs[1], col), vb = ld_bcast<V>(b + ob, p.cs[2], col);
+#pragma unroll
+            for (int j = 0; j < V; j++) va.v[j] = truthy(vc.v[j]) ? va.v[j] : vb.v[j];
+            stv<V>(y + cur * p.cols + col, va);
+        }
+    }
+    const int64_t t = thread_index();
+    if (t < tail) {
+        const int64_t col = nv * V + t;
+        y[col] = truthy(c[col * p.cs[0]]) ? a[col * p.cs[1]] : b[col * p.cs[2]];
+    }
+}
+
+// ---------------------------------------------------------------- cast and fill
+// Conversions as ops/cpu/dtype.h's dfg_store(dfg_load(x)): float to float rounds to nearest even
+// (bf16/f16 overflow to inf); to integers truncates toward zero and saturates, NaN -> 0; i32 to
+// a 16-bit float goes through f32 (rounded twice, as the CPU's double -> float -> bf16).
+template <class TO> struct Cvt {
+    static __device__ __forceinline__ TO from_float(float f) { return from_f<TO>(f); }
+    static __device__ __forceinline__ TO from_int(int32_t v) { return from_f<TO>(__int2float_rn(v)); }
+};
+template <> struct Cvt<int32_t> {
+    static __device__ __forceinline__ int32_t from_float(float f) { return __float2int_rz(f); } // saturates, NaN 0
+    static __device__ __forceinline__ int32_t from_int(int32_t v) { return v; }
+};
+template <> struct Cvt<uint8_t> {
+    static __device__ __forceinline__ uint8_t from_float(float f) {
+        return f != f ? 0 : f >= 255.0f ? 255 : f <= 0.0f ? 0 : (uint8_t)(int32_t)f;
+    }
+    static __device__ __forceinline__ uint8_t from_int(int32_t v) { return v >= 255 ? 255 : v <= 0 ? 0 : (uint8_t)v; }
+};
+template <class TO, class TI> __device__ __forceinline__ TO cvt(TI x) { return Cvt<TO>::from_float(to_f(x)); }
+template <class TO> __device__ __forceinline__ TO cvt(int32_t x) { return Cvt<TO>::from_int(x); }
+template <class TO> __device__ __forceinline__ TO cvt(uint8_t x) { return Cvt<TO>::from_int((int32_t)x); }
+
+// y (n) = x (n) converted; V so that the wider side moves 16 bytes
+template <class TI, class TO, int V>
+__global__ void __launch_bounds__(kThreads) cast_kernel(TO *y /* (n) */, const TI *x /* (n) */, int64_t n) {
+    const int64_t nv = n / V;
+    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
+        Vec<TI, V> v = ldv<V>(x + i * V);
+        Vec<TO, V> o;
+#pragma unroll
+        for (int j = 0; j < V; j++) o.v[j] = cvt<TO>(v.v[j]);
+        stv<V>(y + i * V, o);
+    }
+    const int64_t t = thread_index();
+    if (t < n - nv * V) y[nv * V + t] = cvt<TO>(x[nv * V + t]);
+}
+
+// y (n) = value converted to TO (as cast converts a float)
+template <class TO, int V>
+__global__ void __launch_bounds__(kThreads) fill_kernel(TO *y /* (n) */, int64_t n, float value) {
+    const TO v = Cvt<TO>::from_float(value);
+    Vec<TO, V> o;
+#pragma unroll
+    for (int j = 0; j < V; j++) o.v[j] = v;
+    const int64_t nv = n / V;
+    for (int64_t i = thread_index(); i < nv; i += grid_threads()) stv<V>(y + i * V, o);
+    const int64_t t = thread_index();
+    if (t < n - nv * V) y[nv * V + t] = v;
+}
+
+// dst (n) = src (n): W is an unsigned type of the common alignment (cast to the same dtype)
+template <class W>
+__global__ void __launch_bounds__(kThreads) copy_kernel(W *dst /* (n) */, const W *src /* (n) */, int64_t n) {
+    for (int64_t i = thread_index(); i < n; i += grid_threads()) dst[i] = src[i];
+}
+
+// ================================================================ host side
+inline bool aligned(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
+inline cudaStream_t stream_of(const dfg_cuda_ctx *ctx) { return (cudaStream_t)ctx->stream; }
+
+// The plan reading `nin` inputs broadcast to the output shape os (see the file comment).
+void plan_bcast(dfg_shape os, const dfg_tensor *const *ins, int nin, Bcast *p) {
+    int64_t st[kMaxIn][DFG_MAX_RANK], d[DFG_MAX_RANK], s[kMaxIn][DFG_MAX_RANK];
+    for (int k = 0; k < nin; k++) { // contiguous strides of input k along the output's dims, 0 where broadcast
+        int64_t acc = 1;
+        const dfg_shape is = ins[k]->shape;
+        for (int i = os.rank - 1; i >= 0; i--) {
+            int id = is.rank - os.rank + i;
+            int64_t dim = id >= 0 ? is.d[id] : 1;
+            st[k][i] = dim == 1 ? 0 : acc;
+            acc *= dim;
+        }
+    }
+    int m = 0;
+    for (int i = 0; i < os.rank; i++) {
+        if (os.d[i] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nin && merge; k++) merge = s[k][m - 1] == st[k][i] * os.d[i];
+        if (merge) {
+            d[m - 1] *= os.d[i];
+            for (int k = 0; k < nin; k++) s[k][m - 1] = st[k][i];
+        } else {
+            d[m] = os.d[i];
+            for (int k = 0; k < nin; k++) s[k][m] = st[k][i];
+            m++;
+        }
+    }
+    *p = Bcast{};
+    p->nd = 1, p->dims[0] = 1, p->rows = 1, p->cols = m ? d[m - 1] : 1;
+    for (int k = 0; k < nin; k++) p->cs[k] = m ? s[k][m - 1] : 0;
+    if (m >= 2) {
+        p->nd = m - 1;
+        for (int i = 0; i < m - 1; i++) {
+            p->dims[i] = d[i], p->rows *= d[i];
+            for (int k = 0; k < nin; k++) p->rs[k][i] = s[k][i];
+        }
+    }
+    p->narrow = p->rows <= (int64_t)UINT32_MAX;
+}
+
+// Vectors of V when the shape allows them (one row, or whole vectors per row) and every operand
+// read as a vector is aligned to one.
+bool bcast_vec_ok(const Bcast &p, int v, const void *y, size_t ysz, const void *const *ins, const size_t *isz,
+                  int nin) {
+    if (p.rows > 1 && p.cols % v) return false;
+    if (!aligned(y, v * ysz)) return false;
+    for (int k = 0; k < nin; k++)
+        if (p.cs[k] && !aligned(ins[k], v * isz[k])) return false;
+    return true;
+}
+
+template <int OP, class T>
+dfg_status launch_binary(const dfg_node *n, void *y, const void *a, const void *b, const Bcast &p, dfg_cuda_ctx *ctx) {
+    typedef typename Bin<OP, T>::Out O;
+    constexpr int V = 16 / sizeof(T);
+    const void *ins[2] = {a, b};
+    const size_t isz[2] = {sizeof(T), sizeof(T)};
+    cudaError_t e;
+    if (bcast_vec_ok(p, V, y, sizeof(O), ins, isz, 2)) {
+        const int64_t tail = p.rows == 1 ? p.cols % V : 0;
+        e = DFG_LAUNCH((binary_kernel<OP, T, V>), dfg_grid_for(p.rows * (p.cols / V), kThreads, ctx), kThreads, 0,
+                       stream_of(ctx), (O *)y, (const T *)a, (const T *)b, p, tail);
+    } else {
+        e = DFG_LAUNCH((binary_kernel<OP, T, 1>), dfg_grid_for(p.rows * p.cols, kThreads, ctx), kThreads, 0,
+                       stream_of(ctx), (O *)y, (const T *)a, (const T *)b, p, (int64_t)0);
+    }
+    return dfg_cuda_launched(ctx, n, e, "binary_kernel");
+}
+
+template <class T>
+dfg_status binary_of(const dfg_node *n, void *y, const void *a, const void *b, const Bcast &p, dfg_cuda_ctx *ctx) {
+    switch (n->op) {
+    case DFG_OP_ADD: return launch_binary<B_ADD, T>(n, y, a, b, p, ctx);
+    case DFG_OP_SUB: return launch_binary<B_SUB, T>(n, y, a, b, p, ctx);
+    case DFG_OP_MUL: return launch_binary<B_MUL, T>(n, y, a, b, p, ctx);
+    case DFG_OP_DIV: return launch_binary<B_DIV, T>(n, y, a, b, p, ctx);
+    case DFG_OP_MINIMUM: return launch_binary<B_MIN, T>(n, y, a, b, p, ctx);
+    case DFG_OP_MAXIMUM: return launch_binary<B_MAX, T>(n, y, a, b, p, ctx);
+    case DFG_OP_EQUAL: return launch_binary<B_EQ, T>(n, y, a, b, p, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "not a binary op");
+    }
+}
+
+template <int OP, class T>
+dfg_status launch_unary(const dfg_node *n, void *y, const void *x, int64_t cnt, float p0, float p1,
+                        dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(T);
+    cudaError_t e;
+    if (aligned(x, 16) && aligned(y, 16))
+        e = DFG_LAUNCH((unary_kernel<OP, T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
+                       (T *)y, (const T *)x, cnt, p0, p1);
+    else
+        e = DFG_LAUNCH((unary_kernel<OP, T, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx),
+                       (T *)y, (const T *)x, cnt, p0, p1);
+    return dfg_cuda_launched(ctx, n, e, "unary_kernel");
+}
+
+template <class T>
+dfg_status unary_of(const dfg_node *n, void *y, const void *x, int64_t cnt, float p0, float p1, dfg_cuda_ctx *ctx) {
+    switch (n->op) {
+    case DFG_OP_AFFINE: return launch_unary<U_AFFINE, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_EXP: return launch_unary<U_EXP, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_LOG: return launch_unary<U_LOG, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_NEG: return launch_unary<U_NEG, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_SQRT: return launch_unary<U_SQRT, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_CLAMP: return launch_unary<U_CLAMP, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_GELU: return launch_unary<U_GELU, T>(n, y, x, cnt, p0, p1, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "not a unary op");
+    }
+}
+
+dfg_status unary_i32(const dfg_node *n, void *y, const void *x, int64_t cnt, float p0, float p1, dfg_cuda_ctx *ctx) {
+    cudaError_t e;
+    unsigned grid = dfg_grid_for(cnt, kThreads, ctx);
+    switch (n->op) {
+    case DFG_OP_AFFINE:
+        e = DFG_LAUNCH(unary_i32_kernel<U_AFFINE>, grid, kThreads, 0, stream_of(ctx), (int32_t *)y, (const int32_t *)x,
+                       cnt, p0, p1);
+        break;
+    case DFG_OP_NEG:
+        e = DFG_LAUNCH(unary_i32_kernel<U_NEG>, grid, kThreads, 0, stream_of(ctx), (int32_t *)y, (const int32_t *)x,
+                       cnt, p0, p1);
+        break;
+    case DFG_OP_CLAMP:
+        e = DFG_LAUNCH(unary_i32_kernel<U_CLAMP>, grid, kThreads, 0, stream_of(ctx), (int32_t *)y, (const int32_t *)x,
+                       cnt, p0, p1);
+        break;
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "i32 input: only affine, neg and clamp take one");
+    }
+    return dfg_cuda_launched(ctx, n, e, "unary_i32_kernel");
+}
+
+template <class T>
+dfg_status launch_gelu_bwd(const dfg_node *n, void *dx, const void *dy, const void *x, int64_t cnt,
+                           dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(T);
+    cudaError_t e;
+    if (aligned(dx, 16) && aligned(dy, 16) && aligned(x, 16))
+        e = DFG_LAUNCH((gelu_bwd_kernel<T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
+                       (T *)dx, (const T *)dy, (const T *)x, cnt);
+    else
+        e = DFG_LAUNCH((gelu_bwd_kernel<T, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx), (T *)dx,
+                       (const T *)dy, (const T *)x, cnt);
+    return dfg_cuda_launched(ctx, n, e, "gelu_bwd_kernel");
+}
+
+template <class TC, class TV>
+dfg_status launch_where(const dfg_node *n, void *y, void *const *in, const Bcast &p, dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(TV);
+    const void *ins[3] = {in[0], in[1], in[2]};
+    const size_t isz[3] = {sizeof(TC), sizeof(TV), sizeof(TV)};
+    cudaError_t e;
+    if (bcast_vec_ok(p, V, y, sizeof(TV), ins, isz, 3)) {
+        const int64_t tail = p.rows == 1 ? p.cols % V : 0;
+        e = DFG_LAUNCH((where_kernel<TC, TV, V>), dfg_grid_for(p.rows * (p.cols / V), kThreads, ctx), kThreads, 0,
+                       stream_of(ctx), (TV *)y, (const TC *)in[0], (const TV *)in[1], (const TV *)in[2], p, tail);
+    } else {
+        e = DFG_LAUNCH((where_kernel<TC, TV, 1>), dfg_grid_for(p.rows * p.cols, kThreads, ctx), kThreads, 0,
+                       stream_of(ctx), (TV *)y, (const TC *)in[0], (const TV *)in[1], (const TV *)in[2], p, (int64_t)0);
+    }
+    return dfg_cuda_launched(ctx, n, e, "where_kernel");
+}
+
+template <class TC>
+dfg_status where_of(const dfg_node *n, void *y, void *const *in, const Bcast &p, dfg_cuda_ctx *ctx) {
+    switch (dfg_dtype_size(n->out[0]->dtype)) { // values only move: by size
+    case 4: return launch_where<TC, uint32_t>(n, y, in, p, ctx);
+    case 2: return launch_where<TC, uint16_t>(n, y, in, p, ctx);
+    case 1: return launch_where<TC, uint8_t>(n, y, in, p, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "values of %s", dfg_dtype_name(n->out[0]->dtype));
+    }
+}
+
+template <class TI, class TO>
+dfg_status launch_cast(const dfg_node *n, void *y, const void *x, int64_t cnt, dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / (sizeof(TI) > sizeof(TO) ? sizeof(TI) : sizeof(TO));
+    if constexpr (same<TI, TO>::value) { // the launcher copies instead
+        return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "cast to the same dtype");
+    } else {
+        cudaError_t e;
+        if (aligned(x, V * sizeof(TI)) && aligned(y, V * sizeof(TO)))
+            e = DFG_LAUNCH((cast_kernel<TI, TO, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0,
+                           stream_of(ctx), (TO *)y, (const TI *)x, cnt);
+        else
+            e = DFG_LAUNCH((cast_kernel<TI, TO, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx),
+                           (TO *)y, (const TI *)x, cnt);
+        return dfg_cuda_launched(ctx, n, e, "cast_kernel");
+    }
+}
+
+template <class TI>
+dfg_status cast_from(const dfg_node *n, void *y, const void *x, int64_t cnt, dfg_cuda_ctx *ctx) {
+    switch (n->out[0]->dtype) {
+    case DFG_F32: return launch_cast<TI, float>(n, y, x, cnt, ctx);
+    case DFG_BF16: return launch_cast<TI, __nv_bfloat16>(n, y, x, cnt, ctx);
+    case DFG_F16: return launch_cast<TI, __half>(n, y, x, cnt, ctx);
+    case DFG_I32: return launch_cast<TI, int32_t>(n, y, x, cnt, ctx);
+    case DFG_U8: return launch_cast<TI, uint8_t>(n, y, x, cnt, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "cast to %s", dfg_dtype_name(n->out[0]->dtype));
+    }
+}
+
+template <class W> cudaError_t launch_copy(void *dst, const void *src, size_t bytes, dfg_cuda_ctx *ctx) {
+    int64_t cnt = (int64_t)(bytes / sizeof(W));
+    return DFG_LAUNCH(copy_kernel<W>, dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx), (W *)dst,
+                      (const W *)src, cnt);
+}
+// bytes from src to dst in the widest unit that divides both addresses and the count
+cudaError_t copy_bytes(void *dst, const void *src, size_t bytes, dfg_cuda_ctx *ctx) {
+    uintptr_t g = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes;
+    if (g % 16 == 0) return launch_copy<uint4>(dst, src, bytes, ctx);
+    if (g % 4 == 0) return launch_copy<uint32_t>(dst, src, bytes, ctx);
+    if (g % 2 == 0) return launch_copy<uint16_t>(dst, src, bytes, ctx);
+    return launch_copy<uint8_t>(dst, src, bytes, ctx);
+}
+
+template <class TO>
+dfg_status launch_fill(const dfg_node *n, void *y, int64_t cnt, float value, dfg_cuda_ctx *ctx) {
+    constexpr int V = 16 / sizeof(TO);
+    cudaError_t e;
+    if (aligned(y, 16))
+        e = DFG_LAUNCH((fill_kernel<TO, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx), (TO *)y,
+                       cnt, value);
+    else
+        e = DFG_LAUNCH((fill_kernel<TO, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx), (TO *)y,
+                       cnt, value);
+    return dfg_cuda_launched(ctx, n, e, "fill_kernel");
+}
+
+} // namespace
+
+// ================================================================ launchers
+// add, sub, mul, div, minimum, maximum, equal: f32, bf16, f16 or i32 operands of one dtype,
+// numpy broadcasting; equal's output is f32
+DFG_CUDA_LAUNCHER(binary) {
+    const dfg_dtype dt = n->in[0]->dtype;
+    if (n->in[1]->dtype != dt) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "operand dtypes differ");
+    if (dfg_shape_numel(n->out[0]->shape) == 0) return DFG_OK;
+    Bcast p;
+    plan_bcast(n->out[0]->shape, n->in, 2, &p);
+    switch (dt) {
+    case DFG_F32: return binary_of<float>(n, out[0], in[0], in[1], p, ctx);
+    case DFG_BF16: return binary_of<__nv_bfloat16>(n, out[0], in[0], in[1], p, ctx);
+    case DFG_F16: return binary_of<__half>(n, out[0], in[0], in[1], p, ctx);
+    case DFG_I32: return binary_of<int32_t>(n, out[0], in[0], in[1], p, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "operands of %s", dfg_dtype_name(dt));
+    }
+}
+
+// affine, exp, log, neg, sqrt, clamp, gelu (tanh approximation): same shape in and out; i32 for
+// affine, neg and clamp
+DFG_CUDA_LAUNCHER(unary) {
+    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
+    float p0 = 0.0f, p1 = 0.0f;
+    if (n->op == DFG_OP_AFFINE) p0 = n->attr->affine.alpha, p1 = n->attr->affine.beta;
+    if (n->op == DFG_OP_CLAMP) p0 = n->attr->clamp.lo, p1 = n->attr->clamp.hi;
+    if (cnt == 0) return DFG_OK;
+    switch (n->in[0]->dtype) {
+    case DFG_F32: return unary_of<float>(n, out[0], in[0], cnt, p0, p1, ctx);
+    case DFG_BF16: return unary_of<__nv_bfloat16>(n, out[0], in[0], cnt, p0, p1, ctx);
+    case DFG_F16: return unary_of<__half>(n, out[0], in[0], cnt, p0, p1, ctx);
+    case DFG_I32: return unary_i32(n, out[0], in[0], cnt, p0, p1, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "input of %s", dfg_dtype_name(n->in[0]->dtype));
+    }
+}
+
+// inputs dy, x of one shape -> dx
+DFG_CUDA_LAUNCHER(gelu_bwd) {
+    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
+    if (cnt == 0) return DFG_OK;
+    switch (n->in[1]->dtype) {
+    case DFG_F32: return launch_gelu_bwd<float>(n, out[0], in[0], in[1], cnt, ctx);
+    case DFG_BF16: return launch_gelu_bwd<__nv_bfloat16>(n, out[0], in[0], in[1], cnt, ctx);
+    case DFG_F16: return launch_gelu_bwd<__half>(n, out[0], in[0], in[1], cnt, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "input of %s", dfg_dtype_name(n->in[1]->dtype));
+    }
+}
+
+// inputs cond (f32, i32 or u8), a, b (one dtype, any): broadcast together
+DFG_CUDA_LAUNCHER(where) {
+    if (dfg_shape_numel(n->out[0]->shape) == 0) return DFG_OK;
+    Bcast p;
+    plan_bcast(n->out[0]->shape, n->in, 3, &p);
+    switch (n->in[0]->dtype) {
+    case DFG_F32: return where_of<float>(n, out[0], in, p, ctx);
+    case DFG_I32: return where_of<int32_t>(n, out[0], in, p, ctx);
+    case DFG_U8: return where_of<uint8_t>(n, out[0], in, p, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "condition of %s", dfg_dtype_name(n->in[0]->dtype));
+    }
+}
+
+// any dtype to any dtype; the same dtype is a copy (nothing when the planner gave one buffer)
+DFG_CUDA_LAUNCHER(cast) {
+    const dfg_dtype from = n->in[0]->dtype, to = n->out[0]->dtype;
+    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
+    if (cnt == 0) return DFG_OK;
+    if (from == to) {
+        if (out[0] == in[0]) return DFG_OK;
+        return dfg_cuda_launched(ctx, n, copy_bytes(out[0], in[0], dfg_tensor_bytes(n->out[0]), ctx), "copy_kernel");
+    }
+    switch (from) {
+    case DFG_F32: return cast_from<float>(n, out[0], in[0], cnt, ctx);
+    case DFG_BF16: return cast_from<__nv_bfloat16>(n, out[0], in[0], cnt, ctx);
+    case DFG_F16: return cast_from<__half>(n, out[0], in[0], cnt, ctx);
+    case DFG_I32: return cast_from<int32_t>(n, out[0], in[0], cnt, ctx);
+    case DFG_U8: return cast_from<uint8_t>(n, out[0], in[0], cnt, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "cast from %s", dfg_dtype_name(from));
+    }
+}
+
+// a new tensor of the attribute's value, converted to its dtype as cast converts
+DFG_CUDA_LAUNCHER(fill) {
+    (void)in;
+    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
+    const float v = n->attr->fill.value;
+    if (cnt == 0) return DFG_OK;
+    switch (n->out[0]->dtype) {
+    case DFG_F32: return launch_fill<float>(n, out[0], cnt, v, ctx);
+    case DFG_BF16: return launch_fill<__nv_bfloat16>(n, out[0], cnt, v, ctx);
+    case DFG_F16: return launch_fill<__half>(n, out[0], cnt, v, ctx);
+    case DFG_I32: return launch_fill<int32_t>(n, out[0], cnt, v, ctx);
+    case DFG_U8: return launch_fill<uint8_t>(n, out[0], cnt, v, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "fill of %s", dfg_dtype_name(n->out[0]->dtype));
+    }
+}
