@@ -95,7 +95,9 @@ static void draw_inputs(const cuda_case *c, build *f32, void **base) {
         base[i] = NULL;
         if (!is_input_buf(f32, i)) continue;
         const dfg_tensor *t = f32->storage[i];
-        base[i] = malloc(dfg_tensor_bytes(t) ? dfg_tensor_bytes(t) : 1);
+        /* float inputs are drawn as f32 whatever their dtype (load_inputs converts them) */
+        size_t bytes = dfg_is_float(t->dtype) ? sizeof(float) * (size_t)dfg_tensor_numel(t) : dfg_tensor_bytes(t);
+        base[i] = malloc(bytes ? bytes : 1);
         int slot = 0;
         while (f32->in_buf[slot] != i) slot++;
         fill(slot, t, base[i], dfg_tensor_numel(t), c->user);
@@ -176,7 +178,8 @@ static bool compare(const cuda_case *c, const build *ref, const build *got, dfg_
         int64_t n = dfg_tensor_numel(rt);
         for (int64_t e = 0; e < n && ok; e++) {
             double a = dfg_load(r, rt->dtype, e), b = dfg_load(g, gt->dtype, e);
-            bool same = dfg_is_float(rt->dtype) ? fabs(a - b) <= atol + rtol * fabs(a) : a == b;
+            /* equal (inf == inf), within the tolerances, or NaN on both sides */
+            bool same = a == b || (dfg_is_float(rt->dtype) && (fabs(a - b) <= atol + rtol * fabs(a) || (isnan(a) && isnan(b))));
             if (dfg_is_float(rt->dtype) && isnan(a) != isnan(b)) same = false;
             if (!same) {
                 char sb[96];
