@@ -1,13 +1,13 @@
 /* dtype.h - scalar conversions between dfg's storage dtypes (round-to-nearest-even for 16-bit
  * floats, as the GPU converts). */
-#ifndef DFG_CPU_DTYPE_H
-#define DFG_CPU_DTYPE_H
+#ifndef DFG_DTYPE_H
+#define DFG_DTYPE_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../../graph/dfg_graph.h"
+#include "../graph/dfg_graph.h"
 
 static inline uint32_t dfg_f32_bits(float f) {
     uint32_t u;

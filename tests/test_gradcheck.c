@@ -13,6 +13,11 @@
  * smooth (clamp bounds, min/max ties, log/sqrt/div near 0, near-constant layernorm rows),
  * since a central difference across a kink measures nothing.
  *
+ * The cases are checked against the op table (ops/ops.def), not a hand list: every op whose
+ * gradient rule a case exercised (in the compiled program, so the fused ops the fuse pass makes
+ * count, with their rebuilt backward) is recorded, and every DIFF op of the table must be among
+ * them -- a new differentiable op without a case fails this test, naming the op.
+ *
  * Last, dfg_backward_accumulate is checked: accumulating over repeat = 3 runs of a stage gives
  * exactly 3x the gradient of one run.
  */
@@ -24,8 +29,14 @@
 #include <time.h>
 
 #include "dfg.h"
+#include "graph/ir.h"
+#include "ops/op.h"
 #include "runtime/dfg_runtime.h"
 #include "testutil.h"
+
+/* [op] a case differentiated through this op's gradient rule (a forward node of the compiled
+ * program, with a gradient flowing) */
+static bool gc_covered[DFG_OP_COUNT];
 
 /* ---------------------------------------------------------------- the harness */
 enum { GC_MAX_IN = 4, GC_NV = 6 };
@@ -276,6 +287,11 @@ static dfg_status gc_forward(gc_run_state *r) {
     }
     float loss = NAN;
     if (!st) st = dfg_runtime_step(r->rt);
+    /* the compiled graph's forward nodes that the backward differentiates (fused ones included) */
+    for (int i = 0; !st && i < r->c.g->n_nodes; i++) {
+        const dfg_node *n = r->c.g->nodes[i];
+        if (!(n->flags & DFG_NF_BACKWARD) && dfg_ops[n->op].grad_kind == DFG_GRAD_DIFF) gc_covered[n->op] = true;
+    }
     if (!st) st = dfg_runtime_read(r->rt, "out", r->y, sizeof(float) * (size_t)r->n_out);
     if (!st) st = dfg_runtime_read(r->rt, "loss", &loss, sizeof(float));
     /* all analytic gradients are read now: the finite-difference runs overwrite them */
@@ -302,6 +318,11 @@ static dfg_status gc_loss_at(gc_run_state *r, int i, int64_t e, float v, double 
     r->val[i][e] = v;
     dfg_status st = dfg_runtime_write(r->rt, name, r->val[i], sizeof(float) * (size_t)dfg_shape_numel(r->c.shape[i]));
     if (!st) st = dfg_runtime_step(r->rt);
+    /* the compiled graph's forward nodes that the backward differentiates (fused ones included) */
+    for (int i = 0; !st && i < r->c.g->n_nodes; i++) {
+        const dfg_node *n = r->c.g->nodes[i];
+        if (!(n->flags & DFG_NF_BACKWARD) && dfg_ops[n->op].grad_kind == DFG_GRAD_DIFF) gc_covered[n->op] = true;
+    }
     if (!st) st = dfg_runtime_read(r->rt, "out", r->y, sizeof(float) * (size_t)r->n_out);
     *l = gc_dot(r->y, r->w, r->n_out);
     return st;
@@ -586,6 +607,13 @@ static dfg_tensor *b_attention(gc *c, dfg_tensor *const *x) { return dfg_attenti
 static dfg_tensor *b_attention_prefix(gc *c, dfg_tensor *const *x) {
     return dfg_attention_prefix(c->g, x[0], x[1], c->k->iarg[0]);
 }
+/* the fused ops: the fuse pass makes them from the unfused math, with the backward rebuilt from
+ * their own gradient rules */
+static dfg_tensor *b_bias_gelu(gc *c, dfg_tensor *const *x) { return dfg_gelu(c->g, dfg_bias_add(c->g, x[0], x[1])); }
+/* the lm_head form: log_softmax(h @ W^T) gathered at the targets */
+static dfg_tensor *b_linear_logprob(gc *c, dfg_tensor *const *x) {
+    return dfg_take(c->g, dfg_log_softmax(c->g, dfg_matmul(c->g, x[0], x[1], false, true)), x[2]);
+}
 static dfg_tensor *b_embed(gc *c, dfg_tensor *const *x) { return dfg_embed(c->g, x[0], x[1]); }
 static dfg_tensor *b_take(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, x[0], x[1]); }
 
@@ -649,7 +677,23 @@ static const gc_case nn_cases[] = {
     {CASE("take", b_take, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},
     {CASE("take rank 1", b_take, 2, NN(DC), IDX(DC)), .lo = 1, .hi = 6},
     {CASE("log_softmax + take", b_logprob, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},
+    {CASE("bias_add + gelu", b_bias_gelu, 2, N3, NN(DC))},
+    {CASE("linear + log_softmax + take", b_linear_logprob, 3, NN(DA, DB), NN(DC, DB), IDX(DC, DA))},
 };
+
+/* Every DIFF op of the table must have had a case. */
+static void check_table_coverage(void) {
+    int missing = 0;
+    for (int op = 0; op < DFG_OP_COUNT; op++) {
+        if (dfg_ops[op].grad_kind != DFG_GRAD_DIFF || gc_covered[op]) continue;
+        CHECK(false, "op '%s' is differentiable (ops.def) but no gradcheck case exercised its gradient rule",
+              dfg_ops[op].name);
+        missing++;
+    }
+    int diff = 0;
+    for (int op = 0; op < DFG_OP_COUNT; op++) diff += dfg_ops[op].grad_kind == DFG_GRAD_DIFF;
+    printf("table coverage: %d of %d differentiable ops of ops.def checked\n", diff - missing, diff);
+}
 
 /* ---------------------------------------------------------------- dfg_backward_accumulate */
 /* loss = sum(gelu(x @ W) * wl), with its gradient either accumulated into STATEs acc.x and
@@ -734,6 +778,7 @@ int main(void) {
     GC_RUN(layout_cases);
     GC_RUN(reduce_cases);
     GC_RUN(nn_cases);
+    check_table_coverage();
     check_backward_accumulate();
     printf("test_gradcheck: %d runs in %.2f s\n", gc_n_runs, gc_now() - t0);
     return dfg_test_finish();

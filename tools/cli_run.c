@@ -53,7 +53,8 @@ static void usage(FILE *f) {
                "  --emulate-gpu  run a plan compiled for cuda on the CPU, through the CUDA backend's own\n"
                "                 code: its kernels under the SIMT emulator, GEMMs by an interpreter of\n"
                "                 cuBLAS's semantics, stages captured as graphs and replayed (slow, exact:\n"
-               "                 to check a GPU plan before paying for GPU time)\n"
+               "                 to check a GPU plan before paying for GPU time; one thread unless\n"
+               "                 --threads says otherwise)\n"
                "  --eager        cuda plans: launch node by node instead of replaying each stage's graph\n"
                "  --every K      print a line every K steps (and after the last): each metric's mean\n"
                "                 over those K steps; default 1. On a terminal a progress line (step,\n"
@@ -531,7 +532,8 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     opt.emulate_gpu = a->emulate_gpu;
     opt.eager = a->eager;
     opt.seed = s.seed;
-    opt.n_threads = (int)a->threads;
+    /* the emulator runs kernels on one thread; more would only spin in OpenMP between GEMMs */
+    opt.n_threads = (int)(a->threads ? a->threads : a->emulate_gpu ? 1 : 0);
     opt.host_lib = lib;
     if (!rc && dfg_runtime_create(p, &opt, &s.rt))
         rc = cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, s.rt ? dfg_runtime_error(s.rt) : "out of memory");

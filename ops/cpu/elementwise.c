@@ -5,7 +5,7 @@
 
 #include "cpu.h"
 #include "fastmath.h"
-#include "dtype.h"
+#include "../dtype.h"
 
 #define DFG_OMP_MIN 32768 /* below this many elements a parallel region costs more than it saves */
 

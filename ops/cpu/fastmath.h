@@ -15,7 +15,7 @@
 #ifndef DFG_CPU_FASTMATH_H
 #define DFG_CPU_FASTMATH_H
 
-#include "dtype.h"
+#include "../dtype.h"
 
 static inline float dfg_tanh_f32(float x) {
     const float lim = 7.90531110763549805f;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "dtype.h"
+#include "../dtype.h"
 
 dfg_status dfg_cpu_assign(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_tensor *dst = n->in[0];

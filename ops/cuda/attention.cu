@@ -751,7 +751,26 @@ static att_dec att_decoding(const dfg_node *n) {
 } // namespace
 
 // ---------------------------------------------------------------- launchers
+// cuDNN's fused SDPA first where the context has one (ctx->sdpa: the GPU's cuDNN call site, or
+// the emulated device's interpreter under DFG_EMU_SDPA=1) and it takes the node: on a GPU bf16
+// or f16, head dims a multiple of 8 up to 128, 16-byte aligned operands
+// (dfg_sdpa_cudnn_supports); the interpreter takes any. DFG_ERR_UNSUPPORTED from it (nothing
+// enqueued) falls through to the hand-written kernels below; any other status is the node's.
+static bool att_via_sdpa(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, dfg_status *st) {
+    dfg_sdpa_desc d;
+    const char *why;
+    bool backward = n->op == DFG_OP_ATTENTION_BWD;
+    if (!ctx->sdpa || !(backward ? dfg_sdpa_backward_desc(n, &d, &why) : dfg_sdpa_forward_desc(n, &d, &why)))
+        return false;
+    void *ptrs[DFG_SDPA_N_OPERANDS];
+    dfg_sdpa_buffers(n, in, out, ptrs);
+    *st = ctx->sdpa(ctx, &d, backward, ptrs);
+    return *st != DFG_ERR_UNSUPPORTED;
+}
+
 DFG_CUDA_LAUNCHER(attention) {
+    dfg_status st;
+    if (att_via_sdpa(n, in, out, ctx, &st)) return st;
     const dfg_tensor *qkv = n->in[0];
     att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
@@ -761,6 +780,8 @@ DFG_CUDA_LAUNCHER(attention) {
 DFG_CUDA_SCRATCH(attention_bwd) { return att_backward_scratch(n->in[1], n->attr->attention.n_head); }
 
 DFG_CUDA_LAUNCHER(attention_bwd) {
+    dfg_status st;
+    if (att_via_sdpa(n, in, out, ctx, &st)) return st;
     const dfg_tensor *qkv = n->in[1];
     att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,

@@ -17,6 +17,7 @@
 
 #include "../op.h"
 #include "gemm.h"
+#include "sdpa.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,11 @@ typedef struct dfg_cuda_ctx dfg_cuda_ctx;
  * (gemm.h) under emulation. Returns DFG_OK or a status with the library's message in ctx->err. */
 typedef dfg_status (*dfg_cuda_gemm_fn)(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, const void *a, const void *b, void *c,
                                        const void *bias);
+/* Runs one fused attention (sdpa.h), forward or backward, on the context's stream: ptrs[k] is
+ * operand k's buffer (dfg_sdpa_buffers). cuDNN on a GPU, the interpreter under emulation.
+ * DFG_ERR_UNSUPPORTED (nothing enqueued) when the implementation does not take the descriptor:
+ * the attention launchers then run dfg's own kernels. */
+typedef dfg_status (*dfg_cuda_sdpa_fn)(dfg_cuda_ctx *ctx, const dfg_sdpa_desc *d, bool backward, void *const *ptrs);
 
 struct dfg_cuda_ctx {
     void *stream;          /* cudaStream_t (NULL: the default stream; unused under emulation) */
@@ -41,6 +47,11 @@ struct dfg_cuda_ctx {
     int sm_count;          /* multiprocessors, for grid sizing (132 on H100 SXM) */
     char *err;             /* where a launcher writes why it failed */
     size_t err_len;
+    /* Fused attention for attention and attention_bwd: NULL runs dfg's own kernels. Its state
+     * (cuDNN's handle and plans), and its workspace: the node's scratch (dfg_sdpa_workspace_bytes
+     * is part of the device's scratch rule where cuDNN runs). */
+    dfg_cuda_sdpa_fn sdpa;
+    void *sdpa_state;
 };
 
 typedef dfg_status (*dfg_cuda_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx);
@@ -61,6 +72,10 @@ dfg_status dfg_cuda_fail(dfg_cuda_ctx *ctx, const dfg_node *n, dfg_status s, con
  * a bf16 result rounded to nearest even), as cuBLAS defines it. */
 dfg_status dfg_cuda_gemm_interpret(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, const void *a, const void *b, void *c,
                                    const void *bias);
+/* The emulated SDPA (sdpa.c): the semantics of sdpa.h in f32, every operand read and written
+ * through the descriptor's offsets and strides; takes any shape and float dtype. Recorded into the
+ * emulator's stream capture like a kernel. */
+dfg_status dfg_cuda_sdpa_interpret(dfg_cuda_ctx *ctx, const dfg_sdpa_desc *d, bool backward, void *const *ptrs);
 
 #ifdef __cplusplus
 }

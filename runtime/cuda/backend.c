@@ -64,6 +64,7 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **st
     }
     st->ctx = (dfg_cuda_ctx){.stream = d->stream(st->dev), .gemm = d->gemm, .gemm_state = d->gemm_state(st->dev),
                              .sm_count = sm};
+    if (d->sdpa) st->ctx.sdpa = d->sdpa(st->dev, &st->ctx.sdpa_state);
     *state = st;
     return DFG_OK;
 }

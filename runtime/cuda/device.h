@@ -1,8 +1,9 @@
 /* device.h - the narrow device layer the CUDA backend is written against (runtime/cuda/backend.c).
  *
  * Two implementations: the CUDA runtime (device_cuda.c: cudaMalloc, streams, CUDA Graphs,
- * cuBLASLt, the nvcc-built kernels) and an emulated device (device_emu.c: host memory, the same
- * .cu kernels run by the SIMT emulator, captures recorded and replayed, the GEMM interpreter).
+ * cuBLASLt, cuDNN, the nvcc-built kernels) and an emulated device (device_emu.c: host memory, the
+ * same .cu kernels run by the SIMT emulator, captures recorded and replayed, the GEMM interpreter,
+ * the SDPA interpreter when DFG_EMU_SDPA=1).
  * The backend's orchestration is the same on both, so `dfg run --emulate-gpu` and CI run the
  * CUDA backend's own code on a machine without a GPU.
  *
@@ -45,11 +46,42 @@ typedef struct {
     dfg_cuda_gemm_fn gemm;
     void *(*gemm_state)(void *dev);
     size_t gemm_workspace; /* device bytes the GEMM implementation needs (planned beside the arena) */
+    /* Fused attention for ctx->sdpa, its state put in *state; NULL (or a NULL function): the
+     * attention launchers run dfg's own kernels. Its workspace is the node's scratch, so a device
+     * whose SDPA needs one says so in its scratch rule. */
+    dfg_cuda_sdpa_fn (*sdpa)(void *dev, void **state);
 } dfg_device;
 
 extern const dfg_device dfg_device_emulated; /* device_emu.c */
 #ifdef DFG_HAVE_CUDA
 extern const dfg_device dfg_device_cuda; /* device_cuda.c */
 #endif
+
+/* sdpa_cudnn.c, where cuDNN is (DFG_HAVE_CUDNN): attention through cuDNN's fused flash attention,
+ * the GPU device's SDPA. open gives *s = NULL (no cuDNN, no error) when DFG_CUDNN_SDPA=0; the
+ * workspace rule is the bytes a node's call may use (0 for nodes cuDNN will not run), for the
+ * device's scratch rule. */
+typedef struct dfg_sdpa_cudnn dfg_sdpa_cudnn;
+dfg_status dfg_sdpa_cudnn_open(dfg_sdpa_cudnn **s, char *err, size_t len);
+void dfg_sdpa_cudnn_close(dfg_sdpa_cudnn *s);
+dfg_status dfg_sdpa_cudnn_run(dfg_cuda_ctx *ctx, const dfg_sdpa_desc *d, bool backward, void *const *ptrs);
+size_t dfg_sdpa_cudnn_workspace(const dfg_node *n);
+/* What building cuDNN's plan for a descriptor met. */
+typedef struct {
+    int configs;          /* engine configurations the heuristics offered */
+    int nondeterministic; /* skipped: noted nondeterministic */
+    int over_workspace;   /* skipped: more workspace than planned */
+    int no_driver;        /* plans whose kernels compiled but could not load: no GPU driver (deviceless) */
+    int refused;          /* plans that failed otherwise: the engine refused the graph */
+    long long workspace;  /* the least workspace a configuration asked for (-1: none said) */
+    bool planned;         /* an execution plan finalized */
+    char why[384];        /* why not, when not */
+} dfg_sdpa_cudnn_report;
+/* Builds (once) and reports the plan of a descriptor with `workspace` bytes, as a call would. */
+const dfg_sdpa_cudnn_report *dfg_sdpa_cudnn_plan(dfg_sdpa_cudnn *s, const dfg_sdpa_desc *d, bool backward,
+                                                 size_t workspace);
+/* A state that plans for the GPU the JSON of its cuDNN device properties describes, without one
+ * (cuDNN's deviceless ahead-of-time compilation): for checking the graphs without a GPU. */
+dfg_status dfg_sdpa_cudnn_open_deviceless(dfg_sdpa_cudnn **s, const char *device_json, char *err, size_t len);
 
 #endif

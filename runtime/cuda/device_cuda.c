@@ -1,7 +1,9 @@
 /* device_cuda.c - the device layer on a real GPU: the CUDA runtime (one non-blocking stream,
- * stream capture into CUDA Graphs), the nvcc-built kernels, and GEMMs through cuBLASLt from the
- * pure descriptors of ops/cuda/gemm.h. Every call is checked; a failure returns a status with the
- * library's message (cudaGetErrorString, cublasLtGetStatusString), never aborts.
+ * stream capture into CUDA Graphs), the nvcc-built kernels, GEMMs through cuBLASLt from the
+ * pure descriptors of ops/cuda/gemm.h, and attention through cuDNN's fused SDPA from those of
+ * ops/cuda/sdpa.h (sdpa_cudnn.c; DFG_CUDNN_SDPA=0 turns it off). Every call is checked; a
+ * failure returns a status with the library's message (cudaGetErrorString,
+ * cublasLtGetStatusString, cudnnGetErrorString), never aborts.
  *
  * This file is compiled wherever the CUDA toolkit is, and has run on no GPU yet (README, "GPU
  * status"): tools/gpu-check.sh is its first test on real hardware. */
@@ -30,6 +32,9 @@ typedef struct {
     gemm_algo cache[GEMM_CACHE]; /* heuristics chosen once per GEMM shape, then reused */
     int n_cache;
     bool capturing;
+#ifdef DFG_HAVE_CUDNN
+    dfg_sdpa_cudnn *sdpa; /* cuDNN's handle and attention plans; NULL: DFG_CUDNN_SDPA=0 */
+#endif
 } gpu;
 
 #define CUDA_TRY(call, what)                                                                                   \
@@ -65,6 +70,15 @@ static dfg_status gpu_open(void **dev, int *sm_count, char *desc, size_t desc_le
         free(g);
         return DFG_ERR_RUNTIME;
     }
+#ifdef DFG_HAVE_CUDNN
+    dfg_status ds = dfg_sdpa_cudnn_open(&g->sdpa, err, len);
+    if (ds) {
+        cublasLtDestroy(g->lt);
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return ds;
+    }
+#endif
     size_t total = 0;
     cudaFree(NULL); /* the context exists before the baseline is read */
     if (cudaMemGetInfo(&g->free_at_open, &total) != cudaSuccess) g->free_at_open = 0;
@@ -78,6 +92,9 @@ static dfg_status gpu_open(void **dev, int *sm_count, char *desc, size_t desc_le
 static void gpu_close(void *dev) {
     gpu *g = dev;
     if (!g) return;
+#ifdef DFG_HAVE_CUDNN
+    dfg_sdpa_cudnn_close(g->sdpa);
+#endif
     cublasLtDestroy(g->lt);
     cudaStreamDestroy(g->stream);
     free(g);
@@ -177,6 +194,30 @@ static void gpu_graph_destroy(void *dev, void *graph) {
 
 static void *gpu_stream(void *dev) { return ((gpu *)dev)->stream; }
 static void *gpu_gemm_state(void *dev) { return dev; }
+
+/* ---------------------------------------------------------------- cuDNN attention (sdpa_cudnn.c) */
+static dfg_cuda_sdpa_fn gpu_sdpa(void *dev, void **state) {
+#ifdef DFG_HAVE_CUDNN
+    gpu *g = dev;
+    *state = g->sdpa;
+    return g->sdpa ? dfg_sdpa_cudnn_run : NULL;
+#else
+    (void)dev;
+    *state = NULL;
+    return NULL;
+#endif
+}
+
+/* A node's workspace: its kernels', or what cuDNN's attention call may use, whichever is more
+ * (an attention cuDNN refuses at run time falls back to the kernels, so both must fit). */
+static size_t gpu_scratch_bytes(const dfg_node *n) {
+    size_t own = dfg_cuda_scratch_bytes(n);
+#ifdef DFG_HAVE_CUDNN
+    size_t lib = dfg_sdpa_cudnn_workspace(n);
+    if (lib > own) own = lib;
+#endif
+    return own;
+}
 
 /* ---------------------------------------------------------------- cuBLASLt */
 static cudaDataType_t lt_type(dfg_dtype t) { return t == DFG_BF16 ? CUDA_R_16BF : t == DFG_F16 ? CUDA_R_16F : CUDA_R_32F; }
@@ -280,8 +321,9 @@ const dfg_device dfg_device_cuda = {
     .graph_destroy = gpu_graph_destroy,
     .stream = gpu_stream,
     .kernels = dfg_cuda_kernels,
-    .scratch_bytes = dfg_cuda_scratch_bytes,
+    .scratch_bytes = gpu_scratch_bytes,
     .gemm = gpu_gemm,
     .gemm_state = gpu_gemm_state,
     .gemm_workspace = GEMM_WORKSPACE,
+    .sdpa = gpu_sdpa,
 };

@@ -1,9 +1,10 @@
 /* device_emu.c - the emulated device: device memory is host memory (one allocation per call, so
  * AddressSanitizer sees every buffer), launches run the .cu kernels under the SIMT emulator
- * (ops/cuda/simt), GEMMs run the column-major interpreter, and stream capture records launches
- * and GEMMs into a graph that replays them (the emulator's capture: nothing runs while a stage is
- * captured, and a copy, allocation or synchronisation inside the capture fails it, naming the
- * call -- as on a GPU, where they would break or invalidate the capture). Device memory is
+ * (ops/cuda/simt), GEMMs run the column-major interpreter (fused attention the SDPA one, with
+ * DFG_EMU_SDPA=1), and stream capture records launches, GEMMs and SDPA calls into a graph that
+ * replays them (the emulator's capture: nothing runs while a stage is captured, and a copy,
+ * allocation or synchronisation inside the capture fails it, naming the call -- as on a GPU,
+ * where they would break or invalidate the capture). Device memory is
  * poisoned when allocated, as a GPU's is never zeroed for you. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,16 @@ static void *emu_gemm_state(void *dev) {
     return NULL;
 }
 
+/* The SDPA interpreter only when DFG_EMU_SDPA=1: by default attention runs the hand-written .cu
+ * kernels under the emulator (what a GPU without cuDNN, or with f32 attention, runs); with it, the
+ * SDPA descriptors that cuDNN executes on a GPU are executed by their interpreter (sdpa.c). */
+static dfg_cuda_sdpa_fn emu_sdpa(void *dev, void **state) {
+    (void)dev;
+    const char *e = getenv("DFG_EMU_SDPA");
+    *state = NULL;
+    return e && !strcmp(e, "1") ? dfg_cuda_sdpa_interpret : NULL;
+}
+
 static void *emu_alloc_host(void *dev, size_t bytes) {
     (void)dev;
     return malloc(bytes ? bytes : 1);
@@ -154,4 +165,5 @@ const dfg_device dfg_device_emulated = {
     .gemm = dfg_cuda_gemm_interpret,
     .gemm_state = emu_gemm_state,
     .gemm_workspace = 0,
+    .sdpa = emu_sdpa,
 };

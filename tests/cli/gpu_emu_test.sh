@@ -21,9 +21,27 @@
 #     --emulate-gpu on a cpu plan too.
 # Every run uses one thread: OpenBLAS's sums (the CPU's GEMMs and the emulated cuBLAS) depend on
 # the thread count.
+#
+# DFG_GPU_REAL=1 (tools/gpu-check.sh, on a machine with an NVIDIA GPU and a dfg built with CUDA):
+# the same checks with every device run on the real GPU (the nvcc-built kernels, cuBLASLt, CUDA
+# Graphs) instead of --emulate-gpu, against the same CPU runs with the same tolerances, except:
+#   - the printed GRPO metrics, compared as text under emulation (the same OpenBLAS sums), are
+#     compared as numbers: within 1e-5 relative plus one unit of the last printed digit (the GPU
+#     sums in another order, which may move a printed last digit);
+#   - device memory is measured there (cudaMemGetInfo, the context excluded), which the driver
+#     rounds up to its pages: at least the arena + workspace and at most 64 MiB more;
+#   - the refusals: with a GPU a cuda plan runs (exit 0); --emulate-gpu on a cpu plan is still
+#     refused.
 set -u
 DFG=$1
 SRC=$2
+# the flag of every device run, and how the checks name them
+if [ "${DFG_GPU_REAL:-0}" = 1 ]; then
+  REAL=1 DEV=() ON="on the GPU"
+  echo "gpu_emu_test: DFG_GPU_REAL=1: the device runs are on the real GPU, not emulated"
+else
+  REAL=0 DEV=(--emulate-gpu) ON="with --emulate-gpu"
+fi
 ST=("python3" "$SRC/tests/cli/st_tool.py")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-gpu-emu-test-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -51,18 +69,24 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" "${EPS[@]}" --target cuda -o bf1
 expect_rc 0 "compile gpt2_train for cuda (bf16)"
 run "$DFG" run cpu.dfg --steps 3 --threads 1 --save cpu.safetensors
 expect_rc 0 "gpt2_train on the CPU"
-run "$DFG" run f32.dfg --steps 3 --emulate-gpu --threads 1 --save f32.safetensors
-expect_rc 0 "gpt2_train float32 with --emulate-gpu"
-expect_in out.txt "cuda (emulated) backend" "the run says which backend and device"
+run "$DFG" run f32.dfg --steps 3 "${DEV[@]}" --threads 1 --save f32.safetensors
+expect_rc 0 "gpt2_train float32 $ON"
+if [ "$REAL" = 1 ]; then
+  if grep -qF "cuda backend on" out.txt && ! grep -qF "emulated" out.txt; then
+    ok "the run is on the real GPU: $(grep -o 'cuda backend on [^,]*, sm_[0-9]*' out.txt)"
+  else fail "DFG_GPU_REAL=1 but the run did not say 'cuda backend on <GPU>'"; fi
+else
+  expect_in out.txt "cuda (emulated) backend" "the run says which backend and device"
+fi
 cp out.txt f32_run.txt
 check "float32 cuda weights after 3 steps = the CPU's (1e-5)" "${ST[@]}" close cpu.safetensors f32.safetensors 1e-5
-run "$DFG" run f32.dfg --steps 3 --emulate-gpu --threads 1 --eager --save eager.safetensors
+run "$DFG" run f32.dfg --steps 3 "${DEV[@]}" --threads 1 --eager --save eager.safetensors
 expect_rc 0 "the same run with eager launches"
 check "graph replay = eager launches, bit for bit" "${ST[@]}" same f32.safetensors eager.safetensors
 run "$DFG" run cpu.dfg --steps 0 --threads 1 --save cpu0.safetensors
-run "$DFG" run bf16.dfg --steps 0 --emulate-gpu --threads 1 --checkpoint-dir bf0
-run "$DFG" run bf16.dfg --steps 3 --emulate-gpu --threads 1 --checkpoint-dir bf3
-expect_rc 0 "gpt2_train bf16 with --emulate-gpu (checkpoints hold the f32 masters)"
+run "$DFG" run bf16.dfg --steps 0 "${DEV[@]}" --threads 1 --checkpoint-dir bf0
+run "$DFG" run bf16.dfg --steps 3 "${DEV[@]}" --threads 1 --checkpoint-dir bf3
+expect_rc 0 "gpt2_train bf16 $ON (checkpoints hold the f32 masters)"
 check "bf16: the masters' update over 3 steps within 2e-2 of the CPU's" "${ST[@]}" update cpu0.safetensors \
   cpu.safetensors bf3/checkpoint.safetensors 2e-2 --from bf0/checkpoint.safetensors --prefix master.
 
@@ -71,7 +95,11 @@ arena=$("$DFG" inspect f32.dfg --json | python3 -c 'import json, sys; print(json
 line=$(grep '^device memory:' f32_run.txt)
 dev=$(sed 's/^device memory: \([0-9]*\) bytes.*/\1/' <<<"$line")
 ws=$(sed 's/.*workspace \([0-9]*\) .*/\1/' <<<"$line")
-if [ -n "$dev" ] && [ -n "$ws" ] && [ $((dev - ws)) -eq "$arena" ]; then
+if [ "$REAL" = 1 ]; then
+  if [ -n "$dev" ] && [ -n "$ws" ] && [ "$dev" -ge $((arena + ws)) ] && [ "$dev" -le $((arena + ws + 64 * 1048576)) ]; then
+    ok "the GPU's measured device memory $dev = the plan's arena ($arena bytes) + workspace $ws + $((dev - arena - ws)) (the driver's rounding, <= 64 MiB)"
+  else fail "device memory '$line' vs the plan's arena $arena + workspace (0 to 64 MiB over expected)"; fi
+elif [ -n "$dev" ] && [ -n "$ws" ] && [ $((dev - ws)) -eq "$arena" ]; then
   ok "the emulated device allocated the plan's arena ($arena bytes) + workspace $ws, byte for byte"
 else fail "device memory '$line' vs the plan's arena $arena"; fi
 
@@ -81,21 +109,44 @@ run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda --set torch_
 expect_rc 0 "compile grpo for cuda in float32"
 run "$DFG" run gcpu.dfg --steps 2 --threads 1 --save gcpu.safetensors
 steps_of out.txt >gcpu_steps.txt
-run "$DFG" run g32.dfg --steps 2 --emulate-gpu --threads 1 --save g32.safetensors
-expect_rc 0 "GRPO (prefill, decode with sampling, reward, train, update) float32 with --emulate-gpu"
+run "$DFG" run g32.dfg --steps 2 "${DEV[@]}" --threads 1 --save g32.safetensors
+expect_rc 0 "GRPO (prefill, decode with sampling, reward, train, update) float32 $ON"
 steps_of out.txt >g32_steps.txt
-if cmp -s gcpu_steps.txt g32_steps.txt; then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them"
+if [ "$REAL" = 1 ]; then
+  # the printed numbers within 1e-5 relative + one unit of their last printed digit
+  if python3 - gcpu_steps.txt g32_steps.txt >check.txt 2>&1 <<'PY'
+import sys
+def unit(t):
+    m, _, e = t.lower().partition("e")
+    return 10.0 ** ((int(e) if e else 0) - (len(m.split(".")[1]) if "." in m else 0))
+a, b = (open(p).read().split("\n") for p in sys.argv[1:3])
+bad = []
+for la, lb in zip(a, b):
+    for x, y in zip(la.split(), lb.split()):
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            if x != y: bad.append((x, y))
+            continue
+        if abs(fx - fy) > 1e-5 * max(abs(fx), abs(fy)) + max(unit(x), unit(y)): bad.append((x, y))
+if len(a) != len(b) or [len(l.split()) for l in a] != [len(l.split()) for l in b] or bad:
+    print("differ:", bad or "the lines' shapes"); sys.exit(1)
+print("%d lines within 1e-5 + one printed unit" % sum(1 for l in a if l))
+PY
+  then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them: $(tail -1 check.txt)"
+  else cat check.txt; diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
+elif cmp -s gcpu_steps.txt g32_steps.txt; then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them"
 else diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
 check "GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close gcpu.safetensors g32.safetensors 1e-5
 # one step on fixed rollouts, everything it computes dumped (as the PyTorch golden test reads it)
 "${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
 run "$DFG" run gcpu.dfg --rollouts r.safetensors --dump dcpu.safetensors --threads 1
-run "$DFG" run g32.dfg --rollouts r.safetensors --dump d32.safetensors --emulate-gpu --threads 1
-expect_rc 0 "GRPO on fixed rollouts with --emulate-gpu --dump"
+run "$DFG" run g32.dfg --rollouts r.safetensors --dump d32.safetensors "${DEV[@]}" --threads 1
+expect_rc 0 "GRPO on fixed rollouts $ON --dump"
 check "log-probs, reference log-probs, advantages, loss, KL, gradient norm and updated weights = the CPU's (1e-5)" \
   "${ST[@]}" close dcpu.safetensors d32.safetensors 1e-5
 run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda -o gbf.dfg
-run "$DFG" run gbf.dfg --rollouts r.safetensors --dump dbf.safetensors --emulate-gpu --threads 1
+run "$DFG" run gbf.dfg --rollouts r.safetensors --dump dbf.safetensors "${DEV[@]}" --threads 1
 expect_rc 0 "GRPO bf16 on fixed rollouts"
 python3 - dcpu.safetensors dbf.safetensors "$SRC/tests/cli" >check.txt 2>&1 <<'PY'
 import sys
@@ -114,7 +165,9 @@ if [ $? -eq 0 ]; then ok "$(cat check.txt) (bound 2e-2)"; else cat check.txt; fa
 
 # ---------------------------------------------------------------- refusals
 run "$DFG" run g32.dfg --steps 1
-if nvidia-smi >/dev/null 2>&1; then
+if [ "$REAL" = 1 ]; then
+  expect_rc 0 "a GPU is here: the cuda plan without --emulate-gpu runs"
+elif nvidia-smi >/dev/null 2>&1; then
   ok "a GPU is here: the cuda plan without --emulate-gpu is not refused (exit $rc)"
 else
   expect_rc 1 "a cuda plan without a GPU"

@@ -14,6 +14,10 @@ OUT/<date>-<host>-<config>.json and .md.
          fixed  one rollout batch made once (by grpo_torch.py from its initial model), and each
                 step trains on it: dfg run --rollouts R; grpo_torch.py --mode fixed --rollouts R
 
+--device cuda runs on the GPU instead: dfg's plan compiled with --target cuda and run by
+`dfg run` on the GPU, against grpo_torch.py --device cuda eager and with torch.compile, three
+programs alternating; device memory instead of RSS (bench_gpu.py has that half).
+
 No timing is asserted anywhere: this measures, it does not test.
 """
 import argparse
@@ -28,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import bench_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -165,13 +171,24 @@ def tail(path, n=20):
 
 
 # ---------------------------------------------------------------- the two programs
-def torch_args(s, threads, seed):
+def torch_args(s, threads, seed, dev=None):
+    """grpo_torch.py's command line; dev: None on the CPU, else (dtype, compile mode or None)."""
     a = [sys.executable, os.path.join(HERE, "grpo_torch.py")]
     for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
               "num_generations"):
         if k in s:
             a += [f"--{k}", str(s[k])]
-    return a + ["--threads", str(threads), "--seed", str(seed)]
+    a += ["--threads", str(threads), "--seed", str(seed)]
+    if dev:
+        a += ["--device", "cuda", "--dtype", dev[0]] + (["--compile", "--compile-mode", dev[1]] if dev[1] else [])
+    return a
+
+
+def torch_dev(impl, a):
+    """The device part of grpo_torch.py's arguments for impl (None on the CPU)."""
+    if a.device != "cuda":
+        return None
+    return (a.dtype, a.compile_mode if impl == "torch.compile" else None)
 
 
 def torch_env(blas):
@@ -203,12 +220,15 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
     if impl == "dfg":
         metrics = os.path.join(work, tag + ".jsonl")
         cmd = [a.dfg, "run", plan, "--steps", str(steps), "--threads", str(a.threads), "--seed", str(a.seed),
-               "--metrics", metrics, "--quiet"]
+               "--metrics", metrics]
+        # on the GPU the header's `device memory:` line is read: not quiet, one step line at the end
+        cmd += ["--every", str(steps)] if a.device == "cuda" else ["--quiet"]
         if mode == "fixed":
             cmd += ["--rollouts", rollouts]
         env = dict(os.environ)
     else:
-        cmd = torch_args(s, a.threads, a.seed) + ["--mode", mode, "--steps", str(steps), "--warmup", str(warmup)]
+        cmd = (torch_args(s, a.threads, a.seed, torch_dev(impl, a)) +
+               ["--mode", mode, "--steps", str(steps), "--warmup", str(warmup)])
         if mode == "fixed":
             cmd += ["--rollouts", rollouts]
         env = torch_env(a.torch_blas)
@@ -220,6 +240,10 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
         ms = [x["ms"] for x in rows]
         m["arena_bytes"] = rows[-1].get("arena_bytes") if rows else None
         m["reward_mean"] = statistics.mean(x["reward"] for x in rows if x.get("reward") is not None) if rows else None
+        if a.device == "cuda":
+            host = [x["host_ms"] for x in rows if x.get("host_ms") is not None]
+            m["host_ms_median"] = statistics.median(host) if host else None
+            bench_gpu.add_device(m, impl, out, None)
     else:
         rows = parse_jsonl(out)
         summary = next((x for x in rows if x.get("summary")), {})
@@ -228,6 +252,8 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
         m["blas"] = summary.get("blas")
         m["self_reported_peak_rss_bytes"] = summary.get("peak_rss_bytes")
         m["reward_mean"] = statistics.mean(x["reward"] for x in rows) if rows else None
+        if a.device == "cuda":
+            bench_gpu.add_device(m, impl, out, summary)
     if not ms:
         sys.exit(f"bench: {impl} reported no timed steps ({steps} steps, {warmup} warm-up)")
     m.update(step_ms=ms, median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), cmd=cmd)
@@ -237,6 +263,8 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
 def bench_config(cfg_name, a, work):
     cfg = CONFIGS[cfg_name]
     s = dict(cfg["settings"])
+    if a.device == "cuda":
+        cfg = dict(cfg, min_free_gib=None, **bench_gpu.CUDA_DEFAULTS[cfg_name])
     steps = a.steps if a.steps is not None else cfg["steps"]
     warmup = a.warmup if a.warmup is not None else cfg["warmup"]
     runs = a.runs if a.runs is not None else cfg.get("runs", 3)
@@ -259,6 +287,8 @@ def bench_config(cfg_name, a, work):
         cmd += ["--set", f"{k}={v}"]
     for kv in a.dfg_set:  # dfg-only settings (e.g. share_prompts=0): torch's step does not change
         cmd += ["--set", kv]
+    if a.device == "cuda":
+        cmd += ["--target", "cuda"] + (["--set", "torch_dtype=float32"] if a.dtype == "f32" else [])
     r = sh(cmd, cwd=ROOT)
     if r.returncode:
         sys.exit(f"bench: dfg compile failed:\n{r.stdout}{r.stderr}")
@@ -271,18 +301,20 @@ def bench_config(cfg_name, a, work):
         rollouts = None
         if mode == "fixed":
             rollouts = os.path.join(d, "rollouts.safetensors")
-            mk = torch_args(s, a.threads, a.seed) + ["--mode", "fixed", "--steps", "0", "--save-rollouts", rollouts]
+            mk = (torch_args(s, a.threads, a.seed, torch_dev("torch", a)) +
+                  ["--mode", "fixed", "--steps", "0", "--save-rollouts", rollouts])
             rr = sh(mk, env=torch_env(a.torch_blas), cwd=ROOT)
             if rr.returncode:
                 sys.exit(f"bench: making the fixed rollouts failed:\n{rr.stdout}{rr.stderr}")
-        per, discarded = {"dfg": [], "torch": []}, []
+        per, discarded = {impl: [] for impl in a.impls}, []
         for i in range(runs):
-            for impl in ("dfg", "torch"):
+            for impl in a.impls:
                 for attempt in range(a.retries + 1):
                     print(f"  {cfg_name} {mode} run {i + 1}/{runs} {impl} ({steps} steps, {warmup} warm-up) ...",
                           end="", flush=True)
                     m = one_run(impl, cfg_name, mode, s, a, d, i, plan, rollouts, steps, warmup)
-                    print(f" {m['median_ms']:.2f} ms/step, peak RSS {m['peak_rss_bytes'] / 2**20:.1f} MiB, "
+                    dev = f", device {m['device_bytes'] / 2**20:.1f} MiB" if a.device == "cuda" else ""
+                    print(f" {m['median_ms']:.2f} ms/step, peak RSS {m['peak_rss_bytes'] / 2**20:.1f} MiB{dev}, "
                           f"background {m['background_cpu_pct']}% CPU", flush=True)
                     if m["background_cpu_pct"] <= a.max_background or attempt == a.retries:
                         break
@@ -298,13 +330,16 @@ def bench_config(cfg_name, a, work):
                 peak_rss_mb=stats([m["peak_rss_bytes"] / 2**20 for m in ms]),
                 background_cpu_pct=stats([m["background_cpu_pct"] for m in ms]),
                 runs=ms)
-        dm, tm = summary["dfg"]["step_ms"]["median"], summary["torch"]["step_ms"]["median"]
-        dr, tr = summary["dfg"]["peak_rss_mb"]["median"], summary["torch"]["peak_rss_mb"]["median"]
-        summary["speedup_torch_ms_over_dfg_ms"] = tm / dm
-        summary["rss_ratio_dfg_over_torch"] = dr / tr
-        # run i of dfg and run i of torch ran back to back: their ratio is less exposed to the
-        # machine's speed drifting between runs (a shared VM's cores do)
-        summary["pair_speedups"] = stats([t["median_ms"] / d["median_ms"] for d, t in zip(per["dfg"], per["torch"])])
+        dm, dr = summary["dfg"]["step_ms"]["median"], summary["dfg"]["peak_rss_mb"]["median"]
+        for o in a.impls[1:]:  # torch, and on the GPU torch.compile (keys ..._torch_compile)
+            k = bench_gpu.suffix(o)
+            summary[f"speedup{k}_ms_over_dfg_ms"] = summary[o]["step_ms"]["median"] / dm
+            summary[f"rss_ratio_dfg_over{k}"] = dr / summary[o]["peak_rss_mb"]["median"]
+            # run i of dfg and run i of torch ran back to back: their ratio is less exposed to the
+            # machine's speed drifting between runs (a shared VM's cores do)
+            summary[bench_gpu.pair_key(o)] = stats([t["median_ms"] / d["median_ms"] for d, t in zip(per["dfg"], per[o])])
+        if a.device == "cuda":
+            bench_gpu.summarize(summary, per, stats)
         result["modes"][mode] = summary
     after = dfg_identity(a.dfg)
     result["dfg_binary"] = ident
@@ -369,7 +404,13 @@ def main():
                     help="an extra `dfg compile --set` for dfg's plan only (repeatable), e.g. share_prompts=0; "
                          "it is part of the results' file names")
     ap.add_argument("--note", default="", help="free text stored with the results (e.g. which build --dfg is)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: dfg's cuda plan on the GPU against torch eager and torch.compile on the GPU")
+    ap.add_argument("--dtype", choices=("bf16", "f32"), default="bf16",
+                    help="--device cuda: bf16 (dfg's cuda default; torch autocast) or f32 (dfg torch_dtype=float32)")
+    ap.add_argument("--compile-mode", default="default", help="--device cuda: torch.compile's mode")
     a = ap.parse_args()
+    a.impls = bench_gpu.IMPLS if a.device == "cuda" else ("dfg", "torch")
     a.configs = [c for c in a.configs.split(",") if c]
     a.modes = [m for m in a.modes.split(",") if m]
     for c in a.configs:
@@ -382,6 +423,10 @@ def main():
     if not os.access(a.dfg, os.X_OK):
         sys.exit(f"bench: no dfg at {a.dfg} (build it: cmake --build build)")
 
+    gpu = None
+    if a.device == "cuda":
+        gpu, tinfo = bench_gpu.check(sys.executable)
+        a.torch_blas = "system"  # the GEMMs are the GPU's; no BLAS to pin for torch
     torch_version = sh([sys.executable, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
     work = tempfile.mkdtemp(prefix="dfg-bench-")
     # the cost of loading torch alone, to read torch's peak RSS against
@@ -394,9 +439,14 @@ def main():
                   note=a.note, torch_version=torch_version, threads=a.threads, seed=a.seed, torch_blas=a.torch_blas,
                   dfg_blas=[l.strip().split(" (0x")[0] for l in ldd.splitlines() if "blas" in l or "gomp" in l],
                   torch_import_peak_rss_mb=round(base["peak_rss_bytes"] / 2**20, 1))
+    if a.device == "cuda":
+        common.update(device="cuda", dtype=a.dtype, compile_mode=a.compile_mode, gpu=gpu, torch_cuda=tinfo)
     print(f"dfg {git_commit()} vs torch {torch_version}, {a.threads} threads, {machine['cpu']} "
           f"({machine['cores']} cores, {machine['ram_gib']} GiB); importing torch alone peaks at "
           f"{common['torch_import_peak_rss_mb']} MiB RSS", flush=True)
+    if a.device == "cuda":
+        print(f"on the GPU: {gpu['name']} (driver {gpu['driver']}, CUDA {gpu['cuda_driver']}), torch's CUDA "
+              f"{tinfo.get('cuda')}, {a.dtype}, torch.compile mode {a.compile_mode}", flush=True)
     os.makedirs(a.out, exist_ok=True)
     results = []
     try:
@@ -406,6 +456,8 @@ def main():
                 continue
             results.append(res)
             extra = "".join("-" + kv.replace("=", "_") for kv in a.dfg_set)
+            if a.device == "cuda":
+                extra = "-cuda" + ("-f32" if a.dtype == "f32" else "") + extra
             stem = os.path.join(a.out, f"{common['date']}-{machine['hostname']}-{c}{extra}")
             with open(stem + ".json", "w") as f:
                 json.dump(dict(common, **res), f, indent=1)
@@ -417,7 +469,12 @@ def main():
                         f"Importing torch alone peaks at {common['torch_import_peak_rss_mb']} MiB RSS."
                         + (f" dfg compiled with --set {', --set '.join(a.dfg_set)}." if a.dfg_set else "")
                         + (f" Note: {a.note}." if a.note else "") + "\n\n")
-                f.write(table([res]) + "\n\n" + notes(res) + "\n")
+                if a.device == "cuda":
+                    f.write(f"GPU: {gpu['name']}, driver {gpu['driver']}, CUDA {gpu['cuda_driver']} (driver), torch's "
+                            f"CUDA {tinfo.get('cuda')}; {a.dtype}; torch.compile mode {a.compile_mode}.\n\n")
+                    f.write(bench_gpu.table([res], fmt3) + "\n\n" + notes(res) + "\n\n" + bench_gpu.NOTE + "\n")
+                else:
+                    f.write(table([res]) + "\n\n" + notes(res) + "\n")
             print(f"wrote {stem}.json and .md", flush=True)
     finally:
         if a.keep:
@@ -426,7 +483,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
     if results:
         print()
-        print(table(results))
+        print(bench_gpu.table(results, fmt3) if a.device == "cuda" else table(results))
         print()
         for res in results:
             print(notes(res))

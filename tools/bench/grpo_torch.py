@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """grpo_torch.py - the GRPO iteration of dfg's examples/grpo.c written as a PyTorch user would
-write it: eager mode, fp32, CPU, no compilation, no Hugging Face libraries.
+write it: eager mode, fp32, CPU, no compilation, no Hugging Face libraries (by default; a GPU
+run is described under "--device cuda" below).
 
 One step (--mode full), as examples/grpo.c runs it with its defaults:
   data        P problems of the `reverse` task (d random digits then '='), each repeated G times
@@ -25,8 +26,31 @@ recomputed here either).
 Output: one JSON line per timed step on stdout, {"step": i, "ms": ..., "reward": ...} (the first
 --warmup steps run but are not printed), then one summary line with the median step time and
 the process's peak RSS (getrusage(RUSAGE_SELF).ru_maxrss * 1024 bytes).
+
+--device cuda: the models, the optimizer state and every tensor of the step on the GPU (the
+prompts are drawn on the CPU, as on the CPU run, and copied; the reward stays plain Python on
+the completions copied back, as TRL's reward functions are). The initial weights are made on
+the CPU from --seed and moved, so they are those of a CPU run. Mixed precision is PyTorch's
+usual one, not dfg's: --dtype bf16 (the default on cuda) runs the forward passes (rollout,
+reference, policy) under torch.autocast(device_type="cuda", dtype=torch.bfloat16) with fp32
+weights, fp32 gradients and fp32 AdamW state (the KV cache is bf16, as autocast's projections
+produce it); dfg's cuda plans instead keep bf16 weights and activations with fp32 master
+weights and moments, so the two hold the same fp32 optimizer state but different copies of the
+weights. --dtype f32 runs everything in fp32 (matmuls without TF32, PyTorch's default), the
+counterpart of `dfg compile --target cuda --set torch_dtype=float32`. AdamW is PyTorch's default
+for CUDA tensors (foreach). Every timed step is bracketed by torch.cuda.synchronize(), so its
+time is the GPU's, not the launches'. --compile wraps the model's forward passes with
+torch.compile (--compile-mode, default "default"): the prefill / decode forward up to the
+last position's logits, and the per-token log-probs (forward, lm_head, log_softmax, gather) of
+the policy and the reference; sampling, the loss, backward and AdamW stay eager. The first
+steps compile (keep them in --warmup). The summary line adds the device's name, the peak of
+torch's allocator (torch.cuda.max_memory_allocated, and _reserved) and the device memory
+measured as dfg measures its own: cudaMemGetInfo's free bytes once the context exists minus
+the free bytes after the last step (torch's caching allocator does not give memory back, so
+this is its peak reservation plus the libraries' workspaces).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -56,6 +80,11 @@ def parse_args(argv=None):
     ap.add_argument("--mode", choices=("full", "fixed"), default="full")
     ap.add_argument("--rollouts", help="fixed mode: train on this safetensors rollout (dfg's --rollouts format)")
     ap.add_argument("--save-rollouts", help="write the first rollout batch (dfg's --rollouts format) and go on")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=("f32", "bf16"), help="f32 (the default on cpu) or bf16 autocast (the default "
+                    "on cuda; cuda only)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward passes (PyTorch 2.0+)")
+    ap.add_argument("--compile-mode", default="default", help="torch.compile's mode (default, reduce-overhead, ...)")
     # the remaining GRPO settings, at examples/grpo.c's defaults
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--beta", type=float, default=0.04)
@@ -84,7 +113,7 @@ def attention(q, k, v, causal):
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
     if causal:
         Tq, Tk = q.size(-2), k.size(-2)
-        mask = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
+        mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)
         att = att.masked_fill(~mask, float("-inf"))
     return F.softmax(att, dim=-1) @ v
 
@@ -182,25 +211,34 @@ def rewards_of(completions, answers):
 
 
 # ---------------------------------------------------------------- GRPO
+def last_logits(model, idx, caches, pos, temperature):
+    """The next-token logits after tokens idx (B, T) at positions pos .. pos+T-1, which go into
+    the KV caches: (B, vocab_size)."""
+    logits = model.lm_head(model(idx, caches, pos)[:, -1])
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits
+
+
 @torch.no_grad()
-def generate(model, prompts, max_new, temperature):
-    """Samples max_new tokens after each prompt with a KV cache: (N, max_new) token ids."""
+def generate(model, prompts, max_new, temperature, fwd=last_logits, cache_dtype=torch.float32):
+    """Samples max_new tokens after each prompt with a KV cache: (N, max_new) token ids. fwd is
+    last_logits or its torch.compile'd version."""
     N, Lp = prompts.shape
     cfg = model.h[0]
     C = model.wte.embedding_dim
     H = cfg.n_head
     T = Lp + max_new
-    caches = [(torch.empty(N, H, T, C // H), torch.empty(N, H, T, C // H)) for _ in model.h]
-    out = torch.empty(N, max_new, dtype=torch.long)
-    h = model(prompts, caches, 0)[:, -1]  # prefill the whole prompt
+    dev = prompts.device
+    caches = [(torch.empty(N, H, T, C // H, dtype=cache_dtype, device=dev),
+               torch.empty(N, H, T, C // H, dtype=cache_dtype, device=dev)) for _ in model.h]
+    out = torch.empty(N, max_new, dtype=torch.long, device=dev)
+    logits = fwd(model, prompts, caches, 0, temperature)  # prefill the whole prompt
     for i in range(max_new):
-        logits = model.lm_head(h)
-        if temperature != 1.0:
-            logits = logits / temperature
         tok = torch.multinomial(F.softmax(logits, dim=-1), 1)  # (N, 1)
         out[:, i] = tok[:, 0]
         if i + 1 < max_new:
-            h = model(tok, caches, Lp + i)[:, -1]
+            logits = fwd(model, tok, caches, Lp + i, temperature)
     return out
 
 
@@ -224,13 +262,15 @@ def advantages_of(rewards, G):
     return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)
 
 
-def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a):
-    """advantages, reference log-probs, the GRPO loss, backward, clipping and AdamW."""
+def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a, logp_fn=token_logp, amp=contextlib.nullcontext):
+    """advantages, reference log-probs, the GRPO loss, backward, clipping and AdamW. logp_fn is
+    token_logp or its torch.compile'd version; amp() the autocast context of the forward passes."""
     adv = advantages_of(rewards, a.num_generations)
     if a.beta != 0.0:
-        with torch.no_grad():
-            ref_logp = token_logp(ref, tokens, Lp, a.temperature)
-    logp = token_logp(policy, tokens, Lp, a.temperature)
+        with torch.no_grad(), amp():
+            ref_logp = logp_fn(ref, tokens, Lp, a.temperature)
+    with amp():
+        logp = logp_fn(policy, tokens, Lp, a.temperature)
     old_logp = logp.detach()  # num_iterations 1: the ratio is 1, its gradient is not
     ratio = torch.exp(logp - old_logp)
     A = adv.unsqueeze(1)
@@ -255,7 +295,7 @@ TORCH_ST = {torch.int32: "I32", torch.float32: "F32", torch.int64: "I64"}
 def st_write(path, tensors):
     header, blobs, off = {}, [], 0
     for name, t in tensors.items():
-        b = t.contiguous().numpy().tobytes()
+        b = t.contiguous().cpu().numpy().tobytes()
         header[name] = {"dtype": TORCH_ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
@@ -294,7 +334,36 @@ def loaded_blas():
         return []
 
 
+def cuda_setup(a):
+    """--device cuda: checks, and returns the device's free bytes once the context exists (the
+    baseline of the measured device memory, as dfg's)."""
+    if not torch.cuda.is_available():
+        sys.exit(f"grpo_torch: --device cuda, but this PyTorch ({torch.__version__}, CUDA {torch.version.cuda}) "
+                 f"sees no CUDA device (torch.cuda.is_available() is False)")
+    free, _ = torch.cuda.mem_get_info()  # creates the context first
+    return free
+
+
 def main(a):
+    if a.dtype is None:
+        a.dtype = "bf16" if a.device == "cuda" else "f32"
+    if a.dtype == "bf16" and a.device != "cuda":
+        sys.exit("grpo_torch: --dtype bf16 is for --device cuda (the CPU runs are fp32)")
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"grpo_torch: --compile needs PyTorch 2.0+ (this is {torch.__version__})")
+    dev = torch.device(a.device)
+    free_at_start = cuda_setup(a) if a.device == "cuda" else None
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    if a.dtype == "bf16":
+        def amp():
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    else:
+        amp = contextlib.nullcontext
+    cache_dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    fwd, logp_fn = last_logits, token_logp
+    if a.compile:
+        fwd = torch.compile(last_logits, mode=a.compile_mode)
+        logp_fn = torch.compile(token_logp, mode=a.compile_mode)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     Lp, max_new = a.digits + 1, a.digits + 2  # examples/grpo.c: the task's prompt, its answer + 2
@@ -311,15 +380,19 @@ def main(a):
         ref = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
         ref.load_state_dict(policy.state_dict())  # the frozen initial policy
         ref.requires_grad_(False)
+        ref.to(dev)
+    policy.to(dev)  # made on the CPU from the seed, so the weights are a CPU run's
     opt = torch.optim.AdamW(policy.parameters(), lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     def rollout():
         prompts, answers = make_prompts(P, G, a.digits)
-        completions = generate(policy, prompts, max_new, a.temperature)
+        prompts = prompts.to(dev)
+        with amp():
+            completions = generate(policy, prompts, max_new, a.temperature, fwd, cache_dtype)
         mask = completion_mask(completions)
-        rewards = rewards_of(completions, answers)
+        rewards = rewards_of(completions, answers).to(dev)
         tokens = torch.cat([prompts, completions], dim=1)
-        return tokens, torch.cat([torch.zeros(P * G, Lp), mask], dim=1), rewards
+        return tokens, torch.cat([torch.zeros(P * G, Lp, device=dev), mask], dim=1), rewards
 
     fixed = None
     if a.mode == "fixed":
@@ -329,7 +402,7 @@ def main(a):
             if tuple(tok.shape) != (P * G, T) or tuple(m.shape) != (P * G, T) or tuple(rw.shape) != (P * G,):
                 sys.exit(f"grpo_torch: {a.rollouts} holds tokens {tuple(tok.shape)}, completion_mask "
                          f"{tuple(m.shape)}, rewards {tuple(rw.shape)}; this config needs ({P * G}, {T}) and ({P * G},)")
-            fixed = (tok.long(), m.float(), rw.float())
+            fixed = (tok.long().to(dev), m.float().to(dev), rw.float().to(dev))
         else:
             fixed = rollout()
         if a.save_rollouts:
@@ -337,6 +410,7 @@ def main(a):
 
     times = []
     for step in range(1, a.steps + 1):
+        sync()
         t0 = time.perf_counter()
         if fixed is None:
             tokens, full_mask, rewards = rollout()
@@ -346,7 +420,8 @@ def main(a):
                 t0 += time.perf_counter() - tw  # the write is no part of the step's time
         else:
             tokens, full_mask, rewards = fixed
-        loss = train_step(policy, ref, opt, tokens, full_mask[:, Lp:], rewards, Lp, a)
+        loss = train_step(policy, ref, opt, tokens, full_mask[:, Lp:], rewards, Lp, a, logp_fn, amp)
+        sync()
         ms = 1e3 * (time.perf_counter() - t0)
         if step > a.warmup:
             times.append(ms)
@@ -354,11 +429,20 @@ def main(a):
                               "loss": round(loss, 6)}), flush=True)
     times.sort()
     med = times[len(times) // 2] if len(times) % 2 else (sum(times[len(times) // 2 - 1:len(times) // 2 + 1]) / 2 if times else None)
-    print(json.dumps({"summary": True, "mode": a.mode, "steps": a.steps, "warmup": a.warmup, "timed_steps": len(times),
-                      "median_ms": med, "threads": a.threads, "torch": torch.__version__,
-                      "sequences": P * G, "prompt_len": Lp, "completion_len": max_new,
-                      "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
-                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}), flush=True)
+    summary = {"summary": True, "mode": a.mode, "steps": a.steps, "warmup": a.warmup, "timed_steps": len(times),
+               "median_ms": med, "threads": a.threads, "torch": torch.__version__,
+               "sequences": P * G, "prompt_len": Lp, "completion_len": max_new,
+               "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
+               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if a.device == "cuda":
+        sync()
+        free_now, _ = torch.cuda.mem_get_info()
+        summary.update(device=torch.cuda.get_device_name(), cuda=torch.version.cuda, dtype=a.dtype,
+                       compile=a.compile_mode if a.compile else None,
+                       peak_device_allocated_bytes=torch.cuda.max_memory_allocated(),
+                       peak_device_reserved_bytes=torch.cuda.max_memory_reserved(),
+                       device_bytes_measured=free_at_start - free_now)
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":
