@@ -14,6 +14,8 @@
 #     CPU's over 3 steps (2-norm of the difference over all parameters; the bf16 parameters
 #     themselves cannot show an update smaller than their rounding, e.g. a layernorm gain at 1.0),
 #     and a GRPO step's log-probs and loss within 2e-2;
+#   - GPT-2 training with attention through the SDPA descriptor cuDNN gets on a GPU, run by its
+#     interpreter (DFG_EMU_SDPA=1), equals the CPU backend too (1e-5);
 #   - graph replay equals eager launches (--eager) bit for bit;
 #   - the device memory the emulated device allocated is the plan's arena (dfg inspect) plus the
 #     workspace it reports, byte for byte;
@@ -80,6 +82,12 @@ else
 fi
 cp out.txt f32_run.txt
 check "float32 cuda weights after 3 steps = the CPU's (1e-5)" "${ST[@]}" close cpu.safetensors f32.safetensors 1e-5
+if [ "$REAL" = 0 ]; then
+  # attention through the SDPA descriptor (the mapping cuDNN gets on a GPU), its interpreter here
+  DFG_EMU_SDPA=1 run "$DFG" run f32.dfg --steps 3 --emulate-gpu --threads 1 --save sdpa.safetensors
+  expect_rc 0 "gpt2_train float32 with attention through the SDPA descriptor (DFG_EMU_SDPA=1)"
+  check "SDPA-descriptor weights after 3 steps = the CPU's (1e-5)" "${ST[@]}" close cpu.safetensors sdpa.safetensors 1e-5
+fi
 run "$DFG" run f32.dfg --steps 3 "${DEV[@]}" --threads 1 --eager --save eager.safetensors
 expect_rc 0 "the same run with eager launches"
 check "graph replay = eager launches, bit for bit" "${ST[@]}" same f32.safetensors eager.safetensors
