@@ -190,14 +190,10 @@ static cudnnBackendDescriptor_t virt(gb *g, cudnnDataType_t type, int64_t r, int
     return tensor(g, g->next_uid++, type, dim, stride, true, false, "an intermediate tensor");
 }
 
-/* y = mode(x[, b[, t]]) elementwise, computed in `prec` (GEN_INDEX: the index along `axis`) */
-static cudnnBackendDescriptor_t pointwise(gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
-                                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
-                                          cudnnBackendDescriptor_t y, const char *what) {
-    cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
-    set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
-    set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
-    finalize(g, pw, what);
+/* The pointwise operation y = pw(x[, b[, t]]) of a finalized pointwise descriptor. */
+static cudnnBackendDescriptor_t pointwise_op(gb *g, cudnnBackendDescriptor_t pw, cudnnBackendDescriptor_t x,
+                                             cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                                             cudnnBackendDescriptor_t y, const char *what) {
     cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
     set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
     set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
@@ -208,21 +204,30 @@ static cudnnBackendDescriptor_t pointwise(gb *g, cudnnPointwiseMode_t mode, cudn
     return y;
 }
 
-static cudnnBackendDescriptor_t gen_index(gb *g, cudnnBackendDescriptor_t x, int64_t axis, cudnnBackendDescriptor_t y,
-                                          const char *what) {
-    cudnnPointwiseMode_t mode = CUDNN_POINTWISE_GEN_INDEX;
-    cudnnDataType_t prec = CUDNN_DATA_INT32;
+/* A pointwise descriptor of `mode` computed in `prec`, not yet finalized. */
+static cudnnBackendDescriptor_t pointwise_desc(gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, const char *what) {
     cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
     set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
     set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
+    return pw;
+}
+
+/* y = mode(x[, b[, t]]) elementwise, computed in `prec` */
+static cudnnBackendDescriptor_t pointwise(gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                                          cudnnBackendDescriptor_t y, const char *what) {
+    cudnnBackendDescriptor_t pw = pointwise_desc(g, mode, prec, what);
+    finalize(g, pw, what);
+    return pointwise_op(g, pw, x, b, t, y, what);
+}
+
+/* y (int32) = the index of each element of x along `axis` */
+static cudnnBackendDescriptor_t gen_index(gb *g, cudnnBackendDescriptor_t x, int64_t axis, cudnnBackendDescriptor_t y,
+                                          const char *what) {
+    cudnnBackendDescriptor_t pw = pointwise_desc(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, what);
     set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
     finalize(g, pw, what);
-    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    add_op(g, op, what);
-    return y;
+    return pointwise_op(g, pw, x, NULL, NULL, y, what);
 }
 
 /* c = a b, batched over (b, h), f32 accumulation */
