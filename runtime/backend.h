@@ -38,6 +38,8 @@ typedef struct {
      * it, and how much of it is workspace beside the planned arena. */
     size_t (*device_bytes)(void *state);
     size_t (*workspace_bytes)(void *state);
+    /* The workspace_bytes a run of p will have, without a device (NULL on the CPU). */
+    dfg_status (*workspace_of)(const dfg_program *p, dfg_device_workspace *w);
 } dfg_backend;
 
 extern const dfg_backend dfg_backend_cpu;

@@ -91,6 +91,23 @@ DFG_API double dfg_runtime_host_ms(const dfg_runtime *rt);
  * after it, the kernels' and GEMM's workspace), and the workspace part; 0 on the CPU. */
 DFG_API size_t dfg_runtime_device_bytes(const dfg_runtime *rt);
 DFG_API size_t dfg_runtime_workspace_bytes(const dfg_runtime *rt);
+/* The device workspace a cuda plan's run allocates after its arena, in the same allocation, known
+ * before the run (dfg inspect prints it): the largest scratch any node's launcher asks for (dfg's
+ * kernels; on a GPU also cuDNN's attention, where this build has cuDNN), the GEMM library's
+ * workspace (cuBLASLt on a GPU; none emulated) and the flag word kernels report bad values in,
+ * each rounded up to 256 bytes. total_bytes is what dfg_runtime_workspace_bytes will say. */
+typedef struct {
+    size_t total_bytes;
+    size_t kernel_bytes;                /* the largest node scratch */
+    size_t library_bytes;               /* the GEMM library's */
+    const char *largest_node;           /* the node asking for kernel_bytes; NULL when none asks */
+    const char *largest_op, *largest_graph;
+} dfg_device_workspace;
+/* For a program compiled for cuda: on this build's GPU device (emulated = false; DFG_ERR_UNSUPPORTED
+ * in a build without CUDA) or the emulated one (--emulate-gpu; DFG_ERR_UNSUPPORTED without the
+ * emulator). DFG_ERR_ARG for a cpu program or one not compiled; DFG_ERR_UNSUPPORTED also when an
+ * op has no CUDA kernel. The names point into the program. */
+DFG_API dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg_device_workspace *w);
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 DFG_API size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
 /* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results

@@ -155,6 +155,19 @@ static dfg_status choose_backend(dfg_runtime *rt) {
 #endif
 }
 
+dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg_device_workspace *w) {
+    if (!p || !w || !p->plan || p->plan->opt.target != DFG_TARGET_CUDA) return DFG_ERR_ARG;
+    const dfg_backend *be = NULL;
+    (void)emulated; /* a build with neither device */
+#ifdef DFG_HAVE_CUDA_EMU
+    if (emulated) be = &dfg_backend_cuda_emulated;
+#endif
+#ifdef DFG_HAVE_CUDA
+    if (!emulated) be = &dfg_backend_cuda;
+#endif
+    return be ? be->workspace_of(p, w) : DFG_ERR_UNSUPPORTED;
+}
+
 dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
     if (!out) return DFG_ERR_ARG;
     *out = NULL;

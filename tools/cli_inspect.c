@@ -31,7 +31,10 @@ static void usage(FILE *f) {
                "           no_fuse (compiled with --no-fuse), memory_budget (bytes, null: none),\n"
                "           arena_bytes (what the run allocates), lower_bound_bytes (max over the\n"
                "           steps of the live bytes), arena_over_lower_bound, naive_bytes (no reuse),\n"
-               "           saving_vs_naive (fraction), persistent_bytes, n_steps, peak_step,\n"
+               "           saving_vs_naive (fraction), persistent_bytes, device_workspace {gpu, emulated:\n"
+               "           what a cuda run allocates after the arena: {total_bytes, kernel_bytes,\n"
+               "           library_bytes, largest_node}, null for a cpu plan or a device this build\n"
+               "           lacks}, n_steps, peak_step,\n"
                "           peak_stage, peak_node (null at a host stage), peak_op,\n"
                "           peak_breakdown {params, grads, optimizer, ref_model, kv_cache,\n"
                "           activations, logits, workspace, other: bytes live at the peak},\n"
@@ -86,6 +89,36 @@ static double stage_flops(const dfg_stage *st) {
 
 static double ratio(size_t a, size_t b) { return b ? (double)a / (double)b : 0.0; }
 
+/* ---------------------------------------------------------------- device workspace (cuda) */
+/* What a run allocates after the arena, on this build's GPU device and on the emulated one. */
+static void print_device_workspace(const inspection *in) {
+    static const char *const where[2] = {"on a GPU", "--emulate-gpu"};
+    bool first = true;
+    for (int emu = 0; emu < 2; emu++) {
+        dfg_device_workspace w;
+        char a[32], b[32], c[32], big[320] = "";
+        if (dfg_runtime_device_workspace(in->p, emu, &w)) continue; /* no such device in this build */
+        if (w.largest_node)
+            snprintf(big, sizeof(big), " (the largest: '%s', %s in '%s')", w.largest_node, w.largest_op, w.largest_graph);
+        printf("%s%12s  after the arena, in the same allocation, %s: kernel scratch %s%s, GEMM library %s\n",
+               first ? "workspace     " : "              ", dfg_bytes_str((double)w.total_bytes, a, sizeof(a)), where[emu],
+               dfg_bytes_str((double)w.kernel_bytes, b, sizeof(b)), big, dfg_bytes_str((double)w.library_bytes, c, sizeof(c)));
+        first = false;
+    }
+}
+
+static cJSON *device_workspace_json(const inspection *in, bool emulated) {
+    dfg_device_workspace w;
+    if (in->r->target != DFG_TARGET_CUDA || dfg_runtime_device_workspace(in->p, emulated, &w)) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "total_bytes", (double)w.total_bytes);
+    cJSON_AddNumberToObject(o, "kernel_bytes", (double)w.kernel_bytes);
+    cJSON_AddNumberToObject(o, "library_bytes", (double)w.library_bytes);
+    if (w.largest_node) cJSON_AddStringToObject(o, "largest_node", w.largest_node);
+    else cJSON_AddNullToObject(o, "largest_node");
+    return o;
+}
+
 /* ---------------------------------------------------------------- the table */
 static void print_totals(const inspection *in) {
     const dfg_report *r = in->r;
@@ -93,7 +126,8 @@ static void print_totals(const inspection *in) {
     printf("plan          %s: program '%s', target %s, alignment %zu B%s%s%s\n", in->path, in->p->name,
            dfg_target_name(r->target), r->align, in->info->no_reuse ? ", no reuse" : "",
            in->info->keep_order ? ", build order kept" : "", in->info->no_fuse ? ", no fusion" : "");
-    printf("arena         %12s  what the run allocates\n", dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)));
+    printf("arena         %12s  %s\n", dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)),
+           r->target == DFG_TARGET_CUDA ? "the run's tensors (its device workspace follows it: below)" : "what the run allocates");
     printf("lower bound   %12s  arena / lower bound = %.3f\n", dfg_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
            ratio(r->arena_bytes, r->lower_bound_bytes));
     printf("naive         %12s  planning saves %s (%.1f%%)\n", dfg_bytes_str((double)r->naive_bytes, a, sizeof(a)),
@@ -107,6 +141,7 @@ static void print_totals(const inspection *in) {
                dfg_bytes_str((double)(budget - (int64_t)r->arena_bytes), b, sizeof(b)),
                100.0 * (1.0 - ratio(r->arena_bytes, (size_t)budget)));
     else printf("budget        %12s  (dfg compile --memory-budget sets one)\n", "none");
+    if (r->target == DFG_TARGET_CUDA) print_device_workspace(in);
 }
 
 static void print_peak(const inspection *in) {
@@ -253,6 +288,11 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddNumberToObject(o, "naive_bytes", (double)r->naive_bytes);
     cJSON_AddNumberToObject(o, "saving_vs_naive", 1.0 - ratio(r->arena_bytes, r->naive_bytes));
     cJSON_AddNumberToObject(o, "persistent_bytes", (double)r->persistent_bytes);
+    cJSON *dw = cJSON_AddObjectToObject(o, "device_workspace");
+    if (dw) {
+        cJSON_AddItemToObject(dw, "gpu", device_workspace_json(in, false));
+        cJSON_AddItemToObject(dw, "emulated", device_workspace_json(in, true));
+    }
     cJSON_AddNumberToObject(o, "n_steps", r->n_steps);
     cJSON_AddNumberToObject(o, "peak_step", r->peak_step);
     cJSON_AddStringToObject(o, "peak_stage", in->peak_stage >= 0 ? in->p->stages[in->peak_stage].name : "");

@@ -20,7 +20,7 @@ typedef struct {
     void *dev;
     dfg_cuda_ctx ctx;
     char desc[256];
-    size_t scratch_max; /* bytes: the largest node workspace */
+    dfg_device_workspace ws; /* the workspace after the arena: the largest node scratch, the GEMM's */
     size_t arena_bytes; /* of the last alloc: the workspace follows it */
     char *base;         /* the one device allocation */
     int n_stages;
@@ -29,9 +29,12 @@ typedef struct {
 
 /* The tail of the one allocation: workspace, GEMM workspace, flag word (256-byte aligned). */
 #define ALIGN_UP(x) (((x) + 255) & ~(size_t)255)
+static size_t tail_bytes(size_t scratch, size_t gemm) { return ALIGN_UP(scratch) + ALIGN_UP(gemm) + 256; }
 
-static dfg_status check_kernels(const dfg_device *d, const dfg_program *p, size_t *scratch, char *err, size_t len) {
-    *scratch = 0;
+/* Every node has a kernel on the device; the largest scratch a node asks for, and which node. */
+static dfg_status check_kernels(const dfg_device *d, const dfg_program *p, dfg_device_workspace *w, char *err,
+                                size_t len) {
+    *w = (dfg_device_workspace){0};
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
             const dfg_node *n = p->graphs[gi]->nodes[i];
@@ -41,8 +44,12 @@ static dfg_status check_kernels(const dfg_device *d, const dfg_program *p, size_
                 return DFG_ERR_UNSUPPORTED;
             }
             size_t s = d->scratch_bytes(n);
-            if (s > *scratch) *scratch = s;
+            if (s > w->kernel_bytes)
+                w->kernel_bytes = s, w->largest_node = n->name, w->largest_op = dfg_op_name(n->op),
+                w->largest_graph = p->graphs[gi]->name;
         }
+    w->library_bytes = d->gemm_workspace;
+    w->total_bytes = tail_bytes(w->kernel_bytes, w->library_bytes);
     return DFG_OK;
 }
 
@@ -50,7 +57,7 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **st
     cuda_state *st = calloc(1, sizeof(*st));
     if (!st) return snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM;
     st->d = d;
-    dfg_status s = check_kernels(d, p, &st->scratch_max, err, len);
+    dfg_status s = check_kernels(d, p, &st->ws, err, len);
     int sm = 0;
     if (!s) s = d->open(&st->dev, &sm, st->desc, sizeof(st->desc), err, len);
     st->n_stages = p->n_stages;
@@ -91,8 +98,8 @@ static void destroy(void *state) {
 
 static void *alloc(void *state, size_t bytes) {
     cuda_state *st = state;
-    size_t arena = ALIGN_UP(bytes), scratch = ALIGN_UP(st->scratch_max), gemm = ALIGN_UP(st->d->gemm_workspace);
-    st->base = st->d->alloc(st->dev, arena + scratch + gemm + 256);
+    size_t arena = ALIGN_UP(bytes), scratch = ALIGN_UP(st->ws.kernel_bytes), gemm = ALIGN_UP(st->ws.library_bytes);
+    st->base = st->d->alloc(st->dev, arena + st->ws.total_bytes);
     if (!st->base) return NULL;
     st->arena_bytes = arena;
     st->ctx.scratch = scratch ? st->base + arena : NULL;
@@ -186,24 +193,32 @@ static size_t device_bytes(void *state) {
 }
 
 /* Everything of the one allocation after the arena: kernel workspace, GEMM workspace, flags. */
-static size_t workspace_bytes(void *state) {
-    cuda_state *st = state;
-    return ALIGN_UP(st->scratch_max) + ALIGN_UP(st->d->gemm_workspace) + 256;
+static size_t workspace_bytes(void *state) { return ((cuda_state *)state)->ws.total_bytes; }
+
+static dfg_status workspace_on(const dfg_device *d, const dfg_program *p, dfg_device_workspace *w) {
+    char err[256];
+    return check_kernels(d, p, w, err, sizeof(err));
+}
+static dfg_status workspace_emulated(const dfg_program *p, dfg_device_workspace *w) {
+    return workspace_on(&dfg_device_emulated, p, w);
 }
 
-#define DFG_CUDA_BACKEND(create_fn, label)                                                               \
+#define DFG_CUDA_BACKEND(create_fn, workspace_fn, label)                                              \
     {.name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
      .upload = upload, .download = download, .exec = exec, .sync = sync, .host_memory = false,          \
      .alloc_host = alloc_host, .free_host = free_host, .capture_begin = capture_begin,                   \
      .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe,    \
-     .device_bytes = device_bytes, .workspace_bytes = workspace_bytes}
+     .device_bytes = device_bytes, .workspace_bytes = workspace_bytes, .workspace_of = workspace_fn}
 
-const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, "cuda (emulated)");
+const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, workspace_emulated, "cuda (emulated)");
 
 #ifdef DFG_HAVE_CUDA
 static dfg_status create_gpu(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
     (void)o;
     return create_on(&dfg_device_cuda, p, state, err, len);
 }
-const dfg_backend dfg_backend_cuda = DFG_CUDA_BACKEND(create_gpu, "cuda");
+static dfg_status workspace_gpu(const dfg_program *p, dfg_device_workspace *w) {
+    return workspace_on(&dfg_device_cuda, p, w);
+}
+const dfg_backend dfg_backend_cuda = DFG_CUDA_BACKEND(create_gpu, workspace_gpu, "cuda");
 #endif

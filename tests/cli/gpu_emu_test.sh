@@ -110,6 +110,12 @@ if [ "$REAL" = 1 ]; then
 elif [ -n "$dev" ] && [ -n "$ws" ] && [ $((dev - ws)) -eq "$arena" ]; then
   ok "the emulated device allocated the plan's arena ($arena bytes) + workspace $ws, byte for byte"
 else fail "device memory '$line' vs the plan's arena $arena"; fi
+# the workspace is known before the run: dfg inspect says what the run then allocates
+key=$([ "$REAL" = 1 ] && echo gpu || echo emulated)
+planned_ws=$("$DFG" inspect f32.dfg --json | python3 -c "import json, sys; print(json.load(sys.stdin)['device_workspace']['$key']['total_bytes'])")
+if [ -n "$ws" ] && [ "$planned_ws" = "$ws" ]; then
+  ok "dfg inspect's device workspace ($planned_ws bytes, $key) = what the run allocated after the arena"
+else fail "dfg inspect's device workspace '$planned_ws' ($key) vs the run's '$ws'"; fi
 
 # ---------------------------------------------------------------- GRPO
 run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" -o gcpu.dfg
