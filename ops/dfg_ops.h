@@ -60,6 +60,8 @@ DFG_API dfg_tensor *dfg_argmax(dfg_graph *g, dfg_tensor *x); /* over the last ax
 DFG_API dfg_tensor *dfg_matmul(dfg_graph *g, dfg_tensor *a, dfg_tensor *b, bool trans_a, bool trans_b);
 DFG_API dfg_tensor *dfg_bias_add(dfg_graph *g, dfg_tensor *x, dfg_tensor *bias); /* x (..., N) + bias (N) */
 DFG_API dfg_tensor *dfg_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
+/* Llama's RMSNorm over the last axis: x (..., C), w (C) -> w * x / sqrt(mean(x^2) + eps) */
+DFG_API dfg_tensor *dfg_rmsnorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, float eps);
 DFG_API dfg_tensor *dfg_softmax(dfg_graph *g, dfg_tensor *x);     /* over the last axis */
 DFG_API dfg_tensor *dfg_log_softmax(dfg_graph *g, dfg_tensor *x); /* over the last axis */
 /* Causal self-attention: qkv (B, T, 3C) laid out [q | k | v] as GPT-2's c_attn -> (B, T, C). */
@@ -76,6 +78,11 @@ DFG_API dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor
                                  dfg_tensor *pos, int n_head);
 DFG_API dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids); /* (V, C), i32 (...) -> (..., C) */
 DFG_API dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     /* x (..., V), i32 (...) -> (...) */
+/* Rotary position embeddings as Llama and Qwen2 apply them (transformers' rotate_half form):
+ * x (..., H*head_dim) holds a token's heads side by side, pos (...) i32 each token's position;
+ * each head is rotated pairwise (i, i + head_dim/2) by pos / theta^(2i/head_dim) -> x's shape
+ * and dtype. head_dim even; theta > 0 (rope_theta: 10000 for Llama 2, 1e6 for Qwen2). */
+DFG_API dfg_tensor *dfg_rope(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, int head_dim, float theta);
 
 /* ---------------------------------------------------------------- random sampling
  * rng: an i32 STATE of shape (4): {key_lo, key_hi, counter_lo, counter_hi}, Philox4x32-10.

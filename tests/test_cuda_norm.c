@@ -1,7 +1,8 @@
 /* test_cuda_norm.c - the CUDA layernorm and softmax families (ops/cuda/layernorm.cu, softmax.cu)
  * against the CPU kernels (tests/cuda_harness.h): rows a warp takes (<= 1024) and rows a block
- * takes, lengths that are and are not multiples of the 16-byte vector, layernorm_bwd's dw/db over
- * many rows (split, partials in the scratch) and few; then, outside the harness, the softmax ops
+ * takes, lengths that are and are not multiples of the 16-byte vector, layernorm_bwd's dw/db and
+ * rmsnorm_bwd's dw (ops/cuda/rmsnorm.cu) over many rows (split, partials in the scratch) and few;
+ * then, outside the harness, the softmax ops
  * with the output taking an input's bytes (in place, as ops.def allows) and with pointers off
  * 16-byte alignment (the generic path on vector-friendly sizes). */
 #include <math.h>
@@ -44,6 +45,17 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
         n = dfg_node_add(g, DFG_OP_LAYERNORM_BWD, in, 5, &a, 3);
         break;
     }
+    case DFG_OP_RMSNORM: {
+        dfg_tensor *y = dfg_rmsnorm(g, x, dfg_input(g, "w", dt, DFG_SHAPE(C)), c->eps);
+        n = dfg_graph_status(g) ? NULL : y->producer;
+        break;
+    }
+    case DFG_OP_RMSNORM_BWD: {
+        dfg_tensor *in[4] = {dfg_input(g, "dy", dt, c->x), x, dfg_input(g, "w", dt, DFG_SHAPE(C)),
+                             dfg_input(g, "rstd", DFG_F32, rows_shape(c->x))};
+        n = dfg_node_add(g, DFG_OP_RMSNORM_BWD, in, 4, NULL, 2);
+        break;
+    }
     case DFG_OP_SOFTMAX: n = dfg_softmax(g, x)->producer; break;
     case DFG_OP_LOG_SOFTMAX: n = dfg_log_softmax(g, x)->producer; break;
     default: { /* the bwd ops take (dy, y) */
@@ -60,6 +72,7 @@ static void fill(int slot, const dfg_tensor *t, void *data, int64_t n, void *use
     (void)t;
     if (c->op == DFG_OP_LAYERNORM_BWD && slot == 3) dfg_test_fill_uniform(data, n, -0.5f, 0.5f);
     else if (c->op == DFG_OP_LAYERNORM_BWD && slot == 4) dfg_test_fill_uniform(data, n, 0.25f, 2.0f);
+    else if (c->op == DFG_OP_RMSNORM_BWD && slot == 3) dfg_test_fill_uniform(data, n, 0.25f, 2.0f);
     else dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
 }
 
@@ -153,6 +166,19 @@ int main(void) {
     const dfg_shape lb[] = {DFG_SHAPE(700, 33), DFG_SHAPE(64, 1025), DFG_SHAPE(300, 8), DFG_SHAPE(4, 3, 50, 12),
                             DFG_SHAPE(2000, 1)};
     for (size_t i = 0; i < sizeof(lb) / sizeof(lb[0]); i++) run((norm_case){lb[i], DFG_OP_LAYERNORM_BWD, 1e-5f});
+    /* rmsnorm and rmsnorm_bwd: the shapes above; odd C (1, 7, 33, 770) over several row counts; a row
+     * a block takes; dw over many rows (split, partials in the scratch) and few; eps that matters */
+    const int rms_ops[] = {DFG_OP_RMSNORM, DFG_OP_RMSNORM_BWD};
+    const dfg_shape rms[] = {DFG_SHAPE(7),         DFG_SHAPE(2000, 1),  DFG_SHAPE(1, 7),    DFG_SHAPE(300, 7),
+                             DFG_SHAPE(33),        DFG_SHAPE(4, 33),    DFG_SHAPE(2, 9, 33), DFG_SHAPE(700, 33),
+                             DFG_SHAPE(1, 770),    DFG_SHAPE(3, 770),   DFG_SHAPE(17, 770), DFG_SHAPE(64, 1025),
+                             DFG_SHAPE(4, 3, 50, 12)};
+    for (size_t o = 0; o < 2; o++) {
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) run((norm_case){shapes[i], rms_ops[o], 1e-5f});
+        for (size_t i = 0; i < sizeof(rms) / sizeof(rms[0]); i++) run((norm_case){rms[i], rms_ops[o], 1e-6f});
+    }
+    run((norm_case){DFG_SHAPE(6, 48), DFG_OP_RMSNORM, 0.5f});
+    run((norm_case){DFG_SHAPE(5, 1030), DFG_OP_RMSNORM, 3.0f});
     /* in place and misaligned (raw buffers) */
     const dfg_shape raw[] = {DFG_SHAPE(5, 64), DFG_SHAPE(3, 2048)};
     for (size_t i = 0; i < 2; i++) {
@@ -163,6 +189,7 @@ int main(void) {
         check_raw((norm_case){raw[i], DFG_OP_LOG_SOFTMAX_BWD, 0}, 0, 0);
         check_raw((norm_case){raw[i], DFG_OP_LOG_SOFTMAX_BWD, 0}, 1, 0);
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) check_raw((norm_case){raw[i], ops[o], 1e-5f}, -1, 4);
+        for (size_t o = 0; o < 2; o++) check_raw((norm_case){raw[i], rms_ops[o], 1e-5f}, -1, 4);
     }
     cuda_report("test_cuda_norm");
     return dfg_test_finish();

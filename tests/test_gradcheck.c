@@ -601,6 +601,7 @@ static dfg_tensor *b_matmul(gc *c, dfg_tensor *const *x) {
 }
 static dfg_tensor *b_bias_add(gc *c, dfg_tensor *const *x) { return dfg_bias_add(c->g, x[0], x[1]); }
 static dfg_tensor *b_layernorm(gc *c, dfg_tensor *const *x) { return dfg_layernorm(c->g, x[0], x[1], x[2], 1e-5f); }
+static dfg_tensor *b_rmsnorm(gc *c, dfg_tensor *const *x) { return dfg_rmsnorm(c->g, x[0], x[1], 1e-5f); }
 /* GPT-2's per-token log-probability: log_softmax then take */
 static dfg_tensor *b_logprob(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, dfg_log_softmax(c->g, x[0]), x[1]); }
 static dfg_tensor *b_attention(gc *c, dfg_tensor *const *x) { return dfg_attention(c->g, x[0], c->k->iarg[0]); }
@@ -616,6 +617,8 @@ static dfg_tensor *b_linear_logprob(gc *c, dfg_tensor *const *x) {
 }
 static dfg_tensor *b_embed(gc *c, dfg_tensor *const *x) { return dfg_embed(c->g, x[0], x[1]); }
 static dfg_tensor *b_take(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, x[0], x[1]); }
+/* rotary embeddings of x (..., H*D) at positions x[1]; head_dim and theta drawn by s_rope */
+static dfg_tensor *b_rope(gc *c, dfg_tensor *const *x) { return dfg_rope(c->g, x[0], x[1], c->ia[0], c->fa[0]); }
 
 /* qkv (B, T, 3 H Dh) for iarg[0] = H heads */
 static void s_attention(gc *c) {
@@ -632,6 +635,18 @@ static void s_attention_prefix(gc *c) {
     c->shape[0] = (dfg_shape){.rank = 3, .d = {P * G, Tc, W}};
     c->shape[1] = (dfg_shape){.rank = 3, .d = {P, Tp, W}};
     snprintf(c->note, sizeof(c->note), "%d heads, groups of %lld", c->k->iarg[0], (long long)G);
+}
+
+/* x (T, H*D) or (B, T, H*D) and positions (T) or (B, T) in [0, 5000): D even, theta random */
+static void s_rope(gc *c) {
+    static const float thetas[] = {10000.0f, 1000000.0f, 100.0f};
+    int64_t B = dfg_test_int(1, 2), T = dfg_test_int(1, 3), H = dfg_test_int(1, 3), D = 2 * dfg_test_int(1, 4);
+    bool rank3 = dfg_test_int(0, 1);
+    c->ia[0] = (int)D, c->fa[0] = thetas[dfg_test_int(0, 2)];
+    c->shape[0] = rank3 ? (dfg_shape){.rank = 3, .d = {B, T, H * D}} : (dfg_shape){.rank = 2, .d = {T, H * D}};
+    c->shape[1] = rank3 ? (dfg_shape){.rank = 2, .d = {B, T}} : (dfg_shape){.rank = 1, .d = {T}};
+    c->bound[1] = 5000;
+    snprintf(c->note, sizeof(c->note), "%lld heads of %lld, theta %g", (long long)H, (long long)D, (double)c->fa[0]);
 }
 
 /* M = A, K = B, N = C, batch dims D and E; dims from 1 so that vectors are covered too */
@@ -663,6 +678,10 @@ static const gc_case nn_cases[] = {
     {CASE("layernorm", b_layernorm, 3, IN(G_SPREAD, DA, DB, DC), NN(DC), NN(DC)), .lo = 3, .hi = 6},
     {CASE("layernorm rank 2", b_layernorm, 3, IN(G_SPREAD, DA, DC), NN(DC), NN(DC)), .lo = 3, .hi = 8},
     {CASE("layernorm rank 1", b_layernorm, 3, IN(G_SPREAD, DC), NN(DC), NN(DC)), .lo = 3, .hi = 8},
+    /* G_SPREAD rows: std >= 0.5 keeps the rms >= 0.5, clear of rmsnorm's 1/rms^3 curvature */
+    {CASE("rmsnorm", b_rmsnorm, 2, IN(G_SPREAD, DA, DB, DC), NN(DC)), .lo = 3, .hi = 6},
+    {CASE("rmsnorm rank 2", b_rmsnorm, 2, IN(G_SPREAD, DA, DC), NN(DC)), .lo = 3, .hi = 8},
+    {CASE("rmsnorm rank 1", b_rmsnorm, 2, IN(G_SPREAD, DC), NN(DC)), .lo = 3, .hi = 8},
     {CASE("softmax", b_un, 1, N3), .un = dfg_softmax},
     {CASE("softmax rank 1", b_un, 1, NN(DC)), .un = dfg_softmax, .lo = 1, .hi = 8},
     {CASE("log_softmax", b_un, 1, N3), .un = dfg_log_softmax},
@@ -679,6 +698,7 @@ static const gc_case nn_cases[] = {
     {CASE("log_softmax + take", b_logprob, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},
     {CASE("bias_add + gelu", b_bias_gelu, 2, N3, NN(DC))},
     {CASE("linear + log_softmax + take", b_linear_logprob, 3, NN(DA, DB), NN(DC, DB), IDX(DC, DA))},
+    {CASE("rope", b_rope, 2, NN(1), IDX(1, 1)), .setup = s_rope},
 };
 
 /* Every DIFF op of the table must have had a case. */

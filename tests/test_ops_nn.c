@@ -1,5 +1,5 @@
 /* test_ops_nn.c - forward values of the nn ops on the CPU runtime against naive references
- * written here in double: matmul (every transpose flag and batch mode), bias_add, layernorm,
+ * written here in double: matmul (every transpose flag and batch mode), bias_add, layernorm, rmsnorm,
  * softmax / log_softmax, causal attention, attention over a shared prefix, KV-cache attention
  * filled one token per stage run, embed and take, and the run-time range errors of attention_cached, embed and take. */
 #include <math.h>
@@ -8,6 +8,7 @@
 
 #include "dfg.h"
 #include "dfg_runtime.h"
+#include "graph/ir.h"
 #include "testutil.h"
 
 static float *rndn(int64_t n, float std) {
@@ -153,6 +154,62 @@ static void test_layernorm(void) {
     }
     dfg_fx_end(&f);
     free(x), free(w), free(b);
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+/* Hugging Face's LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps), rstd per row */
+static void test_rmsnorm(void) {
+    enum { R = 12, C = 33 };
+    float *x = rndn(R * C, 2), *w = rndn(C, 1);
+    for (int i = 0; i < R * C; i++) x[i] += 1.5f; /* a mean RMSNorm must not remove */
+    for (int i = 0; i < C; i++) x[7 * C + i] *= 1e-3f; /* a small row, where eps matters */
+    const float eps = 1e-5f;
+    dfg_fx f;
+    dfg_fx_begin(&f, "rmsnorm");
+    dfg_tensor *xt = dfg_fx_const_f32(&f, "x", DFG_SHAPE(3, 4, C), x);
+    dfg_tensor *y = dfg_rmsnorm(f.g, xt, dfg_fx_const_f32(&f, "w", DFG_SHAPE(C), w), eps);
+    dfg_output(f.g, y, "y");
+    dfg_output(f.g, y->producer ? y->producer->out[1] : y, "rstd"); /* the node's second output */
+    if (dfg_fx_run(&f)) {
+        float yv[R * C], rv[R];
+        double ry[R * C], rr[R];
+        for (int row = 0; row < R; row++) {
+            double ss = 0;
+            for (int i = 0; i < C; i++) ss += (double)x[row * C + i] * x[row * C + i];
+            rr[row] = 1.0 / sqrt(ss / C + eps);
+            for (int i = 0; i < C; i++) ry[row * C + i] = w[i] * (x[row * C + i] * rr[row]);
+        }
+        dfg_fx_read(&f, "y", yv, sizeof(yv));
+        dfg_fx_read(&f, "rstd", rv, sizeof(rv));
+        double e = rel_err(yv, ry, R * C, 1.0), er = rel_err(rv, rr, R, 1.0);
+        printf("rmsnorm vs double reference: y rel err %.3g, rstd rel err %.3g\n", e, er);
+        CHECK(e < 2e-6, "rmsnorm vs double reference: rel err %g", e);
+        CHECK(er < 2e-6, "rmsnorm rstd vs double reference: rel err %g", er);
+    }
+    dfg_fx_end(&f);
+    free(x), free(w);
+
+    /* bad input: a shape error naming the op and the tensors, never a crash */
+    dfg_program *p = dfg_program_new("rmsnorm_errors");
+    dfg_graph *g = dfg_graph_new(p, "g");
+    dfg_rmsnorm(g, dfg_input(g, "a", DFG_F32, DFG_SHAPE(2, 3)), dfg_input(g, "w4", DFG_F32, DFG_SHAPE(4)), 1e-5f);
+    CHECK(dfg_graph_status(g) == DFG_ERR_SHAPE && contains(dfg_graph_error(g), "rmsnorm") &&
+              contains(dfg_graph_error(g), "weight must be (3)") && contains(dfg_graph_error(g), "'w4'"),
+          "rmsnorm with a (4) weight on rows of 3: %s", dfg_graph_error(g));
+    dfg_program_free(p);
+    p = dfg_program_new("rmsnorm_errors");
+    g = dfg_graph_new(p, "g");
+    dfg_rmsnorm(g, dfg_input(g, "ids", DFG_I32, DFG_SHAPE(2, 3)), dfg_input(g, "wi", DFG_I32, DFG_SHAPE(3)), 1e-5f);
+    CHECK(dfg_graph_status(g) == DFG_ERR_SHAPE && contains(dfg_graph_error(g), "rmsnorm") &&
+              contains(dfg_graph_error(g), "float"),
+          "rmsnorm of an i32 input: %s", dfg_graph_error(g));
+    dfg_program_free(p);
+    p = dfg_program_new("rmsnorm_errors");
+    g = dfg_graph_new(p, "g");
+    dfg_rmsnorm(g, dfg_input(g, "a", DFG_F32, DFG_SHAPE(2, 3)), dfg_input(g, "wb", DFG_BF16, DFG_SHAPE(3)), 1e-5f);
+    CHECK(dfg_graph_status(g) == DFG_ERR_SHAPE && contains(dfg_graph_error(g), "rmsnorm"),
+          "rmsnorm with a bf16 weight on f32 rows: %s", dfg_graph_error(g));
+    dfg_program_free(p);
 }
 
 /* ---------------------------------------------------------------- softmax, log_softmax */
@@ -439,6 +496,7 @@ int main(void) {
     test_matmul();
     test_bias_add();
     test_layernorm();
+    test_rmsnorm();
     test_softmax();
     test_attention();
     test_attention_prefix();
