@@ -33,6 +33,9 @@ DFG_API dfg_tensor *dfg_where(dfg_graph *g, dfg_tensor *cond, dfg_tensor *a, dfg
 DFG_API dfg_tensor *dfg_cast(dfg_graph *g, dfg_tensor *x, dfg_dtype to);
 DFG_API dfg_tensor *dfg_fill(dfg_graph *g, dfg_dtype dt, dfg_shape shape, float value);
 DFG_API dfg_tensor *dfg_gelu(dfg_graph *g, dfg_tensor *x); /* tanh approximation, as GPT-2 */
+/* x * sigmoid(x) (torch.nn.functional.silu: Llama, Qwen MLPs), in f32 (bf16, f16 round once at the
+ * end); finite for every finite x (below about -88.7 it is -0, the true value being under 3e-37) */
+DFG_API dfg_tensor *dfg_silu(dfg_graph *g, dfg_tensor *x);
 
 /* ---------------------------------------------------------------- shape ops */
 DFG_API dfg_tensor *dfg_reshape(dfg_graph *g, dfg_tensor *x, dfg_shape shape); /* a view; one dim may be -1 */

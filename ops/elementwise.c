@@ -113,6 +113,7 @@ dfg_tensor *dfg_log(dfg_graph *g, dfg_tensor *x) { return unary(g, DFG_OP_LOG, x
 dfg_tensor *dfg_neg(dfg_graph *g, dfg_tensor *x) { return unary(g, DFG_OP_NEG, x, NULL); }
 dfg_tensor *dfg_sqrt(dfg_graph *g, dfg_tensor *x) { return unary(g, DFG_OP_SQRT, x, NULL); }
 dfg_tensor *dfg_gelu(dfg_graph *g, dfg_tensor *x) { return unary(g, DFG_OP_GELU, x, NULL); }
+dfg_tensor *dfg_silu(dfg_graph *g, dfg_tensor *x) { return unary(g, DFG_OP_SILU, x, NULL); }
 dfg_tensor *dfg_clamp(dfg_graph *g, dfg_tensor *x, float lo, float hi) {
     dfg_attrs a = {.clamp = {lo, hi}};
     return unary(g, DFG_OP_CLAMP, x, &a);
@@ -212,6 +213,11 @@ dfg_status dfg_grad_clamp(dfg_graph *g, const dfg_node *n, dfg_tensor *const *do
 
 dfg_status dfg_grad_gelu(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
     if (need[0]) din[0] = dfg_op_out(g, DFG_OP_GELU_BWD, (dfg_tensor *[]){dout[0], n->in[0]}, 2, NULL);
+    return g->status;
+}
+
+dfg_status dfg_grad_silu(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
+    if (need[0]) din[0] = dfg_op_out(g, DFG_OP_SILU_BWD, (dfg_tensor *[]){dout[0], n->in[0]}, 2, NULL);
     return g->status;
 }
 

@@ -1,8 +1,9 @@
-/* checkpoint.c - loading PARAM/STATE tensors from safetensors files (Hugging Face GPT-2
- * weights or dfg's own checkpoints) and saving them atomically.
+/* checkpoint.c - loading PARAM/STATE tensors from safetensors files (Hugging Face weights, one
+ * file or a sharded model directory, or dfg's own checkpoints) and saving them atomically.
  *
- * Loading checks the whole file against the program first (names, shapes, dtypes, strictness)
- * and only then writes tensors, so a rejected file leaves the runtime as it was. */
+ * Loading checks every file against the program first (names, shapes, dtypes, strictness; the
+ * shards of a directory together, as if they were one file) and only then writes tensors, so
+ * a rejected file or directory leaves the runtime as it was. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "../ops/dtype.h"
 #include "runtime_internal.h"
 #include "safetensors.h"
+#include "weights_dir.h"
 
 #define CKPT_PREFIX "transformer."
 #define CKPT_MAX_LISTED 4 /* missing names listed in one message */
@@ -51,10 +53,11 @@ static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st
     return DFG_OK;
 }
 
-/* Pairs every file tensor with its program tensor (target[i], NULL when skipped) and applies
- * the strict rules. owner[t->id] remembers which file tensor claimed t, to refuse two. */
+/* Pairs every tensor of one file with its program tensor (target[i], NULL when skipped) and
+ * applies the strict rules. owner[t->id] remembers which file tensor claimed t (over all the
+ * files of a directory), to refuse two. */
 static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safetensors *st, bool strict,
-                            const dfg_tensor **target, int *owner) {
+                            const dfg_tensor **target, const dfg_st_tensor **owner) {
     for (int i = 0; i < dfg_st_count(st); i++) {
         const dfg_st_tensor *f = dfg_st_get(st, i);
         const dfg_tensor *t = ckpt_match(rt->p, f->name);
@@ -67,8 +70,8 @@ static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safeten
         }
         if (owner[t->id])
             return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensors '%s' and '%s' both load into '%s'", path,
-                               dfg_st_get(st, owner[t->id] - 1)->name, f->name, t->name);
-        owner[t->id] = i + 1;
+                               owner[t->id]->name, f->name, t->name);
+        owner[t->id] = f;
         dfg_status s = ckpt_check_fit(rt, path, f, t);
         if (s) return s;
     }
@@ -76,7 +79,7 @@ static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safeten
 }
 
 /* With strict, every PARAM must have come from the file; lists the first few missing. */
-static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const int *owner) {
+static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const dfg_st_tensor **owner, bool sharded) {
     const dfg_program *p = rt->p;
     char list[512] = "";
     int missing = 0;
@@ -91,8 +94,8 @@ static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const in
     if (!missing) return DFG_OK;
     if (missing > CKPT_MAX_LISTED)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), " and %d more", missing - CKPT_MAX_LISTED);
-    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d param%s missing from the file (strict load): %s", path, missing,
-                       missing > 1 ? "s" : "", list);
+    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d param%s missing from the %s (strict load): %s", path, missing,
+                       missing > 1 ? "s" : "", sharded ? "shards" : "file", list);
 }
 
 /* ---------------------------------------------------------------- moving the bytes */
@@ -140,29 +143,41 @@ static dfg_status ckpt_apply(dfg_runtime *rt, const char *path, const dfg_safete
     return s;
 }
 
-dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded) {
-    if (n_loaded) *n_loaded = 0;
-    if (!rt) return DFG_ERR_ARG;
-    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
-    char err[1024];
-    dfg_safetensors *st = NULL;
-    dfg_status s = dfg_st_open(path, &st, err, sizeof(err));
-    if (s) return dfg_rt_fail(rt, s, false, "%s", err);
-    int n = dfg_st_count(st);
-    const dfg_tensor **target = calloc((size_t)(n ? n : 1), sizeof(*target));
-    int *owner = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*owner));
-    if (!target || !owner) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
-    if (!s) s = ckpt_plan(rt, path, st, strict, target, owner);
-    if (!s && strict) s = ckpt_check_missing(rt, path, owner);
-    if (!s) s = ckpt_apply(rt, path, st, target, n_loaded);
+/* Plans every file of the set against the program (target[i] for the i-th tensor over all
+ * files in order), then, with nothing refused, sets the tensors. */
+static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_set *w, bool strict,
+                                const dfg_tensor **target, const dfg_st_tensor **owner, int *n_loaded) {
+    dfg_status s = DFG_OK;
+    for (int f = 0, at = 0; f < w->n && !s; at += dfg_st_count(w->files[f].st), f++)
+        s = ckpt_plan(rt, w->files[f].path, w->files[f].st, strict, target + at, owner);
+    if (!s && strict) s = ckpt_check_missing(rt, w->sharded ? path : w->files[0].path, owner, w->sharded);
+    for (int f = 0, at = 0; f < w->n && !s; at += dfg_st_count(w->files[f].st), f++)
+        s = ckpt_apply(rt, w->files[f].path, w->files[f].st, target + at, n_loaded);
     /* copies that start from a loaded tensor follow it, unless the file set them too */
     for (int i = 0; i < rt->p->n_tensors && !s; i++) {
         const dfg_tensor *t = rt->p->tensors[i];
         if (t->init_from && owner[t->init_from->id] && !owner[i]) s = dfg_rt_derive_init(rt, t);
     }
+    return s;
+}
+
+dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded) {
+    if (n_loaded) *n_loaded = 0;
+    if (!rt) return DFG_ERR_ARG;
+    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
+    char err[1024];
+    dfg_wd_set w;
+    dfg_status s = dfg_wd_open(path, &w, err, sizeof(err));
+    if (s) return dfg_rt_fail(rt, s, false, "%s", err);
+    int n = 0;
+    for (int f = 0; f < w.n; f++) n += dfg_st_count(w.files[f].st);
+    const dfg_tensor **target = calloc((size_t)(n ? n : 1), sizeof(*target));
+    const dfg_st_tensor **owner = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*owner));
+    if (!target || !owner) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
+    else s = ckpt_load_set(rt, path, &w, strict, target, owner, n_loaded);
     free(target);
     free(owner);
-    dfg_st_free(st);
+    dfg_wd_close(&w);
     return s;
 }
 

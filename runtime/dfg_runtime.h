@@ -143,7 +143,12 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
  * Loading matches file tensors to PARAM/STATE names, also after stripping a "transformer."
  * prefix; GPT-2's attn.bias / attn.masked_bias buffers and a tied lm_head.weight are skipped.
  * f32/bf16/f16 values convert to the tensor's dtype. With `strict`, every PARAM must be found
- * and every other file tensor must be known; *n_loaded (may be NULL) counts the tensors set. */
+ * and every other file tensor must be known; *n_loaded (may be NULL) counts the tensors set.
+ * path is a safetensors file or a model directory as transformers' save_pretrained writes it:
+ * DIR/model.safetensors, else DIR/model.safetensors.index.json and the shards its weight_map
+ * names, loaded as if they were one file. Each shard must hold exactly the tensors the index
+ * maps to it, and shard names must be files in DIR. Every file is checked before any tensor is
+ * set: a refused file or directory leaves the runtime as it was, with a one-line message. */
 DFG_API dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
 /* Writes every PARAM (and every STATE when with_state), atomically: temp file, fsync, rename. */
 DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);

@@ -262,6 +262,10 @@ static bool run_gpu(const cuda_case *c, build *host) {
     void *in[32], *out[32];
     for (int j = 0; j < host->n->n_in; j++) in[j] = dev[host->in_buf[j]];
     for (int k = 0; k < host->n->n_out; k++) out[k] = dev[host->out_buf[k]];
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and the kernels run on the
+     * device layer's non-blocking stream, which does not wait for the legacy stream: without this
+     * a kernel can read inputs (and an in-place output) before they arrive (the H100 showed it) */
+    ok = ok && cudaDeviceSynchronize() == cudaSuccess;
     dfg_status st = ok ? fn(host->n, in, out, &ctx) : DFG_ERR_NOMEM;
     ok = ok && st == DFG_OK && cudaDeviceSynchronize() == cudaSuccess;
     CHECK(ok, "%s (GPU): %s", c->label, err[0] ? err : cudaGetErrorString(cudaGetLastError()));

@@ -1,5 +1,6 @@
 /* test_cuda_elementwise.c - the CUDA pointwise kernels (ops/cuda/elementwise.cu: binary with
- * broadcasting, unary, gelu_bwd, where, cast, fill; ops/cuda/bias_gelu.cu) against the CPU kernels.
+ * broadcasting, unary, gelu_bwd, silu_bwd, where, cast, fill; ops/cuda/bias_gelu.cu) against the CPU
+ * kernels.
  *
  * Through the harness (tests/cuda_harness.h): every op in f32 and bf16 (f16 too, as the "bf16"
  * run of cases whose builder maps bf16 to f16), on odd sizes (tails of the 16-byte vectors,
@@ -10,7 +11,8 @@
  * planner's in-place placement), operands one element off their alignment (the unvectorized
  * paths), grid-stride walks over many rows (a one-SM grid), and special values (NaN, inf, -0,
  * subnormals, rounding ties, saturation) compared with the CPU bit for bit (GELU and affine within
- * their rounding: see check_values). */
+ * their rounding: see check_values; SiLU within its exp's: see kSiluRtol), and SiLU on |x| up to
+ * 1e4 and 3e38. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@ typedef struct {
     int fill;          /* which generator (below) */
 } ew_case;
 
-enum { FILL_DEFAULT, FILL_TIES, FILL_POS, FILL_WIDE, FILL_INT_EDGES, FILL_COND, FILL_CAST };
+enum { FILL_DEFAULT, FILL_TIES, FILL_POS, FILL_WIDE, FILL_INT_EDGES, FILL_COND, FILL_CAST, FILL_HUGE };
 
 static dfg_dtype run_dtype(const ew_case *c, dfg_dtype dt) {
     if (c->vt != DFG_DTYPE_COUNT) return c->vt;
@@ -61,10 +63,12 @@ static dfg_node *build_ew(dfg_graph *g, dfg_dtype dt, void *user) {
     case DFG_OP_NEG: y = dfg_neg(g, dfg_input(g, "x", t, c->a)); break;
     case DFG_OP_SQRT: y = dfg_sqrt(g, dfg_input(g, "x", t, c->a)); break;
     case DFG_OP_GELU: y = dfg_gelu(g, dfg_input(g, "x", t, c->a)); break;
+    case DFG_OP_SILU: y = dfg_silu(g, dfg_input(g, "x", t, c->a)); break;
     case DFG_OP_GELU_BWD:
+    case DFG_OP_SILU_BWD:
     case DFG_OP_BIAS_GELU_BWD: {
         dfg_tensor *in[3] = {dfg_input(g, "dy", t, c->a), dfg_input(g, "x", t, c->a), dfg_input(g, "b", t, c->b)};
-        y = dfg_op_out(g, c->op, in, c->op == DFG_OP_GELU_BWD ? 2 : 3, NULL);
+        y = dfg_op_out(g, c->op, in, c->op == DFG_OP_BIAS_GELU_BWD ? 3 : 2, NULL);
         break;
     }
     case DFG_OP_BIAS_GELU:
@@ -82,11 +86,13 @@ static dfg_node *build_ew(dfg_graph *g, dfg_dtype dt, void *user) {
 
 /* Values in [-2, 2) mixed with a few that tie (min/max/equal must agree on ties), positive ones
  * for log and sqrt, wide ones for gelu's tails, integer edges (0, -1, INT_MIN: division and wrap
- * rules), where-conditions with 0, -0, NaN (true) and other truthy values, casts' ranges. */
+ * rules), where-conditions with 0, -0, NaN (true) and other truthy values, casts' ranges, and
+ * magnitudes 1e-3 .. 1e4 of either sign for silu (its gradient's dy stays in [-2, 2)). */
 static void fill_case(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const ew_case *c = user;
     int kind = c->fill;
     if (c->op == DFG_OP_WHERE && slot == 0) kind = FILL_COND;
+    if (c->op == DFG_OP_SILU_BWD && slot == 0) kind = FILL_DEFAULT;
     for (int64_t i = 0; i < n; i++) {
         if (t->dtype == DFG_U8) {
             ((uint8_t *)data)[i] = kind == FILL_CAST ? (uint8_t)dfg_test_int(0, 255) : (uint8_t)dfg_test_int(0, 1);
@@ -112,6 +118,7 @@ static void fill_case(int slot, const dfg_tensor *t, void *data, int64_t n, void
         case FILL_TIES: v = (float)dfg_test_int(-2, 2) * 0.5f; break; /* exact in bf16 and f16 */
         case FILL_POS: v = dfg_test_uniform(0.01f, 9.0f); break;
         case FILL_WIDE: v = dfg_test_uniform(-9.0f, 9.0f); break;
+        case FILL_HUGE: v = (v < 0 ? -1.0f : 1.0f) * powf(10.0f, dfg_test_uniform(-3.0f, 4.0f)); break;
         case FILL_COND: {
             static const float conds[] = {0.0f, -0.0f, 1.0f, 0.5f, -2.0f, NAN};
             v = conds[dfg_test_int(0, 5)];
@@ -137,6 +144,13 @@ static void fill_case(int slot, const dfg_tensor *t, void *data, int64_t n, void
  * 1e-5, the derivative 5.3e-6; with |dy| <= 9 that is 4.8e-5. */
 static const double kGeluRtol = 1e-5, kGeluAtol = 5e-6, kGeluGradAtol = 1e-4;
 
+/* SiLU: the CPU's e^-x is ops/cpu/fastmath.h's polynomial (under 1 ulp), the kernel's expf (2 ulp
+ * on a GPU), and nvcc contracts x (1 - s) + 1 into an FMA: a few ulp apart, no cancellation but
+ * at the zero of the derivative (x = -1.2785, where 1 + x (1 - s) cancels to about 1e-7 |dy|
+ * absolute). Near x = -88.72, where e^-x overflows, one exp may give 2.6e-37 where the other
+ * gives 0 (inside atol). */
+static const double kSiluRtol = 1e-5, kSiluAtol = 1e-6, kSiluGradAtol = 1e-5;
+
 static bool gelu_family(dfg_op op) {
     return op == DFG_OP_GELU || op == DFG_OP_GELU_BWD || op == DFG_OP_BIAS_GELU || op == DFG_OP_BIAS_GELU_BWD;
 }
@@ -149,6 +163,8 @@ static void check(const char *what, ew_case c, bool bf16) {
     if (c.op == DFG_OP_CAST || c.op == DFG_OP_FILL || c.op == DFG_OP_WHERE) k.rtol = 1e-30, k.atol = 1e-30; /* exact */
     if (gelu_family(c.op)) /* see kGeluAtol */
         k.rtol = kGeluRtol, k.atol = c.op == DFG_OP_GELU || c.op == DFG_OP_BIAS_GELU ? kGeluAtol : kGeluGradAtol;
+    if (c.op == DFG_OP_SILU || c.op == DFG_OP_SILU_BWD)
+        k.rtol = kSiluRtol, k.atol = c.op == DFG_OP_SILU ? kSiluAtol : kSiluGradAtol;
     cuda_check(&k);
 }
 
@@ -366,6 +382,8 @@ static void test_unary(void) {
         {DFG_OP_SQRT, 0, 0, FILL_POS},              {DFG_OP_CLAMP, -0.5f, 0.75f, FILL_DEFAULT},
         {DFG_OP_CLAMP, 0.25f, 0.25f, FILL_DEFAULT}, {DFG_OP_CLAMP, -1e30f, 0.3f, FILL_DEFAULT},
         {DFG_OP_GELU, 0, 0, FILL_DEFAULT},          {DFG_OP_GELU, 0, 0, FILL_WIDE},
+        {DFG_OP_SILU, 0, 0, FILL_DEFAULT},          {DFG_OP_SILU, 0, 0, FILL_WIDE},
+        {DFG_OP_SILU, 0, 0, FILL_HUGE},
     };
     for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
         char what[64];
@@ -392,11 +410,14 @@ static void test_unary(void) {
     }
     /* NaN and infinities through clamp and the rest */
     const double vals[] = {NAN, -INFINITY, INFINITY, -0.0, 0.0, 0.3, -0.6, 1e-30, 5.0, -5.0};
-    const dfg_op all[] = {DFG_OP_CLAMP, DFG_OP_NEG, DFG_OP_AFFINE, DFG_OP_GELU, DFG_OP_EXP, DFG_OP_SQRT, DFG_OP_LOG};
+    const dfg_op all[] = {DFG_OP_CLAMP, DFG_OP_NEG,  DFG_OP_AFFINE, DFG_OP_GELU,
+                          DFG_OP_EXP,   DFG_OP_SQRT, DFG_OP_LOG,    DFG_OP_SILU};
     for (size_t o = 0; o < sizeof(all) / sizeof(all[0]); o++) {
         ew_case c = {all[o], S(10), NONE, NONE, DFG_F32, DFG_F32, false, -0.5f, 0.25f, 0};
         bool gelu = all[o] == DFG_OP_GELU, affine = all[o] == DFG_OP_AFFINE; /* see check_values; gelu: below */
-        check_values("special values", c, vals, 10, gelu ? kGeluRtol : affine ? 1e-6 : 0, gelu ? kGeluAtol : 0);
+        bool silu = all[o] == DFG_OP_SILU;
+        check_values("special values", c, vals, 10, gelu ? kGeluRtol : silu ? kSiluRtol : affine ? 1e-6 : 0,
+                     gelu ? kGeluAtol : silu ? kSiluAtol : 0);
     }
 }
 
@@ -430,6 +451,48 @@ static void test_gelu_bwd_bias_gelu(void) {
         c.a = S(301, 24), c.b = S(24);
         check_values("bias_gelu long walk", c, NULL, 0, kGeluRtol, atol);
     }
+}
+
+/* silu_bwd through the harness (odd sizes, wide and huge x), in place, misaligned; silu and silu_bwd
+ * on magnitudes up to 1e4 and float's largest (finite, as the CPU's), the overflow edge of e^-x
+ * (88.72), and both infinities (torch's inf and NaN, as the CPU's). */
+static void test_silu(void) {
+    const dfg_shape shapes[] = {S(1), S(7), S(64), S(1025), S(4099), S(3, 37)};
+    const int fills[] = {FILL_DEFAULT, FILL_WIDE, FILL_HUGE};
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        for (int f = 0; f < 3; f++) {
+            ew_case c = {DFG_OP_SILU_BWD, shapes[i], NONE, NONE, DFG_DTYPE_COUNT, DFG_F32, i % 2 == 1, 0, 0, fills[f]};
+            check("silu_bwd", c, true);
+        }
+    ew_case g = {DFG_OP_SILU_BWD, S(45), NONE, NONE, DFG_DTYPE_COUNT, DFG_F32, false, 0, 0, FILL_HUGE};
+    check_inplace("silu_bwd", g, DFG_F32, 0);
+    check_inplace("silu_bwd", g, DFG_BF16, 1);
+    check_misaligned("silu_bwd", g, DFG_F32);
+    check_misaligned("silu_bwd", g, DFG_BF16);
+    static const double big[] = {1e4,      -1e4,      3e38,   -3e38,    88.7,   -88.7,  88.73, -88.73, 87.0,
+                                 -87.0,    100.0,     -100.0, 17.0,     -17.0,  30.0,   -30.0, 1e-38, -1e-38,
+                                 -1.27846, 1.5,       -0.25,  INFINITY, -INFINITY, NAN, 0.0,   -0.0,  1e6};
+    const int nb = (int)(sizeof(big) / sizeof(big[0]));
+    ew_case f = {DFG_OP_SILU, S(2, nb), NONE, NONE, DFG_F32, DFG_F32, false, 0, 0, 0};
+    check_values("silu large |x|", f, big, nb, kSiluRtol, kSiluAtol);
+    /* silu_bwd: x from the list, dy in [-2, 2) (a huge dy at the derivative's zero would scale its
+     * cancellation past any atol) */
+    ew_case b = {DFG_OP_SILU_BWD, S(2, nb), NONE, NONE, DFG_F32, DFG_F32, false, 0, 0, FILL_DEFAULT};
+    direct d;
+    if (!direct_make(&d, &b, DFG_F32, 0)) return;
+    direct_fill(&d, &b);
+    for (int e = 0; e < 2 * nb; e++) ((float *)d.in[1])[e] = (float)big[e % nb];
+    void *ref = malloc(dfg_tensor_bytes(d.n->out[0])), *cpu_out[2] = {ref};
+    if (cpu_run(d.n, d.in, cpu_out) && emu_run(d.n, d.in, d.out)) {
+        const float *r = ref, *x = d.in[1];
+        int finite = 0;
+        for (int e = 0; e < 2 * nb; e++) finite += isfinite(x[e]) ? isfinite(r[e]) : 1;
+        CHECK(finite == 2 * nb, "silu_bwd large |x|: the CPU gives a non-finite gradient for a finite x");
+        CHECK(diffs("silu_bwd large |x|", d.n->out[0], ref, d.out[0], kSiluRtol, kSiluGradAtol) == 0,
+              "silu_bwd large |x|: CUDA differs from the CPU");
+    }
+    free(ref);
+    direct_free(&d);
 }
 
 static void test_where(void) {
@@ -520,6 +583,7 @@ int main(void) {
     test_binary();
     test_unary();
     test_gelu_bwd_bias_gelu();
+    test_silu();
     test_where();
     test_cast_fill();
     cuda_report("test_cuda_elementwise");

@@ -442,6 +442,9 @@ static dfg_tensor *b_chain(gc *c, dfg_tensor *const *x) {
     return dfg_sub(c->g, dfg_exp(c->g, dfg_neg(c->g, x[0])), dfg_mul(c->g, x[0], dfg_sqrt(c->g, x[1])));
 }
 
+/* silu over +-12 (x scaled by 4): its tails, where s or 1 - s is small */
+static dfg_tensor *b_silu_wide(gc *c, dfg_tensor *const *x) { return dfg_silu(c->g, dfg_scale(c->g, x[0], 4.0f)); }
+
 static void s_affine(gc *c) {
     c->fa[0] = (dfg_test_int(0, 1) ? 1.0f : -1.0f) * dfg_test_uniform(0.5f, 2.0f);
     c->fa[1] = dfg_test_uniform(-1.0f, 1.0f);
@@ -565,6 +568,8 @@ static const gc_case elementwise_cases[] = {
     UN("neg", dfg_neg, G_NORMAL),
     UN("sqrt", dfg_sqrt, G_POS),
     UN("gelu", dfg_gelu, G_NORMAL),
+    UN("silu", dfg_silu, G_NORMAL),
+    {CASE("silu(4 x)", b_silu_wide, 1, N3)},
     {CASE("clamp", b_clamp, 1, IN(G_KINK, DA, DB, DC)), .setup = s_clamp},
     {CASE("cast f32->f32", b_cast, 1, N3)},
     {CASE("where f32 cond", b_where, 3, COND(DFG_F32, DA, DB, DC), N3, N3)},

@@ -1,8 +1,9 @@
 /* test_ops_pointwise.c - forward values of the pointwise, layout and reduction ops on the CPU
  * runtime, each against a naive reference written here: binary ops with broadcasting (f32 and
  * wrapping i32), equal, where, cast rounding, fill, reshape, permute, slice, concat, expand,
- * sum/mean/masked_sum, argmax, and GELU (plain and fused with a bias) against the formula in
- * double precision. Gradients are checked elsewhere (test_gradcheck*.c). */
+ * sum/mean/masked_sum, argmax, GELU (plain and fused with a bias) against the formula in
+ * double precision, and SiLU with its gradient (through dfg_backward) against double precision
+ * on |x| up to 1e4 and float's largest. Other gradients are checked elsewhere (test_gradcheck*.c). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -577,6 +578,85 @@ static void test_gelu(void) {
     free(x), free(b);
 }
 
+/* ---------------------------------------------------------------- SiLU against double precision */
+static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+static double silu_grad_ref(double x) {
+    double s = 1.0 / (1.0 + exp(-x)), sc = 1.0 / (1.0 + exp(x)); /* sigmoid(x), sigmoid(-x) = 1 - s */
+    return s * (1.0 + x * sc);
+}
+
+/* y = silu(x) and dx = dy silu'(x) from the graph's loss sum(silu(x) dy) (autodiff's silu_bwd),
+ * over magnitudes 1e-6 .. 1e4 of both signs and edges (e^-x overflowing at x = -88.72, float's
+ * largest, the zero of the derivative at -1.2785): within a few float roundings of the result,
+ * plus 3e-37 (times |dy| for the gradient) where e^-x overflows and the result (under 2.6e-37)
+ * flushes to -0; every output of a finite input finite. Infinities as torch: silu(inf) = inf,
+ * silu(-inf) = NaN, NaN gradients. Prints the worst relative errors where the result is normal. */
+static void test_silu(void) {
+    enum { N = 4096 };
+    static const float special[] = {0.0f,   -0.0f,  1e-30f,  -1e-30f, 1e4f,    -1e4f,    3e38f,     -3e38f,
+                                    88.7f,  -88.7f, 88.73f,  -88.73f, -87.3f,  -100.0f,  100.0f,    17.0f,
+                                    -17.0f, 30.0f,  -30.0f,  -1.2785f, 1.0f,   -1.0f,    1e-6f,     -1e-6f};
+    const int ns = (int)(sizeof(special) / sizeof(special[0]));
+    float *x = malloc(sizeof(float) * N), *dy = rnd(N, -2.0f, 2.0f);
+    for (int i = 0; i < N; i++)
+        x[i] = (dfg_test_int(0, 1) ? 1.0f : -1.0f) * powf(10.0f, dfg_test_uniform(-6.0f, 4.0f));
+    for (int i = 0; i < ns; i++) x[i * 11] = special[i];
+    x[N - 2] = INFINITY, x[N - 1] = -INFINITY;
+    dfg_fx f;
+    dfg_fx_begin(&f, "silu");
+    dfg_tensor *tx = dfg_param(f.p, "x", DFG_F32, DFG_SHAPE(N), dfg_init_zeros());
+    dfg_tensor *tdy = dfg_fx_const_f32(&f, "dy", DFG_SHAPE(N), dy), *dx = NULL;
+    dfg_tensor *y = dfg_silu(f.g, tx);
+    CHECK(dfg_backward(f.g, dfg_sum(f.g, dfg_mul(f.g, y, tdy), 0), &tx, 1, &dx) == DFG_OK, "silu backward: %s",
+          dfg_graph_error(f.g));
+    dfg_output(f.g, y, "y");
+    dfg_output(f.g, dx, "dx");
+    if (dfg_fx_create(&f, 1)) {
+        dfg_fx_write(&f, "x", x, sizeof(float) * N);
+        float *yv = malloc(sizeof(float) * N), *dxv = malloc(sizeof(float) * N);
+        if (dfg_fx_step(&f)) {
+            dfg_fx_read(&f, "y", yv, sizeof(float) * N);
+            dfg_fx_read(&f, "dx", dxv, sizeof(float) * N);
+            double worst_y = 0, worst_dx = 0;
+            float at_y = 0, at_dx = 0;
+            double rel_y = 0, rel_dx = 0; /* in units of FLT_EPSILON, where |result| > 1e-30 */
+            float at_rel_y = 0, at_rel_dx = 0;
+            int nonfinite = 0;
+            for (int i = 0; i < N - 2; i++) {
+                double v = x[i], want = silu_ref(v), g = silu_grad_ref(v), gwant = (double)dy[i] * g;
+                double sc = 1.0 / (1.0 + exp(v)), s = 1.0 / (1.0 + exp(-v));
+                /* y: its roundings (exp's, 1 +, the division); dx: those of s, 1 - s, x (1 - s), 1 +
+                 * and the two products, relative to the terms before 1 + x (1 - s) cancels */
+                double by = 4.0 * FLT_EPSILON * fabs(want) + 3e-37;
+                double bdx = fabs((double)dy[i]) * (8.0 * FLT_EPSILON * s * (1.0 + fabs(v) * sc) + 3e-37);
+                double ey = fabs((double)yv[i] - want) / by, edx = fabs((double)dxv[i] - gwant) / bdx;
+                nonfinite += !isfinite(yv[i]) || !isfinite(dxv[i]);
+                double ry = fabs(want) > 1e-30 ? fabs((double)yv[i] - want) / fabs(want) / FLT_EPSILON : 0;
+                double rdx = fabs(gwant) > 1e-30 && fabs(v + 1.2785) > 0.25 /* away from the derivative's zero */
+                                 ? fabs((double)dxv[i] - gwant) / fabs(gwant) / FLT_EPSILON
+                                 : 0;
+                if (ry > rel_y) rel_y = ry, at_rel_y = x[i];
+                if (rdx > rel_dx) rel_dx = rdx, at_rel_dx = x[i];
+                if (!(ey <= worst_y)) worst_y = ey, at_y = x[i];
+                if (!(edx <= worst_dx)) worst_dx = edx, at_dx = x[i];
+            }
+            printf("silu: worst error %.3g x the bound (at x = %g), gradient %.3g x (at x = %g); relative: %.3g "
+                   "FLT_EPSILON (at x = %g) and %.3g (at x = %g)\n",
+                   worst_y, at_y, worst_dx, at_dx, rel_y, at_rel_y, rel_dx, at_rel_dx);
+            CHECK(nonfinite == 0, "silu: %d non-finite outputs of finite inputs", nonfinite);
+            CHECK(worst_y <= 1.0, "silu: error %.3g x the bound against double precision at x = %g", worst_y, at_y);
+            CHECK(worst_dx <= 1.0, "silu gradient: error %.3g x the bound against double precision at x = %g",
+                  worst_dx, at_dx);
+            CHECK(isinf(yv[N - 2]) && yv[N - 2] > 0 && isnan(yv[N - 1]) && isnan(dxv[N - 2]) && isnan(dxv[N - 1]),
+                  "silu at +-inf (torch: inf, nan; gradients nan): %g %g, %g %g", yv[N - 2], yv[N - 1], dxv[N - 2],
+                  dxv[N - 1]);
+        }
+        free(yv), free(dxv);
+    }
+    dfg_fx_end(&f);
+    free(x), free(dy);
+}
+
 /* The kernels' own exp and tanh (ops/cpu/fastmath.h) against double precision, densely over
  * their range, and at the edges: exp flushes below -87.34 to 0, overflows to inf, keeps NaN. */
 static void test_fastmath(void) {
@@ -604,6 +684,7 @@ static void test_fastmath(void) {
 int main(void) {
     dfg_test_init("test_ops_pointwise");
     test_gelu();
+    test_silu();
     test_fastmath();
     test_binary_f32();
     test_binary_i32();

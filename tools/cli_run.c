@@ -35,7 +35,7 @@ typedef struct {
 } run_args;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors] [--save OUT.safetensors]\n"
+    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--save OUT.safetensors]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
@@ -45,7 +45,9 @@ static void usage(FILE *f) {
                "\n"
                "  --steps N      steps to run (default 1; 0 only initialises, loads and saves); with\n"
                "                 --resume, N more steps after the checkpoint's\n"
-               "  --weights W    load parameters from a safetensors file (every parameter must be there)\n"
+               "  --weights W    load parameters from a safetensors file, or a model directory holding\n"
+               "                 model.safetensors or model.safetensors.index.json and its shards (every\n"
+               "                 parameter must be there; f32, bf16 or f16, converted to the plan's dtypes)\n"
                "  --save OUT     write the parameters to a safetensors file after the last step\n"
                "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"

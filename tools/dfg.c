@@ -1,7 +1,7 @@
 /* dfg.c - the dfg command-line tool: dispatches to a command (tools/cli_*.c).
  *
  *   dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda] [--memory-budget B] [-o P.dfg]
- *   dfg run P.dfg [--steps N] [--every K] [--weights W.safetensors] [--save OUT.safetensors]
+ *   dfg run P.dfg [--steps N] [--every K] [--weights W.safetensors|DIR] [--save OUT.safetensors]
  *           [--seed S] [--threads N] [--metrics F.jsonl] [--checkpoint-dir D] [--save-every K]
  *           [--resume D] [--rollouts R.safetensors] [--dump OUT.safetensors]
  *   dfg info P.dfg

@@ -118,14 +118,15 @@ if [ $rc -ne 0 ] || ! grep -q , <<<"$smi"; then
   exit 2
 fi
 n_gpus=$(grep -c , <<<"$smi")
-IFS=, read -r GPU_NAME DRIVER GPU_MIB CC <<<"$(head -1 <<<"$smi")"
-GPU_NAME=$(xargs <<<"$GPU_NAME") DRIVER=$(xargs <<<"$DRIVER") GPU_MIB=$(xargs <<<"$GPU_MIB") CC=$(xargs <<<"${CC:-}")
+# (not CC: that is the C compiler CMake reads from the environment)
+IFS=, read -r GPU_NAME DRIVER GPU_MIB GPU_CAP <<<"$(head -1 <<<"$smi")"
+GPU_NAME=$(xargs <<<"$GPU_NAME") DRIVER=$(xargs <<<"$DRIVER") GPU_MIB=$(xargs <<<"$GPU_MIB") GPU_CAP=$(xargs <<<"${GPU_CAP:-}")
 CUDA_DRIVER=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
-if [[ $CC =~ ^([0-9]+)\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt 8 ]; then
-  echo "gpu-check: REFUSED: $GPU_NAME has compute capability $CC; dfg's kernels need 8.0 or newer (bf16, built for sm_80 and sm_90). Nothing was run." >&2
+if [[ $GPU_CAP =~ ^([0-9]+)\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt 8 ]; then
+  echo "gpu-check: REFUSED: $GPU_NAME has compute capability $GPU_CAP; dfg's kernels need 8.0 or newer (bf16, built for sm_80 and sm_90). Nothing was run." >&2
   exit 2
 fi
-case $CC in
+case $GPU_CAP in
   8.*) ARCH_NOTE="runs the sm_80 kernels" ;;
   9.0) ARCH_NOTE="runs the sm_90 kernels" ;;
   "" | "[N/A]") ARCH_NOTE="compute capability not reported by this driver" ;;
@@ -137,7 +138,7 @@ DETAILS=$LOGS/details.md
 : >"$DETAILS"
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT-dirty"
-verdict "a. GPU present" PASS "$GPU_NAME (compute capability ${CC:-?}, $GPU_MIB MiB; $n_gpus GPU(s), dfg uses GPU 0), driver $DRIVER, CUDA $CUDA_DRIVER (driver)"
+verdict "a. GPU present" PASS "$GPU_NAME (compute capability ${GPU_CAP:-?}, $GPU_MIB MiB; $n_gpus GPU(s), dfg uses GPU 0), driver $DRIVER, CUDA $CUDA_DRIVER (driver)"
 others=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null)
 if [ -n "$others" ]; then
   echo "      note: other processes use the GPU (they slow the benchmark and move cudaMemGetInfo): $others"
@@ -395,7 +396,7 @@ overall=PASS
 {
   echo "# gpu-check, $DATE, $HOST"
   echo
-  echo "dfg $COMMIT; GPU 0 of $n_gpus: $GPU_NAME, compute capability ${CC:-?}, $GPU_MIB MiB; driver $DRIVER, CUDA $CUDA_DRIVER (the driver's);"
+  echo "dfg $COMMIT; GPU 0 of $n_gpus: $GPU_NAME, compute capability ${GPU_CAP:-?}, $GPU_MIB MiB; driver $DRIVER, CUDA $CUDA_DRIVER (the driver's);"
   # shellcheck disable=SC1091
   echo "nvcc ${NVCC_VERSION:-none}; $(cmake --version | head -1); CMAKE_CUDA_ARCHITECTURES=${ARCHS:-n/a}; $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(uname -r);"
   echo "$(nproc) CPU cores, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2 / 1048576}' /proc/meminfo). Command: \`tools/gpu-check.sh$([ "$REUSE" = 1 ] && echo ' --reuse-build')$([ -n "$SKIP" ] && echo " --skip $SKIP")\`."

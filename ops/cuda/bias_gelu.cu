@@ -12,11 +12,11 @@
 // bias_gelu_bwd has a single output, d(x + bias): the bias gradient is a separate sum node over
 // its rows (ops/bias_gelu.c's gradient rule), so this kernel needs no reduction and no scratch.
 #include "common.cuh"
+#include "gelu.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kGeluK = 0.7978845608028654f; // sqrt(2/pi)
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -34,32 +34,8 @@ template <int V, class T> __device__ __forceinline__ void stv(T *p, const Vec<T,
     *reinterpret_cast<Vec<T, V> *>(p) = v;
 }
 
-// tanh as ops/cpu/fastmath.h's dfg_tanh_f32 (same formula: GELU's 1 + tanh near -1 amplifies
-// any difference between two tanh approximations)
-__device__ __forceinline__ float tanh_r(float x) {
-    const float lim = 7.90531110763549805f;
-    float c = x > lim ? lim : (x < -lim ? -lim : x), x2 = c * c;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 - 8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    float small = x < 0.0f ? -x : x;
-    return small < 4e-4f ? x : c * p / q;
-}
-__device__ __forceinline__ float gelu_f(float u) {
-    return 0.5f * u * (1.0f + tanh_r(kGeluK * (u + 0.044715f * u * u * u)));
-}
-__device__ __forceinline__ float gelu_grad(float u) {
-    float t = tanh_r(kGeluK * (u + 0.044715f * u * u * u)), dt = kGeluK * (1.0f + 3.0f * 0.044715f * u * u);
-    return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * dt;
-}
+__device__ __forceinline__ float gelu_f(float x) { return gelu_tanh::gelu(x); }
+__device__ __forceinline__ float gelu_grad(float x) { return gelu_tanh::grad(x); } // d gelu / dx
 
 // A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order; the step is
 // split once into whole rows and a remainder, so moving on needs no division.

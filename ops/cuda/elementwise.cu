@@ -1,8 +1,8 @@
 // elementwise.cu - pointwise ops on the GPU: the broadcasting binaries (add .. equal), the unaries
-// (affine .. gelu), gelu_bwd, where, cast, fill. Each matches ops/cpu/elementwise.c element for
-// element: the same formulas in f32 (bf16 and f16 storage widened on load, rounded to nearest even
-// on store), the same NaN behaviour of min/max/clamp/where, the same integer wrap-around and
-// saturation.
+// (affine .. gelu, silu), gelu_bwd, silu_bwd, where, cast, fill. Each matches ops/cpu/elementwise.c
+// element for element: the same formulas in f32 (bf16 and f16 storage widened on load, rounded to
+// nearest even on store), the same NaN behaviour of min/max/clamp/where, the same integer
+// wrap-around and saturation.
 //
 // Broadcasting: the launcher collapses the output's dims into (rows, cols) plus up to 5 outer
 // dims; adjacent dims merge when every input's strides continue across them, so same-shape
@@ -14,6 +14,7 @@
 // type (f32x4, bf16x8) when every spanning operand is aligned, else 1; a single row (flat
 // operands) keeps its vectors and finishes its last cols % V elements in the first threads.
 #include "common.cuh"
+#include "gelu.cuh"
 
 namespace {
 
@@ -171,35 +172,20 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// ---------------------------------------------------------------- unary ops and gelu_bwd
-enum { U_AFFINE, U_EXP, U_LOG, U_NEG, U_SQRT, U_CLAMP, U_GELU };
-constexpr float kGeluK = 0.7978845608028654f; // sqrt(2/pi)
+// ---------------------------------------------------------------- unary ops, gelu_bwd, silu_bwd
+enum { U_AFFINE, U_EXP, U_LOG, U_NEG, U_SQRT, U_CLAMP, U_GELU, U_SILU };
 
-// tanh as ops/cpu/fastmath.h's rational function (the same formula, so GELU matches the CPU far
-// inside the tolerance; tanhf would differ by its own few ulp, amplified in 1 + tanh near -1)
-__device__ __forceinline__ float tanh_r(float x) {
-    const float lim = 7.90531110763549805f;
-    float c = x > lim ? lim : (x < -lim ? -lim : x), x2 = c * c;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 - 8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    float small = x < 0.0f ? -x : x;
-    return small < 4e-4f ? x : c * p / q;
+__device__ __forceinline__ float gelu_f(float x) { return gelu_tanh::gelu(x); }
+__device__ __forceinline__ float gelu_grad(float x) { return gelu_tanh::grad(x); } // d gelu / dx
+// SiLU and its derivative as ops/cpu/elementwise.c's (see there: finite for every finite x, torch's
+// NaN at -inf; 1 - s as e^-x s for x >= 0); expf instead of the CPU's polynomial, a few ulp apart
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu_grad(float x) {
+    float e = expf(-x), s = 1.0f / (1.0f + e), sc = x >= 0.0f ? e * s : 1.0f - s;
+    return s * (1.0f + x * sc);
 }
-__device__ __forceinline__ float gelu_f(float x) {
-    return 0.5f * x * (1.0f + tanh_r(kGeluK * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad(float x) { // d gelu / dx
-    float t = tanh_r(kGeluK * (x + 0.044715f * x * x * x)), du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+template <int OP> __device__ __forceinline__ float act_grad(float x) {
+    return OP == U_SILU ? silu_grad(x) : gelu_grad(x);
 }
 
 // p0, p1: (alpha, beta) for affine, (lo, hi) for clamp
@@ -211,6 +197,7 @@ template <int OP> __device__ __forceinline__ float un_f(float x, float p0, float
     case U_NEG: return -x;
     case U_SQRT: return sqrtf(x);
     case U_CLAMP: return x < p0 ? p0 : x > p1 ? p1 : x; // NaN stays NaN
+    case U_SILU: return silu_f(x);
     default: return gelu_f(x);
     }
 }
@@ -244,19 +231,19 @@ __global__ void __launch_bounds__(kThreads) unary_i32_kernel(int32_t *y /* (n) *
     }
 }
 
-// dx (n) = dy (n) * gelu'(x (n)); dx may be dy or x
-template <class T, int V>
-__global__ void __launch_bounds__(kThreads) gelu_bwd_kernel(T *dx /* (n) */, const T *dy /* (n) */,
-                                                            const T *x /* (n) */, int64_t n) {
+// dx (n) = dy (n) * act'(x (n)), act gelu (OP U_GELU) or silu (U_SILU); dx may be dy or x
+template <int OP, class T, int V>
+__global__ void __launch_bounds__(kThreads) act_bwd_kernel(T *dx /* (n) */, const T *dy /* (n) */,
+                                                           const T *x /* (n) */, int64_t n) {
     const int64_t nv = n / V;
     for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
         Vec<T, V> g = ldv<V>(dy + i * V), v = ldv<V>(x + i * V);
 #pragma unroll
-        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * gelu_grad(to_f(v.v[j])));
+        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * act_grad<OP>(to_f(v.v[j])));
         stv<V>(dx + i * V, g);
     }
     const int64_t t = thread_index(), e = nv * V + t;
-    if (t < n - nv * V) dx[e] = from_f<T>(to_f(dy[e]) * gelu_grad(to_f(x[e])));
+    if (t < n - nv * V) dx[e] = from_f<T>(to_f(dy[e]) * act_grad<OP>(to_f(x[e])));
 }
 
 // ---------------------------------------------------------------- where
@@ -458,6 +445,7 @@ dfg_status unary_of(const dfg_node *n, void *y, const void *x, int64_t cnt, floa
     case DFG_OP_SQRT: return launch_unary<U_SQRT, T>(n, y, x, cnt, p0, p1, ctx);
     case DFG_OP_CLAMP: return launch_unary<U_CLAMP, T>(n, y, x, cnt, p0, p1, ctx);
     case DFG_OP_GELU: return launch_unary<U_GELU, T>(n, y, x, cnt, p0, p1, ctx);
+    case DFG_OP_SILU: return launch_unary<U_SILU, T>(n, y, x, cnt, p0, p1, ctx);
     default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "not a unary op");
     }
 }
@@ -483,18 +471,30 @@ dfg_status unary_i32(const dfg_node *n, void *y, const void *x, int64_t cnt, flo
     return dfg_cuda_launched(ctx, n, e, "unary_i32_kernel");
 }
 
-template <class T>
-dfg_status launch_gelu_bwd(const dfg_node *n, void *dx, const void *dy, const void *x, int64_t cnt,
-                           dfg_cuda_ctx *ctx) {
+template <int OP, class T>
+dfg_status launch_act_bwd(const dfg_node *n, void *dx, const void *dy, const void *x, int64_t cnt,
+                          dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(T);
     cudaError_t e;
     if (aligned(dx, 16) && aligned(dy, 16) && aligned(x, 16))
-        e = DFG_LAUNCH((gelu_bwd_kernel<T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
+        e = DFG_LAUNCH((act_bwd_kernel<OP, T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
                        (T *)dx, (const T *)dy, (const T *)x, cnt);
     else
-        e = DFG_LAUNCH((gelu_bwd_kernel<T, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx), (T *)dx,
-                       (const T *)dy, (const T *)x, cnt);
-    return dfg_cuda_launched(ctx, n, e, "gelu_bwd_kernel");
+        e = DFG_LAUNCH((act_bwd_kernel<OP, T, 1>), dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx),
+                       (T *)dx, (const T *)dy, (const T *)x, cnt);
+    return dfg_cuda_launched(ctx, n, e, OP == U_SILU ? "silu_bwd_kernel" : "gelu_bwd_kernel");
+}
+
+// inputs dy, x of one shape -> dx (gelu_bwd, silu_bwd)
+template <int OP> dfg_status act_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx) {
+    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
+    if (cnt == 0) return DFG_OK;
+    switch (n->in[1]->dtype) {
+    case DFG_F32: return launch_act_bwd<OP, float>(n, out[0], in[0], in[1], cnt, ctx);
+    case DFG_BF16: return launch_act_bwd<OP, __nv_bfloat16>(n, out[0], in[0], in[1], cnt, ctx);
+    case DFG_F16: return launch_act_bwd<OP, __half>(n, out[0], in[0], in[1], cnt, ctx);
+    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "input of %s", dfg_dtype_name(n->in[1]->dtype));
+    }
 }
 
 template <class TC, class TV>
@@ -600,7 +600,7 @@ DFG_CUDA_LAUNCHER(binary) {
     }
 }
 
-// affine, exp, log, neg, sqrt, clamp, gelu (tanh approximation): same shape in and out; i32 for
+// affine, exp, log, neg, sqrt, clamp, gelu (tanh approximation), silu: same shape in and out; i32 for
 // affine, neg and clamp
 DFG_CUDA_LAUNCHER(unary) {
     const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
@@ -618,16 +618,8 @@ DFG_CUDA_LAUNCHER(unary) {
 }
 
 // inputs dy, x of one shape -> dx
-DFG_CUDA_LAUNCHER(gelu_bwd) {
-    const int64_t cnt = dfg_shape_numel(n->out[0]->shape);
-    if (cnt == 0) return DFG_OK;
-    switch (n->in[1]->dtype) {
-    case DFG_F32: return launch_gelu_bwd<float>(n, out[0], in[0], in[1], cnt, ctx);
-    case DFG_BF16: return launch_gelu_bwd<__nv_bfloat16>(n, out[0], in[0], in[1], cnt, ctx);
-    case DFG_F16: return launch_gelu_bwd<__half>(n, out[0], in[0], in[1], cnt, ctx);
-    default: return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "input of %s", dfg_dtype_name(n->in[1]->dtype));
-    }
-}
+DFG_CUDA_LAUNCHER(gelu_bwd) { return act_bwd<U_GELU>(n, in, out, ctx); }
+DFG_CUDA_LAUNCHER(silu_bwd) { return act_bwd<U_SILU>(n, in, out, ctx); }
 
 // inputs cond (f32, i32 or u8), a, b (one dtype, any): broadcast together
 DFG_CUDA_LAUNCHER(where) {

@@ -24,8 +24,8 @@
  *   DFG_CUDNN_SDPA=0        never use cuDNN for attention (dfg's kernels; no workspace planned)
  *   DFG_CUDNN_SDPA=require  cuDNN refusing a call dfg_sdpa_cudnn_supports takes is an error
  *
- * This file has been compiled (gcc, -Wall -Wextra -Werror, cuDNN 9.19 headers) and has run on no
- * GPU yet (README, "GPU status"): tools/gpu-check.sh is its first test on real hardware. */
+ * It has run on one GPU (an H100, 2026-11-24: tools/gpu-check.sh's GRPO runs in bf16 used it;
+ * README, "GPU status"), where racecheck reported hazards inside cuDNN's backward kernel in bf16. */
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>

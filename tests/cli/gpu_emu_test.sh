@@ -30,6 +30,8 @@
 #   - the printed GRPO metrics, compared as text under emulation (the same OpenBLAS sums), are
 #     compared as numbers: within 1e-5 relative plus one unit of the last printed digit (the GPU
 #     sums in another order, which may move a printed last digit);
+#   - the fixed-rollout step's dump within 3e-5 instead of 1e-5 (AdamW turns the GPU's other
+#     summation order into relative differences of small updates);
 #   - device memory is measured there (cudaMemGetInfo, the context excluded), which the driver
 #     rounds up to its pages: at least the arena + workspace and at most 64 MiB more;
 #   - the refusals: with a GPU a cuda plan runs (exit 0); --emulate-gpu on a cpu plan is still
@@ -157,8 +159,12 @@ check "GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close gcpu.safe
 run "$DFG" run gcpu.dfg --rollouts r.safetensors --dump dcpu.safetensors --threads 1
 run "$DFG" run g32.dfg --rollouts r.safetensors --dump d32.safetensors "${DEV[@]}" --threads 1
 expect_rc 0 "GRPO on fixed rollouts $ON --dump"
-check "log-probs, reference log-probs, advantages, loss, KL, gradient norm and updated weights = the CPU's (1e-5)" \
-  "${ST[@]}" close dcpu.safetensors d32.safetensors 1e-5
+# on the GPU 3e-5: cuBLASLt and the kernels sum in other orders than OpenBLAS, and AdamW's
+# m / sqrt(v) turns a small gradient's relative rounding difference into the same relative
+# difference of its learning-rate-sized update (the H100 measured 1.19e-5 on an attention bias)
+DUMP_TOL=$([ "$REAL" = 1 ] && echo 3e-5 || echo 1e-5)
+check "log-probs, reference log-probs, advantages, loss, KL, gradient norm and updated weights = the CPU's ($DUMP_TOL)" \
+  "${ST[@]}" close dcpu.safetensors d32.safetensors "$DUMP_TOL"
 run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda -o gbf.dfg
 run "$DFG" run gbf.dfg --rollouts r.safetensors --dump dbf.safetensors "${DEV[@]}" --threads 1
 expect_rc 0 "GRPO bf16 on fixed rollouts"

@@ -312,6 +312,20 @@ expect_rc 0 "--weights W --rollouts R --dump OUT"
 run "${ST[@]}" same d.safetensors d3.safetensors
 expect_rc 3 "other weights give another dump"
 
+# --weights DIR: a sharded model directory (an index and 3 shards) loads as the single file does
+"${ST[@]}" shard w.safetensors wdir 3
+run "$DFG" run grpo.dfg --weights w.safetensors --steps 1 --threads 1 --save w1.safetensors
+run "$DFG" run grpo.dfg --weights wdir --steps 1 --threads 1 --save wdir1.safetensors
+expect_rc 0 "--weights DIR (model.safetensors.index.json and 3 shards)"
+n_w=$("${ST[@]}" names w.safetensors | wc -l)
+expect_in out.txt "loaded $n_w tensors from wdir" "it loads every tensor of the shards ($n_w)"
+check "one step from the shards = one step from the single file, bit for bit" cmp -s w1.safetensors wdir1.safetensors
+rm wdir/model-00002-of-00003.safetensors
+run "$DFG" run grpo.dfg --weights wdir --steps 1
+expect_rc 2 "--weights DIR with a shard missing"
+expect_one_line "a missing shard"
+expect_in err.txt "wdir/model.safetensors.index.json: shard 'model-00002-of-00003.safetensors'" "the message names the index and the shard"
+
 echo
 if [ "$failures" -eq 0 ]; then echo "grpo_cli_test: all checks passed"; exit 0; fi
 echo "grpo_cli_test: $failures check(s) failed"

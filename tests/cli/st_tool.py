@@ -21,6 +21,10 @@
   st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G]
                                  a GRPO rollout file: tokens i32 (N,T) (prompt then completion,
                                  right-padded), completion_mask f32 (N,T), rewards f32 (N)
+  st_tool.py shard F DIR N       DIR as transformers' save_pretrained writes a sharded model: F's
+                                 tensors cut in file order into N shards
+                                 model-0000k-of-0000N.safetensors and the index
+                                 model.safetensors.index.json mapping each tensor to its shard
   st_tool.py check-dump OUT R G  OUT's logp is 0 off R's completion mask and finite, < 0 on it;
                                  its loss and grad_norm are finite scalars; its advantages have
                                  mean 0 within each group of G
@@ -166,6 +170,23 @@ def rollouts(out, n, t, vocab, seed, bad_shape, group):
     return 0
 
 
+def shard(path, out, n):
+    import os
+    tensors, meta = read(path)
+    names = list(tensors)
+    os.makedirs(out, exist_ok=True)
+    weight_map = {}
+    for k in range(n):
+        part = names[k * len(names) // n:(k + 1) * len(names) // n]
+        file = "model-%05d-of-%05d.safetensors" % (k + 1, n)
+        write(os.path.join(out, file), {name: tensors[name] for name in part}, meta)
+        weight_map.update({name: file for name in part})
+    total = sum(len(t[2]) for t in tensors.values())
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return 0
+
+
 def check_dump(out, r, g):
     to, _ = read(out)
     tr, _ = read(r)
@@ -208,6 +229,8 @@ def main(argv):
     if cmd == "rollouts":
         group = int(argv[argv.index("--group") + 1]) if "--group" in argv else 1
         return rollouts(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), "--bad-shape" in argv, group)
+    if cmd == "shard":
+        return shard(argv[2], argv[3], int(argv[4]))
     if cmd == "check-dump":
         return check_dump(argv[2], argv[3], int(argv[4]))
     print(__doc__)

@@ -2,8 +2,9 @@
 # Runs the libFuzzer harnesses (ASan + UBSan) for SECONDS each (default 60), side by side (one
 # core each); CI runs this from tools/test.sh.
 # Usage: tests/fuzz/run.sh [SECONDS] [HARNESS...]
-#   HARNESS: safetensors (the safetensors reader), plan (the plan loader and the compiler);
-#   default both. env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
+#   HARNESS: safetensors (the safetensors reader), weights_index (the index of a sharded model
+#   directory), plan (the plan loader and the compiler); default all three.
+#   env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
 # New interesting inputs go to BUILD/fuzz-HARNESS/corpus (the committed seeds in
 # tests/fuzz/corpus/HARNESS stay small); each run's output is in BUILD/fuzz-HARNESS/log. A crash,
 # leak, timeout (> 10 s for one input) or allocation over 512 MiB leaves its input in
@@ -13,12 +14,12 @@ set -euo pipefail
 secs="${1:-60}"
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors plan)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index plan)
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${DFG_FUZZ_BUILD:-$root/build-fuzz}"
 targets=()
 for h in "${harnesses[@]}"; do
-    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, plan)" >&2; exit 2; }
+    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, plan)" >&2; exit 2; }
     targets+=("fuzz_$h")
 done
 
@@ -27,6 +28,7 @@ CC="${CC:-clang}" cmake -S "$root" -B "$build" -DDFG_FUZZ=ON -DDFG_WERROR=OFF >/
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
 
 extra_plan=()
+extra_weights_index=()
 extra_safetensors=(-dict="$root/tests/fuzz/safetensors.dict")
 pids=()
 for h in "${harnesses[@]}"; do
