@@ -246,7 +246,9 @@ run "$DFG" compile "$SRC/examples/grpo.c" --set prompts_per_step=64 --set n_embd
 bg_pid=$!
 wait_for test -e si2/checkpoint.safetensors
 kill -INT "$bg_pid"
-sleep 0.02
+# the second only once the first was handled: two SIGINTs pending at once are delivered as one
+# (a loaded machine can hold the process off the CPU for longer than any fixed pause)
+wait_for grep -q "interrupted: stopping after this step" si2.err
 kill -INT "$bg_pid" 2>/dev/null
 wait "$bg_pid"
 rc=$?
