@@ -35,7 +35,7 @@
 #include "dfg_runtime.h"
 
 typedef struct {
-    dfg_gpt2_config model;
+    dfg_model_config model;
     int64_t prompts, group, prompt_len, completion_len;
     int64_t N, T; /* sequences = prompts x group; tokens per sequence = prompt + completion */
     float beta, max_grad_norm;
@@ -44,8 +44,8 @@ typedef struct {
 
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, grpo_config *c) {
-    dfg_gpt2_config gpt2 = dfg_gpt2_config_default(); /* 124M; 1024 positions: wpe has the checkpoint's shape */
-    dfg_status st = dfg_gpt2_config_from_settings(p, gpt2, &c->model);
+    dfg_model_config gpt2 = dfg_gpt2_config_default(); /* 124M; 1024 positions: wpe has the checkpoint's shape */
+    dfg_status st = dfg_model_config_from_settings(p, gpt2, &c->model);
     if (st) return st;
     c->prompts = dfg_setting_int(p, "prompts", 1);
     c->group = dfg_setting_int(p, "group", 8);
@@ -57,7 +57,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     if ((st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
     if (dfg_program_status(p)) return dfg_program_status(p);
 
-    const dfg_gpt2_config *m = &c->model;
+    const dfg_model_config *m = &c->model;
     if (c->prompts < 1 || c->group < 2 || c->prompts * c->group > (1 << 16))
         return dfg_program_fail(p, DFG_ERR_ARG, "need prompts >= 1 and group >= 2 (advantages compare a group), "
                                 "got %lld x %lld", (long long)c->prompts, (long long)c->group);
@@ -84,15 +84,15 @@ typedef struct {
 
 /* Per-token log-probabilities of the targets under model m: (N, T) f32. On bf16 the logits are
  * cast to f32 first, so the log-softmax over 50257 entries and the loss math stay in f32. */
-static dfg_tensor *token_logp(dfg_graph *g, const dfg_gpt2 *m, const grpo_batch *b) {
-    dfg_tensor *logits = dfg_gpt2_logits(g, m, b->tokens); /* (N, T, V) */
+static dfg_tensor *token_logp(dfg_graph *g, const dfg_model *m, const grpo_batch *b) {
+    dfg_tensor *logits = dfg_model_logits(g, m, b->tokens); /* (N, T, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     return dfg_take(g, dfg_log_softmax(g, logits), b->targets); /* (N, T) */
 }
 
 /* Graph "ref": the frozen copy starts as the policy (dfg_init_from: weights loaded with --weights
  * reach it too), then only ever runs forward. */
-static dfg_status build_ref_graph(dfg_program *p, dfg_graph *g, dfg_gpt2 *ref, const dfg_gpt2 *policy,
+static dfg_status build_ref_graph(dfg_program *p, dfg_graph *g, dfg_model *ref, const dfg_model *policy,
                                   const grpo_batch *b) {
     dfg_status st = dfg_nn_init_copy(p, ref->params, policy->params, ref->n_params);
     if (st) return st;
@@ -106,7 +106,7 @@ static dfg_tensor *seq_mean(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask) {
     return dfg_mean(g, per_seq, 0);
 }
 
-static dfg_status build_train_graph(dfg_program *p, const grpo_config *c, const dfg_gpt2 *policy,
+static dfg_status build_train_graph(dfg_program *p, const grpo_config *c, const dfg_model *policy,
                                     const grpo_batch *b) {
     int64_t N = c->N;
     dfg_graph *g = dfg_graph_new(p, "train");
@@ -146,13 +146,13 @@ dfg_status dfg_pipeline(dfg_program *p) {
     dfg_status st = read_config(p, &c);
     if (st) return st;
     /* ~7 KB of tensor pointers each: off the stack */
-    dfg_gpt2 *policy = calloc(1, sizeof(*policy)), *ref = calloc(1, sizeof(*ref));
+    dfg_model *policy = calloc(1, sizeof(*policy)), *ref = calloc(1, sizeof(*ref));
     if (!policy || !ref) {
         free(policy), free(ref);
         return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     }
-    st = dfg_gpt2_params(p, "", c.model, policy);
-    if (!st) st = dfg_gpt2_frozen(p, "ref.", c.model, ref); /* STATEs of role REF_MODEL */
+    st = dfg_model_params(p, "", c.model, policy);
+    if (!st) st = dfg_model_frozen(p, "ref.", c.model, ref); /* STATEs of role REF_MODEL */
 
     grpo_batch b = {0};
     dfg_graph *ref_g = NULL;

@@ -22,7 +22,7 @@
 #include "dfg_runtime.h"
 
 typedef struct {
-    dfg_gpt2_config model;
+    dfg_model_config model;
     int64_t batch, seq;
     dfg_adamw_config adamw;
     float max_grad_norm;
@@ -34,10 +34,10 @@ static dfg_status read_config(dfg_program *p, train_config *c) {
     /* batch 16 and lr 3e-3 make the task click within ~100 steps (a few seconds on one core);
      * with batch 8 or lr 1e-3 the loss only starts to fall after 100-200 steps */
     c->batch = dfg_setting_int(p, "batch", 16);
-    dfg_gpt2_config small = dfg_gpt2_config_default();
+    dfg_model_config small = dfg_gpt2_config_default();
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = 64;
     small.block_size = c->seq > 0 && c->seq < (1 << 20) ? (int)c->seq : 1;
-    dfg_status st = dfg_gpt2_config_from_settings(p, small, &c->model);
+    dfg_status st = dfg_model_config_from_settings(p, small, &c->model);
     dfg_adamw_config adamw = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
     if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
@@ -62,14 +62,14 @@ static dfg_tensor *masked_mean(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask) {
     return dfg_div(g, total, count);
 }
 
-static dfg_status build_train_graph(dfg_program *p, const train_config *c, const dfg_gpt2 *model) {
+static dfg_status build_train_graph(dfg_program *p, const train_config *c, const dfg_model *model) {
     int64_t B = c->batch, T = c->seq;
     dfg_graph *g = dfg_graph_new(p, "train");
     dfg_tensor *tokens = dfg_input(g, "tokens", DFG_I32, DFG_SHAPE(B, T));   /* (B, T) */
     dfg_tensor *targets = dfg_input(g, "targets", DFG_I32, DFG_SHAPE(B, T)); /* (B, T) next tokens */
     dfg_tensor *mask = dfg_input(g, "mask", DFG_F32, DFG_SHAPE(B, T));       /* (B, T) 1 on answer tokens */
 
-    dfg_tensor *logits = dfg_gpt2_logits(g, model, tokens); /* (B, T, V) */
+    dfg_tensor *logits = dfg_model_logits(g, model, tokens); /* (B, T, V) */
     if (c->model.dtype != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     dfg_tensor *logp = dfg_take(g, dfg_log_softmax(g, logits), targets); /* (B, T) */
     dfg_tensor *loss = dfg_name(dfg_neg(g, masked_mean(g, logp, mask)), "loss");
@@ -96,9 +96,9 @@ dfg_status dfg_pipeline(dfg_program *p) {
     train_config c;
     dfg_status st = read_config(p, &c);
     if (st) return st;
-    dfg_gpt2 *model = calloc(1, sizeof(*model)); /* ~7 KB of tensor pointers: keep it off the stack */
+    dfg_model *model = calloc(1, sizeof(*model)); /* ~7 KB of tensor pointers: keep it off the stack */
     if (!model) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    st = dfg_gpt2_params(p, "", c.model, model);
+    st = dfg_model_params(p, "", c.model, model);
     if (!st) st = dfg_stage_host(p, "data", "gpt2_make_batch");
     if (!st) st = build_train_graph(p, &c, model);
     free(model);

@@ -34,7 +34,7 @@
 #include "dfg_tasks.h"
 
 typedef struct {
-    dfg_gpt2_config model;
+    dfg_model_config model;
     dfg_task task;
     const char *reward;
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
@@ -89,11 +89,11 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
 
-    dfg_gpt2_config small = dfg_gpt2_config_default();
+    dfg_model_config small = dfg_gpt2_config_default();
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
     small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
     dfg_adamw_config adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
-    dfg_status st = dfg_gpt2_config_from_settings(p, small, &c->model);
+    dfg_status st = dfg_model_config_from_settings(p, small, &c->model);
     if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
 
     if (!dfg_reward_by_name(c->reward))
@@ -132,14 +132,14 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
 
 /* The program's persistent tensors, by their roles in the step. */
 typedef struct {
-    dfg_gpt2 *policy, *ref;
-    dfg_gpt2_kv kv;
+    dfg_model *policy, *ref;
+    dfg_model_kv kv;
     dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_clipped, *acc_tokens; /* micro-batch loop */
-    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
@@ -148,10 +148,10 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
 
 static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s) {
     int64_t N = c->N, T = c->T;
-    dfg_status st = dfg_gpt2_params(p, "", c->model, s->policy);
-    if (!st && c->beta != 0.0f && !(st = dfg_gpt2_frozen(p, "ref.", c->model, s->ref)))
+    dfg_status st = dfg_model_params(p, "", c->model, s->policy);
+    if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
         st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
-    if (!st) st = dfg_gpt2_kv_cache(p, "", s->policy, N, T, &s->kv);
+    if (!st) st = dfg_model_kv_cache(p, "", s->policy, N, T, &s->kv);
     if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
     if (st) return st;
     s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -202,7 +202,7 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
     /* every prompt token but the last goes into the cache; the last one starts the decoding */
     dfg_tensor *prompts = c->share_prompts ? group_prompts(g, s->tokens, c->G, c->Lp - 1) /* (P, Lp-1) */
                                            : dfg_slice(g, s->tokens, 1, 0, c->Lp - 1);   /* (N, Lp-1) */
-    dfg_gpt2_prefill(g, s->policy, &s->kv, prompts);
+    dfg_model_prefill(g, s->policy, &s->kv, prompts);
     dfg_assign(g, s->cur_tok, dfg_slice(g, s->tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
     dfg_assign_fill(g, s->done, 0.0f);
@@ -212,8 +212,8 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
 
 static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "decode");
-    dfg_tensor *h = dfg_gpt2_decode(g, s->policy, &s->kv, s->cur_tok, s->pos); /* (N, 1, C) */
-    dfg_tensor *logits = dfg_gpt2_lm_head(g, s->policy, h);                     /* (N, 1, V) */
+    dfg_tensor *h = dfg_model_decode(g, s->policy, &s->kv, s->cur_tok, s->pos); /* (N, 1, C) */
+    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                     /* (N, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng};
     dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, DFG_VOCAB_EOS);
@@ -238,7 +238,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
 
 /* Log-probs of the completion tokens of tok (n, T) under model m, as (n, max_new): entry j scores
  * position Lp + j. With share_prompts the prompt positions are computed once per group. */
-static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_gpt2 *m, dfg_tensor *tok) {
+static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok) {
     if (c->share_prompts)
         return dfg_grpo_completion_logp(g, m, group_prompts(g, tok, c->G, c->Lp), dfg_slice(g, tok, 1, c->Lp, c->max_new),
                                         c->temperature);
@@ -254,7 +254,7 @@ static dfg_tensor *padded(dfg_graph *g, const grpo_config *c, dfg_tensor *lp, df
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs. */
 static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
-                                   const dfg_gpt2 *m, dfg_tensor *dst) {
+                                   const dfg_model *m, dfg_tensor *dst) {
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
     dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens), mask));
@@ -313,7 +313,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_graph *g = dfg_graph_new(p, name);
     int n = s->policy->n_params;
     bool last = k == c->iterations - 1;
-    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
     dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
@@ -340,7 +340,7 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);
     if (st) return st;
     int n = s->policy->n_params;
-    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS];
+    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
     dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
     if ((st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, ""))) return st;

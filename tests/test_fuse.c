@@ -310,9 +310,9 @@ typedef struct {
 
 static void build_gpt2(dfg_program *p, const void *vcfg) {
     const gpt2_cfg *c = vcfg;
-    dfg_gpt2 *m = calloc(1, sizeof(*m));
-    dfg_gpt2_config mc = {c->L, 2, c->C, c->V, c->T, 1e-5f, DFG_F32};
-    if (dfg_gpt2_params(p, "", mc, m)) {
+    dfg_model *m = calloc(1, sizeof(*m));
+    dfg_model_config mc = {.n_layer = c->L, .n_head = 2, .n_embd = c->C, .vocab_size = c->V, .block_size = c->T, .ln_eps = 1e-5f};
+    if (dfg_model_params(p, "", mc, m)) {
         free(m);
         return;
     }
@@ -320,7 +320,7 @@ static void build_gpt2(dfg_program *p, const void *vcfg) {
     dfg_tensor *tok = dfg_input(g, "tokens", DFG_I32, DFG_SHAPE(c->B, c->T));
     dfg_tensor *tgt = dfg_input(g, "targets", DFG_I32, DFG_SHAPE(c->B, c->T));
     dfg_tensor *mask = dfg_input(g, "mask", DFG_F32, DFG_SHAPE(c->B, c->T));
-    dfg_tensor *logits = dfg_gpt2_logits(g, m, tok); /* (B, T, V) */
+    dfg_tensor *logits = dfg_model_logits(g, m, tok); /* (B, T, V) */
     if (c->temp != 1.0f) logits = dfg_scale(g, logits, 1.0f / c->temp);
     dfg_tensor *logp = dfg_take(g, dfg_log_softmax(g, logits), tgt); /* (B, T) */
     dfg_tensor *loss = dfg_scale(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), -1.0f / (float)(c->B * c->T));
@@ -328,11 +328,11 @@ static void build_gpt2(dfg_program *p, const void *vcfg) {
      * still find the pattern */
     if (!c->accumulate) dfg_output(g, logp, "logp"), dfg_output(g, loss, "loss");
     if (c->accumulate) {
-        dfg_tensor *buf[4 + DFG_GPT2_PARAMS_PER_BLOCK * 4];
+        dfg_tensor *buf[4 + DFG_MODEL_PARAMS_PER_BLOCK * 4];
         dfg_nn_grad_buffers(p, m->params, m->n_params, "", buf);
         dfg_backward_accumulate(g, loss, m->params, m->n_params, buf);
     } else {
-        dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * 4];
+        dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * 4];
         if (!dfg_backward(g, loss, m->params, m->n_params, grads))
             for (int i = 0; i < m->n_params; i++) {
                 char name[300];
@@ -354,7 +354,7 @@ static void test_gpt2_tied(bool accumulate, float temp) {
              accumulate ? "accumulate" : "backward");
     fcase fc = {label, build_gpt2, &c, c.V, budget, accumulate ? 2 : 1, {0, 1, c.L}};
     /* PARAMs, and the grads of 4 + 12 L params (outputs, or buffers) + logp, loss when output */
-    int n_params = 4 + DFG_GPT2_PARAMS_PER_BLOCK * c.L;
+    int n_params = 4 + DFG_MODEL_PARAMS_PER_BLOCK * c.L;
     pair r = run_pair(&fc, (accumulate ? 0 : 2) + 2 * n_params);
     if (r.ok) {
         const dfg_program *p = r.fu.p;

@@ -1,11 +1,13 @@
 /* test_kv_decode.c - generation with a KV cache computes what the full forward computes: a
  * prefill over the first Tp tokens then one decode step per later position (fed the true next
  * token, read with a run-time slice) gives the same logits, position by position, as
- * dfg_gpt2_logits over the whole sequence. The N = P*G sequences come in groups of G that share
+ * dfg_model_logits over the whole sequence. The N = P*G sequences come in groups of G that share
  * their first Tp tokens (GRPO's completions of one prompt): the prefill computes each prompt once
- * and fills its G rows of the caches, and dfg_gpt2_hidden_grouped (the prompt once, the
+ * and fills its G rows of the caches, and dfg_model_hidden_grouped (the prompt once, the
  * completions over it) must give the full forward's logits at the positions that predict the
- * completion tokens. G = 1 is the ungrouped case. */
+ * completion tokens. G = 1 is the ungrouped case. Every architecture is checked: GPT-2 and the
+ * Llama family with random grouped-query heads, head_dim and rope_theta (its caches hold the
+ * key/value heads only). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +15,27 @@
 #include "dfg_nn.h"
 #include "testutil.h"
 
-int main(void) {
-    dfg_test_init("test_kv_decode");
+static void check_arch(dfg_arch arch) {
     int P = dfg_test_int(1, 3), G = dfg_test_int(1, 3), N = P * G, Tp = dfg_test_int(1, 5), T = Tp + dfg_test_int(2, 6),
         V = dfg_test_int(7, 40);
-    dfg_gpt2_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = V, .block_size = T + 3,
-                           .ln_eps = 1e-5f, .dtype = DFG_F32};
+    dfg_model_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = V, .block_size = T + 3,
+                            .ln_eps = 1e-5f, .dtype = DFG_F32, .arch = arch};
+    if (arch != DFG_ARCH_GPT2) {
+        cfg.n_kv_head = dfg_test_int(1, 2);
+        cfg.n_head = cfg.n_kv_head * dfg_test_int(1, 3);
+        cfg.head_dim = 2 * dfg_test_int(2, 6); /* n_head * head_dim need not be n_embd */
+        cfg.n_inner = dfg_test_int(8, 40);
+        cfg.rope_theta = dfg_test_uniform(50.0f, 1e6f);
+        cfg.tie_word_embeddings = dfg_test_int(0, 1);
+        cfg.attention_bias = dfg_test_int(0, 1);
+    }
+    printf("%s: H=%d Hkv=%d D=%d: ", dfg_arch_name(arch), cfg.n_head, cfg.n_kv_head ? cfg.n_kv_head : cfg.n_head,
+           cfg.head_dim ? cfg.head_dim : cfg.n_embd / cfg.n_head);
     dfg_program *p = dfg_program_new("kv");
-    dfg_gpt2 *m = calloc(1, sizeof(*m));
-    dfg_gpt2_kv kv;
-    dfg_gpt2_params(p, "", cfg, m);
-    dfg_gpt2_kv_cache(p, "", m, N, T, &kv);
+    dfg_model *m = calloc(1, sizeof(*m));
+    dfg_model_kv kv;
+    dfg_model_params(p, "", cfg, m);
+    dfg_model_kv_cache(p, "", m, N, T, &kv);
     dfg_tensor *tok = dfg_state(p, "tok", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT, dfg_init_zeros());
     dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     dfg_tensor *out = dfg_state(p, "cached", DFG_F32, DFG_SHAPE(N, T, V), DFG_ROLE_NONE, dfg_init_zeros());
@@ -34,7 +46,7 @@ int main(void) {
     dfg_graph *pre = dfg_graph_new(p, "prefill");
     dfg_tensor *prompts = dfg_reshape(pre, dfg_slice(pre, dfg_reshape(pre, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
     prompts = dfg_slice(pre, prompts, 1, 0, Tp); /* (P, Tp): the first row of each group */
-    dfg_tensor *lp = dfg_gpt2_lm_head(pre, m, dfg_gpt2_prefill(pre, m, &kv, prompts));
+    dfg_tensor *lp = dfg_model_lm_head(pre, m, dfg_model_prefill(pre, m, &kv, prompts));
     lp = dfg_reshape(pre, dfg_expand(pre, dfg_reshape(pre, lp, DFG_SHAPE(P, 1, Tp, V)), DFG_SHAPE(P, G, Tp, V)),
                      DFG_SHAPE(N, Tp, V));
     dfg_slice_assign(pre, out, lp, 1, 0);
@@ -43,16 +55,16 @@ int main(void) {
 
     dfg_graph *dec = dfg_graph_new(p, "decode"); /* one position per run: Tp .. T-1 */
     dfg_tensor *t1 = dfg_slice_at(dec, tok, 1, pos, 1); /* (N, 1) */
-    dfg_tensor *logit = dfg_gpt2_lm_head(dec, m, dfg_gpt2_decode(dec, m, &kv, t1, pos)); /* (N, 1, V) */
+    dfg_tensor *logit = dfg_model_lm_head(dec, m, dfg_model_decode(dec, m, &kv, t1, pos)); /* (N, 1, V) */
     dfg_slice_assign_at(dec, out, logit, 1, pos);
     dfg_assign(dec, pos, dfg_add_scalar(dec, pos, 1.0f));
     dfg_stage_graph(p, dec, T - Tp);
 
     dfg_graph *full = dfg_graph_new(p, "full");
-    dfg_output(full, dfg_gpt2_logits(full, m, tok), "full");
+    dfg_output(full, dfg_model_logits(full, m, tok), "full");
     dfg_tensor *pr = dfg_reshape(full, dfg_slice(full, dfg_reshape(full, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *hg = dfg_gpt2_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp));
-    dfg_assign(full, grouped, dfg_gpt2_lm_head(full, m, hg)); /* (N, T-Tp, V): positions Tp-1 .. T-2 */
+    dfg_tensor *hg = dfg_model_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp));
+    dfg_assign(full, grouped, dfg_model_lm_head(full, m, hg)); /* (N, T-Tp, V): positions Tp-1 .. T-2 */
     dfg_stage_graph(p, full, 1);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));
 
@@ -60,6 +72,13 @@ int main(void) {
     dfg_run_options o = dfg_run_options_default();
     o.check = true; /* the caches are written and read across runs of a stage: a good place to look */
     CHECK(dfg_runtime_create(p, &o, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
+    for (int i = 0; i < m->n_params; i++) { /* not the init's ones and zeros: every norm gain and bias counts */
+        int64_t n = dfg_tensor_numel(m->params[i]);
+        float *w = malloc(sizeof(float) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) w[j] = dfg_test_uniform(-0.5f, 0.5f) + (dfg_tensor_shape(m->params[i]).rank == 1);
+        dfg_runtime_write(rt, dfg_tensor_name(m->params[i]), w, sizeof(float) * (size_t)n);
+        free(w);
+    }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * T));
     float *a = malloc(sizeof(float) * (size_t)(N * T * V)), *b = malloc(sizeof(float) * (size_t)(N * T * V));
     for (int i = 0; i < N * T; i++) /* a group's rows share their first Tp tokens */
@@ -80,7 +99,7 @@ int main(void) {
         gerr = e > gerr ? e : gerr;
     }
     printf("max rel. error of the grouped forward vs full logits %.3g\n", gerr);
-    CHECK(gerr < 1e-5, "dfg_gpt2_hidden_grouped differs from the full forward: %.3g", gerr);
+    CHECK(gerr < 1e-5, "dfg_model_hidden_grouped differs from the full forward: %.3g", gerr);
     free(c);
     int32_t end = -1;
     dfg_runtime_read(rt, "pos", &end, sizeof(end));
@@ -88,5 +107,10 @@ int main(void) {
     free(ids), free(a), free(b), free(m);
     dfg_runtime_free(rt);
     dfg_program_free(p);
+}
+
+int main(void) {
+    dfg_test_init("test_kv_decode");
+    for (int a = 0; a < DFG_ARCH_COUNT; a++) check_arch((dfg_arch)a);
     return dfg_test_finish();
 }

@@ -93,9 +93,9 @@ typedef struct {
 } train_cfg;
 
 static void build_train(dfg_program *p, const train_cfg *c) {
-    dfg_gpt2 *m = calloc(1, sizeof(*m));
-    dfg_gpt2_config mc = {c->L, c->H, c->C, c->V, c->T, 1e-5f, DFG_F32};
-    if (!m || dfg_gpt2_params(p, "", mc, m)) {
+    dfg_model *m = calloc(1, sizeof(*m));
+    dfg_model_config mc = {.n_layer = c->L, .n_head = c->H, .n_embd = c->C, .vocab_size = c->V, .block_size = c->T, .ln_eps = 1e-5f};
+    if (!m || dfg_model_params(p, "", mc, m)) {
         free(m);
         return;
     }
@@ -111,10 +111,10 @@ static void build_train(dfg_program *p, const train_cfg *c) {
     }
     dfg_tensor *tgt = dfg_input(g, "targets", DFG_I32, DFG_SHAPE(c->B, c->T));
     dfg_tensor *mask = dfg_input(g, "mask", DFG_F32, DFG_SHAPE(c->B, c->T));
-    dfg_tensor *logp = dfg_take(g, dfg_log_softmax(g, dfg_gpt2_logits(g, m, tok)), tgt); /* (B, T) */
+    dfg_tensor *logp = dfg_take(g, dfg_log_softmax(g, dfg_model_logits(g, m, tok)), tgt); /* (B, T) */
     dfg_tensor *loss = dfg_scale(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), -1.0f / (float)(c->B * c->T));
     dfg_output(g, loss, "loss");
-    dfg_tensor *buf[4 + DFG_GPT2_PARAMS_PER_BLOCK * 8];
+    dfg_tensor *buf[4 + DFG_MODEL_PARAMS_PER_BLOCK * 8];
     dfg_nn_grad_buffers(p, m->params, m->n_params, "", buf);
     dfg_backward_accumulate(g, loss, m->params, m->n_params, buf);
     dfg_adamw_config cfg = {1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f};
@@ -244,7 +244,7 @@ static void test_training(train_cfg c, const char *label, bool chunks_differ) {
         snapshot s0, s1;
         size_t a0 = 0, a1 = 0;
         if (run_steps(p0, label, c.V, seed, &s0, &a0) && run_steps(p1, label, c.V, seed, &s1, &a1)) {
-            CHECK(s0.n_tensors == s1.n_tensors && s0.n == s1.n && s0.n_tensors > 4 * c.L * DFG_GPT2_PARAMS_PER_BLOCK,
+            CHECK(s0.n_tensors == s1.n_tensors && s0.n == s1.n && s0.n_tensors > 4 * c.L * DFG_MODEL_PARAMS_PER_BLOCK,
                   "%s: snapshots of %d / %d tensors (%zu / %zu bytes)", label, s0.n_tensors, s1.n_tensors, s0.n, s1.n);
             CHECK(s0.n == s1.n && !memcmp(s0.bytes, s1.bytes, s0.n),
                   "%s: outputs, gradients, moments or parameters differ with remat", label);

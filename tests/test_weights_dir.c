@@ -19,14 +19,14 @@
 #define MAX_T 64
 
 /* ---------------------------------------------------------------- the model and its values */
-static dfg_gpt2 *model;
+static dfg_model *model;
 
 static dfg_program *make_program(void) {
-    dfg_gpt2_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 11, .block_size = 6, .ln_eps = 1e-5f,
+    dfg_model_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 11, .block_size = 6, .ln_eps = 1e-5f,
                            .dtype = DFG_F32};
     dfg_program *p = dfg_program_new("wdir");
     model = calloc(1, sizeof(*model));
-    CHECK(dfg_gpt2_params(p, "", cfg, model) == DFG_OK, "gpt2: %s", dfg_program_error(p));
+    CHECK(dfg_model_params(p, "", cfg, model) == DFG_OK, "gpt2: %s", dfg_program_error(p));
     CHECK(model->n_params <= MAX_T - 4, "%d params", model->n_params);
     return p;
 }

@@ -1,11 +1,6 @@
 /* dfg_nn.h - the layer above the op core (ops/nn/): autodiff, metrics, and composite builders
- * (GPT-2, the training helpers, GRPO) written only with the public calls of dfg_ops.h.
- *
- * Parameters carry Hugging Face GPT-2 names (wte.weight, h.0.attn.c_attn.weight, ...) and
- * layouts: linear weights are stored (in, out) as HF's Conv1D, so a checkpoint loads as is.
- * The lm_head is tied to wte. The training helpers at the end (a frozen reference copy, the
- * mixed-precision AdamW step) are built the same way, from public calls only.
- */
+ * (GPT-2 and the Llama family with Hugging Face's names, the training helpers, GRPO) written only
+ * with the public calls of dfg_ops.h. */
 #ifndef DFG_NN_H
 #define DFG_NN_H
 
@@ -29,52 +24,93 @@ DFG_API dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_t
  * METRIC), reported after every step. */
 DFG_API dfg_status dfg_metric(dfg_graph *g, const char *name, dfg_tensor *scalar);
 
-/* ---------------------------------------------------------------- GPT-2 */
+/* ---------------------------------------------------------------- models
+ * Decoder-only transformers as Hugging Face writes them: GPT-2 (GPT2LMHeadModel) and the Llama
+ * family (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM). Parameters carry Hugging Face's
+ * names and layouts, so a checkpoint loads as it is:
+ *   GPT-2   wte.weight, wpe.weight, h.N.ln_1.weight, h.N.attn.c_attn.weight (C, 3C) (Conv1D:
+ *           (in, out)), ..., ln_f.weight; the lm_head is tied to wte.
+ *   Llama   model.embed_tokens.weight (V, C), model.layers.N.input_layernorm.weight,
+ *           model.layers.N.self_attn.{q,k,v,o}_proj.weight (nn.Linear: (out, in)), their biases
+ *           (Qwen2; Llama with attention_bias), model.layers.N.self_attn.{q,k}_norm.weight (Qwen3),
+ *           model.layers.N.post_attention_layernorm.weight, model.layers.N.mlp.{gate,up,down}_proj
+ *           .weight, model.norm.weight, lm_head.weight (V, C) unless tie_word_embeddings.
+ * The Llama family: pre-RMSNorm blocks, rotary positions (rope_theta, rotate_half), grouped-query
+ * attention (num_key_value_heads), the SwiGLU MLP down(silu(gate(x)) * up(x)); Qwen2 adds q/k/v
+ * biases, Qwen3 drops them and RMS-normalises every query and key head before the rotation. */
+typedef enum { DFG_ARCH_GPT2, DFG_ARCH_LLAMA, DFG_ARCH_QWEN2, DFG_ARCH_QWEN3, DFG_ARCH_COUNT } dfg_arch;
+
 typedef struct {
-    int n_layer, n_head, n_embd, vocab_size, block_size;
-    float ln_eps; /* 1e-5 as GPT-2 */
+    int n_layer, n_head, n_embd, vocab_size, block_size; /* block_size: the positions (n_positions) */
+    float ln_eps;                                         /* layer_norm_epsilon / rms_norm_eps */
     dfg_dtype dtype;
-} dfg_gpt2_config;
+    dfg_arch arch;
+    /* 0 means derived: n_kv_head = n_head, head_dim = n_embd / n_head, n_inner = 4 n_embd */
+    int n_kv_head; /* num_key_value_heads: n_head / n_kv_head query heads share one key/value head */
+    int head_dim;  /* the Llama family may have n_head * head_dim != n_embd (Qwen3) */
+    int n_inner;   /* the MLP's width (GPT-2 n_inner, Llama intermediate_size) */
+    float rope_theta;
+    bool tie_word_embeddings; /* the Llama family's lm_head is embed_tokens (GPT-2's always is) */
+    bool attention_bias;      /* q/k/v projection biases (Qwen2; Llama's attention_bias) */
+    bool qk_norm;             /* per-head RMSNorm of queries and keys (Qwen3) */
+} dfg_model_config;
 
 typedef struct {
-    dfg_tensor *ln_1_w, *ln_1_b;       /* (C) */
-    dfg_tensor *c_attn_w, *c_attn_b;   /* (C, 3C), (3C) */
-    dfg_tensor *attn_proj_w, *attn_proj_b; /* (C, C), (C) */
-    dfg_tensor *ln_2_w, *ln_2_b;       /* (C) */
-    dfg_tensor *c_fc_w, *c_fc_b;       /* (C, 4C), (4C) */
-    dfg_tensor *mlp_proj_w, *mlp_proj_b; /* (4C, C), (C) */
-} dfg_gpt2_block;
+    dfg_tensor *ln_1_w, *ln_1_b;         /* (C): ln_1 / input_layernorm (b: GPT-2 only) */
+    dfg_tensor *c_attn_w, *c_attn_b;     /* GPT-2: (C, 3C), (3C) */
+    dfg_tensor *q_w, *k_w, *v_w;         /* Llama: (H*D, C), (Hkv*D, C), (Hkv*D, C) */
+    dfg_tensor *q_b, *k_b, *v_b;         /* (H*D), (Hkv*D), (Hkv*D) or NULL */
+    dfg_tensor *q_norm_w, *k_norm_w;     /* Qwen3: (D) or NULL */
+    dfg_tensor *attn_proj_w, *attn_proj_b; /* GPT-2 c_proj (C, C), (C); Llama o_proj (C, H*D), NULL */
+    dfg_tensor *ln_2_w, *ln_2_b;         /* (C): ln_2 / post_attention_layernorm */
+    dfg_tensor *c_fc_w, *c_fc_b;         /* GPT-2: (C, 4C), (4C) */
+    dfg_tensor *mlp_proj_w, *mlp_proj_b; /* GPT-2: (4C, C), (C) */
+    dfg_tensor *gate_w, *up_w, *down_w;  /* Llama: (I, C), (I, C), (C, I) */
+} dfg_model_block;
 
-#define DFG_GPT2_PARAMS_PER_BLOCK 12
-#define DFG_GPT2_MAX_LAYERS 64
+#define DFG_MODEL_PARAMS_PER_BLOCK 12
+#define DFG_MODEL_MAX_LAYERS 128
 
 typedef struct {
-    dfg_gpt2_config cfg;
-    dfg_tensor *wte;              /* (V, C), also the lm_head */
-    dfg_tensor *wpe;              /* (block_size, C) */
-    dfg_tensor *ln_f_w, *ln_f_b;  /* (C) */
-    dfg_gpt2_block h[DFG_GPT2_MAX_LAYERS];
-    dfg_tensor *params[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS]; /* all, in HF order */
+    dfg_model_config cfg;         /* resolved: no derived field left 0 */
+    dfg_tensor *wte;              /* (V, C) wte / embed_tokens, the lm_head when tied */
+    dfg_tensor *wpe;              /* (block_size, C): GPT-2 only */
+    dfg_tensor *ln_f_w, *ln_f_b;  /* (C): ln_f / model.norm (b: GPT-2 only) */
+    dfg_tensor *lm_head;          /* (V, C) an untied lm_head, or NULL */
+    dfg_model_block h[DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *params[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS]; /* all, in HF order */
     int n_params;
-} dfg_gpt2;
+} dfg_model;
 
-/* The GPT-2 tiny/small presets used by the examples and benchmarks. */
-DFG_API dfg_gpt2_config dfg_gpt2_config_default(void); /* 124M: L=12, H=12, C=768, V=50257, T=1024 */
+/* The GPT-2 124M preset (L=12, H=12, C=768, V=50257, T=1024) the examples start from. */
+DFG_API dfg_model_config dfg_gpt2_config_default(void);
+DFG_API const char *dfg_arch_name(dfg_arch a); /* "gpt2", "llama", "qwen2", "qwen3" (model_type) */
+/* cfg with every derived field (n_kv_head, head_dim, n_inner) filled in. */
+DFG_API dfg_model_config dfg_model_config_resolve(dfg_model_config cfg);
 
-/* Reads a pipeline's model settings, with Hugging Face GPT2Config's names and each default from
- * `defaults`: "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", and "torch_dtype"
- * (bfloat16 or float32: the weights' and activations' dtype; bfloat16 by default when the setting
- * "target" is "cuda", with f32 masters and moments from dfg_nn_adamw_step; float32 on the CPU). Out-of-range values are a program error naming the
- * setting. */
-DFG_API dfg_status dfg_gpt2_config_from_settings(dfg_program *p, dfg_gpt2_config defaults, dfg_gpt2_config *out);
+/* Reads a pipeline's model settings with Hugging Face's config.json names, each default from
+ * `defaults` (`dfg compile --set model=DIR` turns DIR/config.json into these settings):
+ *   "model_type"  gpt2 | llama | qwen2 | qwen3 (default: defaults.arch)
+ *   gpt2          "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "layer_norm_epsilon",
+ *                 "n_inner" (0: 4 n_embd)
+ *   llama, qwen*  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
+ *                 "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+ *                 "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias" (llama;
+ *                 qwen2 always has the biases, qwen3 never, with QK-norm instead)
+ *   "torch_dtype" bfloat16 or float32: the weights' and activations' dtype; bfloat16 by default
+ *                 when the setting "target" is "cuda" (f32 masters and moments come from
+ *                 dfg_nn_adamw_step), float32 on the CPU
+ * and "model" (the directory the settings came from; read so that the plan records it).
+ * Out-of-range values are a program error naming the setting. */
+DFG_API dfg_status dfg_model_config_from_settings(dfg_program *p, dfg_model_config defaults, dfg_model_config *out);
 /* AdamW's hyper-parameters from the settings (Hugging Face TrainingArguments' names)
  * "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay". */
 DFG_API dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_config defaults, dfg_adamw_config *out);
 
 /* Creates the model's PARAMs named prefix + HF name (prefix "" for the policy; a frozen copy
- * comes from dfg_gpt2_frozen below), with GPT-2's init: N(0, 0.02), residual projections
- * N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1. */
-DFG_API dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
+ * comes from dfg_model_frozen below), with Hugging Face's init: weights N(0, 0.02) (GPT-2's
+ * residual projections N(0, 0.02/sqrt(2L))), biases 0, norm weights 1. */
+DFG_API dfg_status dfg_model_params(dfg_program *p, const char *prefix, dfg_model_config cfg, dfg_model *out);
 /* The same tensors for a frozen copy of the model (GRPO's reference model): STATEs of role
  * REF_MODEL, named prefix + HF name (e.g. "ref.wte.weight"), with the same init specs. Not
  * PARAMs, because a frozen copy is not trained: it is not counted as parameters, `dfg run
@@ -82,54 +118,78 @@ DFG_API dfg_status dfg_gpt2_params(dfg_program *p, const char *prefix, dfg_gpt2_
  * PARAM), `--save` leaves it out and checkpoints with state keep it. Never pass it to
  * dfg_backward or an optimizer: it needs no gradients, moments or master weights. Make it start as
  * the policy with dfg_nn_init_copy (no graph work; weights loaded into the policy reach it). */
-DFG_API dfg_status dfg_gpt2_frozen(dfg_program *p, const char *prefix, dfg_gpt2_config cfg, dfg_gpt2 *out);
+DFG_API dfg_status dfg_model_frozen(dfg_program *p, const char *prefix, dfg_model_config cfg, dfg_model *out);
 
 DFG_API dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b); /* x @ w + b */
 DFG_API dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps);
-/* x (B, T, C) -> (B, T, C): c_attn, causal attention, c_proj. */
-DFG_API dfg_tensor *dfg_nn_self_attention(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, int n_head);
-/* x (..., C) -> (..., C): c_fc, gelu, c_proj. */
-DFG_API dfg_tensor *dfg_nn_mlp(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk);
-/* Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(.)). */
-DFG_API dfg_tensor *dfg_nn_gpt2_block(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg);
-/* The same block with another attention (the KV-cache forms): attention(g, ln_1(x), blk, ctx)
- * returns the attention's projected output, of x's shape. */
-typedef dfg_tensor *(*dfg_nn_attention_fn)(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, void *ctx);
-DFG_API dfg_tensor *dfg_nn_gpt2_block_with(dfg_graph *g, dfg_tensor *x, const dfg_gpt2_block *blk, const dfg_gpt2_config *cfg,
-                                   dfg_nn_attention_fn attention, void *ctx);
+/* The block's attention, given the normalised input x (..., C) and each token's position pos
+ * (x's leading dims, i32; the rotary models use it, GPT-2 has added wpe already): returns the
+ * attention's projected output, of x's shape. */
+typedef dfg_tensor *(*dfg_nn_attention_fn)(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
+                                           const dfg_model_config *cfg, void *ctx);
+/* Pre-norm block: x + attention(norm_1(x)), then + mlp(norm_2(.)): LayerNorm and the GELU MLP for
+ * GPT-2, RMSNorm and SwiGLU for the Llama family. dfg_nn_block is causal self-attention over x
+ * (B, T, C); dfg_nn_block_with takes another attention (the KV-cache and shared-prompt forms). */
+DFG_API dfg_tensor *dfg_nn_block(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
+                                 const dfg_model_config *cfg);
+DFG_API dfg_tensor *dfg_nn_block_with(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
+                                      const dfg_model_config *cfg, dfg_nn_attention_fn attention, void *ctx);
+
+/* The pieces of an attention every form shares. q (..., H*D), k and v (..., Hkv*D) of x (..., C)
+ * at positions pos: rotated (and QK-normed) for the Llama family; GPT-2's slices of c_attn. */
+typedef struct {
+    dfg_tensor *q, *k, *v;
+} dfg_nn_qkv;
+DFG_API dfg_nn_qkv dfg_nn_qkv_project(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
+                                      const dfg_model_config *cfg);
+/* [q | k | v] (..., 3*H*D) for dfg_attention and dfg_attention_prefix, every key/value head
+ * repeated for the n_head / n_kv_head query heads that share it (transformers' repeat_kv).
+ * GPT-2's c_attn output is that already (no copy). parts (or NULL) receives q, k, v as
+ * dfg_nn_qkv_project gives them, for a KV cache, from the same projection. */
+DFG_API dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
+                                      const dfg_model_config *cfg, dfg_nn_qkv *parts);
+/* The attention heads y (..., H*D) -> (..., C): c_proj / o_proj. */
+DFG_API dfg_tensor *dfg_nn_attention_out(dfg_graph *g, dfg_tensor *y, const dfg_model_block *blk);
+/* Positions start .. start+T-1 for B rows: (B, T) i32 (a CONST of T values, expanded). */
+DFG_API dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int64_t T);
+/* tokens (...) at positions pos (tokens' shape) -> the first block's input (..., C): the token
+ * embeddings, plus GPT-2's learned position embeddings (T > block_size fails naming wpe). */
+DFG_API dfg_tensor *dfg_model_embed(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, dfg_tensor *pos);
+/* x (..., C) -> the final norm's output (ln_f / model.norm). */
+DFG_API dfg_tensor *dfg_model_final_norm(dfg_graph *g, const dfg_model *m, dfg_tensor *x);
 
 /* ---------------------------------------------------------------- generation with a KV cache */
 typedef struct {
-    dfg_tensor *k[DFG_GPT2_MAX_LAYERS], *v[DFG_GPT2_MAX_LAYERS]; /* (N, Tmax, C) each */
+    dfg_tensor *k[DFG_MODEL_MAX_LAYERS], *v[DFG_MODEL_MAX_LAYERS]; /* (N, Tmax, Hkv*D) each */
     int n_layer;
-} dfg_gpt2_kv;
+} dfg_model_kv;
 
 /* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the
- * model's dtype, role KV_CACHE. Scope them (dfg_set_scope) to the generation stages so that the
+ * model's dtype, role KV_CACHE, at key/value-head size (Hkv*D per position). Scope them (dfg_set_scope) to the generation stages so that the
  * training stages reuse their bytes. */
-DFG_API dfg_status dfg_gpt2_kv_cache(dfg_program *p, const char *prefix, const dfg_gpt2 *m, int64_t N, int64_t Tmax,
-                             dfg_gpt2_kv *out);
+DFG_API dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const dfg_model *m, int64_t N, int64_t Tmax,
+                             dfg_model_kv *out);
 /* tokens (P, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
  * caches and returns the hidden states after ln_f (P, Tp, C). P is the caches' N, or N / G for
  * groups of G sequences that share a prompt: prompt i then fills cache rows i*G .. i*G+G-1, and
  * its positions are computed once, not G times. */
-DFG_API dfg_tensor *dfg_gpt2_prefill(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens);
 /* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
  * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
  * hidden state after ln_f (N, 1, C). */
-DFG_API dfg_tensor *dfg_gpt2_decode(dfg_graph *g, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
+DFG_API dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
-DFG_API dfg_tensor *dfg_gpt2_hidden(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens);
 /* n = P*G sequences in groups of G that share a prompt: rows i*G .. i*G+G-1 are prompts[i]
  * (P, Tp) followed by their own completions (n, Tc), at positions 0 .. Tp+Tc-1. The prompt
- * positions are computed once per group, not G times (graph/nn_shared.c); the result equals
- * dfg_gpt2_hidden of the n whole sequences, kept where it predicts a completion token: entry j of
+ * positions are computed once per group, not G times (ops/nn/nn_shared.c); the result equals
+ * dfg_model_hidden of the n whole sequences, kept where it predicts a completion token: entry j of
  * (n, Tc, C) is the state at position Tp-1+j, after ln_f. */
-DFG_API dfg_tensor *dfg_gpt2_hidden_grouped(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions);
-/* hidden (..., C) -> logits (..., V) through the tied lm_head (hidden @ wte^T). */
-DFG_API dfg_tensor *dfg_gpt2_lm_head(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden);
+DFG_API dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions);
+/* hidden (..., C) -> logits (..., V): hidden @ lm_head^T (wte^T when tied). */
+DFG_API dfg_tensor *dfg_model_lm_head(dfg_graph *g, const dfg_model *m, dfg_tensor *hidden);
 /* tokens (B, T) -> logits (B, T, V). */
-DFG_API dfg_tensor *dfg_gpt2_logits(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens);
+DFG_API dfg_tensor *dfg_model_logits(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens);
 
 /* ---------------------------------------------------------------- training helpers */
 
@@ -161,12 +221,12 @@ DFG_API dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *c
 /* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
  * fuse pass turns it into linear_logprob: the logits never exist. */
-DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature);
+DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature);
 
 /* The same log-probs for the completion tokens only, of groups that share their prompt (see
- * dfg_gpt2_hidden_grouped): prompts (P, Tp), completions (n = P*G, Tc) -> (n, Tc), entry j is
+ * dfg_model_hidden_grouped): prompts (P, Tp), completions (n = P*G, Tc) -> (n, Tc), entry j is
  * log p(completions[:, j] | prompt, completions[:, < j]). */
-DFG_API dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions,
+DFG_API dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
                                      float temperature);
 
 /* The state of a rollout in progress (all STATEs; N sequences of T positions). */

@@ -4,24 +4,24 @@
 #include "dfg_nn.h"
 
 /* hidden (n, T', C) -> (n, T') log p(targets) at the temperature, in f32 */
-static dfg_tensor *target_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *hidden, dfg_tensor *targets,
+static dfg_tensor *target_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *hidden, dfg_tensor *targets,
                                float temperature) {
-    dfg_tensor *logits = dfg_gpt2_lm_head(g, m, hidden);                           /* (n, T', V) */
+    dfg_tensor *logits = dfg_model_lm_head(g, m, hidden);                           /* (n, T', V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32); /* loss math in f32 */
     if (temperature != 1.0f) logits = dfg_scale(g, logits, 1.0f / temperature);
     return dfg_take(g, dfg_log_softmax(g, logits), targets);
 }
 
-dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *tokens, float temperature) {
+dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature) {
     dfg_shape s = dfg_tensor_shape(tokens); /* (n, T) */
     int64_t T = s.rank == 2 ? s.d[1] : 0;
-    dfg_tensor *h = dfg_gpt2_hidden(g, m, tokens); /* (n, T, C); position t predicts t + 1 */
+    dfg_tensor *h = dfg_model_hidden(g, m, tokens); /* (n, T, C); position t predicts t + 1 */
     return target_logp(g, m, dfg_slice(g, h, 1, 0, T - 1), dfg_slice(g, tokens, 1, 1, T - 1), temperature);
 }
 
-dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_gpt2 *m, dfg_tensor *prompts, dfg_tensor *completions,
+dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
                                      float temperature) {
-    dfg_tensor *h = dfg_gpt2_hidden_grouped(g, m, prompts, completions); /* (n, Tc, C) */
+    dfg_tensor *h = dfg_model_hidden_grouped(g, m, prompts, completions); /* (n, Tc, C) */
     return target_logp(g, m, h, completions, temperature);                 /* (n, Tc) */
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # grpo_learn_test.sh - GRPO learns: the README's main job in short (ctest "grpo_learn").
-#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [SECONDS]
-# Compiles examples/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up),
+#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [SECONDS [--set k=v ...]]
+# Compiles examples/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up) and
+# the extra settings (e.g. another model_type),
 # trains with a fresh seed and follows the per-step reward. It passes as soon as the mean reward
 # of the last 50 steps reaches 0.6 and at least 0.4 above the mean of the first 20 steps (a policy
 # that reverses most strings; guessing scores ~0.06), and fails if that has not happened within
@@ -10,12 +11,13 @@ set -u
 DFG=$1
 SRC=$2
 LIMIT=${3:-85}
+shift 3 2>/dev/null || shift $#
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-learn-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 seed=${DFG_TEST_SEED:-$(( $(od -An -N4 -tu4 /dev/urandom) % 1000000 ))}
 echo "grpo_learn: seed $seed (replay with DFG_TEST_SEED=$seed), limit ${LIMIT} s or 4000 steps"
 
-if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" >"$WORK/compile.txt" 2>&1; then
+if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" "$@" >"$WORK/compile.txt" 2>&1; then
   cat "$WORK/compile.txt"
   echo "grpo_learn: FAIL: the pipeline did not compile"
   exit 1

@@ -22,7 +22,7 @@
 #include "dfg_runtime.h"
 #include "safetensors.h"
 
-#define MAX_OUT (2 + 4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS)
+#define MAX_OUT (2 + 4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS)
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...) {
@@ -71,28 +71,28 @@ static const dfg_st_tensor *batch_tensor(const dfg_safetensors *st, const char *
 
 typedef struct {
     dfg_program *p;
-    dfg_gpt2 m;
+    dfg_model m;
     char *names[MAX_OUT]; /* output names, in output order */
     int n_out;
 } model;
 
 /* Builds the program: GPT-2 logits, the masked mean log-prob loss and its gradients. */
-static int build(model *md, dfg_gpt2_config cfg, int64_t B, int64_t T) {
+static int build(model *md, dfg_model_config cfg, int64_t B, int64_t T) {
     dfg_program *p = md->p = dfg_program_new("gpt2_golden");
     if (!p) return fail("out of memory");
-    if (dfg_gpt2_params(p, "", cfg, &md->m)) return fail("dfg_gpt2_params: %s", dfg_program_error(p));
+    if (dfg_model_params(p, "", cfg, &md->m)) return fail("dfg_model_params: %s", dfg_program_error(p));
     dfg_graph *g = dfg_graph_new(p, "golden");
     dfg_tensor *tokens = dfg_input(g, "tokens", DFG_I32, DFG_SHAPE(B, T));
     dfg_tensor *targets = dfg_input(g, "targets", DFG_I32, DFG_SHAPE(B, T));
     dfg_tensor *mask = dfg_input(g, "mask", DFG_F32, DFG_SHAPE(B, T));
 
-    dfg_tensor *logits = dfg_gpt2_logits(g, &md->m, tokens);             /* (B, T, V) */
+    dfg_tensor *logits = dfg_model_logits(g, &md->m, tokens);             /* (B, T, V) */
     dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, logits), targets);   /* (B, T) */
     dfg_tensor *num = dfg_masked_sum(g, lp, mask, 1);                    /* (B) */
     dfg_tensor *den = dfg_maximum(g, dfg_sum(g, mask, 1), dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f)); /* (B) */
     dfg_tensor *loss = dfg_neg(g, dfg_mean(g, dfg_div(g, num, den), 0)); /* () */
 
-    dfg_tensor *grads[4 + DFG_GPT2_PARAMS_PER_BLOCK * DFG_GPT2_MAX_LAYERS] = {0};
+    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS] = {0};
     if (dfg_graph_status(g)) return fail("building the forward graph: %s", dfg_graph_error(g));
     if (dfg_backward(g, loss, md->m.params, md->m.n_params, grads))
         return fail("dfg_backward: %s", dfg_graph_error(g));
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     /* the model's sizes come from the checkpoint's metadata, written by the python side */
     dfg_safetensors *ws = NULL;
     if (dfg_st_open(wpath, &ws, err, sizeof(err))) return fail("%s", err);
-    dfg_gpt2_config cfg = {.n_layer = meta_int(ws, "n_layer"), .n_head = meta_int(ws, "n_head"),
+    dfg_model_config cfg = {.n_layer = meta_int(ws, "n_layer"), .n_head = meta_int(ws, "n_head"),
                            .n_embd = meta_int(ws, "n_embd"), .vocab_size = meta_int(ws, "vocab_size"),
                            .block_size = meta_int(ws, "block_size"), .ln_eps = 1e-5f, .dtype = DFG_F32};
     dfg_st_free(ws);

@@ -19,11 +19,11 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
 }
 
 /* Writes the prompt's keys and values and its last token. */
-static void prefill(dfg_program *p, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, const rollout *r, int64_t N, int64_t Tp) {
+static void prefill(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, const rollout *r, int64_t N, int64_t Tp) {
     dfg_graph *g = dfg_graph_new(p, "prefill");
     dfg_tensor *prompt = dfg_input(g, "prompt", DFG_I32, DFG_SHAPE(N, Tp)); /* (N, Tp) */
     dfg_set_scope(p, prompt, "prefill", "prefill");
-    dfg_gpt2_prefill(g, m, kv, prompt);
+    dfg_model_prefill(g, m, kv, prompt);
     dfg_slice_assign(g, r->tokens, prompt, 1, 0);
     dfg_assign(g, r->tok, dfg_slice(g, prompt, 1, Tp - 1, 1));
     dfg_assign_fill(g, r->pos, (float)(Tp - 1));
@@ -31,10 +31,10 @@ static void prefill(dfg_program *p, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, co
 }
 
 /* One token per repeat: sample from the last position's logits, write it after pos. */
-static void decode(dfg_program *p, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, const rollout *r, int repeat) {
+static void decode(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, const rollout *r, int repeat) {
     dfg_graph *g = dfg_graph_new(p, "decode");
-    dfg_tensor *hid = dfg_gpt2_decode(g, m, kv, r->tok, r->pos);                     /* (N, 1, C) */
-    dfg_tensor *logits = dfg_gpt2_lm_head(g, m, hid);                                 /* (N, 1, V) */
+    dfg_tensor *hid = dfg_model_decode(g, m, kv, r->tok, r->pos);                     /* (N, 1, C) */
+    dfg_tensor *logits = dfg_model_lm_head(g, m, hid);                                 /* (N, 1, V) */
     dfg_tensor *next = dfg_sample(g, dfg_cast(g, logits, DFG_F32), r->rng, 0.8f, 4); /* (N, 1) */
     dfg_assign(g, r->tok, next);
     dfg_assign(g, r->pos, dfg_add_scalar(g, r->pos, 1.0f));
@@ -43,7 +43,7 @@ static void decode(dfg_program *p, const dfg_gpt2 *m, const dfg_gpt2_kv *kv, con
 }
 
 /* The frozen copy's mean log-prob of the generated rows (no gradients). */
-static void score(dfg_program *p, const dfg_gpt2 *ref, const rollout *r, int64_t T) {
+static void score(dfg_program *p, const dfg_model *ref, const rollout *r, int64_t T) {
     dfg_graph *g = dfg_graph_new(p, "score");
     dfg_tensor *logp = dfg_grpo_token_logp(g, ref, r->tokens, 1.0f); /* (N, T-1) */
     dfg_tensor *mean = dfg_mean(g, dfg_mean(g, logp, 1), 0);
@@ -53,15 +53,15 @@ static void score(dfg_program *p, const dfg_gpt2 *ref, const rollout *r, int64_t
 }
 
 dfg_status dfg_pipeline(dfg_program *p) {
-    dfg_gpt2_config d = dfg_gpt2_config_default(), c;
+    dfg_model_config d = dfg_gpt2_config_default(), c;
     d.n_layer = 1, d.n_head = 2, d.n_embd = 8, d.vocab_size = 12, d.block_size = 8;
-    if (dfg_gpt2_config_from_settings(p, d, &c)) return dfg_program_status(p);
+    if (dfg_model_config_from_settings(p, d, &c)) return dfg_program_status(p);
     int64_t N = dfg_setting_int(p, "rollouts", 2), Tp = 3, T = 6;
     if (N < 1 || N > 64 || T > c.block_size) return dfg_program_fail(p, DFG_ERR_ARG, "bad rollouts or n_positions");
 
-    dfg_gpt2 *m = calloc(2, sizeof(*m)); /* the model and its frozen copy: too big for the stack */
+    dfg_model *m = calloc(2, sizeof(*m)); /* the model and its frozen copy: too big for the stack */
     if (!m) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    dfg_gpt2_kv kv;
+    dfg_model_kv kv;
     rollout r = {
         .tokens = state(p, "rollout.tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT),
         .rng = state(p, "rollout.rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG),
@@ -70,8 +70,8 @@ dfg_status dfg_pipeline(dfg_program *p) {
     };
     static const int32_t eos_ids[2] = {0, 1};
     dfg_const(p, "eos_ids", DFG_I32, DFG_SHAPE(2), eos_ids);
-    if (!dfg_gpt2_params(p, "", c, &m[0]) && !dfg_gpt2_frozen(p, "ref.", c, &m[1]) &&
-        !dfg_nn_init_copy(p, m[1].params, m[0].params, m[0].n_params) && !dfg_gpt2_kv_cache(p, "", &m[0], N, T, &kv)) {
+    if (!dfg_model_params(p, "", c, &m[0]) && !dfg_model_frozen(p, "ref.", c, &m[1]) &&
+        !dfg_nn_init_copy(p, m[1].params, m[0].params, m[0].n_params) && !dfg_model_kv_cache(p, "", &m[0], N, T, &kv)) {
         for (int l = 0; l < c.n_layer; l++) {
             dfg_set_scope(p, kv.k[l], "prefill", "decode");
             dfg_set_scope(p, kv.v[l], "prefill", "decode");
