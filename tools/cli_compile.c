@@ -3,7 +3,8 @@
  *
  * Builds the pipeline into a shared object with the C compiler dfg was built with, loads it
  * (its calls into libdfg resolve to the libdfg this executable runs with), calls its
- * dfg_pipeline entry point on a fresh program carrying the --set values, and saves the program
+ * dfg_pipeline entry point on a fresh program carrying the --set values (and, with --set
+ * model=DIR, the settings DIR/config.json implies), and saves the program
  * as a plan file, with the shared object inside when the program has host stages. The file
  * holds the program as built plus the compile options; to show the user the memory plan, the
  * plan's bytes are read back and compiled exactly as dfg run will (planning needs only shapes,
@@ -60,6 +61,9 @@ static void usage(FILE *f) {
             "\n"
             "  --set key=value   a pipeline setting (repeatable); the pipeline reads it with\n"
             "                    dfg_setting_int/float/str/bool. A key it never reads is an error.\n"
+            "                    --set model=DIR: a Hugging Face model directory; its config.json\n"
+            "                    (GPT-2, Llama, Qwen2, Qwen3) gives the model's settings (model_type,\n"
+            "                    n_layer, hidden_size, ...), which other --set values override.\n"
             "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'.\n"
             "                    Planning needs no GPU: a cuda plan is made and inspected anywhere.\n"
             "  -o, --output P    where to write the plan\n"
@@ -193,6 +197,18 @@ static int apply_sets(dfg_program *p, const compile_args *c) {
     return CLI_OK;
 }
 
+/* --set model=DIR: the model's config.json becomes settings (dfg_model_dir_settings), under the
+ * --set values already applied, which win. Only the --set keys are checked for use afterwards:
+ * a pipeline need not read every key a config holds. */
+static int apply_model_dir(dfg_program *p) {
+    const char *dir = dfg_program_setting(p, "model");
+    if (!dir) return CLI_OK;
+    char err[1024];
+    dfg_status st = dfg_model_dir_settings(p, dir, err, sizeof(err));
+    if (st) return cli_error(CMD, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
+    return CLI_OK;
+}
+
 /* Edit distance of two short strings (longer ones count as far apart). */
 static int distance(const char *a, const char *b) {
     enum { MAX = 64 };
@@ -269,6 +285,7 @@ static int run_pipeline(const compile_args *c, dfg_pipeline_fn fn, dfg_program *
     dfg_program *p = *out = dfg_program_new(name);
     if (!p) return cli_error(CMD, CLI_FAILED, "out of memory");
     int rc = apply_sets(p, c);
+    if (!rc) rc = apply_model_dir(p);
     if (rc) return rc;
     dfg_status st = fn(p);
     if (dfg_program_status(p))

@@ -3,7 +3,8 @@
 # core each); CI runs this from tools/test.sh.
 # Usage: tests/fuzz/run.sh [SECONDS] [HARNESS...]
 #   HARNESS: safetensors (the safetensors reader), weights_index (the index of a sharded model
-#   directory), plan (the plan loader and the compiler); default all three.
+#   directory), model_config (a model directory's config.json as settings), plan (the plan
+#   loader and the compiler); default all four.
 #   env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
 # New interesting inputs go to BUILD/fuzz-HARNESS/corpus (the committed seeds in
 # tests/fuzz/corpus/HARNESS stay small); each run's output is in BUILD/fuzz-HARNESS/log. A crash,
@@ -14,12 +15,12 @@ set -euo pipefail
 secs="${1:-60}"
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index plan)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index model_config plan)
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${DFG_FUZZ_BUILD:-$root/build-fuzz}"
 targets=()
 for h in "${harnesses[@]}"; do
-    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, plan)" >&2; exit 2; }
+    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, model_config, plan)" >&2; exit 2; }
     targets+=("fuzz_$h")
 done
 
@@ -29,6 +30,7 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
 
 extra_plan=()
 extra_weights_index=()
+extra_model_config=(-dict="$root/tests/fuzz/model_config.dict")
 extra_safetensors=(-dict="$root/tests/fuzz/safetensors.dict")
 pids=()
 for h in "${harnesses[@]}"; do

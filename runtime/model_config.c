@@ -1,0 +1,491 @@
+/* model_config.c - a Hugging Face model directory's config.json as pipeline settings
+ * (dfg_model_dir_settings, dfg_runtime.h).
+ *
+ * config.json is hostile input like a weights index (runtime/weights_dir.c): its size is bounded
+ * before it is read, its JSON values are counted before cJSON builds a tree, nothing may follow
+ * the top-level object, and a key dfg reads may appear only once (Python's json keeps the last
+ * of two, cJSON finds the first: the two would build different models). Only the keys of the
+ * tables below are read. Each is type-checked, and a config whose model dfg would compute
+ * differently from transformers (another activation, scaled RoPE, a sliding window, an untied
+ * GPT-2 head, ...) is refused in one line naming the key and its value, instead of silently
+ * becoming another model. Every check runs before the first setting is made, so a refused
+ * config leaves the program as it was. Messages are one line "<file>: <what>". */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "dfg_runtime.h"
+#include "model_config.h"
+
+#define MC_MAX_JSON_VALUES (1 << 18) /* real configs hold ~30-200; bounds cJSON's tree (~64 B a value) */
+#define MC_QUOTE_MAX 80
+#define MC_SHOW_MAX (MC_QUOTE_MAX + 8)
+#define MC_MAX_STAGED 24
+#define MC_VALUE_MAX 40
+
+typedef struct {
+    const char *label; /* the file messages name */
+    char *err;
+    size_t err_len;
+} mc_ctx;
+
+static dfg_status mc_fail(const mc_ctx *c, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static dfg_status mc_fail(const mc_ctx *c, dfg_status s, const char *fmt, ...) {
+    if (!c->err || !c->err_len) return s;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    snprintf(c->err, c->err_len, "%s: %s", c->label, msg);
+    return s;
+}
+
+/* ---------------------------------------------------------------- values as messages show them */
+
+/* Text from the file as it can appear in a one-line message: control bytes become '?', long
+ * text is cut (at a UTF-8 boundary) and marked with "...". */
+static const char *mc_quote(const char *s, char buf[MC_QUOTE_MAX + 4]) {
+    size_t n = 0;
+    for (; s && s[n] && n < MC_QUOTE_MAX; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    if (s && s[n]) {
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* "%.9g", or more digits when that does not read back as exactly x: the setting holds the
+ * file's double, as short as it reads ("1e-06", "0.1"), and without the exponent that fewer
+ * digits would give integral values ("1000000", not "1e+06"). */
+static void mc_format_double(double x, char *buf, size_t len) {
+    for (int prec = 9; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+/* A JSON value for "got ..." in a message: numbers and literals as JSON writes them, strings in
+ * double quotes, containers by kind (their text could be megabytes). */
+static const char *mc_show(const cJSON *v, char buf[MC_SHOW_MAX]) {
+    char q[MC_QUOTE_MAX + 4];
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+    if (cJSON_IsNumber(v) && d == floor(d) && fabs(d) < 1e15) snprintf(buf, MC_SHOW_MAX, "%.0f", d); /* 3000000000 */
+    else if (cJSON_IsNumber(v)) mc_format_double(d, buf, MC_SHOW_MAX);
+    else if (cJSON_IsString(v)) snprintf(buf, MC_SHOW_MAX, "\"%s\"", mc_quote(v->valuestring, q));
+    else if (cJSON_IsTrue(v)) snprintf(buf, MC_SHOW_MAX, "true");
+    else if (cJSON_IsFalse(v)) snprintf(buf, MC_SHOW_MAX, "false");
+    else if (cJSON_IsNull(v)) snprintf(buf, MC_SHOW_MAX, "null");
+    else if (cJSON_IsArray(v)) snprintf(buf, MC_SHOW_MAX, "a list");
+    else snprintf(buf, MC_SHOW_MAX, "an object");
+    return buf;
+}
+
+/* ---------------------------------------------------------------- what dfg reads */
+
+typedef enum { MC_GPT2 = 1, MC_LLAMA = 2, MC_QWEN2 = 4, MC_QWEN3 = 8 } mc_arch;
+#define MC_LLAMA_LIKE (MC_LLAMA | MC_QWEN2 | MC_QWEN3)
+#define MC_ARCH_LIST "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+
+/* The model classes dfg runs: the class transformers names in 'architectures', its 'model_type',
+ * and the value of dfg's setting model_type. */
+typedef struct {
+    const char *cls, *type;
+    mc_arch arch;
+} mc_arch_info;
+static const mc_arch_info mc_archs[] = {
+    {"GPT2LMHeadModel", "gpt2", MC_GPT2},
+    {"LlamaForCausalLM", "llama", MC_LLAMA},
+    {"Qwen2ForCausalLM", "qwen2", MC_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", MC_QWEN3},
+};
+#define MC_N_ARCHS (int)(sizeof(mc_archs) / sizeof(mc_archs[0]))
+
+typedef enum { MC_INT, MC_FLOAT, MC_BOOL } mc_kind;
+
+/* A key copied into a setting of the same name (Hugging Face's names are dfg's). */
+typedef struct {
+    const char *key;
+    mc_kind kind;
+    unsigned archs;
+    bool null_skips;        /* null means "derived" (n_inner: 4*n_embd; head_dim: hidden/heads): not set */
+    const char *absent;     /* the value set when the file lacks the key (the config class's default) */
+    const char *absent_as;  /* or: the key takes this setting's value (num_key_value_heads) */
+} mc_key;
+
+static const mc_key mc_keys[] = {
+    /* GPT2Config */
+    {"n_layer", MC_INT, MC_GPT2, false, NULL, NULL},
+    {"n_head", MC_INT, MC_GPT2, false, NULL, NULL},
+    {"n_embd", MC_INT, MC_GPT2, false, NULL, NULL},
+    {"vocab_size", MC_INT, MC_GPT2, false, NULL, NULL},
+    {"n_positions", MC_INT, MC_GPT2, false, NULL, NULL},
+    {"layer_norm_epsilon", MC_FLOAT, MC_GPT2, false, NULL, NULL},
+    {"n_inner", MC_INT, MC_GPT2, true, NULL, NULL},
+    /* LlamaConfig, Qwen2Config, Qwen3Config */
+    {"hidden_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"num_hidden_layers", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"num_attention_heads", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    /* absent or null: as many key/value heads as query heads (no grouping), as the configs do */
+    {"num_key_value_heads", MC_INT, MC_LLAMA_LIKE, true, NULL, "num_attention_heads"},
+    {"intermediate_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"head_dim", MC_INT, MC_LLAMA_LIKE, true, NULL, NULL},
+    {"vocab_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"max_position_embeddings", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"rms_norm_eps", MC_FLOAT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"rope_theta", MC_FLOAT, MC_LLAMA_LIKE, false, NULL, NULL},
+    {"tie_word_embeddings", MC_BOOL, MC_LLAMA_LIKE, false, "false", NULL},
+    {"attention_bias", MC_BOOL, MC_LLAMA, false, "false", NULL},
+};
+#define MC_N_KEYS (int)(sizeof(mc_keys) / sizeof(mc_keys[0]))
+
+/* A key whose value dfg does not compute: the config is refused rather than run as another
+ * model. An absent key is the config class's default, which dfg computes. */
+typedef enum {
+    MC_RULE_STRING, /* a string, one of `allowed` ('|'-separated) */
+    MC_RULE_BOOL,   /* true or false, but not `refused` */
+    MC_RULE_ZERO,   /* a number equal to 0 */
+    MC_RULE_NULL,   /* null (rope_scaling) */
+} mc_rule_kind;
+
+typedef struct {
+    const char *key;
+    unsigned archs;
+    mc_rule_kind kind;
+    const char *allowed;
+    bool refused;
+    const char *why; /* what dfg computes instead */
+} mc_rule;
+
+static const mc_rule mc_rules[] = {
+    {"activation_function", MC_GPT2, MC_RULE_STRING, "gelu_new|gelu_pytorch_tanh", false,
+     "dfg's GPT-2 MLP uses the tanh GELU: \"gelu_new\" or \"gelu_pytorch_tanh\""},
+    {"tie_word_embeddings", MC_GPT2, MC_RULE_BOOL, NULL, false, "dfg's GPT-2 output head is tied to wte"},
+    {"scale_attn_weights", MC_GPT2, MC_RULE_BOOL, NULL, false, "dfg's attention scales scores by 1/sqrt(head size)"},
+    {"scale_attn_by_inverse_layer_idx", MC_GPT2, MC_RULE_BOOL, NULL, true,
+     "dfg's GPT-2 attention does not scale scores by the layer index"},
+    {"hidden_act", MC_LLAMA_LIKE, MC_RULE_STRING, "silu", false, "dfg's Llama/Qwen MLP is SwiGLU: \"silu\" only"},
+    {"rope_scaling", MC_LLAMA_LIKE, MC_RULE_NULL, NULL, false, "dfg runs plain RoPE with rope_theta, no scaled RoPE"},
+    {"mlp_bias", MC_LLAMA_LIKE, MC_RULE_BOOL, NULL, true, "dfg's Llama/Qwen MLP has no biases"},
+    {"use_sliding_window", MC_QWEN2 | MC_QWEN3, MC_RULE_BOOL, NULL, true,
+     "dfg's attention is full causal attention, no sliding window"},
+    /* Qwen3's q/k/v/o projections take their bias from this key (Qwen2's always have one) */
+    {"attention_bias", MC_QWEN3, MC_RULE_BOOL, NULL, true, "dfg's Qwen3 attention has no biases"},
+    {"attention_dropout", MC_LLAMA_LIKE, MC_RULE_ZERO, NULL, false, "dfg runs without dropout"},
+};
+#define MC_N_RULES (int)(sizeof(mc_rules) / sizeof(mc_rules[0]))
+
+/* The settings a config makes, checked and formatted, before any is set on the program. */
+typedef struct {
+    const char *key;
+    char value[MC_VALUE_MAX];
+} mc_setting;
+
+typedef struct {
+    mc_setting s[MC_MAX_STAGED];
+    int n;
+} mc_staged;
+
+/* ---------------------------------------------------------------- parsing */
+
+/* No NUL byte (no valid JSON holds one), no NUL character written as \u0000 (cJSON's strings
+ * end there: "n_layer\u0000" would read as the key n_layer, which Python's json does not), and
+ * a bounded number of JSON values: every value but the first follows a ',', '[' or '{' outside
+ * a string. */
+static dfg_status mc_scan_json(const mc_ctx *c, const char *t, size_t n) {
+    size_t values = 1;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char b = t[i];
+        if (b == 0) return mc_fail(c, DFG_ERR_FORMAT, "holds a NUL byte at byte %zu (not a JSON text)", i);
+        if (in_str) {
+            if (esc && b == 'u' && n - i > 4 && !memcmp(t + i + 1, "0000", 4))
+                return mc_fail(c, DFG_ERR_FORMAT, "a string holds \\u0000 at byte %zu (NUL characters are refused)", i - 1);
+            if (esc) esc = false;
+            else if (b == '\\') esc = true;
+            else if (b == '"') in_str = false;
+        } else if (b == '"') in_str = true;
+        else if (b == ',' || b == '[' || b == '{') values++;
+    }
+    if (values > MC_MAX_JSON_VALUES) return mc_fail(c, DFG_ERR_FORMAT, "holds more than %d JSON values", MC_MAX_JSON_VALUES);
+    return DFG_OK;
+}
+
+/* The JSON tree of the whole text: one object and nothing after it but white space (cJSON stops
+ * at the end of the first value and would accept "{...} garbage"). */
+static dfg_status mc_parse_json(const mc_ctx *c, const char *t, size_t n, cJSON **root) {
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(t, n, &end, 0);
+    if (!*root) {
+        size_t at = end && end >= t ? (size_t)(end - t) : 0;
+        return mc_fail(c, DFG_ERR_FORMAT, "not valid JSON (error near byte %zu of %zu)", at, n);
+    }
+    size_t at = end && end >= t && end <= t + n ? (size_t)(end - t) : n;
+    while (at < n && (t[at] == ' ' || t[at] == '\t' || t[at] == '\n' || t[at] == '\r')) at++;
+    if (at < n)
+        return mc_fail(c, DFG_ERR_FORMAT, "not valid JSON (text after the end of the value, at byte %zu of %zu)", at, n);
+    if (!cJSON_IsObject(*root))
+        return mc_fail(c, DFG_ERR_FORMAT, "not a JSON object (a model's config.json is one object of settings)");
+    return DFG_OK;
+}
+
+/* The top-level value of `key` (NULL when absent); a key given twice is refused, since JSON
+ * readers disagree on which of the two counts. */
+static dfg_status mc_get(const mc_ctx *c, const cJSON *root, const char *key, const cJSON **out) {
+    int n = 0;
+    *out = NULL;
+    for (const cJSON *x = root->child; x; x = x->next)
+        if (x->string && !strcmp(x->string, key) && n++ == 0) *out = x;
+    if (n > 1) return mc_fail(c, DFG_ERR_FORMAT, "'%s' appears %d times (which one counts is ambiguous)", key, n);
+    return DFG_OK;
+}
+
+static const mc_arch_info *mc_arch_by(const char *name, bool by_class) {
+    for (int i = 0; i < MC_N_ARCHS; i++)
+        if (!strcmp(name, by_class ? mc_archs[i].cls : mc_archs[i].type)) return &mc_archs[i];
+    return NULL;
+}
+
+static dfg_status mc_unsupported(const mc_ctx *c, const char *name) {
+    char q[MC_QUOTE_MAX + 4];
+    return mc_fail(c, DFG_ERR_UNSUPPORTED, "architecture '%s' is not supported (dfg runs " MC_ARCH_LIST ")", mc_quote(name, q));
+}
+
+/* The model class: architectures[0] (what transformers saved), else model_type. When both name
+ * a class dfg knows, they must agree: AutoModelForCausalLM picks the class by model_type, other
+ * readers by architectures. */
+static dfg_status mc_arch_of(const mc_ctx *c, const cJSON *root, const mc_arch_info **out) {
+    const cJSON *archs, *type;
+    char v[MC_SHOW_MAX];
+    dfg_status s = mc_get(c, root, "architectures", &archs);
+    if (!s) s = mc_get(c, root, "model_type", &type);
+    if (s) return s;
+    if (type && !cJSON_IsNull(type) && !cJSON_IsString(type))
+        return mc_fail(c, DFG_ERR_FORMAT, "'model_type' must be a string, got %s", mc_show(type, v));
+    const mc_arch_info *by_type = type && cJSON_IsString(type) ? mc_arch_by(type->valuestring, false) : NULL;
+    if (archs && !cJSON_IsNull(archs)) {
+        const cJSON *first = cJSON_IsArray(archs) ? archs->child : NULL;
+        if (!first || !cJSON_IsString(first))
+            return mc_fail(c, DFG_ERR_FORMAT, "'architectures' must be a list of model class names, got %s",
+                           first ? "a list whose first item is not a string" : mc_show(archs, v));
+        if (!(*out = mc_arch_by(first->valuestring, true))) return mc_unsupported(c, first->valuestring);
+        if (by_type && by_type != *out)
+            return mc_fail(c, DFG_ERR_FORMAT, "'architectures' names %s but 'model_type' is \"%s\" (which model is it?)",
+                           (*out)->cls, by_type->type);
+        return DFG_OK;
+    }
+    if (!type || cJSON_IsNull(type))
+        return mc_fail(c, DFG_ERR_FORMAT, "neither 'architectures' nor 'model_type' says which model this is "
+                       "(dfg runs " MC_ARCH_LIST ")");
+    if (!(*out = by_type)) return mc_unsupported(c, type->valuestring);
+    return DFG_OK;
+}
+
+/* One refusal rule against the file's value (absent: the default, which dfg computes). */
+static dfg_status mc_check_rule(const mc_ctx *c, const cJSON *root, const mc_rule *r) {
+    const cJSON *x;
+    char v[MC_SHOW_MAX];
+    dfg_status s = mc_get(c, root, r->key, &x);
+    if (s || !x) return s;
+    switch (r->kind) {
+    case MC_RULE_STRING: {
+        if (!cJSON_IsString(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a string, got %s", r->key, mc_show(x, v));
+        size_t n = strlen(x->valuestring);
+        for (const char *a = r->allowed; *a;) { /* walk the '|'-separated names */
+            size_t k = strcspn(a, "|");
+            if (k == n && !strncmp(a, x->valuestring, n)) return DFG_OK;
+            a += k + (a[k] == '|');
+        }
+        break;
+    }
+    case MC_RULE_BOOL:
+        if (!cJSON_IsBool(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be true or false, got %s", r->key, mc_show(x, v));
+        if (cJSON_IsTrue(x) != r->refused) return DFG_OK;
+        break;
+    case MC_RULE_ZERO:
+        if (!cJSON_IsNumber(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a number, got %s", r->key, mc_show(x, v));
+        if (x->valuedouble == 0.0) return DFG_OK;
+        break;
+    case MC_RULE_NULL: {
+        if (cJSON_IsNull(x)) return DFG_OK;
+        /* name the scaling: {"rope_type": "llama3", ...}, or "type" in older files */
+        const cJSON *t = cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "rope_type") : NULL;
+        if (!t && cJSON_IsObject(x)) t = cJSON_GetObjectItemCaseSensitive(x, "type");
+        char tv[MC_SHOW_MAX];
+        if (t) snprintf(v, sizeof(v), "set (type %s)", mc_show(t, tv));
+        else snprintf(v, sizeof(v), "set (%s)", cJSON_IsObject(x) ? "an object without 'rope_type'" : mc_show(x, tv));
+        return mc_fail(c, DFG_ERR_UNSUPPORTED, "'%s' is %s: not supported (%s)", r->key, v, r->why);
+    }
+    }
+    return mc_fail(c, DFG_ERR_UNSUPPORTED, "'%s' is %s: not supported (%s)", r->key, mc_show(x, v), r->why);
+}
+
+/* The value of a copied key as setting text, type-checked: integers positive and within int32
+ * (every one is a size or a count), floats finite and positive (epsilons, rope_theta). */
+static dfg_status mc_format_key(const mc_ctx *c, const mc_key *k, const cJSON *x, char out[MC_VALUE_MAX]) {
+    char v[MC_SHOW_MAX];
+    switch (k->kind) {
+    case MC_INT: {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (!(d > 0 && d <= INT32_MAX && d == floor(d)))
+            return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a positive integer, got %s", k->key, mc_show(x, v));
+        snprintf(out, MC_VALUE_MAX, "%lld", (long long)d);
+        return DFG_OK;
+    }
+    case MC_FLOAT: {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (!(d > 0 && isfinite(d)))
+            return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a positive number, got %s", k->key, mc_show(x, v));
+        mc_format_double(d, out, MC_VALUE_MAX);
+        return DFG_OK;
+    }
+    case MC_BOOL:
+        if (!cJSON_IsBool(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be true or false, got %s", k->key, mc_show(x, v));
+        snprintf(out, MC_VALUE_MAX, "%s", cJSON_IsTrue(x) ? "true" : "false");
+        return DFG_OK;
+    }
+    return DFG_ERR_ARG;
+}
+
+/* A setting's value as the pipeline will see it: the user's (already on p) or the staged one. */
+static const char *mc_effective(const dfg_program *p, const mc_staged *st, const char *key) {
+    const char *v = dfg_program_setting(p, key);
+    for (int i = 0; !v && i < st->n; i++)
+        if (!strcmp(st->s[i].key, key)) v = st->s[i].value;
+    return v;
+}
+
+static void mc_stage(mc_staged *st, const char *key, const char *value) {
+    if (st->n == MC_MAX_STAGED) return; /* cannot happen: at most 1 + MC_N_KEYS entries */
+    st->s[st->n].key = key;
+    snprintf(st->s[st->n].value, MC_VALUE_MAX, "%s", value);
+    st->n++;
+}
+
+/* Stages every key of the tables for the architecture that the user did not set. */
+static dfg_status mc_stage_keys(const mc_ctx *c, const dfg_program *p, const cJSON *root, const mc_arch_info *a,
+                                mc_staged *st) {
+    if (!dfg_program_setting(p, "model_type")) mc_stage(st, "model_type", a->type);
+    for (int i = 0; i < MC_N_KEYS; i++) {
+        const mc_key *k = &mc_keys[i];
+        if (!(k->archs & a->arch) || dfg_program_setting(p, k->key)) continue;
+        const cJSON *x;
+        dfg_status s = mc_get(c, root, k->key, &x);
+        if (s) return s;
+        if (x && !(k->null_skips && cJSON_IsNull(x))) {
+            char value[MC_VALUE_MAX];
+            if ((s = mc_format_key(c, k, x, value))) return s;
+            mc_stage(st, k->key, value);
+        } else if (k->absent) {
+            mc_stage(st, k->key, k->absent);
+        } else if (k->absent_as) {
+            /* a user value too long to be a count is left to the pipeline's check of absent_as */
+            const char *v = mc_effective(p, st, k->absent_as);
+            if (v && strlen(v) < MC_VALUE_MAX) mc_stage(st, k->key, v);
+        }
+    }
+    return DFG_OK;
+}
+
+/* Every check, then every setting: nothing is set unless the whole config is accepted. */
+static dfg_status mc_settings_from_tree(const mc_ctx *c, dfg_program *p, const cJSON *root) {
+    const mc_arch_info *a = NULL;
+    dfg_status s = mc_arch_of(c, root, &a);
+    for (int i = 0; !s && i < MC_N_RULES; i++)
+        if (mc_rules[i].archs & a->arch) s = mc_check_rule(c, root, &mc_rules[i]);
+    mc_staged st = {.n = 0};
+    if (!s) s = mc_stage_keys(c, p, root, a, &st);
+    for (int i = 0; !s && i < st.n; i++)
+        if (dfg_program_set(p, st.s[i].key, st.s[i].value))
+            s = mc_fail(c, dfg_program_status(p), "cannot set '%s': %s", st.s[i].key, dfg_program_error(p));
+    return s;
+}
+
+dfg_status dfg_mc_settings_from_text(dfg_program *p, const char *text, size_t len, const char *label, char *err,
+                                     size_t err_len) {
+    mc_ctx c = {label ? label : DFG_MC_FILE, err, err_len};
+    if (err && err_len) err[0] = '\0';
+    if (!p) return mc_fail(&c, DFG_ERR_ARG, "the program is NULL");
+    if (!text && len) return mc_fail(&c, DFG_ERR_ARG, "text is NULL");
+    if (dfg_program_status(p)) return mc_fail(&c, DFG_ERR_STATE, "the program already failed: %s", dfg_program_error(p));
+    if (len > DFG_MC_MAX_BYTES)
+        return mc_fail(&c, DFG_ERR_FORMAT, "%zu bytes, more than the %u-byte limit of a config.json", len, DFG_MC_MAX_BYTES);
+    cJSON *root = NULL;
+    dfg_status s = mc_scan_json(&c, text ? text : "", len);
+    if (!s) s = mc_parse_json(&c, text ? text : "", len, &root);
+    if (!s) s = mc_settings_from_tree(&c, p, root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---------------------------------------------------------------- the directory */
+
+/* Reads the whole file, refusing one larger than any real config before allocating. */
+static dfg_status mc_read_file(const mc_ctx *c, const char *path, char **text, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT)
+        return mc_fail(c, DFG_ERR_IO, "missing (a Hugging Face model directory holds its config.json)");
+    if (fd < 0) return mc_fail(c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
+    struct stat sb;
+    dfg_status s = DFG_OK;
+    if (fstat(fd, &sb) != 0) s = mc_fail(c, DFG_ERR_IO, "cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) s = mc_fail(c, DFG_ERR_IO, "not a regular file");
+    else if ((uint64_t)sb.st_size > DFG_MC_MAX_BYTES)
+        s = mc_fail(c, DFG_ERR_FORMAT, "%lld bytes, more than the %u-byte limit of a config.json", (long long)sb.st_size,
+                    DFG_MC_MAX_BYTES);
+    size_t n = s ? 0 : (size_t)sb.st_size, got = 0;
+    char *b = s ? NULL : malloc(n + 1);
+    if (!s && !b) s = mc_fail(c, DFG_ERR_NOMEM, "cannot allocate %zu bytes to read it", n);
+    while (!s && got < n) {
+        ssize_t r = read(fd, b + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) s = mc_fail(c, DFG_ERR_IO, "read failed after %zu of %zu bytes: %s", got, n,
+                                r == 0 ? "the file shrank" : strerror(errno));
+        else got += (size_t)r;
+    }
+    close(fd);
+    if (s) {
+        free(b);
+        return s;
+    }
+    *text = b, *len = n;
+    return DFG_OK;
+}
+
+dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char *err, size_t err_len) {
+    mc_ctx c = {dir, err, err_len};
+    if (err && err_len) err[0] = '\0';
+    if (!dir || !*dir) {
+        c.label = "model directory";
+        return mc_fail(&c, DFG_ERR_ARG, "the path is empty");
+    }
+    if (!p) return mc_fail(&c, DFG_ERR_ARG, "the program is NULL");
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return mc_fail(&c, DFG_ERR_IO, "cannot open the model directory: %s", strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return mc_fail(&c, DFG_ERR_IO, "not a directory (a model directory holds config.json and the weights)");
+    size_t d = strlen(dir);
+    char *path = malloc(d + sizeof("/" DFG_MC_FILE));
+    if (!path) return mc_fail(&c, DFG_ERR_NOMEM, "out of memory");
+    /* dir + "/config.json", without doubling a trailing slash */
+    snprintf(path, d + sizeof("/" DFG_MC_FILE), "%s%s" DFG_MC_FILE, dir, dir[d - 1] == '/' ? "" : "/");
+    c.label = path;
+    char *text = NULL;
+    size_t len = 0;
+    dfg_status s = mc_read_file(&c, path, &text, &len);
+    if (!s) s = dfg_mc_settings_from_text(p, text, len, path, err, err_len);
+    free(text);
+    free(path);
+    return s;
+}
