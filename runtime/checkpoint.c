@@ -188,7 +188,7 @@ static bool ckpt_saved(const dfg_tensor *t, bool with_state) {
 }
 
 /* Downloads every saved tensor into one host buffer and describes it for the writer. */
-static dfg_status ckpt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host) {
+dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host) {
     const dfg_program *p = rt->p;
     size_t total = 1;
     for (int i = 0; i < p->n_tensors; i++)
@@ -216,7 +216,7 @@ dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool 
     dfg_st_tensor *ts = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*ts));
     char *host = NULL;
     int n = 0;
-    dfg_status s = ts ? ckpt_gather(rt, with_state, ts, &n, &host)
+    dfg_status s = ts ? dfg_rt_gather(rt, with_state, ts, &n, &host)
                       : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     if (!s) {
         char step[32], err[1024];

@@ -179,6 +179,12 @@ DFG_API dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char 
 DFG_API dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
 /* Writes every PARAM (and every STATE when with_state), atomically: temp file, fsync, rename. */
 DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);
+/* Writes the PARAMs as a Hugging Face model directory that transformers' from_pretrained loads
+ * (created when missing): config.json (the source model's, from the setting "model", else one
+ * made from the model settings; torch_dtype set to the parameters' dtype) and model.safetensors,
+ * or shards of at most max_shard_bytes (0: 5 GB, save_pretrained's default) with
+ * model.safetensors.index.json. Each file is written atomically. */
+DFG_API dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
 
 #ifdef __cplusplus
 }

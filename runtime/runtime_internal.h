@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "../passes/memplan.h"
+#include "safetensors.h"
 
 /* The checking mode (runtime/check.c): per-buffer liveness and checksums along the plan's
  * timeline, poison in dead bytes. NULL in a runtime without DFG_CHECK. */
@@ -57,6 +58,9 @@ dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *f
 static inline void *dfg_rt_ptr(const dfg_runtime *rt, const dfg_tensor *t) {
     return rt->arena + rt->plan.offset[t->id];
 }
+/* Downloads every PARAM (and, with with_state, every STATE) into one host buffer *host (the
+ * caller frees it) and describes them in ts (room for the program's tensor count), *n of them. */
+dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host);
 /* A persistent or output tensor by name, or NULL with the runtime's message set. */
 const dfg_tensor *dfg_rt_lookup(dfg_runtime *rt, const char *name);
 

@@ -29,13 +29,14 @@
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
     int64_t steps, seed, threads, every, save_every;
+    int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
     dfg_target target; /* the plan's */
     bool seed_given;
 } run_args;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--save OUT.safetensors]\n"
+    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--save OUT.safetensors|DIR/]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
@@ -48,7 +49,10 @@ static void usage(FILE *f) {
                "  --weights W    load parameters from a safetensors file, or a model directory holding\n"
                "                 model.safetensors or model.safetensors.index.json and its shards (every\n"
                "                 parameter must be there; f32, bf16 or f16, converted to the plan's dtypes)\n"
-               "  --save OUT     write the parameters to a safetensors file after the last step\n"
+               "  --save OUT     write the parameters to a safetensors file after the last step; OUT ending\n"
+               "                 in '/' (or an existing directory) is written as a Hugging Face model\n"
+               "                 directory that transformers loads: config.json and model.safetensors, in\n"
+               "                 shards with model.safetensors.index.json above --max-shard-size (5GB)\n"
                "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
@@ -99,7 +103,7 @@ static int parse_args(int argc, char **argv, run_args *r) {
         {"--threads", true},  {"--every", true},    {"--checkpoint-dir", true}, {"--save-every", true},
         {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
-        {"--emulate-gpu", false}, {"--eager", false},
+        {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
@@ -127,7 +131,10 @@ static int parse_args(int argc, char **argv, run_args *r) {
         else if (!strcmp(opt, "--threads")) ok = cli_parse_i64(CMD, "--threads", val, 1, 4096, &r->threads);
         else if (!strcmp(opt, "--every")) ok = cli_parse_i64(CMD, "--every", val, 1, INT64_MAX, &r->every);
         else if (!strcmp(opt, "--save-every")) ok = cli_parse_i64(CMD, "--save-every", val, 1, INT64_MAX, &r->save_every);
-        else {
+        else if (!strcmp(opt, "--max-shard-size")) {
+            if (!dfg_parse_bytes(val, &r->max_shard) || r->max_shard < 1)
+                return cli_error(CMD, CLI_USAGE, "--max-shard-size must be a positive size such as 5GB or 500MiB, got '%s'", val);
+        } else {
             const char **dst = !strcmp(opt, "--weights") ? &r->weights
                                : !strcmp(opt, "--save") ? &r->save
                                : !strcmp(opt, "--checkpoint-dir") ? &r->ckpt_dir
@@ -496,9 +503,13 @@ static int finish(run_state *s) {
         return 128 + interrupted;
     }
     if (a->save) {
-        if (dfg_runtime_save_safetensors(s->rt, a->save, false))
-            return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        cli_say("saved the parameters to %s\n", a->save);
+        struct stat sb;
+        size_t n = strlen(a->save);
+        bool dir = a->save[n - 1] == '/' || (stat(a->save, &sb) == 0 && S_ISDIR(sb.st_mode));
+        dfg_status st = dir ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
+                            : dfg_runtime_save_safetensors(s->rt, a->save, false);
+        if (st) return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
+        cli_say("saved the parameters to %s%s\n", a->save, dir ? " (a Hugging Face model directory)" : "");
     }
     if (a->dump) {
         char st[32], sd[32];
