@@ -202,8 +202,11 @@ static int apply_sets(dfg_program *p, const compile_args *c) {
  * a pipeline need not read every key a config holds. */
 static int apply_model_dir(dfg_program *p) {
     const char *dir = dfg_program_setting(p, "model");
-    if (!dir) return CLI_OK;
-    char err[1024];
+    if (!dir || !*dir) return CLI_OK;
+    char err[1024], *abs = realpath(dir, NULL);
+    /* the plan records where the model came from as an absolute path: `dfg run --save DIR/`
+     * copies its config.json, from whatever directory the run starts in */
+    if (abs) dfg_program_set(p, "model", abs), free(abs), dir = dfg_program_setting(p, "model");
     dfg_status st = dfg_model_dir_settings(p, dir, err, sizeof(err));
     if (st) return cli_error(CMD, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
     return CLI_OK;
