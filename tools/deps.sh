@@ -2,7 +2,8 @@
 # deps.sh - installs the Debian packages dfg needs that are missing (nothing else).
 #   tools/deps.sh          build dependencies
 #   tools/deps.sh --test   build and test dependencies (PyTorch for the golden tests; clang with
-#                          its libFuzzer and OpenMP runtimes for the fuzz runs)
+#                          its libFuzzer and OpenMP runtimes for the fuzz runs), and Hugging Face
+#                          transformers 4.40.2 from PyPI into .deps/hf-4.40.2 (tests/golden/hf_golden.py)
 # Runs apt-get non-interactively (through sudo when not root). Prints what it installs.
 set -euo pipefail
 
@@ -10,7 +11,8 @@ set -euo pipefail
 build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-openmp-dev)
 # libFuzzer ships in libclang-rt-dev (compiler-rt of Debian's default clang), which clang only
 # recommends; a clang build of the library needs clang's OpenMP (libomp-dev)
-test_pkgs=(python3 python3-numpy python3-torch clang libclang-rt-dev libomp-dev)
+# python3-pip installs transformers below (Debian has no transformers package)
+test_pkgs=(python3 python3-numpy python3-torch python3-pip clang libclang-rt-dev libomp-dev)
 
 want=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then want+=("${test_pkgs[@]}"); fi
@@ -21,21 +23,42 @@ for p in "${want[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all present (${want[*]})"
-  exit 0
-fi
-
-if ! command -v apt-get >/dev/null; then
-  echo "deps: missing ${missing[*]}, and apt-get is not available: install them with your package manager" >&2
-  exit 1
-fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then sudo="sudo"; else
-    echo "deps: missing ${missing[*]}; run as root: apt-get install -y ${missing[*]}" >&2
+else
+  if ! command -v apt-get >/dev/null; then
+    echo "deps: missing ${missing[*]}, and apt-get is not available: install them with your package manager" >&2
     exit 1
   fi
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo="sudo"; else
+      echo "deps: missing ${missing[*]}; run as root: apt-get install -y ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Hugging Face transformers for tests/golden/hf_golden.py (ctest golden_hf): 4.40.2 is the newest
+# release that imports with Debian's torch 1.13. --no-deps keeps pip away from Debian's torch and
+# numpy; the packages it needs are named instead (tokenizers 0.19 is the one binary wheel; requests
+# and yaml come with python3-torch). Installed into a directory of this checkout (gitignored), not
+# into the system. DFG_HF_SITE names another directory (ctest golden_hf reads the same variable).
+if [ "${1:-}" = "--test" ]; then
+  hf_dir="${DFG_HF_SITE:-$(cd "$(dirname "$0")/.." && pwd)/.deps/hf-4.40.2}"
+  hf_check="import sys; sys.path.insert(0, sys.argv[1]); import transformers, torch; assert transformers.__version__ == '4.40.2', transformers.__version__"
+  if /usr/bin/python3 -c "$hf_check" "$hf_dir" >/dev/null 2>&1; then
+    echo "deps: transformers 4.40.2 present in $hf_dir"
+  else
+    echo "deps: installing transformers 4.40.2 (PyPI, --no-deps) into $hf_dir"
+    rm -rf "$hf_dir"
+    mkdir -p "$hf_dir"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-warn-script-location \
+      --target "$hf_dir" transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 safetensors \
+      tqdm filelock packaging regex fsspec typing_extensions
+    /usr/bin/python3 -c "$hf_check" "$hf_dir"
+    echo "deps: transformers 4.40.2 installed in $hf_dir"
+  fi
+fi

@@ -113,9 +113,10 @@ def perturbed(w, rng, scale=0.05):
 
 
 # ---------------------------------------------------------------- GRPO from its definition (TRL)
-def token_logp(params, tokens, mcfg, temperature):
-    """(n, T-1): log p(tokens[:, t+1] | tokens[:, <= t]) of the logits divided by the temperature."""
-    logits = gpt2_logits(params, tokens, mcfg)[:, :-1] / temperature
+def token_logp(logits_of, tokens, temperature):
+    """(n, T-1): log p(tokens[:, t+1] | tokens[:, <= t]) of the logits divided by the temperature;
+    logits_of(tokens (n, T)) -> (n, T, V) is the model."""
+    logits = logits_of(tokens)[:, :-1] / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
@@ -169,17 +170,26 @@ def normalise(s, lm, m, n_total, active):
 
 
 def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
+    """The step in float64 with the GPT-2 of gpt2_golden.py, from the float32 weights w (policy) and w_ref."""
     mcfg = model_cfg(s)
     params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in w.items()}
     ref_params = {k: torch.tensor(v, dtype=torch.float64) for k, v in w_ref.items()}
+    return grpo_step(s, params, lambda t: gpt2_logits(params, t, mcfg), lambda t: gpt2_logits(ref_params, t, mcfg),
+                     tokens_np, mask_np, rewards_np)
+
+
+def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
+    """One GRPO step (num_iterations passes) of any model: params maps dfg's parameter names to the
+    float64 leaf tensors that policy(tokens) -> logits depends on (updated in place); ref_model(tokens)
+    -> logits is the frozen reference. Returns what dfg's --dump holds, plus "loss_scale"."""
     tok = torch.tensor(tokens_np, dtype=torch.long)
     m_full = torch.tensor(mask_np, dtype=torch.float64)
     m = m_full[:, 1:]
     N, GA, temp = tok.shape[0], s["gradient_accumulation_steps"], s["temperature"]
     n = N // GA
     with torch.no_grad():
-        lp0 = token_logp(params, tok, mcfg, temp)
-        ref = token_logp(ref_params, tok, mcfg, temp)
+        lp0 = token_logp(policy, tok, temp)
+        ref = token_logp(ref_model, tok, temp)
     adv = advantages(torch.tensor(rewards_np, dtype=torch.float64), s["num_generations"], s["scale_rewards"])
     active = float(m_full.sum())
     decay = [p for k, p in params.items() if p.dim() >= 2]
@@ -194,7 +204,7 @@ def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
         loss_sum, scale_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0, 0.0
         for mb in range(GA):
             rows = slice(mb * n, (mb + 1) * n)
-            lp = token_logp(params, tok[rows], mcfg, temp)
+            lp = token_logp(policy, tok[rows], temp)
             old = lp0[rows] if s["num_iterations"] > 1 else lp.detach()
             loss, scale, kl, clipped = micro_loss(s, lp, old, ref[rows], adv[rows], m[rows], N, active)
             loss.backward()
@@ -288,56 +298,76 @@ def run_config(cfg, dfg, source, workdir, seed):
     if mode:
         sets += ["--target", "cuda", "--set", "torch_dtype=" + ("float32" if mode == "f32" else "bfloat16")]
         run_flags = ["--emulate-gpu", "--threads", "1"]
-    tol = TOL_BF16 if mode == "bf16" else TOL
     print(f"[{cfg['name']}] " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "beta", "num_iterations",
           "gradient_accumulation_steps", "scale_rewards", "temperature", "learning_rate", "max_grad_norm", "ref")))
     t0 = time.time()
     try:
-        sh([dfg, "compile", source, "-o", paths["plan.dfg"]] + sets, "dfg compile")
-        log = sh([dfg, "run", paths["plan.dfg"], "--weights", paths["weights.safetensors"], "--rollouts",
-                  paths["rollouts.safetensors"], "--steps", "1", "--dump", paths["out.safetensors"]] + run_flags, "dfg run")
-        got, _ = st_read(paths["out.safetensors"])
+        got, log = dfg_step(dfg, source, sets, paths, run_flags)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"[{cfg['name']}] FAIL: {e}")
         return False
     t_dfg = time.time() - t0
-
-    ok = True
-    print(f"  {'tensor':<30} {'shape':<12} {'max|torch|':>11} {'rel.err':>10} {'update err':>10}")
-    for name, ref in want.items():
-        if name == "loss_scale":
-            continue
-        g = got.get(name)
-        if g is None:
-            print(f"  {name:<30} MISSING from dfg's dump")
-            ok = False
-            continue
-        if g.size != ref.size or (ref.ndim and tuple(g.shape) != tuple(ref.shape)):
-            print(f"  {name:<30} shape {tuple(g.shape)} from dfg, {tuple(ref.shape)} expected")
-            ok = False
-            continue
-        g = g.reshape(ref.shape)
-        e = rel_err(g, ref)
-        if name == "loss":
-            e = abs(float(g) - float(ref)) / want["loss_scale"] if want["loss_scale"] > 0 else abs(float(g) - float(ref))
-        good = e <= (TOL_BF16_KL_SUMS if mode == "bf16" and name in KL_SUMS else tol)
-        upd = ""
-        if name in w and mode != "bf16":  # an updated weight: compare the update too
-            eu = rel_err(g.astype(np.float64) - w[name], ref - w[name])
-            good &= eu <= TOL_UPDATE
-            upd = f"{eu:10.2e}"
-        ok &= bool(good)
-        print(f"  {name:<30} {str(tuple(ref.shape)):<12} {float(np.max(np.abs(ref))):11.4e} {e:10.2e} {upd:>10}"
-              f"{'' if good else '  FAIL'}")
-    if cfg.get("clips") and not float(want["clip_ratio"]) > 0:
-        print(f"  clip_ratio is 0: this configuration is meant to exercise clipping and does not  FAIL")
-        ok = False
+    ok, _ = compare_step(want, got, w, mode, cfg.get("clips", False))
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
           f"grad_norm {float(want['grad_norm']):.6f}, clip_ratio {float(want['clip_ratio']):.4f}; "
           f"dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
     if not ok:
         print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
     return ok
+
+
+def dfg_step(dfg, source, sets, paths, run_flags=()):
+    """dfg compile SOURCE --set ... then dfg run --weights --rollouts --steps 1 --dump, as a user
+    does; paths names plan.dfg, the weights (file or model directory), the rollouts and the dump.
+    Returns (the dump's tensors, what dfg run printed)."""
+    sh([dfg, "compile", source, "-o", paths["plan.dfg"]] + list(sets), "dfg compile")
+    log = sh([dfg, "run", paths["plan.dfg"], "--weights", paths["weights.safetensors"], "--rollouts",
+              paths["rollouts.safetensors"], "--steps", "1", "--dump", paths["out.safetensors"]] + list(run_flags),
+             "dfg run")
+    got, _ = st_read(paths["out.safetensors"])
+    return got, log
+
+
+def compare_step(want, got, w, mode=None, clips=False):
+    """Prints dfg's dump against the reference step (want, from grpo_step) tensor by tensor; w holds
+    the weights before the step, by dfg's names (the updated ones are compared as updates too).
+    Returns (all agree, {name: (rel.err, update rel.err or None)})."""
+    tol = TOL_BF16 if mode == "bf16" else TOL
+    ok, errs = True, {}
+    nw = max([30] + [len(k) for k in want])  # the name column
+    print(f"  {'tensor':<{nw}} {'shape':<12} {'max|torch|':>11} {'rel.err':>10} {'update err':>10}")
+    for name, ref in want.items():
+        if name == "loss_scale":
+            continue
+        g = got.get(name)
+        if g is None:
+            print(f"  {name:<{nw}} MISSING from dfg's dump")
+            ok = False
+            errs[name] = (math.nan, None)
+            continue
+        if g.size != ref.size or (ref.ndim and tuple(g.shape) != tuple(ref.shape)):
+            print(f"  {name:<{nw}} shape {tuple(g.shape)} from dfg, {tuple(ref.shape)} expected")
+            ok = False
+            errs[name] = (math.nan, None)
+            continue
+        g = g.reshape(ref.shape)
+        e = rel_err(g, ref)
+        if name == "loss":
+            e = abs(float(g) - float(ref)) / want["loss_scale"] if want["loss_scale"] > 0 else abs(float(g) - float(ref))
+        good = e <= (TOL_BF16_KL_SUMS if mode == "bf16" and name in KL_SUMS else tol)
+        upd, eu = "", None
+        if name in w and mode != "bf16":  # an updated weight: compare the update too
+            eu = rel_err(g.astype(np.float64) - w[name], ref - w[name])
+            good &= eu <= TOL_UPDATE
+            upd = f"{eu:10.2e}"
+        ok &= bool(good)
+        errs[name] = (e, eu)
+        print(f"  {name:<{nw}} {str(tuple(ref.shape)):<12} {float(np.max(np.abs(ref))):11.4e} {e:10.2e} {upd:>10}"
+              f"{'' if good else '  FAIL'}")
+    if clips and not float(want["clip_ratio"]) > 0:
+        print(f"  clip_ratio is 0: this configuration is meant to exercise clipping and does not  FAIL")
+        ok = False
+    return ok, errs
 
 
 def main():
