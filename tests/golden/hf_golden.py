@@ -14,13 +14,15 @@ For each architecture this script
      shard of their own listed in the index), so that the KL term and its gradient are not zero;
   3. compiles and runs the GRPO pipeline as a user does:
        dfg compile examples/grpo.c -o plan.dfg --set model=DIR --set task=reverse ...
-       dfg run plan.dfg --weights DIR --rollouts R --steps 1 --dump OUT
+       dfg run plan.dfg --weights DIR --rollouts R --steps 1 --dump OUT --save SAVED/
   4. computes the same step in float64 with the GRPO of grpo_golden.py (advantages, ratio and
      clipping, k3 KL, the loss normalisations, micro-batches, clip_grad_norm_, AdamW decaying
      matrices only) on the logits of the transformers model itself (model.double()), and compares
      with grpo_golden.py's rules: logp, ref_logp, advantages, loss, grad_norm, kl, clip_ratio and
      every updated parameter to 1e-4 relative, the updates (new - old) to 1e-2 of the largest;
-  5. checks that the plan shares prompts as meant (share_prompts auto with micro-batches of whole
+  5. loads SAVED/ (dfg's Hugging Face model directory of the trained policy) with transformers:
+     the source's tensor names and config.json values, exactly the dump's weights;
+  6. checks that the plan shares prompts as meant (share_prompts auto with micro-batches of whole
      groups: it refuses rollouts whose group holds two prompts) or runs separate copies (=0).
 The weights put some inputs of every kind of norm near its epsilon, so that a wrong epsilon shows;
 the completions use the model's whole vocabulary (odd sizes above the task's 15 tokens).
@@ -40,6 +42,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -126,9 +129,14 @@ CONFIGS = [
     dict(name="qwen2", arch="qwen2", loss_type="bnpo", beta=0.04, gradient_accumulation_steps=3,
          scale_rewards="batch"),
     dict(name="gpt2", arch="gpt2", loss_type="dapo", beta=0.0, gradient_accumulation_steps=1, share_prompts=0),
-    dict(name="qwen3", arch="qwen3", loss_type="grpo", beta=0.1, gradient_accumulation_steps=1, ref="perturbed",
-         max_grad_norm=0.05),
+    dict(name="qwen3", arch="qwen3", loss_type="grpo", beta=0.1, gradient_accumulation_steps=1, ref="perturbed"),
 ]
+# Adam's first step is lr * g / (|g| + adam_epsilon): a gradient entry far below the epsilon moves
+# its update by lr * (its float32 rounding) / epsilon. With the norms' small inputs above, the
+# gradients span ~1e-6 .. 0.2 after clipping, and at grpo_golden's 1e-5 that floor reached 1.4e-2 of
+# the largest update (an embedding row scaled by 10^-2.5, qwen2); at 1e-4 it stays well under the
+# 1e-2 bound.
+HF_BASE = dict(adam_epsilon=1e-4)
 MODEL_SETTINGS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")  # config.json's, not --set
 
 
@@ -206,8 +214,10 @@ def randomise(arch, model, rng):
     """Every parameter redrawn (norm weights around 1, biases around 0, never 1 and 0), large
     enough that every part of the network matters; float32. Some inputs of a norm are made as
     small as its epsilon, so that the epsilon matters too: each embedding row is scaled by
-    10^U(-2.5, 0) (GPT-2's wpe is small), and the first query and key head of a QK-normed model
-    is 1000 times smaller than the others."""
+    10^U(-1.5, 0) (GPT-2's wpe is small), and the first query and key head of a QK-normed model
+    is 100 times smaller than the others. (Smaller still, the norms' 1/rms would make those
+    gradients dominate the clipped norm, leaving the other gradients far below Adam's epsilon,
+    where float32 rounding is all the update comparison sees.)"""
     head_dim = ARCHS[arch]["config"]["head_dim"] if ARCHS[arch]["cls"] == "qwen3" else None
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -219,12 +229,12 @@ def randomise(arch, model, rng):
             elif name.endswith("wpe.weight"):
                 v = 0.03 * rng.standard_normal(shape)
             elif name.endswith(("embed_tokens.weight", "wte.weight")):
-                v = 0.2 * rng.standard_normal(shape) * 10.0 ** rng.uniform(-2.5, 0.0, size=(shape[0], 1))
+                v = 0.2 * rng.standard_normal(shape) * 10.0 ** rng.uniform(-1.5, 0.0, size=(shape[0], 1))
             else:
                 fan_in = shape[0] if "transformer." in name else shape[-1]  # GPT-2's Conv1D is (in, out)
                 v = (0.9 / math.sqrt(fan_in)) * rng.standard_normal(shape)
                 if head_dim and name.endswith(("q_proj.weight", "k_proj.weight")):
-                    v[:head_dim] *= 1e-3
+                    v[:head_dim] *= 1e-2
             p.copy_(torch.tensor(v, dtype=torch.float32))
 
 
@@ -257,13 +267,32 @@ def load_model(arch, d):
         model = cls.from_pretrained(d, attn_implementation="eager", torch_dtype=torch.float32)
     else:
         model = build_model(arch)
-        sd = st_torch.load_file(os.path.join(d, "model.safetensors"))
+        sd = {}
+        for f in shard_files(d):
+            sd.update(st_torch.load_file(os.path.join(d, f)))
         if spec["config"]["tie_word_embeddings"]:
             sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
         model.load_state_dict(sd, strict=True)
         if spec["config"]["tie_word_embeddings"]:
             model.tie_weights()
     return model.eval()
+
+
+def shard_files(d):
+    """The safetensors files of a model directory, as transformers picks them."""
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return ["model.safetensors"]
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        return sorted(set(json.load(f)["weight_map"].values()))
+
+
+def tensor_names(d):
+    names = set()
+    for f in shard_files(d):
+        with open(os.path.join(d, f), "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            names |= {k for k in json.loads(fh.read(n)) if k != "__metadata__"}
+    return names
 
 
 def weights_of(arch, model):
@@ -289,11 +318,9 @@ def add_reference_shard(d, ref):
     index_path = os.path.join(d, "model.safetensors.index.json")
     single = os.path.join(d, "model.safetensors")
     if os.path.exists(single):
+        names = tensor_names(d)
         os.replace(single, os.path.join(d, "model-00001-of-00001.safetensors"))
-        with open(os.path.join(d, "model-00001-of-00001.safetensors"), "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            names = [k for k in json.loads(f.read(n)) if k != "__metadata__"]
-        index = {"metadata": {}, "weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}
+        index = {"metadata": {}, "weight_map": {k: "model-00001-of-00001.safetensors" for k in sorted(names)}}
     else:
         with open(index_path) as f:
             index = json.load(f)
@@ -398,6 +425,42 @@ def summary(arch, errs, w):
     return f"{arch}: " + ", ".join(parts)
 
 
+def check_saved(arch, saved, got, source_names, config):
+    """dfg run --save DIR/ after the step: a model directory transformers loads, holding the
+    source directory's tensor names (no ref.*), config.json's values, and exactly the weights of
+    the dump."""
+    problems = []
+    try:
+        model = load_model(arch, saved)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises is the finding
+        print(f"  --save {saved}/: transformers cannot load it: {type(e).__name__}: {e}  FAIL")
+        return False
+    # by dfg's names: GPT-2's may come without "transformer." (as the original checkpoints), which
+    # transformers loads as well
+    names = {dfg_name(arch, n) for n in tensor_names(saved)}
+    want = {dfg_name(arch, n) for n in source_names}
+    if names != want:
+        problems.append(f"tensors {sorted(names ^ want)[:4]} differ from the source directory's")
+    with open(os.path.join(saved, "config.json")) as f:
+        written = json.load(f)
+    for k, v in dict(config, architectures=[ARCHS[arch]["arch"]]).items():
+        if written.get(k) != v:
+            problems.append(f"config.json {k} = {written.get(k)!r}, the source's is {v!r}")
+    worst = 0.0
+    for n, p in model.named_parameters():
+        g = got.get(dfg_name(arch, n))
+        if g is None or tuple(g.shape) != tuple(p.shape):
+            problems.append(f"'{n}' is not in the dump as {tuple(p.shape)}")
+            continue
+        worst = max(worst, float(np.max(np.abs(p.detach().numpy() - g))))
+    if worst != 0.0:
+        problems.append(f"weights differ from the dump's by up to {worst:.3e}")
+    files = ", ".join(f for f in sorted(os.listdir(saved)))
+    print(f"  --save {os.path.basename(saved)}/: {files}: transformers loads it"
+          + ("; " + "; ".join(problems) + "  FAIL" if problems else ", the dump's weights exactly"))
+    return not problems
+
+
 def check_sharing(dfg, s, paths, tokens, mask, rewards):
     """Whether the plan computes each group's prompt once (share_prompts: auto does when the
     micro-batches hold whole groups, 0 never) as this configuration means it to: such a plan
@@ -422,7 +485,7 @@ def check_sharing(dfg, s, paths, tokens, mask, rewards):
 
 def run_config(cfg, dfg, source, workdir, seed):
     arch = cfg["arch"]
-    s = G.settings_of({k: v for k, v in cfg.items() if k != "arch"})
+    s = G.settings_of(dict(HF_BASE, **{k: v for k, v in cfg.items() if k != "arch"}))
     d = os.path.join(workdir, cfg["name"])
     model_dir = os.path.join(d, "model")
     os.makedirs(model_dir, exist_ok=True)
@@ -448,12 +511,13 @@ def run_config(cfg, dfg, source, workdir, seed):
           if not k.endswith("pdrop")))
     print(f"  {model_dir}: {', '.join(files)}")
     print("  " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "beta", "gradient_accumulation_steps", "scale_rewards",
-                                                  "temperature", "learning_rate", "max_grad_norm", "ref"))
+                                                  "temperature", "learning_rate", "adam_epsilon", "max_grad_norm", "ref"))
           + f" share_prompts={s.get('share_prompts', 'auto')}")
     if ARCHS[arch].get("shard") and sum(f.endswith(".safetensors") for f in files) < 2:
         print(f"[{cfg['name']}] FAIL: save_pretrained wrote fewer than 2 shards")
         return False, None
 
+    source_names = tensor_names(model_dir)
     w_ref = perturbed(w, rng) if s["ref"] == "perturbed" else w
     ref32 = copy.deepcopy(policy32)
     set_weights(arch, ref32, w_ref)
@@ -478,15 +542,21 @@ def run_config(cfg, dfg, source, workdir, seed):
     G.st_write(paths["rollouts.safetensors"], {"tokens": tokens, "completion_mask": mask, "rewards": rewards})
     sets = ["--set", f"model={model_dir}"]
     sets += [a for k, v in s.items() if k not in ("name", "ref") + MODEL_SETTINGS for a in ("--set", f"{k}={v}")]
+    saved = os.path.join(d, "saved")
+    shutil.rmtree(saved, ignore_errors=True)
+    run_flags = ["--save", saved + "/"]
+    if ARCHS[arch].get("shard"):
+        run_flags += ["--max-shard-size", ARCHS[arch]["shard"]]
     t0 = time.time()
     try:
-        got, log = G.dfg_step(dfg, source, sets, paths)
+        got, log = G.dfg_step(dfg, source, sets, paths, run_flags)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"[{cfg['name']}] FAIL: {e}")
         return False, f"{cfg['name']}: dfg failed"
     t_dfg = time.time() - t0
     good, errs = G.compare_step(want, got, w)
     ok &= good
+    ok &= check_saved(arch, saved, got, source_names, ARCHS[arch]["config"])
     ok &= check_sharing(dfg, s, paths, tokens, mask, rewards)
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
           f"grad_norm {float(want['grad_norm']):.6f}, kl {float(want['kl']):.6f}; dfg {t_dfg:.2f}s; "
