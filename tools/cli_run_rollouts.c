@@ -69,11 +69,12 @@ static int find_tensors(const dfg_program *p, const char *plan, cli_rollouts *r)
     return CLI_OK;
 }
 
-/* Values the program cannot take: token ids outside the embedding (GPT-2's wte, when present),
- * a mask other than 0/1, non-finite floats. */
+/* Values the program cannot take: token ids outside the embedding (GPT-2's wte or the Llama
+ * family's embed_tokens, when present), a mask other than 0/1, non-finite floats. */
 static int check_values(const dfg_program *p, const char *path, const dfg_tensor *t, const void *data) {
     int64_t n = dfg_shape_numel(t->shape);
     const dfg_tensor *wte = dfg_find(p, "wte.weight");
+    if (!wte) wte = dfg_find(p, "model.embed_tokens.weight");
     if (t->dtype == DFG_I32 && wte && wte->shape.rank == 2) {
         const int32_t *v = data;
         for (int64_t i = 0; i < n; i++)

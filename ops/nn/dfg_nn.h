@@ -31,8 +31,8 @@ DFG_API dfg_status dfg_metric(dfg_graph *g, const char *name, dfg_tensor *scalar
  *   GPT-2   wte.weight, wpe.weight, h.N.ln_1.weight, h.N.attn.c_attn.weight (C, 3C) (Conv1D:
  *           (in, out)), ..., ln_f.weight; the lm_head is tied to wte.
  *   Llama   model.embed_tokens.weight (V, C), model.layers.N.input_layernorm.weight,
- *           model.layers.N.self_attn.{q,k,v,o}_proj.weight (nn.Linear: (out, in)), their biases
- *           (Qwen2; Llama with attention_bias), model.layers.N.self_attn.{q,k}_norm.weight (Qwen3),
+ *           model.layers.N.self_attn.{q,k,v,o}_proj.weight (nn.Linear: (out, in)), q/k/v biases
+ *           (Qwen2; Llama with attention_bias, which biases o_proj too), model.layers.N.self_attn.{q,k}_norm.weight (Qwen3),
  *           model.layers.N.post_attention_layernorm.weight, model.layers.N.mlp.{gate,up,down}_proj
  *           .weight, model.norm.weight, lm_head.weight (V, C) unless tie_word_embeddings.
  * The Llama family: pre-RMSNorm blocks, rotary positions (rope_theta, rotate_half), grouped-query
@@ -51,7 +51,7 @@ typedef struct {
     int n_inner;   /* the MLP's width (GPT-2 n_inner, Llama intermediate_size) */
     float rope_theta;
     bool tie_word_embeddings; /* the Llama family's lm_head is embed_tokens (GPT-2's always is) */
-    bool attention_bias;      /* q/k/v projection biases (Qwen2; Llama's attention_bias) */
+    bool attention_bias;      /* q/k/v projection biases (Qwen2; Llama's attention_bias, which adds o_proj's) */
     bool qk_norm;             /* per-head RMSNorm of queries and keys (Qwen3) */
 } dfg_model_config;
 
@@ -61,7 +61,7 @@ typedef struct {
     dfg_tensor *q_w, *k_w, *v_w;         /* Llama: (H*D, C), (Hkv*D, C), (Hkv*D, C) */
     dfg_tensor *q_b, *k_b, *v_b;         /* (H*D), (Hkv*D), (Hkv*D) or NULL */
     dfg_tensor *q_norm_w, *k_norm_w;     /* Qwen3: (D) or NULL */
-    dfg_tensor *attn_proj_w, *attn_proj_b; /* GPT-2 c_proj (C, C), (C); Llama o_proj (C, H*D), NULL */
+    dfg_tensor *attn_proj_w, *attn_proj_b; /* GPT-2 c_proj (C, C), (C); o_proj (C, H*D), (C) (Llama's attention_bias) or NULL */
     dfg_tensor *ln_2_w, *ln_2_b;         /* (C): ln_2 / post_attention_layernorm */
     dfg_tensor *c_fc_w, *c_fc_b;         /* GPT-2: (C, 4C), (4C) */
     dfg_tensor *mlp_proj_w, *mlp_proj_b; /* GPT-2: (4C, C), (C) */

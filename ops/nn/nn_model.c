@@ -81,6 +81,8 @@ static void llama_params(param_ctx *c, const dfg_model_config *cfg) {
         b->v_w = block_param(c, at, l, "self_attn.v_proj.weight", DFG_SHAPE(KV, C), w);
         if (cfg->attention_bias) b->v_b = block_param(c, at, l, "self_attn.v_proj.bias", DFG_SHAPE(KV), zero);
         b->attn_proj_w = block_param(c, at, l, "self_attn.o_proj.weight", DFG_SHAPE(C, Q), w);
+        if (cfg->attention_bias && cfg->arch == DFG_ARCH_LLAMA) /* Llama's attention_bias covers o_proj too */
+            b->attn_proj_b = block_param(c, at, l, "self_attn.o_proj.bias", DFG_SHAPE(C), zero);
         if (cfg->qk_norm) {
             b->q_norm_w = block_param(c, at, l, "self_attn.q_norm.weight", DFG_SHAPE(D), one);
             b->k_norm_w = block_param(c, at, l, "self_attn.k_norm.weight", DFG_SHAPE(D), one);
@@ -222,7 +224,7 @@ dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, cons
 
 dfg_tensor *dfg_nn_attention_out(dfg_graph *g, dfg_tensor *y, const dfg_model_block *blk) {
     if (blk->c_attn_w) return dfg_nn_linear(g, y, blk->attn_proj_w, blk->attn_proj_b); /* GPT-2's c_proj */
-    return linear_t(g, y, blk->attn_proj_w, NULL);                                  /* o_proj */
+    return linear_t(g, y, blk->attn_proj_w, blk->attn_proj_b);                      /* o_proj */
 }
 
 /* x (..., C) -> (..., C): GPT-2's c_fc, GELU, c_proj; the Llama family's down(silu(gate) * up) */
