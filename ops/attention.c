@@ -32,25 +32,37 @@ dfg_status dfg_infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec
     return DFG_OK;
 }
 
-/* inputs: q (B,Tq,C), k_cache (B,Tmax,C), v_cache (B,Tmax,C), pos (i32, one element) */
+/* inputs: q (B,Tq,C), k_cache (B,Tmax,Ckv), v_cache (B,Tmax,Ckv), pos (i32, one element). The
+ * caches hold Hkv = Ckv / D heads of D = C / n_head (grouped-query attention: query head h reads
+ * KV head h / (n_head / Hkv)); Hkv is the caches' shape, not an attribute. */
 dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *pos = n->in[3];
     int h = n->attr->attention.n_head;
-    if (q->shape.rank != 3 || k->shape.rank != 3 || !dfg_shape_equal(k->shape, v->shape) ||
-        q->shape.d[0] != k->shape.d[0] || q->shape.d[2] != k->shape.d[2] || q->shape.d[1] > k->shape.d[1])
-        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs q (B, Tq, C) and caches (B, Tmax, C) with Tq <= Tmax");
+    if (q->shape.rank != 3 || k->shape.rank != 3 || q->shape.d[0] != k->shape.d[0] || q->shape.d[1] > k->shape.d[1])
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs q (B, Tq, C) and caches (B, Tmax, Ckv) with Tq <= Tmax");
+    if (!dfg_shape_equal(k->shape, v->shape))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "k_cache '%s' and v_cache '%s' differ in shape", k->name, v->name);
     if (q->dtype != k->dtype || q->dtype != v->dtype || !dfg_is_float(q->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "q and the caches need one float dtype");
     if (pos->dtype != DFG_I32 || dfg_shape_numel(pos->shape) != 1)
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "pos must be an i32 scalar");
     if (!heads_ok(q->shape.d[2], h))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "C=%lld does not split into %d heads", (long long)q->shape.d[2], h);
+    int64_t D = q->shape.d[2] / h, ckv = k->shape.d[2];
+    if (ckv % D)
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "k_cache '%s' last dim %lld is not a multiple of head_dim %lld",
+                             k->name, (long long)ckv, (long long)D);
+    if (h % (ckv / D))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "n_head %d is not a multiple of the caches' %lld kv heads", h,
+                             (long long)(ckv / D));
     out[0] = (dfg_out_spec){q->dtype, q->shape, -1, false};
     return DFG_OK;
 }
 
 /* Causal attention does about half of the dense 2*T*T*C multiply-adds for QK^T and PV each;
- * backward does about twice the forward. */
+ * backward does about twice the forward. attention_cached: every query head against Tmax rows
+ * (C of q: with grouped KV heads the flops stay per query head, while the bytes read are the
+ * caches' own, Ckv wide). */
 dfg_cost dfg_cost_attention(const dfg_node *n) {
     const dfg_tensor *x = n->in[n->op == DFG_OP_ATTENTION_BWD ? 1 : 0];
     double B = (double)x->shape.d[0], T = (double)x->shape.d[1], C = (double)n->out[0]->shape.d[2];

@@ -75,8 +75,12 @@ DFG_API dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head);
  * Tp prefix positions and to its row's positions 0 .. i: dfg_attention of the whole sequences,
  * without computing the prefix G times. The prefix's gradient sums over its group. */
 DFG_API dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, int n_head);
-/* Decoding form: q (B, Tq, C); caches (B, Tmax, C); pos an i32 scalar. Query i sits at position
- * pos + i and attends to cache rows 0 .. pos + i (write them first with dfg_slice_assign_at). */
+/* Decoding form: q (B, Tq, C) of n_head heads of D = C / n_head; caches (B, Tmax, Hkv * D), both
+ * of one shape; pos an i32 scalar. Query i sits at position pos + i and attends to cache rows
+ * 0 .. pos + i (write them first with dfg_slice_assign_at). Hkv, taken from the caches' shape,
+ * may be fewer than n_head (grouped-query attention, n_head % Hkv == 0; Hkv = 1 is multi-query):
+ * query head h reads KV head h / (n_head / Hkv), as transformers' repeat_kv. Hkv = n_head is
+ * ordinary multi-head attention. */
 DFG_API dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
                                  dfg_tensor *pos, int n_head);
 DFG_API dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids); /* (V, C), i32 (...) -> (..., C) */

@@ -107,12 +107,13 @@ dfg_status dfg_cpu_attention_bwd(const dfg_node *n, void *const *in, void *const
     return DFG_OK;
 }
 
-/* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,C) rows 0 .. pos+i: per query
- * row, scores = K q (a GEMV over the cached rows), softmax, y = V^T p. */
+/* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,Ckv) rows 0 .. pos+i: per query
+ * row, scores = K q (a GEMV over the cached rows), softmax, y = V^T p. The caches hold
+ * Hkv = Ckv / D heads; query head h reads KV head h / (H / Hkv) (Hkv = H: head h). */
 dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape qs = n->in[0]->shape;
     int64_t B = qs.d[0], Tq = qs.d[1], C = qs.d[2], Tmax = n->in[1]->shape.d[1], H = n->attr->attention.n_head,
-            D = C / H;
+            D = C / H, Ckv = n->in[1]->shape.d[2], group = H / (Ckv / D); /* query heads per KV head */
     const float *q = in[0], *kc = in[1], *vc = in[2];
     int64_t pos = *(const int32_t *)in[3];
     float *y = out[0];
@@ -125,13 +126,13 @@ dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *co
 #pragma omp parallel for collapse(2) schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++)
         for (int64_t i = 0; i < Tq; i++) {
-            int64_t b = bh / H, h = bh % H, nk = pos + i + 1;
-            const float *k = kc + b * Tmax * C + h * D, *v = vc + b * Tmax * C + h * D; /* rows of stride C */
-            float *p = dfg_cpu_thread_scratch(ctx);                                             /* (nk) */
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nk, (int)D, scale, k, (int)C, q + (b * Tq + i) * C + h * D, 1,
-                        0.0f, p, 1);
+            int64_t b = bh / H, h = bh % H, nk = pos + i + 1, at = b * Tmax * Ckv + h / group * D;
+            const float *k = kc + at, *v = vc + at; /* rows of stride Ckv */
+            float *p = dfg_cpu_thread_scratch(ctx); /* (nk) */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nk, (int)D, scale, k, (int)Ckv, q + (b * Tq + i) * C + h * D,
+                        1, 0.0f, p, 1);
             dfg_cpu_softmax_row(p, nk, nk);
-            cblas_sgemv(CblasRowMajor, CblasTrans, (int)nk, (int)D, 1.0f, v, (int)C, p, 1, 0.0f,
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)nk, (int)D, 1.0f, v, (int)Ckv, p, 1, 0.0f,
                         y + (b * Tq + i) * C + h * D, 1);
         }
     return DFG_OK;
