@@ -57,6 +57,14 @@ CONFIGS = {
     "gpt2-124m": dict(settings=dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024,
                                     digits=64, prompts_per_step=4, num_generations=8),
                       steps=1, warmup=0, runs=1, min_free_gib=14),
+    # Qwen2.5-0.5B's shape (models/qwen2.5-0.5b/config.json: 24 layers, 896 wide, 14 query and 2
+    # key/value heads, vocabulary 151936, tied; 494 M parameters), random weights on both sides:
+    # dfg reads the config.json (--set model=DIR), torch builds transformers' Qwen2ForCausalLM
+    # from it (grpo_torch.py --model DIR). A small batch: ~10 GB of fp32 weights, ref copy,
+    # gradients and AdamW moments in each program
+    "qwen2.5-0.5b": dict(settings=dict(model="tools/bench/models/qwen2.5-0.5b", digits=4, prompts_per_step=2,
+                                       num_generations=4, beta=0.04),
+                         steps=2, warmup=1, runs=2, min_free_gib=14),
 }
 
 
@@ -174,8 +182,8 @@ def tail(path, n=20):
 def torch_args(s, threads, seed, dev=None):
     """grpo_torch.py's command line; dev: None on the CPU, else (dtype, compile mode or None)."""
     a = [sys.executable, os.path.join(HERE, "grpo_torch.py")]
-    for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
-              "num_generations"):
+    for k in ("model", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
+              "num_generations", "beta"):
         if k in s:
             a += [f"--{k}", str(s[k])]
     a += ["--threads", str(threads), "--seed", str(seed)]

@@ -22,6 +22,7 @@ CUDA_DEFAULTS = {
     "tiny": dict(steps=200, warmup=20, runs=3),
     "small": dict(steps=20, warmup=3, runs=3),
     "gpt2-124m": dict(steps=10, warmup=3, runs=3),
+    "qwen2.5-0.5b": dict(steps=10, warmup=3, runs=3),  # not run on a GPU yet
 }
 
 # dfg run's header line on a device backend (tools/cli_run.c, print_header)

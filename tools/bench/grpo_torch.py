@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """grpo_torch.py - the GRPO iteration of dfg's examples/grpo.c written as a PyTorch user would
 write it: eager mode, fp32, CPU, no compilation, no Hugging Face libraries (by default; a GPU
-run is described under "--device cuda" below).
+run is described under "--device cuda" below, a transformers model under "--model DIR").
 
 One step (--mode full), as examples/grpo.c runs it with its defaults:
   data        P problems of the `reverse` task (d random digits then '='), each repeated G times
@@ -27,6 +27,20 @@ Output: one JSON line per timed step on stdout, {"step": i, "ms": ..., "reward":
 --warmup steps run but are not printed), then one summary line with the median step time and
 the process's peak RSS (getrusage(RUSAGE_SELF).ru_maxrss * 1024 bytes).
 
+--model DIR: instead of the GPT-2 above, a Hugging Face model built from DIR/config.json by
+transformers (AutoModelForCausalLM.from_config: Qwen2ForCausalLM, LlamaForCausalLM, ...;
+transformers 4.40.2 from --hf-site, default .deps/hf-4.40.2 as `tools/deps.sh --test` installs
+it), float32, attn_implementation "eager", eval() (no dropout), random weights as transformers
+initialises them (linear and embedding weights N(0, initializer_range), biases 0, norms 1;
+DIR holds no weights, and dfg's own random init is the same distribution, not the same
+numbers). The same step as above, done the Hugging Face way: the rollout's KV cache is the
+model's own past_key_values (prefill with use_cache=True, then one token per forward passing
+past_key_values back; transformers 4.40's DynamicCache), and the logits are the model's
+lm_head on its final hidden states, only at the positions used, as transformers' logits_to_keep
+gives them to TRL (the prefill's last position; the completion positions when scoring), then
+log_softmax + gather over the whole vocabulary. The reference model is a frozen deep copy.
+--model leaves --n_layer .. --vocab_size unused; n_positions is max_position_embeddings.
+
 --device cuda: the models, the optimizer state and every tensor of the step on the GPU (the
 prompts are drawn on the CPU, as on the CPU run, and copied; the reward stays plain Python on
 the completions copied back, as TRL's reward functions are). The initial weights are made on
@@ -51,6 +65,7 @@ this is its peak reservation plus the libraries' workspaces).
 """
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -80,6 +95,11 @@ def parse_args(argv=None):
     ap.add_argument("--mode", choices=("full", "fixed"), default="full")
     ap.add_argument("--rollouts", help="fixed mode: train on this safetensors rollout (dfg's --rollouts format)")
     ap.add_argument("--save-rollouts", help="write the first rollout batch (dfg's --rollouts format) and go on")
+    ap.add_argument("--model", help="a Hugging Face model directory: build the model from its config.json with "
+                    "transformers (random weights) instead of the GPT-2 above")
+    ap.add_argument("--hf-site", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), ".deps", "hf-4.40.2"),
+        help="where transformers is installed (--model; default: the repository's .deps/hf-4.40.2)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dtype", choices=("f32", "bf16"), help="f32 (the default on cpu) or bf16 autocast (the default "
                     "on cuda; cuda only)")
@@ -179,6 +199,71 @@ class GPT2(nn.Module):
 
     def lm_head(self, h):
         return F.linear(h, self.wte.weight)  # tied to wte, as GPT-2
+
+
+# ---------------------------------------------------------------- a Hugging Face model (--model DIR)
+def load_hf(directory, site):
+    """transformers' causal LM for directory/config.json: float32, eager attention, random
+    weights (transformers' own init, under the seed already set), eval()."""
+    for k, v in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                 ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(k, v)
+    if site and os.path.isdir(site):
+        sys.path.insert(0, site)
+    try:
+        import transformers
+    except ImportError as e:
+        sys.exit(f"grpo_torch: --model needs transformers (looked in {site}: run tools/deps.sh --test): {e}")
+    cfg = transformers.AutoConfig.from_pretrained(directory)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", torch_dtype=torch.float32)
+    model.float().eval()  # config.json's torch_dtype (bfloat16) is the checkpoint's; the CPU run is fp32
+    return model, transformers.__version__
+
+
+class HF:
+    """The forward passes of the step for a transformers causal LM: its base model (the
+    decoder, final norm included) and its lm_head (get_output_embeddings)."""
+
+    @staticmethod
+    def n_positions(model):
+        return model.config.max_position_embeddings
+
+    @staticmethod
+    def vocab_size(model):
+        return model.config.vocab_size
+
+    @staticmethod
+    def last_logits(model, idx, past, temperature):
+        """(logits of the last position (N, V), the cache): lm_head at that position only, as
+        transformers' generate asks for with logits_to_keep=1."""
+        out = model.base_model(input_ids=idx, past_key_values=past, use_cache=True)
+        logits = model.get_output_embeddings()(out.last_hidden_state[:, -1])
+        if temperature != 1.0:
+            logits = logits / temperature
+        return logits, out.past_key_values
+
+    @staticmethod
+    @torch.no_grad()
+    def generate(model, prompts, max_new, temperature):
+        N = prompts.size(0)
+        out = torch.empty(N, max_new, dtype=torch.long, device=prompts.device)
+        logits, past = HF.last_logits(model, prompts, None, temperature)  # prefill
+        for i in range(max_new):
+            tok = torch.multinomial(F.softmax(logits, dim=-1), 1)
+            out[:, i] = tok[:, 0]
+            if i + 1 < max_new:
+                logits, past = HF.last_logits(model, tok, past, temperature)  # positions from the cache's length
+        return out
+
+    @staticmethod
+    def token_logp(model, tokens, Lp, temperature):
+        """Per-token log-probs of the completion tokens: the final hidden states, lm_head on the
+        positions that predict the completion (TRL's logits_to_keep), log_softmax, gather."""
+        h = model.base_model(input_ids=tokens, use_cache=False).last_hidden_state[:, Lp - 1:-1]
+        logits = model.get_output_embeddings()(h)
+        if temperature != 1.0:
+            logits = logits / temperature
+        return torch.gather(F.log_softmax(logits, dim=-1), 2, tokens[:, Lp:].unsqueeze(-1)).squeeze(-1)
 
 
 # ---------------------------------------------------------------- the task and its reward
@@ -368,19 +453,36 @@ def main(a):
     torch.manual_seed(a.seed)
     Lp, max_new = a.digits + 1, a.digits + 2  # examples/grpo.c: the task's prompt, its answer + 2
     T = Lp + max_new
-    n_positions = a.n_positions or T
+    P, G = a.prompts_per_step, a.num_generations
+    hf_version = None
+    if a.model:  # a transformers model from config.json (random weights)
+        if a.compile:
+            sys.exit("grpo_torch: --compile is for the built-in GPT-2, not --model")
+        policy, hf_version = load_hf(a.model, a.hf_site)
+        n_positions, vocab_size = HF.n_positions(policy), HF.vocab_size(policy)
+    else:
+        n_positions, vocab_size = a.n_positions or T, a.vocab_size
     if T > n_positions:
         sys.exit(f"grpo_torch: prompt {Lp} + completion {max_new} tokens exceed n_positions {n_positions}")
-    if a.vocab_size < TASK_VOCAB:
-        sys.exit(f"grpo_torch: vocab_size {a.vocab_size} is smaller than the task's vocabulary ({TASK_VOCAB})")
-    P, G = a.prompts_per_step, a.num_generations
-    policy = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
-    ref = None
-    if a.beta != 0.0:
-        ref = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
-        ref.load_state_dict(policy.state_dict())  # the frozen initial policy
-        ref.requires_grad_(False)
-        ref.to(dev)
+    if vocab_size < TASK_VOCAB:
+        sys.exit(f"grpo_torch: vocab_size {vocab_size} is smaller than the task's vocabulary ({TASK_VOCAB})")
+    if a.model:
+        ref = None
+        if a.beta != 0.0:
+            ref = copy.deepcopy(policy)  # the frozen initial policy
+            ref.requires_grad_(False)
+            ref.to(dev)
+        gen = lambda m, prompts: HF.generate(m, prompts, max_new, a.temperature)  # noqa: E731
+        logp_fn = HF.token_logp
+    else:
+        policy = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
+        ref = None
+        if a.beta != 0.0:
+            ref = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
+            ref.load_state_dict(policy.state_dict())  # the frozen initial policy
+            ref.requires_grad_(False)
+            ref.to(dev)
+        gen = lambda m, prompts: generate(m, prompts, max_new, a.temperature, fwd, cache_dtype)  # noqa: E731
     policy.to(dev)  # made on the CPU from the seed, so the weights are a CPU run's
     opt = torch.optim.AdamW(policy.parameters(), lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
@@ -388,7 +490,7 @@ def main(a):
         prompts, answers = make_prompts(P, G, a.digits)
         prompts = prompts.to(dev)
         with amp():
-            completions = generate(policy, prompts, max_new, a.temperature, fwd, cache_dtype)
+            completions = gen(policy, prompts)
         mask = completion_mask(completions)
         rewards = rewards_of(completions, answers).to(dev)
         tokens = torch.cat([prompts, completions], dim=1)
@@ -433,6 +535,7 @@ def main(a):
                "median_ms": med, "threads": a.threads, "torch": torch.__version__,
                "sequences": P * G, "prompt_len": Lp, "completion_len": max_new,
                "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
+               "model": a.model or "gpt2 (built in)", "transformers": hf_version,
                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if a.device == "cuda":
         sync()
