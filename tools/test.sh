@@ -3,7 +3,8 @@
 #   1. the release build and every ctest suite (unit, gradcheck, golden vs PyTorch, planfile, CLI, fuzz replay),
 #      then the GRPO learning test on its own;
 #   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the libFuzzer harnesses (tests/fuzz: the safetensors reader, the plan loader) for
+#   3. the libFuzzer harnesses (tests/fuzz: the safetensors reader, the sharded-model index,
+#      config.json, the plan loader) for
 #      DFG_FUZZ_SECONDS each (default 60; 0 skips them), side by side; any finding fails.
 # GPU tests report "skipped" on machines without an NVIDIA GPU.
 set -euo pipefail

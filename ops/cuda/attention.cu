@@ -719,7 +719,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         for (int u = tid; u < a.NP * W; u += ATT_THREADS) {
             int sub = u / W, w = u % W;
             if (a.vec) {
-                float4 t[GM];
+                float4 t[GM] = {}; // only g < nh are used; zeroed so -O3's flow analysis sees no uninitialised read
 #pragma unroll
                 for (int g = 0; g < GM; g++)
                     if (g < nh) {
@@ -744,7 +744,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                         o[0] = t[g].x, o[1] = t[g].y, o[2] = t[g].z, o[3] = t[g].w;
                     }
             } else {
-                float t[GM];
+                float t[GM] = {};
 #pragma unroll
                 for (int g = 0; g < GM; g++)
                     if (g < nh) t[g] = acc[(g * a.NP + sub) * a.D + w] * alpha[g];
