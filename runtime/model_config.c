@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "dfg_runtime.h"
+#include "errline.h"
 #include "model_config.h"
 
 #define MC_MAX_JSON_VALUES (1 << 18) /* real configs hold ~30-200; bounds cJSON's tree (~64 B a value) */
@@ -32,39 +33,15 @@
 #define MC_MAX_STAGED 24
 #define MC_VALUE_MAX 40
 
-typedef struct {
-    const char *label; /* the file messages name */
-    char *err;
-    size_t err_len;
-} mc_ctx;
+typedef dfg_errline mc_ctx;
 
-static dfg_status mc_fail(const mc_ctx *c, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static dfg_status mc_fail(const mc_ctx *c, dfg_status s, const char *fmt, ...) {
-    if (!c->err || !c->err_len) return s;
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->err_len, "%s: %s", c->label, msg);
-    return s;
-}
+#define mc_fail dfg_errline_fail
 
 /* ---------------------------------------------------------------- values as messages show them */
 
 /* Text from the file as it can appear in a one-line message: control bytes become '?', long
  * text is cut (at a UTF-8 boundary) and marked with "...". */
-static const char *mc_quote(const char *s, char buf[MC_QUOTE_MAX + 4]) {
-    size_t n = 0;
-    for (; s && s[n] && n < MC_QUOTE_MAX; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
-    if (s && s[n]) {
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
+static const char *mc_quote(const char *s, char buf[MC_QUOTE_MAX + 4]) { return dfg_errline_quote(s, buf, MC_QUOTE_MAX); }
 
 /* "%.9g", or more digits when that does not read back as exactly x: the setting holds the
  * file's double, as short as it reads ("1e-06", "0.1"), and without the exponent that fewer
@@ -433,34 +410,9 @@ dfg_status dfg_mc_settings_from_text(dfg_program *p, const char *text, size_t le
 
 /* Reads the whole file, refusing one larger than any real config before allocating. */
 static dfg_status mc_read_file(const mc_ctx *c, const char *path, char **text, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT)
+    if (access(path, F_OK) != 0 && errno == ENOENT)
         return mc_fail(c, DFG_ERR_IO, "missing (a Hugging Face model directory holds its config.json)");
-    if (fd < 0) return mc_fail(c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    dfg_status s = DFG_OK;
-    if (fstat(fd, &sb) != 0) s = mc_fail(c, DFG_ERR_IO, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) s = mc_fail(c, DFG_ERR_IO, "not a regular file");
-    else if ((uint64_t)sb.st_size > DFG_MC_MAX_BYTES)
-        s = mc_fail(c, DFG_ERR_FORMAT, "%lld bytes, more than the %u-byte limit of a config.json", (long long)sb.st_size,
-                    DFG_MC_MAX_BYTES);
-    size_t n = s ? 0 : (size_t)sb.st_size, got = 0;
-    char *b = s ? NULL : malloc(n + 1);
-    if (!s && !b) s = mc_fail(c, DFG_ERR_NOMEM, "cannot allocate %zu bytes to read it", n);
-    while (!s && got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) s = mc_fail(c, DFG_ERR_IO, "read failed after %zu of %zu bytes: %s", got, n,
-                                r == 0 ? "the file shrank" : strerror(errno));
-        else got += (size_t)r;
-    }
-    close(fd);
-    if (s) {
-        free(b);
-        return s;
-    }
-    *text = b, *len = n;
-    return DFG_OK;
+    return dfg_errline_read_file(c, path, DFG_MC_MAX_BYTES, "a config.json", text, len);
 }
 
 dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char *err, size_t err_len) {

@@ -23,6 +23,7 @@
 #define uthash_nonfatal_oom(elt) (hash_oom = true)
 #include <uthash.h>
 
+#include "errline.h"
 #include "safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -87,38 +88,14 @@ struct dfg_safetensors {
 };
 
 /* Where messages go and which file they name. */
-typedef struct {
-    const char *label;
-    char *err;
-    size_t err_len;
-} st_ctx;
+typedef dfg_errline st_ctx;
 
-static dfg_status st_fail(const st_ctx *c, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static dfg_status st_fail(const st_ctx *c, dfg_status s, const char *fmt, ...) {
-    if (!c->err || !c->err_len) return s;
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->err_len, "%s: %s", c->label, msg);
-    return s;
-}
+#define st_fail dfg_errline_fail
 
 /* A name as it can appear in a one-line message: control bytes become '?', long names are cut
  * (at a UTF-8 boundary) and marked with "...". */
 #define ST_QUOTE_MAX 120
-static const char *st_quote(const char *s, char buf[ST_QUOTE_MAX + 4]) {
-    size_t n = 0;
-    for (; s && s[n] && n < ST_QUOTE_MAX; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
-    if (s && s[n]) {
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* never split a UTF-8 sequence */
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
+static const char *st_quote(const char *s, char buf[ST_QUOTE_MAX + 4]) { return dfg_errline_quote(s, buf, ST_QUOTE_MAX); }
 
 /* ---------------------------------------------------------------- header checks before cJSON */
 

@@ -23,6 +23,7 @@
 #define uthash_nonfatal_oom(elt) (hash_oom = true)
 #include <uthash.h>
 
+#include "errline.h"
 #include "weights_dir.h"
 
 #define WD_MAX_INDEX_BYTES (32u << 20) /* real indexes are ~100 KB (9 MB for a 90k-tensor MoE) */
@@ -30,37 +31,13 @@
 #define WD_MAX_SHARDS 65536
 #define WD_QUOTE_MAX 120
 
-typedef struct {
-    const char *label; /* the file messages name */
-    char *err;
-    size_t err_len;
-} wd_ctx;
+typedef dfg_errline wd_ctx;
 
-static dfg_status wd_fail(const wd_ctx *c, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static dfg_status wd_fail(const wd_ctx *c, dfg_status s, const char *fmt, ...) {
-    if (!c->err || !c->err_len) return s;
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->err_len, "%s: %s", c->label, msg);
-    return s;
-}
+#define wd_fail dfg_errline_fail
 
 /* A name as it can appear in a one-line message: control bytes become '?', long names are cut
  * (at a UTF-8 boundary) and marked with "...". */
-static const char *wd_quote(const char *s, char buf[WD_QUOTE_MAX + 4]) {
-    size_t n = 0;
-    for (; s && s[n] && n < WD_QUOTE_MAX; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
-    if (s && s[n]) {
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
+static const char *wd_quote(const char *s, char buf[WD_QUOTE_MAX + 4]) { return dfg_errline_quote(s, buf, WD_QUOTE_MAX); }
 
 /* dir + "/" + name, without doubling a trailing slash; NULL when out of memory. */
 static char *wd_join(const char *dir, const char *name) {
@@ -108,32 +85,7 @@ static void wd_index_free(wd_index *ix) {
 
 /* Reads the whole index file, refusing one larger than any real index before allocating. */
 static dfg_status wd_read_index(const wd_ctx *c, const char *path, char **text, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return wd_fail(c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    dfg_status s = DFG_OK;
-    if (fstat(fd, &sb) != 0) s = wd_fail(c, DFG_ERR_IO, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) s = wd_fail(c, DFG_ERR_IO, "not a regular file");
-    else if ((uint64_t)sb.st_size > WD_MAX_INDEX_BYTES)
-        s = wd_fail(c, DFG_ERR_FORMAT, "%lld bytes, more than the %u-byte limit of an index", (long long)sb.st_size,
-                    WD_MAX_INDEX_BYTES);
-    size_t n = s ? 0 : (size_t)sb.st_size, got = 0;
-    char *b = s ? NULL : malloc(n + 1);
-    if (!s && !b) s = wd_fail(c, DFG_ERR_NOMEM, "cannot allocate %zu bytes to read the index", n);
-    while (!s && got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) s = wd_fail(c, DFG_ERR_IO, "read failed after %zu of %zu bytes: %s", got, n,
-                                r == 0 ? "the file shrank" : strerror(errno));
-        else got += (size_t)r;
-    }
-    close(fd);
-    if (s) {
-        free(b);
-        return s;
-    }
-    *text = b, *len = n;
-    return DFG_OK;
+    return dfg_errline_read_file(c, path, WD_MAX_INDEX_BYTES, "an index", text, len);
 }
 
 /* No NUL byte (no valid JSON holds one) and a bounded number of JSON values: every value but

@@ -1,0 +1,31 @@
+/* errline.h - one-line messages about an untrusted file, shared by its readers (safetensors,
+ * a sharded model's index, config.json): "<label>: <what>", with any text taken from the file
+ * made safe to print on one line. */
+#ifndef DFG_ERRLINE_H
+#define DFG_ERRLINE_H
+
+#include <stddef.h>
+
+#include "../graph/dfg_graph.h"
+
+/* Where a reader's messages go and which file they name. */
+typedef struct {
+    const char *label; /* the file messages name */
+    char *err;         /* may be NULL: no message */
+    size_t err_len;
+} dfg_errline;
+
+/* Writes "<label>: <fmt ...>" into c->err (when there is one) and returns s. */
+dfg_status dfg_errline_fail(const dfg_errline *c, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Text from the file as it can appear in a one-line message, in buf (max + 4 bytes): control
+ * bytes become '?', text longer than max bytes is cut at a UTF-8 boundary and marked "...". */
+const char *dfg_errline_quote(const char *s, char *buf, size_t max);
+
+/* Reads the whole regular file at path into *text (NUL-terminated; the caller frees it) and
+ * *len, refusing one over max bytes before allocating; `what` names the file in that message
+ * ("an index": "... more than the 33554432-byte limit of an index"). */
+dfg_status dfg_errline_read_file(const dfg_errline *c, const char *path, size_t max, const char *what, char **text,
+                                 size_t *len);
+
+#endif
