@@ -4,9 +4,9 @@
  * model.safetensors.index.json when they exceed the shard size (as save_pretrained writes them).
  *
  * config.json is the source model's (the setting "model" names the directory the program was
- * compiled from) with torch_dtype set to the saved dtype, so everything dfg does not read (token
- * ids, generation defaults) survives; a model made from settings alone gets one written from the
- * plan's settings. Every file is written atomically (temp file, fsync, rename); the index and
+ * compiled from), so everything dfg does not read (token ids, generation defaults) survives, with
+ * the model settings the plan was built with and torch_dtype set to the saved dtype; a model made
+ * from settings alone gets one written from the plan's settings. Every file is written atomically (temp file, fsync, rename); the index and
  * config.json last, so a directory with an index is complete. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,45 +24,46 @@
 
 static const char *setting(const dfg_runtime *rt, const char *key) { return dfg_program_setting(rt->p, key); }
 
-/* Adds settings[key] to o as a JSON number or boolean, under the name json_key. */
-static void add_number(cJSON *o, const dfg_runtime *rt, const char *key) {
+static const char *const gpt2_keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "layer_norm_epsilon"};
+static const char *const llama_keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                         "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+                                         "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias"};
+
+/* Sets o[key] to settings[key] as a JSON number or boolean (replacing what o held). */
+static void set_number(cJSON *o, const dfg_runtime *rt, const char *key) {
     const char *v = setting(rt, key);
     if (!v) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     if (!strcmp(v, "true") || !strcmp(v, "false")) cJSON_AddBoolToObject(o, key, !strcmp(v, "true"));
     else cJSON_AddNumberToObject(o, key, strtod(v, NULL));
 }
 
-/* config.json from the plan's settings (the names dfg_model_config_from_settings reads) */
-static cJSON *config_from_settings(const dfg_runtime *rt) {
-    const char *type = setting(rt, "model_type");
-    if (!type) type = "gpt2";
-    static const char *const types[][2] = {{"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"},
-                                           {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
-    const char *arch = NULL;
-    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-        if (!strcmp(type, types[i][0])) arch = types[i][1];
-    if (!arch) return NULL;
+/* The model settings the plan was built with, over whatever o says: the saved weights have the
+ * plan's shapes, also when a --set changed a size of the source model. */
+static void set_model_keys(cJSON *o, const dfg_runtime *rt, bool gpt2) {
+    const char *const *keys = gpt2 ? gpt2_keys : llama_keys;
+    size_t n = gpt2 ? sizeof(gpt2_keys) / sizeof(gpt2_keys[0]) : sizeof(llama_keys) / sizeof(llama_keys[0]);
+    for (size_t i = 0; i < n; i++) set_number(o, rt, keys[i]);
+    const char *inner = setting(rt, "n_inner");
+    if (gpt2 && inner && strtol(inner, NULL, 10) > 0) set_number(o, rt, "n_inner");
+}
+
+/* config.json from the plan's settings alone (a model made without a directory) */
+static cJSON *config_from_settings(const dfg_runtime *rt, const char *type, const char *arch) {
     cJSON *o = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(o, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
     cJSON_AddStringToObject(o, "model_type", type);
     if (!strcmp(type, "gpt2")) {
-        static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "layer_norm_epsilon"};
-        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) add_number(o, rt, keys[i]);
-        const char *inner = setting(rt, "n_inner");
-        if (inner && strtol(inner, NULL, 10) > 0) add_number(o, rt, "n_inner");
-        else cJSON_AddNullToObject(o, "n_inner");
-        cJSON_AddNumberToObject(o, "n_ctx", strtod(setting(rt, "n_positions") ? setting(rt, "n_positions") : "1024", NULL));
+        cJSON_AddNullToObject(o, "n_inner");
+        const char *np = setting(rt, "n_positions");
+        cJSON_AddNumberToObject(o, "n_ctx", strtod(np ? np : "1024", NULL));
         cJSON_AddStringToObject(o, "activation_function", "gelu_new");
         /* dfg's GPT-2 has no dropout: a model loaded for more training should not grow one */
         cJSON_AddNumberToObject(o, "resid_pdrop", 0.0), cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
         cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
         cJSON_AddBoolToObject(o, "tie_word_embeddings", true);
     } else {
-        static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                           "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
-                                           "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias"};
-        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) add_number(o, rt, keys[i]);
         cJSON_AddStringToObject(o, "hidden_act", "silu");
         cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
     }
@@ -102,9 +103,18 @@ static dfg_status write_atomic(dfg_runtime *rt, const char *path, const char *te
 }
 
 static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
+    const char *type = setting(rt, "model_type");
+    if (!type) type = "gpt2";
+    static const char *const types[][2] = {{"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"},
+                                           {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+    const char *arch = NULL;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (!strcmp(type, types[i][0])) arch = types[i][1];
+    if (!arch) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: model_type '%s' has no Hugging Face architecture", type);
     cJSON *o = source_config(rt);
-    if (!o) o = config_from_settings(rt);
-    if (!o) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: the plan names no model_type dfg can describe in config.json");
+    if (!o) o = config_from_settings(rt, type, arch);
+    if (!o) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    set_model_keys(o, rt, !strcmp(type, "gpt2"));
     cJSON_DeleteItemFromObjectCaseSensitive(o, "torch_dtype");
     cJSON_AddStringToObject(o, "torch_dtype", dt == DFG_BF16 ? "bfloat16" : dt == DFG_F16 ? "float16" : "float32");
     char *text = cJSON_Print(o), path[4096];
