@@ -1,8 +1,10 @@
-/* grpo.c - GRPO (Group Relative Policy Optimization; DeepSeekMath, arXiv 2402.03300) for a small
- * GPT-2 on a verifiable task, as one static program that the planner sees whole.
+/* grpo.c - GRPO (Group Relative Policy Optimization; DeepSeekMath, arXiv 2402.03300) on a
+ * verifiable task, as one static program that the planner sees whole. The policy is a small GPT-2
+ * by default, or any model dfg_model builds: GPT-2, Llama, Qwen2, Qwen3, from a Hugging Face
+ * directory (--set model=DIR) or from settings (--set model_type=qwen3 ...).
  *
  *   dfg compile examples/grpo.c -o grpo.dfg [--set task=add --set num_generations=16 ...]
- *   dfg run grpo.dfg --steps 400
+ *   dfg run grpo.dfg --steps 400 [--weights DIR]
  *
  * One step = one optimizer update on P prompts x G generations (N = P G sequences):
  *   data        host: P problems of the task, each repeated G times (examples/tasks/dfg_tasks.h)
@@ -21,7 +23,7 @@
  *   train.k     x gradient_accumulation_steps micro-batches: GRPO's clipped loss with the KL
  *               penalty, gradients accumulated into persistent buffers
  *   update.k    global-norm clipping, AdamW; k = 0 .. num_iterations-1 passes over the rollouts
- * Settings carry Hugging Face GPT2Config's and TRL GRPOConfig's names. With
+ * Settings carry Hugging Face config.json's and TRL GRPOConfig's names. With
  * `dfg run --rollouts R.safetensors` the stages data .. reward are skipped and the step trains
  * on the given tokens, completion_mask and rewards (see declare() below). */
 #include <stdio.h>
