@@ -65,3 +65,25 @@ dfg_status dfg_errline_read_file(const dfg_errline *c, const char *path, size_t 
     *text = b, *len = n;
     return DFG_OK;
 }
+
+dfg_status dfg_errline_scan_json(const dfg_errline *c, const char *t, size_t n, size_t max_values, bool refuse_u0000) {
+    size_t values = 1;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char b = t[i];
+        if (b == 0)
+            return dfg_errline_fail(c, DFG_ERR_FORMAT, "holds a NUL byte at byte %zu%s", i,
+                                    refuse_u0000 ? " (not a JSON text)" : "");
+        if (in_str) {
+            if (refuse_u0000 && esc && b == 'u' && n - i > 4 && !memcmp(t + i + 1, "0000", 4))
+                return dfg_errline_fail(c, DFG_ERR_FORMAT,
+                                        "a string holds \\u0000 at byte %zu (NUL characters are refused)", i - 1);
+            if (esc) esc = false;
+            else if (b == '\\') esc = true;
+            else if (b == '"') in_str = false;
+        } else if (b == '"') in_str = true;
+        else if (b == ',' || b == '[' || b == '{') values++;
+    }
+    if (values > max_values) return dfg_errline_fail(c, DFG_ERR_FORMAT, "holds more than %zu JSON values", max_values);
+    return DFG_OK;
+}

@@ -4,6 +4,7 @@
 #ifndef DFG_ERRLINE_H
 #define DFG_ERRLINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../graph/dfg_graph.h"
@@ -27,5 +28,11 @@ const char *dfg_errline_quote(const char *s, char *buf, size_t max);
  * ("an index": "... more than the 33554432-byte limit of an index"). */
 dfg_status dfg_errline_read_file(const dfg_errline *c, const char *path, size_t max, const char *what, char **text,
                                  size_t *len);
+
+/* Before cJSON builds a tree of untrusted JSON text t (n bytes): no NUL byte (no valid JSON holds
+ * one), with refuse_u0000 no NUL character written as \u0000 either (cJSON's strings end there),
+ * and at most max_values JSON values (every value but the first follows a ',', '[' or '{'
+ * outside a string). */
+dfg_status dfg_errline_scan_json(const dfg_errline *c, const char *t, size_t n, size_t max_values, bool refuse_u0000);
 
 #endif

@@ -181,22 +181,7 @@ typedef struct {
  * a bounded number of JSON values: every value but the first follows a ',', '[' or '{' outside
  * a string. */
 static dfg_status mc_scan_json(const mc_ctx *c, const char *t, size_t n) {
-    size_t values = 1;
-    bool in_str = false, esc = false;
-    for (size_t i = 0; i < n; i++) {
-        char b = t[i];
-        if (b == 0) return mc_fail(c, DFG_ERR_FORMAT, "holds a NUL byte at byte %zu (not a JSON text)", i);
-        if (in_str) {
-            if (esc && b == 'u' && n - i > 4 && !memcmp(t + i + 1, "0000", 4))
-                return mc_fail(c, DFG_ERR_FORMAT, "a string holds \\u0000 at byte %zu (NUL characters are refused)", i - 1);
-            if (esc) esc = false;
-            else if (b == '\\') esc = true;
-            else if (b == '"') in_str = false;
-        } else if (b == '"') in_str = true;
-        else if (b == ',' || b == '[' || b == '{') values++;
-    }
-    if (values > MC_MAX_JSON_VALUES) return mc_fail(c, DFG_ERR_FORMAT, "holds more than %d JSON values", MC_MAX_JSON_VALUES);
-    return DFG_OK;
+    return dfg_errline_scan_json(c, t, n, MC_MAX_JSON_VALUES, true);
 }
 
 /* The JSON tree of the whole text: one object and nothing after it but white space (cJSON stops

@@ -91,20 +91,7 @@ static dfg_status wd_read_index(const wd_ctx *c, const char *path, char **text, 
 /* No NUL byte (no valid JSON holds one) and a bounded number of JSON values: every value but
  * the first follows a ',', '[' or '{' outside a string. */
 static dfg_status wd_scan_json(const wd_ctx *c, const char *t, size_t n) {
-    size_t values = 1;
-    bool in_str = false, esc = false;
-    for (size_t i = 0; i < n; i++) {
-        char b = t[i];
-        if (b == 0) return wd_fail(c, DFG_ERR_FORMAT, "holds a NUL byte at byte %zu", i);
-        if (in_str) {
-            if (esc) esc = false;
-            else if (b == '\\') esc = true;
-            else if (b == '"') in_str = false;
-        } else if (b == '"') in_str = true;
-        else if (b == ',' || b == '[' || b == '{') values++;
-    }
-    if (values > WD_MAX_JSON_VALUES) return wd_fail(c, DFG_ERR_FORMAT, "holds more than %d JSON values", WD_MAX_JSON_VALUES);
-    return DFG_OK;
+    return dfg_errline_scan_json(c, t, n, WD_MAX_JSON_VALUES, false);
 }
 
 /* The JSON tree and its weight_map object (metadata, e.g. total_size, is not needed). */
