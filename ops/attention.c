@@ -91,3 +91,23 @@ dfg_status dfg_grad_attention(dfg_graph *g, const dfg_node *n, dfg_tensor *const
     din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->out[0], n->out[1]}, 4, n->attr);
     return g->status;
 }
+
+/* Left padding: not implemented yet (the start input comes with the kernels); NULL is the plain op. */
+static dfg_tensor *padding_unsupported(dfg_graph *g, const char *what) {
+    if (g && !g->status) dfg_graph_err(g, DFG_ERR_UNSUPPORTED, "%s: left-padded rows (start) are not implemented yet", what);
+    return g ? g->poison : NULL;
+}
+
+dfg_tensor *dfg_attention_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *start, int n_head) {
+    return start ? padding_unsupported(g, "attention") : dfg_attention(g, qkv, n_head);
+}
+
+dfg_tensor *dfg_attention_prefix_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, dfg_tensor *start, int n_head) {
+    return start ? padding_unsupported(g, "attention_prefix") : dfg_attention_prefix(g, qkv, prefix, n_head);
+}
+
+dfg_tensor *dfg_attention_cached_padded(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
+                                        dfg_tensor *pos, dfg_tensor *start, int n_head) {
+    return start ? padding_unsupported(g, "attention_cached")
+                 : dfg_attention_cached(g, q, k_cache, v_cache, pos, n_head);
+}

@@ -83,6 +83,18 @@ DFG_API dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tens
  * ordinary multi-head attention. */
 DFG_API dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
                                  dfg_tensor *pos, int n_head);
+/* Left-padded rows: start (B) i32, the column of each row's first real token (B: the rows of the
+ * op's batch; dfg_attention_prefix_padded's start is per prefix row, (P)). NULL: no padding, the
+ * plain op. A query at column i >= start[b] sees keys start[b] .. i (the prefix form: prefix keys
+ * start[p] .. Tp-1, then its own row's causally; the cached form: cache rows start[b] .. its
+ * column), so a padded row scores as the same row unpadded when its positions count from
+ * start[b]. A query at a pad column i < start[b] sees keys 0 .. i (plain causal: finite values
+ * nothing real reads). cuDNN's SDPA has no such mask: with start the hand-written kernels run. */
+DFG_API dfg_tensor *dfg_attention_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *start, int n_head);
+DFG_API dfg_tensor *dfg_attention_prefix_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, dfg_tensor *start /* (P) */,
+                                                int n_head);
+DFG_API dfg_tensor *dfg_attention_cached_padded(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
+                                                dfg_tensor *pos, dfg_tensor *start, int n_head);
 DFG_API dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids); /* (V, C), i32 (...) -> (..., C) */
 DFG_API dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     /* x (..., V), i32 (...) -> (...) */
 /* Rotary position embeddings as Llama and Qwen2 apply them (transformers' rotate_half form):
