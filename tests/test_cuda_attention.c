@@ -1,5 +1,5 @@
-/* test_cuda_attention.c - the CUDA attention family (ops/cuda/attention.cu, attention_prefix.cu)
- * against the CPU kernels (tests/cuda_harness.h): attention, attention_bwd, attention_prefix,
+/* test_cuda_attention.c - the CUDA attention family (ops/cuda/attention.cu, attention_prefix.cu,
+ * attention_decode.cu) against the CPU kernels (tests/cuda_harness.h): attention, attention_bwd, attention_prefix,
  * attention_prefix_bwd and attention_cached in f32 and bf16, over odd and even head dims (the
  * vectorized and the generic paths), T = 1, T longer than a tile, prefixes shorter and longer than
  * a tile, cached queries at the first, a middle and the last position of caches spanning several
