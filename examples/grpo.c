@@ -218,7 +218,7 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                     /* (N, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng};
-    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, DFG_VOCAB_EOS);
+    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, (int32_t[]){DFG_VOCAB_EOS}, 1);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
 }
 

@@ -5,6 +5,7 @@
 #define DFG_RUNTIME_H
 
 #include "dfg_passes.h"
+#include "dfg_reward.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +28,13 @@ typedef struct {
     /* Run every node as it comes instead of capturing each stage once as a CUDA Graph and
      * replaying it (the cuda backend; graph replay and eager launches give identical bits). */
     bool eager;
+    /* Rewards from outside the plan (dfg_reward.h, docs/rewards.md): a program started through
+     * /bin/sh -c (reward_cmd; each answer within reward_timeout_s seconds, default 60) or a plugin
+     * (reward_lib), at most one. The runtime starts it at create, after checking its functions
+     * against the program's setting "reward_funcs" when there is one; host stages reach it with
+     * dfg_host_reward_source. */
+    const char *reward_cmd, *reward_lib;
+    double reward_timeout_s;
 } dfg_run_options;
 
 DFG_API dfg_run_options dfg_run_options_default(void);
@@ -108,6 +116,12 @@ typedef struct {
  * emulator). DFG_ERR_ARG for a cpu program or one not compiled; DFG_ERR_UNSUPPORTED also when an
  * op has no CUDA kernel. The names point into the program. */
 DFG_API dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg_device_workspace *w);
+/* After a step failed: true when none of its stages that write a PARAM or an optimizer state ran
+ * (a host stage such as the reward failed first), so the trained state is the last good step's
+ * apart from counters the step advanced (RNG and data positions, which the caller may restore). */
+DFG_API bool dfg_runtime_params_intact(const dfg_runtime *rt);
+/* Milliseconds the last step spent in stage `name` (host stages included); -1 when it did not run. */
+DFG_API double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name);
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */
 DFG_API size_t dfg_runtime_arena_bytes(const dfg_runtime *rt);
 /* The CPU threads the runtime runs with (the OpenMP default when the options said 0). Results
@@ -125,6 +139,8 @@ DFG_API int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step 
 DFG_API uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
 /* The value of a program setting (dfg_program_set); NULL when absent. */
 DFG_API const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
+/* The run's reward program or plugin (dfg_run_options.reward_cmd / reward_lib); NULL when none. */
+DFG_API dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx);
 /* What the pipeline's host-state init stored (dfg_host_state, dfg_graph.h): its typed settings,
  * read and validated once when the runtime was created; NULL when the program declares none. */
 DFG_API void *dfg_host_user(const dfg_host_ctx *ctx);
@@ -151,6 +167,8 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
  *         (absent: the num_attention_heads value), intermediate_size, head_dim (null: not set),
  *         vocab_size, max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings
  *         (absent: false), and for llama attention_bias (absent: false)
+ *   every architecture: eos_token_id (one id or a list of up to 8, as "1,2,3") and pad_token_id
+ *         (one id; a list gives its first), not set when absent or null
  * as text: integers "%lld", floats the shortest "%.*g" that reads back as the file's double,
  * booleans "true"/"false". A key already set on p (the user's --set) is kept, its file value not
  * read. Integers must be positive and within int32, floats finite and positive. A config of a
@@ -163,7 +181,8 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
  * directory, no or unreadable config.json), DFG_ERR_FORMAT (not one JSON object, over 4 MiB, a
  * key of the wrong type or given twice), DFG_ERR_UNSUPPORTED (a model dfg does not run),
  * DFG_ERR_NOMEM, DFG_ERR_ARG (p NULL, dir empty), DFG_ERR_STATE (p already failed). torch_dtype
- * (dfg's setting of that name is the compute dtype) and token ids are not read. */
+ * (dfg's setting of that name is the compute dtype), bos_token_id and generation_config.json are
+ * not read. */
 DFG_API dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------- checkpoints (safetensors)

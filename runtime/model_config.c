@@ -31,7 +31,7 @@
 #define MC_QUOTE_MAX 80
 #define MC_SHOW_MAX (MC_QUOTE_MAX + 8)
 #define MC_MAX_STAGED 24
-#define MC_VALUE_MAX 40
+#define MC_VALUE_MAX 96
 
 typedef dfg_errline mc_ctx;
 
@@ -89,7 +89,9 @@ static const mc_arch_info mc_archs[] = {
 };
 #define MC_N_ARCHS (int)(sizeof(mc_archs) / sizeof(mc_archs[0]))
 
-typedef enum { MC_INT, MC_FLOAT, MC_BOOL } mc_kind;
+/* MC_IDS: token ids, one integer or a list of 1 .. 8 (eos_token_id: Llama 3 names three), as
+ * "1,2,3"; MC_ID: one id (a list gives its first) */
+typedef enum { MC_INT, MC_FLOAT, MC_BOOL, MC_IDS, MC_ID } mc_kind;
 
 /* A key copied into a setting of the same name (Hugging Face's names are dfg's). */
 typedef struct {
@@ -124,6 +126,9 @@ static const mc_key mc_keys[] = {
     {"rope_theta", MC_FLOAT, MC_LLAMA_LIKE, false, NULL, NULL},
     {"tie_word_embeddings", MC_BOOL, MC_LLAMA_LIKE, false, "false", NULL},
     {"attention_bias", MC_BOOL, MC_LLAMA, false, "false", NULL},
+    /* every architecture: the token ids generation stops at and pads with (null: not set) */
+    {"eos_token_id", MC_IDS, MC_GPT2 | MC_LLAMA_LIKE, true, NULL, NULL},
+    {"pad_token_id", MC_ID, MC_GPT2 | MC_LLAMA_LIKE, true, NULL, NULL},
 };
 #define MC_N_KEYS (int)(sizeof(mc_keys) / sizeof(mc_keys[0]))
 
@@ -315,7 +320,20 @@ static dfg_status mc_format_key(const mc_ctx *c, const mc_key *k, const cJSON *x
     case MC_BOOL:
         if (!cJSON_IsBool(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be true or false, got %s", k->key, mc_show(x, v));
         snprintf(out, MC_VALUE_MAX, "%s", cJSON_IsTrue(x) ? "true" : "false");
+        return DFG_OK;    case MC_IDS:
+    case MC_ID: {
+        int n = cJSON_IsArray(x) ? cJSON_GetArraySize(x) : 1, len = 0;
+        bool ok = n >= 1 && n <= 8;
+        for (int i = 0; ok && i < (k->kind == MC_ID ? 1 : n); i++) {
+            const cJSON *e = cJSON_IsArray(x) ? cJSON_GetArrayItem(x, i) : x;
+            double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+            ok = d >= 0 && d <= INT32_MAX && d == floor(d);
+            if (ok) len += snprintf(out + len, MC_VALUE_MAX - (size_t)len, "%s%lld", i ? "," : "", (long long)d);
+        }
+        if (!ok)
+            return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a token id or a list of 1 .. 8 of them, got %s", k->key, mc_show(x, v));
         return DFG_OK;
+    }
     }
     return DFG_ERR_ARG;
 }

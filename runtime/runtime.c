@@ -44,6 +44,17 @@ static int metric_writer(const dfg_program *p, const dfg_tensor *m) {
     return writer;
 }
 
+/* Whether a stage writes a PARAM or an optimizer state (a node whose output is a version of one). */
+static bool stage_updates(const dfg_stage *st) {
+    const dfg_graph *g = st->kind == DFG_STAGE_GRAPH ? st->graph : NULL;
+    for (int i = 0; g && i < g->n_nodes; i++)
+        for (int o = 0; o < g->nodes[i]->n_out; o++) {
+            const dfg_tensor *w = g->nodes[i]->out[o]->version_of;
+            if (w && (w->kind == DFG_PARAM || w->role == DFG_ROLE_OPTIM)) return true;
+        }
+    return false;
+}
+
 /* Sizes the per-node pointer arrays and lists the metrics. */
 static dfg_status scan_program(dfg_runtime *rt) {
     const dfg_program *p = rt->p;
@@ -63,8 +74,34 @@ static dfg_status scan_program(dfg_runtime *rt) {
             rt->metrics[rt->n_metrics++] = p->tensors[i];
     rt->metric_stage = malloc(sizeof(int) * (size_t)(rt->n_metrics ? rt->n_metrics : 1));
     rt->stage_ran = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(bool));
-    if (!rt->metric_stage || !rt->stage_ran) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
+    rt->stage_updates = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(bool));
+    rt->stage_ms = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(double));
+    if (!rt->metric_stage || !rt->stage_ran || !rt->stage_updates || !rt->stage_ms)
+        return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
     for (int m = 0; m < rt->n_metrics; m++) rt->metric_stage[m] = metric_writer(p, rt->metrics[m]);
+    for (int s = 0; s < p->n_stages; s++) rt->stage_updates[s] = stage_updates(&p->stages[s]);
+    return DFG_OK;
+}
+
+/* Starts the run's reward program or plugin; its functions must be the ones the program was
+ * built for (the setting reward_funcs, when it has one). */
+static dfg_status start_reward_source(dfg_runtime *rt) {
+    const dfg_run_options *o = &rt->opt;
+    char err[768];
+    if (!o->reward_cmd && !o->reward_lib) return DFG_OK;
+    if (o->reward_cmd && o->reward_lib) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "give a reward program or a reward plugin, not both");
+    dfg_status st = o->reward_cmd ? dfg_reward_program_open(o->reward_cmd, o->reward_timeout_s > 0 ? o->reward_timeout_s : 60.0,
+                                                            &rt->reward, err, sizeof(err))
+                                  : dfg_reward_plugin_open(o->reward_lib, &rt->reward, err, sizeof(err));
+    if (st) return dfg_rt_fail(rt, st, true, "%s", err);
+    const char *want = dfg_program_setting(rt->p, "reward_funcs");
+    char have[DFG_REWARD_MAX_FUNCS * 66] = "";
+    for (int i = 0; i < dfg_reward_source_n_funcs(rt->reward); i++)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? "," : "", dfg_reward_source_func(rt->reward, i));
+    if (want && strcmp(want, have))
+        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "%s declares the reward functions %s, but the plan was compiled with "
+                           "reward_funcs=%s (compile with --set reward_funcs=%s)", dfg_reward_source_desc(rt->reward),
+                           have, want, have);
     return DFG_OK;
 }
 
@@ -193,13 +230,14 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
-    if ((st = dfg_runtime_init_state(rt))) return st;
+    if ((st = dfg_runtime_init_state(rt)) || (st = start_reward_source(rt))) return st;
     return dfg_check_wanted(&rt->opt) ? dfg_check_create(rt) : DFG_OK;
 }
 
 void dfg_runtime_free(dfg_runtime *rt) {
     if (!rt) return;
     if (rt->host_release && rt->host_user) rt->host_release(rt->host_user);
+    dfg_reward_source_free(rt->reward);
     if (rt->be && rt->be_state) dfg_rt_staging_free(rt);
     free(rt->captured);
     if (rt->arena) rt->be->free(rt->be_state, rt->arena);
@@ -213,6 +251,8 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt->metrics);
     free(rt->metric_stage);
     free(rt->stage_ran);
+    free(rt->stage_updates);
+    free(rt->stage_ms);
     free(rt);
 }
 
@@ -323,12 +363,16 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
     CHECKED(dfg_check_step_begin(rt));
     rt->step_t0 = now_s();
     rt->wait_s = 0;
-    for (int s = 0; s < rt->p->n_stages; s++) rt->stage_ran[s] = false;
+    rt->updated = false;
+    for (int s = 0; s < rt->p->n_stages; s++) rt->stage_ran[s] = false, rt->stage_ms[s] = -1.0;
     for (int s = 0; s < rt->p->n_stages; s++) {
         const dfg_stage *stage = &rt->p->stages[s];
         if (rt->skip[s] || rt->step < stage->first_step || (stage->last_step >= 0 && rt->step > stage->last_step))
             continue;
+        double t0 = now_s();
+        rt->updated = rt->updated || rt->stage_updates[s]; /* set before: a failure inside may have written */
         dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
+        rt->stage_ms[s] = 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
         if (st) return st;
         rt->stage_ran[s] = true;
     }
@@ -425,6 +469,13 @@ float dfg_runtime_metric_value(dfg_runtime *rt, int i) {
 /* ---------------------------------------------------------------- host-stage context */
 dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out) {
     return ctx ? dfg_runtime_buffer(ctx->rt, name, out) : DFG_ERR_ARG;
+}
+dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx) { return ctx ? ctx->rt->reward : NULL; }
+bool dfg_runtime_params_intact(const dfg_runtime *rt) { return rt && !rt->updated; }
+double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name) {
+    for (int s = 0; rt && name && s < rt->p->n_stages; s++)
+        if (!strcmp(rt->p->stages[s].name, name)) return rt->stage_ms[s];
+    return -1.0;
 }
 int64_t dfg_host_step(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->step : 0; }
 uint64_t dfg_host_seed(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->opt.seed : 0; }

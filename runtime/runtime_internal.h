@@ -29,6 +29,10 @@ struct dfg_runtime {
     const dfg_tensor **metrics;
     int *metric_stage;          /* [metric] the stage that writes it; -1: none found */
     bool *stage_ran;            /* [stage] ran during the last step */
+    bool *stage_updates;        /* [stage] writes a PARAM or an optimizer state */
+    double *stage_ms;           /* [stage] its time in the last step */
+    bool updated;               /* this step ran a stage_updates stage */
+    dfg_reward_source *reward;  /* opt.reward_cmd / reward_lib; NULL: none */
     int n_metrics;
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */

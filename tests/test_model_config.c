@@ -166,20 +166,20 @@ static void test_real_configs(void) {
     const char *const qwen25[] = {"model_type=qwen2", "hidden_size=896", "num_hidden_layers=24", "num_attention_heads=14",
                                   "num_key_value_heads=2", "intermediate_size=4864", "vocab_size=151936",
                                   "max_position_embeddings=32768", "rms_norm_eps=1e-06", "rope_theta=1000000",
-                                  "tie_word_embeddings=true", NULL};
+                                  "tie_word_embeddings=true", "eos_token_id=151643", NULL};
     expect_accepted("Qwen2.5-0.5B", qwen25_05b, NULL, qwen25);
     const char *const llama[] = {"model_type=llama", "hidden_size=2048", "num_hidden_layers=16", "num_attention_heads=32",
                                  "num_key_value_heads=8", "intermediate_size=8192", "head_dim=64", "vocab_size=128256",
                                  "max_position_embeddings=131072", "rms_norm_eps=1e-05", "rope_theta=500000",
-                                 "tie_word_embeddings=true", "attention_bias=false", NULL};
+                                 "tie_word_embeddings=true", "attention_bias=false", "eos_token_id=128001", NULL};
     expect_accepted("Llama-3.2-1B without rope_scaling", llama32_1b, NULL, llama);
     const char *const qwen3[] = {"model_type=qwen3", "hidden_size=2048", "num_hidden_layers=28", "num_attention_heads=16",
                                  "num_key_value_heads=8", "intermediate_size=6144", "head_dim=128", "vocab_size=151936",
                                  "max_position_embeddings=40960", "rms_norm_eps=1e-06", "rope_theta=1000000",
-                                 "tie_word_embeddings=true", NULL};
+                                 "tie_word_embeddings=true", "eos_token_id=151645", NULL};
     expect_accepted("Qwen3-1.7B", qwen3_17b, NULL, qwen3);
     const char *const g2[] = {"model_type=gpt2", "n_layer=12", "n_head=12", "n_embd=768", "vocab_size=50257",
-                              "n_positions=1024", "layer_norm_epsilon=1e-05", NULL};
+                              "n_positions=1024", "layer_norm_epsilon=1e-05", "eos_token_id=50256", NULL};
     expect_accepted("GPT-2", gpt2, NULL, g2);
 }
 
@@ -204,7 +204,7 @@ static void test_user_settings_win(void) {
     const char *const want[] = {"model=m", "hidden_size=64", "num_hidden_layers=2", "model_type=mine",
                                 "vocab_size=anything", "num_attention_heads=14", "num_key_value_heads=2",
                                 "intermediate_size=4864", "max_position_embeddings=32768", "rms_norm_eps=1e-06",
-                                "rope_theta=1000000", "tie_word_embeddings=true", NULL};
+                                "rope_theta=1000000", "tie_word_embeddings=true", "eos_token_id=151643", NULL};
     char bad_vocab[sizeof(qwen25_05b) + 8];
     snprintf(bad_vocab, sizeof(bad_vocab), "%.*s\"x\"\n}\n", (int)(strstr(qwen25_05b, "151936\n}") - qwen25_05b), qwen25_05b);
     expect_accepted("--set values win", bad_vocab, sets, want);
@@ -223,6 +223,24 @@ static void test_user_settings_win(void) {
     const char *const user_tie[] = {"tie_word_embeddings=true", NULL};
     const char *const tie[] = {"model_type=qwen2", "tie_word_embeddings=true", NULL};
     expect_accepted("a user bool over the default", "{\"model_type\": \"qwen2\"}", user_tie, tie);
+}
+
+/* eos_token_id: one id or a list (Llama 3 instruct names three); pad_token_id: one id */
+static void test_token_ids(void) {
+    const char *const list[] = {"model_type=llama", "tie_word_embeddings=false", "attention_bias=false",
+                                "eos_token_id=128001,128008,128009", "pad_token_id=0", NULL};
+    expect_accepted("eos_token_id list", "{\"architectures\": [\"LlamaForCausalLM\"], \"eos_token_id\": [128001, 128008, "
+                    "128009], \"pad_token_id\": [0, 5]}", NULL, list);
+    const char *const user[] = {"eos_token_id=7", NULL};
+    const char *const kept[] = {"model_type=qwen2", "tie_word_embeddings=false", "eos_token_id=7", NULL};
+    expect_accepted("the user's eos_token_id wins", "{\"model_type\": \"qwen2\", \"eos_token_id\": 151645, "
+                    "\"pad_token_id\": null}", user, kept);
+    write_config("{\"model_type\": \"qwen2\", \"eos_token_id\": [1, \"x\"]}");
+    dfg_program *p = dfg_program_new("mc");
+    char err[512];
+    CHECK(dfg_model_dir_settings(p, model_dir, err, sizeof(err)) == DFG_ERR_FORMAT && strstr(err, "'eos_token_id' must be a token id"),
+          "a bad eos_token_id: %s", err);
+    dfg_program_free(p);
 }
 
 static void test_defaults_and_optional_keys(void) {
@@ -442,6 +460,7 @@ int main(void) {
     test_typed_read_back();
     test_user_settings_win();
     test_defaults_and_optional_keys();
+    test_token_ids();
     test_unsupported_models();
     test_unsupported_settings();
     test_wrong_types();

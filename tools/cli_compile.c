@@ -212,6 +212,15 @@ static int apply_model_dir(dfg_program *p) {
     return CLI_OK;
 }
 
+/* --set dataset=PATH is recorded as an absolute path: the run reads it from wherever it starts. A
+ * path that does not resolve stays as given, for the pipeline to refuse with the reader's message. */
+static void absolute_dataset(dfg_program *p) {
+    const char *path = dfg_program_setting(p, "dataset");
+    char *abs = path && *path ? realpath(path, NULL) : NULL;
+    if (abs) dfg_program_set(p, "dataset", abs);
+    free(abs);
+}
+
 /* Edit distance of two short strings (longer ones count as far apart). */
 static int distance(const char *a, const char *b) {
     enum { MAX = 64 };
@@ -289,6 +298,7 @@ static int run_pipeline(const compile_args *c, dfg_pipeline_fn fn, dfg_program *
     if (!p) return cli_error(CMD, CLI_FAILED, "out of memory");
     int rc = apply_sets(p, c);
     if (!rc) rc = apply_model_dir(p);
+    if (!rc) absolute_dataset(p);
     if (rc) return rc;
     dfg_status st = fn(p);
     if (dfg_program_status(p))

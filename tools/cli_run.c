@@ -28,6 +28,8 @@
 
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
+    const char *reward_cmd, *reward_lib;
+    double reward_timeout;
     int64_t steps, seed, threads, every, save_every;
     int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
@@ -40,6 +42,7 @@ static void usage(FILE *f) {
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
+               "                     [--reward-cmd CMD [--reward-timeout S] | --reward-lib LIB.so]\n"
                "\n"
                "Runs a plan made by dfg compile: N steps, each running every stage once, and prints\n"
                "the program's metrics after each step.\n"
@@ -80,6 +83,18 @@ static void usage(FILE *f) {
                "  Ctrl-C (SIGINT) stops after the current step, writes the checkpoint and exits 130; a\n"
                "  second Ctrl-C stops at once (the last checkpoint stays whole).\n"
                "\n"
+               "rewards from outside the plan (plans compiled with reward=external; docs/rewards.md):\n"
+               "  --reward-cmd CMD    start CMD (/bin/sh -c) once and score every step's rollout through it\n"
+               "                      in JSON lines on its stdin and stdout (tools/reward_server.py runs\n"
+               "                      TRL-style Python reward functions that way)\n"
+               "  --reward-timeout S  seconds the program may take to answer a step (default 60); past it\n"
+               "                      the program is killed and the run stops\n"
+               "  --reward-lib LIB    a shared object exporting dfg_reward_funcs and dfg_reward_score\n"
+               "                      (runtime/dfg_reward.h), called in-process\n"
+               "  A reward that fails (the program dies, hangs, answers a malformed or short line) stops\n"
+               "  the run with one line naming the step, the row and the reason; the step never reached\n"
+               "  the optimizer, and with --checkpoint-dir the state before it is saved (--resume redoes it).\n"
+               "\n"
                "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo.c):\n"
                "  --rollouts R   skip the stages that make rollouts and train on R's tensors (GRPO:\n"
                "                 tokens i32 (N,T), completion_mask f32 (N,T), rewards f32 (N)), every step\n"
@@ -104,10 +119,11 @@ static int parse_args(int argc, char **argv, run_args *r) {
         {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
         {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
+        {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
-    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1};
+    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0};
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
         bool ok = true;
@@ -131,7 +147,12 @@ static int parse_args(int argc, char **argv, run_args *r) {
         else if (!strcmp(opt, "--threads")) ok = cli_parse_i64(CMD, "--threads", val, 1, 4096, &r->threads);
         else if (!strcmp(opt, "--every")) ok = cli_parse_i64(CMD, "--every", val, 1, INT64_MAX, &r->every);
         else if (!strcmp(opt, "--save-every")) ok = cli_parse_i64(CMD, "--save-every", val, 1, INT64_MAX, &r->save_every);
-        else if (!strcmp(opt, "--max-shard-size")) {
+        else if (!strcmp(opt, "--reward-timeout")) {
+            char *end = NULL;
+            r->reward_timeout = strtod(val, &end);
+            if (end == val || *end || !(r->reward_timeout > 0) || r->reward_timeout > 1e6)
+                return cli_error(CMD, CLI_USAGE, "--reward-timeout must be seconds > 0, got '%s'", val);
+        } else if (!strcmp(opt, "--max-shard-size")) {
             if (!dfg_parse_bytes(val, &r->max_shard) || r->max_shard < 1)
                 return cli_error(CMD, CLI_USAGE, "--max-shard-size must be a positive size such as 5GB or 500MiB, got '%s'", val);
         } else {
@@ -141,6 +162,8 @@ static int parse_args(int argc, char **argv, run_args *r) {
                                : !strcmp(opt, "--resume") ? &r->resume
                                : !strcmp(opt, "--rollouts") ? &r->rollouts
                                : !strcmp(opt, "--dump") ? &r->dump
+                               : !strcmp(opt, "--reward-cmd") ? &r->reward_cmd
+                               : !strcmp(opt, "--reward-lib") ? &r->reward_lib
                                                          : &r->metrics;
             if (!*val) return cli_error(CMD, CLI_USAGE, "%s needs a path, got ''", opt);
             *dst = val;
@@ -153,6 +176,8 @@ static int parse_args(int argc, char **argv, run_args *r) {
     }
     if (r->weights && r->resume)
         return cli_error(CMD, CLI_USAGE, "--weights and --resume both set the parameters; give one");
+    if (r->reward_cmd && r->reward_lib)
+        return cli_error(CMD, CLI_USAGE, "--reward-cmd and --reward-lib both give the reward; give one");
     if (r->dump && r->steps == 0)
         return cli_error(CMD, CLI_USAGE, "--dump writes the values of the last step; it needs --steps 1 or more");
     return CLI_OK;
@@ -229,6 +254,8 @@ typedef struct {
     double sum_ms, sum_tokens, sum_host_ms; /* host_ms: a device backend's host share */
     int64_t n_summed;
     cli_guard *guard;     /* with checkpoints: the last good state's counters */
+    double reward_ms;     /* the reward stage's time over the run, and the steps that ran it */
+    int64_t n_reward;
     cli_progress progress;
 } run_state;
 
@@ -310,7 +337,7 @@ static bool add_number(cJSON *o, const char *key, double v, const char *fmt) {
  * completion mask. A metric named like one of the
  * line's own keys is written as "metric.<name>". */
 static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
-    static const char *const own[] = {"step", "ms", "host_ms", "tokens_per_s", "arena_bytes"};
+    static const char *const own[] = {"step", "ms", "host_ms", "reward_ms", "tokens_per_s", "arena_bytes"};
     cJSON *o = cJSON_CreateObject();
     bool ok = o && add_number(o, "step", (double)step, "%.0f");
     for (int i = 0; ok && i < dfg_runtime_metric_count(s->rt); i++) {
@@ -325,6 +352,8 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
     }
     ok = ok && add_number(o, "ms", ms, "%.3f");
     if (dfg_runtime_host_ms(s->rt) >= 0) ok = ok && add_number(o, "host_ms", dfg_runtime_host_ms(s->rt), "%.3f");
+    if (s->a->reward_cmd || s->a->reward_lib) /* the external reward's share of the step */
+        ok = ok && add_number(o, "reward_ms", dfg_runtime_stage_ms(s->rt, "reward"), "%.3f");
     ok = ok && add_number(o, "tokens_per_s", tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : NAN, "%.1f");
     ok = ok && add_number(o, "arena_bytes", (double)dfg_runtime_arena_bytes(s->rt), "%.0f");
     char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
@@ -354,9 +383,11 @@ static int nonfinite_metric(dfg_runtime *rt) {
     return -1;
 }
 
-/* A step failed on a NaN or Inf: with checkpoints, saves the last good state (the guard undoes
- * what the failed step changed before its gradients were found non-finite), then reports. */
-static int stop_nonfinite(run_state *s, const char *why) {
+/* A step failed before it changed the trained state: on a NaN or Inf (found before any update), or
+ * in a stage before the update (the reward program died, say). With checkpoints, saves the last
+ * good state (the guard undoes what the failed step changed: counters, gradient buffers), then
+ * reports. */
+static int stop_saving(run_state *s, const char *why) {
     int64_t good = dfg_runtime_steps_done(s->rt);
     char path[4400];
     cli_progress_clear(&s->progress);
@@ -387,11 +418,14 @@ static int run_steps(run_state *s) {
         if (rc) return rc;
         double t0 = now_s();
         dfg_status st = dfg_runtime_step(s->rt);
-        if (st == DFG_ERR_NUMERIC) return stop_nonfinite(s, dfg_runtime_error(s->rt));
+        if (st == DFG_ERR_NUMERIC) return stop_saving(s, dfg_runtime_error(s->rt));
+        if (st && dfg_runtime_params_intact(s->rt)) return stop_saving(s, dfg_runtime_error(s->rt));
         if (st) {
             cli_progress_clear(&s->progress);
             return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
         }
+        double reward_ms = dfg_runtime_stage_ms(s->rt, "reward");
+        if (reward_ms >= 0) s->reward_ms += reward_ms, s->n_reward++;
         double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
         bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || interrupted);
         done = i;
@@ -404,7 +438,7 @@ static int run_steps(run_state *s) {
             snprintf(why, sizeof(why), "step %" PRId64 ": metric '%s' is %g (the step's update was applied: its "
                      "gradients were finite)", step, dfg_runtime_metric_name(s->rt, bad),
                      (double)dfg_runtime_metric_value(s->rt, bad));
-            return stop_nonfinite(s, why);
+            return stop_saving(s, why);
         }
         if (shown) {
             cli_progress_clear(&s->progress);
@@ -423,6 +457,9 @@ static int run_steps(run_state *s) {
         cli_say("%" PRId64 " step%s in %.3f s (%.2f ms/step", done, done == 1 ? "" : "s", total, 1e3 * total / (double)done);
         if (s->mask) cli_say(", %.0f tok/s", total > 0 ? s->tokens / total : 0.0);
         cli_say(")\n");
+        if ((a->reward_cmd || a->reward_lib) && s->n_reward > 0)
+            cli_say("reward %s: %.2f ms per step on average (%.1f%% of the step time)\n", a->reward_cmd ? "program" : "plugin",
+                    s->reward_ms / (double)s->n_reward, total > 0 ? 100.0 * 1e-3 * s->reward_ms / total : 0.0);
     }
     return CLI_OK;
 }
@@ -548,6 +585,9 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     /* the emulator runs kernels on one thread; more would only spin in OpenMP between GEMMs */
     opt.n_threads = (int)(a->threads ? a->threads : a->emulate_gpu ? 1 : 0);
     opt.host_lib = lib;
+    opt.reward_cmd = a->reward_cmd;
+    opt.reward_lib = a->reward_lib;
+    opt.reward_timeout_s = a->reward_timeout;
     if (!rc && dfg_runtime_create(p, &opt, &s.rt))
         rc = cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, s.rt ? dfg_runtime_error(s.rt) : "out of memory");
     if (!rc) {

@@ -227,28 +227,34 @@ int cli_ckpt_restore(dfg_runtime *rt, const dfg_safetensors *st, const char *pat
 }
 
 /* ---------------------------------------------------------------- the last good state
- * A step whose gradients are not finite fails in clip_grad_norm, before any optimizer update,
- * so parameters, masters and moments are still the last good step's. What that step may already
- * have changed: the optimizer's step counters (incremented before the update) and the gradient
- * buffers (NaN). The guard keeps the counters (a few bytes) from before each step and puts them
- * back, and zeroes the gradient buffers (zero between steps by construction), so that the
- * checkpoint written next is the last good state. */
+ * A step whose gradients are not finite fails in clip_grad_norm, before any optimizer update, and
+ * a step whose host stage fails (a reward program that died) fails before it too, so parameters,
+ * masters and moments are still the last good step's. What that step may already have changed:
+ * the optimizer's step counters (incremented before the update), the RNG counters and the
+ * dataset's position (advanced by the rollout), and the gradient buffers (NaN). The guard keeps
+ * the counters (a few bytes) from before each step and puts them back, and zeroes the gradient
+ * buffers (zero between steps by construction), so that the checkpoint written next is the last
+ * good state, and a resumed run redoes the failed step with the same prompts and samples. */
 struct cli_guard {
     dfg_runtime *rt;
     const dfg_tensor **counters;
-    int32_t *values;
+    int32_t *values; /* [n][CLI_GUARD_MAX] */
     int n;
 };
+#define CLI_GUARD_MAX 16
 
+/* The optimizer's step counters and the streams' positions (RNG counters, a dataset's position):
+ * small i32 states a failed step may have advanced. */
 static bool is_counter(const dfg_tensor *t) {
-    return t->kind == DFG_STATE && t->role == DFG_ROLE_OPTIM && t->dtype == DFG_I32 && dfg_shape_numel(t->shape) == 1;
+    return t->kind == DFG_STATE && (t->role == DFG_ROLE_OPTIM || t->role == DFG_ROLE_RNG) && t->dtype == DFG_I32 &&
+           dfg_shape_numel(t->shape) <= CLI_GUARD_MAX;
 }
 
 int cli_guard_create(dfg_runtime *rt, cli_guard **out) {
     const dfg_program *p = dfg_runtime_program(rt);
     cli_guard *g = calloc(1, sizeof(*g));
     if (g) g->counters = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*g->counters));
-    if (g) g->values = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*g->values));
+    if (g) g->values = calloc((size_t)(p->n_tensors ? p->n_tensors : 1) * CLI_GUARD_MAX, sizeof(*g->values));
     if (!g || !g->counters || !g->values) {
         cli_guard_free(g);
         return cli_error(CMD, CLI_FAILED, "out of memory");
@@ -262,7 +268,7 @@ int cli_guard_create(dfg_runtime *rt, cli_guard **out) {
 
 int cli_guard_keep(cli_guard *g) {
     for (int i = 0; i < g->n; i++)
-        if (dfg_runtime_read(g->rt, g->counters[i]->name, &g->values[i], sizeof(int32_t)))
+        if (dfg_runtime_read(g->rt, g->counters[i]->name, &g->values[i * CLI_GUARD_MAX], dfg_tensor_bytes(g->counters[i])))
             return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(g->rt));
     return CLI_OK;
 }
@@ -270,7 +276,7 @@ int cli_guard_keep(cli_guard *g) {
 int cli_guard_restore(cli_guard *g) {
     const dfg_program *p = dfg_runtime_program(g->rt);
     for (int i = 0; i < g->n; i++)
-        if (dfg_runtime_write(g->rt, g->counters[i]->name, &g->values[i], sizeof(int32_t)))
+        if (dfg_runtime_write(g->rt, g->counters[i]->name, &g->values[i * CLI_GUARD_MAX], dfg_tensor_bytes(g->counters[i])))
             return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(g->rt));
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];

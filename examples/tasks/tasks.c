@@ -2,6 +2,7 @@
  * host-stage helpers that write prompts and score completions (see dfg_tasks.h). Plain host
  * code: nothing here touches a kernel or allocates on the hot path beyond one scratch row. */
 #include "dfg_tasks.h"
+#include "task_tensor.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -240,11 +241,9 @@ static void want_str(char *buf, size_t len, dfg_dtype dt, int rank, const int64_
     if (k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, ")");
 }
 
-/* Looks up `name` and checks its dtype, rank and the dims given (d[i] < 0: any, named by
- * letters[i] in the message). An optional tensor that is absent gives DFG_OK and out->data
- * NULL; everything else that does not fit fails the stage naming the tensor. */
-static dfg_status get_tensor(dfg_host_ctx *ctx, const char *name, dfg_dtype dt, int rank, const int64_t *d,
-                             const char *letters, bool optional, dfg_buffer *out) {
+/* (task_tensor.h) */
+dfg_status dfg_task_tensor(dfg_host_ctx *ctx, const char *name, dfg_dtype dt, int rank, const int64_t *d,
+                          const char *letters, bool optional, dfg_buffer *out) {
     char want[96], have[96];
     want_str(want, sizeof(want), dt, rank, d, letters);
     memset(out, 0, sizeof(*out));
@@ -271,17 +270,17 @@ dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts
     int64_t N = (int64_t)prompts * group, P = t->prompt_len, A = t->max_answer_len;
     dfg_buffer tok, ans, alen, sft, smask;
     dfg_status st;
-    if ((st = get_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
-        (st = get_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, A}, "NA", false, &ans)) ||
-        (st = get_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)))
+    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
+        (st = dfg_task_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, A}, "NA", false, &ans)) ||
+        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)))
         return st;
     int64_t T = tok.shape.d[1];
     if (T < P + A + 1)
         return dfg_host_fail(ctx, "tensor 'tokens' has T = %lld columns; task '%s' (digits %d) needs T >= prompt_len %lld + "
                                   "max_answer_len %lld + 1 (EOS) = %lld",
                              (long long)T, t->name, t->digits, (long long)P, (long long)A, (long long)(P + A + 1));
-    if ((st = get_tensor(ctx, "sft_tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", true, &sft)) ||
-        (st = get_tensor(ctx, "sft_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", true, &smask)))
+    if ((st = dfg_task_tensor(ctx, "sft_tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", true, &sft)) ||
+        (st = dfg_task_tensor(ctx, "sft_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", true, &smask)))
         return st;
 
     /* one stream per (seed, step); the salt keeps it apart from other host stages that seed
@@ -316,12 +315,12 @@ dfg_status dfg_grpo_rewards(dfg_host_ctx *ctx, int prompt_len, dfg_reward_fn fn,
     if (!fn) return dfg_host_fail(ctx, "rewards: no reward function");
     dfg_buffer tok, mask, ans, alen, rew;
     dfg_status st;
-    if ((st = get_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
+    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
     int64_t N = tok.shape.d[0], T = tok.shape.d[1];
-    if ((st = get_tensor(ctx, "completion_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", false, &mask)) ||
-        (st = get_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, -1}, "NA", false, &ans)) ||
-        (st = get_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)) ||
-        (st = get_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)))
+    if ((st = dfg_task_tensor(ctx, "completion_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", false, &mask)) ||
+        (st = dfg_task_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, -1}, "NA", false, &ans)) ||
+        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)) ||
+        (st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)))
         return st;
     if (prompt_len < 0 || prompt_len >= T)
         return dfg_host_fail(ctx, "rewards: prompt_len %d is outside 0 .. T-1 = %lld (tensor 'tokens' is (%lld, %lld))",

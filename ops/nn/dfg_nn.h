@@ -240,9 +240,12 @@ typedef struct {
 } dfg_grpo_rollout;
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
  * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),
- * marks sequences that produced `eos` as done, and advances token and pos. */
+ * marks sequences that produced any of the n_eos ids eos[] (1 .. DFG_GRPO_MAX_EOS; a model's
+ * config may name several, e.g. Llama 3's) as done, and advances token and pos. Ids are compared
+ * in f32: exact below 2^24. */
+#define DFG_GRPO_MAX_EOS 8
 DFG_API dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
-                                int top_k, int32_t eos);
+                                int top_k, const int32_t *eos, int n_eos);
 
 typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE } dfg_grpo_scale;
 /* rewards (N), rows g*G .. g*G+G-1 one prompt's group (G >= 2) -> advantages (N):

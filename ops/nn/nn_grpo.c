@@ -100,8 +100,11 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
 }
 
 dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
-                                int top_k, int32_t eos) {
+                                int top_k, const int32_t *eos, int n_eos) {
     if (!g || !r) return DFG_ERR_ARG;
+    if (!eos || n_eos < 1 || n_eos > DFG_GRPO_MAX_EOS)
+        return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: %d EOS ids (1 .. %d allowed)",
+                                n_eos, DFG_GRPO_MAX_EOS);
     int64_t N = dfg_tensor_numel(r->done);
     dfg_tensor *tok = dfg_sample(g, logits, r->rng, temperature, top_k); /* (N, 1) i32 */
     dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f);                   /* where it goes */
@@ -109,7 +112,11 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
     dfg_slice_assign_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), 1, next);
     dfg_slice_assign_at(g, r->tokens, tok, 1, next);
-    dfg_tensor *is_eos = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos)); /* (N, 1) f32 */
+    dfg_tensor *is_eos = NULL; /* (N, 1) f32: 1 when tok is any of the EOS ids */
+    for (int i = 0; i < n_eos; i++) {
+        dfg_tensor *hit = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos[i]));
+        is_eos = is_eos ? dfg_maximum(g, is_eos, hit) : hit;
+    }
     dfg_assign(g, r->done, dfg_maximum(g, r->done, dfg_reshape(g, is_eos, DFG_SHAPE(N))));
     dfg_assign(g, r->token, tok);
     dfg_assign(g, r->pos, next);

@@ -1,0 +1,66 @@
+/* dfg_grpo_data.h - the host-stage helpers a GRPO pipeline calls for prompts from a dataset
+ * (dfg_dataset.h) and for rewards from outside the plan (dfg_reward.h): docs/rewards.md.
+ *
+ * Tensors they use (missing ones, wrong dtypes or shapes fail the stage naming the tensor):
+ *   "tokens"            i32 (N, T)  the rollout; prompts left-padded into columns 0 .. Lp-1
+ *   "prompt_start"      i32 (N)     each row's first real prompt column (0 .. Lp-1)
+ *   "dataset.position"  i32 (2)     [epoch, draws taken in it]: where the next batch starts
+ *   "prompts_truncated" f32 ()      optional: prompts of this batch cut from the left
+ *   "completion_mask"   f32 (N, T)  nonzero on generated tokens up to and including the first EOS
+ *   "rewards"           f32 (N)     the weighted sum of the functions' rewards
+ *   "reward_stats"      f32 (2F)    optional: per function its mean and std over the rows that
+ *                                   have a value (unbiased std; NaN when no row has one)
+ *   "answers", "answer_len"         (built-in tasks) the answers, sent as the field "answer" */
+#ifndef DFG_GRPO_DATA_H
+#define DFG_GRPO_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dfg_dataset.h"
+#include "dfg_reward.h"
+#include "dfg_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DFG_GRPO_MAX_EOS_IDS 8
+
+typedef struct {
+    int64_t prompts, group;   /* P prompts, each in G consecutive rows */
+    int64_t prompt_len;       /* Lp: the prompt columns */
+    int32_t pad_id;           /* written left of a prompt (never attended) */
+    bool shuffle;             /* shuffle_dataset */
+    bool truncate_left;       /* a longer prompt is cut from the left; false: the stage fails naming its line */
+} dfg_grpo_data_opts;
+
+/* Draws the next P rows of ds (dfg_dataset_order with the run's seed), writes each prompt
+ * left-padded into its G rows of "tokens" (columns Lp .. T-1 zeroed) and "prompt_start", advances
+ * "dataset.position", and stores the rows drawn in rows_out (P) for the reward. */
+dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_grpo_data_opts *o, int64_t *rows_out);
+
+typedef struct {
+    int64_t group;            /* G */
+    int64_t prompt_len;       /* Lp */
+    const float *weights;     /* (F) reward_weights */
+    const int32_t *eos;       /* the EOS ids: a completion without one is "truncated" */
+    int n_eos;
+    const dfg_dataset *ds;    /* with rows (P): the rows' index and fields; NULL: a built-in task */
+    const int64_t *rows;
+} dfg_grpo_reward_opts;
+
+/* Scores the rollout with src and writes "rewards" (and "reward_stats" when present): each row's
+ * reward is the nansum of weights[f] * reward_f (TRL's: a function's null leaves it out). A
+ * source's failure fails the stage with its one-line message. */
+dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
+
+/* "1,0.5,2" -> w[0..n-1]; false (with a message in err) unless exactly n finite numbers. */
+bool dfg_grpo_parse_floats(const char *s, float *w, int n, char *err, size_t len);
+/* "151645,151643" -> ids; returns the count (1 .. max) or -1 (message in err). */
+int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

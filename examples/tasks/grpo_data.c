@@ -1,0 +1,200 @@
+/* grpo_data.c - GRPO host stages for prompts from a dataset and rewards from a reward program or
+ * plugin (dfg_grpo_data.h, docs/rewards.md). Plain host code over the tensors the pipeline made. */
+#include "dfg_grpo_data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfg_tasks.h"
+#include "task_tensor.h"
+
+/* ---------------------------------------------------------------- settings */
+bool dfg_grpo_parse_floats(const char *s, float *w, int n, char *err, size_t len) {
+    const char *p = s ? s : "";
+    for (int i = 0; i < n; i++) {
+        char *end = NULL;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || (i < n - 1 ? *end != ',' : *end != '\0')) {
+            snprintf(err, len, "reward_weights must be %d finite numbers separated by ',' (one per reward function), "
+                     "got '%s'", n, s ? s : "");
+            return false;
+        }
+        w[i] = (float)v;
+        p = end + 1;
+    }
+    return true;
+}
+
+int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t len) {
+    const char *p = s ? s : "";
+    int n = 0;
+    for (;;) {
+        char *end = NULL;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') || n == max) {
+            snprintf(err, len, "eos_token_id must be 1 .. %d token ids separated by ',', got '%s'", max, s ? s : "");
+            return -1;
+        }
+        ids[n++] = (int32_t)v;
+        if (!*end) return n;
+        p = end + 1;
+    }
+}
+
+/* ---------------------------------------------------------------- prompts */
+dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_grpo_data_opts *o, int64_t *rows_out) {
+    if (!ctx) return DFG_ERR_ARG;
+    if (!ds || !o || !rows_out || o->prompts < 1 || o->group < 1 || o->prompt_len < 1)
+        return dfg_host_fail(ctx, "dataset_batch: no dataset or bad options");
+    int64_t P = o->prompts, G = o->group, N = P * G, Lp = o->prompt_len, rows = dfg_dataset_rows(ds);
+    dfg_buffer tok, start, pos, trunc;
+    dfg_status st;
+    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
+        (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", false, &start)) ||
+        (st = dfg_task_tensor(ctx, "dataset.position", DFG_I32, 1, (int64_t[]){2}, "2", false, &pos)) ||
+        (st = dfg_task_tensor(ctx, "prompts_truncated", DFG_F32, 0, NULL, "", true, &trunc)))
+        return st;
+    int64_t T = tok.shape.d[1];
+    if (T <= Lp) return dfg_host_fail(ctx, "tensor 'tokens' has %lld columns, not more than the %lld prompt columns", (long long)T, (long long)Lp);
+    int32_t *at = pos.data;
+    int64_t epoch = at[0], k = at[1];
+    if (epoch < 0 || k < 0 || k > rows)
+        return dfg_host_fail(ctx, "dataset.position (%lld, %lld) is outside the dataset's %lld rows (a checkpoint of "
+                             "another dataset?)", (long long)epoch, (long long)k, (long long)rows);
+    int cut = 0;
+    for (int64_t p = 0; p < P; p++) {
+        if (k == rows) epoch++, k = 0; /* the epoch ran out: the next one, in its own order */
+        int64_t row = dfg_dataset_order(ds, dfg_host_seed(ctx), epoch, k++, o->shuffle), len = 0;
+        const int32_t *ids = dfg_dataset_prompt(ds, row, &len);
+        if (!ids) return dfg_host_fail(ctx, "dataset: no row %lld (epoch %lld)", (long long)row, (long long)epoch);
+        if (len > Lp && !o->truncate_left)
+            return dfg_host_fail(ctx, "dataset line %lld: the prompt has %lld tokens, more than max_prompt_length %lld "
+                                 "(truncate_prompts=error)", (long long)dfg_dataset_line(ds, row), (long long)len, (long long)Lp);
+        if (len > Lp) ids += len - Lp, len = Lp, cut++; /* keep the end: what the completion follows */
+        rows_out[p] = row;
+        for (int64_t r = p * G; r < (p + 1) * G; r++) {
+            int32_t *t = (int32_t *)tok.data + r * T;
+            for (int64_t i = 0; i < Lp - len; i++) t[i] = o->pad_id;
+            memcpy(t + Lp - len, ids, sizeof(int32_t) * (size_t)len);
+            memset(t + Lp, 0, sizeof(int32_t) * (size_t)(T - Lp));
+            ((int32_t *)start.data)[r] = (int32_t)(Lp - len);
+        }
+    }
+    if (k == rows) epoch++, k = 0;
+    if (epoch > INT32_MAX) return dfg_host_fail(ctx, "dataset: more than 2^31 epochs");
+    at[0] = (int32_t)epoch, at[1] = (int32_t)k;
+    if (trunc.data) *(float *)trunc.data = (float)cut;
+    return DFG_OK;
+}
+
+/* ---------------------------------------------------------------- rewards */
+typedef struct {
+    dfg_reward_row *rows;  /* (N) */
+    int32_t *completion;   /* (N, T) each row's completion ids, compacted */
+    char *fields;          /* built-in tasks: {"answer": "..."} per row, 128 bytes each */
+    float *values;         /* (N, F) */
+} reward_scratch;
+
+static void scratch_free(reward_scratch *s) {
+    free(s->rows);
+    free(s->completion);
+    free(s->fields);
+    free(s->values);
+}
+
+static bool is_eos(int32_t id, const dfg_grpo_reward_opts *o) {
+    for (int i = 0; i < o->n_eos; i++)
+        if (id == o->eos[i]) return true;
+    return false;
+}
+
+/* The rows as a reward sees them, from the rollout's tensors. */
+static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, reward_scratch *s, int64_t N, int64_t T) {
+    dfg_buffer tok, mask, start, ans, alen;
+    dfg_status st;
+    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", false, &tok)) ||
+        (st = dfg_task_tensor(ctx, "completion_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", false, &mask)) ||
+        (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", true, &start)) ||
+        (st = dfg_task_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, -1}, "NA", true, &ans)) ||
+        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", true, &alen)))
+        return st;
+    int64_t Lp = o->prompt_len;
+    for (int64_t r = 0; r < N; r++) {
+        const int32_t *row = (const int32_t *)tok.data + r * T;
+        const float *m = (const float *)mask.data + r * T;
+        int32_t *c = s->completion + r * T;
+        int64_t n = 0, s0 = start.data ? ((const int32_t *)start.data)[r] : 0;
+        if (s0 < 0 || s0 >= Lp) return dfg_host_fail(ctx, "prompt_start[%lld] = %lld is outside 0 .. %lld", (long long)r, (long long)s0, (long long)(Lp - 1));
+        bool eos = false;
+        for (int64_t i = Lp; i < T; i++)
+            if (m[i] != 0.0f) eos = eos || is_eos(c[n++] = row[i], o);
+        dfg_reward_row *w = &s->rows[r];
+        *w = (dfg_reward_row){.prompt_ids = row + s0, .n_prompt = Lp - s0, .completion_ids = c, .n_completion = n,
+                              .truncated = !eos, .index = -1, .fields = "{}"};
+        if (o->ds && o->rows) {
+            w->index = o->rows[r / o->group];
+            w->fields = dfg_dataset_fields(o->ds, w->index);
+        } else if (ans.data && alen.data) { /* a built-in task: its answer, as text */
+            int64_t A = ans.shape.d[1], L = ((const int32_t *)alen.data)[r];
+            char text[DFG_TASK_MAX_ANSWER_LEN + 1];
+            dfg_vocab_decode((const int32_t *)ans.data + r * A, (int)(L < 0 ? 0 : L > A ? A : L), text, sizeof(text));
+            w->fields = s->fields + r * 128;
+            snprintf(s->fields + r * 128, 128, "{\"answer\":\"%s\"}", text);
+        }
+    }
+    return DFG_OK;
+}
+
+/* Per function: the mean and the unbiased std over the rows with a value (TRL's nanmean, nanstd). */
+static void function_stats(const float *v, int64_t N, int F, float *stats) {
+    for (int f = 0; f < F; f++) {
+        double sum = 0, sq = 0;
+        int64_t n = 0;
+        for (int64_t r = 0; r < N; r++)
+            if (!isnan(v[r * F + f])) sum += v[r * F + f], n++;
+        double mean = n ? sum / (double)n : NAN;
+        for (int64_t r = 0; r < N; r++)
+            if (!isnan(v[r * F + f])) sq += (v[r * F + f] - mean) * (v[r * F + f] - mean);
+        stats[2 * f] = (float)mean;
+        stats[2 * f + 1] = n > 1 ? (float)sqrt(sq / (double)(n - 1)) : n == 1 ? 0.0f : NAN;
+    }
+}
+
+dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
+    if (!ctx) return DFG_ERR_ARG;
+    if (!src)
+        return dfg_host_fail(ctx, "this plan scores with an external reward (reward=external): run it with --reward-cmd "
+                             "CMD or --reward-lib LIB");
+    if (!o || o->group < 1 || !o->weights || !o->eos || o->n_eos < 1) return dfg_host_fail(ctx, "rewards_external: bad options");
+    dfg_buffer tok, rew, stats;
+    dfg_status st;
+    int F = dfg_reward_source_n_funcs(src);
+    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
+    int64_t N = tok.shape.d[0], T = tok.shape.d[1];
+    if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
+        (st = dfg_task_tensor(ctx, "reward_stats", DFG_F32, 1, (int64_t[]){2 * F}, "F", true, &stats)))
+        return st;
+    reward_scratch s = {calloc((size_t)N, sizeof(dfg_reward_row)), malloc(sizeof(int32_t) * (size_t)(N * T)),
+                        malloc((size_t)N * 128), malloc(sizeof(float) * (size_t)(N * F))};
+    if (!s.rows || !s.completion || !s.fields || !s.values) {
+        scratch_free(&s);
+        return dfg_host_fail(ctx, "rewards: out of memory");
+    }
+    char err[1024];
+    if (!(st = make_rows(ctx, o, &s, N, T)) &&
+        (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, s.values, err, sizeof(err))))
+        dfg_host_fail(ctx, "%s", err);
+    if (!st) {
+        for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */
+            float sum = 0.0f;
+            for (int f = 0; f < F; f++)
+                if (!isnan(s.values[r * F + f])) sum += o->weights[f] * s.values[r * F + f];
+            ((float *)rew.data)[r] = sum;
+        }
+        if (stats.data) function_stats(s.values, N, F, stats.data);
+    }
+    scratch_free(&s);
+    return st;
+}

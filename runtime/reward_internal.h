@@ -1,0 +1,43 @@
+/* reward_internal.h - the reward source object (dfg_reward.h), shared by reward_source.c (the
+ * handle, plugins) and reward_program.c (a program speaking JSON lines). */
+#ifndef DFG_REWARD_INTERNAL_H
+#define DFG_REWARD_INTERNAL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "dfg_reward.h"
+
+typedef enum { DFG_REWARD_PROGRAM, DFG_REWARD_PLUGIN } dfg_reward_kind;
+
+struct dfg_reward_source {
+    dfg_reward_kind kind;
+    char desc[320];
+    int n_funcs;
+    char *names[DFG_REWARD_MAX_FUNCS];
+    /* a program */
+    pid_t pid;          /* its process (and process group); 0 once reaped */
+    int fd;             /* our end of the socket that is its stdin and stdout; -1: closed */
+    double timeout_s;
+    bool dead;          /* it died or was killed: every later call fails */
+    char *in;           /* bytes read and not yet consumed as lines */
+    size_t in_len, in_cap;
+    char *out;          /* the request being written */
+    size_t out_len, out_cap;
+    /* a plugin */
+    void *lib;
+    dfg_reward_score_fn score;
+};
+
+/* Takes the function names of a hello line or a plugin: 1 .. DFG_REWARD_MAX_FUNCS distinct names
+ * of 1 .. 64 printable characters without ',' or spaces (they are listed in the setting
+ * reward_funcs). On failure writes "<what>" into err. */
+dfg_status dfg_reward_set_names(dfg_reward_source *s, const char *const *names, int n, char *err, size_t err_len);
+
+/* reward_program.c */
+dfg_status dfg_reward_program_start(dfg_reward_source *s, const char *cmd, char *err, size_t err_len);
+dfg_status dfg_reward_program_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
+                                    float *out, char *err, size_t err_len);
+void dfg_reward_program_stop(dfg_reward_source *s);
+
+#endif

@@ -1,0 +1,166 @@
+/* reward_source.c - a reward source (dfg_reward.h): the handle, its function names, and reward
+ * plugins (a shared object scoring rows in-process). Programs: reward_program.c. */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reward_internal.h"
+
+static bool good_name(const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    if (n < 1 || n > 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isgraph((unsigned char)s[i]) || s[i] == ',') return false;
+    return true;
+}
+
+dfg_status dfg_reward_set_names(dfg_reward_source *s, const char *const *names, int n, char *err, size_t err_len) {
+    if (n < 1 || n > DFG_REWARD_MAX_FUNCS) {
+        snprintf(err, err_len, "%d reward functions declared (1 .. %d allowed)", n, DFG_REWARD_MAX_FUNCS);
+        return DFG_ERR_FORMAT;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!good_name(names[i])) {
+            snprintf(err, err_len, "reward function %d has no usable name (1 .. 64 printable characters, no ',' or space)", i);
+            return DFG_ERR_FORMAT;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j])) {
+                snprintf(err, err_len, "reward function '%s' is declared twice", names[i]);
+                return DFG_ERR_FORMAT;
+            }
+    }
+    for (int i = 0; i < n; i++)
+        if (!(s->names[i] = strdup(names[i]))) {
+            snprintf(err, err_len, "out of memory");
+            return DFG_ERR_NOMEM;
+        }
+    s->n_funcs = n;
+    return DFG_OK;
+}
+
+static dfg_reward_source *source_new(dfg_reward_kind kind) {
+    dfg_reward_source *s = calloc(1, sizeof(*s));
+    if (s) s->kind = kind, s->fd = -1;
+    return s;
+}
+
+dfg_status dfg_reward_program_open(const char *cmd, double timeout_s, dfg_reward_source **out, char *err,
+                                   size_t err_len) {
+    char why[512] = "";
+    if (out) *out = NULL;
+    if (!out || !cmd || !*cmd || !(timeout_s > 0)) {
+        snprintf(err, err_len, "--reward-cmd: needs a command and a timeout > 0");
+        return DFG_ERR_ARG;
+    }
+    dfg_reward_source *s = source_new(DFG_REWARD_PROGRAM);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return DFG_ERR_NOMEM;
+    }
+    s->timeout_s = timeout_s;
+    dfg_status st = dfg_reward_program_start(s, cmd, why, sizeof(why));
+    if (st) {
+        snprintf(err, err_len, "%s", why);
+        dfg_reward_source_free(s);
+        return st;
+    }
+    *out = s;
+    return DFG_OK;
+}
+
+dfg_status dfg_reward_plugin_open(const char *path, dfg_reward_source **out, char *err, size_t err_len) {
+    if (out) *out = NULL;
+    if (!out || !path || !*path) {
+        snprintf(err, err_len, "--reward-lib: needs a path");
+        return DFG_ERR_ARG;
+    }
+    dfg_reward_source *s = source_new(DFG_REWARD_PLUGIN);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return DFG_ERR_NOMEM;
+    }
+    snprintf(s->desc, sizeof(s->desc), "reward plugin '%s'", path);
+    /* a bare name would be searched on the library path: a path is what the user meant */
+    char full[4200];
+    snprintf(full, sizeof(full), "%s%s", strchr(path, '/') ? "" : "./", path);
+    dfg_status st = DFG_OK;
+    char why[400] = "";
+    dfg_reward_funcs_fn funcs = NULL;
+    if (!(s->lib = dlopen(full, RTLD_NOW | RTLD_LOCAL))) {
+        const char *e = dlerror();
+        snprintf(why, sizeof(why), "cannot load it: %s", e ? e : "unknown error");
+        st = DFG_ERR_IO;
+    } else {
+        *(void **)&funcs = dlsym(s->lib, "dfg_reward_funcs");
+        *(void **)&s->score = dlsym(s->lib, "dfg_reward_score");
+        if (!funcs || !s->score) {
+            snprintf(why, sizeof(why), "it does not export %s (see runtime/dfg_reward.h)",
+                     !funcs ? "dfg_reward_funcs" : "dfg_reward_score");
+            st = DFG_ERR_FORMAT;
+        }
+    }
+    if (!st) {
+        const char *names[DFG_REWARD_MAX_FUNCS] = {0};
+        int n = funcs(names, DFG_REWARD_MAX_FUNCS);
+        st = dfg_reward_set_names(s, names, n, why, sizeof(why));
+    }
+    if (st) {
+        snprintf(err, err_len, "%s: %s", s->desc, why);
+        dfg_reward_source_free(s);
+        return st;
+    }
+    *out = s;
+    return DFG_OK;
+}
+
+void dfg_reward_source_free(dfg_reward_source *s) {
+    if (!s) return;
+    if (s->kind == DFG_REWARD_PROGRAM) dfg_reward_program_stop(s);
+    if (s->lib) dlclose(s->lib);
+    for (int i = 0; i < s->n_funcs; i++) free(s->names[i]);
+    free(s->in);
+    free(s->out);
+    free(s);
+}
+
+int dfg_reward_source_n_funcs(const dfg_reward_source *s) { return s ? s->n_funcs : 0; }
+const char *dfg_reward_source_func(const dfg_reward_source *s, int i) {
+    return s && i >= 0 && i < s->n_funcs ? s->names[i] : NULL;
+}
+const char *dfg_reward_source_desc(const dfg_reward_source *s) { return s ? s->desc : ""; }
+
+static dfg_status plugin_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step, float *out,
+                               char *err, size_t err_len) {
+    char why[512] = "";
+    if (n > INT32_MAX) {
+        snprintf(err, err_len, "step %lld: %lld rows are more than a plugin call takes", (long long)step, (long long)n);
+        return DFG_ERR_ARG;
+    }
+    int rc = s->score(rows, (int)n, step, out, why, sizeof(why) - 1);
+    why[sizeof(why) - 1] = '\0';
+    if (rc) {
+        snprintf(err, err_len, "step %lld: %s failed (%d): %s", (long long)step, s->desc, rc, why[0] ? why : "no message");
+        return DFG_ERR_FORMAT;
+    }
+    for (int64_t i = 0; i < n * s->n_funcs; i++)
+        if (isinf(out[i])) {
+            snprintf(err, err_len, "step %lld, row %lld: %s gave function '%s' the value %g, not a finite number",
+                     (long long)step, (long long)(i / s->n_funcs), s->desc, s->names[i % s->n_funcs], (double)out[i]);
+            return DFG_ERR_FORMAT;
+        }
+    return DFG_OK;
+}
+
+dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
+                                   float *out, char *err, size_t err_len) {
+    if (!s || (!rows && n) || !out || n < 0) {
+        snprintf(err, err_len, "dfg_reward_source_score: bad arguments");
+        return DFG_ERR_ARG;
+    }
+    return s->kind == DFG_REWARD_PLUGIN ? plugin_score(s, rows, n, step, out, err, err_len)
+                                        : dfg_reward_program_score(s, rows, n, step, out, err, err_len);
+}
