@@ -68,7 +68,10 @@ static void describe_exit(dfg_reward_source *s, char *buf, size_t len) {
     for (int i = 0; i < 100 && s->pid > 0 && (r = waitpid(s->pid, &status, WNOHANG)) == 0; i++) usleep(10000);
     if (r == s->pid) {
         s->pid = 0;
-        if (WIFEXITED(status)) snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+        if (WIFEXITED(status) && WEXITSTATUS(status) > 128) /* /bin/sh's report of a child the signal killed */
+            snprintf(buf, len, "exited with status %d (a shell's report of signal %d, %s)", WEXITSTATUS(status),
+                     WEXITSTATUS(status) - 128, strsignal(WEXITSTATUS(status) - 128));
+        else if (WIFEXITED(status)) snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
         else if (WIFSIGNALED(status)) snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
         else snprintf(buf, len, "stopped");
     } else {
@@ -104,7 +107,7 @@ static dfg_status read_some(dfg_reward_source *s, const char *when, char *err, s
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return DFG_OK;
     char how[160];
     describe_exit(s, how, sizeof(how));
-    return failf(err, len, DFG_ERR_IO, "%s: the reward program %s", when, how);
+    return failf(err, len, DFG_ERR_IO, "%s: it %s", when, how);
 }
 
 /* Waits for fd to be ready for `events` until the deadline; a timeout kills the program. */
@@ -114,7 +117,7 @@ static dfg_status wait_ready(dfg_reward_source *s, short events, double deadline
         double left = deadline - now_s();
         if (left <= 0) {
             kill_program(s);
-            return failf(err, len, DFG_ERR_IO, "%s: the reward program did not answer within %g s (--reward-timeout): "
+            return failf(err, len, DFG_ERR_IO, "%s: no answer within %g s (--reward-timeout): "
                          "killed it", when, s->timeout_s);
         }
         struct pollfd p = {.fd = s->fd, .events = events};
@@ -141,7 +144,7 @@ static dfg_status send_request(dfg_reward_source *s, double deadline, const char
         else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             char how[160];
             describe_exit(s, how, sizeof(how));
-            return failf(err, len, DFG_ERR_IO, "%s: the reward program %s", when, how);
+            return failf(err, len, DFG_ERR_IO, "%s: it %s", when, how);
         }
     }
     return DFG_OK;
@@ -271,10 +274,12 @@ static bool putf(dfg_reward_source *s, const char *fmt, ...) {
     return n > 0 && (size_t)n < sizeof(buf) && put(s, buf, (size_t)n);
 }
 
+static bool put_str(dfg_reward_source *s, const char *text) { return put(s, text, strlen(text)); }
+
 static bool put_ids(dfg_reward_source *s, const int32_t *ids, int64_t n) {
-    bool ok = put(s, "[", 1);
+    bool ok = put_str(s, "[");
     for (int64_t i = 0; ok && i < n; i++) ok = putf(s, i ? ",%d" : "%d", (int)ids[i]);
-    return ok && put(s, "]", 1);
+    return ok && put_str(s, "]");
 }
 
 /* {"step":S,"rows":[{"index":I,"prompt_ids":[..],"completion_ids":[..],"truncated":B,"fields":{..}},..]}\n */
@@ -285,12 +290,12 @@ static bool build_request(dfg_reward_source *s, const dfg_reward_row *rows, int6
         const dfg_reward_row *r = &rows[i];
         const char *fields = r->fields && *r->fields ? r->fields : "{}";
         ok = putf(s, "%s{\"index\":%lld,\"prompt_ids\":", i ? "," : "", (long long)r->index) &&
-             put_ids(s, r->prompt_ids, r->n_prompt) && put(s, ",\"completion_ids\":", 17) &&
+             put_ids(s, r->prompt_ids, r->n_prompt) && put_str(s, ",\"completion_ids\":") &&
              put_ids(s, r->completion_ids, r->n_completion) &&
              putf(s, ",\"truncated\":%s,\"fields\":", r->truncated ? "true" : "false") &&
-             put(s, fields, strlen(fields)) && put(s, "}", 1);
+             put_str(s, fields) && put_str(s, "}");
     }
-    return ok && put(s, "]}\n", 3);
+    return ok && put_str(s, "]}\n");
 }
 
 /* ---------------------------------------------------------------- an answer */

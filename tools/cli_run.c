@@ -391,17 +391,17 @@ static int stop_saving(run_state *s, const char *why) {
     int64_t good = dfg_runtime_steps_done(s->rt);
     char path[4400];
     cli_progress_clear(&s->progress);
-    cli_error(CMD, 0, "%s: %s", s->a->plan, why);
-    if (!s->ckpt_dir) {
-        cli_error(CMD, 0, "nothing saved (no --checkpoint-dir)");
-        return CLI_FAILED;
-    }
+    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
+    /* the reason first, on the line that also says what was kept: one line for a script's log */
     int rc = s->guard ? cli_guard_restore(s->guard) : CLI_OK;
     if (!rc) rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
-    if (rc) return rc;
+    if (rc) {
+        cli_error(CMD, 0, "%s: %s", s->a->plan, why);
+        return rc;
+    }
     s->last_saved = good;
-    cli_error(CMD, 0, "the state after step %" PRId64 " (the last good one) is saved to %s", good, path);
-    return CLI_FAILED;
+    return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (the last good one) is saved to %s "
+                     "(--resume %s continues from it)", s->a->plan, why, good, path, s->ckpt_dir);
 }
 
 /* Runs the steps; stops early (CLI_OK) after a step during which an interrupt came. */
@@ -613,6 +613,22 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     return rc;
 }
 
+/* A plan built for an external reward (the setting reward=external, examples/grpo.c) needs
+ * --reward-cmd or --reward-lib (or --rollouts, which bring their rewards); one with a built-in
+ * reward takes neither. */
+static int check_reward_source(const run_args *r, const dfg_program *p) {
+    const char *reward = dfg_program_setting(p, "reward");
+    bool external = reward && !strcmp(reward, "external"), given = r->reward_cmd || r->reward_lib;
+    if (given && reward && !external)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan scores with the built-in reward '%s'; compile it with --set "
+                         "reward=external (and reward_funcs=...) to use %s", r->plan, reward,
+                         r->reward_cmd ? "--reward-cmd" : "--reward-lib");
+    if (external && !given && !r->rollouts && r->steps > 0)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
+                         "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
+    return CLI_OK;
+}
+
 int cli_run(int argc, char **argv) {
     run_args r;
     int rc = parse_args(argc, argv, &r);
@@ -625,6 +641,7 @@ int cli_run(int argc, char **argv) {
     if (r.emulate_gpu && info.target != DFG_TARGET_CUDA)
         rc = cli_error(CMD, CLI_USAGE, "%s: --emulate-gpu runs plans compiled for cuda; this one is for %s", r.plan,
                        dfg_target_name(info.target));
+    if (!rc) rc = check_reward_source(&r, p);
     if (!rc) rc = open_host_lib(&r, &info, &lib);
     if (!rc) rc = execute(&r, p, lib);
     dfg_program_free(p);

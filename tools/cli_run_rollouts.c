@@ -117,13 +117,65 @@ static int check_shared_prompts(const dfg_program *p, const char *path, const cl
     return CLI_OK;
 }
 
+/* Left-padded prompts (a dataset plan's "prompt_start" (N) i32: each row's first prompt column)
+ * may come as TRL's attention_mask (N, T), any dtype of 0s and 1s: a row's leading zeros are its
+ * padding, and the prompt columns after them must be 1 (left padding is the only kind the plan
+ * runs). The completion columns are the completion mask's business and are not read. */
+static int start_from_mask(const dfg_program *p, const char *path, const dfg_st_tensor *f, const dfg_tensor *start,
+                           void **out) {
+    const char *lp = dfg_program_setting(p, "max_prompt_length");
+    int64_t N = start->shape.d[0], Lp = lp ? atoll(lp) : 0, T = f->shape.rank == 2 ? f->shape.d[1] : 0;
+    size_t elem = f->shape.rank == 2 && f->shape.d[0] == N && T >= Lp && Lp > 0 ? f->bytes / (size_t)(N * T) : 0;
+    if (!(elem == 1 || elem == 4 || elem == 8) || f->bytes != elem * (size_t)(N * T))
+        return cli_error(CMD, CLI_USAGE, "%s: 'attention_mask' must be (%" PRId64 ", T >= max_prompt_length %" PRId64
+                         ") of 1-, 4- or 8-byte 0s and 1s, got %s", path, N, Lp, f->dtype_name);
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)N);
+    if (!v) return cli_error(CMD, CLI_FAILED, "out of memory");
+    const unsigned char *b = f->data;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t first = -1;
+        for (int64_t j = 0; j < Lp; j++) {
+            unsigned char nz = 0;
+            for (size_t k = 0; k < elem; k++) nz |= b[(size_t)(i * T + j) * elem + k];
+            if (nz && first < 0) first = j;
+            if (!nz && first >= 0) {
+                free(v);
+                return cli_error(CMD, CLI_USAGE, "%s: attention_mask row %" PRId64 " has a 0 at prompt column %" PRId64
+                                 " after its prompt began at column %" PRId64 ": only left padding is supported", path, i, j, first);
+            }
+        }
+        if (first < 0) {
+            free(v);
+            return cli_error(CMD, CLI_USAGE, "%s: attention_mask row %" PRId64 " has no prompt token in its first %" PRId64
+                             " columns", path, i, Lp);
+        }
+        v[i] = (int32_t)first;
+    }
+    *out = v;
+    return CLI_OK;
+}
+
+/* A given prompt_start must point into the prompt columns. */
+static int check_start(const dfg_program *p, const char *path, const dfg_tensor *t, const int32_t *v) {
+    const char *lp = dfg_program_setting(p, "max_prompt_length");
+    int64_t Lp = lp ? atoll(lp) : 0;
+    for (int64_t i = 0; i < t->shape.d[0]; i++)
+        if (v[i] < 0 || v[i] >= Lp)
+            return cli_error(CMD, CLI_USAGE, "%s: prompt_start[%" PRId64 "] = %" PRId32 " is outside 0 .. %" PRId64
+                             " (max_prompt_length - 1)", path, i, v[i], Lp - 1);
+    return CLI_OK;
+}
+
 /* Checks the file against the plan (names, dtypes, shapes, values) and keeps aligned copies. */
 static int take_tensors(const dfg_program *p, const char *path, const dfg_safetensors *st, cli_rollouts *r) {
     char want[512], fs[96], ps[96], why[256];
     expected_list(r, want, sizeof(want));
+    const dfg_tensor *start = NULL;
+    for (int k = 0; k < r->n; k++)
+        if (!strcmp(r->t[k]->name, "prompt_start")) start = r->t[k];
     for (int i = 0; i < dfg_st_count(st); i++) {
         const char *name = dfg_st_get(st, i)->name;
-        bool known = false;
+        bool known = start && !strcmp(name, "attention_mask") && !dfg_st_find(st, "prompt_start");
         for (int k = 0; k < r->n; k++) known = known || !strcmp(r->t[k]->name, name);
         if (!known)
             return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is not part of a rollout of this plan (it takes: %s)",
@@ -132,6 +184,11 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
     for (int k = 0; k < r->n; k++) {
         const dfg_tensor *t = r->t[k];
         const dfg_st_tensor *f = dfg_st_find(st, t->name);
+        if (!f && t == start && dfg_st_find(st, "attention_mask")) {
+            int rc = start_from_mask(p, path, dfg_st_find(st, "attention_mask"), t, &r->data[k]);
+            if (rc) return rc;
+            continue;
+        }
         if (!f) return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is missing (a rollout holds: %s)", path, t->name, want);
         if (f->dtype != t->dtype)
             return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is %s in the file; the plan needs %s", path, t->name,
@@ -145,7 +202,7 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
         if (!(r->data[k] = malloc(f->bytes ? f->bytes : 1)))
             return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
         memcpy(r->data[k], f->data, f->bytes);
-        int rc = check_values(p, path, t, r->data[k]);
+        int rc = t == start ? check_start(p, path, t, r->data[k]) : check_values(p, path, t, r->data[k]);
         if (rc) return rc;
     }
     return CLI_OK;

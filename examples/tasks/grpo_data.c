@@ -162,6 +162,14 @@ static void function_stats(const float *v, int64_t N, int F, float *stats) {
     }
 }
 
+/* The source's message without its leading "step N, " or "step N: " (the stage's message names the step). */
+static const char *without_step(const char *m) {
+    const char *p = m;
+    if (strncmp(p, "step ", 5)) return m;
+    for (p += 5; *p >= '0' && *p <= '9'; p++) {}
+    return (p[0] == ',' || p[0] == ':') && p[1] == ' ' ? p + 2 : m;
+}
+
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
     if (!ctx) return DFG_ERR_ARG;
     if (!src)
@@ -185,7 +193,7 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
     char err[1024];
     if (!(st = make_rows(ctx, o, &s, N, T)) &&
         (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, s.values, err, sizeof(err))))
-        dfg_host_fail(ctx, "%s", err);
+        dfg_host_fail(ctx, "%s", without_step(err));
     if (!st) {
         for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */
             float sum = 0.0f;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """st_tool.py - small safetensors helpers for the CLI tests (standard library only).
 
-  st_tool.py same A B [--except PREFIX]
+  st_tool.py same A B [--except PREFIX]...
                                  tensors of A and B: same names, dtypes, shapes and bytes (any
-                                 header order), leaving out names that start with PREFIX; exit 3
-                                 listing the tensors that differ
+                                 header order), leaving out names that start with any PREFIX;
+                                 exit 3 listing the tensors that differ
+  st_tool.py get F NAME          tensor NAME's values, space-separated (i32 or f32)
   st_tool.py close A B RTOL [--except PREFIX]
                                  tensors of A and B (f32, bf16 or f16 in either) agree: the same
                                  names and shapes, and per tensor max|a - b| <= RTOL * max|a|
@@ -106,12 +107,11 @@ def write(path, tensors, meta):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def same(a, b, skip=None):
+def same(a, b, skip=()):
     ta, _ = read(a)
     tb, _ = read(b)
-    if skip:
-        ta = {k: v for k, v in ta.items() if not k.startswith(skip)}
-        tb = {k: v for k, v in tb.items() if not k.startswith(skip)}
+    ta = {k: v for k, v in ta.items() if not any(k.startswith(p) for p in skip)}
+    tb = {k: v for k, v in tb.items() if not any(k.startswith(p) for p in skip)}
     bad = sorted(set(ta) ^ set(tb))
     bad += sorted(n for n in set(ta) & set(tb) if ta[n] != tb[n])
     if bad:
@@ -214,7 +214,10 @@ def check_dump(out, r, g):
 def main(argv):
     cmd = argv[1]
     if cmd == "same":
-        return same(argv[2], argv[3], argv[5] if len(argv) > 5 and argv[4] == "--except" else None)
+        return same(argv[2], argv[3], [argv[i + 1] for i in range(4, len(argv) - 1) if argv[i] == "--except"])
+    if cmd == "get":
+        print(" ".join("%g" % v for v in values(read(argv[2])[0][argv[3]])))
+        return 0
     if cmd == "close":
         return close(argv[2], argv[3], float(argv[4]), argv[6] if len(argv) > 6 and argv[5] == "--except" else None)
     if cmd == "update":

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# reward_cli_test.sh - prompts from a dataset and rewards from outside the plan, end to end on
+# examples/grpo.c (docs/rewards.md): a reward program that dies, hangs or answers garbage, a short
+# or mistyped answer, an "error" answer, and a dataset that is malformed or has a prompt too long,
+# each stop the run with one line naming the step (and the row or line) and a checkpoint of the
+# last good state that --resume continues bit for bit as if nothing had happened. Also: the
+# plugin path gives the built-in reward's run exactly, and the dataset's position is resumed.
+#   usage: reward_cli_test.sh /path/to/dfg /path/to/source-tree
+# Each check prints "ok - ..." or "FAIL - ..."; exit 1 when any failed. Runs use --threads 1.
+set -u
+DFG=$1
+SRC=$2
+GRPO=${DFG_TEST_GRPO:-$SRC/examples/grpo.c}
+ST=("python3" "$SRC/tests/cli/st_tool.py")
+TOY="python3 $SRC/tests/cli/toy_reward.py"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-reward-cli-test-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+failures=0
+
+ok() { echo "ok - $1"; }
+fail() {
+  echo "FAIL - $1"
+  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
+  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
+  failures=$((failures + 1))
+}
+run() { "$@" >out.txt 2>err.txt; rc=$?; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
+expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
+expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
+# the lines dfg wrote (a reward program's own stderr, such as a shell's "Killed", is not dfg's)
+expect_one_line() {
+  local n; n=$(grep -c '^dfg ' err.txt)
+  if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line from dfg on stderr, got $n"; fi
+}
+ckpt_step() { "${ST[@]}" meta "$1" dfg.step; }
+metric_at() { awk -v s="$2" -v m="$3" '$1 == "step" && $2 == s { for (i = 3; i < NF; i++) if ($i == m) print $(i + 1) }' "$1"; }
+
+# ---------------------------------------------------------------- the plugin = the built-in reward
+# the three parts of "mixed" as plugin functions, weighted 0.6/0.3/0.1, give the same rewards to
+# the bit, so the same run
+cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+check "the example plugin builds" [ -f digits_plugin.so ]
+run "$DFG" compile "$GRPO" -o builtin.dfg
+run "$DFG" compile "$GRPO" --set reward=external --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1 -o plugin.dfg
+expect_rc 0 "compile with reward=external and three weighted functions"
+run "$DFG" run builtin.dfg --steps 4 --threads 1 --checkpoint-dir b
+run "$DFG" run plugin.dfg --steps 4 --threads 1 --checkpoint-dir p --reward-lib ./digits_plugin.so
+expect_rc 0 "run with --reward-lib"
+expect_in out.txt "rewards/partial/mean" "per-function means are metrics"
+expect_in out.txt "reward plugin:" "the reward's cost per step is printed"
+run "${ST[@]}" same b/checkpoint.safetensors p/checkpoint.safetensors --except metric. --except reward_stats
+expect_rc 0 "plugin 0.6 exact + 0.3 partial + 0.1 format = built-in mixed, bit for bit after 4 steps"
+
+# ---------------------------------------------------------------- refusals before any step
+run "$DFG" run plugin.dfg --steps 1
+expect_rc 2 "an external-reward plan without --reward-cmd or --reward-lib"
+expect_in err.txt "give --reward-cmd CMD or --reward-lib LIB" "... says what to give"
+run "$DFG" run builtin.dfg --steps 1 --reward-cmd "$TOY"
+expect_rc 2 "--reward-cmd on a built-in-reward plan"
+run "$DFG" run plugin.dfg --steps 1 --reward-cmd "$TOY"
+expect_rc 1 "a program whose functions are not the plan's reward_funcs"
+expect_in err.txt "declares the reward functions digits,short, but the plan was compiled with reward_funcs=exact,partial,format" \
+  "... names both lists"
+run "$DFG" run plugin.dfg --steps 1 --reward-cmd "echo not-json"
+expect_rc 1 "a program whose first line is not the hello"
+expect_in err.txt "its first line must be {\"reward_funcs\": [names]}, got 'not-json'" "... quotes what it said"
+
+# ---------------------------------------------------------------- a reward program's faults
+# each stops step 3 with one line and saves the state after step 2; --resume with a good program
+# then gives exactly the checkpoint of an uninterrupted 4-step run
+run "$DFG" compile "$GRPO" --set reward=external --set reward_funcs=digits,short -o toy.dfg
+export TOY_REWARD_LOG="$WORK/requests.log"
+run "$DFG" run toy.dfg --steps 4 --threads 1 --checkpoint-dir ref --reward-cmd "$TOY" --metrics ref.jsonl
+expect_rc 0 "a run scored by a reward program"
+expect_in ref.jsonl '"reward_ms":' "the metrics file has the reward's time per step"
+check "the program got one request per step, every row" [ "$(cat requests.log)" = "$(printf '1 64\n2 64\n3 64\n4 64')" ]
+check "a function's null leaves its mean (rewards/short/mean is 1 where defined)" \
+  [ "$(metric_at out.txt 1 rewards/short/mean)" = 1 ]
+fault() { # fault MODE WHAT NEEDLE
+  rm -rf "f_$1"
+  run "$DFG" run toy.dfg --steps 5 --threads 1 --checkpoint-dir "f_$1" --reward-cmd "$TOY $1 3" --reward-timeout 2
+  expect_rc 1 "reward program $2 at step 3"
+  expect_one_line "$1"
+  expect_in err.txt "step 3, host stage 'reward'" "$1: the line names the step"
+  expect_in err.txt "$3" "$1: ... and the reason"
+  expect_in err.txt "the state after step 2 (the last good one) is saved to f_$1/checkpoint.safetensors" "$1: ... and the checkpoint"
+  check "$1: the checkpoint is step 2" [ "$(ckpt_step "f_$1/checkpoint.safetensors")" = 2 ]
+  run "$DFG" run toy.dfg --steps 2 --threads 1 --resume "f_$1" --reward-cmd "$TOY"
+  expect_rc 0 "$1: --resume with a working program"
+  check "$1: resumed = uninterrupted, bit for bit" cmp -s "f_$1/checkpoint.safetensors" ref/checkpoint.safetensors
+}
+fault die "exits" "exited with status 3"
+fault hang "hangs" "no answer within 2 s (--reward-timeout): killed it"
+fault sigkill "is killed" "(a shell's report of signal 9"
+fault garbage "answers garbage" "the reward program's answer is not a JSON object: 'rewards: lots'"
+fault short "answers a row short" "the reward program answered 63 rows, expected 64 (row 63 has none)"
+fault string "answers a string" "row 1: the reward program's value for 'digits' is \"abc\", not a finite number or null"
+fault error "reports an error" "the reward program reported an error: the grader is down"
+check "no reward program is left running" [ -z "$(pgrep -f 'toy_reward.py hang' || true)" ]
+
+# ---------------------------------------------------------------- a dataset
+python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 3 --rows 40 --seed 5 -o reverse.jsonl >/dev/null
+check "make_dataset writes the reverse task" [ "$(wc -l <reverse.jsonl)" = 40 ]
+run "$DFG" compile "$GRPO" --set dataset=reverse.jsonl --set reward_funcs=exact,partial,format \
+  --set reward_weights=0.6,0.3,0.1 --set max_completion_length=5 -o ds.dfg
+expect_rc 0 "compile with a dataset"
+expect_in out.txt "reward=external" "a dataset's reward is external by default"
+run "$DFG" run ds.dfg --steps 6 --threads 1 --checkpoint-dir dsref --reward-lib ./digits_plugin.so
+expect_rc 0 "train on the dataset (6 steps of 8 prompts: 48 draws over 40 rows, into epoch 2)"
+check "the dataset position is checkpointed: epoch 1, 8 rows into it" \
+  [ "$(python3 "$SRC/tests/cli/st_tool.py" get dsref/checkpoint.safetensors dataset.position)" = "1 8" ]
+run "$DFG" run ds.dfg --steps 4 --threads 1 --checkpoint-dir ds4 --reward-lib ./digits_plugin.so
+run "$DFG" run ds.dfg --steps 2 --threads 1 --resume ds4 --reward-lib ./digits_plugin.so
+check "a resumed dataset run continues where it stopped (= uninterrupted, bit for bit)" \
+  cmp -s ds4/checkpoint.safetensors dsref/checkpoint.safetensors
+# a malformed dataset is refused naming its line, at compile and at the start of a run
+cp reverse.jsonl bad.jsonl
+sed -i '7s/.*/{"prompt_ids": [5, 3, "x"]}/' bad.jsonl
+run "$DFG" compile "$GRPO" --set dataset=bad.jsonl -o bad.dfg
+expect_rc 2 "compile refuses a malformed dataset"
+expect_in err.txt "bad.jsonl:7:" "... naming the file and line"
+cp reverse.jsonl live.jsonl
+run "$DFG" compile "$GRPO" --set dataset=live.jsonl --set reward_funcs=exact,partial,format -o live.dfg
+run "$DFG" run live.dfg --steps 2 --threads 1 --checkpoint-dir live --reward-lib ./digits_plugin.so
+cp bad.jsonl live.jsonl
+run "$DFG" run live.dfg --steps 2 --threads 1 --resume live --reward-lib ./digits_plugin.so
+expect_rc 1 "a dataset damaged between runs stops the resumed run before any step"
+expect_one_line "damaged dataset"
+expect_in err.txt "live.jsonl:7:" "... naming the line"
+check "... and leaves the checkpoint as it was (step 2)" [ "$(ckpt_step live/checkpoint.safetensors)" = 2 ]
+# a prompt longer than max_prompt_length with truncate_prompts=error stops at the step that draws it
+printf '{"prompt_ids": [5, 6, 14]}\n%.0s' $(seq 8) >long.jsonl
+printf '{"prompt_ids": [5, 6, 7, 8, 9, 14]}\n' >>long.jsonl
+run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
+  --set truncate_prompts=error --set reward_funcs=digits,short --set max_completion_length=4 -o long.dfg
+run "$DFG" run long.dfg --steps 3 --threads 1 --checkpoint-dir long --reward-cmd "$TOY"
+expect_rc 1 "a prompt over max_prompt_length with truncate_prompts=error"
+expect_in err.txt "step 2, host stage 'data': dataset line 9: the prompt has 6 tokens, more than max_prompt_length 4" \
+  "... names the step and the line"
+check "... and the checkpoint is step 1" [ "$(ckpt_step long/checkpoint.safetensors)" = 1 ]
+run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
+  --set reward_funcs=digits,short --set max_completion_length=4 -o cut.dfg
+run "$DFG" run cut.dfg --steps 2 --threads 1 --reward-cmd "$TOY"
+expect_rc 0 "truncate_prompts=left (the default) cuts it instead"
+check "prompts_truncated counts it at step 2" [ "$(metric_at out.txt 2 prompts_truncated)" = 1 ]
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

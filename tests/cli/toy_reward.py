@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""toy_reward.py - a reward program for tests (docs/rewards.md), standard library only.
+
+    toy_reward.py [MODE [STEP]]
+
+Declares two functions: "digits" (the share of the completion's ids that are digits 2..11 of the
+digit vocabulary) and "short" (1 for a completion of at most 4 tokens, else null: TRL's None).
+From step STEP on (default 3) it misbehaves as MODE says:
+  ok       never (the default)
+  die      exits with status 3 before answering
+  hang     sleeps for an hour instead of answering
+  garbage  answers a line that is not JSON
+  short    answers one row too few
+  string   answers "abc" as row 1's first value
+  error    answers {"error": ...}
+  sigkill  kills itself with SIGKILL
+Each request is also appended to $TOY_REWARD_LOG when set (one line: step and row count)."""
+import json
+import os
+import signal
+import sys
+import time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+bad_step = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+log = os.environ.get("TOY_REWARD_LOG")
+
+out = sys.stdout
+out.write(json.dumps({"reward_funcs": ["digits", "short"]}) + "\n")
+out.flush()
+for line in sys.stdin:
+    req = json.loads(line)
+    step, rows = req["step"], req["rows"]
+    if log:
+        with open(log, "a") as f:
+            f.write("%d %d\n" % (step, len(rows)))
+    answer = []
+    for r in rows:
+        c = r["completion_ids"]
+        digits = sum(1 for t in c if 2 <= t <= 11) / max(len(c), 1)
+        answer.append([digits, 1.0 if len(c) <= 4 else None])
+    text = json.dumps({"rewards": answer})
+    if step >= bad_step:
+        if mode == "die":
+            sys.exit(3)
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "garbage":
+            text = "rewards: lots"
+        if mode == "short":
+            text = json.dumps({"rewards": answer[:-1]})
+        if mode == "string":
+            answer[1][0] = "abc"
+            text = json.dumps({"rewards": answer})
+        if mode == "error":
+            text = json.dumps({"error": "the grader is down"})
+    out.write(text + "\n")
+    out.flush()
