@@ -6,6 +6,7 @@
  *   dfg_nn.h       autodiff, metrics, GPT-2, training helpers, GRPO   (ops/nn/)
  *   dfg_passes.h   compiling: targets, options, the memory report     (passes/)
  *   dfg_runtime.h  running: runtimes, host stages, checkpoints        (runtime/)
+ *   dfg_dataset.h  prompt datasets (JSONL) and their epoch order       (runtime/)
  */
 #ifndef DFG_H
 #define DFG_H
@@ -15,5 +16,6 @@
 #include "dfg_nn.h"
 #include "dfg_passes.h"
 #include "dfg_runtime.h"
+#include "dfg_dataset.h"
 
 #endif

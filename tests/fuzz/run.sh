@@ -4,7 +4,7 @@
 # Usage: tests/fuzz/run.sh [SECONDS] [HARNESS...]
 #   HARNESS: safetensors (the safetensors reader), weights_index (the index of a sharded model
 #   directory), model_config (a model directory's config.json as settings), plan (the plan
-#   loader and the compiler); default all four.
+#   loader and the compiler), dataset (a JSONL prompt dataset); default all five.
 #   env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
 # New interesting inputs go to BUILD/fuzz-HARNESS/corpus (the committed seeds in
 # tests/fuzz/corpus/HARNESS stay small); each run's output is in BUILD/fuzz-HARNESS/log. A crash,
@@ -15,12 +15,12 @@ set -euo pipefail
 secs="${1:-60}"
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index model_config plan)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index model_config plan dataset)
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${DFG_FUZZ_BUILD:-$root/build-fuzz}"
 targets=()
 for h in "${harnesses[@]}"; do
-    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, model_config, plan)" >&2; exit 2; }
+    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, model_config, plan, dataset)" >&2; exit 2; }
     targets+=("fuzz_$h")
 done
 
@@ -32,6 +32,7 @@ extra_plan=()
 extra_weights_index=()
 extra_model_config=(-dict="$root/tests/fuzz/model_config.dict")
 extra_safetensors=(-dict="$root/tests/fuzz/safetensors.dict")
+extra_dataset=(-dict="$root/tests/fuzz/dataset.dict")
 pids=()
 for h in "${harnesses[@]}"; do
     work="$build/fuzz-$h"
