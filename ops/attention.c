@@ -1,25 +1,53 @@
 /* attention.c - causal multi-head attention over a fused QKV tensor, its backward, and the
  * KV-cache decoding form: builders, shape rules, gradient rule, cost. The forward also returns
  * the per-row log-sum-exp of the scores so that backward recomputes probabilities instead of
- * keeping the (T x T) matrix. Kernels: ops/cpu/attention.c. */
+ * keeping the (T x T) matrix. Kernels: ops/cpu/attention.c.
+ *
+ * Left padding: every attention op takes an optional last input, start (i32, one value a row of
+ * its batch): the column of the row's first real token. A query at a real column (>= start) sees
+ * keys start .. its column; a query at a pad column sees keys 0 .. its column (plain causal:
+ * finite values nothing real reads). Without it (start all zeros) the ops are plain causal. The
+ * ops take their input counts from the builder (-1 in ops.def); the shape rules check them. */
 #include "op.h"
 
 static bool heads_ok(int64_t c, int h) { return h > 0 && c % h == 0; }
 
+/* Inputs of an attention op: `plain` without padding, plain + 1 with start as the last. */
+dfg_status dfg_check_attention_arity(dfg_graph *g, const dfg_node *n, int plain) {
+    if (n->n_in != plain && n->n_in != plain + 1)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "takes %d inputs, or %d with the rows' start; got %d", plain, plain + 1,
+                             n->n_in);
+    return DFG_OK;
+}
+
+dfg_status dfg_check_attention_start(dfg_graph *g, const dfg_node *n, int plain, int64_t rows) {
+    if (n->n_in == plain) return DFG_OK;
+    const dfg_tensor *s = n->in[plain];
+    if (s->dtype != DFG_I32 || s->shape.rank != 1 || s->shape.d[0] != rows) {
+        char buf[96];
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "start '%s' must be i32 of shape (%lld), one column a row; got %s %s",
+                             s->name, (long long)rows, dfg_dtype_name(s->dtype), dfg_shape_str(s->shape, buf, sizeof(buf)));
+    }
+    return DFG_OK;
+}
+
 dfg_status dfg_infer_attention(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (dfg_check_attention_arity(g, n, 1)) return g->status;
     const dfg_tensor *qkv = n->in[0];
     int h = n->attr->attention.n_head;
     if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !dfg_is_float(qkv->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs a float qkv of shape (B, T, 3C)");
     int64_t B = qkv->shape.d[0], T = qkv->shape.d[1], C = qkv->shape.d[2] / 3;
     if (!heads_ok(C, h)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "C=%lld does not split into %d heads", (long long)C, h);
+    if (dfg_check_attention_start(g, n, 1, B)) return g->status;
     out[0] = (dfg_out_spec){qkv->dtype, DFG_SHAPE(B, T, C), -1, false};
     out[1] = (dfg_out_spec){DFG_F32, DFG_SHAPE(B, h, T), -1, false};
     return DFG_OK;
 }
 
-/* inputs: dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) -> dqkv (B,T,3C) */
+/* inputs: dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) [, start (B)] -> dqkv (B,T,3C) */
 dfg_status dfg_infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (dfg_check_attention_arity(g, n, 4)) return g->status;
     const dfg_tensor *dy = n->in[0], *qkv = n->in[1], *y = n->in[2], *lse = n->in[3];
     int h = n->attr->attention.n_head;
     if (qkv->shape.rank != 3 || qkv->shape.d[2] % 3 || !heads_ok(qkv->shape.d[2] / 3, h))
@@ -28,14 +56,16 @@ dfg_status dfg_infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec
     if (!dfg_shape_equal(dy->shape, DFG_SHAPE(B, T, C)) || !dfg_shape_equal(y->shape, DFG_SHAPE(B, T, C)) ||
         !dfg_shape_equal(lse->shape, DFG_SHAPE(B, h, T)) || dy->dtype != qkv->dtype || y->dtype != qkv->dtype)
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
+    if (dfg_check_attention_start(g, n, 4, B)) return g->status;
     out[0] = (dfg_out_spec){qkv->dtype, qkv->shape, -1, false};
     return DFG_OK;
 }
 
-/* inputs: q (B,Tq,C), k_cache (B,Tmax,Ckv), v_cache (B,Tmax,Ckv), pos (i32, one element). The
- * caches hold Hkv = Ckv / D heads of D = C / n_head (grouped-query attention: query head h reads
- * KV head h / (n_head / Hkv)); Hkv is the caches' shape, not an attribute. */
+/* inputs: q (B,Tq,C), k_cache (B,Tmax,Ckv), v_cache (B,Tmax,Ckv), pos (i32, one element)
+ * [, start (B)]. The caches hold Hkv = Ckv / D heads of D = C / n_head (grouped-query attention:
+ * query head h reads KV head h / (n_head / Hkv)); Hkv is the caches' shape, not an attribute. */
 dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (dfg_check_attention_arity(g, n, 4)) return g->status;
     const dfg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *pos = n->in[3];
     int h = n->attr->attention.n_head;
     if (q->shape.rank != 3 || k->shape.rank != 3 || q->shape.d[0] != k->shape.d[0] || q->shape.d[1] > k->shape.d[1])
@@ -55,6 +85,7 @@ dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_s
     if (h % (ckv / D))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "n_head %d is not a multiple of the caches' %lld kv heads", h,
                              (long long)(ckv / D));
+    if (dfg_check_attention_start(g, n, 4, q->shape.d[0])) return g->status;
     out[0] = (dfg_out_spec){q->dtype, q->shape, -1, false};
     return DFG_OK;
 }
@@ -73,41 +104,30 @@ dfg_cost dfg_cost_attention(const dfg_node *n) {
     return dfg_cost_io(n, f);
 }
 
-dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head) {
+dfg_tensor *dfg_attention_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *start, int n_head) {
     dfg_attrs a = {.attention = {n_head}};
-    dfg_node *n = dfg_node_add(g, DFG_OP_ATTENTION, &qkv, 1, &a, 2);
+    dfg_node *n = dfg_node_add(g, DFG_OP_ATTENTION, (dfg_tensor *[]){qkv, start}, start ? 2 : 1, &a, 2);
     return n ? n->out[0] : (g ? g->poison : NULL);
+}
+
+dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head) { return dfg_attention_padded(g, qkv, NULL, n_head); }
+
+dfg_tensor *dfg_attention_cached_padded(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
+                                        dfg_tensor *pos, dfg_tensor *start, int n_head) {
+    dfg_attrs a = {.attention = {n_head}};
+    return dfg_op_out(g, DFG_OP_ATTENTION_CACHED, (dfg_tensor *[]){q, k_cache, v_cache, pos, start}, start ? 5 : 4, &a);
 }
 
 dfg_tensor *dfg_attention_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
                                  dfg_tensor *pos, int n_head) {
-    dfg_attrs a = {.attention = {n_head}};
-    return dfg_op_out(g, DFG_OP_ATTENTION_CACHED, (dfg_tensor *[]){q, k_cache, v_cache, pos}, 4, &a);
+    return dfg_attention_cached_padded(g, q, k_cache, v_cache, pos, NULL, n_head);
 }
 
 dfg_status dfg_grad_attention(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                           dfg_tensor **din) {
     if (!dout[0] || !need[0]) return g->status;
-    din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, (dfg_tensor *[]){dout[0], n->in[0], n->out[0], n->out[1]}, 4, n->attr);
+    /* the start (i32) passes through: the backward masks as its forward did */
+    dfg_tensor *in[5] = {dout[0], n->in[0], n->out[0], n->out[1], n->n_in == 2 ? n->in[1] : NULL};
+    din[0] = dfg_op_out(g, DFG_OP_ATTENTION_BWD, in, in[4] ? 5 : 4, n->attr);
     return g->status;
-}
-
-/* Left padding: not implemented yet (the start input comes with the kernels); NULL is the plain op. */
-static dfg_tensor *padding_unsupported(dfg_graph *g, const char *what) {
-    if (g && !g->status) dfg_graph_err(g, DFG_ERR_UNSUPPORTED, "%s: left-padded rows (start) are not implemented yet", what);
-    return g ? g->poison : NULL;
-}
-
-dfg_tensor *dfg_attention_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *start, int n_head) {
-    return start ? padding_unsupported(g, "attention") : dfg_attention(g, qkv, n_head);
-}
-
-dfg_tensor *dfg_attention_prefix_padded(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, dfg_tensor *start, int n_head) {
-    return start ? padding_unsupported(g, "attention_prefix") : dfg_attention_prefix(g, qkv, prefix, n_head);
-}
-
-dfg_tensor *dfg_attention_cached_padded(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
-                                        dfg_tensor *pos, dfg_tensor *start, int n_head) {
-    return start ? padding_unsupported(g, "attention_cached")
-                 : dfg_attention_cached(g, q, k_cache, v_cache, pos, n_head);
 }

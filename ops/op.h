@@ -80,6 +80,10 @@ dfg_status dfg_node_fail(dfg_graph *g, const dfg_node *n, dfg_status s, const ch
 dfg_status dfg_infer_unary(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);
 dfg_status dfg_infer_same2(dfg_graph *g, const dfg_node *n, dfg_out_spec *out); /* two float inputs of one shape */
 dfg_cost dfg_cost_io(const dfg_node *n, double flops); /* bytes = all inputs read, all outputs written */
+/* The attention ops' optional last input, start (ops/attention.c): the node has `plain` inputs, or
+ * plain + 1 with start; start is i32 of shape (rows). */
+dfg_status dfg_check_attention_arity(dfg_graph *g, const dfg_node *n, int plain);
+dfg_status dfg_check_attention_start(dfg_graph *g, const dfg_node *n, int plain, int64_t rows);
 /* The shapes of one matmul node: op(a) is (M, K), op(b) is (K, N), repeated over `batch`;
  * an operand of rank 2 is shared by every batch entry. */
 typedef struct {

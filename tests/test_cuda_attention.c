@@ -1,14 +1,18 @@
 /* test_cuda_attention.c - the CUDA attention family (ops/cuda/attention.cu, attention_prefix.cu,
- * attention_decode.cu) against the CPU kernels (tests/cuda_harness.h): attention, attention_bwd, attention_prefix,
- * attention_prefix_bwd and attention_cached in f32 and bf16, over odd and even head dims (the
- * vectorized and the generic paths), T = 1, T longer than a tile, prefixes shorter and longer than
- * a tile, cached queries at the first, a middle and the last position of caches spanning several
- * splits, and cached queries against grouped-query caches (Hkv < H KV heads: groups of 2 to 7
- * query heads in one block, 8, and groups split over blocks, evenly and not; multi-query; odd
- * head dims; wide heads that fit fewer heads a block). Then, run directly on the emulated kernel
- * table:
+ * attention_decode.cu) against the CPU kernels (tests/cuda_harness.h): attention, attention_bwd,
+ * attention_prefix, attention_prefix_bwd and attention_cached in f32 and bf16, over odd and even
+ * head dims (the vectorized and the generic paths), T = 1, T longer than a tile, prefixes shorter
+ * and longer than a tile, cached queries at the first, a middle and the last position of caches
+ * spanning several splits, and cached queries against grouped-query caches (Hkv < H KV heads:
+ * groups of 2 to 7 query heads in one block, 8, and groups split over blocks, evenly and not;
+ * multi-query; odd head dims; wide heads that fit fewer heads a block). Left-padded rows (the
+ * ops' start input) for each op: random starts with 0 and the last column among them, starts
+ * inside a tile, on a tile boundary, in tiles of pads only and tiles that straddle the start,
+ * prefix starts, cached starts past the query (pad queries) and in a later split than the first.
+ * Then, run directly on the emulated kernel table:
  *   - decoding: attention_cached position by position on caches filled with the same keys and
- *     values (rows not yet written hold NaN) equals full causal attention's rows;
+ *     values (rows not yet written hold NaN) equals full causal attention's rows, unpadded and
+ *     left-padded;
  *   - misaligned pointers (the generic path) give the same bits as aligned ones (the vector path);
  *   - a position past the cache sets the device flag instead of reading out of bounds. */
 #include <math.h>
@@ -23,6 +27,7 @@ typedef struct {
     int n, P, Tc, Tp, H, D;  /* P = 0: plain attention over n sequences of Tc */
     int Tq, Tmax, pos;       /* attention_cached: n batches */
     int Hkv;                 /* attention_cached: the caches' KV heads (0: H) */
+    const int32_t *start;    /* left padding: one start a row (n; P with a prefix); NULL: none */
     const float *qkv, *pre;  /* inputs drawn so far (the backward's fill) */
     float *lse;              /* the reference forward's lse, for the backward's input */
 } att_case;
@@ -38,45 +43,50 @@ static dfg_tensor *in_pre(dfg_graph *g, dfg_dtype dt, const att_case *c) {
     return dfg_input(g, "prefix", dt, DFG_SHAPE(c->P, c->Tp, 3 * c->H * c->D));
 }
 
+/* the case's start input (rows: n, or P with a prefix), or NULL */
+static dfg_tensor *in_start(dfg_graph *g, const att_case *c) {
+    return c->start ? dfg_input(g, "start", DFG_I32, DFG_SHAPE(c->P ? c->P : c->n)) : NULL;
+}
+
 static dfg_node *build_attention(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
-    dfg_tensor *y = dfg_attention(g, in_qkv(g, dt, c), c->H);
+    dfg_tensor *y = dfg_attention_padded(g, in_qkv(g, dt, c), in_start(g, c), c->H);
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
 static dfg_node *build_attention_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
     int64_t C = (int64_t)c->H * c->D;
-    dfg_tensor *in[4] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c),
+    dfg_tensor *in[5] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c),
                          dfg_input(g, "y", dt, DFG_SHAPE(c->n, c->Tc, C)),
-                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc))};
+                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc)), in_start(g, c)};
     dfg_attrs a = {.attention = {c->H}};
-    return dfg_node_add(g, DFG_OP_ATTENTION_BWD, in, 4, &a, 1);
+    return dfg_node_add(g, DFG_OP_ATTENTION_BWD, in, in[4] ? 5 : 4, &a, 1);
 }
 
 static dfg_node *build_prefix(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
-    dfg_tensor *y = dfg_attention_prefix(g, in_qkv(g, dt, c), in_pre(g, dt, c), c->H);
+    dfg_tensor *y = dfg_attention_prefix_padded(g, in_qkv(g, dt, c), in_pre(g, dt, c), in_start(g, c), c->H);
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
 static dfg_node *build_prefix_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
     int64_t C = (int64_t)c->H * c->D;
-    dfg_tensor *in[5] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c), in_pre(g, dt, c),
+    dfg_tensor *in[6] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c), in_pre(g, dt, c),
                          dfg_input(g, "y", dt, DFG_SHAPE(c->n, c->Tc, C)),
-                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc))};
+                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc)), in_start(g, c)};
     dfg_attrs a = {.attention = {c->H}};
-    return dfg_node_add(g, DFG_OP_ATTENTION_PREFIX_BWD, in, 5, &a, 2);
+    return dfg_node_add(g, DFG_OP_ATTENTION_PREFIX_BWD, in, in[5] ? 6 : 5, &a, 2);
 }
 
 static dfg_node *build_cached(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
     int64_t C = (int64_t)c->H * c->D, Ckv = (int64_t)(c->Hkv ? c->Hkv : c->H) * c->D;
-    dfg_tensor *y = dfg_attention_cached(g, dfg_input(g, "q", dt, DFG_SHAPE(c->n, c->Tq, C)),
-                                         dfg_input(g, "k_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
-                                         dfg_input(g, "v_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
-                                         dfg_input(g, "pos", DFG_I32, DFG_SCALAR), c->H);
+    dfg_tensor *y = dfg_attention_cached_padded(g, dfg_input(g, "q", dt, DFG_SHAPE(c->n, c->Tq, C)),
+                                                dfg_input(g, "k_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
+                                                dfg_input(g, "v_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
+                                                dfg_input(g, "pos", DFG_I32, DFG_SCALAR), in_start(g, c), c->H);
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
@@ -88,7 +98,9 @@ static const float *kv_ref(const att_case *c, const float *qkv, const float *pre
     return j < Tp ? pre + ((int64_t)(b / (c->n / c->P)) * Tp + j) * C3 : qkv + ((int64_t)b * c->Tc + j - Tp) * C3;
 }
 
-/* The forward in double: y (n, Tc, C) and lse (n, H, Tc) of qkv after an optional prefix. */
+/* The forward in double: y (n, Tc, C) and lse (n, H, Tc) of qkv after an optional prefix. The
+ * query at column c = Tp + i of its extended sequence sees keys lo .. c: lo = the start when c is
+ * a real column (c >= start), else 0. */
 static void ref_forward(const att_case *c, const float *qkv, const float *pre, float *y, float *lse) {
     int64_t C = (int64_t)c->H * c->D;
     int Tp = c->P ? c->Tp : 0;
@@ -97,20 +109,21 @@ static void ref_forward(const att_case *c, const float *qkv, const float *pre, f
         for (int h = 0; h < c->H; h++)
             for (int i = 0; i < c->Tc; i++) {
                 const float *q = qkv + ((int64_t)b * c->Tc + i) * 3 * C + h * c->D;
-                int nk = Tp + i + 1;
+                int nk = Tp + i + 1, st = c->start ? c->start[c->P ? b / (c->n / c->P) : b] : 0;
+                int lo = Tp + i >= st ? st : 0;
                 double m = -INFINITY, sum = 0.0;
-                for (int j = 0; j < nk; j++) {
+                for (int j = lo; j < nk; j++) {
                     const float *k = kv_ref(c, qkv, pre, b, j) + C + h * c->D;
                     double dot = 0.0;
                     for (int d = 0; d < c->D; d++) dot += (double)q[d] * k[d];
                     s[j] = dot * scale;
                     m = s[j] > m ? s[j] : m;
                 }
-                for (int j = 0; j < nk; j++) sum += exp(s[j] - m);
+                for (int j = lo; j < nk; j++) sum += exp(s[j] - m);
                 lse[((int64_t)b * c->H + h) * c->Tc + i] = (float)(m + log(sum));
                 for (int d = 0; d < c->D; d++) {
                     double acc = 0.0;
-                    for (int j = 0; j < nk; j++) {
+                    for (int j = lo; j < nk; j++) {
                         const float *v = kv_ref(c, qkv, pre, b, j) + 2 * C + h * c->D;
                         acc += exp(s[j] - m) / sum * v[d];
                     }
@@ -120,12 +133,24 @@ static void ref_forward(const att_case *c, const float *qkv, const float *pre, f
     free(s);
 }
 
+/* The forward: floats uniform, the start input the case's. */
+static void fill_fwd(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    const att_case *c = user;
+    if (t->dtype == DFG_I32)
+        memcpy(data, c->start, sizeof(int32_t) * (size_t)n);
+    else
+        dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
+    (void)slot;
+}
+
 /* The backward's y and lse are the forward's of the drawn qkv (and prefix), so the probabilities
- * it recomputes are the real ones. Slots: dy, qkv, [prefix,] y, lse. */
+ * it recomputes are the real ones. Slots: dy, qkv, [prefix,] y, lse[, start]. */
 static void fill_bwd(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     att_case *c = user;
     int y_slot = c->P ? 3 : 2;
-    if (slot < y_slot) {
+    if (t->dtype == DFG_I32) {
+        memcpy(data, c->start, sizeof(int32_t) * (size_t)n);
+    } else if (slot < y_slot) {
         dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
         if (slot == 1) c->qkv = data;
         if (slot == 2) c->pre = data;
@@ -139,11 +164,13 @@ static void fill_bwd(int slot, const dfg_tensor *t, void *data, int64_t n, void 
     (void)t;
 }
 
-/* attention_cached: floats uniform, the position input the case's */
+/* attention_cached: floats uniform, the position and start inputs the case's */
 static void fill_cached(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const att_case *c = user;
     if (slot == 3)
         *(int32_t *)data = c->pos;
+    else if (slot == 4)
+        memcpy(data, c->start, sizeof(int32_t) * (size_t)n);
     else
         dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
     (void)t;
@@ -155,13 +182,23 @@ static void fill_cached(int slot, const dfg_tensor *t, void *data, int64_t n, vo
  * nearly equal O(1) terms, whose rounding noise is ~1e-6 absolute in either implementation. */
 static const double RTOL = 2e-5, ATOL = 2e-6, ATOL_BWD = 1e-5;
 
+/* " start a b c" for a padded case's label */
+static const char *starts_str(const att_case *c, char *buf, size_t len) {
+    int rows = c->P ? c->P : c->n, k = 0;
+    buf[0] = '\0';
+    for (int r = 0; c->start && r < rows && k >= 0 && (size_t)k < len; r++)
+        k += snprintf(buf + k, len - (size_t)k, "%s%d", r ? "," : " start ", c->start[r]);
+    return buf;
+}
+
 static void check_attention(att_case c) {
-    char label[160];
-    snprintf(label, sizeof(label), "attention n%d T%d H%d D%d", c.n, c.Tc, c.H, c.D);
-    cuda_case k = {.label = label, .build = build_attention, .user = &c, .bf16 = true, .rtol = RTOL, .atol = ATOL,
-                   .seeds = 2};
+    char label[200], sb[64];
+    starts_str(&c, sb, sizeof(sb));
+    snprintf(label, sizeof(label), "attention n%d T%d H%d D%d%s", c.n, c.Tc, c.H, c.D, sb);
+    cuda_case k = {.label = label, .build = build_attention, .user = &c, .fill = fill_fwd, .bf16 = true, .rtol = RTOL,
+                   .atol = ATOL, .seeds = 2};
     cuda_check(&k);
-    snprintf(label, sizeof(label), "attention_bwd n%d T%d H%d D%d", c.n, c.Tc, c.H, c.D);
+    snprintf(label, sizeof(label), "attention_bwd n%d T%d H%d D%d%s", c.n, c.Tc, c.H, c.D, sb);
     cuda_case kb = {.label = label, .build = build_attention_bwd, .user = &c, .fill = fill_bwd, .bf16 = true,
                     .rtol = RTOL, .atol = ATOL_BWD, .seeds = 2};
     cuda_check(&kb);
@@ -169,12 +206,14 @@ static void check_attention(att_case c) {
 }
 
 static void check_prefix(att_case c) {
-    char label[160];
-    snprintf(label, sizeof(label), "attention_prefix n%d P%d Tc%d Tp%d H%d D%d", c.n, c.P, c.Tc, c.Tp, c.H, c.D);
-    cuda_case k = {.label = label, .build = build_prefix, .user = &c, .bf16 = true, .rtol = RTOL, .atol = ATOL,
-                   .seeds = 2};
+    char label[200], sb[64];
+    starts_str(&c, sb, sizeof(sb));
+    snprintf(label, sizeof(label), "attention_prefix n%d P%d Tc%d Tp%d H%d D%d%s", c.n, c.P, c.Tc, c.Tp, c.H, c.D, sb);
+    cuda_case k = {.label = label, .build = build_prefix, .user = &c, .fill = fill_fwd, .bf16 = true, .rtol = RTOL,
+                   .atol = ATOL, .seeds = 2};
     cuda_check(&k);
-    snprintf(label, sizeof(label), "attention_prefix_bwd n%d P%d Tc%d Tp%d H%d D%d", c.n, c.P, c.Tc, c.Tp, c.H, c.D);
+    snprintf(label, sizeof(label), "attention_prefix_bwd n%d P%d Tc%d Tp%d H%d D%d%s", c.n, c.P, c.Tc, c.Tp, c.H, c.D,
+             sb);
     cuda_case kb = {.label = label, .build = build_prefix_bwd, .user = &c, .fill = fill_bwd, .bf16 = true, .rtol = RTOL,
                     .atol = ATOL_BWD, .seeds = 2};
     cuda_check(&kb);
@@ -182,9 +221,10 @@ static void check_prefix(att_case c) {
 }
 
 static void check_cached(att_case c) {
-    char label[160];
-    snprintf(label, sizeof(label), "attention_cached B%d Tq%d Tmax%d pos%d H%d Hkv%d D%d", c.n, c.Tq, c.Tmax, c.pos,
-             c.H, c.Hkv ? c.Hkv : c.H, c.D);
+    char label[200], sb[64];
+    starts_str(&c, sb, sizeof(sb));
+    snprintf(label, sizeof(label), "attention_cached B%d Tq%d Tmax%d pos%d H%d Hkv%d D%d%s", c.n, c.Tq, c.Tmax, c.pos,
+             c.H, c.Hkv ? c.Hkv : c.H, c.D, sb);
     /* a score is a sequential sum of D products in the kernel: at D = 2048 the outputs carry ~3e-6
      * of absolute rounding, at 8192 ~7e-6 (one head a block too), OpenBLAS's ~1e-6 (both measured
      * against double) */
@@ -224,8 +264,9 @@ static int run_emu(const one_node *o, void *const *in, void *const *out) {
 static void *alloc_t(const dfg_tensor *t) { return calloc(1, dfg_tensor_bytes(t) + 64); }
 
 /* attention_cached position by position against full causal attention of the same q, k, v. */
-static void check_decode(dfg_dtype dt, int B, int T, int H, int D) {
-    att_case full = {.n = B, .Tc = T, .H = H, .D = D}, dec = {.n = B, .Tq = 1, .Tmax = T + 5, .H = H, .D = D};
+static void check_decode(dfg_dtype dt, int B, int T, int H, int D, const int32_t *start) {
+    att_case full = {.n = B, .Tc = T, .H = H, .D = D, .start = start},
+             dec = {.n = B, .Tq = 1, .Tmax = T + 5, .H = H, .D = D, .start = start};
     one_node f, s;
     if (!node_of(&f, build_attention, dt, &full) || !node_of(&s, build_cached, dt, &dec)) return;
     int64_t C = (int64_t)H * D;
@@ -235,7 +276,7 @@ static void check_decode(dfg_dtype dt, int B, int T, int H, int D) {
     for (int64_t e = 0; e < dfg_tensor_numel(f.n->in[0]); e++) dfg_store(qkv, dt, e, dfg_test_uniform(-2.0f, 2.0f));
     dfg_test_poison(kc, dfg_tensor_bytes(s.n->in[1])); /* rows not yet written: NaN */
     dfg_test_poison(vc, dfg_tensor_bytes(s.n->in[2]));
-    CHECK(run_emu(&f, (void *[]){qkv}, (void *[]){yf, lse}) == 0, "full attention");
+    CHECK(run_emu(&f, (void *[]){qkv, (void *)start}, (void *[]){yf, lse}) == 0, "full attention");
     double tol = dt == DFG_BF16 ? 1e-2 : 1e-5, worst = 0.0;
     bool ok = true;
     for (int t = 0; t < T && ok; t++) {
@@ -247,7 +288,7 @@ static void check_decode(dfg_dtype dt, int B, int T, int H, int D) {
                 dfg_store(vc, dt, row, dfg_load(qkv, dt, at + 2 * C));
             }
         pos = t;
-        ok = run_emu(&s, (void *[]){q, kc, vc, &pos}, (void *[]){y}) == 0;
+        ok = run_emu(&s, (void *[]){q, kc, vc, &pos, (void *)start}, (void *[]){y}) == 0;
         for (int b = 0; b < B && ok; b++)
             for (int64_t d = 0; d < C && ok; d++) {
                 double a = dfg_load(yf, dt, ((int64_t)b * T + t) * C + d), g = dfg_load(y, dt, b * C + d);
@@ -258,13 +299,25 @@ static void check_decode(dfg_dtype dt, int B, int T, int H, int D) {
                       dfg_dtype_name(dt), B, T, H, D, t, b, (long long)d, a, g);
             }
     }
-    printf("decode %s B%d T%d H%d D%d: attention_cached = attention row by row (worst error %.2g of the tolerance)\n",
-           dfg_dtype_name(dt), B, T, H, D, worst);
+    printf("decode %s B%d T%d H%d D%d%s: attention_cached = attention row by row (worst error %.2g of the tolerance)\n",
+           dfg_dtype_name(dt), B, T, H, D, start ? " left-padded" : "", worst);
     /* a position whose queries pass the cache's end: the flag, no access out of bounds */
     pos = dec.Tmax;
-    CHECK(run_emu(&s, (void *[]){q, kc, vc, &pos}, (void *[]){y}) == 1, "pos past the cache sets the flag");
+    CHECK(run_emu(&s, (void *[]){q, kc, vc, &pos, (void *)start}, (void *[]){y}) == 1, "pos past the cache sets the flag");
     pos = -3;
-    CHECK(run_emu(&s, (void *[]){q, kc, vc, &pos}, (void *[]){y}) == 1, "a negative pos sets the flag");
+    CHECK(run_emu(&s, (void *[]){q, kc, vc, &pos, (void *)start}, (void *[]){y}) == 1, "a negative pos sets the flag");
+    if (start) { /* a start outside its row: the flag, in the decoding and the tiled kernels */
+        int32_t *bad = malloc(sizeof(int32_t) * (size_t)B);
+        memcpy(bad, start, sizeof(int32_t) * (size_t)B);
+        bad[B - 1] = dec.Tmax;
+        pos = 0;
+        CHECK(run_emu(&s, (void *[]){q, kc, vc, &pos, bad}, (void *[]){y}) == 1, "a start past the cache sets the flag");
+        bad[B - 1] = -1;
+        CHECK(run_emu(&f, (void *[]){qkv, bad}, (void *[]){yf, lse}) == 1, "a negative start sets the flag");
+        bad[B - 1] = T;
+        CHECK(run_emu(&f, (void *[]){qkv, bad}, (void *[]){yf, lse}) == 1, "a start past the row sets the flag");
+        free(bad);
+    }
     free(qkv), free(yf), free(lse), free(q), free(kc), free(vc), free(y);
     dfg_program_free(f.p), dfg_program_free(s.p);
 }
@@ -359,13 +412,73 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(grouped) / sizeof(grouped[0]); i++) check_cached(grouped[i]);
 
-    check_decode(DFG_F32, 2, 70, 2, 16);
-    check_decode(DFG_BF16, 1, 40, 3, 8);
-    check_decode(DFG_F32, 1, 300, 1, 64); /* across the 256-position splits */
+    /* left padding. Tiles: queries of 64 (forward, dQ), keys of 64 (dK/dV) and 32 (dQ): starts at
+     * 0, at the last column, inside the first tile, on a tile boundary (64), in the second tile
+     * with the first tile all pads and the second straddling (70), in a later tile (130) */
+    att_case padded[] = {
+        SEQ(2, 0, 5, 0, 3, 4),    SEQ(3, 0, 70, 0, 3, 17), SEQ(2, 0, 130, 0, 2, 64), SEQ(1, 0, 200, 0, 1, 45),
+        SEQ(2, 0, 65, 0, 1, 128), SEQ(2, 0, 33, 0, 2, 7),  SEQ(2, 0, 1, 0, 2, 4),
+    };
+    const int32_t *pstart[] = {
+        (const int32_t[]){0, 4}, (const int32_t[]){69, 5, 64}, (const int32_t[]){70, 0}, (const int32_t[]){130},
+        (const int32_t[]){64, 1}, (const int32_t[]){32, 17},   (const int32_t[]){0, 0},
+    };
+    for (size_t i = 0; i < sizeof(padded) / sizeof(padded[0]); i++) padded[i].start = pstart[i], check_attention(padded[i]);
+    /* prefixes' starts: inside, at the last prefix row, on and past a tile boundary */
+    att_case padded_p[] = {
+        SEQ(2, 1, 5, 3, 2, 4), SEQ(4, 2, 70, 33, 3, 17), SEQ(4, 2, 40, 70, 2, 64), SEQ(3, 3, 9, 130, 2, 7),
+        SEQ(3, 1, 1, 1, 1, 8),
+    };
+    const int32_t *pstart_p[] = {
+        (const int32_t[]){2}, (const int32_t[]){32, 0}, (const int32_t[]){69, 64}, (const int32_t[]){100, 0, 129},
+        (const int32_t[]){0},
+    };
+    for (size_t i = 0; i < sizeof(padded_p) / sizeof(padded_p[0]); i++)
+        padded_p[i].start = pstart_p[i], check_prefix(padded_p[i]);
+    /* random shapes and starts, 0 and the last column among them */
+    for (int r = 0; r < 3; r++) {
+        int T = dfg_test_int(2, 150), Tp = dfg_test_int(2, 100);
+        int32_t st[3] = {0, T - 1, dfg_test_int(0, T - 1)}, sp[2] = {Tp - 1, dfg_test_int(0, Tp - 1)};
+        att_case c = SEQ(3, 0, T, 0, dfg_test_int(1, 3), dfg_test_int(1, 70));
+        c.start = st;
+        check_attention(c);
+        att_case cp = SEQ(4, 2, dfg_test_int(1, 80), Tp, dfg_test_int(1, 3), dfg_test_int(1, 70));
+        cp.start = sp;
+        check_prefix(cp);
+    }
+    /* cached: starts before, at and after the query's column (a pad query sees rows 0 .. column),
+     * in a split after the first (the splits before it return at once; the combine skips them),
+     * grouped-query caches */
+    att_case padded_c[] = {
+        {.n = 3, .Tq = 1, .Tmax = 9, .pos = 4, .H = 2, .D = 8},
+        {.n = 2, .Tq = 2, .Tmax = 600, .pos = 300, .H = 2, .D = 64},
+        {.n = 2, .Tq = 3, .Tmax = 300, .pos = 297, .H = 6, .Hkv = 2, .D = 17},
+        {.n = 1, .Tq = 1, .Tmax = 1000, .pos = 999, .H = 3, .D = 64},
+        {.n = 2, .Tq = 2, .Tmax = 600, .pos = 300, .H = 8, .Hkv = 1, .D = 64},
+        {.n = 2, .Tq = 1, .Tmax = 300, .pos = 280, .H = 18, .Hkv = 2, .D = 8},
+        {.n = 2, .Tq = 4, .Tmax = 70, .pos = 5, .H = 6, .Hkv = 3, .D = 7},
+    };
+    const int32_t *pstart_c[] = {
+        (const int32_t[]){0, 4, 8}, (const int32_t[]){290, 301},  (const int32_t[]){260, 298}, (const int32_t[]){513},
+        (const int32_t[]){0, 280},  (const int32_t[]){257, 299}, (const int32_t[]){3, 69},
+    };
+    for (size_t i = 0; i < sizeof(padded_c) / sizeof(padded_c[0]); i++)
+        padded_c[i].start = pstart_c[i], check_cached(padded_c[i]);
+
+    check_decode(DFG_F32, 2, 70, 2, 16, NULL);
+    check_decode(DFG_BF16, 1, 40, 3, 8, NULL);
+    check_decode(DFG_F32, 1, 300, 1, 64, NULL); /* across the 256-position splits */
+    check_decode(DFG_F32, 3, 70, 2, 16, (const int32_t[]){0, 69, 33});
+    check_decode(DFG_BF16, 2, 40, 3, 8, (const int32_t[]){7, 0});
+    check_decode(DFG_F32, 1, 300, 1, 64, (const int32_t[]){260}); /* the first split holds only pads */
 
     att_case mis = {.n = 2, .Tc = 70, .H = 2, .D = 8}, mis_p = {.n = 2, .P = 1, .Tc = 9, .Tp = 66, .H = 1, .D = 32},
              mis_c = {.n = 1, .Tq = 2, .Tmax = 300, .pos = 290, .H = 2, .D = 8},
              mis_g = {.n = 2, .Tq = 2, .Tmax = 280, .pos = 270, .H = 6, .Hkv = 2, .D = 8};
+    /* left-padded: every i32 input is the case's pos (check_misaligned), so the start too */
+    const int32_t any[2] = {0, 0};
+    att_case mis_s = mis, mis_ps = mis_p, mis_cs = mis_c;
+    mis_s.start = mis_ps.start = mis_cs.start = any, mis_s.pos = 33, mis_ps.pos = 40, mis_cs.pos = 270;
     for (int k = 0; k < 2; k++) {
         dfg_dtype dt = k ? DFG_BF16 : DFG_F32;
         check_misaligned(build_attention, &mis, dt, "attention");
@@ -374,6 +487,11 @@ int main(void) {
         check_misaligned(build_prefix_bwd, &mis_p, dt, "attention_prefix_bwd");
         check_misaligned(build_cached, &mis_c, dt, "attention_cached");
         check_misaligned(build_cached, &mis_g, dt, "attention_cached (grouped-query)");
+        check_misaligned(build_attention, &mis_s, dt, "attention (left-padded)");
+        check_misaligned(build_attention_bwd, &mis_s, dt, "attention_bwd (left-padded)");
+        check_misaligned(build_prefix, &mis_ps, dt, "attention_prefix (left-padded)");
+        check_misaligned(build_prefix_bwd, &mis_ps, dt, "attention_prefix_bwd (left-padded)");
+        check_misaligned(build_cached, &mis_cs, dt, "attention_cached (left-padded)");
     }
     cuda_report("test_cuda_attention");
     return dfg_test_finish();

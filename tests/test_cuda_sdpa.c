@@ -13,6 +13,9 @@
  *   - an SDPA that refuses a call (DFG_ERR_UNSUPPORTED) leaves it to the hand-written kernels,
  *     and one that fails makes its status and message the node's;
  *   - the rule of what cuDNN takes (dtype, head dim, alignment) and the descriptors' refusals;
+ *   - left-padded rows (a start input): SDPA has no left-padding mask, so the descriptors refuse
+ *     the node saying so, and the launchers run the hand-written kernels without calling ctx->sdpa
+ *     (= CPU, start included);
  *   - where cuDNN is (and no GPU), the graphs the GPU's call site builds, planned by cuDNN for an
  *     H100 without one: matched as fused flash attention, kernels compiled, workspace as planned. */
 #include <dlfcn.h>
@@ -356,6 +359,74 @@ static void check_capture(shape s) {
     unmake(&ref), unmake(&got);
 }
 
+/* ---------------------------------------------------------------- left padding bypasses SDPA */
+static void check_padded_bypass(shape s) {
+    int64_t C = (int64_t)s.H * s.D;
+    for (int backward = 0; backward < 2; backward++) {
+        dfg_program *p = dfg_program_new("padded");
+        dfg_graph *g = dfg_graph_new(p, "g");
+        dfg_tensor *qkv = dfg_input(g, "qkv", DFG_F32, DFG_SHAPE(s.B, s.T, 3 * C));
+        dfg_tensor *start = dfg_input(g, "start", DFG_I32, DFG_SHAPE(s.B));
+        dfg_tensor *fy = dfg_attention_padded(g, qkv, start, s.H);
+        dfg_tensor *in[5] = {dfg_input(g, "dy", DFG_F32, DFG_SHAPE(s.B, s.T, C)), qkv, fy, fy->producer->out[1], start};
+        dfg_attrs a = {.attention = {s.H}};
+        dfg_node *n = backward ? dfg_node_add(g, DFG_OP_ATTENTION_BWD, in, 5, &a, 1) : fy->producer;
+        CHECK(n && !dfg_program_status(p), "padded node: %s", dfg_program_error(p));
+        if (!n || dfg_program_status(p)) {
+            dfg_program_free(p);
+            return;
+        }
+        dfg_sdpa_desc d;
+        const char *why = NULL;
+        bool taken = backward ? dfg_sdpa_backward_desc(n, &d, &why) : dfg_sdpa_forward_desc(n, &d, &why);
+        CHECK(!taken && why && strstr(why, "left-padded"), "%s with a start: descriptor refused (%s)", dfg_op_name(n->op),
+              why ? why : "no reason");
+        /* buffers: the forward's inputs and outputs first (the backward reads y and lse from them) */
+        void *buf[8] = {0};
+        const dfg_tensor *ts[8] = {qkv, start, fy, fy->producer->out[1], in[0], NULL, NULL, NULL};
+        int nb = 5;
+        if (backward) ts[nb++] = n->out[0];
+        for (int i = 0; i < nb; i++) buf[i] = malloc(dfg_tensor_bytes(ts[i]) + 4);
+        dfg_test_fill_uniform(buf[0], dfg_tensor_numel(qkv), -2.0f, 2.0f);
+        for (int b = 0; b < s.B; b++) ((int32_t *)buf[1])[b] = b == 0 ? s.T - 1 : dfg_test_int(0, s.T - 1);
+        dfg_test_fill_uniform(buf[4], dfg_tensor_numel(in[0]), -2.0f, 2.0f);
+        char err[1024] = "";
+        dfg_cpu_ctx cc = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+        cc.scratch_per_thread = dfg_cpu_scratch_bytes(n) + dfg_cpu_scratch_bytes(fy->producer);
+        cc.scratch = malloc(cc.scratch_per_thread);
+        dfg_status st =
+            dfg_cpu_kernels[DFG_OP_ATTENTION](fy->producer, (void *[]){buf[0], buf[1]}, (void *[]){buf[2], buf[3]}, &cc);
+        void *ref = malloc(dfg_tensor_bytes(n->out[0])), *got = backward ? buf[5] : buf[2];
+        void *bin[5] = {buf[4], buf[0], buf[2], buf[3], buf[1]};
+        if (backward && !st) st = dfg_cpu_kernels[n->op](n, bin, (void *[]){ref}, &cc);
+        if (!backward) memcpy(ref, buf[2], dfg_tensor_bytes(n->out[0]));
+        CHECK(st == DFG_OK, "CPU: %s", err);
+        int flags = 0, before = sdpa_calls;
+        dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sdpa = failing_sdpa, .sm_count = 132,
+                            .err = err, .err_len = sizeof(err)};
+        ctx.scratch_bytes = dfg_emu_scratch_bytes(n);
+        ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
+        dfg_test_poison(got, dfg_tensor_bytes(n->out[0]));
+        if (!backward) dfg_test_poison(buf[3], dfg_tensor_bytes(ts[3]));
+        st = backward ? dfg_emu_kernels[n->op](n, bin, (void *[]){got}, &ctx)
+                      : dfg_emu_kernels[n->op](n, (void *[]){buf[0], buf[1]}, (void *[]){buf[2], buf[3]}, &ctx);
+        CHECK(st == DFG_OK && sdpa_calls == before && flags == 0, "%s with a start and an SDPA that fails: %s",
+              dfg_op_name(n->op), err);
+        double worst = 0.0;
+        for (int64_t e = 0, ne = dfg_tensor_numel(n->out[0]); e < ne; e++) {
+            double r = ((float *)ref)[e], v = ((float *)got)[e], d = fabs(r - v) / (1e-5 + 2e-5 * fabs(r));
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+        CHECK(worst <= 1.0, "%s with a start, hand-written kernels: worst error %.3g of the tolerance", dfg_op_name(n->op),
+              worst);
+        printf("%s with a start: SDPA refused (\"%s\"), hand-written kernels = CPU (worst %.3f of the tolerance)\n",
+               dfg_op_name(n->op), why ? why : "", worst);
+        free(ctx.scratch), free(cc.scratch), free(ref);
+        for (int i = 0; i < nb; i++) free(buf[i]);
+        dfg_program_free(p);
+    }
+}
+
 /* ---------------------------------------------------------------- cuDNN's side, without a GPU */
 /* An H100 SXM's device properties in the JSON that cuDNN 9.19's device property descriptor reads
  * (its keys as the library's own messages name them), for cuDNN's deviceless planning. */
@@ -510,6 +581,7 @@ int main(void) {
     check_fallback((shape){2, 9, 2, 8}, false);
     check_fallback((shape){2, 9, 2, 8}, true);
     check_support();
+    check_padded_bypass((shape){3, 70, 2, 8});
     check_cudnn_deviceless(); /* last: it may load the stub libcuda */
     printf("test_cuda_sdpa: %d calls of ctx->sdpa from the launchers\n", sdpa_calls);
     return dfg_test_finish();

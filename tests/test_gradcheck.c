@@ -613,6 +613,13 @@ static dfg_tensor *b_attention(gc *c, dfg_tensor *const *x) { return dfg_attenti
 static dfg_tensor *b_attention_prefix(gc *c, dfg_tensor *const *x) {
     return dfg_attention_prefix(c->g, x[0], x[1], c->k->iarg[0]);
 }
+/* left-padded rows: x[last] is the rows' start (a CONST drawn in [0, T) by s_*_padded) */
+static dfg_tensor *b_attention_padded(gc *c, dfg_tensor *const *x) {
+    return dfg_attention_padded(c->g, x[0], x[1], c->k->iarg[0]);
+}
+static dfg_tensor *b_attention_prefix_padded(gc *c, dfg_tensor *const *x) {
+    return dfg_attention_prefix_padded(c->g, x[0], x[1], x[2], c->k->iarg[0]);
+}
 /* the fused ops: the fuse pass makes them from the unfused math, with the backward rebuilt from
  * their own gradient rules */
 static dfg_tensor *b_bias_gelu(gc *c, dfg_tensor *const *x) { return dfg_gelu(c->g, dfg_bias_add(c->g, x[0], x[1])); }
@@ -640,6 +647,26 @@ static void s_attention_prefix(gc *c) {
     c->shape[0] = (dfg_shape){.rank = 3, .d = {P * G, Tc, W}};
     c->shape[1] = (dfg_shape){.rank = 3, .d = {P, Tp, W}};
     snprintf(c->note, sizeof(c->note), "%d heads, groups of %lld", c->k->iarg[0], (long long)G);
+}
+
+/* s_attention, with a start (B) in [0, T) for each row (T up to 6, so that every start is likely) */
+static void s_attention_padded(gc *c) {
+    int64_t B = dfg_test_int(1, 3), T = dfg_test_int(1, 6), Dh = dfg_test_int(1, 3);
+    c->shape[0] = (dfg_shape){.rank = 3, .d = {B, T, 3 * c->k->iarg[0] * Dh}};
+    c->shape[1] = (dfg_shape){.rank = 1, .d = {B}};
+    c->bound[1] = T;
+    snprintf(c->note, sizeof(c->note), "%d heads, left-padded", c->k->iarg[0]);
+}
+
+/* s_attention_prefix, with a start (P) in [0, Tp) for each prefix */
+static void s_attention_prefix_padded(gc *c) {
+    s_attention_prefix(c);
+    int64_t P = c->shape[1].d[0], Tp = dfg_test_int(1, 4);
+    c->shape[1].d[1] = Tp;
+    c->shape[2] = (dfg_shape){.rank = 1, .d = {P}};
+    c->bound[2] = Tp;
+    snprintf(c->note, sizeof(c->note), "%d heads, groups of %lld, left-padded", c->k->iarg[0],
+             (long long)(c->shape[0].d[0] / P));
 }
 
 /* x (T, H*D) or (B, T, H*D) and positions (T) or (B, T) in [0, 5000): D even, theta random */
@@ -696,6 +723,12 @@ static const gc_case nn_cases[] = {
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {4}, .setup = s_attention},
     {CASE("attention_prefix", b_attention_prefix, 2, NN(1), NN(1)), .iarg = {1}, .setup = s_attention_prefix},
     {CASE("attention_prefix", b_attention_prefix, 2, NN(1), NN(1)), .iarg = {2}, .setup = s_attention_prefix},
+    {CASE("attention padded", b_attention_padded, 2, NN(1), IDX(1, 1)), .iarg = {1}, .setup = s_attention_padded},
+    {CASE("attention padded", b_attention_padded, 2, NN(1), IDX(1, 1)), .iarg = {2}, .setup = s_attention_padded},
+    {CASE("attention_prefix padded", b_attention_prefix_padded, 3, NN(1), NN(1), IDX(1, 1)), .iarg = {1},
+     .setup = s_attention_prefix_padded},
+    {CASE("attention_prefix padded", b_attention_prefix_padded, 3, NN(1), NN(1), IDX(1, 1)), .iarg = {2},
+     .setup = s_attention_prefix_padded},
     {CASE("embed", b_embed, 2, NN(DA, DB), IDX(DA, DC, DD))},
     {CASE("embed ids rank 1", b_embed, 2, NN(DA, DB), IDX(DA, DC)), .lo = 1, .hi = 6},
     {CASE("take", b_take, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},

@@ -5,7 +5,8 @@
  * refused; every damaged, truncated, foreign or future file is refused with one clear line;
  * files whose checksums were fixed up after damage never crash the reader, semantic damage
  * is caught by the rebuild's own checks, and a recorded memory plan that overlaps live
- * tensors, leaves the arena or differs from what this dfg compiles is refused.
+ * tensors, leaves the arena or differs from what this dfg compiles is refused. The attention ops
+ * with their optional start input (left padding: one more input than without) round-trip too.
  *
  * The GPT-2 program comes from examples/gpt2_train.c, built as the module
  * gpt2_train_pipeline.so next to this executable (tests/cli/CMakeLists.txt) and dlopened here
@@ -227,6 +228,71 @@ static void test_tiny_round_trip(void) {
         CHECK(st == DFG_ERR_ARG && strstr(err, "memory budget -1 is negative") && !b3, "tiny: a negative budget: %d '%s'",
               st, err);
         free(b3);
+    }
+    dfg_program_free(q);
+    dfg_plan_info_free(&back);
+    free(b);
+    dfg_program_free(p);
+}
+
+/* The attention ops with and without their optional start (left padding), forward and backward:
+ * a node's input count is the builder's (-1 in ops.def), so the file must carry it. */
+static dfg_program *padded_program(void) {
+    dfg_program *p = dfg_program_new("padded");
+    dfg_tensor *qkv = dfg_param(p, "qkv", DFG_F32, DFG_SHAPE(4, 5, 12), dfg_init_normal(0, 1));
+    dfg_tensor *pre = dfg_param(p, "prefix", DFG_F32, DFG_SHAPE(2, 3, 12), dfg_init_normal(0, 1));
+    dfg_tensor *kc = dfg_state(p, "k", DFG_F32, DFG_SHAPE(4, 9, 2), DFG_ROLE_KV_CACHE, dfg_init_zeros());
+    dfg_tensor *vc = dfg_state(p, "v", DFG_F32, DFG_SHAPE(4, 9, 2), DFG_ROLE_KV_CACHE, dfg_init_zeros());
+    dfg_graph *g = dfg_graph_new(p, "main");
+    dfg_tensor *start = dfg_input(g, "start", DFG_I32, DFG_SHAPE(4)), *pstart = dfg_input(g, "pstart", DFG_I32, DFG_SHAPE(2));
+    dfg_tensor *pos = dfg_input(g, "pos", DFG_I32, DFG_SCALAR), *q = dfg_input(g, "q", DFG_F32, DFG_SHAPE(4, 1, 4));
+    dfg_tensor *y = dfg_add(g, dfg_attention_padded(g, qkv, start, 2), dfg_attention(g, qkv, 2));
+    y = dfg_add(g, y, dfg_attention_prefix_padded(g, qkv, pre, pstart, 2));
+    dfg_tensor *wrt[2] = {qkv, pre}, *gr[2];
+    dfg_backward(g, dfg_sum(g, dfg_reshape(g, y, DFG_SHAPE(-1)), 0), wrt, 2, gr);
+    dfg_output(g, gr[0], "grad_qkv"), dfg_output(g, gr[1], "grad_prefix");
+    dfg_output(g, dfg_attention_cached_padded(g, q, kc, vc, pos, start, 2), "y_cached");
+    dfg_stage_graph(p, g, 1);
+    CHECK(!dfg_program_status(p), "padded program: %s", dfg_program_error(p));
+    return p;
+}
+
+static void test_padded_round_trip(void) {
+    dfg_program *p = padded_program();
+    dfg_plan_info info = tiny_info(), back;
+    size_t n, n2;
+    unsigned char *b = serialize(p, &info, &n);
+    dfg_program *q = NULL;
+    char err[512];
+    dfg_status st = dfg_plan_parse(b, n, "padded.dfg", &q, &back, err, sizeof(err));
+    CHECK(st == DFG_OK, "padded: %s", err);
+    if (q) {
+        check_programs_equal(p, q, "padded");
+        int with[DFG_OP_COUNT] = {0};
+        const dfg_graph *g = q->graphs[0];
+        for (int i = 0; i < g->n_nodes; i++) {
+            const dfg_node *nd = g->nodes[i];
+            int plain = -1; /* the op's inputs without a start */
+            switch (nd->op) {
+            case DFG_OP_ATTENTION: plain = 1; break;
+            case DFG_OP_ATTENTION_PREFIX: plain = 2; break;
+            case DFG_OP_ATTENTION_BWD:
+            case DFG_OP_ATTENTION_CACHED: plain = 4; break;
+            case DFG_OP_ATTENTION_PREFIX_BWD: plain = 5; break;
+            default: break;
+            }
+            if (plain >= 0 && nd->n_in == plain + 1 && nd->in[plain]->dtype == DFG_I32) with[nd->op]++;
+        }
+        CHECK(with[DFG_OP_ATTENTION] == 1 && with[DFG_OP_ATTENTION_BWD] == 1 && with[DFG_OP_ATTENTION_PREFIX] == 1 &&
+                  with[DFG_OP_ATTENTION_PREFIX_BWD] == 1 && with[DFG_OP_ATTENTION_CACHED] == 1,
+              "padded: the loaded program's attention nodes with a start: %d %d %d %d %d", with[DFG_OP_ATTENTION],
+              with[DFG_OP_ATTENTION_BWD], with[DFG_OP_ATTENTION_PREFIX], with[DFG_OP_ATTENTION_PREFIX_BWD],
+              with[DFG_OP_ATTENTION_CACHED]);
+        unsigned char *b2 = serialize(q, &info, &n2);
+        CHECK(n2 == n && !memcmp(b, b2, n), "padded: saving the loaded program gives other bytes");
+        free(b2);
+        printf("padded: attention, attention_bwd, attention_prefix(_bwd), attention_cached with a start saved and "
+               "loaded (%zu bytes, identical when saved again)\n", n);
     }
     dfg_program_free(q);
     dfg_plan_info_free(&back);
@@ -668,6 +734,7 @@ static void test_plan_section(const unsigned char *plan, size_t n) {
 int main(void) {
     dfg_test_init("test_planfile");
     test_tiny_round_trip();
+    test_padded_round_trip();
     test_semantic_damage();
     dfg_program *tiny = tiny_program();
     dfg_plan_info info = tiny_info();

@@ -6,7 +6,11 @@
  * scores S = scale Q K^T (T x T, in the thread's scratch), a masked row softmax, Y = P V. The
  * forward saves each row's log-sum-exp; the backward recomputes P from it. OpenBLAS runs
  * single-threaded inside the parallel loop, so jobs do not oversubscribe the cores. The upper
- * triangle of S is computed and thrown away: at these sizes one GEMM beats a blocked triangle. */
+ * triangle of S is computed and thrown away: at these sizes one GEMM beats a blocked triangle.
+ *
+ * Left padding (start s of a row): a query at column i >= s sees keys s .. i, one at i < s keys
+ * 0 .. i. So the row is two independent causal attentions, over columns 0 .. s-1 (the pads) and
+ * s .. T-1 (the real tokens), and forward and backward run the plain code on each block. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -40,76 +44,116 @@ size_t dfg_cpu_scratch_attention(const dfg_node *n) {
     return sizeof(float) * (size_t)(T * T) * (n->op == DFG_OP_ATTENTION_BWD ? 2u : 1u);
 }
 
+const int32_t *dfg_cpu_attention_start(const dfg_node *n, void *const *in, int plain, int64_t limit, dfg_cpu_ctx *ctx,
+                                       dfg_status *st) {
+    *st = DFG_OK;
+    if (n->n_in == plain) return NULL;
+    const int32_t *start = in[plain];
+    int64_t rows = n->in[plain]->shape.d[0];
+    for (int64_t b = 0; b < rows; b++)
+        if (start[b] < 0 || start[b] >= limit) {
+            *st = dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "start[%lld] = %d is outside the row's columns 0 .. %lld",
+                               (long long)b, (int)start[b], (long long)(limit - 1));
+            return NULL;
+        }
+    return start;
+}
+
+/* Causal attention of `len` rows among themselves: q, k, v of stride 3C, y of stride C, lse (len);
+ * S: (len, len) scratch. */
+static void causal_block(const float *q, const float *k, const float *v, float *y, float *lse, int64_t len, int64_t C,
+                         int64_t D, float scale, float *S) {
+    if (len < 1) return;
+    int n = (int)len, ld3 = (int)(3 * C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, (int)D, scale, q, ld3, k, ld3, 0.0f, S, n);
+    for (int64_t t = 0; t < len; t++) lse[t] = dfg_cpu_softmax_row(S + t * len, t + 1, len);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, (int)D, n, 1.0f, S, n, v, ld3, 0.0f, y, (int)C);
+}
+
+/* inputs qkv (B,T,3C) [, start (B)] -> y (B,T,C), lse (B,H,T) */
 dfg_status dfg_cpu_attention(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape s = n->in[0]->shape;
     int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
     const float *qkv = in[0];         /* (B, T, 3C) */
     float *y = out[0], *lse = out[1]; /* (B, T, C), (B, H, T) */
     float scale = 1.0f / sqrtf((float)D);
+    dfg_status st;
+    const int32_t *start = dfg_cpu_attention_start(n, in, 1, T, ctx, &st); /* (B) or NULL */
+    if (st) return st;
     if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q = qkv + b * T * 3 * C + h * D, *k = q + C, *v = q + 2 * C; /* rows of stride 3C */
-        float *S = dfg_cpu_thread_scratch(ctx);                                          /* (T, T) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, scale, q, (int)(3 * C), k,
-                    (int)(3 * C), 0.0f, S, (int)T);
-        for (int64_t t = 0; t < T; t++) lse[bh * T + t] = dfg_cpu_softmax_row(S + t * T, t + 1, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, S, (int)T, v, (int)(3 * C),
-                    0.0f, y + b * T * C + h * D, (int)C);
+        int64_t b = bh / H, h = bh % H, s0 = start ? start[b] : 0;
+        const float *q = qkv + b * T * 3 * C + h * D; /* rows of stride 3C: q, then k at +C, v at +2C */
+        float *yb = y + b * T * C + h * D, *S = dfg_cpu_thread_scratch(ctx);
+        causal_block(q, q + C, q + 2 * C, yb, lse + bh * T, s0, C, D, scale, S); /* the pads */
+        const float *qr = q + s0 * 3 * C;
+        causal_block(qr, qr + C, qr + 2 * C, yb + s0 * C, lse + bh * T + s0, T - s0, C, D, scale, S);
     }
     return DFG_OK;
 }
 
-/* inputs dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) -> dqkv (B,T,3C). Each (b, h) owns
- * its head's columns of dq, dk and dv, so the jobs write without races:
+/* The backward of causal_block: dy, y of stride C, lse (len) -> dq, dk, dv of stride 3C.
  *   P = exp(S - lse), dP = dY V^T, dS = P (dP - rowsum(dY * Y)) scale,
- *   dQ = dS K, dK = dS^T Q, dV = P^T dY. */
+ *   dQ = dS K, dK = dS^T Q, dV = P^T dY.  P, dS: (len, len) scratch each. */
+static void causal_block_bwd(const float *q, const float *k, const float *v, const float *dyb, const float *yb,
+                             const float *lse, float *dq, float *dk, float *dv, int64_t len, int64_t C, int64_t D,
+                             float scale, float *P, float *dS) {
+    if (len < 1) return;
+    int n = (int)len, ld3 = (int)(3 * C), ldc = (int)C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, (int)D, scale, q, ld3, k, ld3, 0.0f, P, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, (int)D, 1.0f, dyb, ldc, v, ld3, 0.0f, dS, n);
+    for (int64_t t = 0; t < len; t++) {
+        float *pr = P + t * len, *dr = dS + t * len, l = lse[t], dot = 0.0f;
+        const float *dyt = dyb + t * C, *yt = yb + t * C;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < D; d++) dot += dyt[d] * yt[d];
+#pragma omp simd
+        for (int64_t j = 0; j <= t; j++) {
+            pr[j] = dfg_exp_f32(pr[j] - l);
+            dr[j] = pr[j] * (dr[j] - dot) * scale;
+        }
+        for (int64_t j = t + 1; j < len; j++) pr[j] = dr[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, (int)D, n, 1.0f, dS, n, k, ld3, 0.0f, dq, ld3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)D, n, 1.0f, dS, n, q, ld3, 0.0f, dk, ld3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)D, n, 1.0f, P, n, dyb, ldc, 0.0f, dv, ld3);
+}
+
+/* inputs dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) [, start (B)] -> dqkv (B,T,3C). Each
+ * (b, h) owns its head's columns of dq, dk and dv, so the jobs write without races. */
 dfg_status dfg_cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape s = n->in[1]->shape;
     int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
     const float *dy = in[0], *qkv = in[1], *y = in[2], *lse = in[3];
     float *dqkv = out[0];
     float scale = 1.0f / sqrtf((float)D);
+    dfg_status st;
+    const int32_t *start = dfg_cpu_attention_start(n, in, 4, T, ctx, &st);
+    if (st) return st;
     if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q = qkv + b * T * 3 * C + h * D, *k = q + C, *v = q + 2 * C;
-        const float *dyb = dy + b * T * C + h * D, *yb = y + b * T * C + h * D; /* rows of stride C */
-        float *dq = dqkv + b * T * 3 * C + h * D, *dk = dq + C, *dv = dq + 2 * C;
+        int64_t b = bh / H, h = bh % H, s0 = start ? start[b] : 0;
         float *P = dfg_cpu_thread_scratch(ctx), *dS = P + T * T; /* (T, T) each */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, scale, q, (int)(3 * C), k,
-                    (int)(3 * C), 0.0f, P, (int)T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, 1.0f, dyb, (int)C, v,
-                    (int)(3 * C), 0.0f, dS, (int)T);
-        for (int64_t t = 0; t < T; t++) {
-            float *pr = P + t * T, *dr = dS + t * T, l = lse[bh * T + t], dot = 0.0f;
-            const float *dyt = dyb + t * C, *yt = yb + t * C;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t d = 0; d < D; d++) dot += dyt[d] * yt[d];
-#pragma omp simd
-            for (int64_t j = 0; j <= t; j++) {
-                pr[j] = dfg_exp_f32(pr[j] - l);
-                dr[j] = pr[j] * (dr[j] - dot) * scale;
-            }
-            for (int64_t j = t + 1; j < T; j++) pr[j] = dr[j] = 0.0f;
+        for (int blk = 0; blk < 2; blk++) { /* the pads 0 .. s0-1, then the real columns s0 .. T-1 */
+            int64_t r0 = blk ? s0 : 0, len = blk ? T - s0 : s0;
+            const float *q = qkv + (b * T + r0) * 3 * C + h * D;
+            const float *dyb = dy + (b * T + r0) * C + h * D, *yb = y + (b * T + r0) * C + h * D;
+            float *dq = dqkv + (b * T + r0) * 3 * C + h * D;
+            causal_block_bwd(q, q + C, q + 2 * C, dyb, yb, lse + bh * T + r0, dq, dq + C, dq + 2 * C, len, C, D, scale,
+                             P, dS);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, dS, (int)T, k,
-                    (int)(3 * C), 0.0f, dq, (int)(3 * C));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, dS, (int)T, q, (int)(3 * C),
-                    0.0f, dk, (int)(3 * C));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, P, (int)T, dyb, (int)C, 0.0f,
-                    dv, (int)(3 * C));
     }
     return DFG_OK;
 }
 
-/* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,Ckv) rows 0 .. pos+i: per query
- * row, scores = K q (a GEMV over the cached rows), softmax, y = V^T p. The caches hold
- * Hkv = Ckv / D heads; query head h reads KV head h / (H / Hkv) (Hkv = H: head h). */
+/* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,Ckv) rows lo .. pos+i (lo: the
+ * row's start when pos+i is a real column, else 0): per query row, scores = K q (a GEMV over the
+ * cached rows), softmax, y = V^T p. The caches hold Hkv = Ckv / D heads; query head h reads KV
+ * head h / (H / Hkv) (Hkv = H: head h). */
 dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape qs = n->in[0]->shape;
     int64_t B = qs.d[0], Tq = qs.d[1], C = qs.d[2], Tmax = n->in[1]->shape.d[1], H = n->attr->attention.n_head,
@@ -120,14 +164,18 @@ dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *co
     if (pos < 0 || pos + Tq > Tmax)
         return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "position %lld + %lld queries exceeds the cache length %lld",
                             (long long)pos, (long long)Tq, (long long)Tmax);
+    dfg_status st;
+    const int32_t *start = dfg_cpu_attention_start(n, in, 4, Tmax, ctx, &st); /* (B) or NULL */
+    if (st) return st;
     if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++)
         for (int64_t i = 0; i < Tq; i++) {
-            int64_t b = bh / H, h = bh % H, nk = pos + i + 1, at = b * Tmax * Ckv + h / group * D;
-            const float *k = kc + at, *v = vc + at; /* rows of stride Ckv */
+            int64_t b = bh / H, h = bh % H, col = pos + i, s0 = start ? start[b] : 0, lo = col >= s0 ? s0 : 0;
+            int64_t nk = col + 1 - lo, at = (b * Tmax + lo) * Ckv + h / group * D;
+            const float *k = kc + at, *v = vc + at; /* rows lo .. col, of stride Ckv */
             float *p = dfg_cpu_thread_scratch(ctx); /* (nk) */
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nk, (int)D, scale, k, (int)Ckv, q + (b * Tq + i) * C + h * D,
                         1, 0.0f, p, 1);

@@ -6,7 +6,11 @@
  * from one GEMM against the prefix keys, the row's own from another; the softmax runs over both
  * (query i allows Tp + i + 1 keys), and Y = P_prefix V_prefix + P_own V_own. Backward runs one
  * job per (prefix, head) and walks the group's G rows in order, so the prefix's key and value
- * gradients are summed without races or a second buffer. */
+ * gradients are summed without races or a second buffer.
+ *
+ * Left-padded prefixes (start s of prefix p): its rows' queries see prefix keys s .. Tp-1, which
+ * is this same computation over the prefix rows s .. Tp-1 (a prefix of Tp - s keys starting s
+ * rows in); the prefix's key and value gradients of rows 0 .. s-1 are zeros. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -28,6 +32,14 @@ static prefix_dims dims_of(const dfg_shape qkv, const dfg_shape pre, int n_head)
     return d;
 }
 
+/* The dims of a row whose prefix starts s0 rows in: Tp - s0 prefix keys (score rows get shorter) */
+static prefix_dims skip_pads(const prefix_dims *d, int64_t s0) {
+    prefix_dims r = *d;
+    r.Tp -= s0;
+    r.ld = r.Tp + r.Tc;
+    return r;
+}
+
 size_t dfg_cpu_scratch_attention_prefix(const dfg_node *n) {
     bool bwd = n->op == DFG_OP_ATTENTION_PREFIX_BWD;
     const dfg_tensor *qkv = n->in[bwd ? 1 : 0], *pre = n->in[bwd ? 2 : 1];
@@ -46,17 +58,21 @@ static void scores(const prefix_dims *d, const float *q, const float *k, const f
 }
 
 dfg_status dfg_cpu_attention_prefix(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const prefix_dims d = dims_of(n->in[0]->shape, n->in[1]->shape, n->attr->attention.n_head);
+    const prefix_dims d0 = dims_of(n->in[0]->shape, n->in[1]->shape, n->attr->attention.n_head);
     const float *qkv = in[0], *pre = in[1]; /* (n, Tc, 3C), (P, Tp, 3C) */
     float *y = out[0], *lse = out[1];       /* (n, Tc, C), (n, H, Tc) */
+    dfg_status st;
+    const int32_t *start = dfg_cpu_attention_start(n, in, 2, d0.Tp, ctx, &st); /* (P) or NULL */
+    if (st) return st;
     if (ctx->scratch_per_thread < dfg_cpu_scratch_attention_prefix(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
-    int ld3 = (int)(3 * d.C);
+    int ld3 = (int)(3 * d0.C);
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
-    for (int64_t bh = 0; bh < d.n * d.H; bh++) {
-        int64_t b = bh / d.H, h = bh % d.H;
+    for (int64_t bh = 0; bh < d0.n * d0.H; bh++) {
+        int64_t b = bh / d0.H, h = bh % d0.H, s0 = start ? start[b / d0.G] : 0;
+        const prefix_dims d = skip_pads(&d0, s0);
         const float *q = qkv + b * d.Tc * 3 * d.C + h * d.D, *k = q + d.C, *v = q + 2 * d.C;
-        const float *kp = pre + (b / d.G) * d.Tp * 3 * d.C + d.C + h * d.D, *vp = kp + d.C;
+        const float *kp = pre + ((b / d.G) * d0.Tp + s0) * 3 * d.C + d.C + h * d.D, *vp = kp + d.C;
         float *S = dfg_cpu_thread_scratch(ctx), *yb = y + b * d.Tc * d.C + h * d.D; /* (Tc, ld); rows of stride C */
         scores(&d, q, k, kp, S);
         for (int64_t i = 0; i < d.Tc; i++) lse[bh * d.Tc + i] = dfg_cpu_softmax_row(S + i * d.ld, d.Tp + i + 1, d.ld);
@@ -90,20 +106,25 @@ static void softmax_grad(const prefix_dims *d, float *P, float *dS, const float 
  * -> dqkv (n,Tc,3C), dprefix (P,Tp,3C). Per row: dP = dY [Vp | V]^T, dQ = dS_p Kp + dS_own K,
  * dK = dS_own^T Q, dV = P_own^T dY; and the prefix's dKp += dS_p^T Q, dVp += P_p^T dY. */
 dfg_status dfg_cpu_attention_prefix_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const prefix_dims d = dims_of(n->in[1]->shape, n->in[2]->shape, n->attr->attention.n_head);
+    const prefix_dims d0 = dims_of(n->in[1]->shape, n->in[2]->shape, n->attr->attention.n_head);
     const float *dy = in[0], *qkv = in[1], *pre = in[2], *y = in[3], *lse = in[4];
     float *dqkv = out[0], *dpre = out[1];
+    dfg_status st;
+    const int32_t *start = dfg_cpu_attention_start(n, in, 5, d0.Tp, ctx, &st); /* (P) or NULL */
+    if (st) return st;
     if (ctx->scratch_per_thread < dfg_cpu_scratch_attention_prefix(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
-    int ld3 = (int)(3 * d.C), ldc = (int)d.C, Tc = (int)d.Tc, Tp = (int)d.Tp, D = (int)d.D, ld = (int)d.ld;
-    int64_t P = d.n / d.G;
+    int64_t P = d0.n / d0.G;
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
-    for (int64_t ph = 0; ph < P * d.H; ph++) {
-        int64_t p = ph / d.H, h = ph % d.H;
-        const float *kp = pre + p * d.Tp * 3 * d.C + d.C + h * d.D, *vp = kp + d.C;
-        float *dqp = dpre + p * d.Tp * 3 * d.C + h * d.D, *dkp = dqp + d.C, *dvp = dqp + 2 * d.C;
-        for (int64_t t = 0; t < d.Tp; t++) /* the prefix's queries get nothing; its keys and values sum */
-            for (int part = 0; part < 3; part++) memset(dqp + t * 3 * d.C + part * d.C, 0, sizeof(float) * (size_t)d.D);
+    for (int64_t ph = 0; ph < P * d0.H; ph++) {
+        int64_t p = ph / d0.H, h = ph % d0.H, s0 = start ? start[p] : 0;
+        const prefix_dims d = skip_pads(&d0, s0);
+        int ld3 = (int)(3 * d.C), ldc = (int)d.C, Tc = (int)d.Tc, Tp = (int)d.Tp, D = (int)d.D, ld = (int)d.ld;
+        float *dqp0 = dpre + p * d0.Tp * 3 * d.C + h * d.D;
+        for (int64_t t = 0; t < d0.Tp; t++) /* the prefix's queries get nothing; its keys and values sum (pads: 0) */
+            for (int part = 0; part < 3; part++) memset(dqp0 + t * 3 * d.C + part * d.C, 0, sizeof(float) * (size_t)d.D);
+        const float *kp = pre + (p * d0.Tp + s0) * 3 * d.C + d.C + h * d.D, *vp = kp + d.C;
+        float *dqp = dqp0 + s0 * 3 * d.C, *dkp = dqp + d.C, *dvp = dqp + 2 * d.C;
         float *Pm = dfg_cpu_thread_scratch(ctx), *dS = Pm + d.Tc * d.ld; /* (Tc, ld) each */
         for (int64_t b = p * d.G; b < (p + 1) * d.G; b++) {
             const float *q = qkv + b * d.Tc * 3 * d.C + h * d.D, *k = q + d.C, *v = q + 2 * d.C;

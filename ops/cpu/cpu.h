@@ -31,6 +31,10 @@ float *dfg_cpu_thread_scratch(dfg_cpu_ctx *ctx);
 /* A row s of n scores whose first nk are allowed (causal masking): softmax in place, zeros past
  * nk; returns the log-sum-exp of the allowed scores (attention.c). */
 float dfg_cpu_softmax_row(float *s, int64_t nk, int64_t n);
+/* The attention ops' optional start input (input `plain`, i32 (rows)): NULL when the node has
+ * none; every value must lie in [0, limit), else *st is the node's range error (attention.c). */
+const int32_t *dfg_cpu_attention_start(const dfg_node *n, void *const *in, int plain, int64_t limit, dfg_cpu_ctx *ctx,
+                                       dfg_status *st);
 /* Formats "<op> '<node>': <reason>" into ctx->err and returns s. */
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

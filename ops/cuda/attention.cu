@@ -17,6 +17,15 @@
 // DFG_ATTENTION_ENGINE_ONLY): a sequence's keys are its prefix's Tp rows, then its own; a query
 // at position i sees keys 0 .. Tp + i. Plain attention is the case Tp = 0.
 //
+// Left padding (a start input: sequence b's first real column s of its extended sequence, one
+// value a sequence or, with a prefix, a prefix): a query at column c >= s sees keys s .. c, one at
+// c < s (a pad) keys 0 .. c. The bound is the key loops' first key: a tile of real queries
+// streams keys from s on (not from a tile boundary), so its only mask is the causal one; a tile of
+// pads or one that straddles s starts at 0 and masks with one unsigned compare (j - lo <= c - lo)
+// where the causal compare was. In the dK/dV kernel, a key tile wholly of pads walks only the pad
+// queries. The online softmax of a straddling tile's real row can meet a tile where it sees
+// nothing (its keys start at s): its running max stays -inf and that tile adds 0.
+//
 // attention_cached (decoding against KV caches) is attention_decode.cu's.
 #include "attention_common.cuh"
 
@@ -40,7 +49,26 @@ struct att_geom {
     long long C; // model width: rows of qkv have 3C elements, rows of y / dy have C
     float scale; // 1 / sqrt(D)
     int vec;     // 1: rows may move 4 elements at a time (D % 4 == 0, pointers aligned)
+    const int32_t *start; // left padding: (n) without a prefix, (P) with one; NULL: none
+    int *flags;           // device flag set when a start is outside its sequence
 };
+
+// The first real column of sequence b's extended sequence (0 without padding). A start outside
+// 0 .. (Tp or Tc) - 1 sets the flag (the CPU kernel's range error) and is clamped.
+static __device__ __forceinline__ int att_start(const att_geom &g, int b, bool report) {
+    if (!g.start) return 0;
+    int s = g.start[b / g.G], last = (g.Tp ? g.Tp : g.Tc) - 1;
+    if (s < 0 || s > last) {
+        if (report && g.flags) *g.flags = 1;
+        s = s < 0 ? 0 : last;
+    }
+    return s;
+}
+
+// The first key column c sees: s when c is a real column, 0 when c is a pad.
+static __device__ __forceinline__ int att_lo(int c, int s) { return c >= s ? s : 0; }
+// Key j is visible to the query at column c (lo = att_lo(c, s)): lo <= j <= c, in one compare.
+static __device__ __forceinline__ bool att_sees(int j, int c, int lo) { return (unsigned)(j - lo) <= (unsigned)(c - lo); }
 
 // ---------------------------------------------------------------- 4-element row access
 // Elements d .. d+3 of a row of D (zeros past D, or for a NULL row: padding of tiles and heads).
@@ -146,11 +174,16 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_fl
     const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
     const int b = blockIdx.x / g.H, h = blockIdx.x % g.H, q0 = (gridDim.y - 1 - blockIdx.y) * 64;
     const bool vec = g.vec != 0;
+    const int st = att_start(g, b, tid == 0);
     load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
 
     float o[4][DP / 8] = {}, m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};
+    int lo[4]; // each row's first key
+#pragma unroll
+    for (int a = 0; a < 4; a++) lo[a] = att_lo(g.Tp + q0 + ty * 4 + a, st);
+    const int kbeg = att_lo(g.Tp + q0, st);     // real rows only: their first key; else 0
     const int kend = g.Tp + min(q0 + 64, g.Tc); // keys the tile's last row sees
-    for (int k0 = 0; k0 < kend; k0 += 64) {
+    for (int k0 = kbeg; k0 < kend; k0 += 64) {
         __syncthreads(); // the previous tile's P^T and V are read
         load_tile<T, DP, 64>(KP, nullptr, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 1); }, g.D, vec);
         load_tile<T, DP, 64>(nullptr, Vs, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 2); }, g.D, vec);
@@ -168,24 +201,26 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_fl
                     s[a][4 + e] = fmaf(get4(qa, a), get4(k1v, e), s[a][4 + e]);
                 }
         }
-        // online softmax: key j is visible to row i when j <= Tp + i; key 0 always is, so the
-        // running max is finite after the first tile and a fully masked row of a later tile adds 0
+        // online softmax: key j is visible to the row at column c = Tp + i when lo <= j <= c. The
+        // first tile holds a visible key of every row, except the real rows of a tile that
+        // straddles the start: until their start's tile their max stays -inf (mr: 0, so alpha
+        // and the weights are exp(-inf) = 0, not NaN); a fully masked row of a later tile adds 0
 #pragma unroll
         for (int a = 0; a < 4; a++) {
-            int lim = g.Tp + q0 + ty * 4 + a;
+            int c = g.Tp + q0 + ty * 4 + a;
             float mx = -INFINITY;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 int j = k0 + tx * 4 + (e & 3) + 32 * (e >> 2);
-                s[a][e] = j <= lim ? s[a][e] * g.scale : -INFINITY;
+                s[a][e] = att_sees(j, c, lo[a]) ? s[a][e] * g.scale : -INFINITY;
                 mx = fmaxf(mx, s[a][e]);
             }
-            float mn = fmaxf(m[a], row8_max(mx)), alpha = expf(m[a] - mn);
+            float mn = fmaxf(m[a], row8_max(mx)), mr = mn == -INFINITY ? 0.0f : mn, alpha = expf(m[a] - mr);
             m[a] = mn;
             l[a] *= alpha;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                s[a][e] = expf(s[a][e] - mn);
+                s[a][e] = expf(s[a][e] - mr);
                 l[a] += s[a][e]; // this thread's columns; the row's 8 lanes are summed at the end
             }
 #pragma unroll
@@ -262,6 +297,8 @@ __host__ __device__ constexpr int dkv_smem_floats() {
 // k0.. ; a prefix's keys by every row of the G sequences of its group, walked in order, so the
 // group's sum needs no atomics. One launch holds both kinds: the first npre blocks are the
 // prefixes' (the longest walks), then the sequences' by key tile (tile 0, the longest, first).
+// With left padding, a tile wholly of pad keys (below the start) is seen by the pad queries only,
+// and its walk stops where they do (a prefix's pads: by no query at all).
 // Thread (ty, tx) owns keys ty*4 .. ty*4+3, the score columns (queries) tx*4 .. tx*4+3 and
 // output columns tx*4 + 32k + {0..3}.
 template <class T, int DP>
@@ -287,13 +324,16 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_fl
     const int nkeys = prefix ? g.Tp : g.Tp + g.Tc;  // keys of its kind end here
     const int b_begin = prefix ? u * g.G : u, b_end = prefix ? (u + 1) * g.G : u + 1;
     const int kb = prefix ? u * g.G : u; // a sequence whose extended keys hold this tile
+    const int st = att_start(g, kb, tid == 0);  // the same for the group's sequences (a prefix's)
+    // queries that see the tile: own keys k0.. from row k0 on; pad keys only up to the last pad
+    const int iend = key0 + 64 <= st ? min(g.Tc, st - g.Tp) : g.Tc;
     auto kv = [&](int r, int part) { return key0 + r < nkeys ? kv_row(qkv, pre, g, kb, h, key0 + r, part) : nullptr; };
     load_tile<T, DP, 64>(Kt, nullptr, [&](int r) { return kv(r, 1); }, g.D, vec);
     load_tile<T, DP, 64>(Vt, nullptr, [&](int r) { return kv(r, 2); }, g.D, vec);
 
     float dk[4][DP / 8] = {}, dv[4][DP / 8] = {};
     for (int b = b_begin; b < b_end; b++) {
-        for (int i0 = prefix ? 0 : k0; i0 < g.Tc; i0 += 32) { // own keys k0.. are seen from row k0 on
+        for (int i0 = prefix ? 0 : k0; i0 < iend; i0 += 32) {
             __syncthreads(); // the previous tile's P, dS, Q and dO are read
             load_tile<T, DP, 32>(Qt, Qs, [&](int r) { return q_row(qkv, g, b, h, i0 + r); }, g.D, vec);
             load_tile<T, DP, 32>(Ot, Os, [&](int r) { return c_row(dy, g, b, h, i0 + r); }, g.D, vec);
@@ -316,13 +356,13 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_fl
                         dp[a][e] = fmaf(get4(va, a), get4(ob, e), dp[a][e]);
                     }
             }
-            // P = exp(S - lse) where key j is visible to row i (j <= Tp + i); dS = P (dP - delta) scale
+            // P = exp(S - lse) where key j is visible to row i (lo <= j <= Tp + i); dS = P (dP - delta) scale
 #pragma unroll
             for (int a = 0; a < 4; a++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int j = key0 + ty * 4 + a, i = i0 + tx * 4 + e, r = tx * 4 + e;
-                    bool see = i < g.Tc && j < nkeys && j <= g.Tp + i;
+                    int j = key0 + ty * 4 + a, i = i0 + tx * 4 + e, r = tx * 4 + e, c = g.Tp + i;
+                    bool see = i < g.Tc && j < nkeys && att_sees(j, c, att_lo(c, st));
                     float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
                     s[a][e] = p;
                     dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
@@ -393,6 +433,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
     const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
     const int b = blockIdx.x / g.H, h = blockIdx.x % g.H, q0 = (gridDim.y - 1 - blockIdx.y) * 64;
     const bool vec = g.vec != 0;
+    const int st = att_start(g, b, tid == 0);
     load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
     load_tile<T, DP, 64>(Ot, nullptr, [&](int r) { return c_row(dy, g, b, h, q0 + r); }, g.D, vec);
     if (tid < 64) {
@@ -401,8 +442,11 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
         dl_s[tid] = q0 + tid < g.Tc ? delta[at] : 0.0f;
     }
     float dq[4][DP / 8] = {};
-    const int kend = g.Tp + min(q0 + 64, g.Tc);
-    for (int k0 = 0; k0 < kend; k0 += 32) {
+    int lo[4]; // each row's first key
+#pragma unroll
+    for (int a = 0; a < 4; a++) lo[a] = att_lo(g.Tp + q0 + ty * 4 + a, st);
+    const int kbeg = att_lo(g.Tp + q0, st), kend = g.Tp + min(q0 + 64, g.Tc);
+    for (int k0 = kbeg; k0 < kend; k0 += 32) {
         __syncthreads(); // the previous tile's dS^T and K are read
         load_tile<T, DP, 32>(Kt, Ks, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 1); }, g.D, vec);
         load_tile<T, DP, 32>(Vt, nullptr, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 2); }, g.D, vec);
@@ -425,7 +469,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = ty * 4 + a, i = q0 + r, j = k0 + tx * 4 + e;
-                bool see = i < g.Tc && j <= g.Tp + i;
+                bool see = i < g.Tc && att_sees(j, g.Tp + i, lo[a]);
                 float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
                 dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
             }
@@ -473,7 +517,15 @@ static att_geom att_geometry(const dfg_tensor *qkv, const dfg_tensor *pre, int n
     g.D = (int)(g.C / n_head);
     g.scale = 1.0f / sqrtf((float)g.D);
     g.vec = 0;
+    g.start = nullptr;
+    g.flags = nullptr;
     return g;
+}
+
+// The node's start (input `plain` when it has plain + 1 inputs) and the flag it reports to.
+static void att_padding(att_geom *g, const dfg_node *n, void *const *in, int plain, dfg_cuda_ctx *ctx) {
+    g->start = n->n_in > plain ? (const int32_t *)in[plain] : nullptr;
+    g->flags = ctx->flags;
 }
 
 // The padded head dim of the tiled kernels (0: D is over 128).
@@ -552,7 +604,8 @@ static dfg_status att_backward(const dfg_node *n, dfg_cuda_ctx *ctx, T *dqkv, T 
 // cuDNN's fused SDPA first where the context has one (ctx->sdpa: the GPU's cuDNN call site, or
 // the emulated device's interpreter under DFG_EMU_SDPA=1) and it takes the node: on a GPU bf16
 // or f16, head dims a multiple of 8 up to 128, 16-byte aligned operands
-// (dfg_sdpa_cudnn_supports); the interpreter takes any. DFG_ERR_UNSUPPORTED from it (nothing
+// (dfg_sdpa_cudnn_supports); the interpreter takes any. A node with a start (left padding) is
+// never SDPA's: its descriptor is refused (sdpa.c; no left-padding mask), the kernels below run. DFG_ERR_UNSUPPORTED from it (nothing
 // enqueued) falls through to the hand-written kernels below; any other status is the node's.
 static bool att_via_sdpa(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, dfg_status *st) {
     dfg_sdpa_desc d;
@@ -571,6 +624,7 @@ DFG_CUDA_LAUNCHER(attention) {
     if (att_via_sdpa(n, in, out, ctx, &st)) return st;
     const dfg_tensor *qkv = n->in[0];
     att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
+    att_padding(&g, n, in, 1, ctx);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
                             return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0], nullptr, g));
 }
@@ -582,6 +636,7 @@ DFG_CUDA_LAUNCHER(attention_bwd) {
     if (att_via_sdpa(n, in, out, ctx, &st)) return st;
     const dfg_tensor *qkv = n->in[1];
     att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
+    att_padding(&g, n, in, 4, ctx);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
                             return att_backward<T>(n, ctx, (T *)out[0], nullptr, (const T *)in[0], (const T *)in[1],
                                                    nullptr, (const T *)in[2], (const float *)in[3], g));

@@ -6,6 +6,10 @@
 // output; a combine kernel merges the splits in order. The position is read on the device. With
 // grouped-query caches (Hkv < H KV heads) a block serves up to 8 query heads of one KV head, so
 // each cache row is read once per group, not once per query head.
+//
+// Left padding (start (B): each row's first real column): a query at column c >= start sees
+// cache rows start .. c, one at a pad column rows 0 .. c. The start is the lower end of the
+// blocks' key range: the splits wholly before it return at once and the combine skips them.
 #include "attention_common.cuh"
 
 namespace {
@@ -39,6 +43,19 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos_in, int *flags,
     return pos;
 }
 
+// The first cache row the query at column c of batch row b sees: the row's start when c is a real
+// column, else 0 (no start: 0). A start outside the cache sets the flag and is clamped.
+static __device__ __forceinline__ int att_first_key(const int32_t *start, int *flags, const att_dec &a, int b, int c,
+                                                    bool report) {
+    if (!start) return 0;
+    int s = start[b];
+    if (s < 0 || s >= a.Tmax) {
+        if (report && flags) *flags = 1;
+        s = s < 0 ? 0 : a.Tmax - 1;
+    }
+    return c >= s ? s : 0;
+}
+
 // The block-wide max (MAX) or sum of v[0 .. n-1], n <= GM, in every thread: dfg_block_max /
 // dfg_block_sum's warp reductions for each value, sharing their two barriers. red: 32 * n floats.
 template <bool MAX, int GM>
@@ -61,7 +78,8 @@ static __device__ __forceinline__ void att_block_reduce(float (&v)[GM], int n, f
 }
 
 // Block ((b*Hkv + kv)*NG + k, query i, split s) serves the nh <= GB query heads h0 .. h0+nh-1
-// (h0 = kv*G + k*GB) that read KV head kv, over cache positions [s*L, min((s+1)*L, pos+i+1)):
+// (h0 = kv*G + k*GB) that read KV head kv, over cache positions [max(s*L, lo), min((s+1)*L, pos+i+1))
+// (lo: the query's first key, att_first_key):
 // chunks of KC keys are staged in shared memory once for all of them (coalesced, 4 elements a
 // thread), thread t scores key t of the chunk against each head's query; a block-wide online
 // softmax per head; the weighted values summed by NP subsets of the keys (thread = (subset, output
@@ -74,7 +92,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                      const T *q,         // (B, Tq, C)
                      const T *kc,        // (B, Tmax, Ckv)
                      const T *vc,        // (B, Tmax, Ckv)
-                     const int32_t *pos_in, int *flags, att_dec a) {
+                     const int32_t *pos_in,
+                     const int32_t *start, // (B) or NULL
+                     int *flags, att_dec a) {
     DFG_SHARED_DYNAMIC(float, sm);
     const int GB = GM == 1 ? 1 : a.GB;
     // qs (GB, D), Ks (KC, KS), ps (GB, KC), red (GB, 32), acc (GB, NP, D)
@@ -83,8 +103,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int bkv = blockIdx.x / a.NG, b = bkv / hkv, kv = bkv % hkv, k0 = blockIdx.x % a.NG * GB;
     const int h0 = kv * a.G + k0, nh = GM == 1 ? 1 : min(GB, a.G - k0);
     const int pos = att_pos(pos_in, flags, a, blockIdx.x == 0 && i == 0 && s == 0 && tid == 0);
-    const int kbeg = s * a.L, kend = min(kbeg + a.L, pos + i + 1);
-    if (kbeg >= kend) return; // the whole block: a split past the query's keys (the combine skips it)
+    const int lo = att_first_key(start, flags, a, b, pos + i, tid == 0);
+    const int kbeg = max(s * a.L, lo), kend = min(s * a.L + a.L, pos + i + 1);
+    if (kbeg >= kend) return; // the whole block: a split outside the query's keys (the combine skips it)
     const T *qr = q + ((long long)b * a.Tq + i) * a.C + (long long)h0 * a.D; // the nh heads, side by side
     const long long at = (long long)b * a.Tmax * a.Ckv + (long long)kv * a.D; // row 0 of this batch and KV head
     const T *kb = kc + at, *vb = vc + at;
@@ -202,27 +223,30 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 // Block (b*H + h) * Tq + i: y = sum_s w_s o_s / sum_s w_s l_s, w_s = exp(m_s - max m), over the
-// splits that hold keys of this query, in split order.
+// splits that hold keys of this query (s0 .. ns-1: from its first key's split), in split order.
 template <class T>
 static __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(T *y,                // (B, Tq, C)
                        const float *part,   // (B*H*Tq, nsplit, D + 2)
-                       const int32_t *pos_in, att_dec a) {
+                       const int32_t *pos_in,
+                       const int32_t *start, // (B) or NULL
+                       att_dec a) {
     DFG_SHARED_DYNAMIC(float, w); // (nsplit)
     const long long row = blockIdx.x;
     const int bh = (int)(row / a.Tq), i = (int)(row % a.Tq), b = bh / a.H, h = bh % a.H;
-    const int ns = (att_pos(pos_in, nullptr, a, false) + i + 1 + a.L - 1) / a.L;
+    const int c = att_pos(pos_in, nullptr, a, false) + i; // the query's column
+    const int s0 = att_first_key(start, nullptr, a, b, c, false) / a.L, ns = (c + 1 + a.L - 1) / a.L;
     const float *pr = part + row * a.nsplit * (a.D + 2);
     float mx = -INFINITY;
-    for (int s = 0; s < ns; s++) mx = fmaxf(mx, pr[s * (a.D + 2)]);
-    for (int s = threadIdx.x; s < ns; s += ATT_THREADS) w[s] = expf(pr[s * (a.D + 2)] - mx);
+    for (int s = s0; s < ns; s++) mx = fmaxf(mx, pr[s * (a.D + 2)]);
+    for (int s = s0 + threadIdx.x; s < ns; s += ATT_THREADS) w[s] = expf(pr[s * (a.D + 2)] - mx);
     __syncthreads();
     float tot = 0.0f;
-    for (int s = 0; s < ns; s++) tot = fmaf(w[s], pr[s * (a.D + 2) + 1], tot);
+    for (int s = s0; s < ns; s++) tot = fmaf(w[s], pr[s * (a.D + 2) + 1], tot);
     T *yr = y + ((long long)b * a.Tq + i) * a.C + (long long)h * a.D;
     for (int d = threadIdx.x; d < a.D; d += ATT_THREADS) {
         float o = 0.0f;
-        for (int s = 0; s < ns; s++) o = fmaf(w[s], pr[s * (a.D + 2) + 2 + d], o);
+        for (int s = s0; s < ns; s++) o = fmaf(w[s], pr[s * (a.D + 2) + 2 + d], o);
         dfg_st(yr, d, o / tot);
     }
 }
@@ -273,9 +297,10 @@ DFG_CUDA_SCRATCH(attention_cached) {
     return a.nsplit == 1 ? 0 : sizeof(float) * records * (size_t)(a.D + 2);
 }
 
-// inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, Ckv), pos (i32) -> y (B, Tq, C)
+// inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, Ckv), pos (i32) [, start (B)] -> y (B, Tq, C)
 DFG_CUDA_LAUNCHER(attention_cached) {
     att_dec a = att_decoding(n);
+    const int32_t *start = n->n_in == 5 ? (const int32_t *)in[4] : nullptr;
     long long B = n->in[0]->shape.d[0];
     size_t need = DFG_CUDA_FN(scratch_attention_cached)(n);
     if (need && (!ctx->scratch || ctx->scratch_bytes < need))
@@ -290,14 +315,15 @@ DFG_CUDA_LAUNCHER(attention_cached) {
         a.vec = att_vec(a.D, sizeof(T), in[0], in[1], in[2]);
         if (a.GB == 1)
             ATT_LAUNCH((att_split_kernel<T, 1>), grid, att_dec_floats(a), (float *)ctx->scratch, (T *)out[0],
-                       (const T *)in[0], (const T *)in[1], (const T *)in[2], (const int32_t *)in[3], ctx->flags, a);
+                       (const T *)in[0], (const T *)in[1], (const T *)in[2], (const int32_t *)in[3], start, ctx->flags,
+                       a);
         else
             ATT_LAUNCH((att_split_kernel<T, ATT_GROUP>), grid, att_dec_floats(a), (float *)ctx->scratch,
                        (T *)out[0], (const T *)in[0], (const T *)in[1], (const T *)in[2], (const int32_t *)in[3],
-                       ctx->flags, a);
+                       start, ctx->flags, a);
         if (a.nsplit > 1)
             ATT_LAUNCH((att_combine_kernel<T>), (unsigned)(B * a.H * a.Tq), a.nsplit, (T *)out[0],
-                       (const float *)ctx->scratch, (const int32_t *)in[3], a);
+                       (const float *)ctx->scratch, (const int32_t *)in[3], start, a);
     });
     return DFG_OK;
 }

@@ -7,14 +7,16 @@
 // after it. The backward's dK/dV kernel runs twice: over each sequence's own key tiles, and over
 // each (prefix, head, key tile) walking the group's G sequences in order, so the prefix's key and
 // value gradients are summed over the group deterministically with no atomics and no scratch
-// beyond the backward's delta rows. The prefix's query columns get zeros.
+// beyond the backward's delta rows. The prefix's query columns get zeros. With left-padded prefixes
+// (start (P)) a sequence's queries see its prefix's keys from start on (attention.cu's padding).
 #define DFG_ATTENTION_ENGINE_ONLY
 #include "attention.cu"
 
-// inputs qkv (n, Tc, 3C), prefix (P, Tp, 3C) -> y (n, Tc, C), lse (n, H, Tc)
+// inputs qkv (n, Tc, 3C), prefix (P, Tp, 3C) [, start (P)] -> y (n, Tc, C), lse (n, H, Tc)
 DFG_CUDA_LAUNCHER(attention_prefix) {
     const dfg_tensor *qkv = n->in[0], *pre = n->in[1];
     att_geom g = att_geometry(qkv, pre, n->attr->attention.n_head);
+    att_padding(&g, n, in, 2, ctx);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
                             return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0],
                                                   (const T *)in[1], g));
@@ -23,10 +25,11 @@ DFG_CUDA_LAUNCHER(attention_prefix) {
 DFG_CUDA_SCRATCH(attention_prefix_bwd) { return att_backward_scratch(n->in[1], n->attr->attention.n_head); }
 
 // inputs dy (n, Tc, C), qkv (n, Tc, 3C), prefix (P, Tp, 3C), y (n, Tc, C), lse (n, H, Tc)
-//   -> dqkv (n, Tc, 3C), dprefix (P, Tp, 3C)
+//   [, start (P)] -> dqkv (n, Tc, 3C), dprefix (P, Tp, 3C)
 DFG_CUDA_LAUNCHER(attention_prefix_bwd) {
     const dfg_tensor *qkv = n->in[1], *pre = n->in[2];
     att_geom g = att_geometry(qkv, pre, n->attr->attention.n_head);
+    att_padding(&g, n, in, 5, ctx);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
                             return att_backward<T>(n, ctx, (T *)out[0], (T *)out[1], (const T *)in[0], (const T *)in[1],
                                                    (const T *)in[2], (const T *)in[3], (const float *)in[4], g));

@@ -46,6 +46,10 @@ static bool same_shape(const dfg_tensor *t, dfg_dtype dt, int rank, int64_t a, i
 }
 
 bool dfg_sdpa_forward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why) {
+    if (n->op == DFG_OP_ATTENTION && n->n_in == 2) {
+        *why = "left-padded rows (a start input): SDPA has no left-padding mask; dfg's own attention kernel runs";
+        return false;
+    }
     if (n->op != DFG_OP_ATTENTION || n->n_in != 1 || n->n_out != 2) {
         *why = "not an attention node";
         return false;
@@ -60,6 +64,10 @@ bool dfg_sdpa_forward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why
 }
 
 bool dfg_sdpa_backward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why) {
+    if (n->op == DFG_OP_ATTENTION_BWD && n->n_in == 5) {
+        *why = "left-padded rows (a start input): SDPA has no left-padding mask; dfg's own attention kernel runs";
+        return false;
+    }
     if (n->op != DFG_OP_ATTENTION_BWD || n->n_in != 4 || n->n_out != 1) {
         *why = "not an attention_bwd node";
         return false;

@@ -181,7 +181,8 @@ static dfg_status check_flags(void *state, char *err, size_t len) {
     char ignored[128];
     st->d->fill(st->dev, st->ctx.flags, 0, sizeof(int), ignored, sizeof(ignored));
     snprintf(err, len, "a kernel found a value out of range on the device (flag %d): a token id outside the vocabulary, "
-                       "a position past the cache, or a row of NaN logits", flag);
+                       "a position past the cache, a padded row's start outside its columns, or a row of NaN logits",
+             flag);
     return DFG_ERR_RANGE;
 }
 
