@@ -39,5 +39,10 @@ dfg_status dfg_reward_program_start(dfg_reward_source *s, const char *cmd, char 
 dfg_status dfg_reward_program_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                     float *out, char *err, size_t err_len);
 void dfg_reward_program_stop(dfg_reward_source *s);
+/* One answer line (n_line bytes, no '\n') for n rows into out (n, F): the checks of docs/rewards.md,
+ * each failure one line in err naming the step and the row. The program's untrusted input:
+ * tests/fuzz/fuzz_reward_answer.c. */
+dfg_status dfg_reward_parse_answer(const dfg_reward_source *s, const char *line, size_t n_line, int64_t n, int64_t step,
+                                   float *out, char *err, size_t len);
 
 #endif

@@ -318,8 +318,8 @@ static dfg_status take_value(const dfg_reward_source *s, const cJSON *v, int64_t
     return st;
 }
 
-static dfg_status parse_answer(const dfg_reward_source *s, const char *line, size_t n_line, int64_t n, int64_t step,
-                               float *out, char *err, size_t len) {
+dfg_status dfg_reward_parse_answer(const dfg_reward_source *s, const char *line, size_t n_line, int64_t n, int64_t step,
+                                   float *out, char *err, size_t len) {
     char buf[100];
     int F = s->n_funcs;
     cJSON *a = cJSON_ParseWithLength(line, n_line);
@@ -374,7 +374,7 @@ dfg_status dfg_reward_program_score(dfg_reward_source *s, const dfg_reward_row *
     size_t used = 0;
     if (!st) st = read_line(s, deadline, when, &line, &used, err, err_len);
     if (st) return st;
-    st = parse_answer(s, line, used - 1, n, step, out, err, err_len);
+    st = dfg_reward_parse_answer(s, line, used - 1, n, step, out, err, err_len);
     drop_line(s, used);
     return st;
 }

@@ -4,7 +4,7 @@
 #      then the GRPO learning test on its own;
 #   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the libFuzzer harnesses (tests/fuzz: the safetensors reader, the sharded-model index,
-#      config.json, the plan loader, the prompt dataset reader) for
+#      config.json, the plan loader, the prompt dataset reader, a reward program's answer) for
 #      DFG_FUZZ_SECONDS each (default 60; 0 skips them), side by side; any finding fails.
 # GPU tests report "skipped" on machines without an NVIDIA GPU.
 set -euo pipefail
