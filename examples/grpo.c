@@ -243,8 +243,8 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
 static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok) {
     if (c->share_prompts)
         return dfg_grpo_completion_logp(g, m, group_prompts(g, tok, c->G, c->Lp), dfg_slice(g, tok, 1, c->Lp, c->max_new),
-                                        c->temperature);
-    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature), 1, c->Lp - 1, c->max_new);
+                                        c->temperature, NULL);
+    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature, NULL), 1, c->Lp - 1, c->max_new);
 }
 
 /* (n, T) from the completions' log-probs (n, max_new) and mask: each scored token at its own
@@ -336,7 +336,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
 static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "sft");
     dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->T - 1);
-    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f);
+    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f, NULL);
     dfg_tensor *tokens = dfg_sum(g, dfg_reshape(g, mask, DFG_SHAPE(-1)), 0);
     dfg_tensor *loss = dfg_neg(g, per_token(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), tokens));
     dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);

@@ -63,7 +63,8 @@ static void check_arch(dfg_arch arch) {
     dfg_graph *full = dfg_graph_new(p, "full");
     dfg_output(full, dfg_model_logits(full, m, tok), "full");
     dfg_tensor *pr = dfg_reshape(full, dfg_slice(full, dfg_reshape(full, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *hg = dfg_model_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp));
+    dfg_tensor *hg =
+        dfg_model_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp), NULL);
     dfg_assign(full, grouped, dfg_model_lm_head(full, m, hg)); /* (N, T-Tp, V): positions Tp-1 .. T-2 */
     dfg_stage_graph(p, full, 1);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));

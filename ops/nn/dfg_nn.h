@@ -152,6 +152,13 @@ DFG_API dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *p
 DFG_API dfg_tensor *dfg_nn_attention_out(dfg_graph *g, dfg_tensor *y, const dfg_model_block *blk);
 /* Positions start .. start+T-1 for B rows: (B, T) i32 (a CONST of T values, expanded). */
 DFG_API dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int64_t T);
+/* Left-padded rows: the positions of columns col0 .. col0+T-1 of rows whose first real column is
+ * start[b] (start (B) i32): (B, T) i32 max(col0 + t - start[b], 0), so a row's first real token is
+ * at position 0 and its pads at 0 too (transformers' position_ids = cumsum(mask) - 1, clamped at 0).
+ * Built from public ops in f32 (positions < 2^24). */
+DFG_API dfg_tensor *dfg_nn_positions_from(dfg_graph *g, dfg_tensor *start /* (B) i32 */, int64_t col0, int64_t T);
+/* The same for one column read at run time: col an i32 scalar -> (B, 1) i32 max(col - start[b], 0). */
+DFG_API dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start /* (B) i32 */, dfg_tensor *col);
 /* tokens (...) at positions pos (tokens' shape) -> the first block's input (..., C): the token
  * embeddings, plus GPT-2's learned position embeddings (T > block_size fails naming wpe). */
 DFG_API dfg_tensor *dfg_model_embed(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, dfg_tensor *pos);
@@ -162,6 +169,7 @@ DFG_API dfg_tensor *dfg_model_final_norm(dfg_graph *g, const dfg_model *m, dfg_t
 typedef struct {
     dfg_tensor *k[DFG_MODEL_MAX_LAYERS], *v[DFG_MODEL_MAX_LAYERS]; /* (N, Tmax, Hkv*D) each */
     int n_layer;
+    dfg_tensor *start; /* (N) i32 or NULL: the rows' first real column (left padding) */
 } dfg_model_kv;
 
 /* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the
@@ -172,20 +180,29 @@ DFG_API dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const 
 /* tokens (P, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
  * caches and returns the hidden states after ln_f (P, Tp, C). P is the caches' N, or N / G for
  * groups of G sequences that share a prompt: prompt i then fills cache rows i*G .. i*G+G-1, and
- * its positions are computed once, not G times. */
+ * its positions are computed once, not G times. With kv->start (left-padded prompts) a prompt's
+ * positions count from its first real column (dfg_nn_positions_from; the start of a group is its
+ * first row's, kv->start[i*G]) and its real tokens attend to its real tokens only. */
 DFG_API dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens);
 /* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
  * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
- * hidden state after ln_f (N, 1, C). */
+ * hidden state after ln_f (N, 1, C). With kv->start: at position max(pos - start[b], 0), attending
+ * to cache rows start[b] .. pos. */
 DFG_API dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
 DFG_API dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens);
+/* The same for left-padded rows: start (B) i32 each row's first real column (NULL: none). Row b's
+ * real tokens sit at positions 0, 1, .. from start[b] and attend to its real tokens only, so they
+ * get the states of the row unpadded; its pad columns get finite states nothing real reads. */
+DFG_API dfg_tensor *dfg_model_hidden_padded(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, dfg_tensor *start);
 /* n = P*G sequences in groups of G that share a prompt: rows i*G .. i*G+G-1 are prompts[i]
  * (P, Tp) followed by their own completions (n, Tc), at positions 0 .. Tp+Tc-1. The prompt
  * positions are computed once per group, not G times (ops/nn/nn_shared.c); the result equals
  * dfg_model_hidden of the n whole sequences, kept where it predicts a completion token: entry j of
- * (n, Tc, C) is the state at position Tp-1+j, after ln_f. */
-DFG_API dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions);
+ * (n, Tc, C) is the state at position Tp-1+j, after ln_f. start (P) i32 or NULL: left-padded
+ * prompts, prompt i's first real column (as dfg_model_hidden_padded of the whole sequences). */
+DFG_API dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
+                                             dfg_tensor *start);
 /* hidden (..., C) -> logits (..., V): hidden @ lm_head^T (wte^T when tied). */
 DFG_API dfg_tensor *dfg_model_lm_head(dfg_graph *g, const dfg_model *m, dfg_tensor *hidden);
 /* tokens (B, T) -> logits (B, T, V). */
@@ -220,14 +237,17 @@ DFG_API dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *c
 /* ---------------------------------------------------------------- GRPO (graph/nn_grpo.c) */
 /* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
- * fuse pass turns it into linear_logprob: the logits never exist. */
-DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature);
+ * fuse pass turns it into linear_logprob: the logits never exist. start (n) i32 or NULL: left-padded
+ * rows, each row's first real column (dfg_model_hidden_padded); entries before it are finite and
+ * mean nothing. */
+DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature,
+                                        dfg_tensor *start);
 
 /* The same log-probs for the completion tokens only, of groups that share their prompt (see
  * dfg_model_hidden_grouped): prompts (P, Tp), completions (n = P*G, Tc) -> (n, Tc), entry j is
- * log p(completions[:, j] | prompt, completions[:, < j]). */
+ * log p(completions[:, j] | prompt, completions[:, < j]). start (P) i32 or NULL: left-padded prompts. */
 DFG_API dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
-                                     float temperature);
+                                     float temperature, dfg_tensor *start);
 
 /* The state of a rollout in progress (all STATEs; N sequences of T positions). */
 typedef struct {

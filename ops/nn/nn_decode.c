@@ -1,5 +1,8 @@
 /* nn_decode.c - generation with a KV cache (GPT-2, the Llama family), from public DSL calls only: a prefill over the
- * prompt that fills the caches, and one-position decode steps that append to them. */
+ * prompt that fills the caches, and one-position decode steps that append to them. Left-padded
+ * prompts (kv->start, each cache row's first real column): positions count from it and attention
+ * skips the pads (the prompts' own with dfg_attention_padded, the decode steps' with
+ * dfg_attention_cached_padded); the pads' keys and values still go to the caches, unread. */
 #include <stdio.h>
 
 #include "dfg_nn.h"
@@ -24,7 +27,8 @@ dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const dfg_mode
 typedef struct {
     const dfg_model_kv *kv;
     int layer;
-    dfg_tensor *pos; /* decode: the position (i32 scalar); prefill: NULL */
+    dfg_tensor *pos;   /* decode: the position (i32 scalar); prefill: NULL */
+    dfg_tensor *start; /* the attention's rows' start: prefill (P), decode (N); NULL: no padding */
 } cache_ctx;
 
 /* Prefill attention: causal attention over the prompts, their keys and values copied into the
@@ -44,7 +48,7 @@ static dfg_tensor *prefill_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *po
         dfg_slice_assign(g, kv ? c->kv->v[c->layer] : c->kv->k[c->layer], part, 1, 0); /* rows 0 .. Tp-1 */
     }
     c->layer++;
-    return dfg_nn_attention_out(g, dfg_attention(g, qkv, cfg->n_head), blk);
+    return dfg_nn_attention_out(g, dfg_attention_padded(g, qkv, c->start, cfg->n_head), blk);
 }
 
 /* Decode attention: the new position's key and value go to row pos, its query attends to
@@ -57,7 +61,7 @@ static dfg_tensor *decode_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos
     dfg_slice_assign_at(g, kc, a.k, 1, c->pos);
     dfg_slice_assign_at(g, vc, a.v, 1, c->pos);
     /* kc, vc now name the caches after the writes (the builder reads the newest value) */
-    dfg_tensor *y = dfg_attention_cached(g, a.q, kc, vc, c->pos, cfg->n_head); /* (N, 1, H*D) */
+    dfg_tensor *y = dfg_attention_cached_padded(g, a.q, kc, vc, c->pos, c->start, cfg->n_head); /* (N, 1, H*D) */
     c->layer++;
     return dfg_nn_attention_out(g, y, blk);
 }
@@ -68,21 +72,36 @@ static dfg_tensor *blocks(dfg_graph *g, const dfg_model *m, dfg_tensor *x, dfg_t
     return dfg_model_final_norm(g, m, x);
 }
 
+/* The prompts' start (P) of the caches' start (N): with groups of G rows per prompt, every G-th */
+static dfg_tensor *prompt_start(dfg_graph *g, const dfg_model_kv *kv, int64_t P) {
+    int64_t N = dfg_tensor_numel(kv->start);
+    if (N == P || P < 1 || N % P) return kv->start; /* N % P: the caches' shape rule names the mismatch */
+    return dfg_reshape(g, dfg_slice(g, dfg_reshape(g, kv->start, DFG_SHAPE(P, N / P)), 1, 0, 1), DFG_SHAPE(P));
+}
+
 dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens) {
     dfg_shape ts = dfg_tensor_shape(tokens);
     int64_t B = ts.rank == 2 ? ts.d[0] : 0, T = ts.rank == 2 ? ts.d[1] : 0;
-    dfg_tensor *x, *pos = NULL;
-    if (m->wpe) x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (P, Tp, C) */
+    dfg_tensor *x, *pos = NULL, *start = kv->start ? prompt_start(g, kv, B) : NULL;
+    if (start) /* positions from each prompt's first real column (GPT-2: wpe read at them) */
+        x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions_from(g, start, 0, T));
+    else if (m->wpe) x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (P, Tp, C) */
     else x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions(g, B, 0, T));
-    cache_ctx c = {kv, 0, NULL};
+    if (m->wpe) pos = NULL; /* added already */
+    cache_ctx c = {kv, 0, NULL, start};
     return blocks(g, m, x, pos, &c, prefill_attention);
 }
 
 dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos) {
     int64_t N = dfg_tensor_shape(tok).d[0];
     dfg_tensor *x, *where = NULL;
-    if (m->wpe) x = dfg_add(g, dfg_embed(g, m->wte, tok), dfg_embed(g, m->wpe, dfg_reshape(g, pos, DFG_SHAPE(1, 1))));
+    if (kv->start) { /* each row at max(pos - start, 0) */
+        where = dfg_nn_positions_at(g, kv->start, pos); /* (N, 1) */
+        x = dfg_model_embed(g, m, tok, where);
+        if (m->wpe) where = NULL;
+    } else if (m->wpe)
+        x = dfg_add(g, dfg_embed(g, m->wte, tok), dfg_embed(g, m->wpe, dfg_reshape(g, pos, DFG_SHAPE(1, 1))));
     else x = dfg_embed(g, m->wte, tok), where = dfg_expand(g, dfg_reshape(g, pos, DFG_SHAPE(1, 1)), DFG_SHAPE(N, 1));
-    cache_ctx c = {kv, 0, pos};
+    cache_ctx c = {kv, 0, pos, kv->start};
     return blocks(g, m, x, where, &c, decode_attention); /* (N, 1, C) */
 }

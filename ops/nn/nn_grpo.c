@@ -12,16 +12,17 @@ static dfg_tensor *target_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *hid
     return dfg_take(g, dfg_log_softmax(g, logits), targets);
 }
 
-dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature) {
+dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature,
+                                dfg_tensor *start) {
     dfg_shape s = dfg_tensor_shape(tokens); /* (n, T) */
     int64_t T = s.rank == 2 ? s.d[1] : 0;
-    dfg_tensor *h = dfg_model_hidden(g, m, tokens); /* (n, T, C); position t predicts t + 1 */
+    dfg_tensor *h = dfg_model_hidden_padded(g, m, tokens, start); /* (n, T, C); column t predicts t + 1 */
     return target_logp(g, m, dfg_slice(g, h, 1, 0, T - 1), dfg_slice(g, tokens, 1, 1, T - 1), temperature);
 }
 
 dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
-                                     float temperature) {
-    dfg_tensor *h = dfg_model_hidden_grouped(g, m, prompts, completions); /* (n, Tc, C) */
+                                     float temperature, dfg_tensor *start) {
+    dfg_tensor *h = dfg_model_hidden_grouped(g, m, prompts, completions, start); /* (n, Tc, C) */
     return target_logp(g, m, h, completions, temperature);                 /* (n, Tc) */
 }
 

@@ -139,6 +139,21 @@ static dfg_tensor *norm(dfg_graph *g, const dfg_model_config *cfg, dfg_tensor *x
     return cfg->arch == DFG_ARCH_GPT2 ? dfg_layernorm(g, x, w, b, cfg->ln_eps) : dfg_rmsnorm(g, x, w, cfg->ln_eps);
 }
 
+/* (B, T) i32 max(cols - start[b], 0) of cols (1, T) f32 and start (B) i32, in f32 (positions < 2^24) */
+static dfg_tensor *shifted(dfg_graph *g, dfg_tensor *cols, dfg_tensor *start) {
+    int64_t B = dfg_tensor_numel(start);
+    dfg_tensor *s = dfg_reshape(g, dfg_cast(g, start, DFG_F32), DFG_SHAPE(B, 1));
+    return dfg_cast(g, dfg_clamp(g, dfg_sub(g, cols, s), 0.0f, 16777216.0f), DFG_I32); /* (B, T) */
+}
+
+dfg_tensor *dfg_nn_positions_from(dfg_graph *g, dfg_tensor *start, int64_t col0, int64_t T) {
+    return shifted(g, dfg_cast(g, dfg_nn_positions(g, 1, col0, T), DFG_F32), start);
+}
+
+dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start, dfg_tensor *col) {
+    return shifted(g, dfg_reshape(g, dfg_cast(g, col, DFG_F32), DFG_SHAPE(1, 1)), start);
+}
+
 dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int64_t T) {
     dfg_program *p = dfg_graph_program(g);
     if (B < 1 || T < 1 || start < 0 || start + T > INT32_MAX) {
@@ -244,10 +259,11 @@ dfg_tensor *dfg_nn_block_with(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, cons
     return dfg_add(g, x, mlp(g, norm(g, cfg, x, blk->ln_2_w, blk->ln_2_b), blk));
 }
 
+/* ctx: the rows' start (B) for left-padded rows, or NULL */
 static dfg_tensor *causal_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
                                     const dfg_model_config *cfg, void *ctx) {
-    (void)ctx;
-    dfg_tensor *y = dfg_attention(g, dfg_nn_qkv_packed(g, x, pos, blk, cfg, NULL), cfg->n_head); /* (B, T, H*D) */
+    dfg_tensor *qkv = dfg_nn_qkv_packed(g, x, pos, blk, cfg, NULL);
+    dfg_tensor *y = dfg_attention_padded(g, qkv, (dfg_tensor *)ctx, cfg->n_head); /* (B, T, H*D) */
     return dfg_nn_attention_out(g, y, blk);
 }
 
@@ -266,18 +282,26 @@ dfg_tensor *dfg_model_final_norm(dfg_graph *g, const dfg_model *m, dfg_tensor *x
     return norm(g, &m->cfg, x, m->ln_f_w, m->ln_f_b);
 }
 
-dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens) {
+dfg_tensor *dfg_model_hidden_padded(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, dfg_tensor *start) {
     dfg_shape ts = dfg_tensor_shape(tokens);
     int64_t B = ts.rank == 2 ? ts.d[0] : 0, T = ts.rank == 2 ? ts.d[1] : 0;
     dfg_tensor *x, *pos = NULL;
-    if (m->wpe) /* T > block_size (or tokens not 2-D) fails in the slice of wpe, naming wpe's size */
+    if (start) { /* positions count from each row's first real column */
+        pos = dfg_nn_positions_from(g, start, 0, T); /* (B, T) */
+        x = dfg_model_embed(g, m, tokens, pos);       /* GPT-2's wpe read at those positions */
+    } else if (m->wpe) /* T > block_size (or tokens not 2-D) fails in the slice of wpe, naming wpe's size */
         x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (B, T, C) */
     else {
         pos = dfg_nn_positions(g, B, 0, T); /* (B, T) */
         x = dfg_model_embed(g, m, tokens, pos);
     }
-    for (int l = 0; l < m->cfg.n_layer; l++) x = dfg_nn_block(g, x, pos, &m->h[l], &m->cfg);
+    if (m->wpe) pos = NULL; /* added already; the blocks do not rotate */
+    for (int l = 0; l < m->cfg.n_layer; l++) x = dfg_nn_block_with(g, x, pos, &m->h[l], &m->cfg, causal_attention, start);
     return dfg_model_final_norm(g, m, x);
+}
+
+dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens) {
+    return dfg_model_hidden_padded(g, m, tokens, NULL);
 }
 
 dfg_tensor *dfg_model_lm_head(dfg_graph *g, const dfg_model *m, dfg_tensor *hidden) {

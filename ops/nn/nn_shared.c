@@ -8,11 +8,17 @@
  *
  * Rows are packed: P*Tp prompt rows, then n*Tc completion rows, one (R, C) matrix, so every
  * per-token op (the norms, the linears, the MLP, the rotary positions) runs once over both; only
- * attention unpacks them. */
+ * attention unpacks them.
+ *
+ * Left-padded prompts (start (P): prompt p's first real column): positions count from it in the
+ * prompt and its completions (the completion column Tp + j is at position Tp + j - start[p]), the
+ * prompt's attention masks its pads (dfg_attention_padded) and the completions see its keys from
+ * start[p] on (dfg_attention_prefix_padded). */
 #include "dfg_nn.h"
 
 typedef struct {
     int64_t P, G, Tp, Tc; /* prompts, group size, prompt and completion lengths */
+    dfg_tensor *start;    /* (P) i32: left-padded prompts' first real columns, or NULL */
 } shared_ctx;
 
 /* x (P*Tp + n*Tc, C) -> (P*Tp + n*Tc, C): the q/k/v projection; causal attention of the prompts
@@ -25,8 +31,8 @@ static dfg_tensor *shared_prefix_attention(dfg_graph *g, dfg_tensor *x, dfg_tens
     dfg_tensor *qkv = dfg_nn_qkv_packed(g, x, pos, blk, cfg, NULL); /* (R, 3*H*D) */
     dfg_tensor *qkv_p = dfg_reshape(g, dfg_slice(g, qkv, 0, 0, c->P * c->Tp), DFG_SHAPE(c->P, c->Tp, C3));
     dfg_tensor *qkv_c = dfg_reshape(g, dfg_slice(g, qkv, 0, c->P * c->Tp, n * c->Tc), DFG_SHAPE(n, c->Tc, C3));
-    dfg_tensor *y_p = dfg_attention(g, qkv_p, cfg->n_head);              /* (P, Tp, H*D) */
-    dfg_tensor *y_c = dfg_attention_prefix(g, qkv_c, qkv_p, cfg->n_head); /* (n, Tc, H*D) */
+    dfg_tensor *y_p = dfg_attention_padded(g, qkv_p, c->start, cfg->n_head);              /* (P, Tp, H*D) */
+    dfg_tensor *y_c = dfg_attention_prefix_padded(g, qkv_c, qkv_p, c->start, cfg->n_head); /* (n, Tc, H*D) */
     dfg_tensor *y = dfg_concat(g,
                                (dfg_tensor *[]){dfg_reshape(g, y_p, DFG_SHAPE(c->P * c->Tp, C3 / 3)),
                                                 dfg_reshape(g, y_c, DFG_SHAPE(n * c->Tc, C3 / 3))},
@@ -40,7 +46,17 @@ static dfg_tensor *packed_input(dfg_graph *g, const dfg_model *m, const shared_c
     int64_t n = c->P * c->G, C = m->cfg.n_embd, Tp = c->Tp, Tc = c->Tc;
     dfg_tensor *x_p, *x_c;
     *pos = NULL;
-    if (m->wpe) { /* T > block_size fails in the slices of wpe, naming wpe's size */
+    if (c->start) { /* positions from each prompt's first real column; a group's rows share it */
+        dfg_tensor *rows = dfg_reshape(g, dfg_expand(g, dfg_reshape(g, c->start, DFG_SHAPE(c->P, 1)), DFG_SHAPE(c->P, c->G)),
+                                       DFG_SHAPE(n)); /* (n) */
+        dfg_tensor *pos_p = dfg_nn_positions_from(g, c->start, 0, Tp), *pos_c = dfg_nn_positions_from(g, rows, Tp, Tc);
+        x_p = dfg_model_embed(g, m, prompts, pos_p);     /* (P, Tp, C): GPT-2's wpe at those positions */
+        x_c = dfg_model_embed(g, m, completions, pos_c); /* (n, Tc, C) */
+        if (!m->wpe)
+            *pos = dfg_concat(g,
+                              (dfg_tensor *[]){dfg_reshape(g, pos_p, DFG_SHAPE(c->P * Tp)), dfg_reshape(g, pos_c, DFG_SHAPE(n * Tc))},
+                              2, 0); /* (R) */
+    } else if (m->wpe) { /* T > block_size fails in the slices of wpe, naming wpe's size */
         x_p = dfg_add(g, dfg_embed(g, m->wte, prompts), dfg_slice(g, m->wpe, 0, 0, Tp));      /* (P, Tp, C) */
         x_c = dfg_add(g, dfg_embed(g, m->wte, completions), dfg_slice(g, m->wpe, 0, Tp, Tc)); /* (n, Tc, C) */
     } else {
@@ -56,7 +72,8 @@ static dfg_tensor *packed_input(dfg_graph *g, const dfg_model *m, const shared_c
                       2, 0); /* (R, C) */
 }
 
-dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions) {
+dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
+                                     dfg_tensor *start) {
     dfg_shape ps = dfg_tensor_shape(prompts), cs = dfg_tensor_shape(completions);
     if (ps.rank != 2 || cs.rank != 2 || ps.d[0] < 1 || cs.d[0] % ps.d[0]) {
         char a[96], b[96];
@@ -65,7 +82,7 @@ dfg_tensor *dfg_model_hidden_grouped(dfg_graph *g, const dfg_model *m, dfg_tenso
                          dfg_shape_str(ps, a, sizeof(a)), dfg_shape_str(cs, b, sizeof(b)));
         return dfg_reshape(g, prompts, DFG_SHAPE(0)); /* fails too: the graph's error names the call */
     }
-    shared_ctx c = {ps.d[0], cs.d[0] / ps.d[0], ps.d[1], cs.d[1]};
+    shared_ctx c = {ps.d[0], cs.d[0] / ps.d[0], ps.d[1], cs.d[1], start};
     int64_t n = c.P * c.G, C = m->cfg.n_embd, Tp = c.Tp, Tc = c.Tc;
     dfg_tensor *pos, *x = packed_input(g, m, &c, prompts, completions, &pos); /* (R, C) */
     for (int l = 0; l < m->cfg.n_layer; l++)

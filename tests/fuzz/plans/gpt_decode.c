@@ -45,7 +45,7 @@ static void decode(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, c
 /* The frozen copy's mean log-prob of the generated rows (no gradients). */
 static void score(dfg_program *p, const dfg_model *ref, const rollout *r, int64_t T) {
     dfg_graph *g = dfg_graph_new(p, "score");
-    dfg_tensor *logp = dfg_grpo_token_logp(g, ref, r->tokens, 1.0f); /* (N, T-1) */
+    dfg_tensor *logp = dfg_grpo_token_logp(g, ref, r->tokens, 1.0f, NULL); /* (N, T-1) */
     dfg_tensor *mean = dfg_mean(g, dfg_mean(g, logp, 1), 0);
     dfg_metric(g, "ref_logp", mean);
     dfg_output(g, dfg_slice(g, r->tokens, 1, 0, T), "generated");
