@@ -178,9 +178,6 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_fl
     load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
 
     float o[4][DP / 8] = {}, m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {};
-    int lo[4]; // each row's first key
-#pragma unroll
-    for (int a = 0; a < 4; a++) lo[a] = att_lo(g.Tp + q0 + ty * 4 + a, st);
     const int kbeg = att_lo(g.Tp + q0, st);     // real rows only: their first key; else 0
     const int kend = g.Tp + min(q0 + 64, g.Tc); // keys the tile's last row sees
     for (int k0 = kbeg; k0 < kend; k0 += 64) {
@@ -207,12 +204,12 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_fl
         // and the weights are exp(-inf) = 0, not NaN); a fully masked row of a later tile adds 0
 #pragma unroll
         for (int a = 0; a < 4; a++) {
-            int c = g.Tp + q0 + ty * 4 + a;
+            int c = g.Tp + q0 + ty * 4 + a, lo = att_lo(c, st); // the row's first key (recomputed: registers)
             float mx = -INFINITY;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 int j = k0 + tx * 4 + (e & 3) + 32 * (e >> 2);
-                s[a][e] = att_sees(j, c, lo[a]) ? s[a][e] * g.scale : -INFINITY;
+                s[a][e] = att_sees(j, c, lo) ? s[a][e] * g.scale : -INFINITY;
                 mx = fmaxf(mx, s[a][e]);
             }
             float mn = fmaxf(m[a], row8_max(mx)), mr = mn == -INFINITY ? 0.0f : mn, alpha = expf(m[a] - mr);
@@ -442,9 +439,6 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
         dl_s[tid] = q0 + tid < g.Tc ? delta[at] : 0.0f;
     }
     float dq[4][DP / 8] = {};
-    int lo[4]; // each row's first key
-#pragma unroll
-    for (int a = 0; a < 4; a++) lo[a] = att_lo(g.Tp + q0 + ty * 4 + a, st);
     const int kbeg = att_lo(g.Tp + q0, st), kend = g.Tp + min(q0 + 64, g.Tc);
     for (int k0 = kbeg; k0 < kend; k0 += 32) {
         __syncthreads(); // the previous tile's dS^T and K are read
@@ -469,7 +463,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = ty * 4 + a, i = q0 + r, j = k0 + tx * 4 + e;
-                bool see = i < g.Tc && att_sees(j, g.Tp + i, lo[a]);
+                bool see = i < g.Tc && att_sees(j, g.Tp + i, att_lo(g.Tp + i, st));
                 float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
                 dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
             }
