@@ -33,12 +33,21 @@
 #include "dfg.h"
 #include "dfg_nn.h"
 #include "dfg_runtime.h"
+#include "dfg_grpo_data.h"
 #include "dfg_tasks.h"
 
 typedef struct {
     dfg_model_config model;
     dfg_task task;
-    const char *reward;
+    dfg_dataset *ds;          /* --set dataset=PATH: prompts from a JSONL file instead of the task */
+    int64_t *ds_rows;         /* (P) the dataset rows of the current batch, for the reward */
+    bool shuffle, truncate_left, mask_truncated;
+    int32_t eos[DFG_GRPO_MAX_EOS], pad_id;
+    int n_eos;
+    const char *reward;       /* a built-in reward's name, or "external" (--reward-cmd / --reward-lib) */
+    int n_funcs;              /* external: the reward functions (reward_funcs) and their weights */
+    char funcs[DFG_REWARD_MAX_FUNCS][68];
+    float weights[DFG_REWARD_MAX_FUNCS];
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
     bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
     float temperature, beta, max_grad_norm;
@@ -57,6 +66,67 @@ static int pick(dfg_program *p, const char *key, const char *value, const char *
     return -1;
 }
 
+/* Where the prompts and rewards come from: dataset, shuffle_dataset, truncate_prompts, reward,
+ * reward_funcs, reward_weights, eos_token_id, pad_token_id, mask_truncated_completions. */
+static dfg_status read_data_config(dfg_program *p, grpo_config *c) {
+    char err[1024];
+    const char *dataset = dfg_setting_str(p, "dataset", "");
+    c->shuffle = dfg_setting_bool(p, "shuffle_dataset", true);
+    const char *trunc = dfg_setting_str(p, "truncate_prompts", "left");
+    c->mask_truncated = dfg_setting_bool(p, "mask_truncated_completions", false);
+    c->reward = dfg_setting_str(p, "reward", *dataset ? "external" : "mixed");
+    const char *funcs = dfg_setting_str(p, "reward_funcs", "reward");
+    const char *weights = dfg_setting_str(p, "reward_weights", "");
+    char eos_default[16];
+    snprintf(eos_default, sizeof(eos_default), "%d", DFG_VOCAB_EOS);
+    const char *eos = dfg_setting_str(p, "eos_token_id", eos_default);
+    int64_t pad = dfg_setting_int(p, "pad_token_id", DFG_VOCAB_PAD);
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    if (strcmp(trunc, "left") && strcmp(trunc, "error"))
+        return dfg_program_fail(p, DFG_ERR_ARG, "truncate_prompts must be left or error, got '%s'", trunc);
+    c->truncate_left = !strcmp(trunc, "left");
+    if ((c->n_eos = dfg_grpo_parse_ids(eos, c->eos, DFG_GRPO_MAX_EOS, err, sizeof(err))) < 0)
+        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (pad < 0 || pad > INT32_MAX) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %lld is not a token id", (long long)pad);
+    c->pad_id = (int32_t)pad;
+    if (strcmp(c->reward, "external") && !dfg_reward_by_name(c->reward))
+        return dfg_program_fail(p, DFG_ERR_ARG, "reward must be one of %s or external, got '%s'", dfg_reward_names(), c->reward);
+    if (*dataset && strcmp(c->reward, "external"))
+        return dfg_program_fail(p, DFG_ERR_ARG, "a dataset's prompts have no built-in answers: reward must be external "
+                                "(--reward-cmd or --reward-lib at run time), got '%s'", c->reward);
+    /* reward_funcs: the names the reward program declares, in its order */
+    c->n_funcs = 0;
+    for (const char *f = funcs; *f && c->n_funcs < DFG_REWARD_MAX_FUNCS; c->n_funcs++) {
+        size_t n = strcspn(f, ",");
+        if (n < 1 || n > 64) return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be names separated by ',', got '%s'", funcs);
+        snprintf(c->funcs[c->n_funcs], sizeof(c->funcs[0]), "%.*s", (int)n, f);
+        f += n + (f[n] == ',');
+    }
+    for (int i = 0; i < c->n_funcs; i++) c->weights[i] = 1.0f;
+    if (*weights && !dfg_grpo_parse_floats(weights, c->weights, c->n_funcs, err, sizeof(err)))
+        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (*dataset && dfg_dataset_open(dataset, 0, &c->ds, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    return DFG_OK;
+}
+
+/* Every prompt id (and the EOS and pad ids) must be a row of the model's embedding. */
+static dfg_status check_dataset_vocab(dfg_program *p, const grpo_config *c) {
+    int64_t V = c->model.vocab_size;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos[i] >= V) return dfg_program_fail(p, DFG_ERR_ARG, "eos_token_id %d is outside the vocabulary (0 .. %lld)", c->eos[i], (long long)(V - 1));
+    if (c->pad_id >= V) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %d is outside the vocabulary (0 .. %lld)", c->pad_id, (long long)(V - 1));
+    for (int64_t r = 0; r < dfg_dataset_rows(c->ds); r++) {
+        int64_t len = 0;
+        const int32_t *ids = dfg_dataset_prompt(c->ds, r, &len);
+        for (int64_t i = 0; i < len; i++)
+            if (ids[i] >= V)
+                return dfg_program_fail(p, DFG_ERR_ARG, "%s:%lld: prompt_ids[%lld] is %d, outside the model's vocabulary (0 .. %lld)",
+                                        dfg_program_setting(p, "dataset"), (long long)dfg_dataset_line(c->ds, r), (long long)i,
+                                        ids[i], (long long)(V - 1));
+    }
+    return DFG_OK;
+}
+
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, grpo_config *c) {
     static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
@@ -66,11 +136,12 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     int digits = (int)dfg_setting_int(p, "digits", 3);
     if (dfg_program_status(p)) return dfg_program_status(p);
     if (dfg_task_init(&c->task, task, digits, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
-    c->reward = dfg_setting_str(p, "reward", "mixed");
+    dfg_status st = read_data_config(p, c);
+    if (st) return st;
     c->P = dfg_setting_int(p, "prompts_per_step", 8);
     c->G = dfg_setting_int(p, "num_generations", 8);
-    c->Lp = dfg_setting_int(p, "max_prompt_length", c->task.prompt_len);
-    c->max_new = dfg_setting_int(p, "max_completion_length", c->task.max_answer_len + 2);
+    c->Lp = dfg_setting_int(p, "max_prompt_length", c->ds ? dfg_dataset_max_prompt_len(c->ds) : c->task.prompt_len);
+    c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_answer_len + 2);
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
@@ -95,12 +166,11 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
     small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
     dfg_adamw_config adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
-    dfg_status st = dfg_model_config_from_settings(p, small, &c->model);
+    st = dfg_model_config_from_settings(p, small, &c->model);
     if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
 
-    if (!dfg_reward_by_name(c->reward))
-        return dfg_program_fail(p, DFG_ERR_ARG, "reward must be one of %s, got '%s'", dfg_reward_names(), c->reward);
-    if (c->model.vocab_size < dfg_vocab_size())
+    if (c->ds && (st = check_dataset_vocab(p, c))) return st;
+    if (!c->ds && c->model.vocab_size < dfg_vocab_size())
         return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the tasks' vocabulary (%d)",
                                 c->model.vocab_size, dfg_vocab_size());
     if (c->P < 1 || c->G < 2 || c->N > (1 << 20))
@@ -109,7 +179,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     if (c->GA < 1 || c->N % c->GA)
         return dfg_program_fail(p, DFG_ERR_ARG, "gradient_accumulation_steps %lld must divide the %lld sequences",
                                 (long long)c->GA, (long long)c->N);
-    if (c->Lp < 2 || c->max_new < 1 || c->T > c->model.block_size)
+    if (c->Lp < (c->ds ? 1 : 2) || c->max_new < 1 || c->T > c->model.block_size)
         return dfg_program_fail(p, DFG_ERR_ARG, "need max_prompt_length >= 2, max_completion_length >= 1 and their "
                                 "sum <= n_positions %d", c->model.block_size);
     if (c->iterations < 1 || c->sft_steps < 0 || !(c->temperature > 0) || c->top_k < 0 || !(c->beta >= 0) ||
@@ -137,6 +207,9 @@ typedef struct {
     dfg_model *policy, *ref;
     dfg_model_kv kv;
     dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
+    dfg_tensor *start;        /* (N) i32 each row's first prompt column (a dataset's left-padded prompts); else NULL */
+    dfg_tensor *reward_stats; /* (2F) per reward function its mean and std (external rewards) */
+    dfg_tensor *truncated_prompts;
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
@@ -161,8 +234,18 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->rewards = state(p, "rewards", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->advantages = state(p, "advantages", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->active = state(p, "active_tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-    state(p, "answers", DFG_I32, DFG_SHAPE(N, c->task.max_answer_len), DFG_ROLE_ROLLOUT);
-    state(p, "answer_len", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    if (c->ds) {
+        s->start = state(p, "prompt_start", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+        s->kv.start = s->start;
+        /* [epoch, rows drawn in it]: a stream position like the RNG's, kept in checkpoints */
+        state(p, "dataset.position", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG);
+        s->truncated_prompts = state(p, "prompts_truncated", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    } else {
+        state(p, "answers", DFG_I32, DFG_SHAPE(N, c->task.max_answer_len), DFG_ROLE_ROLLOUT);
+        state(p, "answer_len", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    }
+    if (!strcmp(c->reward, "external"))
+        s->reward_stats = state(p, "reward_stats", DFG_F32, DFG_SHAPE(2 * c->n_funcs), DFG_ROLE_NONE);
     s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -218,33 +301,82 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                     /* (N, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng};
-    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, (int32_t[]){DFG_VOCAB_EOS}, 1);
+    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
 }
 
 /* ---------------------------------------------------------------- scoring */
+/* (N) 1 for a row whose completion has no EOS by max_completion_length: it filled every column
+ * (the mask counts tokens up to and including the first EOS) and its last token is no EOS. */
+static dfg_tensor *truncated_rows(dfg_graph *g, const grpo_config *c, const grpo_state *s, dfg_tensor *len) {
+    dfg_tensor *last = dfg_reshape(g, dfg_slice(g, s->tokens, 1, c->T - 1, 1), DFG_SHAPE(c->N)), *is_eos = NULL;
+    for (int i = 0; i < c->n_eos; i++) {
+        dfg_tensor *hit = dfg_equal(g, last, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)c->eos[i]));
+        is_eos = is_eos ? dfg_maximum(g, is_eos, hit) : hit;
+    }
+    dfg_tensor *full = dfg_equal(g, len, dfg_fill(g, DFG_F32, DFG_SCALAR, (float)c->max_new));
+    return dfg_mul(g, full, dfg_affine(g, is_eos, -1.0f, 1.0f));
+}
+
+/* The fraction of groups whose G rewards are all equal (TRL's frac_reward_zero_std): their
+ * advantages are 0 and they teach nothing. Compared exactly, not through a std that rounding
+ * leaves a little above 0. */
+static dfg_tensor *frac_zero_std(dfg_graph *g, const grpo_config *c, dfg_tensor *rewards) {
+    dfg_tensor *grouped = dfg_reshape(g, rewards, DFG_SHAPE(c->P, c->G));
+    dfg_tensor *same = dfg_equal(g, grouped, dfg_slice(g, grouped, 1, 0, 1)); /* (P, G) */
+    dfg_tensor *all = dfg_equal(g, dfg_sum(g, same, 1), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)c->G));
+    return dfg_mean(g, all, 0);
+}
+
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
     dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
-    dfg_tensor *active = dfg_sum(g, dfg_reshape(g, scored, DFG_SHAPE(-1)), 0);
+    dfg_tensor *len = dfg_sum(g, scored, 1);                           /* (N) */
+    dfg_tensor *truncated = truncated_rows(g, c, s, len);
+    dfg_tensor *generated = dfg_sum(g, len, 0);
+    dfg_tensor *active = generated;
+    if (c->mask_truncated) { /* TRL's mask_truncated_completions: such a row leaves the loss */
+        dfg_tensor *keep = dfg_reshape(g, dfg_affine(g, truncated, -1.0f, 1.0f), DFG_SHAPE(c->N, 1));
+        dfg_assign(g, s->mask, dfg_mul(g, s->mask, keep));
+        active = dfg_sum(g, dfg_mul(g, len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
+    }
     dfg_assign(g, s->active, active);
     dfg_tensor *r = dfg_reshape(g, s->rewards, DFG_SHAPE(1, c->N));
     dfg_tensor *dev = dfg_sub(g, r, dfg_mean(g, r, 1));
     dfg_metric(g, "reward", dfg_mean(g, s->rewards, 0));
     dfg_metric(g, "reward_std", dfg_sqrt(g, dfg_scale(g, dfg_sum(g, dfg_reshape(g, dfg_mul(g, dev, dev), DFG_SHAPE(-1)), 0),
                                                   1.0f / (float)(c->N - 1))));
-    dfg_metric(g, "completion_length", dfg_scale(g, active, 1.0f / (float)c->N));
+    for (int f = 0; s->reward_stats && f < c->n_funcs; f++) { /* TRL's rewards/<name>/mean and /std */
+        char name[96];
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof(name), "rewards/%s/%s", c->funcs[f], k ? "std" : "mean");
+            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, s->reward_stats, 0, 2 * f + k, 1), DFG_SCALAR));
+        }
+    }
+    dfg_metric(g, "frac_reward_zero_std", frac_zero_std(g, c, s->rewards));
+    dfg_metric(g, "completion_length", dfg_scale(g, generated, 1.0f / (float)c->N));
+    dfg_metric(g, "completions/clipped_ratio", dfg_mean(g, truncated, 0));
+    if (s->truncated_prompts) dfg_metric(g, "prompts_truncated", s->truncated_prompts);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
 /* Log-probs of the completion tokens of tok (n, T) under model m, as (n, max_new): entry j scores
- * position Lp + j. With share_prompts the prompt positions are computed once per group. */
-static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok) {
-    if (c->share_prompts)
+ * position Lp + j. With share_prompts the prompt positions are computed once per group. start:
+ * the rows' first prompt columns (n) for left-padded prompts, or NULL. */
+static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok,
+                                   dfg_tensor *start) {
+    if (c->share_prompts) {
+        dfg_tensor *group_start = NULL; /* (n/G) the first row's of each group: the group shares its prompt */
+        if (start) {
+            int64_t n = dfg_tensor_shape(start).d[0];
+            group_start = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(n / c->G, c->G)), 1, 0, 1),
+                                      DFG_SHAPE(n / c->G));
+        }
         return dfg_grpo_completion_logp(g, m, group_prompts(g, tok, c->G, c->Lp), dfg_slice(g, tok, 1, c->Lp, c->max_new),
-                                        c->temperature, NULL);
-    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature, NULL), 1, c->Lp - 1, c->max_new);
+                                        c->temperature, group_start);
+    }
+    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature, start), 1, c->Lp - 1, c->max_new);
 }
 
 /* (n, T) from the completions' log-probs (n, max_new) and mask: each scored token at its own
@@ -259,7 +391,7 @@ static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_st
                                    const dfg_model *m, dfg_tensor *dst) {
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
-    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens), mask));
+    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start), mask));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
@@ -277,7 +409,8 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     int64_t n = c->n_micro;
     dfg_tensor *row0 = dfg_scale(g, s->micro, (float)n); /* i32: this micro-batch's first row */
     dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
-    dfg_tensor *logp = completion_logp(g, c, s->policy, tok); /* (n, max_new) */
+    dfg_tensor *start = s->start ? rows(g, c, s->start, row0, n, false) : NULL; /* (n) */
+    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start); /* (n, max_new) */
     dfg_grpo_inputs in = {
         .logp = logp,
         .old_logp = s->old_logp ? rows(g, c, s->old_logp, row0, n, true) : NULL,
@@ -392,7 +525,9 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     stages[n++] = "data";
     if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
     stages[n++] = "prefill", stages[n++] = "decode", stages[n++] = "reward";
-    dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards}, 3);
+    /* a dataset's prompts are left-padded: a rollout says where each row's prompt starts
+     * (prompt_start, or an attention_mask the CLI turns into it) */
+    dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
     static const char *const dumps[][2] = {{"logp", "logp"},           {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
@@ -406,42 +541,62 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
 dfg_status dfg_pipeline(dfg_program *p) {
     grpo_config c = {0};
     dfg_status st = read_config(p, &c);
-    if (st) return st;
+    if (st) {
+        dfg_dataset_free(c.ds);
+        return st;
+    }
     grpo_state s = {0};
     s.policy = calloc(1, sizeof(*s.policy));
     s.ref = calloc(1, sizeof(*s.ref));
     st = s.policy && s.ref ? build(p, &c, &s) : dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     free(s.policy);
     free(s.ref);
+    dfg_dataset_free(c.ds); /* compiling only checks it; the run reads it again */
     return st ? st : dfg_program_status(p);
 }
 
 /* ---------------------------------------------------------------- host stages
  * The host stages read the same typed config the pipeline built the program from: read_config
  * runs once per run, on the runtime's program (dfg_host_state), not once per step. */
+void grpo_host_release(void *user);
+
 dfg_status grpo_host_init(dfg_program *p, void **user) {
     grpo_config *c = calloc(1, sizeof(*c));
     if (!c) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     dfg_status st = read_config(p, c);
-    if (!st && c->Lp != c->task.prompt_len)
+    if (!st && !c->ds && c->Lp != c->task.prompt_len)
         st = dfg_program_fail(p, DFG_ERR_ARG, "task '%s' with %d digits has prompts of %d tokens, but max_prompt_length is %lld",
                               c->task.name, c->task.digits, c->task.prompt_len, (long long)c->Lp);
+    if (!st && c->ds && !(c->ds_rows = calloc((size_t)c->P, sizeof(int64_t))))
+        st = dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     if (st) {
-        free(c);
+        grpo_host_release(c);
         return st;
     }
     *user = c;
     return DFG_OK;
 }
 
-void grpo_host_release(void *user) { free(user); }
+void grpo_host_release(void *user) {
+    grpo_config *c = user;
+    if (!c) return;
+    dfg_dataset_free(c->ds);
+    free(c->ds_rows);
+    free(c);
+}
 
 dfg_status grpo_data(dfg_host_ctx *ctx) {
-    const grpo_config *c = dfg_host_user(ctx);
-    return dfg_grpo_make_batch(ctx, &c->task, (int)c->P, (int)c->G);
+    grpo_config *c = dfg_host_user(ctx);
+    if (!c->ds) return dfg_grpo_make_batch(ctx, &c->task, (int)c->P, (int)c->G);
+    dfg_grpo_data_opts o = {.prompts = c->P, .group = c->G, .prompt_len = c->Lp, .pad_id = c->pad_id,
+                            .shuffle = c->shuffle, .truncate_left = c->truncate_left};
+    return dfg_grpo_dataset_batch(ctx, c->ds, &o, c->ds_rows);
 }
 
 dfg_status grpo_reward(dfg_host_ctx *ctx) {
     const grpo_config *c = dfg_host_user(ctx);
-    return dfg_grpo_rewards_kind(ctx, (int)c->Lp, c->reward);
+    if (strcmp(c->reward, "external")) return dfg_grpo_rewards_kind(ctx, (int)c->Lp, c->reward);
+    dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
+                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows};
+    return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);
 }

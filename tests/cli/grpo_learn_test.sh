@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # grpo_learn_test.sh - GRPO learns: the README's main job in short (ctest "grpo_learn").
-#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [SECONDS [--set k=v ...]]
+#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [SECONDS [--set k=v ...] [--run ARGS...]]
 # Compiles examples/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up) and
-# the extra settings (e.g. another model_type),
+# the extra settings (e.g. another model_type; @SRC@ in them is the source tree, @WORK@ a scratch
+# directory), runs with the arguments after --run as well (e.g. --reward-cmd ...),
 # trains with a fresh seed and follows the per-step reward. It passes as soon as the mean reward
 # of the last 50 steps reaches 0.6 and at least 0.4 above the mean of the first 20 steps (a policy
 # that reverses most strings; guessing scores ~0.06), and fails if that has not happened within
@@ -14,10 +15,26 @@ LIMIT=${3:-85}
 shift 3 2>/dev/null || shift $#
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-learn-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
+compile_args=()
+run_args=()
+into=compile
+for a in "$@"; do
+  a=${a//@SRC@/$SRC}
+  a=${a//@WORK@/$WORK}
+  if [ "$a" = "--run" ]; then into=run; continue; fi
+  if [ $into = compile ]; then compile_args+=("$a"); else run_args+=("$a"); fi
+done
+# a dataset the settings name that does not exist yet: the reverse task exported (make_dataset.py)
+for a in "${compile_args[@]}"; do
+  case $a in
+    dataset=$WORK/*.jsonl) python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 3 --rows 5000 \
+                             --seed 1 -o "${a#dataset=}" 2>/dev/null ;;
+  esac
+done
 seed=${DFG_TEST_SEED:-$(( $(od -An -N4 -tu4 /dev/urandom) % 1000000 ))}
 echo "grpo_learn: seed $seed (replay with DFG_TEST_SEED=$seed), limit ${LIMIT} s or 4000 steps"
 
-if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" "$@" >"$WORK/compile.txt" 2>&1; then
+if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" "${compile_args[@]}" >"$WORK/compile.txt" 2>&1; then
   cat "$WORK/compile.txt"
   echo "grpo_learn: FAIL: the pipeline did not compile"
   exit 1
@@ -25,7 +42,7 @@ fi
 grep -E "^plan for|^fused" "$WORK/compile.txt"
 
 # dfg stops on SIGPIPE once awk has seen enough
-timeout "$LIMIT" "$DFG" run "$WORK/grpo.dfg" --steps 4000 --every 1 --seed "$seed" 2>&1 | awk '
+timeout "$LIMIT" "$DFG" run "$WORK/grpo.dfg" --steps 4000 --every 1 --seed "$seed" "${run_args[@]}" 2>&1 | awk '
   $1 == "step" {
     for (i = 3; i < NF; i++) if ($i == "reward") r = $(i + 1) + 0
     n++; hist[n] = r

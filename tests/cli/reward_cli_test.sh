@@ -146,5 +146,51 @@ run "$DFG" run cut.dfg --steps 2 --threads 1 --reward-cmd "$TOY"
 expect_rc 0 "truncate_prompts=left (the default) cuts it instead"
 check "prompts_truncated counts it at step 2" [ "$(metric_at out.txt 2 prompts_truncated)" = 1 ]
 
+# ---------------------------------------------------------------- fixed rollouts of left-padded prompts
+# a dataset plan's rollout says where each prompt starts: prompt_start, or TRL's attention_mask;
+# the two give the same step, and so do other pad token ids (pads are never attended)
+printf '{"prompt_ids": [5, 14]}\n{"prompt_ids": [3, 4, 5, 14]}\n' >two.jsonl
+run "$DFG" compile "$GRPO" --set dataset=two.jsonl --set prompts_per_step=2 --set num_generations=2 \
+  --set max_completion_length=3 --set reward_funcs=digits,short -o two.dfg
+expect_rc 0 "compile a dataset plan with prompts of 2 and 4 tokens"
+python3 - "$SRC/tests/cli" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import struct
+from st_tool import write
+T, rows = 7, [([0, 0, 5, 14], 2), ([0, 0, 5, 14], 2), ([3, 4, 5, 14], 0), ([3, 4, 5, 14], 0)]
+comp = [[6, 7, 1], [8, 1, 1], [2, 2, 2], [9, 1, 4]]
+cmask = [[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]]
+def f32(v): return ("F32", (len(v),) if not isinstance(v[0], list) else (len(v), len(v[0])), struct.pack("<%df" % len(sum(v, []) if isinstance(v[0], list) else v), *(sum(v, []) if isinstance(v[0], list) else v)))
+def i32(v): return ("I32", (len(v),) if not isinstance(v[0], list) else (len(v), len(v[0])), struct.pack("<%di" % len(sum(v, []) if isinstance(v[0], list) else v), *(sum(v, []) if isinstance(v[0], list) else v)))
+def rollout(pad, with_mask, hole=False):
+    tok = [[pad if i < s else p[i] for i in range(4)] + c for (p, s), c in zip(rows, comp)]
+    mask = [[0.0] * 4 + [float(x) for x in m] for m in cmask]
+    t = {"tokens": i32(tok), "completion_mask": f32(mask), "rewards": f32([0.25, 1.0, 0.5, 0.0])}
+    if with_mask:
+        am = [[0 if i < s else 1 for i in range(T)] for (_, s) in rows]
+        if hole: am[2][1] = 0
+        t["attention_mask"] = i32(am)
+    else:
+        t["prompt_start"] = i32([s for _, s in rows])
+    return t
+write("start.safetensors", rollout(0, False), {})
+write("amask.safetensors", rollout(0, True), {})
+write("pads.safetensors", rollout(11, True), {})
+write("hole.safetensors", rollout(0, True, hole=True), {})
+PY
+for r in start amask pads; do
+  run "$DFG" run two.dfg --steps 1 --threads 1 --rollouts $r.safetensors --dump d_$r.safetensors
+  expect_rc 0 "train one step on the $r rollout"
+done
+run "${ST[@]}" same d_start.safetensors d_amask.safetensors
+expect_rc 0 "attention_mask = prompt_start: the same step, bit for bit"
+run "${ST[@]}" same d_start.safetensors d_pads.safetensors
+expect_rc 0 "other pad token ids: the same step, bit for bit (pads are never attended)"
+run "$DFG" run two.dfg --steps 1 --rollouts hole.safetensors
+expect_rc 2 "an attention_mask with a hole in the prompt is refused"
+expect_in err.txt "attention_mask row 2 has a 0 at prompt column 1 after its prompt began at column 0: only left padding is supported" \
+  "... naming the row and column"
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -23,7 +23,8 @@ static void fuzz_fail(const char *why, const char *detail) {
 }
 
 /* The keys the reader may set and the kind of each value: i integer > 0, f finite float > 0,
- * b boolean, t the model type. */
+ * b boolean, t the model type, d token ids (1 .. 8 integers in 0 .. INT32_MAX joined by ','),
+ * e one token id. */
 static const struct {
     const char *key;
     char kind;
@@ -34,8 +35,21 @@ static const struct {
     {"num_hidden_layers", 'i'},   {"num_attention_heads", 'i'}, {"num_key_value_heads", 'i'},
     {"intermediate_size", 'i'},   {"head_dim", 'i'},          {"max_position_embeddings", 'i'},
     {"rms_norm_eps", 'f'},        {"rope_theta", 'f'},        {"tie_word_embeddings", 'b'},
-    {"attention_bias", 'b'},
+    {"attention_bias", 'b'},      {"eos_token_id", 'd'},      {"pad_token_id", 'e'},
 };
+
+/* "1,2,3": 1 .. max ids in 0 .. INT32_MAX */
+static void check_ids(const char *v, int max) {
+    const char *p = v;
+    for (int n = 1;; n++) {
+        char *end = NULL;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || *p == '-' || *p == '+' || x < 0 || x > INT32_MAX || n > max) fuzz_fail("token ids out of range", v);
+        if (!*end) return;
+        if (*end != ',') fuzz_fail("token ids not joined by ','", v);
+        p = end + 1;
+    }
+}
 
 static void check_value(const char *key, const char *v) {
     size_t n = sizeof(fuzz_keys) / sizeof(fuzz_keys[0]);
@@ -55,6 +69,10 @@ static void check_value(const char *key, const char *v) {
         }
         case 'b':
             if (strcmp(v, "true") && strcmp(v, "false")) fuzz_fail("a boolean setting not true/false", v);
+            return;
+        case 'd':
+        case 'e':
+            check_ids(v, fuzz_keys[i].kind == 'd' ? 8 : 1);
             return;
         default:
             if (strcmp(v, "gpt2") && strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3"))

@@ -60,6 +60,12 @@ CONFIGS = [
     # computes each prompt once per group (share_prompts=auto); this one runs G separate copies
     dict(name="grpo_kl_copies", loss_type="grpo", beta=0.04, gradient_accumulation_steps=1, ref="perturbed",
          share_prompts=0),
+    # TRL's mask_truncated_completions: every fifth row has no EOS and leaves the loss (and the
+    # active-token count dapo divides by), while its reward still counts in its group's advantages
+    dict(name="dapo_mask_truncated", loss_type="dapo", beta=0.04, gradient_accumulation_steps=2, ref="perturbed",
+         mask_truncated_completions="true"),
+    dict(name="grpo_mask_truncated", loss_type="grpo", beta=0.0, gradient_accumulation_steps=1,
+         mask_truncated_completions="true"),
 ]
 DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial")
 
@@ -184,6 +190,10 @@ def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
     -> logits is the frozen reference. Returns what dfg's --dump holds, plus "loss_scale"."""
     tok = torch.tensor(tokens_np, dtype=torch.long)
     m_full = torch.tensor(mask_np, dtype=torch.float64)
+    if s.get("mask_truncated_completions") == "true":  # TRL: completion_mask * ~truncated
+        is_eos = tok == EOS
+        truncated = ~(is_eos & (m_full > 0)).any(dim=1)
+        m_full = m_full * (~truncated).double().unsqueeze(1)
     m = m_full[:, 1:]
     N, GA, temp = tok.shape[0], s["gradient_accumulation_steps"], s["temperature"]
     n = N // GA
