@@ -154,6 +154,27 @@ PY
 elif cmp -s gcpu_steps.txt g32_steps.txt; then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them"
 else diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
 check "GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close gcpu.safetensors g32.safetensors 1e-5
+# prompts of 2 to 4 digits from a dataset, left-padded (the padded attention kernels: prefill,
+# decode, the grouped and full forwards and their backward), a reward plugin, mask_truncated
+for d in 2 3 4; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 30 --seed $d \
+  -o r$d.jsonl 2>/dev/null; done
+cat r2.jsonl r3.jsonl r4.jsonl >mixed.jsonl
+cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1
+    --set max_completion_length=6 --set mask_truncated_completions=true)
+run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" "${DS[@]}" -o dcpu.dfg
+run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" "${DS[@]}" --target cuda --set torch_dtype=float32 -o d32.dfg
+expect_rc 0 "compile GRPO on a dataset of 4- to 6-token prompts for cuda in float32"
+run "$DFG" run dcpu.dfg --steps 2 --threads 1 --save dscpu.safetensors --reward-lib ./digits_plugin.so
+steps_of out.txt >dscpu_steps.txt
+run "$DFG" run d32.dfg --steps 2 "${DEV[@]}" --threads 1 --save ds32.safetensors --reward-lib ./digits_plugin.so
+expect_rc 0 "GRPO on left-padded prompts with a reward plugin, float32 $ON"
+steps_of out.txt >ds32_steps.txt
+if [ "$REAL" = 0 ]; then
+  if cmp -s dscpu_steps.txt ds32_steps.txt; then ok "left-padded GRPO metrics as the CPU prints them"
+  else diff dscpu_steps.txt ds32_steps.txt; fail "left-padded GRPO metrics differ from the CPU's"; fi
+fi
+check "left-padded GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close dscpu.safetensors ds32.safetensors 1e-5
 # one step on fixed rollouts, everything it computes dumped (as the PyTorch golden test reads it)
 "${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
 run "$DFG" run gcpu.dfg --rollouts r.safetensors --dump dcpu.safetensors --threads 1
