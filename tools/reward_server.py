@@ -53,6 +53,9 @@ import sys
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from prepare_prompts import import_tokenizers  # noqa: E402  (one place knows where tokenizers lives)
+
 PROG = "reward_server"
 MAX_FUNCS = 16  # docs/rewards.md: 1 to 16 names
 RESERVED = ("prompts", "completions", "completion_ids", "prompt_ids", "truncated", "step")
@@ -69,15 +72,6 @@ def protect_stdout():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return os.fdopen(proto_fd, "w", encoding="utf-8", newline="\n")
-
-
-def import_tokenizers():
-    """Imports `tokenizers` from $DFG_HF_SITE or .deps/hf-4.40.2, else the normal path."""
-    site = os.environ.get("DFG_HF_SITE") or os.path.join(HERE, "..", ".deps", "hf-4.40.2")
-    if os.path.isdir(site) and site not in sys.path:
-        sys.path.insert(0, site)
-    import tokenizers
-    return tokenizers
 
 
 def load_module(spec):
