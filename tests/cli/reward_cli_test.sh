@@ -130,6 +130,11 @@ expect_rc 1 "a dataset damaged between runs stops the resumed run before any ste
 expect_one_line "damaged dataset"
 expect_in err.txt "live.jsonl:7:" "... naming the line"
 check "... and leaves the checkpoint as it was (step 2)" [ "$(ckpt_step live/checkpoint.safetensors)" = 2 ]
+cp reverse.jsonl live.jsonl
+run "$DFG" run live.dfg --steps 2 --threads 1 --resume live --reward-lib ./digits_plugin.so
+expect_rc 0 "with the dataset repaired, the checkpoint resumes"
+run "$DFG" run live.dfg --steps 4 --threads 1 --checkpoint-dir live4 --reward-lib ./digits_plugin.so
+check "... to the state of an uninterrupted run, bit for bit" cmp -s live/checkpoint.safetensors live4/checkpoint.safetensors
 # a prompt longer than max_prompt_length with truncate_prompts=error stops at the step that draws it
 printf '{"prompt_ids": [5, 6, 14]}\n%.0s' $(seq 8) >long.jsonl
 printf '{"prompt_ids": [5, 6, 7, 8, 9, 14]}\n' >>long.jsonl
@@ -145,6 +150,9 @@ run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false 
 run "$DFG" run cut.dfg --steps 2 --threads 1 --reward-cmd "$TOY"
 expect_rc 0 "truncate_prompts=left (the default) cuts it instead"
 check "prompts_truncated counts it at step 2" [ "$(metric_at out.txt 2 prompts_truncated)" = 1 ]
+sed -i '9s/.*/{"prompt_ids": [5, 6, 14]}/' long.jsonl
+run "$DFG" run long.dfg --steps 2 --threads 1 --resume long --reward-cmd "$TOY"
+expect_rc 0 "with the long prompt shortened, the checkpoint resumes (steps 2 and 3)"
 
 # ---------------------------------------------------------------- fixed rollouts of left-padded prompts
 # a dataset plan's rollout says where each prompt starts: prompt_start, or TRL's attention_mask;
