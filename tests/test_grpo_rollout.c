@@ -3,7 +3,8 @@
  * of each step's logits; the completion mask of a row is 1 from its first generated token up to
  * and including its first EOS and 0 after it, whatever the row comes after (a second EOS, other
  * rows stopping at other steps, rows that never stop); done marks exactly the rows that stopped;
- * the prompt is never touched; and a second rollout in the same runtime starts clean.
+ * the prompt is never touched; a second rollout in the same runtime starts clean; and with two
+ * EOS ids (a model config's list) a row stops at whichever comes first.
  *
  * The logits of every step come from a table the test writes (steps, N, V), sliced at the run-
  * time position, so the test decides which token each row produces at each step. */
@@ -15,7 +16,10 @@
 #include "dfg_runtime.h"
 #include "testutil.h"
 
-enum { N = 7, LP = 3, STEPS = 5, T = LP + STEPS, V = 9, EOS = 1, NEVER = -1 };
+enum { N = 7, LP = 3, STEPS = 5, T = LP + STEPS, V = 9, EOS = 1, EOS2 = V - 1, NEVER = -1 };
+
+/* 2: the model's config names two EOS ids (EOS and EOS2) and a row stops at either */
+static int n_eos = 1;
 
 typedef struct {
     int32_t want[STEPS][N]; /* the token each row produces at each step */
@@ -35,8 +39,8 @@ static void make_case(rollout_case *c) {
     for (int r = 0; r < N; r++) {
         c->stop[r] = stops[r];
         for (int s = 0; s < STEPS; s++) {
-            int32_t tok = dfg_test_int(2, V - 1); /* a non-EOS token */
-            if (s == stops[r]) tok = EOS;
+            int32_t tok = dfg_test_int(2, V - 2); /* a token that is no EOS id */
+            if (s == stops[r]) tok = n_eos == 2 && dfg_test_int(0, 1) ? EOS2 : EOS;
             else if (stops[r] != NEVER && s > stops[r] && dfg_test_int(0, 1)) tok = EOS; /* a later EOS changes nothing */
             c->want[s][r] = tok;
             float *x = c->table[s][r], hi = -1e30f;
@@ -73,7 +77,7 @@ static bool build(dfg_fx *f, float temperature) {
     dfg_graph *d = dfg_graph_new(p, "decode");
     dfg_tensor *step = dfg_add_scalar(d, r.pos, -(float)(LP - 1));                       /* i32 () */
     dfg_tensor *logits = dfg_reshape(d, dfg_slice_at(d, table, 0, step, 1), DFG_SHAPE(N, 1, V)); /* (N, 1, V) */
-    CHECK(dfg_grpo_sample_step(d, &r, logits, temperature, 0, (int32_t[]){EOS}, 1) == DFG_OK, "sample step: %s", dfg_graph_error(d));
+    CHECK(dfg_grpo_sample_step(d, &r, logits, temperature, 0, (int32_t[]){EOS, EOS2}, n_eos) == DFG_OK, "sample step: %s", dfg_graph_error(d));
     if (!dfg_graph_status(d)) dfg_stage_graph(p, d, STEPS);
     return dfg_fx_create(f, 0);
 }
@@ -134,5 +138,7 @@ int main(void) {
     dfg_test_init("test_grpo_rollout");
     test_rollout(0.0f, "greedy");
     test_rollout(1e-3f, "temperature 1e-3");
+    n_eos = 2;
+    test_rollout(0.0f, "greedy, two EOS ids");
     return dfg_test_finish();
 }
