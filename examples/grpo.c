@@ -239,6 +239,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
         s->kv.start = s->start;
         /* [epoch, rows drawn in it]: a stream position like the RNG's, kept in checkpoints */
         state(p, "dataset.position", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG);
+        state(p, "dataset.hash", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG); /* to notice an edited file on resume */
         s->truncated_prompts = state(p, "prompts_truncated", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     } else {
         state(p, "answers", DFG_I32, DFG_SHAPE(N, c->task.max_answer_len), DFG_ROLE_ROLLOUT);

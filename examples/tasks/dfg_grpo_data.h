@@ -6,6 +6,8 @@
  *   "prompt_start"      i32 (N)     each row's first real prompt column (0 .. Lp-1)
  *   "dataset.position"  i32 (2)     [epoch, draws taken in it]: where the next batch starts
  *   "prompts_truncated" f32 ()      optional: prompts of this batch cut from the left
+ *   "dataset.hash"      i32 (2)     optional: the content hash of the file drawn from (a resumed
+ *                                   run whose file changed warns once)
  *   "completion_mask"   f32 (N, T)  nonzero on generated tokens up to and including the first EOS
  *   "rewards"           f32 (N)     the weighted sum of the functions' rewards
  *   "reward_stats"      f32 (2F)    optional: per function its mean and std over the rows that

@@ -44,18 +44,34 @@ int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t l
 }
 
 /* ---------------------------------------------------------------- prompts */
+/* "dataset.hash" (2 x 32 bits of dfg_dataset_hash) holds the content hash of the file the run
+ * drew from, so a resumed run notices an edited file: its rows' order and the position no longer
+ * mean the same prompts. A warning, not a stop: appending rows or fixing a field is a user's
+ * right; the run goes on in the new file's order. */
+static void note_changed_dataset(dfg_host_ctx *ctx, const dfg_dataset *ds, int32_t *stored) {
+    uint64_t h = dfg_dataset_hash(ds), was = (uint64_t)(uint32_t)stored[0] | (uint64_t)(uint32_t)stored[1] << 32;
+    if (was && was != h)
+        fprintf(stderr, "dfg run: warning: step %lld: the dataset is not the one the checkpoint's run drew from (its "
+                        "content differs; %lld rows now): the run goes on in this file's order from the saved position\n",
+                (long long)dfg_host_step(ctx) + 1, (long long)dfg_dataset_rows(ds));
+    stored[0] = (int32_t)(uint32_t)h;
+    stored[1] = (int32_t)(uint32_t)(h >> 32);
+}
+
 dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_grpo_data_opts *o, int64_t *rows_out) {
     if (!ctx) return DFG_ERR_ARG;
     if (!ds || !o || !rows_out || o->prompts < 1 || o->group < 1 || o->prompt_len < 1)
         return dfg_host_fail(ctx, "dataset_batch: no dataset or bad options");
     int64_t P = o->prompts, G = o->group, N = P * G, Lp = o->prompt_len, rows = dfg_dataset_rows(ds);
-    dfg_buffer tok, start, pos, trunc;
+    dfg_buffer tok, start, pos, trunc, hash;
     dfg_status st;
     if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
         (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", false, &start)) ||
         (st = dfg_task_tensor(ctx, "dataset.position", DFG_I32, 1, (int64_t[]){2}, "2", false, &pos)) ||
-        (st = dfg_task_tensor(ctx, "prompts_truncated", DFG_F32, 0, NULL, "", true, &trunc)))
+        (st = dfg_task_tensor(ctx, "prompts_truncated", DFG_F32, 0, NULL, "", true, &trunc)) ||
+        (st = dfg_task_tensor(ctx, "dataset.hash", DFG_I32, 1, (int64_t[]){2}, "2", true, &hash)))
         return st;
+    if (hash.data) note_changed_dataset(ctx, ds, hash.data);
     int64_t T = tok.shape.d[1];
     if (T <= Lp) return dfg_host_fail(ctx, "tensor 'tokens' has %lld columns, not more than the %lld prompt columns", (long long)T, (long long)Lp);
     int32_t *at = pos.data;

@@ -135,6 +135,11 @@ run "$DFG" run live.dfg --steps 2 --threads 1 --resume live --reward-lib ./digit
 expect_rc 0 "with the dataset repaired, the checkpoint resumes"
 run "$DFG" run live.dfg --steps 4 --threads 1 --checkpoint-dir live4 --reward-lib ./digits_plugin.so
 check "... to the state of an uninterrupted run, bit for bit" cmp -s live/checkpoint.safetensors live4/checkpoint.safetensors
+echo '{"prompt_ids": [5, 6, 7, 14], "answer": "654"}' >>live.jsonl
+run "$DFG" run live.dfg --steps 1 --threads 1 --resume live --reward-lib ./digits_plugin.so
+expect_rc 0 "a dataset edited between runs (a row appended) resumes"
+expect_in err.txt "warning: step 5: the dataset is not the one the checkpoint's run drew from (its content differs; 41 rows now)" \
+  "... with a warning that it changed"
 # a prompt longer than max_prompt_length with truncate_prompts=error stops at the step that draws it
 printf '{"prompt_ids": [5, 6, 14]}\n%.0s' $(seq 8) >long.jsonl
 printf '{"prompt_ids": [5, 6, 7, 8, 9, 14]}\n' >>long.jsonl
