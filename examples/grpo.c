@@ -87,6 +87,8 @@ static dfg_status read_data_config(dfg_program *p, grpo_config *c) {
     c->truncate_left = !strcmp(trunc, "left");
     if ((c->n_eos = dfg_grpo_parse_ids(eos, c->eos, DFG_GRPO_MAX_EOS, err, sizeof(err))) < 0)
         return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (!*dataset) /* a built-in task's rewards know its own EOS only, whatever a model's config says */
+        c->eos[0] = DFG_VOCAB_EOS, c->n_eos = 1;
     if (pad < 0 || pad > INT32_MAX) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %lld is not a token id", (long long)pad);
     c->pad_id = (int32_t)pad;
     if (strcmp(c->reward, "external") && !dfg_reward_by_name(c->reward))
