@@ -98,12 +98,16 @@ static dfg_status read_data_config(dfg_program *p, grpo_config *c) {
                                 "(--reward-cmd or --reward-lib at run time), got '%s'", c->reward);
     /* reward_funcs: the names the reward program declares, in its order */
     c->n_funcs = 0;
-    for (const char *f = funcs; *f && c->n_funcs < DFG_REWARD_MAX_FUNCS; c->n_funcs++) {
+    const char *f = funcs;
+    for (; *f && c->n_funcs < DFG_REWARD_MAX_FUNCS; c->n_funcs++) {
         size_t n = strcspn(f, ",");
-        if (n < 1 || n > 64) return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be names separated by ',', got '%s'", funcs);
+        if (n < 1 || n > 64) break;
         snprintf(c->funcs[c->n_funcs], sizeof(c->funcs[0]), "%.*s", (int)n, f);
         f += n + (f[n] == ',');
     }
+    if (*f || c->n_funcs < 1)
+        return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be 1 .. %d names of 1 .. 64 characters separated by "
+                                "',', got '%s'", DFG_REWARD_MAX_FUNCS, funcs);
     for (int i = 0; i < c->n_funcs; i++) c->weights[i] = 1.0f;
     if (*weights && !dfg_grpo_parse_floats(weights, c->weights, c->n_funcs, err, sizeof(err)))
         return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
