@@ -56,6 +56,9 @@ DFG_API dfg_tensor *dfg_sum_keepdim(dfg_graph *g, dfg_tensor *x, int axis);
 DFG_API dfg_tensor *dfg_mean(dfg_graph *g, dfg_tensor *x, int axis);
 DFG_API dfg_tensor *dfg_masked_sum(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask, int axis); /* sum(x*mask) */
 DFG_API dfg_tensor *dfg_argmax(dfg_graph *g, dfg_tensor *x); /* over the last axis, i32 */
+/* torch.quantile(x[mask != 0], q) (linear interpolation) as a scalar; +inf when the mask is all 0.
+ * x, mask: f32 of one shape. Not differentiated (a threshold, not a value the loss follows). */
+DFG_API dfg_tensor *dfg_quantile(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask, float q);
 
 /* ---------------------------------------------------------------- linear algebra and nn */
 /* op(a) @ op(b) with op = transpose of the last two dims when the flag is set. Leading (batch)
@@ -67,6 +70,8 @@ DFG_API dfg_tensor *dfg_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, df
 DFG_API dfg_tensor *dfg_rmsnorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, float eps);
 DFG_API dfg_tensor *dfg_softmax(dfg_graph *g, dfg_tensor *x);     /* over the last axis */
 DFG_API dfg_tensor *dfg_log_softmax(dfg_graph *g, dfg_tensor *x); /* over the last axis */
+/* (..., V) -> (...) f32: the entropy -sum p log p of softmax over the last axis, differentiable */
+DFG_API dfg_tensor *dfg_entropy(dfg_graph *g, dfg_tensor *z);
 /* Causal self-attention: qkv (B, T, 3C) laid out [q | k | v] as GPT-2's c_attn -> (B, T, C). */
 DFG_API dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head);
 /* Causal attention of rows that continue a shared prefix: qkv (n, Tc, 3C) of n = P*G rows

@@ -1,7 +1,8 @@
 /* logprob.c - the fused log-probability ops that the fuse pass makes from unfused user math.
  *
  *   logprob(z, t)           = log_softmax(z * inv_temp)[t]  per row, and the row's log-sum-exp
- *   linear_logprob(h, W, t) = logprob(h @ W^T, t) (W as the tied lm_head (V, C); or (C, V))
+ *   linear_logprob(h, W, t) = logprob(h @ W^T, t) (W as the tied lm_head (V, C); or (C, V)), and
+ *                             the entropy of softmax(h @ W^T * inv_temp) per row
  *
  * The forward keeps only the per-token log-prob and the log-sum-exp; the backward recomputes
  * the softmax from them (d z = g * inv_temp * (onehot(t) - softmax(z * inv_temp))), so no
@@ -56,7 +57,10 @@ static bool weight_fits(const dfg_node *n, const dfg_tensor *h, const dfg_tensor
     return (tb ? w->shape.d[1] : w->shape.d[0]) == c;
 }
 
-/* inputs: hidden (..., C), weight, targets (...) -> logp (...), lse (...), workspace (rc, vc) */
+/* inputs: hidden (..., C), weight, targets (...) -> logp (...), lse (...), workspace (rc, vc),
+ * entropy (...). The entropy comes from the same online pass (one more multiply-add per logit):
+ * a loss that wants the policy's entropy (TRL's entropy metric, top_entropy_quantile, an entropy
+ * bonus) gets it without the (tokens x vocabulary) logits the unfused dfg_entropy would read. */
 dfg_status dfg_infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_tensor *h = n->in[0], *w = n->in[1], *t = n->in[2];
     int64_t v = 0;
@@ -69,27 +73,34 @@ dfg_status dfg_infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spe
     out[0] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     out[1] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr->logprob.rows_chunk, n->attr->logprob.v_chunk), -1, false};
+    out[3] = (dfg_out_spec){DFG_F32, t->shape, -1, false};
     return DFG_OK;
 }
 
-/* inputs: dlogp, hidden, weight, targets, lse [, acc] -> dhidden, dweight, workspace (rc, vc).
+/* inputs: dlogp, hidden, weight, targets, lse [, dentropy, entropy] [, acc]: 5 to 8, the entropy's
+ * gradient and value when the loss differentiates the entropy output too -> dhidden, dweight, workspace (rc, vc).
  * With acc (a gradient buffer of the weight's shape, PARAM/STATE), dweight is added into acc in
  * place and output 1 is acc's new value: the fuse pass makes this form from "dW, then
  * accumulate dW into the buffer", so a vocabulary-sized dW is never stored on its own. */
 dfg_status dfg_infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
-    if (n->n_in != 5 && n->n_in != 6) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs 5 inputs, or 6 with an accumulator");
+    if (n->n_in < 5 || n->n_in > 8)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "needs 5 inputs, 7 with the entropy's gradient, one more with an accumulator");
     const dfg_tensor *dy = n->in[0], *h = n->in[1], *w = n->in[2], *t = n->in[3], *lse = n->in[4];
-    const dfg_tensor *acc = n->n_in == 6 ? n->in[5] : NULL;
+    bool ent = n->n_in >= 7;
+    const dfg_tensor *acc = n->n_in == 6 || n->n_in == 8 ? n->in[n->n_in - 1] : NULL;
     int64_t v = 0;
     if (acc && (!dfg_shape_equal(acc->shape, w->shape) || acc->dtype != w->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the accumulator must have the weight's shape and dtype");
+    for (int j = 5; ent && j < 7; j++)
+        if (n->in[j]->dtype != DFG_F32 || !dfg_shape_equal(n->in[j]->shape, t->shape))
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "the entropy and its gradient must be f32 of the targets' shape");
     if (h->shape.rank < 2 || !dfg_is_float(h->dtype) || !weight_fits(n, h, w, &v) || t->dtype != DFG_I32 ||
         !dfg_shape_equal(t->shape, drop_last(h->shape)) || !dfg_shape_equal(dy->shape, t->shape) ||
         !dfg_shape_equal(lse->shape, t->shape) || dy->dtype != DFG_F32 || lse->dtype != DFG_F32 ||
         !chunks_ok(n, dfg_shape_numel(t->shape), v))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
     out[0] = (dfg_out_spec){h->dtype, h->shape, -1, false};
-    out[1] = acc ? (dfg_out_spec){w->dtype, w->shape, 5, true} : (dfg_out_spec){w->dtype, w->shape, -1, false};
+    out[1] = acc ? (dfg_out_spec){w->dtype, w->shape, n->n_in - 1, true} : (dfg_out_spec){w->dtype, w->shape, -1, false};
     out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr->logprob.rows_chunk, n->attr->logprob.v_chunk), -1, false};
     return DFG_OK;
 }
@@ -117,11 +128,13 @@ dfg_status dfg_grad_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *
     return g->status;
 }
 
+/* dout[0] the log-probs' gradient, dout[3] the entropy's (either may be absent) */
 dfg_status dfg_grad_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need,
                                dfg_tensor **din) {
-    if (!dout[0] || (!need[0] && !need[1])) return g->status;
-    dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD,
-                               (dfg_tensor *[]){dout[0], n->in[0], n->in[1], n->in[2], n->out[1]}, 5, n->attr, 3);
+    if ((!dout[0] && !dout[3]) || (!need[0] && !need[1])) return g->status;
+    dfg_tensor *dlogp = dout[0] ? dout[0] : dfg_fill(g, DFG_F32, n->out[0]->shape, 0.0f);
+    dfg_tensor *in[7] = {dlogp, n->in[0], n->in[1], n->in[2], n->out[1], dout[3], n->out[3]};
+    dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, dout[3] ? 7 : 5, n->attr, 3);
     if (!b) return g->status;
     if (need[0]) din[0] = b->out[0];
     if (need[1]) din[1] = b->out[1];

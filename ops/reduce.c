@@ -1,4 +1,4 @@
-/* reduce.c - sum, mean, masked sum over one axis, argmax over the last: builders, shape rules,
+/* reduce.c - sum, mean, masked sum over one axis, argmax over the last, a masked quantile: builders, shape rules,
  * gradient rules. Kernels: ops/cpu/reduce.c. */
 #include "op.h"
 
@@ -91,3 +91,27 @@ dfg_status dfg_grad_masked_sum(dfg_graph *g, const dfg_node *n, dfg_tensor *cons
     if (need[1]) din[1] = dfg_sum_to_shape(g, dfg_mul(g, dy, x), m->shape);
     return g->status;
 }
+
+/* ---------------------------------------------------------------- quantile
+ * torch.quantile(x[mask != 0], q) with linear interpolation: the q-quantile of the elements
+ * of x (any shape) whose mask entry (same shape) is not 0, as a scalar f32; +inf when no entry
+ * is selected (so x >= it selects nothing, as TRL's entropy mask then does). Kernels select the
+ * k-th smallest value by a binary search on the values' ordered bit patterns (32 counting
+ * passes, no sort and no scratch), so every backend finds the same element. */
+dfg_tensor *dfg_quantile(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask, float q) {
+    dfg_attrs a = {.quantile = {q}};
+    return dfg_op_out(g, DFG_OP_QUANTILE, (dfg_tensor *[]){x, mask}, 2, &a);
+}
+
+dfg_status dfg_infer_quantile(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *x = n->in[0], *m = n->in[1];
+    float q = n->attr->quantile.q;
+    if (x->dtype != DFG_F32 || m->dtype != DFG_F32 || !dfg_shape_equal(x->shape, m->shape))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "needs f32 values and an f32 mask of the same shape");
+    if (!(q >= 0.0f && q <= 1.0f)) return dfg_node_fail(g, n, DFG_ERR_ARG, "q %g is outside [0, 1]", (double)q);
+    out[0] = (dfg_out_spec){DFG_F32, DFG_SCALAR, -1, false};
+    return DFG_OK;
+}
+
+/* up to two selections of 32 counting passes each */
+dfg_cost dfg_cost_quantile(const dfg_node *n) { return dfg_cost_io(n, 64.0 * (double)dfg_shape_numel(n->in[0]->shape)); }

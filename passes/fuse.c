@@ -2,6 +2,7 @@
  *
  *   take(log_softmax(z [* 1/T]), t)           -> logprob(z, t)             (no (.., V) log-softmax)
  *   take(log_softmax(h @ W^T [* 1/T]), t)     -> linear_logprob(h, W, t)   (no logits at all)
+ *     with entropy(z) of the same logits z     -> its entropy output          (no logits either)
  *   gelu(bias_add(x, b))                      -> bias_gelu(x, b)
  *
  * A pattern fires only when its inner tensors are read by nothing but the pattern itself and
@@ -25,6 +26,7 @@ typedef struct {
 typedef struct {
     const dfg_node *fwd[MAX_REGION]; /* the region's forward nodes; the last makes its output */
     int n;
+    const dfg_node *entropy; /* linear_logprob: an entropy node of the region (fwd too), or NULL */
 } region;
 
 static bool in_region(const region *r, const dfg_node *n) {
@@ -33,7 +35,18 @@ static bool in_region(const region *r, const dfg_node *n) {
     return false;
 }
 
-static bool region_bwd(const region *r, const dfg_node *n) { return n->grad_of && in_region(r, n->grad_of); }
+/* A node of the region's backward: made by the gradient rule of a region node, or the sum
+ * autodiff made of two such nodes' contributions (a logits tensor read by both the log-softmax
+ * and the entropy gets its two gradients added). */
+static bool region_bwd(const region *r, const dfg_node *n) {
+    if (n->grad_of) return in_region(r, n->grad_of);
+    if (n->op != DFG_OP_ADD || !(n->flags & DFG_NF_BACKWARD)) return false;
+    for (int k = 0; k < 2; k++) {
+        const dfg_node *up = n->in[k]->producer;
+        if (!up || !region_bwd(r, up)) return false;
+    }
+    return true;
+}
 
 /* Is t read only by the region and by the region's gradient nodes? */
 static bool only_region_reads(const fuse_ctx *f, const region *r, const dfg_tensor *t) {
@@ -50,13 +63,21 @@ static bool forward_op(const dfg_tensor *t, dfg_op op) {
 /* The region's backward: the gradient entering it, and for each fused input j the old
  * gradient tensors (read outside the region's backward) that the new din[j] replaces. */
 typedef struct {
-    dfg_tensor *entering;
+    dfg_tensor *entering, *entering_entropy; /* the gradients of the log-probs and of the entropy */
     dfg_tensor *old_grad[8];
     int old_input[8];
     int n_old;
     bool need[8];
-    int first_pos; /* the first backward node of the region: where the new ones go */
+    int first_pos; /* the first backward node of the region */
+    int new_pos;   /* where the new ones go: there, or after the entering gradients are complete */
 } region_grad;
+
+/* The position of t's producer in g, or -1 (a persistent tensor, or made before the graph). */
+static int producer_pos(const dfg_graph *g, const dfg_tensor *t) {
+    for (int i = 0; t && t->producer && i < g->n_nodes; i++)
+        if (g->nodes[i] == t->producer) return i;
+    return -1;
+}
 
 static bool read_outside(const fuse_ctx *f, const region *r, const dfg_tensor *t) {
     if (t->flags & (DFG_TF_OUTPUT | DFG_TF_GRAD)) return true;
@@ -112,6 +133,7 @@ static bool find_region_grad(const fuse_ctx *f, const region *r, dfg_tensor *con
         if (!region_bwd(r, b)) continue;
         if (rg->first_pos < 0) rg->first_pos = i;
         if (b->grad_of == last && !rg->entering) rg->entering = b->in[0];
+        if (r->entropy && b->grad_of == r->entropy && !rg->entering_entropy) rg->entering_entropy = b->in[0];
         for (int k = 0; k < b->n_out; k++) {
             dfg_tensor *o = b->out[k];
             if (!read_outside(f, r, o)) continue;
@@ -122,8 +144,15 @@ static bool find_region_grad(const fuse_ctx *f, const region *r, dfg_tensor *con
             rg->need[j] = true;
         }
     }
-    return (rg->first_pos < 0 || rg->entering != NULL) &&
-           inputs_unwritten(f, r, in, n_in, rg->first_pos >= 0 ? rg->first_pos : last->id);
+    /* a gradient entering the region may be completed after the region's backward began (the
+     * log-probs read once more between the log-softmax and the entropy): the fused gradient goes
+     * after it, still before any reader of the gradients it replaces (they need both) */
+    rg->new_pos = rg->first_pos;
+    int e1 = producer_pos(f->g, rg->entering), e2 = producer_pos(f->g, rg->entering_entropy);
+    if (rg->first_pos >= 0 && e1 >= rg->new_pos) rg->new_pos = e1 + 1;
+    if (rg->first_pos >= 0 && e2 >= rg->new_pos) rg->new_pos = e2 + 1;
+    return (rg->first_pos < 0 || rg->entering != NULL || rg->entering_entropy != NULL) &&
+           inputs_unwritten(f, r, in, n_in, rg->first_pos >= 0 ? rg->new_pos : last->id);
 }
 
 /* Builds the fused node (before the region's last forward node), its gradient (before the
@@ -144,7 +173,7 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
     if (op == DFG_OP_LINEAR_LOGPROB) fused->out[2]->flags |= DFG_TF_WORKSPACE;
     dfg_rw_move_tail(g, first, at);
     if (rg->first_pos >= 0) {
-        dfg_tensor *dout[3] = {rg->entering, NULL, NULL}, *din[8] = {0};
+        dfg_tensor *dout[4] = {rg->entering, NULL, NULL, rg->entering_entropy}, *din[8] = {0};
         first = g->n_nodes;
         g->rewriting = true;
         dfg_status st = dfg_ops[op].grad(g, fused, dout, rg->need, din);
@@ -156,8 +185,8 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
             b->flags |= DFG_NF_BACKWARD | DFG_NF_FUSED;
             if (b->op == DFG_OP_LINEAR_LOGPROB_BWD) b->out[2]->flags |= DFG_TF_WORKSPACE;
         }
-        /* the first backward node moved one place when the fused forward node went in */
-        dfg_rw_move_tail(g, first, rg->first_pos + 1);
+        /* the backward nodes moved one place when the fused forward node went in */
+        dfg_rw_move_tail(g, first, rg->new_pos + 1);
         for (int k = 0; k < rg->n_old; k++) {
             dfg_tensor *d = din[rg->old_input[k]];
             if (!d) return dfg_program_err(f->p, DFG_ERR_STATE, "fuse: %s made no gradient for input %d", dfg_op_name(op),
@@ -167,6 +196,7 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
         }
     }
     dfg_rw_replace_uses(f->p, g, last->out[0], fused->out[0]);
+    if (r->entropy) dfg_rw_replace_uses(f->p, g, r->entropy->out[0], fused->out[3]);
     return DFG_OK;
 }
 
@@ -197,7 +227,20 @@ static const dfg_node *removed_take(const fuse_ctx *f, const dfg_node *ls_node) 
     return NULL;
 }
 
-static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired) {
+/* The forward entropy node that reads z, the log-softmax's logits (not as a graph output: its
+ * value then comes from the fused node), or NULL. */
+static const dfg_node *entropy_reader(const fuse_ctx *f, const dfg_tensor *z) {
+    for (int k = f->c.start[z->id]; k < f->c.start[z->id + 1]; k++) {
+        const dfg_node *n = f->c.node[k];
+        if (n->op == DFG_OP_ENTROPY && !(n->flags & DFG_NF_BACKWARD) && n->in[0] == z && !(n->out[0]->flags & DFG_TF_OUTPUT))
+            return n;
+    }
+    return NULL;
+}
+
+/* with_entropy: an entropy of the same logits joins the region (linear_logprob gives it); the
+ * plain logprob has no entropy output, so without the lm_head the region is tried again without it */
+static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool with_entropy, bool *fired) {
     region r = {.n = 0};
     const dfg_tensor *ls = ls_node->out[0];
     const dfg_node *take = NULL;
@@ -214,6 +257,7 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
     float inv_temp = 1.0f;
     const dfg_node *mm = NULL;
     r.fwd[r.n++] = ls_node;
+    if (with_entropy && (r.entropy = entropy_reader(f, z))) r.fwd[r.n++] = r.entropy;
     /* up the chain through temperature scales and a cast to f32 (what a mixed-precision loss
      * writes: log_softmax(cast(lm_head(h), f32) / T)), while only the pattern reads each value */
     for (int hops = 0; hops < 2; hops++) {
@@ -235,6 +279,7 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
         r.fwd[r.n++] = mm;
         if (!only_region_reads(f, &r, z)) r.n--, mm = NULL;
     }
+    if (r.entropy && !mm) return try_logprob(f, ls_node, false, fired);
     r.fwd[r.n++] = take;
     dfg_attrs a = {.logprob = {inv_temp, mm ? mm->attr->matmul.trans_b : false, 0, 0}};
     dfg_tensor *in[3];
@@ -250,7 +295,7 @@ static dfg_status try_logprob(fuse_ctx *f, const dfg_node *ls_node, bool *fired)
     if (!find_region_grad(f, &r, in, n_in, &rg)) return DFG_OK;
     *fired = true;
     f->p->plan->report.fused[mm ? 1 : 0]++;
-    return rewrite(f, &r, mm ? DFG_OP_LINEAR_LOGPROB : DFG_OP_LOGPROB, in, n_in, &a, mm ? 3 : 2, &rg);
+    return rewrite(f, &r, mm ? DFG_OP_LINEAR_LOGPROB : DFG_OP_LOGPROB, in, n_in, &a, mm ? 4 : 2, &rg);
 }
 
 static dfg_status try_bias_gelu(fuse_ctx *f, const dfg_node *gelu, bool *fired) {
@@ -320,7 +365,7 @@ static dfg_status fuse_graph(dfg_program *p, dfg_graph *g, const dfg_options *o,
             if (n->op == DFG_OP_LINEAR_LOGPROB_BWD) st = try_accumulate_into(&f, g->nodes[i], 1, &fired);
             if (n->op == DFG_OP_EMBED_BWD) st = try_accumulate_into(&f, g->nodes[i], 0, &fired);
             if (n->flags & DFG_NF_BACKWARD) continue;
-            if (n->op == DFG_OP_LOG_SOFTMAX) st = try_logprob(&f, n, &fired);
+            if (n->op == DFG_OP_LOG_SOFTMAX) st = try_logprob(&f, n, true, &fired);
             else if (n->op == DFG_OP_GELU) st = try_bias_gelu(&f, n, &fired);
         }
         dfg_consumers_free(&f.c);

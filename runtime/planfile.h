@@ -90,7 +90,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 6u
+#define DFG_PLAN_VERSION 7u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

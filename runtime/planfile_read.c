@@ -438,7 +438,8 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 2 ? "the memory budget and the no-fuse option"
                               : version == 3 ? "stage step ranges"
                               : version == 4 ? "the schedule and memory plan"
-                                             : "op attributes stored field by field and the pipeline's declarations");
+                              : version == 5 ? "op attributes stored field by field and the pipeline's declarations"
+                                             : "the entropy and quantile ops and linear_logprob's entropy output");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

@@ -627,6 +627,12 @@ static dfg_tensor *b_bias_gelu(gc *c, dfg_tensor *const *x) { return dfg_gelu(c-
 static dfg_tensor *b_linear_logprob(gc *c, dfg_tensor *const *x) {
     return dfg_take(c->g, dfg_log_softmax(c->g, dfg_matmul(c->g, x[0], x[1], false, true)), x[2]);
 }
+/* ... and the entropy of the same logits at temperature 0.7: one linear_logprob gives both, and
+ * its backward takes both gradients */
+static dfg_tensor *b_linear_logprob_entropy(gc *c, dfg_tensor *const *x) {
+    dfg_tensor *z = dfg_scale(c->g, dfg_matmul(c->g, x[0], x[1], false, true), 1.0f / 0.7f);
+    return dfg_add(c->g, dfg_take(c->g, dfg_log_softmax(c->g, z), x[2]), dfg_entropy(c->g, z));
+}
 static dfg_tensor *b_embed(gc *c, dfg_tensor *const *x) { return dfg_embed(c->g, x[0], x[1]); }
 static dfg_tensor *b_take(gc *c, dfg_tensor *const *x) { return dfg_take(c->g, x[0], x[1]); }
 /* rotary embeddings of x (..., H*D) at positions x[1]; head_dim and theta drawn by s_rope */
@@ -718,6 +724,8 @@ static const gc_case nn_cases[] = {
     {CASE("softmax rank 1", b_un, 1, NN(DC)), .un = dfg_softmax, .lo = 1, .hi = 8},
     {CASE("log_softmax", b_un, 1, N3), .un = dfg_log_softmax},
     {CASE("log_softmax rank 2", b_un, 1, NN(DA, DC)), .un = dfg_log_softmax, .lo = 1, .hi = 8},
+    {CASE("entropy", b_un, 1, N3), .un = dfg_entropy},
+    {CASE("entropy rank 1", b_un, 1, NN(DC)), .un = dfg_entropy, .lo = 1, .hi = 8},
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {1}, .setup = s_attention},
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {2}, .setup = s_attention},
     {CASE("attention", b_attention, 1, NN(1)), .iarg = {4}, .setup = s_attention},
@@ -736,6 +744,7 @@ static const gc_case nn_cases[] = {
     {CASE("log_softmax + take", b_logprob, 2, NN(DA, DB, DC), IDX(DC, DA, DB))},
     {CASE("bias_add + gelu", b_bias_gelu, 2, N3, NN(DC))},
     {CASE("linear + log_softmax + take", b_linear_logprob, 3, NN(DA, DB), NN(DC, DB), IDX(DC, DA))},
+    {CASE("linear + log_softmax + take + entropy", b_linear_logprob_entropy, 3, NN(DA, DB), NN(DC, DB), IDX(DC, DA))},
     {CASE("rope", b_rope, 2, NN(1), IDX(1, 1)), .setup = s_rope},
 };
 

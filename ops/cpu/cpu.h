@@ -8,6 +8,8 @@
 #ifndef DFG_CPU_H
 #define DFG_CPU_H
 
+#include <math.h>
+
 #include "../op.h"
 
 typedef struct {
@@ -61,5 +63,34 @@ static inline int64_t dfg_bcast_offset(const dfg_shape *out, const int64_t *stri
 }
 /* (outer, axis, inner) split of a shape around `axis` */
 void dfg_split_axis(dfg_shape s, int axis, int64_t *outer, int64_t *len, int64_t *inner);
+
+/* A row's online softmax statistics, one logit at a time: the running max m, l = sum exp(x - m)
+ * and a = sum exp(x - m) (x - m), rescaled when m grows, so that lse = m + log l and the entropy
+ * H = log l - a / l come out of one pass with one exp per logit (the entropy and linear_logprob
+ * kernels). -inf logits weigh nothing. */
+typedef struct {
+    float m;
+    double l, a;
+} dfg_row_stats;
+
+static inline void dfg_row_stats_push(dfg_row_stats *s, float x) {
+    if (x == -INFINITY) return;
+    if (x > s->m) {
+        if (s->m == -INFINITY) {
+            s->l = 1.0, s->a = 0.0;
+        } else {
+            double d = (double)s->m - x, sc = exp(d);
+            s->a = sc * (s->a + s->l * d);
+            s->l = s->l * sc + 1.0;
+        }
+        s->m = x;
+    } else {
+        double d = (double)x - s->m, e = exp(d);
+        s->l += e;
+        s->a += e * d;
+    }
+}
+
+static inline double dfg_row_stats_entropy(const dfg_row_stats *s) { return s->l > 0.0 ? log(s->l) - s->a / s->l : 0.0; }
 
 #endif

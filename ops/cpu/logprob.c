@@ -110,36 +110,32 @@ dfg_status dfg_cpu_linear_logprob(const dfg_node *n, void *const *in, void *cons
     lin_dims d = lin_of(n, n->in[0], n->in[1]);
     const float *h = in[0], *w = in[1]; /* (rows, C), (V, C) or (C, V) */
     const int32_t *t = in[2];           /* (rows) */
-    float *logp = out[0], *lse = out[1], *ws = out[2]; /* (rows), (rows), (rc, vc) */
+    float *logp = out[0], *lse = out[1], *ws = out[2], *ent = out[3]; /* (rows), (rows), (rc, vc), (rows) */
     if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
-    /* per row while the vocabulary is walked: running max in lse[], the target's logit in
-     * logp[], the running sum in sum[] (one row chunk at a time) */
-    double sum[DFG_LOGPROB_MAX_ROWS];
+    /* per row of a row chunk while the vocabulary is walked: its online statistics (max, sum,
+     * entropy sum), and the target's logit in logp[] */
+    dfg_row_stats st[DFG_LOGPROB_MAX_ROWS];
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
-        for (int64_t r = 0; r < rc; r++) lse[r0 + r] = -INFINITY, sum[r] = 0.0;
+        for (int64_t r = 0; r < rc; r++) st[r] = (dfg_row_stats){-INFINITY, 0.0, 0.0};
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
 #pragma omp parallel for schedule(static) if (rc * vc > 16384)
             for (int64_t r = 0; r < rc; r++) {
                 const float *row = ws + r * vc;
-                float m = lse[r0 + r];
-                double l = sum[r];
-                for (int64_t j = 0; j < vc; j++) { /* element by element: the same sums for any chunking */
-                    float x = row[j] * d.s;
-                    if (x == -INFINITY) continue; /* weighs nothing; exp(-inf - -inf) would be NaN */
-                    if (x > m) l = l * exp((double)m - x) + 1.0, m = x;
-                    else l += exp((double)x - m);
-                }
-                sum[r] = l, lse[r0 + r] = m;
+                dfg_row_stats s = st[r];
+                /* element by element: the same sums for any chunking */
+                for (int64_t j = 0; j < vc; j++) dfg_row_stats_push(&s, row[j] * d.s);
+                st[r] = s;
                 int64_t tj = t[r0 + r] - v0;
                 if (tj >= 0 && tj < vc) logp[r0 + r] = row[tj] * d.s;
             }
         }
         for (int64_t r = 0; r < rc; r++) {
-            lse[r0 + r] = (float)(lse[r0 + r] + log(sum[r]));
+            lse[r0 + r] = (float)(st[r].m + log(st[r].l));
             logp[r0 + r] -= lse[r0 + r];
+            ent[r0 + r] = (float)dfg_row_stats_entropy(&st[r]);
         }
     }
     return DFG_OK;
@@ -149,21 +145,31 @@ dfg_status dfg_cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *
     lin_dims d = lin_of(n, n->in[1], n->in[2]);
     const float *dy = in[0], *h = in[1], *w = in[2], *lse = in[4]; /* (rows), (rows, C), W, (rows) */
     const int32_t *t = in[3];
+    bool ent = n->n_in >= 7;
+    const float *dent = ent ? in[5] : NULL, *hent = ent ? in[6] : NULL; /* (rows) the entropy's gradient and value */
     float *dh = out[0], *dw = out[1], *ws = out[2]; /* (rows, C), W's shape (the accumulator's bytes when
-                                                      * there are 6 inputs), (rc, vc) */
+                                                      * there are 6 or 8 inputs), (rc, vc) */
     if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
     memset(dh, 0, sizeof(float) * (size_t)(d.rows * d.c));
-    if (n->n_in == 5) memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c)); /* else dw is the accumulator */
+    if (n->n_in == 5 || n->n_in == 7) memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c)); /* else dw is the accumulator */
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
-            /* ws becomes d logits: g * s * (onehot - p) */
+            /* ws becomes d logits: s * (g (onehot - p) - gh p (log p + H)) */
 #pragma omp parallel for schedule(static) if (rc * vc > 16384)
             for (int64_t r = 0; r < rc; r++) {
                 float g = dy[r0 + r] * d.s, *row = ws + r * vc;
-                for (int64_t j = 0; j < vc; j++) row[j] = -g * expf(row[j] * d.s - lse[r0 + r]);
+                if (ent) {
+                    float gh = dent[r0 + r] * d.s, hl = hent[r0 + r] - lse[r0 + r]; /* log p + H = x - lse + H */
+                    for (int64_t j = 0; j < vc; j++) {
+                        float x = row[j] * d.s, p = expf(x - lse[r0 + r]);
+                        row[j] = p == 0.0f ? 0.0f : -p * (g + gh * (x + hl));
+                    }
+                } else {
+                    for (int64_t j = 0; j < vc; j++) row[j] = -g * expf(row[j] * d.s - lse[r0 + r]);
+                }
                 int64_t tj = t[r0 + r] - v0;
                 if (tj >= 0 && tj < vc) row[tj] += g;
             }

@@ -1,5 +1,8 @@
-/* reduce.c - CPU kernels for sum/mean over an axis, masked sum and argmax. Sums accumulate in
+/* reduce.c - CPU kernels for sum/mean over an axis, masked sum, argmax and a masked quantile. Sums accumulate in
  * double so that the reference does not drift with the reduced length. */
+#include <math.h>
+
+#include "../quantile.h"
 #include "cpu.h"
 
 #define DFG_RBLOCK 64 /* columns reduced together, so each input row is read contiguously */
@@ -63,5 +66,42 @@ dfg_status dfg_cpu_argmax(const dfg_node *n, void *const *in, void *const *out, 
             if (row[j] > row[best] || (row[best] != row[best] && row[j] == row[j])) best = j;
         y[r] = (int32_t)best;
     }
+    return DFG_OK;
+}
+
+/* Elements of x with a non-zero mask whose key is <= k. */
+static int64_t count_le(const float *x, const float *m, int64_t n, uint32_t k) {
+    int64_t c = 0;
+#pragma omp parallel for schedule(static) reduction(+ : c) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) c += m[i] != 0.0f && dfg_quantile_key(x[i]) <= k;
+    return c;
+}
+
+/* The rank-th smallest (0-based) selected value: the least key with more than rank keys <= it. */
+static float select_rank(const float *x, const float *m, int64_t n, int64_t rank) {
+    uint32_t lo = 0, hi = 0xffffffffu;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (count_le(x, m, n, mid) > rank) hi = mid;
+        else lo = mid + 1;
+    }
+    return dfg_quantile_value(lo);
+}
+
+dfg_status dfg_cpu_quantile(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    const float *x = in[0], *m = in[1]; /* any shape, the same */
+    float *y = out[0];                  /* scalar */
+    int64_t len = dfg_shape_numel(n->in[0]->shape), sel = 0;
+    for (int64_t i = 0; i < len; i++) sel += m[i] != 0.0f;
+    if (sel == 0) {
+        *y = INFINITY;
+        return DFG_OK;
+    }
+    int64_t lo;
+    double w;
+    dfg_quantile_rank(sel, n->attr->quantile.q, &lo, &w);
+    float a = select_rank(x, m, len, lo);
+    *y = w > 0.0 ? dfg_quantile_lerp(a, select_rank(x, m, len, lo + 1), w) : a;
     return DFG_OK;
 }

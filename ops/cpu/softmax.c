@@ -1,5 +1,5 @@
 /* softmax.c - CPU softmax and log-softmax over the last axis, and their backward ops, which
- * take (dy, y): the saved output is all they need. */
+ * take (dy, y): the saved output is all they need; the entropy of softmax and its backward. */
 #include <math.h>
 
 #include "cpu.h"
@@ -76,6 +76,40 @@ dfg_status dfg_cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *con
         double s = 0.0;
         for (int64_t j = 0; j < v; j++) s += dy[r * v + j];
         for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)((double)dy[r * v + j] - exp((double)y[r * v + j]) * s);
+    }
+    return DFG_OK;
+}
+
+/* H = -sum p log p of each row, from one online pass (dfg_row_stats) */
+dfg_status dfg_cpu_entropy(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    const dfg_shape zs = n->in[0]->shape;
+    int64_t v = zs.d[zs.rank - 1], rows = dfg_shape_numel(zs) / v;
+    const float *z = in[0]; /* (rows, V) */
+    float *h = out[0];      /* (rows) */
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        dfg_row_stats s = {-INFINITY, 0.0, 0.0};
+        for (int64_t j = 0; j < v; j++) dfg_row_stats_push(&s, z[r * v + j]);
+        h[r] = (float)dfg_row_stats_entropy(&s);
+    }
+    return DFG_OK;
+}
+
+/* dz_j = -dH p_j (log p_j + H), p recomputed from z */
+dfg_status dfg_cpu_entropy_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    const dfg_shape zs = n->in[1]->shape;
+    int64_t v = zs.d[zs.rank - 1], rows = dfg_shape_numel(zs) / v;
+    const float *dh = in[0], *z = in[1], *h = in[2]; /* (rows), (rows, V), (rows) */
+    float *dz = out[0];                              /* (rows, V) */
+#pragma omp parallel for schedule(static) if (rows * v > 16384)
+    for (int64_t r = 0; r < rows; r++) {
+        double lse = row_lse(z + r * v, v);
+        for (int64_t j = 0; j < v; j++) {
+            double lp = (double)z[r * v + j] - lse, p = exp(lp);
+            dz[r * v + j] = p == 0.0 ? 0.0f : (float)(-(double)dh[r] * p * (lp + h[r])); /* a -inf logit: 0 */
+        }
     }
     return DFG_OK;
 }
