@@ -26,6 +26,7 @@
  * Settings carry Hugging Face config.json's and TRL GRPOConfig's names. With
  * `dfg run --rollouts R.safetensors` the stages data .. reward are skipped and the step trains
  * on the given tokens, completion_mask and rewards (see declare() below). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +136,8 @@ static dfg_status check_dataset_vocab(dfg_program *p, const grpo_config *c) {
 
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, grpo_config *c) {
-    static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
+    static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"};
+    static const char *const levels[] = {"token", "sequence"};
     static const char *const scales[] = {"group", "batch", "none"};
     char err[256];
     const char *task = dfg_setting_str(p, "task", "reverse");
@@ -154,16 +156,24 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
-    c->beta = (float)dfg_setting_float(p, "beta", 0.04);
+    /* the loss: TRL GRPOConfig's names and defaults (TRL 1.9 / main of 2026-07: dapo, beta 0) */
+    c->beta = (float)dfg_setting_float(p, "beta", 0.0);
     double eps = dfg_setting_float(p, "epsilon", 0.2);
     c->loss.epsilon_low = (float)eps;
     c->loss.epsilon_high = (float)dfg_setting_float(p, "epsilon_high", eps);
+    c->loss.delta = (float)dfg_setting_float(p, "delta", 0.0); /* TRL's None */
+    c->loss.sapo_temperature_pos = (float)dfg_setting_float(p, "sapo_temperature_pos", 1.0);
+    c->loss.sapo_temperature_neg = (float)dfg_setting_float(p, "sapo_temperature_neg", 1.05);
+    c->loss.top_entropy_quantile = (float)dfg_setting_float(p, "top_entropy_quantile", 1.0);
+    c->loss.entropy_coef = (float)dfg_setting_float(p, "entropy_coef", 0.0);
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
-    int lt = pick(p, "loss_type", dfg_setting_str(p, "loss_type", "grpo"), loss_types, 4);
+    int lt = pick(p, "loss_type", dfg_setting_str(p, "loss_type", "dapo"), loss_types, 6);
+    int lv = pick(p, "importance_sampling_level", dfg_setting_str(p, "importance_sampling_level", "token"), levels, 2);
     int sc = pick(p, "scale_rewards", dfg_setting_str(p, "scale_rewards", "group"), scales, 3);
     dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
     if (dfg_program_status(p)) return dfg_program_status(p);
     c->loss.loss_type = (dfg_grpo_loss_type)lt;
+    c->loss.is_level = (dfg_grpo_is_level)lv;
     c->scale = (dfg_grpo_scale)sc;
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
@@ -192,6 +202,11 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
         !(c->loss.epsilon_low >= 0) || !(c->loss.epsilon_high >= 0) || !(c->max_grad_norm > 0))
         return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, sft_steps >= 0, temperature > 0, "
                                 "top_k >= 0, beta >= 0, epsilon(_high) >= 0 and max_grad_norm > 0 are required");
+    const dfg_grpo_loss_config *l = &c->loss;
+    if (!(l->delta >= 0) || !(l->sapo_temperature_pos > 0) || !(l->sapo_temperature_neg > 0) ||
+        !(l->top_entropy_quantile >= 0 && l->top_entropy_quantile <= 1) || !isfinite(l->entropy_coef))
+        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: delta >= 0 (0: none), sapo_temperature_pos and _neg > 0, "
+                                "0 <= top_entropy_quantile <= 1 and a finite entropy_coef are required");
     c->n_micro = c->N / c->GA;
     bool whole_groups = c->n_micro % c->G == 0;
     if (strcmp(share, "auto") && strcmp(share, "1") && strcmp(share, "0"))
@@ -208,6 +223,14 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     return DFG_OK;
 }
 
+/* The loss's per-micro-batch metrics (dfg_grpo_terms), summed in train.stats over the step's
+ * micro-batches and passes and logged as their mean: TRL's _compute_loss logs one value per
+ * micro-batch and its log() averages them. */
+#define GRPO_STATS 7
+static const char *const grpo_stats[GRPO_STATS] = {"entropy",         "clip_ratio/low_mean",    "clip_ratio/low_min",
+                                                   "clip_ratio/high_mean", "clip_ratio/high_max", "clip_ratio/region_mean",
+                                                   "cispo_clip_ratio"};
+
 /* The program's persistent tensors, by their roles in the step. */
 typedef struct {
     dfg_model *policy, *ref;
@@ -219,7 +242,8 @@ typedef struct {
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
-    dfg_tensor *micro, *acc_loss, *acc_kl, *acc_clipped, *acc_tokens; /* micro-batch loop */
+    dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
+    dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
@@ -267,7 +291,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->micro = state(p, "train.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    s->acc_clipped = state(p, "train.clipped", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->acc_stats = state(p, "train.stats", DFG_F32, DFG_SHAPE(GRPO_STATS), DFG_ROLE_NONE);
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
@@ -335,6 +359,29 @@ static dfg_tensor *frac_zero_std(dfg_graph *g, const grpo_config *c, dfg_tensor 
     return dfg_mean(g, all, 0);
 }
 
+/* the largest of x (N) */
+static dfg_tensor *max_of(dfg_graph *g, dfg_tensor *x) { return dfg_take(g, x, dfg_argmax(g, x)); }
+
+/* TRL's completions/ metrics from the completions' lengths len (N) (tokens up to and with the
+ * first EOS) and which ran out of room (truncated, N): mean, min and max length, the share
+ * truncated, and the same lengths over the terminated ones (all 0 when none terminated). */
+static void completion_metrics(dfg_graph *g, const grpo_config *c, dfg_tensor *len, dfg_tensor *truncated) {
+    dfg_tensor *term = dfg_affine(g, truncated, -1.0f, 1.0f); /* (N) 1 on the rows that ended with an EOS */
+    dfg_tensor *n_term = dfg_sum(g, term, 0);
+    dfg_tensor *any = dfg_affine(g, dfg_equal(g, n_term, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)), -1.0f, 1.0f);
+    float out_of_reach = (float)(c->max_new + 1); /* longer than any completion */
+    dfg_metric(g, "completions/mean_length", dfg_mean(g, len, 0));
+    dfg_metric(g, "completions/min_length", dfg_neg(g, max_of(g, dfg_neg(g, len))));
+    dfg_metric(g, "completions/max_length", max_of(g, len));
+    dfg_metric(g, "completions/clipped_ratio", dfg_mean(g, truncated, 0));
+    dfg_tensor *term_len = dfg_mul(g, len, term);
+    dfg_metric(g, "completions/mean_terminated_length",
+               dfg_div(g, dfg_sum(g, term_len, 0), dfg_maximum(g, n_term, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f))));
+    dfg_tensor *lo = dfg_add(g, term_len, dfg_scale(g, truncated, out_of_reach)); /* truncated rows out of reach */
+    dfg_metric(g, "completions/min_terminated_length", dfg_mul(g, dfg_neg(g, max_of(g, dfg_neg(g, lo))), any));
+    dfg_metric(g, "completions/max_terminated_length", max_of(g, term_len));
+}
+
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
@@ -362,8 +409,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         }
     }
     dfg_metric(g, "frac_reward_zero_std", frac_zero_std(g, c, s->rewards));
-    dfg_metric(g, "completion_length", dfg_scale(g, generated, 1.0f / (float)c->N));
-    dfg_metric(g, "completions/clipped_ratio", dfg_mean(g, truncated, 0));
+    completion_metrics(g, c, len, truncated);
     if (s->truncated_prompts) dfg_metric(g, "prompts_truncated", s->truncated_prompts);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
@@ -372,7 +418,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
  * position Lp + j. With share_prompts the prompt positions are computed once per group. start:
  * the rows' first prompt columns (n) for left-padded prompts, or NULL. */
 static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok,
-                                   dfg_tensor *start) {
+                                   dfg_tensor *start, dfg_tensor **entropy) {
     if (c->share_prompts) {
         dfg_tensor *group_start = NULL; /* (n/G) the first row's of each group: the group shares its prompt */
         if (start) {
@@ -380,10 +426,12 @@ static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg
             group_start = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(n / c->G, c->G)), 1, 0, 1),
                                       DFG_SHAPE(n / c->G));
         }
-        return dfg_grpo_completion_logp(g, m, group_prompts(g, tok, c->G, c->Lp), dfg_slice(g, tok, 1, c->Lp, c->max_new),
-                                        c->temperature, group_start);
+        return dfg_grpo_completion_logp_entropy(g, m, group_prompts(g, tok, c->G, c->Lp),
+                                                dfg_slice(g, tok, 1, c->Lp, c->max_new), c->temperature, group_start, entropy);
     }
-    return dfg_slice(g, dfg_grpo_token_logp(g, m, tok, c->temperature, start), 1, c->Lp - 1, c->max_new);
+    dfg_tensor *lp = dfg_grpo_token_logp_entropy(g, m, tok, c->temperature, start, entropy);
+    if (entropy) *entropy = dfg_slice(g, *entropy, 1, c->Lp - 1, c->max_new);
+    return dfg_slice(g, lp, 1, c->Lp - 1, c->max_new);
 }
 
 /* (n, T) from the completions' log-probs (n, max_new) and mask: each scored token at its own
@@ -398,7 +446,7 @@ static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_st
                                    const dfg_model *m, dfg_tensor *dst) {
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
-    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start), mask));
+    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start, NULL), mask));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
@@ -417,7 +465,8 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_tensor *row0 = dfg_scale(g, s->micro, (float)n); /* i32: this micro-batch's first row */
     dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
     dfg_tensor *start = s->start ? rows(g, c, s->start, row0, n, false) : NULL; /* (n) */
-    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start); /* (n, max_new) */
+    dfg_tensor *entropy = NULL;                                                /* (n, max_new) */
+    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, &entropy); /* (n, max_new) */
     dfg_grpo_inputs in = {
         .logp = logp,
         .old_logp = s->old_logp ? rows(g, c, s->old_logp, row0, n, true) : NULL,
@@ -425,6 +474,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
         .advantages = rows(g, c, s->advantages, row0, n, false),
         .mask = mask,
         .active_tokens = s->active,
+        .entropy = entropy,
     };
     dfg_grpo_terms t;
     dfg_status st = dfg_grpo_loss(g, &in, c->loss, &t);
@@ -432,7 +482,11 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     if (st) return st;
     dfg_accumulate(g, s->acc_loss, t.loss);
     dfg_accumulate(g, s->acc_kl, t.kl_sum);
-    dfg_accumulate(g, s->acc_clipped, t.clipped_sum);
+    dfg_tensor *stats[GRPO_STATS] = {t.entropy,        t.clip_low_mean,    t.clip_low_min,    t.clip_high_mean,
+                                     t.clip_high_max,  t.clip_region_mean, t.cispo_clip_ratio};
+    for (int i = 0; i < GRPO_STATS; i++) /* (1) each; 0 where the loss type has no such metric */
+        stats[i] = stats[i] ? dfg_reshape(g, stats[i], DFG_SHAPE(1)) : dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f);
+    dfg_accumulate(g, s->acc_stats, dfg_concat(g, stats, GRPO_STATS, 0));
     dfg_accumulate(g, s->acc_tokens, t.tokens);
     if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
         dfg_slice_assign_at(g, s->logp, padded(g, c, dfg_detach(g, logp), mask), 0, row0);
@@ -445,10 +499,18 @@ static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) 
     return dfg_div(g, sum, dfg_maximum(g, tokens, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f)));
 }
 
+/* Does the loss type log grpo_stats[i]? */
+static bool logs_stat(const grpo_config *c, int i) {
+    dfg_grpo_loss_type lt = c->loss.loss_type;
+    if (i == 0) return true;                        /* entropy */
+    if (i == GRPO_STATS - 1) return lt == DFG_GRPO_LOSS_CISPO;
+    return lt != DFG_GRPO_LOSS_CISPO && lt != DFG_GRPO_LOSS_SAPO; /* the clip ratios: the grpo family */
+}
+
 /* Clipping, AdamW, and the reset of the micro-batch loop. The first pass's values are the
- * step's loss, kl and gradient norm (before any update of this step); clip_ratio counts the
- * clipped tokens of every pass (the first pass never clips: its ratio is 1), so its
- * accumulators run on until the last pass. */
+ * step's loss, kl and gradient norm (before any update of this step); the per-micro-batch
+ * metrics (entropy, clip ratios) average over every pass (the first pass never clips: its ratio
+ * is 1), so their accumulator runs on until the last pass. */
 static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
     char name[32];
     snprintf(name, sizeof(name), "update.%d", k);
@@ -463,11 +525,14 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
     if (k == 0) {
         dfg_metric(g, "loss", s->acc_loss);
-        dfg_metric(g, "kl", per_token(g, s->acc_kl, s->acc_tokens));
+        if (c->beta != 0.0f) dfg_metric(g, "kl", per_token(g, s->acc_kl, s->acc_tokens)); /* TRL logs it with beta */
     }
-    if (last) dfg_metric(g, "clip_ratio", per_token(g, s->acc_clipped, s->acc_tokens));
+    for (int i = 0; last && i < GRPO_STATS; i++)
+        if (logs_stat(c, i))
+            dfg_metric(g, grpo_stats[i], dfg_scale(g, dfg_reshape(g, dfg_slice(g, s->acc_stats, 0, i, 1), DFG_SCALAR),
+                                                   1.0f / (float)(c->GA * c->iterations)));
     if (k == 0) dfg_metric(g, "grad_norm", norm);
-    dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_clipped, s->acc_tokens};
+    dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_tokens, s->acc_stats};
     for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
@@ -538,9 +603,22 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
     static const char *const dumps[][2] = {{"logp", "logp"},           {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
-                                           {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"},
-                                           {"clip_ratio", "metric.clip_ratio"}};
-    for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
+                                           {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
+    for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
+        if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
+    static const char *const lengths[] = {"mean_length", "min_length", "max_length", "clipped_ratio",
+                                          "mean_terminated_length", "min_terminated_length", "max_terminated_length"};
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) { /* completions/..., as TRL logs them */
+        char name[64];
+        snprintf(name, sizeof(name), "metric.completions/%s", lengths[i]);
+        dfg_declare_dump(p, name + 7, dfg_find(p, name));
+    }
+    for (int i = 0; i < GRPO_STATS; i++) /* the loss's metrics under their TRL names */
+        if (logs_stat(c, i)) {
+            char name[64];
+            snprintf(name, sizeof(name), "metric.%s", grpo_stats[i]);
+            dfg_declare_dump(p, grpo_stats[i], dfg_find(p, name));
+        }
     dfg_host_state(p, "grpo_host_init", "grpo_host_release");
     return dfg_program_status(p);
 }

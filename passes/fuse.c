@@ -227,12 +227,11 @@ static const dfg_node *removed_take(const fuse_ctx *f, const dfg_node *ls_node) 
     return NULL;
 }
 
-/* The forward entropy node that reads z, the log-softmax's logits (not as a graph output: its
- * value then comes from the fused node), or NULL. */
+/* The forward entropy node that reads z, the log-softmax's logits, or NULL. */
 static const dfg_node *entropy_reader(const fuse_ctx *f, const dfg_tensor *z) {
     for (int k = f->c.start[z->id]; k < f->c.start[z->id + 1]; k++) {
         const dfg_node *n = f->c.node[k];
-        if (n->op == DFG_OP_ENTROPY && !(n->flags & DFG_NF_BACKWARD) && n->in[0] == z && !(n->out[0]->flags & DFG_TF_OUTPUT))
+        if (n->op == DFG_OP_ENTROPY && !(n->flags & DFG_NF_BACKWARD) && n->in[0] == z)
             return n;
     }
     return NULL;

@@ -248,6 +248,14 @@ DFG_API dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_te
  * log p(completions[:, j] | prompt, completions[:, < j]). start (P) i32 or NULL: left-padded prompts. */
 DFG_API dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
                                      float temperature, dfg_tensor *start);
+/* The same two, also giving *entropy (the result's shape, f32): the entropy of the sampling
+ * distribution softmax(logits / temperature) at each scored position, differentiable. It reads the
+ * logits the log-probs read, so the fuse pass gives both from one linear_logprob: no logits either. */
+DFG_API dfg_tensor *dfg_grpo_token_logp_entropy(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature,
+                                                dfg_tensor *start, dfg_tensor **entropy);
+DFG_API dfg_tensor *dfg_grpo_completion_logp_entropy(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts,
+                                                     dfg_tensor *completions, float temperature, dfg_tensor *start,
+                                                     dfg_tensor **entropy);
 
 /* The state of a rollout in progress (all STATEs; N sequences of T positions). */
 typedef struct {
@@ -273,13 +281,32 @@ typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE }
  * whole batch (BATCH), or r - group mean (NONE), as TRL's scale_rewards. */
 DFG_API dfg_tensor *dfg_grpo_advantages(dfg_graph *g, dfg_tensor *rewards, int64_t group, dfg_grpo_scale scale);
 
-typedef enum { DFG_GRPO_LOSS_GRPO, DFG_GRPO_LOSS_BNPO, DFG_GRPO_LOSS_DR_GRPO, DFG_GRPO_LOSS_DAPO } dfg_grpo_loss_type;
+/* TRL's loss types (GRPOConfig.loss_type, TRL 1.9 / main of 2026-07): the grpo family clips the
+ * ratio (PPO's min), cispo clips the importance weight and keeps every token's gradient (MiniMax-M1),
+ * sapo replaces the clip by a sigmoid gate (Soft Adaptive Policy Optimization). */
+typedef enum {
+    DFG_GRPO_LOSS_GRPO,
+    DFG_GRPO_LOSS_BNPO,
+    DFG_GRPO_LOSS_DR_GRPO,
+    DFG_GRPO_LOSS_DAPO,
+    DFG_GRPO_LOSS_CISPO,
+    DFG_GRPO_LOSS_SAPO
+} dfg_grpo_loss_type;
+/* importance_sampling_level: one ratio per token, or per sequence (GSPO: exp of the mean log-ratio
+ * over the sequence's scored tokens) */
+typedef enum { DFG_GRPO_IS_TOKEN, DFG_GRPO_IS_SEQUENCE } dfg_grpo_is_level;
 typedef struct {
     float beta, epsilon_low, epsilon_high;
     dfg_grpo_loss_type loss_type;
     int64_t n_total;               /* sequences in the whole step (all micro-batches) */
     int64_t max_completion_length; /* dr_grpo's normaliser */
     int micro_batches;             /* bnpo averages the micro-batches' token means */
+    dfg_grpo_is_level is_level;
+    float delta;                   /* > 0: the unclipped ratio's upper bound (INTELLECT-2's two-sided clipping); 0: none */
+    float sapo_temperature_pos, sapo_temperature_neg; /* sapo's gate temperatures for A > 0 and A <= 0 */
+    float top_entropy_quantile;    /* < 1: only tokens whose entropy is at or above the micro-batch's
+                                      (1 - this) quantile train (needs entropy); 1: every token */
+    float entropy_coef;            /* the entropy bonus: loss - entropy_coef * mean entropy (needs entropy) */
 } dfg_grpo_loss_config;
 
 typedef struct {
@@ -288,21 +315,31 @@ typedef struct {
     dfg_tensor *ref_logp;      /* (n, T') the reference model's, or NULL (beta 0) */
     dfg_tensor *advantages;    /* (n) */
     dfg_tensor *mask;          /* (n, T') f32: 1 on the scored completion tokens */
-    dfg_tensor *active_tokens; /* f32 scalar: scored tokens in the whole step (dapo), or NULL */
+    dfg_tensor *active_tokens; /* f32 scalar: scored tokens in the whole step (dapo, cispo), or NULL */
+    dfg_tensor *entropy;       /* (n, T') the policy's per-token entropy (differentiated), or NULL */
 } dfg_grpo_inputs;
 
+/* This micro-batch's loss share and its metrics, each as TRL's _compute_loss logs it for one
+ * micro-batch (a token mean over the scored tokens; with sequence-level ratios, a mean over the
+ * sequences); NULL where the loss type has no such metric. */
 typedef struct {
     dfg_tensor *loss;        /* scalar: this micro-batch's share (the shares of a step add up to its loss) */
     dfg_tensor *kl_sum;      /* scalar: sum of the KL term over the scored tokens (0 when beta is 0) */
-    dfg_tensor *clipped_sum; /* scalar: scored tokens where clipping is active */
     dfg_tensor *tokens;      /* scalar: scored tokens */
+    dfg_tensor *entropy;     /* entropy (needs in->entropy) */
+    dfg_tensor *clip_low_mean, *clip_low_min, *clip_high_mean, *clip_high_max, *clip_region_mean; /* the grpo family */
+    dfg_tensor *cispo_clip_ratio; /* cispo */
 } dfg_grpo_terms;
 
-/* Per token: rho = exp(logp - old); l = -min(rho A, clamp(rho, 1 - eps_low, 1 + eps_high) A)
- * + beta (exp(ref - logp) - (ref - logp) - 1). loss_type grpo: mean over the step's sequences of
- * sum(l m) / max(sum(m), 1); bnpo: this micro-batch's sum(l m) / max(sum(m), 1), divided by the
- * number of micro-batches (TRL's per-batch normalisation); dr_grpo: sum(l m) / (N max_new);
- * dapo: sum(l m) / the step's active tokens. */
+/* Per token, with rho = exp(logp - old) (token level) or exp(mean over the sequence of logp - old)
+ * (sequence level), TRL's per-token loss: grpo family -min(min(rho, delta) A, clamp(rho, 1 - eps_low,
+ * 1 + eps_high) A); cispo -sg(min(rho, eps_high)) A logp; sapo -sigmoid(tau (rho - 1)) 4 / tau A with
+ * tau by the sign of A; times the entropy mask (top_entropy_quantile); + beta (exp(ref - logp) -
+ * (ref - logp) - 1). loss_type grpo, sapo: mean over the step's sequences of sum(l m) / max(sum(m),
+ * 1); bnpo: this micro-batch's sum(l m) / max(sum(m), 1), divided by the number of micro-batches
+ * (TRL's per-batch normalisation); dr_grpo: sum(l m) / (N max_new); dapo, cispo: sum(l m) / the
+ * step's active tokens. An entropy bonus subtracts entropy_coef times the mean entropy of the
+ * trained tokens, normalised as TRL does (by the active tokens for dapo and cispo). */
 DFG_API dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out);
 
 #ifdef __cplusplus

@@ -1,29 +1,46 @@
 /* nn_grpo.c - GRPO's pieces (DeepSeekMath, arXiv 2402.03300; TRL's GRPOTrainer) from public DSL
  * calls only: per-token log-probs of the scored tokens, group-normalised advantages, and the
  * clipped per-token loss with the KL penalty and its normalisations. */
+#include <float.h>
+
 #include "dfg_nn.h"
 
-/* hidden (n, T', C) -> (n, T') log p(targets) at the temperature, in f32 */
+/* hidden (n, T', C) -> (n, T') log p(targets) at the temperature, in f32; and when entropy is
+ * not NULL the entropy of the same distribution, read from the same scaled logits (the fuse pass
+ * then folds both into one linear_logprob) */
 static dfg_tensor *target_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *hidden, dfg_tensor *targets,
-                               float temperature) {
+                               float temperature, dfg_tensor **entropy) {
     dfg_tensor *logits = dfg_model_lm_head(g, m, hidden);                           /* (n, T', V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32); /* loss math in f32 */
     if (temperature != 1.0f) logits = dfg_scale(g, logits, 1.0f / temperature);
-    return dfg_take(g, dfg_log_softmax(g, logits), targets);
+    dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, logits), targets);
+    if (entropy) *entropy = dfg_entropy(g, logits);
+    return lp;
+}
+
+dfg_tensor *dfg_grpo_token_logp_entropy(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature,
+                                        dfg_tensor *start, dfg_tensor **entropy) {
+    dfg_shape s = dfg_tensor_shape(tokens); /* (n, T) */
+    int64_t T = s.rank == 2 ? s.d[1] : 0;
+    dfg_tensor *h = dfg_model_hidden_padded(g, m, tokens, start); /* (n, T, C); column t predicts t + 1 */
+    return target_logp(g, m, dfg_slice(g, h, 1, 0, T - 1), dfg_slice(g, tokens, 1, 1, T - 1), temperature, entropy);
 }
 
 dfg_tensor *dfg_grpo_token_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, float temperature,
                                 dfg_tensor *start) {
-    dfg_shape s = dfg_tensor_shape(tokens); /* (n, T) */
-    int64_t T = s.rank == 2 ? s.d[1] : 0;
-    dfg_tensor *h = dfg_model_hidden_padded(g, m, tokens, start); /* (n, T, C); column t predicts t + 1 */
-    return target_logp(g, m, dfg_slice(g, h, 1, 0, T - 1), dfg_slice(g, tokens, 1, 1, T - 1), temperature);
+    return dfg_grpo_token_logp_entropy(g, m, tokens, temperature, start, NULL);
+}
+
+dfg_tensor *dfg_grpo_completion_logp_entropy(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts,
+                                             dfg_tensor *completions, float temperature, dfg_tensor *start,
+                                             dfg_tensor **entropy) {
+    dfg_tensor *h = dfg_model_hidden_grouped(g, m, prompts, completions, start); /* (n, Tc, C) */
+    return target_logp(g, m, h, completions, temperature, entropy);       /* (n, Tc) */
 }
 
 dfg_tensor *dfg_grpo_completion_logp(dfg_graph *g, const dfg_model *m, dfg_tensor *prompts, dfg_tensor *completions,
                                      float temperature, dfg_tensor *start) {
-    dfg_tensor *h = dfg_model_hidden_grouped(g, m, prompts, completions, start); /* (n, Tc, C) */
-    return target_logp(g, m, h, completions, temperature);                 /* (n, Tc) */
+    return dfg_grpo_completion_logp_entropy(g, m, prompts, completions, temperature, start, NULL);
 }
 
 /* sqrt(sum(x^2) / (k - 1)) over axis 1 of x (rows, k): torch.std's unbiased estimate */
@@ -55,19 +72,101 @@ static dfg_tensor *at_least_one(dfg_graph *g, dfg_tensor *x) {
     return dfg_maximum(g, x, dfg_fill(g, DFG_F32, dfg_tensor_shape(x), 1.0f));
 }
 
+static dfg_tensor *scalar(dfg_graph *g, float v) { return dfg_fill(g, DFG_F32, DFG_SCALAR, v); }
+
+/* comparisons as 0/1 floats (no gradient): a >= b is max(a, b) == a, exactly, ties included */
+static dfg_tensor *ge(dfg_graph *g, dfg_tensor *a, dfg_tensor *b) { return dfg_equal(g, dfg_maximum(g, a, b), a); }
+static dfg_tensor *gt(dfg_graph *g, dfg_tensor *a, dfg_tensor *b) { return dfg_affine(g, ge(g, b, a), -1.0f, 1.0f); }
+
+/* the largest element of x (n) */
+static dfg_tensor *max_of(dfg_graph *g, dfg_tensor *x) { return dfg_take(g, x, dfg_argmax(g, x)); }
+
+/* TRL's per-micro-batch means of a 0/1 flag x: (n, T') over the scored tokens, or (n, 1) (sequence
+ * level) over the sequences; and over the sequences the least and the largest per-sequence mean
+ * (token level: of the sequences with a scored token; TRL's nanmin / nanmax skip the others) */
+typedef struct {
+    dfg_tensor *mean, *min, *max;
+} flag_means;
+
+static flag_means means_of(dfg_graph *g, dfg_tensor *x, dfg_tensor *mask, bool per_sequence) {
+    int64_t n = dfg_tensor_shape(mask).d[0];
+    dfg_tensor *len = dfg_sum(g, mask, 1); /* (n) */
+    if (per_sequence) {
+        dfg_tensor *v = dfg_reshape(g, x, DFG_SHAPE(n));
+        return (flag_means){dfg_mean(g, v, 0), dfg_neg(g, max_of(g, dfg_neg(g, v))), max_of(g, v)};
+    }
+    dfg_tensor *per = dfg_div(g, dfg_masked_sum(g, x, mask, 1), at_least_one(g, len)); /* (n) in [0, 1] */
+    dfg_tensor *empty = dfg_equal(g, len, scalar(g, 0.0f));                             /* pushed out of reach */
+    dfg_tensor *lo = dfg_add(g, per, dfg_scale(g, empty, 2.0f)), *hi = dfg_sub(g, per, dfg_scale(g, empty, 2.0f));
+    return (flag_means){dfg_div(g, total(g, dfg_mul(g, x, mask)), at_least_one(g, total(g, len))),
+                        dfg_neg(g, max_of(g, dfg_neg(g, lo))), max_of(g, hi)};
+}
+
+/* rho: exp of the masked log-ratio per token (n, T'), or of its mean over each sequence (n, 1) */
+static dfg_tensor *importance_weights(dfg_graph *g, const dfg_grpo_inputs *in, dfg_tensor *old, dfg_grpo_is_level level) {
+    dfg_tensor *lr = dfg_mul(g, dfg_sub(g, in->logp, old), in->mask); /* masked: exp never sees prompt rows */
+    if (level == DFG_GRPO_IS_TOKEN) return dfg_exp(g, lr);
+    int64_t n = dfg_tensor_shape(in->mask).d[0];
+    dfg_tensor *mean = dfg_div(g, dfg_sum(g, lr, 1), at_least_one(g, dfg_sum(g, in->mask, 1)));
+    return dfg_exp(g, dfg_reshape(g, mean, DFG_SHAPE(n, 1)));
+}
+
+/* The per-token policy loss before the entropy mask and the KL term ((n, T') or (n, 1)), and the
+ * clip metrics of its loss type. */
+static dfg_tensor *policy_loss(dfg_graph *g, const dfg_grpo_inputs *in, const dfg_grpo_loss_config *cfg, dfg_tensor *rho,
+                               dfg_tensor *adv, dfg_grpo_terms *out) {
+    bool seq = cfg->is_level == DFG_GRPO_IS_SEQUENCE;
+    dfg_tensor *pos = gt(g, adv, scalar(g, 0.0f)), *neg = gt(g, scalar(g, 0.0f), adv); /* (n, 1) */
+    dfg_tensor *sg = dfg_detach(g, rho);
+    if (cfg->loss_type == DFG_GRPO_LOSS_CISPO) { /* the weight clipped at eps_high, no gradient through it */
+        dfg_tensor *w = dfg_clamp(g, sg, -FLT_MAX, cfg->epsilon_high);
+        out->cispo_clip_ratio = means_of(g, dfg_mul(g, gt(g, sg, scalar(g, cfg->epsilon_high)), pos), in->mask, seq).mean;
+        return dfg_neg(g, dfg_mul(g, dfg_mul(g, w, adv), in->logp));
+    }
+    if (cfg->loss_type == DFG_GRPO_LOSS_SAPO) { /* tau = tau_pos where A > 0, else tau_neg */
+        float tp = cfg->sapo_temperature_pos, tn = cfg->sapo_temperature_neg;
+        dfg_tensor *tau = dfg_affine(g, pos, tp - tn, tn); /* (n, 1) */
+        dfg_tensor *x = dfg_mul(g, tau, dfg_add_scalar(g, rho, -1.0f));
+        dfg_tensor *sig = dfg_div(g, scalar(g, 1.0f), dfg_add_scalar(g, dfg_exp(g, dfg_neg(g, x)), 1.0f));
+        return dfg_neg(g, dfg_mul(g, dfg_div(g, dfg_scale(g, sig, 4.0f), tau), adv));
+    }
+    dfg_tensor *clipped = dfg_clamp(g, rho, 1.0f - cfg->epsilon_low, 1.0f + cfg->epsilon_high);
+    dfg_tensor *r1 = cfg->delta > 0.0f ? dfg_clamp(g, rho, -FLT_MAX, cfg->delta) : rho; /* two-sided clipping */
+    dfg_tensor *l = dfg_neg(g, dfg_minimum(g, dfg_mul(g, r1, adv), dfg_mul(g, clipped, adv)));
+    /* TRL's clip metrics, of the ratio after delta */
+    dfg_tensor *r1d = dfg_detach(g, r1);
+    dfg_tensor *low = dfg_mul(g, gt(g, scalar(g, 1.0f - cfg->epsilon_low), r1d), neg);
+    dfg_tensor *high = dfg_mul(g, gt(g, r1d, scalar(g, 1.0f + cfg->epsilon_high)), pos);
+    flag_means fl = means_of(g, low, in->mask, seq), fh = means_of(g, high, in->mask, seq);
+    out->clip_low_mean = fl.mean, out->clip_low_min = fl.min;
+    out->clip_high_mean = fh.mean, out->clip_high_max = fh.max;
+    out->clip_region_mean = means_of(g, dfg_add(g, low, high), in->mask, seq).mean;
+    return l;
+}
+
+/* top_entropy_quantile: 1 on the scored tokens whose entropy is at or above the micro-batch's
+ * (1 - q) quantile (TRL's get_high_entropy_mask), 0 elsewhere */
+static dfg_tensor *entropy_mask(dfg_graph *g, dfg_tensor *entropy, dfg_tensor *mask, float q) {
+    dfg_tensor *h = dfg_detach(g, entropy);
+    dfg_tensor *thr = dfg_quantile(g, h, mask, 1.0f - q);
+    return dfg_mul(g, ge(g, dfg_mul(g, h, mask), thr), mask);
+}
+
 dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out) {
     if (!g || !in || !out) return DFG_ERR_ARG;
+    *out = (dfg_grpo_terms){0};
+    if (!in->entropy && (cfg.top_entropy_quantile < 1.0f || cfg.entropy_coef != 0.0f))
+        return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "grpo loss: top_entropy_quantile < 1 and entropy_coef need the entropy");
     dfg_shape s = dfg_tensor_shape(in->logp); /* (n, T') */
     int64_t n = s.rank == 2 ? s.d[0] : 0;
     dfg_tensor *logp = in->logp, *mask = in->mask;
     /* one optimisation pass per rollout: old = the current log-probs with the gradient stopped */
     dfg_tensor *old = in->old_logp ? in->old_logp : dfg_detach(g, logp);
-    dfg_tensor *rho = dfg_exp(g, dfg_mul(g, dfg_sub(g, logp, old), mask)); /* masked: exp never sees prompt rows */
+    dfg_tensor *rho = importance_weights(g, in, old, cfg.is_level); /* (n, T') or (n, 1) */
     dfg_tensor *adv = dfg_reshape(g, in->advantages, DFG_SHAPE(n, 1));
-    dfg_tensor *unclipped = dfg_mul(g, rho, adv);
-    dfg_tensor *clipped = dfg_mul(g, dfg_clamp(g, rho, 1.0f - cfg.epsilon_low, 1.0f + cfg.epsilon_high), adv);
-    dfg_tensor *surrogate = dfg_minimum(g, unclipped, clipped);
-    dfg_tensor *l = dfg_neg(g, surrogate); /* (n, T') */
+    dfg_tensor *l = dfg_expand(g, policy_loss(g, in, &cfg, rho, adv, out), s); /* (n, T') */
+    dfg_tensor *emask = cfg.top_entropy_quantile < 1.0f ? entropy_mask(g, in->entropy, mask, cfg.top_entropy_quantile) : NULL;
+    if (emask) l = dfg_mul(g, l, emask);
     dfg_tensor *kl = NULL;
     if (in->ref_logp && cfg.beta != 0.0f) { /* k3: exp(ref - logp) - (ref - logp) - 1 >= 0 */
         dfg_tensor *d = dfg_mul(g, dfg_sub(g, in->ref_logp, logp), mask);
@@ -76,8 +175,12 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     }
     dfg_tensor *lm_sum = dfg_masked_sum(g, l, mask, 1); /* (n): sum over each sequence's tokens */
     dfg_tensor *len = dfg_sum(g, mask, 1);               /* (n) */
+    dfg_tensor *active = in->active_tokens ? at_least_one(g, dfg_reshape(g, in->active_tokens, DFG_SCALAR)) : NULL;
+    bool per_active = cfg.loss_type == DFG_GRPO_LOSS_DAPO || cfg.loss_type == DFG_GRPO_LOSS_CISPO;
+    if (per_active && !active) return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "grpo loss: dapo and cispo need active_tokens");
     switch (cfg.loss_type) {
     case DFG_GRPO_LOSS_GRPO: /* mean over all the step's sequences of each one's token mean */
+    case DFG_GRPO_LOSS_SAPO:
         out->loss = dfg_scale(g, total(g, dfg_div(g, lm_sum, at_least_one(g, len))), 1.0f / (float)cfg.n_total);
         break;
     case DFG_GRPO_LOSS_BNPO: /* this micro-batch's token mean, averaged over the micro-batches */
@@ -88,15 +191,22 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
         out->loss = dfg_scale(g, total(g, lm_sum), 1.0f / ((float)cfg.n_total * (float)cfg.max_completion_length));
         break;
     case DFG_GRPO_LOSS_DAPO: /* over the active tokens of the whole step */
-        out->loss = dfg_div(g, total(g, lm_sum), at_least_one(g, dfg_reshape(g, in->active_tokens, DFG_SCALAR)));
+    case DFG_GRPO_LOSS_CISPO:
+        out->loss = dfg_div(g, total(g, lm_sum), active);
         break;
     }
-    /* metrics, as sums over this micro-batch's scored tokens */
+    if (cfg.entropy_coef != 0.0f) { /* the bonus: the trained tokens' mean entropy, normalised as TRL does */
+        dfg_tensor *eff = emask ? emask : mask;
+        dfg_tensor *hsum = total(g, dfg_mul(g, in->entropy, eff));
+        dfg_tensor *bonus = per_active ? dfg_div(g, hsum, active)
+                                       : dfg_scale(g, dfg_div(g, hsum, at_least_one(g, total(g, eff))),
+                                                   1.0f / (float)cfg.micro_batches);
+        out->loss = dfg_sub(g, out->loss, dfg_scale(g, bonus, cfg.entropy_coef));
+    }
+    /* metrics */
     out->tokens = total(g, len);
     out->kl_sum = kl ? total(g, dfg_mul(g, kl, mask)) : dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f);
-    /* clipping is active where the clipped term is the smaller one and differs */
-    dfg_tensor *active = dfg_sub(g, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f), dfg_equal(g, surrogate, unclipped));
-    out->clipped_sum = total(g, dfg_mul(g, dfg_detach(g, active), mask));
+    if (in->entropy) out->entropy = means_of(g, dfg_detach(g, in->entropy), mask, false).mean;
     return dfg_graph_status(g);
 }
 

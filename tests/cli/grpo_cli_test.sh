@@ -45,7 +45,7 @@ wait_for() { for _ in $(seq 200); do "$@" && return 0; sleep 0.1; done; return 1
 has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "$2" ]; }
 
 # ---------------------------------------------------------------- the plan
-run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg
+run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg --set beta=0.04 # a KL-penalised run: kl is a metric
 expect_rc 0 "compile examples/grpo.c"
 run "$DFG" info grpo.dfg
 expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, reward" \
@@ -70,7 +70,7 @@ lines = open("m.jsonl").read().splitlines()
 rows = [json.loads(l) for l in lines]
 assert [r["step"] for r in rows] == [1, 2, 3], rows
 for r in rows:
-    for k in ("reward", "completion_length", "loss", "kl", "grad_norm", "ms", "tokens_per_s", "arena_bytes"):
+    for k in ("reward", "completions/mean_length", "loss", "kl", "entropy", "clip_ratio/region_mean", "grad_norm", "ms", "tokens_per_s", "arena_bytes"):
         assert k in r, k
     assert r["tokens_per_s"] > 0 and r["ms"] > 0 and r["arena_bytes"] > 0
 '

@@ -66,14 +66,42 @@ CONFIGS = [
          mask_truncated_completions="true"),
     dict(name="grpo_mask_truncated", loss_type="grpo", beta=0.0, gradient_accumulation_steps=1,
          mask_truncated_completions="true"),
+    # TRL's 2026 options. GSPO: one ratio per sequence (exp of its mean log-ratio), clipped per sequence
+    dict(name="grpo_sequence_it3", loss_type="grpo", beta=0.0, gradient_accumulation_steps=2, num_iterations=3,
+         importance_sampling_level="sequence", learning_rate=3e-4, epsilon=0.005, epsilon_high=0.01, clips=True),
+    dict(name="dapo_sequence_kl_it2", loss_type="dapo", beta=0.04, gradient_accumulation_steps=3, num_iterations=2,
+         importance_sampling_level="sequence", learning_rate=1e-4, ref="perturbed", epsilon=0.005, clips=True),
+    # two-sided clipping (INTELLECT-2): the unclipped ratio capped at delta where A < 0
+    dict(name="dapo_delta_it3", loss_type="dapo", beta=0.0, gradient_accumulation_steps=2, num_iterations=3,
+         learning_rate=1e-4, epsilon=0.02, epsilon_high=0.02, delta=1.025, clips=True, needs_delta=True),
+    # CISPO: the importance weight clipped at epsilon_high (an absolute bound), every token's gradient kept
+    dict(name="cispo_it2", loss_type="cispo", beta=0.0, gradient_accumulation_steps=2, num_iterations=2,
+         learning_rate=1e-4, epsilon_high=1.01, clips=True),
+    dict(name="cispo_sequence_entropy", loss_type="cispo", beta=0.04, gradient_accumulation_steps=1, ref="perturbed",
+         importance_sampling_level="sequence", epsilon_high=5.0, top_entropy_quantile=0.3),
+    # SAPO: a sigmoid gate with temperatures by the sign of the advantage
+    dict(name="sapo_it2", loss_type="sapo", beta=0.0, gradient_accumulation_steps=2, num_iterations=2,
+         learning_rate=1e-4, sapo_temperature_pos=1.3, sapo_temperature_neg=0.7),
+    dict(name="sapo_kl", loss_type="sapo", beta=0.04, gradient_accumulation_steps=3, ref="perturbed"),
+    # entropy: the top 20% / 50% of tokens by entropy train (Beyond the 80/20 Rule), an entropy bonus
+    dict(name="dapo_entropy_top", loss_type="dapo", beta=0.04, gradient_accumulation_steps=2, ref="perturbed",
+         top_entropy_quantile=0.2),
+    dict(name="grpo_entropy_coef_top", loss_type="grpo", beta=0.0, gradient_accumulation_steps=3,
+         top_entropy_quantile=0.5, entropy_coef=0.05),
+    dict(name="dapo_entropy_coef_it2", loss_type="dapo", beta=0.0, gradient_accumulation_steps=2, num_iterations=2,
+         learning_rate=1e-4, entropy_coef=0.1, epsilon=0.02, clips=True),
+    dict(name="bnpo_entropy_coef", loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2, ref="perturbed",
+         entropy_coef=0.02),
 ]
-DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial")
+DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial",
+                importance_sampling_level="token", delta=0.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
+                top_entropy_quantile=1.0, entropy_coef=0.0)
 
 
 def settings_of(cfg):
     s = dict(BASE)
     s.update(DEFAULTS)
-    s.update({k: v for k, v in cfg.items() if k not in ("name", "clips")})
+    s.update({k: v for k, v in cfg.items() if k not in ("name", "clips", "needs_delta")})
     s.setdefault("epsilon_high", s["epsilon"])
     s["max_prompt_length"] = s["digits"] + 1          # the reverse task: "ddd="
     s["max_completion_length"] = s["digits"] + 2
@@ -119,11 +147,14 @@ def perturbed(w, rng, scale=0.05):
 
 
 # ---------------------------------------------------------------- GRPO from its definition (TRL)
-def token_logp(logits_of, tokens, temperature):
+def token_logp(logits_of, tokens, temperature, entropy=False):
     """(n, T-1): log p(tokens[:, t+1] | tokens[:, <= t]) of the logits divided by the temperature;
-    logits_of(tokens (n, T)) -> (n, T, V) is the model."""
+    logits_of(tokens (n, T)) -> (n, T, V) is the model. With entropy, also the entropy of that
+    distribution at every position (n, T-1), from the full logits (TRL's entropy_from_logits)."""
     logits = logits_of(tokens)[:, :-1] / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+    ls = torch.log_softmax(logits, dim=-1)
+    lp = ls.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return (lp, -(ls.exp() * ls).sum(-1)) if entropy else lp
 
 
 def advantages(rewards, G, scale):
@@ -139,40 +170,133 @@ def advantages(rewards, G, scale):
 # The closest any scored token's ratio came to a clipping bound (relative) in the last reference
 # run. A ratio within float rounding of a bound is clipped or not depending on the last bits
 # (dfg's fp32 against this float64), and one flipped token changes the later passes' updates;
-# run_config redraws the rollouts rather than test a tie.
+# run_config redraws the rollouts rather than test a tie. The entropy mask's threshold is held to
+# the same rule (no other entropy within 1e-5 of it), and DELTA_BOUND records whether the delta
+# bound was reached (a configuration with delta must exercise it).
 NEAR_BOUND = [math.inf]
+DELTA_BOUND = [False]
+GRPO_FAMILY = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
-def micro_loss(s, lp, old, ref, adv, m, n_total, active):
-    """One micro-batch's share of the step's loss, plus the kl and clip sums for the metrics."""
-    coef = torch.exp(lp - old)
-    lo, hi = 1 - s["epsilon"], 1 + s["epsilon_high"]
-    scored = m > 0
-    if bool(scored.any()):
-        gap = torch.minimum((coef - lo).abs() / lo, (coef - hi).abs() / hi)[scored]
-        NEAR_BOUND[0] = min(NEAR_BOUND[0], float(gap.min()))
-    t1, t2 = coef * adv[:, None], torch.clamp(coef, lo, hi) * adv[:, None]
-    per_token = -torch.min(t1, t2)
+def near(values, bounds):
+    """Records the least relative distance of values from any of the bounds."""
+    if values.numel():
+        for b in bounds:
+            NEAR_BOUND[0] = min(NEAR_BOUND[0], float(((values - b).abs() / abs(b)).min()))
+
+
+def high_entropy_mask(ent, m, q):
+    """TRL's get_high_entropy_mask: the scored tokens whose entropy is at or above the q-quantile.
+    Entropies tie exactly where contexts do (a group's first completion token: one prompt), and a
+    threshold on such a tie keeps all or some of them depending on the last bits of each (dfg's
+    float32 against this float64): rollouts whose threshold has another entropy within 1e-5 of it
+    (or, falling between two ranks, any) are redrawn, as ratios at a clipping bound are."""
+    local = ent[m > 0]
+    if local.numel() == 0:
+        return torch.zeros_like(ent)
+    thr = torch.quantile(local, q)
+    pos = q * (local.numel() - 1)
+    close = int(((local - thr).abs() <= 1e-5 * max(float(thr), 1e-3)).sum())
+    if close > (1 if pos == math.floor(pos) else 0):
+        NEAR_BOUND[0] = 0.0
+    return ((ent * m >= thr) & (m > 0)).double()
+
+
+def trl_means(x, m):
+    """TRL's global_masked_mean, nanmin and nanmax of masked_seq_mean of x (n, T) or (n, 1)."""
+    if x.shape[1] == 1:
+        per = x.squeeze(1)
+        return float(x.mean()), float(per.min()), float(per.max())
+    per = (x * m).sum(-1) / m.sum(-1)
+    per = per[~torch.isnan(per)]
+    return float((x * m).sum() / m.sum().clamp(min=1)), float(per.min()), float(per.max())
+
+
+def micro_loss(s, lp, ent, old, ref, adv, m, n_total, active):
+    """One micro-batch's share of the step's loss as TRL's _compute_loss makes it, plus the kl sum
+    and the metrics it logs for the micro-batch."""
+    lt, A = s["loss_type"], adv[:, None]
+    log_ratio = lp - old
+    if s["importance_sampling_level"] == "sequence":
+        liw = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+        scored = m.sum(-1, keepdim=True) > 0
+    else:
+        liw, scored = log_ratio, m > 0
+    coef_1 = torch.exp(liw)
+    lo, hi, delta = 1 - s["epsilon"], 1 + s["epsilon_high"], float(s["delta"])
+    stats = {}
+    if lt == "cispo":
+        near(coef_1[scored.expand_as(coef_1)], [s["epsilon_high"]])
+        w = torch.clamp(coef_1, max=s["epsilon_high"]).detach()
+        per_token = -w * A * lp
+        stats["cispo_clip_ratio"] = trl_means(((coef_1 > s["epsilon_high"]) & (A > 0)).double(), m)[0]
+    elif lt in GRPO_FAMILY:
+        near(coef_1[scored.expand_as(coef_1)], [lo, hi] + ([delta] if delta > 0 else []))
+        coef_2 = torch.clamp(coef_1, lo, hi)
+        if delta > 0:
+            DELTA_BOUND[0] |= bool(((coef_1 > delta) & (A < 0) & scored).any())
+            coef_1 = torch.clamp(coef_1, max=delta)
+        per_token = -torch.min(coef_1 * A, coef_2 * A)
+        low = ((coef_1 < lo) & (A < 0)).double()
+        high = ((coef_1 > hi) & (A > 0)).double()
+        stats["clip_ratio/low_mean"], stats["clip_ratio/low_min"], _ = trl_means(low, m)
+        stats["clip_ratio/high_mean"], _, stats["clip_ratio/high_max"] = trl_means(high, m)
+        stats["clip_ratio/region_mean"] = trl_means(((low + high) > 0).double(), m)[0]
+    else:  # sapo
+        temps = torch.where(A > 0, torch.full_like(A, s["sapo_temperature_pos"]), torch.full_like(A, s["sapo_temperature_neg"]))
+        per_token = -torch.sigmoid(temps * (coef_1 - 1)) * 4 / temps * A
+    emask = None
+    if s["top_entropy_quantile"] < 1.0:
+        emask = high_entropy_mask(ent.detach(), m, 1 - s["top_entropy_quantile"])
+        per_token = per_token * emask
     kl = torch.zeros_like(lp)
     if s["beta"] != 0:
         kl = torch.exp(ref - lp) - (ref - lp) - 1
         per_token = per_token + s["beta"] * kl
+    per_token = per_token.expand_as(lp)
     loss = normalise(s, per_token * m, m, n_total, active)
     scale = float(normalise(s, (per_token * m).abs().detach(), m, n_total, active))
-    clipped = ((t2 < t1).double() * m).sum()
-    return loss, scale, float((kl * m).sum()), float(clipped)
+    if s["entropy_coef"] != 0:
+        eff = m if emask is None else m * emask
+        if lt in ("cispo", "dapo"):
+            bonus = (ent * eff).sum() / max(active, 1.0)
+        else:
+            bonus = (ent * eff).sum() / eff.sum().clamp(min=1.0) / s["gradient_accumulation_steps"]
+        loss = loss - s["entropy_coef"] * bonus
+        scale += abs(s["entropy_coef"] * float(bonus))
+    stats["entropy"] = trl_means(ent.detach(), m)[0]
+    return loss, scale, float((kl * m).sum()), stats
 
 
 def normalise(s, lm, m, n_total, active):
     """A micro-batch's share of the loss from its masked per-token terms lm (n, T-1)."""
     lt = s["loss_type"]
-    if lt == "grpo":
+    if lt in ("grpo", "sapo"):
         return (lm.sum(dim=1) / m.sum(dim=1).clamp(min=1)).sum() / n_total
     if lt == "bnpo":
         return lm.sum() / m.sum().clamp(min=1) / s["gradient_accumulation_steps"]
     if lt == "dr_grpo":
         return lm.sum() / (n_total * s["max_completion_length"])
-    return lm.sum() / max(active, 1.0)  # dapo
+    return lm.sum() / max(active, 1.0)  # dapo, cispo
+
+
+def completion_metrics(tok, m_full, s):
+    """TRL's completions/ metrics from the rollout: lengths up to and with the first EOS (the mask),
+    truncated = no EOS among them."""
+    Lp = s["max_prompt_length"]
+    m = m_full[:, Lp:]
+    lengths = m.sum(-1)
+    truncated = ~((tok[:, Lp:] == EOS) & (m > 0)).any(-1)
+    term = lengths[~truncated]
+    if term.numel() == 0:
+        term = torch.zeros(1, dtype=torch.float64)
+    return {"completions/mean_length": np.array(float(lengths.mean())),
+            "completions/min_length": np.array(float(lengths.min())),
+            "completions/max_length": np.array(float(lengths.max())),
+            "completions/clipped_ratio": np.array(float(truncated.double().mean())),
+            "completions/mean_terminated_length": np.array(float(term.mean())),
+            "completions/min_terminated_length": np.array(float(term.min())),
+            "completions/max_terminated_length": np.array(float(term.max()))}
 
 
 def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
@@ -207,29 +331,29 @@ def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": s["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=s["learning_rate"], betas=(0.9, 0.999), eps=s["adam_epsilon"])
-    out = {}
-    clip_all = 0.0
+    out = completion_metrics(tok, torch.tensor(mask_np, dtype=torch.float64), s)
+    calls = []  # the metrics of every micro-batch of every pass, averaged as TRL's log() does
     for k in range(s["num_iterations"]):
         opt.zero_grad()
-        loss_sum, scale_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0, 0.0
+        loss_sum, scale_sum, kl_sum = 0.0, 0.0, 0.0
         for mb in range(GA):
             rows = slice(mb * n, (mb + 1) * n)
-            lp = token_logp(policy, tok[rows], temp)
+            lp, ent = token_logp(policy, tok[rows], temp, entropy=True)
             old = lp0[rows] if s["num_iterations"] > 1 else lp.detach()
-            loss, scale, kl, clipped = micro_loss(s, lp, old, ref[rows], adv[rows], m[rows], N, active)
+            loss, scale, kl, stats = micro_loss(s, lp, ent, old, ref[rows], adv[rows], m[rows], N, active)
             loss.backward()
-            loss_sum, scale_sum = loss_sum + float(loss), scale_sum + scale
-            kl_sum, clip_sum = kl_sum + kl, clip_sum + clipped
+            loss_sum, scale_sum, kl_sum = loss_sum + float(loss), scale_sum + scale, kl_sum + kl
+            calls.append(stats)
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), s["max_grad_norm"])
         if k == 0:
             out["loss"] = np.array(loss_sum)
             out["loss_scale"] = max(abs(loss_sum), scale_sum)
             out["grad_norm"] = np.array(float(norm))
-            out["kl"] = np.array(kl_sum / max(active, 1.0))
-        clip_all += clip_sum
+            if s["beta"] != 0:
+                out["kl"] = np.array(kl_sum / max(active, 1.0))
         opt.step()
-    # clipped tokens of every pass (the first never clips: its ratio is 1) over the tokens scored
-    out["clip_ratio"] = np.array(clip_all / max(active * s["num_iterations"], 1.0))
+    for name in calls[0]:
+        out[name] = np.array(sum(c[name] for c in calls) / len(calls))
     zero = torch.zeros(N, 1, dtype=torch.float64)
     out["logp"] = torch.cat([zero, lp0 * m], dim=1).numpy()
     if s["beta"] != 0:
@@ -287,9 +411,10 @@ def run_config(cfg, dfg, source, workdir, seed):
     mcfg = model_cfg(s)
     w = random_weights(mcfg, rng)
     w_ref = perturbed(w, rng) if s["ref"] == "perturbed" else w
-    for _ in range(20):  # rollouts with no ratio within 1e-5 of a clipping bound in any pass
+    for _ in range(40):  # rollouts with no ratio within 1e-5 of a clipping bound in any pass
         tokens, mask, rewards = random_rollouts(s, rng)
         NEAR_BOUND[0] = math.inf
+        DELTA_BOUND[0] = False
         if GPU_MODE["mode"] == "bf16":
             want = reference(s, bf16_rounded(w), bf16_rounded(w_ref), tokens, mask, rewards)
         else:
@@ -308,7 +433,7 @@ def run_config(cfg, dfg, source, workdir, seed):
     if mode:
         sets += ["--target", "cuda", "--set", "torch_dtype=" + ("float32" if mode == "f32" else "bfloat16")]
         run_flags = ["--emulate-gpu", "--threads", "1"]
-    print(f"[{cfg['name']}] " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "beta", "num_iterations",
+    print(f"[{cfg['name']}] " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "importance_sampling_level", "beta", "num_iterations",
           "gradient_accumulation_steps", "scale_rewards", "temperature", "learning_rate", "max_grad_norm", "ref")))
     t0 = time.time()
     try:
@@ -318,8 +443,13 @@ def run_config(cfg, dfg, source, workdir, seed):
         return False
     t_dfg = time.time() - t0
     ok, _ = compare_step(want, got, w, mode, cfg.get("clips", False))
+    if cfg.get("needs_delta") and not DELTA_BOUND[0]:
+        print(f"  no ratio reached delta {s['delta']} with a negative advantage: delta is not exercised  FAIL")
+        ok = False
+    clip = want.get("clip_ratio/region_mean", want.get("cispo_clip_ratio", np.array(0.0)))
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
-          f"grad_norm {float(want['grad_norm']):.6f}, clip_ratio {float(want['clip_ratio']):.4f}; "
+          f"grad_norm {float(want['grad_norm']):.6f}, clip ratio {float(clip):.4f}, "
+          f"entropy {float(want['entropy']):.4f}; "
           f"dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
     if not ok:
         print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
@@ -374,8 +504,13 @@ def compare_step(want, got, w, mode=None, clips=False):
         errs[name] = (e, eu)
         print(f"  {name:<{nw}} {str(tuple(ref.shape)):<12} {float(np.max(np.abs(ref))):11.4e} {e:10.2e} {upd:>10}"
               f"{'' if good else '  FAIL'}")
-    if clips and not float(want["clip_ratio"]) > 0:
-        print(f"  clip_ratio is 0: this configuration is meant to exercise clipping and does not  FAIL")
+    if clips and "cispo_clip_ratio" in want and not float(want["cispo_clip_ratio"]) > 0:
+        print(f"  cispo_clip_ratio is 0: this configuration is meant to exercise clipping and does not  FAIL")
+        ok = False
+    if clips and "clip_ratio/low_mean" in want and not (float(want["clip_ratio/low_mean"]) > 0 and
+                                                        float(want["clip_ratio/high_mean"]) > 0):
+        print(f"  clip_ratio/low_mean {float(want['clip_ratio/low_mean'])}, high_mean {float(want['clip_ratio/high_mean'])}: "
+              f"this configuration is meant to clip on both sides and does not  FAIL")
         ok = False
     return ok, errs
 

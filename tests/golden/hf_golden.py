@@ -18,7 +18,7 @@ For each architecture this script
   4. computes the same step in float64 with the GRPO of grpo_golden.py (advantages, ratio and
      clipping, k3 KL, the loss normalisations, micro-batches, clip_grad_norm_, AdamW decaying
      matrices only) on the logits of the transformers model itself (model.double()), and compares
-     with grpo_golden.py's rules: logp, ref_logp, advantages, loss, grad_norm, kl, clip_ratio and
+     with grpo_golden.py's rules: logp, ref_logp, advantages, loss, grad_norm, kl, the clip ratios, entropy and
      every updated parameter to 1e-4 relative, the updates (new - old) to 1e-2 of the largest;
   5. loads SAVED/ (dfg's Hugging Face model directory of the trained policy) with transformers:
      the source's tensor names and config.json values, exactly the dump's weights;
@@ -415,7 +415,7 @@ def summary(arch, errs, w):
     parts = []
     for label, names in (("logp", ("logp",)), ("ref_logp", ("ref_logp",)), ("advantages", ("advantages",)),
                          ("loss", ("loss",)), ("grad_norm", ("grad_norm",)), ("kl", ("kl",)),
-                         ("clip_ratio", ("clip_ratio",))):
+                         ("clip_ratio/region_mean", ("clip_ratio/region_mean",)), ("entropy", ("entropy",))):
         e, _ = worst(errs, names)
         if not math.isnan(e) or any(n in errs for n in names):
             parts.append(f"{label} {e:.2e}")

@@ -1,0 +1,180 @@
+/* test_ops_entropy.c - the entropy and quantile ops, and linear_logprob's entropy output, against
+ * float64 references computed here from the same float32 inputs:
+ *
+ *   entropy        dfg_entropy(z) = -sum p log p of softmax over the last axis, to 1e-6 of the
+ *                  float64 value relative to max(H, 1);
+ *   fused entropy  log-probs and entropy of softmax(h W^T / T) through the fuse pass: the program
+ *                  must hold one linear_logprob and no entropy op (no logits), and its entropy
+ *                  equal the float64 entropy of the full logits to 1e-6, for vocabularies over
+ *                  several chunks (a memory budget makes the chunks small) and temperatures;
+ *   quantile       dfg_quantile(x, mask, q) equal (bit for bit) to torch.quantile's definition
+ *                  computed here by sorting the selected values in double: linear interpolation
+ *                  at rank q (n - 1); +inf when nothing is selected. Values with ties, negative
+ *                  values, masks with none / one / all entries, q = 0, 1 and random.
+ * Inputs are fresh random values each run (DFG_TEST_SEED replays); outputs are poisoned first by
+ * the runtime's arena (a value never written is not the reference's). The gradients of both entropy
+ * forms are checked by test_gradcheck. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfg.h"
+#include "graph/ir.h"
+#include "ops/op.h"
+#include "runtime/dfg_runtime.h"
+#include "testutil.h"
+
+/* relative to max(H, 1): the float32 inputs' logits themselves carry float32 rounding */
+#define ENT_TOL 1e-6
+
+/* entropy of softmax(s * row) in double */
+static double entropy_ref(const double *row, int64_t v, double s) {
+    double m = -INFINITY, l = 0.0, a = 0.0;
+    for (int64_t j = 0; j < v; j++) m = fmax(m, s * row[j]);
+    for (int64_t j = 0; j < v; j++) l += exp(s * row[j] - m);
+    for (int64_t j = 0; j < v; j++) {
+        double lp = s * row[j] - m - log(l);
+        a -= exp(lp) * lp;
+    }
+    return a;
+}
+
+static void check_entropy_op(void) {
+    int64_t rows = dfg_test_int(1, 9), v = dfg_test_int(2, 700);
+    float *z = malloc(sizeof(float) * (size_t)(rows * v)), *h = malloc(sizeof(float) * (size_t)rows);
+    double *zd = malloc(sizeof(double) * (size_t)v);
+    dfg_test_fill_normal(z, rows * v, 3.0f);
+    dfg_fx f;
+    dfg_fx_begin(&f, "entropy");
+    dfg_output(f.g, dfg_entropy(f.g, dfg_fx_const_f32(&f, "z", DFG_SHAPE(rows, v), z)), "h");
+    double worst = 0.0;
+    if (dfg_fx_run(&f)) {
+        dfg_fx_read(&f, "h", h, sizeof(float) * (size_t)rows);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t j = 0; j < v; j++) zd[j] = z[r * v + j];
+            double e = entropy_ref(zd, v, 1.0);
+            worst = fmax(worst, fabs(h[r] - e) / fmax(e, 1.0));
+        }
+    }
+    CHECK(worst <= ENT_TOL, "entropy (%lld, %lld): worst |dfg - float64| / max(H, 1) %.3g > %g", (long long)rows, (long long)v, worst,
+          ENT_TOL);
+    printf("  entropy op (%lld, %lld): worst %.2e\n", (long long)rows, (long long)v, worst);
+    dfg_fx_end(&f);
+    free(z), free(h), free(zd);
+}
+
+/* logp and entropy of softmax(h W^T / temp), h (rows, C), W (V, C), through the fuse pass */
+static void check_fused_entropy(int64_t rows, int64_t c, int64_t v, float temp, int64_t budget) {
+    float *h = malloc(sizeof(float) * (size_t)(rows * c)), *w = malloc(sizeof(float) * (size_t)(v * c));
+    float *ent = malloc(sizeof(float) * (size_t)rows);
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)rows);
+    double *logits = malloc(sizeof(double) * (size_t)v);
+    dfg_test_fill_normal(h, rows * c, 1.0f);
+    dfg_test_fill_normal(w, v * c, 1.0f / sqrtf((float)c)); /* logits O(1): a trained head's range */
+    for (int64_t r = 0; r < rows; r++) t[r] = (int32_t)dfg_test_int(0, (int)v - 1);
+    dfg_fx f;
+    dfg_fx_begin(&f, "fused_entropy");
+    dfg_tensor *H = dfg_fx_const_f32(&f, "h", DFG_SHAPE(rows, c), h), *W = dfg_fx_const_f32(&f, "w", DFG_SHAPE(v, c), w);
+    dfg_tensor *T = dfg_const(f.p, "t", DFG_I32, DFG_SHAPE(rows), t);
+    dfg_tensor *z = dfg_scale(f.g, dfg_matmul(f.g, H, W, false, true), 1.0f / temp);
+    dfg_output(f.g, dfg_take(f.g, dfg_log_softmax(f.g, z), T), "lp");
+    dfg_output(f.g, dfg_entropy(f.g, z), "ent");
+    CHECK(dfg_program_status(f.p) == DFG_OK, "build: %s", dfg_program_error(f.p));
+    dfg_stage_graph(f.p, f.g, 1);
+    dfg_options o = dfg_options_default(DFG_TARGET_CPU);
+    o.memory_budget = budget;
+    dfg_status st = dfg_compile(f.p, &o);
+    CHECK(st == DFG_OK, "fused entropy: compile: %s", dfg_program_error(f.p));
+    double worst = 0.0;
+    int n_lin = 0, n_ent = 0, n_logits = 0;
+    if (!st && dfg_fx_create(&f, 0) && dfg_fx_step(&f)) {
+        const dfg_program *p = f.p;
+        for (int gi = 0; gi < p->n_graphs; gi++)
+            for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+                const dfg_node *n = p->graphs[gi]->nodes[i];
+                n_lin += n->op == DFG_OP_LINEAR_LOGPROB;
+                n_ent += n->op == DFG_OP_ENTROPY;
+                n_logits += n->op == DFG_OP_MATMUL;
+            }
+        dfg_fx_read(&f, "ent", ent, sizeof(float) * (size_t)rows);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t j = 0; j < v; j++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < c; k++) acc += (double)h[r * c + k] * (double)w[j * c + k];
+                logits[j] = acc;
+            }
+            double e = entropy_ref(logits, v, 1.0 / (double)temp);
+            worst = fmax(worst, fabs(ent[r] - e) / fmax(e, 1.0));
+        }
+    }
+    CHECK(n_lin == 1 && n_ent == 0 && n_logits == 0,
+          "fused entropy V=%lld: expected one linear_logprob and no entropy or matmul, got %d, %d, %d", (long long)v, n_lin,
+          n_ent, n_logits);
+    CHECK(worst <= ENT_TOL, "fused entropy rows %lld C %lld V %lld T %g: worst |dfg - float64| / max(H, 1) %.3g > %g", (long long)rows,
+          (long long)c, (long long)v, (double)temp, worst, ENT_TOL);
+    printf("  fused entropy rows %lld C %lld V %lld T %.2f budget %lld: worst %.2e\n", (long long)rows, (long long)c,
+           (long long)v, (double)temp, (long long)budget, worst);
+    dfg_fx_end(&f);
+    free(h), free(w), free(ent), free(t), free(logits);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* torch.quantile of the selected values: sorted, rank q (n - 1), lerp as torch computes it */
+static float quantile_ref(const float *x, const float *m, int64_t n, float q) {
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (m[i] != 0.0f) v[k++] = x[i];
+    float out = INFINITY;
+    if (k > 0) {
+        qsort(v, (size_t)k, sizeof(double), cmp_double);
+        double pos = (double)q * (double)(k - 1), lo = floor(pos), w = pos - lo;
+        int64_t i = (int64_t)lo < k - 1 ? (int64_t)lo : k - 1;
+        double a = v[i], b = v[i + 1 < k ? i + 1 : i];
+        out = w < 0.5 ? (float)(a + w * (b - a)) : (float)(b - (b - a) * (1.0 - w));
+    }
+    free(v);
+    return out;
+}
+
+static void check_quantile(int which) {
+    int64_t n = dfg_test_int(1, 300);
+    float *x = malloc(sizeof(float) * (size_t)n), *m = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = dfg_test_int(0, 3) == 0 ? (float)dfg_test_int(-3, 3) : dfg_test_normal() * 2.0f; /* ties and negatives */
+        m[i] = which == 0 ? 0.0f : which == 1 ? 1.0f : (float)(dfg_test_int(0, 2) != 0);
+    }
+    if (which == 3) { /* exactly one selected */
+        memset(m, 0, sizeof(float) * (size_t)n);
+        m[dfg_test_int(0, (int)n - 1)] = 1.0f;
+    }
+    float qs[3] = {0.0f, 1.0f, dfg_test_uniform(0.0f, 1.0f)};
+    for (int k = 0; k < 3; k++) {
+        dfg_fx f;
+        dfg_fx_begin(&f, "quantile");
+        dfg_output(f.g,
+                   dfg_quantile(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(n), x), dfg_fx_const_f32(&f, "m", DFG_SHAPE(n), m), qs[k]),
+                   "q");
+        float got = NAN, want = quantile_ref(x, m, n, qs[k]);
+        if (dfg_fx_run(&f)) dfg_fx_read(&f, "q", &got, sizeof(got));
+        CHECK(got == want || (isinf(got) && isinf(want)), "quantile n %lld mask kind %d q %g: dfg %.9g, reference %.9g",
+              (long long)n, which, (double)qs[k], (double)got, (double)want);
+        dfg_fx_end(&f);
+    }
+    free(x), free(m);
+}
+
+int main(void) {
+    dfg_test_init("test_ops_entropy");
+    for (int i = 0; i < 6; i++) check_entropy_op();
+    check_fused_entropy(5, 8, 300, 1.0f, 0);
+    check_fused_entropy(7, 12, 2000, 0.7f, 1 << 20);  /* chunks of the vocabulary under a 1 MiB budget */
+    check_fused_entropy(33, 16, 50257, 1.3f, 16 << 20); /* GPT-2's vocabulary */
+    for (int i = 0; i < 40; i++) check_quantile(i % 4);
+    return dfg_test_finish();
+}
