@@ -312,11 +312,13 @@ static dfg_status try_bias_gelu(fuse_ctx *f, const dfg_node *gelu, bool *fired) 
 
 /* A gradient op whose weight gradient only feeds "buffer += dW" becomes the form that adds into
  * the buffer itself (an extra input it writes in place): the parameter-sized dW is never stored
- * on its own. linear_logprob_bwd (dW is output 1) and embed_bwd (output 0) have that form. The
+ * on its own. linear_logprob_bwd (dW is output 1; with or without the entropy's gradient) and
+ * embed_bwd (output 0) have that form. The
  * buffer's value it reads must not be read by anything after it but the accumulation. */
 static dfg_status try_accumulate_into(fuse_ctx *f, dfg_node *b, int slot, bool *fired) {
     dfg_tensor *dw = b->out[slot];
-    int plain_in = b->op == DFG_OP_EMBED_BWD ? 2 : 5;
+    /* linear_logprob_bwd: 5 inputs, or 7 with the entropy's gradient; the accumulator goes last */
+    int plain_in = b->op == DFG_OP_EMBED_BWD ? 2 : b->n_in == 7 ? 7 : 5;
     if (b->n_in != plain_in || (dw->flags & DFG_TF_OUTPUT) || f->c.start[dw->id + 1] - f->c.start[dw->id] != 1)
         return DFG_OK;
     dfg_node *acc = (dfg_node *)f->c.node[f->c.start[dw->id]];
@@ -326,7 +328,7 @@ static dfg_status try_accumulate_into(fuse_ctx *f, dfg_node *b, int slot, bool *
     for (int k = f->c.start[v->id]; k < f->c.start[v->id + 1]; k++)
         if (f->c.node[k] != acc && f->c.node[k]->id > b->id) return DFG_OK;
     dfg_graph *g = f->g;
-    dfg_tensor *in[6];
+    dfg_tensor *in[8];
     for (int j = 0; j < plain_in; j++) in[j] = b->in[j];
     in[plain_in] = v;
     int first = g->n_nodes;

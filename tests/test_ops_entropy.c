@@ -119,6 +119,37 @@ static void check_fused_entropy(int64_t rows, int64_t c, int64_t v, float temp, 
     free(h), free(w), free(ent), free(t), free(logits);
 }
 
+/* Training through the fused head with the entropy in the loss: the weight's gradient is added into
+ * its buffer by the 8-input linear_logprob_bwd (log-probs' and entropy's gradients, accumulator),
+ * so no vocabulary-sized dW is stored on its own, and no entropy or matmul node is left. */
+static void check_fused_entropy_accumulates(void) {
+    int64_t rows = 6, c = 8, v = 500;
+    dfg_program *p = dfg_program_new("entropy_accumulate");
+    dfg_tensor *W = dfg_param(p, "w", DFG_F32, DFG_SHAPE(v, c), dfg_init_normal(0, 0.3f));
+    dfg_tensor *buf = dfg_state(p, "w.grad", DFG_F32, DFG_SHAPE(v, c), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_graph *g = dfg_graph_new(p, "train");
+    dfg_tensor *h = dfg_input(g, "h", DFG_F32, DFG_SHAPE(rows, c)), *t = dfg_input(g, "t", DFG_I32, DFG_SHAPE(rows));
+    dfg_tensor *z = dfg_scale(g, dfg_matmul(g, h, W, false, true), 1.0f / 0.9f);
+    dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, z), t), *ent = dfg_entropy(g, z);
+    dfg_tensor *loss = dfg_sum(g, dfg_sub(g, lp, dfg_scale(g, ent, 0.1f)), 0);
+    dfg_backward_accumulate(g, loss, &W, 1, &buf);
+    dfg_stage_graph(p, g, 1);
+    dfg_options o = dfg_options_default(DFG_TARGET_CPU);
+    dfg_status st = dfg_compile(p, &o);
+    CHECK(st == DFG_OK, "entropy accumulate: compile: %s", dfg_program_error(p));
+    int bwd[9] = {0}, other = 0;
+    for (int gi = 0; !st && gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[gi]->nodes[i];
+            if (n->op == DFG_OP_LINEAR_LOGPROB_BWD) bwd[n->n_in]++;
+            other += n->op == DFG_OP_ENTROPY || n->op == DFG_OP_ENTROPY_BWD || n->op == DFG_OP_MATMUL;
+        }
+    CHECK(bwd[8] == 1 && bwd[5] + bwd[6] + bwd[7] == 0 && other == 0,
+          "entropy accumulate: expected one 8-input linear_logprob_bwd and no entropy or matmul node; got bwd by inputs "
+          "5:%d 6:%d 7:%d 8:%d, %d others", bwd[5], bwd[6], bwd[7], bwd[8], other);
+    dfg_program_free(p);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -175,6 +206,7 @@ int main(void) {
     check_fused_entropy(5, 8, 300, 1.0f, 0);
     check_fused_entropy(7, 12, 2000, 0.7f, 1 << 20);  /* chunks of the vocabulary under a 1 MiB budget */
     check_fused_entropy(33, 16, 50257, 1.3f, 16 << 20); /* GPT-2's vocabulary */
+    check_fused_entropy_accumulates();
     for (int i = 0; i < 40; i++) check_quantile(i % 4);
     return dfg_test_finish();
 }
