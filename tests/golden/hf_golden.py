@@ -559,7 +559,7 @@ def run_config(cfg, dfg, source, workdir, seed):
     ok &= check_saved(arch, saved, got, source_names, ARCHS[arch]["config"])
     ok &= check_sharing(dfg, s, paths, tokens, mask, rewards)
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
-          f"grad_norm {float(want['grad_norm']):.6f}, kl {float(want['kl']):.6f}; dfg {t_dfg:.2f}s; "
+          f"grad_norm {float(want['grad_norm']):.6f}, kl {float(want.get('kl', 0.0)):.6f}; dfg {t_dfg:.2f}s; "
           f"{'PASS' if ok else 'FAIL'}")
     if not good:
         print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
