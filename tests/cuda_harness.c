@@ -29,6 +29,12 @@ void cuda_fill_range(int slot, const dfg_tensor *t, void *data, int64_t n, void 
 #ifndef DFG_NO_CUDA_EMU
 static int cases_run, gpu_runs;
 static bool covered[DFG_OP_COUNT]; /* ops whose CUDA kernel a case compared */
+/* per op and dtype (f32, bf16), over the emulated runs' float outputs: the largest |CUDA - CPU|,
+ * and the largest |CUDA - CPU| / (atol + rtol |CPU|), the share of the tolerance used (cuda_report) */
+static struct {
+    double diff, share;
+    bool seen;
+} worst[DFG_OP_COUNT][2];
 #ifdef DFG_HAVE_CUDA
 static int gpu_state = -1; /* -1 unknown, 0 none, 1 present */
 #endif
@@ -181,6 +187,13 @@ static bool compare(const cuda_case *c, const build *ref, const build *got, dfg_
             /* equal (inf == inf), within the tolerances, or NaN on both sides */
             bool same = a == b || (dfg_is_float(rt->dtype) && (fabs(a - b) <= atol + rtol * fabs(a) || (isnan(a) && isnan(b))));
             if (dfg_is_float(rt->dtype) && isnan(a) != isnan(b)) same = false;
+            if (dfg_is_float(rt->dtype) && isfinite(a) && isfinite(b) && !strcmp(what, "emulated")) {
+                int op = ref->n->op, d = dt == DFG_BF16;
+                double diff = fabs(a - b), share = diff / (atol + rtol * fabs(a));
+                worst[op][d].diff = diff > worst[op][d].diff ? diff : worst[op][d].diff;
+                worst[op][d].share = share > worst[op][d].share ? share : worst[op][d].share;
+                worst[op][d].seen = true;
+            }
             if (!same) {
                 char sb[96];
                 CHECK(same, "%s (%s, %s): output %d '%s' %s element %lld: CPU %.9g, CUDA %.9g (rtol %g, atol %g)",
@@ -344,6 +357,11 @@ void cuda_report(const char *test) {
     printf("%s: %d cases under the SIMT emulator%s\n", test, cases_run,
            gpu_runs ? "" : "; the GPU half skipped (no CUDA device)");
     if (gpu_runs) printf("%s: %d runs on the GPU\n", test, gpu_runs);
+    for (int op = 0; op < DFG_OP_COUNT; op++)
+        for (int d = 0; d < 2; d++)
+            if (worst[op][d].seen)
+                printf("%s: %s (%s): worst |CUDA - CPU| %.3g, %.3g of the tolerance\n", test, dfg_op_name(op),
+                       d ? "bf16" : "f32", worst[op][d].diff, worst[op][d].share);
     /* the ops this test compared, for test_cuda_table's coverage check */
     const char *dir = getenv("DFG_CUDA_COVERAGE_DIR");
     if (dir && *dir) {

@@ -1,12 +1,14 @@
 /* test_cuda_logprob.c - the CUDA logprob family (ops/cuda/logprob.cu) against the CPU kernels
  * (tests/cuda_harness.h): logprob and logprob_bwd with a warp per row and a block per row, odd
  * vocabularies (the 16-byte loads' scalar head and tail), rank-3 logits, temperatures, masked
- * rows (dy = 0); linear_logprob and linear_logprob_bwd with the weight (V, C) and (C, V), row
- * chunks that do and do not divide the rows, vocabulary chunks that are the whole vocabulary or
- * blocks of 256 with a tail, and the accumulating form (6 inputs). Beyond the harness: the
- * linear ops give bit-identical results for different v_chunk values (what the CPU promises),
- * dz and z misaligned against each other take the scalar path, and a target outside the
- * vocabulary sets the device flag. */
+ * rows (dy = 0); linear_logprob (its 4 outputs: log-probs, lse, workspace, entropy) and
+ * linear_logprob_bwd with the weight (V, C) and (C, V), row chunks that do and do not divide the
+ * rows, vocabulary chunks that are the whole vocabulary or blocks of 256 with a tail, the
+ * accumulating form (6 inputs) and the entropy's gradient (7 inputs, 8 with the accumulator).
+ * Beyond the harness: the linear ops give bit-identical results for different v_chunk values
+ * (what the CPU promises), the entropy output against the textbook -sum p log p in double, dz
+ * and z misaligned against each other take the scalar path, and a target outside the vocabulary
+ * sets the device flag. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,8 @@ typedef struct {
     float inv_temp;
     bool tb;                 /* linear: W (V, C) */
     int64_t rc, vc;          /* linear: chunks */
-    bool acc;                /* linear_logprob_bwd: 6 inputs */
+    bool acc;                /* linear_logprob_bwd: the accumulator (6 inputs, or 8) */
+    bool ent;                /* linear_logprob_bwd: dentropy, entropy (7 inputs, or 8) */
 } lp_case;
 
 static dfg_shape rows_shape(const lp_case *k) { return k->rank == 1 ? DFG_SHAPE(k->d0) : DFG_SHAPE(k->d0, k->d1); }
@@ -58,44 +61,57 @@ static dfg_node *build_linear(dfg_graph *g, dfg_dtype dt, void *user) {
     dfg_attrs a = attrs_of(k);
     dfg_tensor *in[3] = {dfg_input(g, "h", dt, with_last(k, k->c)), dfg_input(g, "w", dt, w_shape(k)),
                          dfg_input(g, "t", DFG_I32, rows_shape(k))};
-    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB, in, 3, &a, 3);
+    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB, in, 3, &a, 4);
 }
 
 static dfg_node *build_linear_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
     const lp_case *k = user;
     dfg_attrs a = attrs_of(k);
-    dfg_tensor *in[6] = {dfg_input(g, "dy", DFG_F32, rows_shape(k)), dfg_input(g, "h", dt, with_last(k, k->c)),
+    dfg_tensor *in[8] = {dfg_input(g, "dy", DFG_F32, rows_shape(k)), dfg_input(g, "h", dt, with_last(k, k->c)),
                          dfg_input(g, "w", dt, w_shape(k)), dfg_input(g, "t", DFG_I32, rows_shape(k)),
-                         dfg_input(g, "lse", DFG_F32, rows_shape(k)), NULL};
-    if (k->acc) in[5] = dfg_state(g->program, "dw_acc", dt, w_shape(k), DFG_ROLE_GRAD, dfg_init_zeros());
-    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, k->acc ? 6 : 5, &a, 3);
+                         dfg_input(g, "lse", DFG_F32, rows_shape(k))};
+    int n_in = 5;
+    if (k->ent) {
+        in[n_in++] = dfg_input(g, "dent", DFG_F32, rows_shape(k));
+        in[n_in++] = dfg_input(g, "ent", DFG_F32, rows_shape(k));
+    }
+    if (k->acc) in[n_in++] = dfg_state(g->program, "dw_acc", dt, w_shape(k), DFG_ROLE_GRAD, dfg_init_zeros());
+    return dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, n_in, &a, 3);
 }
 
-/* Inputs by meaning: targets in [0, V); dy with about a quarter of the rows masked (0); logits
- * in [-3, 3); hidden states and weights in [-1, 1) (logits of a few units); lse within 0.3 of the
- * log-sum-exp of the case's own logits (the inputs are filled in slot order, so z, h and W are
- * there when lse is drawn): a random lse would make exp(x - lse) sum far from 1, and dz's
- * rounding to bf16 then dominates dh's cancellation. */
+/* Inputs by meaning: targets in [0, V); dy and dent with about a quarter of the rows masked (0);
+ * logits in [-3, 3); hidden states and weights in [-1, 1) (logits of a few units); lse and the
+ * entropy within 0.3 of the log-sum-exp and the entropy of the case's own logits (the inputs are
+ * filled in slot order, so z, h and W are there when they are drawn): a random lse would make
+ * exp(x - lse) sum far from 1, and dz's rounding to bf16 then dominates dh's cancellation. */
 static const float *filled_z, *filled_h, *filled_w;
 
-static void fill_lse(const lp_case *k, float *f, int64_t rows) {
-    for (int64_t r = 0; r < rows; r++) {
-        double m = -INFINITY, l = 0.0;
-        for (int64_t j = 0; j < k->v; j++) {
-            double x;
-            if (k->c == 0) {
-                x = filled_z[r * k->v + j];
-            } else {
-                x = 0.0;
-                for (int64_t i = 0; i < k->c; i++)
-                    x += (double)filled_h[r * k->c + i] * filled_w[k->tb ? j * k->c + i : i * k->v + j];
-            }
-            x *= k->inv_temp;
-            if (x > m) l = l * exp(m - x) + 1.0, m = x;
-            else l += exp(x - m);
-        }
-        f[r] = (float)(m + log(l)) + dfg_test_uniform(-0.3f, 0.3f);
+/* row r's logit j times inv_temp, in double */
+static double scaled_logit(const lp_case *k, const float *z, const float *h, const float *w, int64_t r, int64_t j) {
+    double x = 0.0;
+    if (k->c == 0) x = z[r * k->v + j];
+    else
+        for (int64_t i = 0; i < k->c; i++) x += (double)h[r * k->c + i] * w[k->tb ? j * k->c + i : i * k->v + j];
+    return x * k->inv_temp;
+}
+
+/* the textbook log-sum-exp (ent false) or entropy -sum p log p (ent true) of row r, in double */
+static double row_stat(const lp_case *k, const float *z, const float *h, const float *w, int64_t r, bool ent) {
+    double m = -INFINITY, l = 0.0, hsum = 0.0;
+    for (int64_t j = 0; j < k->v; j++) m = fmax(m, scaled_logit(k, z, h, w, r, j));
+    for (int64_t j = 0; j < k->v; j++) l += exp(scaled_logit(k, z, h, w, r, j) - m);
+    double lse = m + log(l);
+    if (!ent) return lse;
+    for (int64_t j = 0; j < k->v; j++) {
+        double lp = scaled_logit(k, z, h, w, r, j) - lse;
+        hsum -= exp(lp) * lp;
     }
+    return hsum;
+}
+
+static void fill_stat(const lp_case *k, float *f, int64_t rows, bool ent) {
+    for (int64_t r = 0; r < rows; r++)
+        f[r] = (float)row_stat(k, filled_z, filled_h, filled_w, r, ent) + dfg_test_uniform(-0.3f, 0.3f);
 }
 
 static void fill_lp(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
@@ -104,10 +120,10 @@ static void fill_lp(int slot, const dfg_tensor *t, void *data, int64_t n, void *
     float *f = data;
     if (t->dtype == DFG_I32) {
         for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int(0, (int)k->v - 1);
-    } else if (!strcmp(name, "dy")) {
+    } else if (!strcmp(name, "dy") || !strcmp(name, "dent")) {
         for (int64_t i = 0; i < n; i++) f[i] = dfg_test_int(0, 3) ? dfg_test_uniform(-1.0f, 1.0f) : 0.0f;
-    } else if (!strcmp(name, "lse")) {
-        fill_lse(k, f, n);
+    } else if (!strcmp(name, "lse") || !strcmp(name, "ent")) {
+        fill_stat(k, f, n, name[0] == 'e');
     } else if (!strcmp(name, "z")) {
         dfg_test_fill_uniform(f, n, -3.0f, 3.0f);
         filled_z = f;
@@ -123,9 +139,9 @@ static void label_of(char *buf, size_t len, const char *op, const lp_case *k) {
     char rs[48];
     if (k->rank == 1) snprintf(rs, sizeof(rs), "(%lld)", (long long)k->d0);
     else snprintf(rs, sizeof(rs), "(%lld,%lld)", (long long)k->d0, (long long)k->d1);
-    snprintf(buf, len, "%s rows%s V%lld C%lld s%g%s rc%lld vc%lld%s", op, rs, (long long)k->v, (long long)k->c,
+    snprintf(buf, len, "%s rows%s V%lld C%lld s%g%s rc%lld vc%lld%s%s", op, rs, (long long)k->v, (long long)k->c,
              (double)k->inv_temp, k->tb ? " W(V,C)" : " W(C,V)", (long long)k->rc, (long long)k->vc,
-             k->acc ? " acc" : "");
+             k->acc ? " acc" : "", k->ent ? " +entropy" : "");
 }
 
 static void check_case(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, const lp_case *k,
@@ -170,8 +186,10 @@ static bool direct_make(direct *d, dfg_node *(*build)(dfg_graph *, dfg_dtype, vo
     }
     for (int o = 0; o < d->n->n_out; o++) {
         const dfg_tensor *t = d->n->out[o];
-        if (alias_acc && d->n->n_in == 6 && t->storage == d->n->in[5]->storage) { /* the accumulator, in place */
-            d->out[o] = d->in[5];
+        const int last = d->n->n_in - 1;
+        if (alias_acc && d->n->op == DFG_OP_LINEAR_LOGPROB_BWD && (last == 5 || last == 7) &&
+            t->storage == d->n->in[last]->storage) { /* the accumulator (the last input), in place */
+            d->out[o] = d->in[last];
             continue;
         }
         int sh = dfg_is_float(t->dtype) ? out_shift : 0;
@@ -253,7 +271,8 @@ static void check_chunk_independence(lp_case k, int64_t vc_a, int64_t vc_b) {
                      dfg_dtype_name(dt));
             if (direct_make(&a, build, &ka, dt, src, 0, 0, true) && direct_make(&b, build, &kb, dt, src, 0, 0, true)) {
                 if (direct_emu(&a, 0) == 0 && direct_emu(&b, 7) == 0)
-                    for (int o = 0; o < 2; o++) same_output(&a, &b, o, what);
+                    for (int o = 0; o < a.n->n_out; o++)
+                        if (o != 2) same_output(&a, &b, o, what); /* all but the workspace */
                 direct_free(&b);
             }
             direct_free(&a);
@@ -262,8 +281,8 @@ static void check_chunk_independence(lp_case k, int64_t vc_a, int64_t vc_b) {
     }
 }
 
-/* linear_logprob_bwd with 6 inputs whose output 1 does not arrive in place (the launcher copies
- * the accumulator first): the same bits as in place. */
+/* linear_logprob_bwd with an accumulator (6 or 8 inputs) whose output 1 does not arrive in place
+ * (the launcher copies the accumulator first): the same bits as in place. */
 static void check_acc_not_in_place(lp_case k) {
     for (int dti = 0; dti < 2; dti++) {
         dfg_dtype dt = dti ? DFG_BF16 : DFG_F32;
@@ -272,7 +291,7 @@ static void check_acc_not_in_place(lp_case k) {
         direct a, b;
         if (direct_make(&a, build_linear_bwd, &k, dt, src, 0, 0, true) &&
             direct_make(&b, build_linear_bwd, &k, dt, src, 0, 0, false)) {
-            CHECK(b.out[1] != b.in[5], "the accumulator's output has a buffer of its own");
+            CHECK(b.out[1] != b.in[b.n->n_in - 1], "the accumulator's output has a buffer of its own");
             if (direct_emu(&a, 0) == 0 && direct_emu(&b, 0) == 0)
                 for (int o = 0; o < 2; o++) same_output(&a, &b, o, "linear_logprob_bwd, accumulator not in place");
             direct_free(&b);
@@ -320,6 +339,32 @@ static void check_shifted(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), co
     }
 }
 
+/* linear_logprob's entropy output (CUDA, f32) against the textbook -sum p log p of the logits
+ * h @ W^T * inv_temp, in double: a formula the CPU shared with the kernel would not hide here. */
+static void check_entropy_textbook(lp_case k) {
+    float *src[8];
+    sources(build_linear, &k, src);
+    direct d;
+    if (direct_make(&d, build_linear, &k, DFG_F32, src, 0, 0, true) && direct_emu(&d, 5) == 0) {
+        const int64_t rows = dfg_tensor_numel(d.n->out[3]);
+        const float *got = d.out[3];
+        int64_t bad = -1;
+        double worst = 0.0, ref_bad = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            double ref = row_stat(&k, NULL, src[0], src[1], r, true);
+            worst = fmax(worst, fabs(ref - got[r]));
+            if (bad < 0 && !(fabs(ref - got[r]) <= 1e-6 + 1e-5 * fabs(ref))) bad = r, ref_bad = ref;
+        }
+        char what[200];
+        label_of(what, sizeof(what), "linear_logprob", &k);
+        CHECK(bad < 0, "%s: entropy of row %lld: CUDA %.9g, textbook %.9g", what, (long long)bad,
+              bad < 0 ? 0.0 : got[bad], ref_bad);
+        printf("%s: entropy, worst |CUDA - textbook| %.3g\n", what, worst);
+    }
+    direct_free(&d);
+    for (int j = 0; j < 8; j++) free(src[j]);
+}
+
 /* A target outside [0, V) sets the device flag (the CPU kernel refuses the node instead). */
 static void check_bad_target(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, lp_case k,
                              int target_slot, int32_t bad) {
@@ -344,12 +389,12 @@ int main(void) {
     /* logprob, logprob_bwd: a warp per row (V <= 2048) and a block per row; V = 1 and odd
      * vocabularies (16-byte head and tail); rank-2 and rank-3 logits; temperatures */
     const lp_case rows[] = {
-        {1, 1, 0, 1, 0, 1.0f, false, 0, 0, false},      {1, 3, 0, 5, 0, 1.0f, false, 0, 0, false},
-        {1, 7, 0, 33, 0, 0.7f, false, 0, 0, false},     {2, 2, 3, 37, 0, 1.3f, false, 0, 0, false},
-        {1, 17, 0, 64, 0, 1.0f, false, 0, 0, false},    {1, 5, 0, 1025, 0, 1.0f, false, 0, 0, false},
-        {1, 9, 0, 2048, 0, 0.5f, false, 0, 0, false},   {1, 3, 0, 2049, 0, 1.0f, false, 0, 0, false},
-        {1, 4, 0, 4099, 0, 2.0f, false, 0, 0, false},   {2, 2, 2, 4096, 0, 1.0f, false, 0, 0, false},
-        {1, 2, 0, 50257, 0, 1.0f, false, 0, 0, false},
+        {1, 1, 0, 1, 0, 1.0f, false, 0, 0, false, false},      {1, 3, 0, 5, 0, 1.0f, false, 0, 0, false, false},
+        {1, 7, 0, 33, 0, 0.7f, false, 0, 0, false, false},     {2, 2, 3, 37, 0, 1.3f, false, 0, 0, false, false},
+        {1, 17, 0, 64, 0, 1.0f, false, 0, 0, false, false},    {1, 5, 0, 1025, 0, 1.0f, false, 0, 0, false, false},
+        {1, 9, 0, 2048, 0, 0.5f, false, 0, 0, false, false},   {1, 3, 0, 2049, 0, 1.0f, false, 0, 0, false, false},
+        {1, 4, 0, 4099, 0, 2.0f, false, 0, 0, false, false},   {2, 2, 2, 4096, 0, 1.0f, false, 0, 0, false, false},
+        {1, 2, 0, 50257, 0, 1.0f, false, 0, 0, false, false},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         check_case(build_logprob, "logprob", &rows[i], 0);
@@ -358,23 +403,45 @@ int main(void) {
     /* linear_logprob(_bwd): both weight layouts; row chunks that divide the rows or not (and 1);
      * v_chunk = V, blocks of 256 with and without a tail; C odd; the accumulating form */
     const lp_case lin[] = {
-        {1, 1, 0, 1, 1, 1.0f, true, 1, 1, false},          {1, 5, 0, 300, 7, 1.0f, true, 5, 300, false},
-        {1, 5, 0, 300, 7, 0.8f, false, 2, 256, false},     {2, 2, 3, 300, 9, 1.0f, true, 4, 256, true},
-        {1, 9, 0, 1000, 16, 1.25f, false, 9, 512, true},   {1, 9, 0, 1000, 16, 1.0f, true, 3, 1000, false},
-        {1, 6, 0, 777, 5, 1.0f, false, 6, 777, true},      {1, 7, 0, 1024, 12, 1.0f, true, 7, 256, false},
-        {1, 3, 0, 5003, 8, 1.0f, true, 3, 1280, false},    {1, 1, 0, 257, 3, 1.0f, false, 1, 256, false},
-        {1, 2, 0, 66000, 2, 1.0f, true, 2, 66000, false}, /* more blocks than a round of the fold */
+        {1, 1, 0, 1, 1, 1.0f, true, 1, 1, false, false},          {1, 5, 0, 300, 7, 1.0f, true, 5, 300, false, false},
+        {1, 5, 0, 300, 7, 0.8f, false, 2, 256, false, false},     {2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, false},
+        {1, 9, 0, 1000, 16, 1.25f, false, 9, 512, true, false},   {1, 9, 0, 1000, 16, 1.0f, true, 3, 1000, false, false},
+        {1, 6, 0, 777, 5, 1.0f, false, 6, 777, true, false},      {1, 7, 0, 1024, 12, 1.0f, true, 7, 256, false, false},
+        {1, 3, 0, 5003, 8, 1.0f, true, 3, 1280, false, false},    {1, 1, 0, 257, 3, 1.0f, false, 1, 256, false, false},
+        {1, 2, 0, 66000, 2, 1.0f, true, 2, 66000, false, false}, /* more blocks than a round of the fold */
     };
     for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++) {
         check_case(build_linear, "linear_logprob", &lin[i], 1u << 2); /* the workspace is no result */
         check_case(build_linear_bwd, "linear_logprob_bwd", &lin[i], 1u << 2);
+        lp_case e = lin[i]; /* with the entropy's gradient: 7 inputs, or 8 with the accumulator */
+        e.ent = true;
+        e.acc = i % 2 == 0;
+        if (e.v < 10000) check_case(build_linear_bwd, "linear_logprob_bwd", &e, 1u << 2);
+    }
+    /* random sizes and chunks (fresh each run: the seed is printed), the backward with and without
+     * the entropy and the accumulator */
+    for (int i = 0; i < 4; i++) {
+        lp_case r = {1, dfg_test_int(1, 12), 0, dfg_test_int(1, 1800), dfg_test_int(1, 20), dfg_test_uniform(0.5f, 1.5f),
+                     dfg_test_int(0, 1), 0, 0, dfg_test_int(0, 1), dfg_test_int(0, 1)};
+        r.rc = dfg_test_int(1, (int)r.d0);
+        r.vc = r.v <= 256 || dfg_test_int(0, 2) == 0 ? r.v : 256 * dfg_test_int(1, (int)(r.v / 256));
+        check_case(build_linear, "linear_logprob", &r, 1u << 2);
+        check_case(build_linear_bwd, "linear_logprob_bwd", &r, 1u << 2);
     }
     /* results independent of v_chunk: bit for bit, forward and backward */
-    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.0f, true, 4, 0, false}, 256, 768);
-    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 0.9f, false, 6, 0, true}, 512, 1000);
-    check_chunk_independence((lp_case){1, 5, 0, 5003, 4, 1.0f, true, 5, 0, false}, 256, 5003);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.0f, true, 4, 0, false, false}, 256, 768);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 0.9f, false, 6, 0, true, false}, 512, 1000);
+    check_chunk_independence((lp_case){1, 5, 0, 5003, 4, 1.0f, true, 5, 0, false, false}, 256, 5003);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.1f, true, 4, 0, false, true}, 256, 1000);
+    check_chunk_independence((lp_case){1, 7, 0, 777, 6, 1.0f, false, 3, 0, true, true}, 256, 512);
     check_acc_not_in_place(lin[3]);
     check_acc_not_in_place(lin[4]);
+    check_acc_not_in_place((lp_case){2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, true});
+    /* the entropy output against the textbook */
+    check_entropy_textbook(lin[1]);
+    check_entropy_textbook(lin[4]);
+    check_entropy_textbook(lin[8]);
+    check_entropy_textbook((lp_case){1, 4, 0, 600, 10, 3.0f, false, 4, 256, false, false}); /* sharper: inv_temp 3 */
     /* z and dz misaligned against each other (the scalar path); logits starting mid-vector */
     check_shifted(build_logprob_bwd, "logprob_bwd", rows[5], 0, 1);
     check_shifted(build_logprob_bwd, "logprob_bwd", rows[8], 0, 1);
@@ -386,6 +453,8 @@ int main(void) {
     check_bad_target(build_logprob_bwd, "logprob_bwd", rows[8], 2, -1);
     check_bad_target(build_linear, "linear_logprob", lin[2], 2, -3);
     check_bad_target(build_linear_bwd, "linear_logprob_bwd", lin[2], 3, (int32_t)lin[2].v);
+    check_bad_target(build_linear_bwd, "linear_logprob_bwd (+entropy)",
+                     (lp_case){1, 5, 0, 300, 7, 0.8f, false, 2, 256, true, true}, 3, -2);
     cuda_report("test_cuda_logprob");
     return dfg_test_finish();
 }

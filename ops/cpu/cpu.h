@@ -91,6 +91,7 @@ static inline void dfg_row_stats_push(dfg_row_stats *s, float x) {
     }
 }
 
-static inline double dfg_row_stats_entropy(const dfg_row_stats *s) { return s->l > 0.0 ? log(s->l) - s->a / s->l : 0.0; }
+/* l = 0: a row of -inf alone, H = 0; a NaN logit made l NaN, and H stays NaN (as lse does) */
+static inline double dfg_row_stats_entropy(const dfg_row_stats *s) { return s->l == 0.0 ? 0.0 : log(s->l) - s->a / s->l; }
 
 #endif

@@ -96,7 +96,8 @@ dfg_status dfg_cpu_entropy(const dfg_node *n, void *const *in, void *const *out,
     return DFG_OK;
 }
 
-/* dz_j = -dH p_j (log p_j + H), p recomputed from z */
+/* dz_j = -dH p_j (log p_j + H), p recomputed from z; a row of -inf alone (H = 0, every p 0) gets 0,
+ * not the NaN of z - lse = -inf - -inf */
 dfg_status dfg_cpu_entropy_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     (void)ctx;
     const dfg_shape zs = n->in[1]->shape;
@@ -108,7 +109,7 @@ dfg_status dfg_cpu_entropy_bwd(const dfg_node *n, void *const *in, void *const *
         double lse = row_lse(z + r * v, v);
         for (int64_t j = 0; j < v; j++) {
             double lp = (double)z[r * v + j] - lse, p = exp(lp);
-            dz[r * v + j] = p == 0.0 ? 0.0f : (float)(-(double)dh[r] * p * (lp + h[r])); /* a -inf logit: 0 */
+            dz[r * v + j] = lse == -INFINITY || p == 0.0 ? 0.0f : (float)(-(double)dh[r] * p * (lp + h[r])); /* a -inf logit: 0 */
         }
     }
     return DFG_OK;

@@ -7,8 +7,9 @@
 //   linear_logprob(_bwd)         the lm_head fused in: the vocabulary is walked in chunks of
 //                                (rows_chunk, v_chunk) through the planned workspace out[2]; per chunk
 //                                the logits come from ctx->gemm, then ONE kernel does the online
-//                                log-sum-exp and the gather of the target (forward) or the softmax
-//                                gradient in place (backward), then GEMMs add into dh and dW.
+//                                log-sum-exp, the entropy's sum and the gather of the target (forward)
+//                                or the softmax gradient, with the entropy's when the node has 7 or 8
+//                                inputs, in place (backward), then GEMMs add into dh and dW.
 //
 // Results do not depend on v_chunk (the CPU kernel's promise, kept here): every reduction over
 // the vocabulary is split at fixed blocks of DFG_LOGPROB_V_BLOCK (256) entries, which every chunk
@@ -17,6 +18,9 @@
 // fixed warp tree, then folds the blocks into the row's running (max, sum) strictly in vocabulary
 // order, one thread per row; dh sums the blocks one GEMM at a time (beta 1) in that order. The
 // running max lives in the lse output, the running sum in this node's scratch, between chunks.
+// The entropy H = log l - a / l rides along: a = sum exp(x - m)(x - m) is taken per block with its
+// (max, sum) and folded with the same rescaling (ops/cpu/cpu.h's dfg_row_stats), its running value
+// in the scratch beside the sum.
 #include "common.cuh"
 
 namespace {
@@ -204,12 +208,13 @@ static __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------- linear_logprob: per chunk
 // One vocabulary block (256 entries from j0, fewer at the end of the chunk) of a chunk row: its max
-// mb of x = logit * s and lb = sum exp(x - mb), by one warp. Lane l owns entries 8l .. 8l+7 (two
-// 16-byte loads when the row is aligned; the same values either way), reduced by fixed butterflies:
-// the same bits whatever chunk the block came in. An all -inf block gives (-inf, 0).
+// mb of x = logit * s, lb = sum exp(x - mb) and ab = sum exp(x - mb) (x - mb), by one warp. Lane l
+// owns entries 8l .. 8l+7 (two 16-byte loads when the row is aligned; the same values either way),
+// reduced by fixed butterflies: the same bits whatever chunk the block came in. An all -inf block
+// gives (-inf, 0, 0).
 static __device__ __forceinline__ void vblock_stats(const float *row, // (vc) one chunk row's logits
                                                     int64_t j0, int64_t vc, bool vec, float s, float &mb,
-                                                    float &lb) {
+                                                    float &lb, float &ab) {
     const int64_t j = j0 + (int64_t)(threadIdx.x & 31) * 8;
     float x[8];
     if (vec && j + 8 <= vc) {
@@ -225,30 +230,46 @@ static __device__ __forceinline__ void vblock_stats(const float *row, // (vc) on
 #pragma unroll
     for (int i = 1; i < 8; i++) m = fmaxf(m, x[i]);
     m = dfg_warp_max(m);
-    float l = 0.0f;
+    float l = 0.0f, a = 0.0f;
     if (m != -INFINITY) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) l += expf(x[i] - m);
+        for (int i = 0; i < 8; i++) {
+            const float d = x[i] - m, e = expf(d);
+            l += e;
+            if (x[i] != -INFINITY) a += e * d; // a -inf entry: 0 * -inf would be NaN
+        }
     }
     mb = m;
     lb = dfg_warp_sum(l);
+    ab = dfg_warp_sum(a);
 }
 
-// Folds a block's (mb, lb) into a row's running (m, l); the order of the folds is the vocabulary's.
-static __device__ __forceinline__ void lse_fold(float &m, float &l, float mb, float lb) {
+// Folds a block's (mb, lb, ab) into a row's running (m, l, a); the order of the folds is the
+// vocabulary's. Merging (m1, l1, a1) and (m2, l2, a2) at m = max: l = e1 l1 + e2 l2 and
+// a = e1 (a1 + l1 (m1 - m)) + e2 (a2 + l2 (m2 - m)), e_i = exp(m_i - m).
+static __device__ __forceinline__ void lse_fold(float &m, float &l, float &a, float mb, float lb, float ab) {
     if (mb == -INFINITY) return;
     if (mb > m) {
+        if (m == -INFINITY) { // nothing yet (l = a = 0): l * (m - mb) would be 0 * -inf
+            a = ab;
+        } else {
+            const float d = m - mb;
+            a = expf(d) * (a + l * d) + ab;
+        }
         l = l * expf(m - mb) + lb;
         m = mb;
     } else {
-        l = l + lb * expf(mb - m);
+        const float d = mb - m, e = expf(d);
+        a = a + e * (ab + lb * d);
+        l = l + lb * e;
     }
 }
 
 // A chunk (rc, vc) of logits at vocabulary offset v0: a block per row. Warps take the row's
 // vocabulary blocks round by round (kRound at a time), thread 0 folds them in order into the running
-// (m, l) (the first chunk starts from (-inf, 0)); thread 0 also gathers the target's logit * s into
-// logp and, at the last chunk, writes lse = m + log l and logp -= lse. The rounds alternate between
+// (m, l, a) (the first chunk starts from (-inf, 0, 0)); thread 0 also gathers the target's logit * s
+// into logp and, at the last chunk, writes lse = m + log l, logp -= lse and the entropy
+// log l - a / l (0 for a row of -inf logits, whose l is 0). The rounds alternate between
 // two buffers, so one barrier a round suffices: a warp writing round k+2's buffer has passed round
 // k+1's barrier, which thread 0 reaches only after folding round k.
 constexpr int kRound = 256;
@@ -259,16 +280,18 @@ static __global__ void __launch_bounds__(kThreads)
                      int64_t v0, int64_t v, float s,
                      float *run_m,         // (rc) running max; at the end the log-sum-exp (lse output)
                      float *run_l,         // (rc) running sum (scratch)
+                     float *run_a,         // (rc) running entropy sum a (scratch)
                      float *logp,          // (rc)
+                     float *ent,           // (rc) the entropy output, written at the last chunk
                      bool first, bool last,
                      int *flags) {         // (1) set on a target outside [0, V)
-    __shared__ float bm[2][kRound], bl[2][kRound];
+    __shared__ float bm[2][kRound], bl[2][kRound], ba[2][kRound];
     const int64_t r = blockIdx.x;
     const float *row = ws + r * vc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kThreads / 32;
-    float m = -INFINITY, l = 0.0f; // thread 0's running state
+    float m = -INFINITY, l = 0.0f, a = 0.0f; // thread 0's running state
     if (threadIdx.x == 0) {
-        if (!first) m = run_m[r], l = run_l[r];
+        if (!first) m = run_m[r], l = run_l[r], a = run_a[r];
         const int64_t tj = (int64_t)t[r] - v0;
         if (tj >= 0 && tj < vc) logp[r] = row[tj] * s;
     }
@@ -276,19 +299,20 @@ static __global__ void __launch_bounds__(kThreads)
     for (int64_t b0 = 0, k = 0; b0 < nb; b0 += kRound, k ^= 1) {
         const int nr = (int)(nb - b0 < kRound ? nb - b0 : kRound);
         for (int i = warp; i < nr; i += warps) { // warp-uniform loop: the butterflies see 32 lanes
-            float mb, lb;
-            vblock_stats(row, (b0 + i) * kVBlock, vc, vec, s, mb, lb);
-            if (lane == 0) bm[k][i] = mb, bl[k][i] = lb;
+            float mb, lb, ab;
+            vblock_stats(row, (b0 + i) * kVBlock, vc, vec, s, mb, lb, ab);
+            if (lane == 0) bm[k][i] = mb, bl[k][i] = lb, ba[k][i] = ab;
         }
         __syncthreads();
         if (threadIdx.x == 0)
-            for (int i = 0; i < nr; i++) lse_fold(m, l, bm[k][i], bl[k][i]);
+            for (int i = 0; i < nr; i++) lse_fold(m, l, a, bm[k][i], bl[k][i], ba[k][i]);
     }
     if (threadIdx.x == 0) {
         if (!last) {
-            run_m[r] = m, run_l[r] = l;
+            run_m[r] = m, run_l[r] = l, run_a[r] = a;
             return;
         }
+        ent[r] = l == 0.0f ? 0.0f : logf(l) - a / l;
         const float L = m + logf(l);
         const int32_t tr = t[r];
         run_m[r] = L;
@@ -302,20 +326,33 @@ static __global__ void __launch_bounds__(kThreads)
 }
 
 // The chunk's softmax gradient from its logits: dz = g s (onehot(t) - exp(x s - lse)), g = dy, a
-// block per row. O = float writes it over the logits in place (dz == ws); O = bf16 writes the bf16
-// copy the GEMMs of a bf16 node take. VEC: 4 at a time (vc % 4 == 0, rows aligned).
-template <class O, bool VEC>
+// block per row; ENT adds the entropy's, -gh s p (log p + H) with gh = dentropy and log p = x s - lse,
+// as dz = -p (g s + gh s (x s - lse + H)) + g s onehot(t), and 0 where p is 0 (ops/cpu/logprob.c's
+// form, term for term). O = float writes it over the logits in place (dz == ws); O = bf16 writes
+// the bf16 copy the GEMMs of a bf16 node take. VEC: 4 at a time (vc % 4 == 0, rows aligned).
+template <class O, bool VEC, bool ENT>
 static __global__ void __launch_bounds__(kThreads)
     grad_chunk_kernel(const float *ws,    // (rc, vc) the chunk's logits
                       O *dz,              // (rc, vc) may be ws
                       int64_t vc,
                       const float *dy,    // (rc)
                       const float *lse,   // (rc)
+                      const float *dent,  // (rc) the entropy's gradient (ENT), else unused
+                      const float *hent,  // (rc) the entropy (ENT), else unused
                       const int32_t *t,   // (rc)
                       int64_t v0, int64_t v, float s,
                       int *flags) {       // (1) set on a target outside [0, V) (first chunk)
     const int64_t r = blockIdx.x;
     const float g = dy[r] * s, L = lse[r];
+    const float gh = ENT ? dent[r] * s : 0.0f, hl = ENT ? hent[r] - L : 0.0f; // log p + H = x s + hl
+    const auto grad = [&](float logit) {
+        if constexpr (ENT) {
+            const float xs = logit * s, p = expf(xs - L);
+            return p == 0.0f ? 0.0f : -p * (g + gh * (xs + hl));
+        } else {
+            return -g * expf(logit * s - L);
+        }
+    };
     const int32_t tr = t[r];
     const int64_t tj = (int64_t)tr - v0;
     if (v0 == 0 && threadIdx.x == 0 && (tr < 0 || tr >= v)) flag(flags);
@@ -327,14 +364,14 @@ static __global__ void __launch_bounds__(kThreads)
             load16(x + 4 * q, a); // read before write: d may be x
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                a[i] = -g * expf(a[i] * s - L);
+                a[i] = grad(a[i]);
                 if (4 * q + i == tj) a[i] += g;
             }
             store4(d + 4 * q, a);
         }
     } else {
         for (int64_t j = threadIdx.x; j < vc; j += kThreads) {
-            float a = -g * expf(x[j] * s - L);
+            float a = grad(x[j]);
             if (j == tj) a += g;
             dfg_st(d, j, a);
         }
@@ -520,8 +557,8 @@ DFG_CUDA_LAUNCHER(logprob_bwd) {
     return dfg_cuda_launched(ctx, n, e, "logprob_bwd_kernel");
 }
 
-// the running sums of a row chunk
-DFG_CUDA_SCRATCH(linear_logprob) { return sizeof(float) * (size_t)n->attr->logprob.rows_chunk; }
+// the running sums l and a of a row chunk
+DFG_CUDA_SCRATCH(linear_logprob) { return 2 * sizeof(float) * (size_t)n->attr->logprob.rows_chunk; }
 
 DFG_CUDA_LAUNCHER(linear_logprob) {
     const lin_dims d = lin_of(n, n->in[0], n->in[1]);
@@ -529,15 +566,16 @@ DFG_CUDA_LAUNCHER(linear_logprob) {
     if (st) return st;
     const int32_t *t = (const int32_t *)in[2];              // (rows)
     float *logp = (float *)out[0], *lse = (float *)out[1]; // (rows), (rows)
-    float *ws = (float *)out[2], *run_l = (float *)ctx->scratch;
+    float *ws = (float *)out[2], *ent = (float *)out[3];   // (rc, vc), (rows)
+    float *run_l = (float *)ctx->scratch, *run_a = run_l + d.rc; // (rc), (rc)
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         const int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             const int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             if ((st = chunk_logits(ctx, n, d, in[0], in[1], r0, rc, v0, vc, ws))) return st;
             cudaError_t e = DFG_LAUNCH(lse_chunk_kernel, (unsigned)rc, kThreads, 0, (cudaStream_t)ctx->stream, ws, vc,
-                                       vc % 4 == 0 && aligned16(ws), t + r0, v0, d.v, d.s, lse + r0, run_l, logp + r0,
-                                       v0 == 0, v0 + vc >= d.v, ctx->flags);
+                                       vc % 4 == 0 && aligned16(ws), t + r0, v0, d.v, d.s, lse + r0, run_l, run_a,
+                                       logp + r0, ent + r0, v0 == 0, v0 + vc >= d.v, ctx->flags);
             if ((st = dfg_cuda_launched(ctx, n, e, "lse_chunk_kernel"))) return st;
         }
     }
@@ -557,9 +595,13 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
     const lin_dims d = lin_of(n, n->in[1], n->in[2]);
     dfg_status st = check_lin(ctx, n, d, n->in[2], DFG_CUDA_FN(scratch_linear_logprob_bwd)(n));
     if (st) return st;
-    const bool f32 = d.ht == DFG_F32, acc = n->n_in == 6;
+    // 5 inputs; 6: + the accumulator; 7: + dentropy, entropy; 8: both (the accumulator last)
+    const bool f32 = d.ht == DFG_F32, acc = n->n_in == 6 || n->n_in == 8, ent = n->n_in >= 7;
+    const void *acc_in = acc ? in[n->n_in - 1] : NULL;                  // W's shape
     const size_t e = dfg_dtype_size(d.ht);
     const float *dy = (const float *)in[0], *lse = (const float *)in[4]; // (rows), (rows)
+    const float *dent = ent ? (const float *)in[5] : NULL;               // (rows) the entropy's gradient
+    const float *hent = ent ? (const float *)in[6] : NULL;               // (rows) the entropy
     const void *h = in[1], *w = in[2];                                  // (rows, C), (V, C) or (C, V)
     const int32_t *t = (const int32_t *)in[3];                           // (rows)
     void *dh = out[0], *dw = out[1];                                     // (rows, C), W's shape
@@ -569,12 +611,12 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
                               : (__nv_bfloat16 *)at(ctx->scratch, (int64_t)round256(sizeof(float) * (size_t)(d.rc * d.c)), 1);
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
     cudaError_t ce;
-    if (acc && out[1] != in[5]) { // the accumulator's value first (a plan always passes it in place)
+    if (acc && out[1] != acc_in) { // the accumulator's value first (a plan always passes it in place)
         const int64_t count = d.v * d.c;
         if (f32) ce = DFG_LAUNCH(copy_kernel<float>, dfg_grid_for(count, kThreads, ctx), kThreads, 0, stream,
-                                 (float *)dw, (const float *)in[5], count);
+                                 (float *)dw, (const float *)acc_in, count);
         else ce = DFG_LAUNCH(copy_kernel<__nv_bfloat16>, dfg_grid_for(count, kThreads, ctx), kThreads, 0, stream,
-                             (__nv_bfloat16 *)dw, (const __nv_bfloat16 *)in[5], count);
+                             (__nv_bfloat16 *)dw, (const __nv_bfloat16 *)acc_in, count);
         if ((st = dfg_cuda_launched(ctx, n, ce, "copy_kernel"))) return st;
     }
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
@@ -586,8 +628,10 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
             // ws becomes dz (f32 in place), or dz16 (bf16)
             const bool vec = vc % 4 == 0 && aligned16(ws) && (f32 || aligned16(dz16));
 #define DFG_LP_GRAD(O, VEC, DZ)                                                                                   \
-    ce = DFG_LAUNCH((grad_chunk_kernel<O, VEC>), (unsigned)rc, kThreads, 0, stream, (const float *)ws, DZ, vc, dy + r0, \
-                    lse + r0, t + r0, v0, d.v, d.s, ctx->flags)
+    ce = ent ? DFG_LAUNCH((grad_chunk_kernel<O, VEC, true>), (unsigned)rc, kThreads, 0, stream, (const float *)ws, DZ,  \
+                          vc, dy + r0, lse + r0, dent + r0, hent + r0, t + r0, v0, d.v, d.s, ctx->flags)                \
+             : DFG_LAUNCH((grad_chunk_kernel<O, VEC, false>), (unsigned)rc, kThreads, 0, stream, (const float *)ws, DZ, \
+                          vc, dy + r0, lse + r0, dent, hent, t + r0, v0, d.v, d.s, ctx->flags)
             if (f32 && vec) DFG_LP_GRAD(float, true, ws);
             else if (f32) DFG_LP_GRAD(float, false, ws);
             else if (vec) DFG_LP_GRAD(__nv_bfloat16, true, dz16);

@@ -1,5 +1,5 @@
 // softmax.cu - softmax and log-softmax over the last axis, and their backward ops, which take
-// (dy, y).
+// (dy, y); the entropy of softmax over the last axis and its backward, which takes (dH, z, H).
 //
 // A warp per row when the row has at most 1024 elements (8 rows per block, shuffles only), else a
 // block of 256 per row. The forward reads a row once for an online max and sum of exponentials
@@ -13,6 +13,14 @@
 // Special values as the CPU: NaNs make the row NaN; a +inf makes it NaN (the CPU's exp(inf - inf));
 // -inf elements weigh 0; a row of -inf alone is NaN. The backward sums accumulate in double (the
 // CPU does; a dot product of dy and y cancels).
+//
+// entropy: the same row geometry, one read of the row: each thread keeps (m, l, a), the running
+// max, l = sum exp(x - m) and a = sum exp(x - m) (x - m) (ops/cpu/cpu.h's dfg_row_stats), taking a
+// 16-byte vector at a time (one rescale per vector when its max raises m), and the threads merge
+// their triples by a fixed tree; H = log l - a / l. Its terms are both >= 0 (x - m <= 0), so f32
+// sums lose nothing to cancellation. A row of -inf alone has H = 0 (the CPU's), NaNs make it NaN.
+// entropy_bwd: a first read for the row's log-sum-exp (as softmax's), a second to write
+// dz = -dH p (log p + H); 0 where p is 0 (a -inf logit, and every entry of a row of -inf).
 #include "common.cuh"
 
 namespace {
@@ -165,6 +173,136 @@ __global__ __launch_bounds__(kThreads) void sm_bwd(const T *dy /* (rows, V) */, 
     }
 }
 
+// ---------------------------------------------------------------- entropy
+// Adds VEC values to a thread's (m, l, a). A vector whose max exceeds m rescales (l, a) once; -inf
+// values add nothing; a NaN makes l and a NaN (it passes the != -inf test; fmaxf ignores it for m).
+template <int VEC>
+__device__ __forceinline__ void ent_push(float &m, float &l, float &a, const float (&v)[VEC]) {
+    float vm = v[0];
+#pragma unroll
+    for (int k = 1; k < VEC; k++) vm = fmaxf(vm, v[k]);
+    if (vm > m) {
+        if (m != -INFINITY) { // (l, a) were taken at m: a' = sum e^(x - vm) (x - vm) = sc (a + l d)
+            const float d = m - vm, sc = expf(d);
+            a = sc * (a + l * d);
+            l = sc * l;
+        }
+        m = vm;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        if (v[k] == -INFINITY) continue;
+        const float d = v[k] - m, e = expf(d);
+        l += e;
+        a += e * d;
+    }
+}
+
+// One side of a merge into the max mn: (e l, e (a + l (m - mn))), e = exp(m - mn). A side with
+// m = -inf has seen no finite value: its l and a are 0, or NaN from NaN inputs, kept as they are.
+__device__ __forceinline__ void ent_side(float m, float l, float a, float mn, float &lo, float &ao) {
+    if (m == -INFINITY) {
+        lo = l, ao = a;
+        return;
+    }
+    const float d = m - mn, e = expf(d);
+    lo = e * l;
+    ao = e * (a + l * d);
+}
+// Symmetric in its two triples (each side computed alone, then one commutative add), so every lane
+// of a butterfly holds the same bits.
+__device__ __forceinline__ void ent_merge(float &m, float &l, float &a, float m2, float l2, float a2) {
+    const float mn = fmaxf(m, m2);
+    float l1, a1, l2s, a2s;
+    ent_side(m, l, a, mn, l1, a1);
+    ent_side(m2, l2, a2, mn, l2s, a2s);
+    m = mn, l = l1 + l2s, a = a1 + a2s;
+}
+
+// merges (m, l, a) over the row's threads (a warp, or the block: sh holds 3 x 32 floats)
+template <bool WARP>
+__device__ __forceinline__ void ent_row_merge(float &m, float &l, float &a, float *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o),
+                    a2 = __shfl_xor_sync(0xffffffffu, a, o);
+        ent_merge(m, l, a, m2, l2, a2);
+    }
+    if constexpr (!WARP) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0) sh[warp] = m, sh[32 + warp] = l, sh[64 + warp] = a;
+        __syncthreads();
+        m = lane < kWarps ? sh[lane] : -INFINITY;
+        l = lane < kWarps ? sh[32 + lane] : 0.0f;
+        a = lane < kWarps ? sh[64 + lane] : 0.0f;
+        __syncthreads();
+        ent_row_merge<true>(m, l, a, sh);
+    }
+}
+
+// h (rows) = -sum_j p_j log p_j, p = softmax(z) per row
+template <class T, int VEC, bool WARP>
+__global__ __launch_bounds__(kThreads) void ent_fwd(const T *z /* (rows, V) */, float *h /* (rows) */, int64_t rows,
+                                                    int64_t V) {
+    __shared__ float sh[96];
+    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
+    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
+        if (WARP && r >= rows) break; // the whole warp; the warp variant has no block barrier
+        const T *zr = z + r * V;
+        float v[VEC], m = -INFINITY, l = 0.0f, a = 0.0f;
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(zr, i, v);
+            ent_push<VEC>(m, l, a, v);
+        }
+        ent_row_merge<WARP>(m, l, a, sh);
+        if (t == 0) h[r] = l == 0.0f ? 0.0f : logf(l) - a / l; // l = 0: a row of -inf (NaN stays NaN)
+    }
+}
+
+// dz (rows, V) = -dH p (log p + H), p = softmax(z) recomputed (log p = z - lse)
+template <class T, int VEC, bool WARP>
+__global__ __launch_bounds__(kThreads) void ent_bwd(const float *dh /* (rows) */, const T *z /* (rows, V) */,
+                                                    const float *hv /* (rows) */, T *dz /* (rows, V) */,
+                                                    int64_t rows, int64_t V) {
+    __shared__ float sh[64];
+    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
+    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
+        if (WARP && r >= rows) break;
+        const T *zr = z + r * V;
+        float v[VEC], m = -INFINITY, s = 0.0f;
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) { // as sm_fwd: the row's (max, sum)
+            ld<VEC>(zr, i, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                if (v[k] > m) s = s * expf(m - v[k]) + 1.0f, m = v[k];
+                else if (v[k] != -INFINITY) s += expf(v[k] - m);
+                if (v[k] == INFINITY) s = NAN;
+            }
+        }
+        row_merge<WARP>(m, s, sh);
+        // every lane takes lane 0's (m, s): nvcc may contract the merge into FMAs that make the
+        // butterfly's lanes differ in the last bit, and each lane writes its own part of the row
+        m = __shfl_sync(0xffffffffu, m, 0), s = __shfl_sync(0xffffffffu, s, 0);
+        // log p = (x - m) - log s, not x - (m + log s): m + log s would round at the scale of m (a
+        // logit of 40: 2e-6), and log p + H cancels where p is large; log s is small exactly there
+        const float ls = logf(s), gd = -dh[r], H = hv[r];
+        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
+            ld<VEC>(zr, i, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                const float lp = (v[k] - m) - ls, p = expf(lp);
+                // m = -inf only in a row of -inf (all p = 0, but x - m is NaN there)
+                v[k] = m == -INFINITY || p == 0.0f ? 0.0f : gd * p * (lp + H);
+            }
+            st<VEC>(dz + r * V, i, v);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- host side
 unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
     const int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
@@ -181,6 +319,15 @@ bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
                 : DFG_LAUNCH((kern<T, 1, true, LOG>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st, __VA_ARGS__)) \
          : (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)  \
                 : DFG_LAUNCH((kern<T, 1, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)))
+
+// kern<T, VEC, WARP>: the warp or block variant, vectorized or not
+#define ROW_LAUNCH(kern, vec, rows, V, ...)                                                                        \
+    (V <= kWarpRowMax                                                                                              \
+         ? (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, true>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st,        \
+                             __VA_ARGS__)                                                                          \
+                : DFG_LAUNCH((kern<T, 1, true>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st, __VA_ARGS__))  \
+         : (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, false>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)       \
+                : DFG_LAUNCH((kern<T, 1, false>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)))
 
 template <bool LOG>
 dfg_status forward(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, const char *name) {
@@ -221,3 +368,36 @@ DFG_CUDA_LAUNCHER(softmax) { return forward<false>(n, in, out, ctx, "softmax"); 
 DFG_CUDA_LAUNCHER(log_softmax) { return forward<true>(n, in, out, ctx, "log_softmax"); }
 DFG_CUDA_LAUNCHER(softmax_bwd) { return backward<false>(n, in, out, ctx, "softmax_bwd"); }
 DFG_CUDA_LAUNCHER(log_softmax_bwd) { return backward<true>(n, in, out, ctx, "log_softmax_bwd"); }
+
+// z (..., V) -> H (...) f32
+DFG_CUDA_LAUNCHER(entropy) {
+    const dfg_shape s = n->in[0]->shape;
+    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    if (rows == 0) return DFG_OK;
+    if (n->out[0]->dtype != DFG_F32) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "H must be f32");
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    cudaError_t e = cudaSuccess;
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
+        const bool vec = aligned16(in[0]) && V % Vec<T>::n == 0;
+        e = ROW_LAUNCH(ent_fwd, vec, rows, V, (const T *)in[0], (float *)out[0], rows, V);
+    });
+    return dfg_cuda_launched(ctx, n, e, "entropy");
+}
+
+// (dH (...) f32, z (..., V), H (...) f32) -> dz (..., V) of z's dtype
+DFG_CUDA_LAUNCHER(entropy_bwd) {
+    const dfg_shape s = n->in[1]->shape;
+    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    if (rows == 0) return DFG_OK;
+    if (n->in[0]->dtype != DFG_F32 || n->in[2]->dtype != DFG_F32 || n->out[0]->dtype != n->in[1]->dtype)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "dH and H must be f32, dz of the logits' dtype");
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    cudaError_t e = cudaSuccess;
+    const bool aligned = aligned16(in[1]) && aligned16(out[0]);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[1], T, {
+        const bool vec = aligned && V % Vec<T>::n == 0;
+        e = ROW_LAUNCH(ent_bwd, vec, rows, V, (const float *)in[0], (const T *)in[1], (const float *)in[2],
+                       (T *)out[0], rows, V);
+    });
+    return dfg_cuda_launched(ctx, n, e, "entropy_bwd");
+}
