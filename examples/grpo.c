@@ -20,8 +20,10 @@
  *               forward pass computes a group's prompt positions once and its G completions
  *               over them, graph/nn_shared.c; the same numbers as G separate passes)
  *   old         (num_iterations > 1) the policy's log-probs before this step's updates
- *   train.k     x gradient_accumulation_steps micro-batches: GRPO's clipped loss with the KL
- *               penalty, gradients accumulated into persistent buffers
+ *   train.k     x gradient_accumulation_steps micro-batches: TRL's loss (loss_type grpo, bnpo,
+ *               dr_grpo, dapo, cispo, sapo; token or sequence ratios; delta; the entropy mask and
+ *               bonus; the KL penalty), log-probs and entropy from one fused head, gradients
+ *               accumulated into persistent buffers
  *   update.k    global-norm clipping, AdamW; k = 0 .. num_iterations-1 passes over the rollouts
  * Settings carry Hugging Face config.json's and TRL GRPOConfig's names. With
  * `dfg run --rollouts R.safetensors` the stages data .. reward are skipped and the step trains
