@@ -10,7 +10,10 @@
  *   quantile       dfg_quantile(x, mask, q) equal (bit for bit) to torch.quantile's definition
  *                  computed here by sorting the selected values in double: linear interpolation
  *                  at rank q (n - 1); +inf when nothing is selected. Values with ties, negative
- *                  values, masks with none / one / all entries, q = 0, 1 and random.
+ *                  values, masks with none / one / all entries, q = 0, 1 and random;
+ *   fused gradient d/dh and d/dW of a loss on log-probs and entropy through the 7-input fused
+ *                  backward, against the unfused program's (1e-5 relative), and the 8-input form
+ *                  that adds the weight's gradient into its buffer (structure).
  * Inputs are fresh random values each run (DFG_TEST_SEED replays); outputs are poisoned first by
  * the runtime's arena (a value never written is not the reference's). The gradients of both entropy
  * forms are checked by test_gradcheck. */
@@ -150,6 +153,63 @@ static void check_fused_entropy_accumulates(void) {
     dfg_program_free(p);
 }
 
+/* The fused gradient against the unfused one: loss = sum(w1 logp - w2 H) over rows, d/dh and d/dW
+ * through dfg_backward (the 7-input linear_logprob_bwd) against the same program with --no-fuse,
+ * to 1e-5 relative; the fused program must hold the 7-input form and no entropy node. */
+static void check_fused_entropy_gradient(void) {
+    int64_t rows = dfg_test_int(2, 12), c = dfg_test_int(2, 16), v = dfg_test_int(2, 900);
+    float *h = malloc(sizeof(float) * (size_t)(rows * c)), *w = malloc(sizeof(float) * (size_t)(v * c));
+    float *wl = malloc(sizeof(float) * (size_t)rows), *wh = malloc(sizeof(float) * (size_t)rows);
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)rows);
+    float *grads[2][2];
+    dfg_test_fill_normal(h, rows * c, 1.0f);
+    dfg_test_fill_normal(w, v * c, 1.0f / sqrtf((float)c));
+    dfg_test_fill_normal(wl, rows, 1.0f);
+    dfg_test_fill_normal(wh, rows, 1.0f);
+    for (int64_t r = 0; r < rows; r++) t[r] = (int32_t)dfg_test_int(0, (int)v - 1);
+    int bwd7 = 0, ent = 0;
+    for (int fused = 0; fused < 2; fused++) {
+        dfg_fx f;
+        dfg_fx_begin(&f, fused ? "fused" : "unfused");
+        dfg_tensor *H = dfg_fx_const_f32(&f, "h", DFG_SHAPE(rows, c), h), *W = dfg_fx_const_f32(&f, "w", DFG_SHAPE(v, c), w);
+        dfg_tensor *T = dfg_const(f.p, "t", DFG_I32, DFG_SHAPE(rows), t);
+        dfg_tensor *z = dfg_scale(f.g, dfg_matmul(f.g, H, W, false, true), 1.0f / 0.8f);
+        dfg_tensor *lp = dfg_take(f.g, dfg_log_softmax(f.g, z), T), *e = dfg_entropy(f.g, z);
+        dfg_tensor *loss = dfg_sum(f.g, dfg_sub(f.g, dfg_mul(f.g, lp, dfg_fx_const_f32(&f, "wl", DFG_SHAPE(rows), wl)),
+                                                dfg_mul(f.g, e, dfg_fx_const_f32(&f, "wh", DFG_SHAPE(rows), wh))), 0);
+        dfg_tensor *d[2];
+        dfg_backward(f.g, loss, (dfg_tensor *[]){H, W}, 2, d);
+        dfg_output(f.g, d[0], "dh");
+        dfg_output(f.g, d[1], "dw");
+        dfg_stage_graph(f.p, f.g, 1);
+        dfg_options o = dfg_options_default(DFG_TARGET_CPU);
+        o.no_fuse = !fused;
+        dfg_status st = dfg_compile(f.p, &o);
+        CHECK(st == DFG_OK, "fused entropy gradient: compile: %s", dfg_program_error(f.p));
+        grads[fused][0] = calloc((size_t)(rows * c), sizeof(float));
+        grads[fused][1] = calloc((size_t)(v * c), sizeof(float));
+        if (!st && dfg_fx_create(&f, 0) && dfg_fx_step(&f)) {
+            dfg_fx_read(&f, "dh", grads[fused][0], sizeof(float) * (size_t)(rows * c));
+            dfg_fx_read(&f, "dw", grads[fused][1], sizeof(float) * (size_t)(v * c));
+        }
+        for (int i = 0; fused && !st && i < f.p->graphs[0]->n_nodes; i++) {
+            const dfg_node *n = f.p->graphs[0]->nodes[i];
+            bwd7 += n->op == DFG_OP_LINEAR_LOGPROB_BWD && n->n_in == 7;
+            ent += n->op == DFG_OP_ENTROPY || n->op == DFG_OP_ENTROPY_BWD;
+        }
+        dfg_fx_end(&f);
+    }
+    double eh = dfg_test_max_rel_err(grads[1][0], grads[0][0], rows * c, 1e-6);
+    double ew = dfg_test_max_rel_err(grads[1][1], grads[0][1], v * c, 1e-6);
+    CHECK(bwd7 == 1 && ent == 0, "fused entropy gradient: %d 7-input linear_logprob_bwd, %d entropy nodes", bwd7, ent);
+    CHECK(eh <= 1e-5 && ew <= 1e-5, "fused entropy gradient rows %lld C %lld V %lld: dh %.3g, dW %.3g from the unfused",
+          (long long)rows, (long long)c, (long long)v, eh, ew);
+    printf("  fused entropy gradient rows %lld C %lld V %lld: dh %.2e, dW %.2e from the unfused\n", (long long)rows,
+           (long long)c, (long long)v, eh, ew);
+    for (int k = 0; k < 2; k++) free(grads[k][0]), free(grads[k][1]);
+    free(h), free(w), free(wl), free(wh), free(t);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -207,6 +267,7 @@ int main(void) {
     check_fused_entropy(7, 12, 2000, 0.7f, 1 << 20);  /* chunks of the vocabulary under a 1 MiB budget */
     check_fused_entropy(33, 16, 50257, 1.3f, 16 << 20); /* GPT-2's vocabulary */
     check_fused_entropy_accumulates();
+    for (int i = 0; i < 4; i++) check_fused_entropy_gradient();
     for (int i = 0; i < 40; i++) check_quantile(i % 4);
     return dfg_test_finish();
 }
