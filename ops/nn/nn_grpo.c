@@ -81,9 +81,10 @@ static dfg_tensor *gt(dfg_graph *g, dfg_tensor *a, dfg_tensor *b) { return dfg_a
 /* the largest element of x (n) */
 static dfg_tensor *max_of(dfg_graph *g, dfg_tensor *x) { return dfg_take(g, x, dfg_argmax(g, x)); }
 
-/* TRL's per-micro-batch means of a 0/1 flag x: (n, T') over the scored tokens, or (n, 1) (sequence
- * level) over the sequences; and over the sequences the least and the largest per-sequence mean
- * (token level: of the sequences with a scored token; TRL's nanmin / nanmax skip the others) */
+/* TRL's per-micro-batch means of x: (n, T') over the scored tokens, or (n, 1) (sequence level) over
+ * the sequences; and over the sequences the least and the largest per-sequence mean (token level:
+ * of the sequences with a scored token; TRL's nanmin / nanmax skip the others, pushed out of reach
+ * here, which needs x in [0, 1]: the min and max are for the clip flags, the mean for any x) */
 typedef struct {
     dfg_tensor *mean, *min, *max;
 } flag_means;
@@ -127,6 +128,7 @@ static dfg_tensor *policy_loss(dfg_graph *g, const dfg_grpo_inputs *in, const df
         float tp = cfg->sapo_temperature_pos, tn = cfg->sapo_temperature_neg;
         dfg_tensor *tau = dfg_affine(g, pos, tp - tn, tn); /* (n, 1) */
         dfg_tensor *x = dfg_mul(g, tau, dfg_add_scalar(g, rho, -1.0f));
+        /* sigmoid(x) = 1 / (1 + exp(-x)); rho >= 0 keeps x >= -tau, so exp(-x) stays finite */
         dfg_tensor *sig = dfg_div(g, scalar(g, 1.0f), dfg_add_scalar(g, dfg_exp(g, dfg_neg(g, x)), 1.0f));
         return dfg_neg(g, dfg_mul(g, dfg_div(g, dfg_scale(g, sig, 4.0f), tau), adv));
     }
