@@ -172,7 +172,9 @@ static float direct_q(const q_case *c, const float *x_in, const float *m_in, int
     float y_gpu = NAN;
     if (n) {
         const int64_t cnt = dfg_shape_numel(c->x);
-        float *xb = aligned_alloc(16, sizeof(float) * (size_t)(cnt + 8)), *mb = aligned_alloc(16, sizeof(float) * (size_t)(cnt + 8));
+        /* aligned_alloc wants a size that is a multiple of the alignment: cnt + 8 floats rounded up */
+        size_t bytes = (sizeof(float) * (size_t)(cnt + 8) + 15) / 16 * 16;
+        float *xb = aligned_alloc(16, bytes), *mb = aligned_alloc(16, bytes);
         float *x = xb + shift, *m = mb + shift, y_cpu;
         if (x_in) memcpy(x, x_in, sizeof(float) * (size_t)cnt), memcpy(m, m_in, sizeof(float) * (size_t)cnt);
         else fill_q(0, n->in[0], x, cnt, (void *)c), fill_q(1, n->in[1], m, cnt, (void *)c);
