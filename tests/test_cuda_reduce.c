@@ -136,30 +136,6 @@ static void run_q(q_case c) {
     cuda_check(&k);
 }
 
-static int key_cmp(const void *a, const void *b) {
-    uint32_t ka = dfg_quantile_key(*(const float *)a), kb = dfg_quantile_key(*(const float *)b);
-    return ka < kb ? -1 : ka > kb;
-}
-
-/* torch.quantile by sorting the selected values (in the keys' order: -0.0 before +0.0, NaNs by sign
- * at the ends) */
-static float sorted_quantile(const float *x, const float *m, int64_t n, float q) {
-    float *sel = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (m[i] != 0.0f) sel[k++] = x[i];
-    float y = INFINITY;
-    if (k) {
-        qsort(sel, (size_t)k, sizeof(float), key_cmp);
-        int64_t lo;
-        double w;
-        dfg_quantile_rank(k, q, &lo, &w);
-        y = w > 0.0 ? dfg_quantile_lerp(sel[lo], sel[lo + 1], w) : sel[lo];
-    }
-    free(sel);
-    return y;
-}
-
 /* The CPU and the emulated kernel on the same inputs, x and the mask `shift` floats past 16-byte
  * boundaries (1: the scalar path), against each other and the sort, bit for bit; `expect` (not
  * NULL) is torch.quantile's value. Returns the result. */
@@ -187,7 +163,7 @@ static float direct_q(const q_case *c, const float *x_in, const float *m_in, int
         int flags = 0;
         dfg_cuda_ctx gc = {.flags = &flags, .sm_count = 132, .err = err, .err_len = sizeof(err)};
         CHECK(dfg_emu_kernels[n->op](n, in, out_g, &gc) == DFG_OK, "%s: CUDA: %s", label, err);
-        float y_sort = sorted_quantile(x, m, cnt, c->q);
+        float y_sort = dfg_test_quantile(x, m, cnt, c->q);
         CHECK(!memcmp(&y_cpu, &y_gpu, 4) && !memcmp(&y_cpu, &y_sort, 4),
               "%s (shift %d): CPU %.9g (0x%08x), CUDA %.9g (0x%08x), sort %.9g (0x%08x)", label, shift, (double)y_cpu,
               dfg_quantile_key(y_cpu), (double)y_gpu, dfg_quantile_key(y_gpu), (double)y_sort, dfg_quantile_key(y_sort));

@@ -8,7 +8,7 @@
  *                  equal the float64 entropy of the full logits to 1e-6, for vocabularies over
  *                  several chunks (a memory budget makes the chunks small) and temperatures;
  *   quantile       dfg_quantile(x, mask, q) equal (bit for bit) to torch.quantile's definition
- *                  computed here by sorting the selected values in double: linear interpolation
+ *                  computed by sorting the selected values (dfg_test_quantile, tests/testutil.c): linear interpolation
  *                  at rank q (n - 1); +inf when nothing is selected. Values with ties, negative
  *                  values, masks with none / one / all entries, q = 0, 1 and random;
  *   fused gradient d/dh and d/dW of a loss on log-probs and entropy through the 7-input fused
@@ -210,29 +210,6 @@ static void check_fused_entropy_gradient(void) {
     free(h), free(w), free(wl), free(wh), free(t);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* torch.quantile of the selected values: sorted, rank q (n - 1), lerp as torch computes it */
-static float quantile_ref(const float *x, const float *m, int64_t n, float q) {
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (m[i] != 0.0f) v[k++] = x[i];
-    float out = INFINITY;
-    if (k > 0) {
-        qsort(v, (size_t)k, sizeof(double), cmp_double);
-        double pos = (double)q * (double)(k - 1), lo = floor(pos), w = pos - lo;
-        int64_t i = (int64_t)lo < k - 1 ? (int64_t)lo : k - 1;
-        double a = v[i], b = v[i + 1 < k ? i + 1 : i];
-        out = w < 0.5 ? (float)(a + w * (b - a)) : (float)(b - (b - a) * (1.0 - w));
-    }
-    free(v);
-    return out;
-}
-
 static void check_quantile(int which) {
     int64_t n = dfg_test_int(1, 300);
     float *x = malloc(sizeof(float) * (size_t)n), *m = malloc(sizeof(float) * (size_t)n);
@@ -251,7 +228,7 @@ static void check_quantile(int which) {
         dfg_output(f.g,
                    dfg_quantile(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(n), x), dfg_fx_const_f32(&f, "m", DFG_SHAPE(n), m), qs[k]),
                    "q");
-        float got = NAN, want = quantile_ref(x, m, n, qs[k]);
+        float got = NAN, want = dfg_test_quantile(x, m, n, qs[k]);
         if (dfg_fx_run(&f)) dfg_fx_read(&f, "q", &got, sizeof(got));
         CHECK(got == want || (isinf(got) && isinf(want)), "quantile n %lld mask kind %d q %g: dfg %.9g, reference %.9g",
               (long long)n, which, (double)qs[k], (double)got, (double)want);

@@ -80,6 +80,34 @@ double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double fl
     return maxd / maxb;
 }
 
+/* the floats' total order: a float's bits with negatives flipped whole and non-negatives offset */
+static int total_order_cmp(const void *a, const void *b) {
+    uint32_t u[2];
+    memcpy(&u[0], a, 4), memcpy(&u[1], b, 4);
+    for (int i = 0; i < 2; i++) u[i] = (u[i] >> 31) ? ~u[i] : u[i] | 0x80000000u;
+    return (u[0] > u[1]) - (u[0] < u[1]);
+}
+
+float dfg_test_quantile(const float *x, const float *m, int64_t n, float q) {
+    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (m[i] != 0.0f) v[k++] = x[i];
+    float out = INFINITY;
+    if (k > 0) {
+        qsort(v, (size_t)k, sizeof(float), total_order_cmp);
+        double pos = (double)q * (double)(k - 1), lo = floor(pos), w = pos - lo;
+        int64_t i = (int64_t)lo < k - 1 ? (int64_t)lo : k - 1;
+        if ((int64_t)lo >= k - 1) w = 0.0;
+        double a = v[i], b = v[i + 1 < k ? i + 1 : i];
+        /* at an integral rank the element itself (-0.0 stays -0.0, -inf stays -inf: torch's lerp
+         * would make -inf + 0 * inf a NaN), as the op defines it */
+        out = w == 0.0 ? v[i] : w < 0.5 ? (float)(a + w * (b - a)) : (float)(b - (b - a) * (1.0 - w));
+    }
+    free(v);
+    return out;
+}
+
 /* ---------------------------------------------------------------- temporary files */
 static char tmpdir_[64];
 

@@ -46,6 +46,12 @@ void dfg_test_poison(void *x, size_t bytes);
 /* max |a - b| / max(max |b|, floor) over n elements */
 double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double floor);
 
+/* torch.quantile(x[m != 0], q) from its definition, written apart from ops/quantile.h: the selected
+ * values sorted in the floats' total order (-0.0 before +0.0, NaNs at the ends by sign), rank
+ * q (k - 1), torch's lerp in double (at an integral rank the element itself); +inf when nothing
+ * is selected */
+float dfg_test_quantile(const float *x, const float *m, int64_t n, float q);
+
 /* ---------------------------------------------------------------- temporary files */
 /* Creates a fresh directory /tmp/<prefix>_XXXXXX for the test's files; false (after saying so
  * on stderr) when it cannot. dfg_test_tmpdir() is its path, dfg_test_tmp_path() a file in it
