@@ -76,6 +76,18 @@ __device__ __forceinline__ void st(T *p, int64_t i, const float (&v)[VEC]) {
 // would be NaN), so a NaN s still poisons the sum
 __device__ __forceinline__ float rescale(float m, float mn) { return m == -INFINITY ? 0.0f : expf(m - mn); }
 
+// adds VEC logits to a thread's online (max m, sum s of exp(x - m)): one exp per logit; -inf weighs
+// nothing, a NaN makes s NaN, and +inf makes it NaN as the CPU's exp(inf - inf) does
+template <int VEC>
+__device__ __forceinline__ void lse_push(float &m, float &s, const float (&v)[VEC]) {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        if (v[k] > m) s = s * expf(m - v[k]) + 1.0f, m = v[k];
+        else if (v[k] != -INFINITY) s += expf(v[k] - m);
+        if (v[k] == INFINITY) s = NAN;
+    }
+}
+
 // merges (m, s) over the row's threads (a warp, or the block: sh holds 64 floats)
 template <bool WARP>
 __device__ __forceinline__ void row_merge(float &m, float &s, float *sh) {
@@ -126,12 +138,7 @@ __global__ __launch_bounds__(kThreads) void sm_fwd(const T *x /* (rows, V) */, T
         float v[VEC], m = -INFINITY, s = 0.0f;
         for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
             ld<VEC>(xr, i, v);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                if (v[k] > m) s = s * expf(m - v[k]) + 1.0f, m = v[k];
-                else if (v[k] != -INFINITY) s += expf(v[k] - m); // a NaN makes s NaN
-                if (v[k] == INFINITY) s = NAN;                    // the CPU's exp(inf - inf)
-            }
+            lse_push<VEC>(m, s, v);
         }
         row_merge<WARP>(m, s, sh);
         const float inv = 1.0f / s, ls = logf(s);
@@ -276,12 +283,7 @@ __global__ __launch_bounds__(kThreads) void ent_bwd(const float *dh /* (rows) */
         float v[VEC], m = -INFINITY, s = 0.0f;
         for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) { // as sm_fwd: the row's (max, sum)
             ld<VEC>(zr, i, v);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                if (v[k] > m) s = s * expf(m - v[k]) + 1.0f, m = v[k];
-                else if (v[k] != -INFINITY) s += expf(v[k] - m);
-                if (v[k] == INFINITY) s = NAN;
-            }
+            lse_push<VEC>(m, s, v);
         }
         row_merge<WARP>(m, s, sh);
         // every lane takes lane 0's (m, s): nvcc may contract the merge into FMAs that make the
