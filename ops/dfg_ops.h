@@ -113,6 +113,12 @@ DFG_API dfg_tensor *dfg_rope(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, int h
  * Each call draws one uniform per row from counter and advances the counter by one, in place.
  * temperature <= 0 is greedy (argmax); top_k <= 0 keeps the whole vocabulary. */
 DFG_API dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k);
+/* dfg_sample for a sub-batch: row0 is an i32 scalar (rank 0 or one element), the batch index of
+ * the logits' first row, so row r draws what row row0 + r of the whole batch would draw from the
+ * same rng state (generating in sub-batches then reproduces the whole batch's tokens, when the
+ * caller restores the rng state between sub-batches); NULL = 0, exactly dfg_sample. */
+DFG_API dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0,
+                                    float temperature, int top_k);
 
 /* ---------------------------------------------------------------- writes to persistent tensors */
 /* dst = src; a float src of another float dtype is converted (round to nearest even) */

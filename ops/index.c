@@ -63,11 +63,24 @@ dfg_status dfg_infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out)
     return DFG_OK;
 }
 
+/* logits (..., V), rng (4) [, row0: i32 scalar, the batch index of the logits' first row (a
+ * sub-batch of rows [row0, row0 + rows) draws what the whole batch draws for those rows)] ->
+ * tokens (...), rng advanced in place */
 dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    if (n->n_in != 2 && n->n_in != 3)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "takes logits and rng, or 3 inputs with row0; got %d", n->n_in);
     const dfg_tensor *x = n->in[0], *rng = n->in[1];
     if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
     if (rng->dtype != DFG_I32 || !dfg_shape_equal(rng->shape, DFG_SHAPE(4)))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rng must be an i32 STATE of shape (4)");
+    if (n->n_in == 3) {
+        const dfg_tensor *r0 = n->in[2];
+        if (r0->dtype != DFG_I32 || dfg_shape_numel(r0->shape) != 1) {
+            char buf[96];
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "row0 '%s' must be an i32 scalar (rank 0 or one element); got %s %s",
+                                 r0->name, dfg_dtype_name(r0->dtype), dfg_shape_str(r0->shape, buf, sizeof(buf)));
+        }
+    }
     out[0] = (dfg_out_spec){DFG_I32, drop_last(x->shape), -1, false};
     out[1] = (dfg_out_spec){DFG_I32, rng->shape, 1, true};
     return DFG_OK;
@@ -83,10 +96,16 @@ dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx) {
     return dfg_op_out(g, DFG_OP_TAKE, (dfg_tensor *[]){x, idx}, 2, NULL);
 }
 
-dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k) {
+dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0, float temperature,
+                            int top_k) {
     dfg_attrs a = {.sample = {temperature, top_k}};
-    dfg_node *n = dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){logits, rng}, 2, &a, 2);
+    /* without row0 the node keeps its 2 inputs: plans and graphs that never asked for it do not change */
+    dfg_node *n = dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){logits, rng, row0}, row0 ? 3 : 2, &a, 2);
     return n ? n->out[0] : (g ? g->poison : NULL);
+}
+
+dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k) {
+    return dfg_sample_rows(g, logits, rng, NULL, temperature, top_k);
 }
 
 static dfg_tensor *scatter(dfg_graph *g, dfg_op op, dfg_tensor *dy, dfg_tensor *idx, int64_t vocab) {

@@ -5,9 +5,12 @@
  * top-k of 1, a few, V - 1, V and beyond; vocabularies of 1, odd sizes, one block (256) and one
  * past it, not a multiple of 32 and larger than a block (5003, 50257), a multiple of the
  * 16-byte vector (the vectorized lane loads); logits with many ties (top-k's threshold shared
- * by several tokens, the first maximum), masked (-inf) entries, all -inf rows; f32 and bf16.
- * Beyond the harness: logits starting one element past an aligned address (the scalar loads),
- * and a NaN row sets the device flag. */
+ * by several tokens, the first maximum), masked (-inf) entries, all -inf rows; f32 and bf16;
+ * the 3-input form (dfg_sample_rows: row0, the batch index of the first row, read from device
+ * memory; random, and near INT32_MAX so row0 + r passes 2^31). Beyond the harness: logits
+ * starting one element past an aligned address (the scalar loads), a NaN row sets the device
+ * flag, and the emulated kernel on rows [row0, row0 + n) of a batch with row0 draws the CPU's
+ * whole-batch tokens for those rows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,20 +28,28 @@ typedef struct {
     int top_k;
     logits_kind kind;
     bool rank3; /* logits (2, rows / 2, V) */
+    bool row0;  /* the 3-input form: dfg_sample_rows with an i32 scalar row0 (input 2) */
 } sample_case;
 
 static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
     const sample_case *k = user;
     dfg_shape s = k->rank3 ? DFG_SHAPE(2, k->rows / 2, k->v) : DFG_SHAPE(k->rows, k->v);
     dfg_tensor *rng = dfg_state(g->program, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
-    dfg_tensor *tok = dfg_sample(g, dfg_input(g, "logits", dt, s), rng, k->temperature, k->top_k);
+    dfg_tensor *row0 = k->row0 ? dfg_input(g, "row0", DFG_I32, DFG_SCALAR) : NULL;
+    dfg_tensor *tok = dfg_sample_rows(g, dfg_input(g, "logits", dt, s), rng, row0, k->temperature, k->top_k);
     return dfg_graph_status(g) ? NULL : tok->producer;
 }
 
 /* logits by kind (values exact in bf16 where ties matter); the RNG state: random key and
- * counter, sometimes a low word about to carry */
+ * counter, sometimes a low word about to carry; row0: random, sometimes near INT32_MAX (row0 + r
+ * is a 64-bit row index on both sides, never an i32 that wraps) */
 static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const sample_case *k = user;
+    if (slot == 2) {
+        int32_t *r0 = data;
+        r0[0] = dfg_test_int(0, 3) == 0 ? INT32_MAX - dfg_test_int(0, 2) : dfg_test_int(1, 100000);
+        return;
+    }
     if (slot == 1) {
         int32_t *s = data;
         for (int i = 0; i < 4; i++) s[i] = (int32_t)(uint32_t)dfg_test_u64();
@@ -62,8 +73,8 @@ static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, vo
 static void check_sample(const sample_case *k, int repeats) {
     static const char *kinds[] = {"uniform", "ties", "masked", "wide"};
     char label[160];
-    snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d %s%s", (long long)k->rows, (long long)k->v,
-             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "");
+    snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d %s%s%s", (long long)k->rows, (long long)k->v,
+             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "", k->row0 ? " row0" : "");
     for (int i = 0; i < repeats; i++) { /* fresh logits and RNG state each time */
         cuda_case c = {.label = label, .build = build_sample, .user = (void *)k, .fill = fill_sample, .bf16 = true,
                        .seeds = 1};
@@ -120,6 +131,48 @@ static void check_direct(sample_case k, int shift, int64_t nan_row) {
     dfg_program_free(p);
 }
 
+/* The emulated 3-input kernel on rows [row0, row0 + n) of a batch of `rows` (f32), against the
+ * CPU's 2-input kernel on the whole batch: the same tokens for those rows, the same RNG state. */
+static void check_rows(sample_case k, int64_t row0, int64_t n) {
+    sample_case ks = k;
+    ks.rows = n, ks.row0 = true;
+    dfg_program *p = dfg_program_new("whole"), *q = dfg_program_new("part"); /* each has its "rng" */
+    dfg_node *whole = build_sample(dfg_graph_new(p, "g"), DFG_F32, &k);
+    dfg_node *part = build_sample(dfg_graph_new(q, "g"), DFG_F32, &ks);
+    CHECK(whole && part && part->n_in == 3, "sample nodes: %s / %s", dfg_program_error(p), dfg_program_error(q));
+    if (!whole || !part) {
+        dfg_program_free(p), dfg_program_free(q);
+        return;
+    }
+    int64_t cnt = k.rows * k.v;
+    float *x = malloc(sizeof(float) * (size_t)cnt);
+    int32_t rng[4], rng_cpu[4], rng_gpu[4], r0 = (int32_t)row0;
+    fill_sample(0, whole->in[0], x, cnt, &k);
+    fill_sample(1, whole->in[1], rng, 4, &k);
+    int32_t *tok_cpu = malloc(sizeof(int32_t) * (size_t)k.rows), *tok_gpu = malloc(sizeof(int32_t) * (size_t)n);
+    char err[1024] = "";
+    dfg_cpu_ctx cctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+    cctx.scratch_per_thread = dfg_cpu_scratch_bytes(whole);
+    cctx.scratch = malloc(cctx.scratch_per_thread);
+    memcpy(rng_cpu, rng, sizeof(rng));
+    dfg_status st = dfg_cpu_kernels[DFG_OP_SAMPLE](whole, (void *[]){x, rng_cpu}, (void *[]){tok_cpu, rng_cpu}, &cctx);
+    CHECK(st == DFG_OK, "CPU sample: %s", err);
+    free(cctx.scratch);
+    int flags = 0;
+    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
+    memcpy(rng_gpu, rng, sizeof(rng));
+    dfg_test_poison(tok_gpu, sizeof(int32_t) * (size_t)n);
+    st = dfg_emu_kernels[DFG_OP_SAMPLE](part, (void *[]){x + row0 * k.v, rng_gpu, &r0}, (void *[]){tok_gpu, rng_gpu}, &ctx);
+    CHECK(st == DFG_OK && flags == 0, "emulated sample: %s (flags %d)", err, flags);
+    int differ = 0;
+    for (int64_t r = 0; r < n; r++) differ += tok_gpu[r] != tok_cpu[row0 + r];
+    CHECK(differ == 0, "sample rows [%lld, %lld) of %lld, V %lld: %d rows drew another token than the whole batch's",
+          (long long)row0, (long long)(row0 + n), (long long)k.rows, (long long)k.v, differ);
+    CHECK(memcmp(rng_cpu, rng_gpu, sizeof(rng)) == 0, "the RNG state advanced differently");
+    free(x), free(tok_cpu), free(tok_gpu);
+    dfg_program_free(p), dfg_program_free(q);
+}
+
 int main(void) {
     dfg_test_init("test_cuda_sample");
     if (!cuda_emulator_built()) {
@@ -128,26 +181,34 @@ int main(void) {
     }
     const sample_case cases[] = {
         /* greedy */
-        {16, 50, 0.0f, 0, LOGITS_UNIFORM, false},    {16, 33, -1.0f, 5, LOGITS_TIES, false},
-        {4, 5003, 0.0f, 0, LOGITS_TIES, false},       {6, 1, 1.0f, 0, LOGITS_UNIFORM, false},
+        {16, 50, 0.0f, 0, LOGITS_UNIFORM, false, false},   {16, 33, -1.0f, 5, LOGITS_TIES, false, false},
+        {4, 5003, 0.0f, 0, LOGITS_TIES, false, false},     {6, 1, 1.0f, 0, LOGITS_UNIFORM, false, false},
         /* full vocabulary, temperatures */
-        {64, 7, 1.0f, 0, LOGITS_UNIFORM, false},      {64, 33, 0.7f, 0, LOGITS_UNIFORM, false},
-        {32, 256, 1.0f, 0, LOGITS_UNIFORM, false},    {32, 257, 2.5f, 0, LOGITS_UNIFORM, false},
-        {16, 1000, 1.0f, 0, LOGITS_WIDE, false},      {16, 1000, 1e-3f, 0, LOGITS_UNIFORM, false},
-        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true},    {12, 5003, 0.8f, 0, LOGITS_MASKED, false},
-        {8, 5003, 1.0f, 0, LOGITS_TIES, false},       {4, 50257, 1.0f, 0, LOGITS_UNIFORM, false},
+        {64, 7, 1.0f, 0, LOGITS_UNIFORM, false, false},    {64, 33, 0.7f, 0, LOGITS_UNIFORM, false, false},
+        {32, 256, 1.0f, 0, LOGITS_UNIFORM, false, false},  {32, 257, 2.5f, 0, LOGITS_UNIFORM, false, false},
+        {16, 1000, 1.0f, 0, LOGITS_WIDE, false, false},    {16, 1000, 1e-3f, 0, LOGITS_UNIFORM, false, false},
+        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, false},  {12, 5003, 0.8f, 0, LOGITS_MASKED, false, false},
+        {8, 5003, 1.0f, 0, LOGITS_TIES, false, false},     {4, 50257, 1.0f, 0, LOGITS_UNIFORM, false, false},
         /* top-k */
-        {32, 33, 1.0f, 1, LOGITS_UNIFORM, false},     {32, 40, 1.5f, 5, LOGITS_TIES, false},
-        {32, 300, 1.0f, 299, LOGITS_UNIFORM, false},  {16, 300, 1.0f, 300, LOGITS_UNIFORM, false},
-        {16, 300, 1.0f, 1000, LOGITS_MASKED, false},  {8, 4096, 0.9f, 50, LOGITS_UNIFORM, false},
-        {8, 5003, 1.0f, 40, LOGITS_TIES, false},      {8, 5003, 2.0f, 7, LOGITS_MASKED, false},
-        {4, 50257, 0.7f, 50, LOGITS_WIDE, false},
+        {32, 33, 1.0f, 1, LOGITS_UNIFORM, false, false},   {32, 40, 1.5f, 5, LOGITS_TIES, false, false},
+        {32, 300, 1.0f, 299, LOGITS_UNIFORM, false, false}, {16, 300, 1.0f, 300, LOGITS_UNIFORM, false, false},
+        {16, 300, 1.0f, 1000, LOGITS_MASKED, false, false}, {8, 4096, 0.9f, 50, LOGITS_UNIFORM, false, false},
+        {8, 5003, 1.0f, 40, LOGITS_TIES, false, false},    {8, 5003, 2.0f, 7, LOGITS_MASKED, false, false},
+        {4, 50257, 0.7f, 50, LOGITS_WIDE, false, false},
+        /* the 3-input form: row0 */
+        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, true},    {16, 300, 0.8f, 0, LOGITS_UNIFORM, false, true},
+        {16, 1000, 1.0f, 20, LOGITS_TIES, false, true},    {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, true},
+        {12, 5003, 0.8f, 0, LOGITS_MASKED, false, true},   {8, 33, 0.0f, 0, LOGITS_UNIFORM, false, true},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_sample(&cases[i], cases[i].v > 5003 ? 1 : 3);
-    check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false}, 1, -1);
-    check_direct((sample_case){8, 4096, 1.0f, 9, LOGITS_UNIFORM, false}, 3, -1);
-    check_direct((sample_case){6, 520, 1.0f, 0, LOGITS_UNIFORM, false}, 0, 2);
-    check_direct((sample_case){6, 520, 0.0f, 0, LOGITS_UNIFORM, false}, 2, 4);
+    check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false, false}, 1, -1);
+    check_direct((sample_case){8, 4096, 1.0f, 9, LOGITS_UNIFORM, false, false}, 3, -1);
+    check_direct((sample_case){6, 520, 1.0f, 0, LOGITS_UNIFORM, false, false}, 0, 2);
+    check_direct((sample_case){6, 520, 0.0f, 0, LOGITS_UNIFORM, false, false}, 2, 4);
+    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false}, 0, 40);
+    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false}, 13, 9);
+    check_rows((sample_case){40, 260, 0.8f, 7, LOGITS_UNIFORM, false, false}, 32, 8);
+    check_rows((sample_case){24, 4096, 1.3f, 0, LOGITS_MASKED, false, false}, 5, 19);
     cuda_report("test_cuda_sample");
     return dfg_test_finish();
 }

@@ -9,6 +9,7 @@
 #include "dfg.h"
 #include "dfg_runtime.h"
 #include "ir.h" /* node and tensor counts: proof that a refused call added nothing */
+#include "ops/op.h" /* dfg_node_add: a node with more inputs than its op takes, as a plan file could hold */
 #include "testutil.h"
 
 static bool contains(const char *s, const char *sub) { return s && sub && strstr(s, sub) != NULL; }
@@ -104,6 +105,37 @@ static void test_more_mismatches(void) {
     g = dfg_graph_new(p, "g5");
     dfg_embed(g, a, a); /* ids must be i32 */
     EXPECT_FAIL(g, DFG_ERR_SHAPE, "embed", "ids must be i32");
+    /* sample's optional row0 (dfg_sample_rows): an i32 scalar, rank 0 or one element */
+    dfg_tensor *rng = dfg_state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
+    dfg_tensor *f0 = dfg_param(p, "f0", DFG_F32, DFG_SCALAR, dfg_init_zeros());
+    dfg_tensor *r0 = dfg_param(p, "r0", DFG_I32, DFG_SCALAR, dfg_init_zeros());
+    dfg_tensor *r1 = dfg_param(p, "r1", DFG_I32, DFG_SHAPE(1, 1), dfg_init_zeros());
+    g = dfg_graph_new(p, "g6");
+    CHECK(is_poison(dfg_sample_rows(g, a, rng, i, 1.0f, 0)), "sample with a (2,3) row0 is poison");
+    EXPECT_FAIL(g, DFG_ERR_SHAPE, "sample 'sample#0' in graph 'g6'", "row0 'i' must be an i32 scalar", "got i32 (2,3)",
+                "#0 'a' f32 (2,3)", "#1 'rng' i32 (4)", "#2 'i' i32 (2,3)");
+    g = dfg_graph_new(p, "g7");
+    dfg_sample_rows(g, a, rng, f0, 1.0f, 0); /* a scalar, but f32 */
+    EXPECT_FAIL(g, DFG_ERR_SHAPE, "sample", "row0 'f0' must be an i32 scalar", "got f32 ()", "#2 'f0' f32 ()");
+    g = dfg_graph_new(p, "g8");
+    dfg_sample_rows(g, a, rng, b, 1.0f, 0);
+    EXPECT_FAIL(g, DFG_ERR_SHAPE, "sample", "row0 'b' must be an i32 scalar", "got f32 (4)");
+    /* controls: rank 0 and (1,1) build, with 3 inputs; NULL is dfg_sample's 2 */
+    g = dfg_graph_new(p, "g9");
+    dfg_tensor *t0 = dfg_sample_rows(g, a, rng, r0, 1.0f, 0), *t1 = dfg_sample_rows(g, a, rng, r1, 0.5f, 3),
+               *t2 = dfg_sample_rows(g, a, rng, NULL, 1.0f, 0);
+    CHECK(dfg_graph_status(g) == DFG_OK, "sample with an i32 row0 of rank 0 or (1,1) builds: %s", dfg_graph_error(g));
+    CHECK(!is_poison(t0) && !is_poison(t1) && !is_poison(t2) && t0->producer->n_in == 3 && t1->producer->n_in == 3 &&
+              t2->producer->n_in == 2,
+          "row0 adds a third input, NULL none");
+    /* 1 or 4 inputs (what a damaged plan file could ask for: its loader builds through dfg_node_add) */
+    g = dfg_graph_new(p, "g10");
+    dfg_attrs sa = {.sample = {1.0f, 0}};
+    CHECK(dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){a, rng, r0, r0}, 4, &sa, 2) == NULL, "sample with 4 inputs");
+    EXPECT_FAIL(g, DFG_ERR_ARG, "sample", "takes logits and rng, or 3 inputs with row0; got 4");
+    g = dfg_graph_new(p, "g11");
+    CHECK(dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){a}, 1, &sa, 2) == NULL, "sample with 1 input");
+    EXPECT_FAIL(g, DFG_ERR_ARG, "sample", "got 1");
     dfg_program_free(p);
 }
 

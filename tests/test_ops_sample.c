@@ -2,7 +2,9 @@
  * the RNG state (not the call) decides the tokens, the counter advances by exactly one per call
  * (with a carry into the high word), top-k never picks outside the k largest and picks each of
  * them as often as their renormalised probability says, the empirical distribution of 20000
- * draws matches softmax(logits / T), and NaN logits fail with DFG_ERR_NUMERIC. */
+ * draws matches softmax(logits / T), NaN logits fail with DFG_ERR_NUMERIC, and a sub-batch of
+ * rows [row0, row0 + n) sampled with dfg_sample_rows draws exactly the whole batch's tokens for
+ * those rows (from the same RNG state). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +263,85 @@ static void test_nan(void) {
     dfg_fx_end(&f);
 }
 
+/* ---------------------------------------------------------------- sub-batches (row0) */
+/* Each variant samples the whole batch (dfg_sample) and rows [row0, row0 + N) of it (dfg_slice_at
+ * and dfg_sample_rows, row0 read at run time), each call from its own RNG state; every state is
+ * set to one value before a step, so the sub-batch must draw the whole batch's tokens for its
+ * rows. Flat logits (most tokens likely), so a sub-batch drawing with row indices 0 .. N-1
+ * instead would pick other tokens in many rows. */
+static void test_sub_batch(void) {
+    enum { R = 24, V = 50, N = 6, NV = 5, TRIALS = 3 };
+    const struct {
+        float temperature;
+        int top_k;
+    } var[NV] = {{1.0f, 0}, {0.7f, 5}, {1.8f, 0}, {1.0f, 12}, {1.3f, 0}};
+    const int row0s[] = {0, 1, 7, 11, R - N};
+    const int n_row0 = (int)(sizeof(row0s) / sizeof(row0s[0]));
+    dfg_fx f;
+    dfg_fx_begin(&f, "sub_batch");
+    dfg_tensor *lg = dfg_input(f.g, "logits", DFG_F32, DFG_SHAPE(R, V));
+    dfg_tensor *row0 = dfg_input(f.g, "row0", DFG_I32, DFG_SCALAR);
+    dfg_tensor *row0_1 = dfg_input(f.g, "row0_1", DFG_I32, DFG_SHAPE(1)); /* one element of rank 1: also a scalar */
+    dfg_tensor *sub = dfg_slice_at(f.g, lg, 0, row0, N);
+    char name[32];
+    for (int i = 0; i < NV; i++) {
+        snprintf(name, sizeof(name), "rng_full%d", i);
+        dfg_tensor *rf = rng_state(&f, name);
+        snprintf(name, sizeof(name), "rng_sub%d", i);
+        dfg_tensor *rs = rng_state(&f, name);
+        snprintf(name, sizeof(name), "full%d", i);
+        dfg_output(f.g, dfg_sample(f.g, lg, rf, var[i].temperature, var[i].top_k), name);
+        snprintf(name, sizeof(name), "sub%d", i);
+        /* the last variant reads row0 from the (1)-shaped copy */
+        dfg_output(f.g, dfg_sample_rows(f.g, sub, rs, i == NV - 1 ? row0_1 : row0, var[i].temperature, var[i].top_k),
+                   name);
+    }
+    if (dfg_fx_create(&f, 1)) {
+        float x[R * V];
+        int32_t full[R], part[N], st_full[4], st_sub[4];
+        int compared = 0, differ = 0, rng_differ = 0;
+        for (int t = 0; t < TRIALS; t++)
+            for (int q = 0; q < n_row0; q++) {
+                dfg_test_fill_normal(x, R * V, 0.7f); /* fresh logits each step */
+                const int32_t r0 = row0s[q];
+                /* a random key and counter, the counter sometimes about to carry into its high word */
+                int32_t st[4] = {(int32_t)dfg_test_u64(), (int32_t)dfg_test_u64(), (int32_t)dfg_test_u64(),
+                                 dfg_test_int(0, 3)};
+                if (t == 1) st[2] = -1;
+                dfg_fx_write(&f, "logits", x, sizeof(x));
+                dfg_fx_write(&f, "row0", &r0, sizeof(r0));
+                dfg_fx_write(&f, "row0_1", &r0, sizeof(r0));
+                for (int i = 0; i < NV; i++) {
+                    snprintf(name, sizeof(name), "rng_full%d", i);
+                    dfg_fx_write(&f, name, st, sizeof(st));
+                    snprintf(name, sizeof(name), "rng_sub%d", i);
+                    dfg_fx_write(&f, name, st, sizeof(st));
+                }
+                if (!dfg_fx_step(&f)) break;
+                for (int i = 0; i < NV; i++) {
+                    snprintf(name, sizeof(name), "full%d", i);
+                    dfg_fx_read(&f, name, full, sizeof(full));
+                    snprintf(name, sizeof(name), "sub%d", i);
+                    dfg_fx_read(&f, name, part, sizeof(part));
+                    for (int r = 0; r < N; r++, compared++) differ += part[r] != full[r0 + r];
+                    snprintf(name, sizeof(name), "rng_full%d", i);
+                    dfg_fx_read(&f, name, st_full, sizeof(st_full));
+                    snprintf(name, sizeof(name), "rng_sub%d", i);
+                    dfg_fx_read(&f, name, st_sub, sizeof(st_sub));
+                    rng_differ += memcmp(st_full, st_sub, sizeof(st_full)) != 0 ||
+                                  st_sub[2] != (int32_t)((uint32_t)st[2] + 1u);
+                }
+            }
+        printf("test_ops_sample: sub-batches: %d rows compared (%d variants, row0 in {0,1,7,11,%d}), %d differ from the "
+               "whole batch's tokens\n", compared, NV, R - N, differ);
+        CHECK(compared == TRIALS * n_row0 * NV * N, "compared %d rows", compared);
+        CHECK(differ == 0, "%d of %d sub-batch rows drew another token than the whole batch's row row0 + r", differ,
+              compared);
+        CHECK(rng_differ == 0, "%d sub-batch calls left the RNG state other than the whole batch's call", rng_differ);
+    }
+    dfg_fx_end(&f);
+}
+
 int main(void) {
     dfg_test_init("test_ops_sample");
     test_greedy();
@@ -268,5 +349,6 @@ int main(void) {
     test_top_k();
     test_distribution();
     test_nan();
+    test_sub_batch();
     return dfg_test_finish();
 }
