@@ -13,9 +13,12 @@
  *   decode      x max_completion_length: sample the next token of every sequence (Philox RNG,
  *               temperature, top-k), write it, and stop counting a sequence after its EOS
  *               through the completion mask: no host round trip, no logits kept
+ *               (rollout_sub_batches R > 1: prefill.k and decode.k for k = 0 .. R-1, each on
+ *               P/R whole groups, with a KV cache of N/R rows; every row draws the random
+ *               numbers it would draw in one batch, so the tokens are the same)
  *   reward      host: the task's verifiable reward per sequence
  *   advantages  (r - group mean) / (group std + 1e-4) (scale_rewards), reward metrics
- *   ref         (beta != 0) the frozen reference model's per-token log-probs
+ *   ref         (beta != 0) the frozen reference model's per-token log-probs, per micro-batch
  *               (share_prompts, by default whenever a micro-batch holds whole groups: every
  *               forward pass computes a group's prompt positions once and its G completions
  *               over them, graph/nn_shared.c; the same numbers as G separate passes)
@@ -52,13 +55,17 @@ typedef struct {
     char funcs[DFG_REWARD_MAX_FUNCS][68];
     float weights[DFG_REWARD_MAX_FUNCS];
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
+    int64_t R, n_gen; /* rollout_sub_batches, and the sequences each generates (N / R) */
     bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
+    bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
     float temperature, beta, max_grad_norm;
     int top_k;
     dfg_grpo_loss_config loss;
     dfg_grpo_scale scale;
     dfg_adamw_config adamw;
 } grpo_config;
+
+#define GRPO_MAX_SUB_BATCHES 16 /* prefill.k and decode.k for each: the stages dfg_declare_rollout takes (64) */
 
 static int pick(dfg_program *p, const char *key, const char *value, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
@@ -153,6 +160,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->Lp = dfg_setting_int(p, "max_prompt_length", c->ds ? dfg_dataset_max_prompt_len(c->ds) : c->task.prompt_len);
     c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_answer_len + 2);
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
+    c->R = dfg_setting_int(p, "rollout_sub_batches", 1);
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
@@ -197,6 +205,11 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     if (c->GA < 1 || c->N % c->GA)
         return dfg_program_fail(p, DFG_ERR_ARG, "gradient_accumulation_steps %lld must divide the %lld sequences",
                                 (long long)c->GA, (long long)c->N);
+    if (c->R < 1 || c->R > GRPO_MAX_SUB_BATCHES || c->P % c->R)
+        return dfg_program_fail(p, DFG_ERR_ARG, "rollout_sub_batches %lld must divide prompts_per_step %lld (whole "
+                                "groups per sub-batch) and be at most %d", (long long)c->R, (long long)c->P,
+                                GRPO_MAX_SUB_BATCHES);
+    c->n_gen = c->N / c->R;
     if (c->Lp < (c->ds ? 1 : 2) || c->max_new < 1 || c->T > c->model.block_size)
         return dfg_program_fail(p, DFG_ERR_ARG, "need max_prompt_length >= 2, max_completion_length >= 1 and their "
                                 "sum <= n_positions %d", c->model.block_size);
@@ -218,6 +231,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
                                 "micro-batch (%lld sequences) must hold whole groups of num_generations %lld: change "
                                 "gradient_accumulation_steps or set share_prompts=0", (long long)c->n_micro, (long long)c->G);
     c->share_prompts = whole_groups && strcmp(share, "0");
+    c->share_forced = !strcmp(share, "1");
     c->loss.beta = c->beta;
     c->loss.n_total = c->N;
     c->loss.max_completion_length = c->max_new;
@@ -244,10 +258,18 @@ typedef struct {
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
+    dfg_tensor *rng0;      /* (4) the RNG state where the rollout starts: every sub-batch starts there */
+    dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
+
+/* The rollout's stage names: "prefill" and "decode", or "prefill.k" and "decode.k" for sub-batch k. */
+static void rollout_stage(char *buf, size_t len, const char *base, const grpo_config *c, int k) {
+    if (c->R == 1) snprintf(buf, len, "%s", base);
+    else snprintf(buf, len, "%s.%d", base, k);
+}
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
     return dfg_state(p, name, dt, s, role, dfg_init_zeros());
@@ -258,7 +280,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     dfg_status st = dfg_model_params(p, "", c->model, s->policy);
     if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
         st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
-    if (!st) st = dfg_model_kv_cache(p, "", s->policy, N, T, &s->kv);
+    if (!st) st = dfg_model_kv_cache(p, "", s->policy, c->n_gen, T, &s->kv);
     if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
     if (st) return st;
     s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -286,10 +308,13 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
         s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
         s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     }
-    s->cur_tok = state(p, "gen.token", DFG_I32, DFG_SHAPE(N, 1), DFG_ROLE_ROLLOUT);
+    s->cur_tok = state(p, "gen.token", DFG_I32, DFG_SHAPE(c->n_gen, 1), DFG_ROLE_ROLLOUT);
     s->pos = state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-    s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
+    s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(c->n_gen), DFG_ROLE_ROLLOUT);
     s->rng = state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG);
+    if (c->R > 1) s->rng0 = state(p, "gen.rng0", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE);
+    if (c->GA > 1 && c->beta != 0.0f) s->ref_micro = state(p, "ref.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
+    if (c->GA > 1 && c->iterations > 1) s->old_micro = state(p, "old.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
     s->micro = state(p, "train.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
@@ -297,13 +322,16 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
+    char first[32], last[32];
+    rollout_stage(first, sizeof(first), "prefill", c, 0);
+    rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
-        dfg_set_scope(p, s->kv.k[l], "prefill", "decode");
-        dfg_set_scope(p, s->kv.v[l], "prefill", "decode");
+        dfg_set_scope(p, s->kv.k[l], first, last);
+        dfg_set_scope(p, s->kv.v[l], first, last);
     }
-    dfg_set_scope(p, s->cur_tok, "prefill", "decode");
-    dfg_set_scope(p, s->pos, "prefill", "decode");
-    dfg_set_scope(p, s->done, "prefill", "decode");
+    dfg_tensor *gen[4] = {s->cur_tok, s->pos, s->done, s->rng0};
+    for (int i = 0; i < 4; i++)
+        if (gen[i]) dfg_set_scope(p, gen[i], first, last);
     return dfg_program_status(p);
 }
 
@@ -315,25 +343,46 @@ static dfg_tensor *group_prompts(dfg_graph *g, dfg_tensor *tokens, int64_t G, in
     return dfg_reshape(g, dfg_slice(g, dfg_slice(g, groups, 1, 0, 1), 2, 0, len), DFG_SHAPE(s.d[0] / G, len));
 }
 
-static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    dfg_graph *g = dfg_graph_new(p, "prefill");
+/* Sub-batch k's rows of x (rows k n_gen .. k n_gen + n_gen - 1), or x itself in one batch. */
+static dfg_tensor *gen_rows(dfg_graph *g, const grpo_config *c, dfg_tensor *x, int k) {
+    return c->R == 1 || !x ? x : dfg_slice(g, x, 0, (int64_t)k * c->n_gen, c->n_gen);
+}
+
+/* The KV cache as sub-batch k's graphs see it: its rows' prompt starts (left padding). */
+static dfg_model_kv sub_batch_kv(dfg_graph *g, const grpo_config *c, const grpo_state *s, int k) {
+    dfg_model_kv kv = s->kv;
+    kv.start = gen_rows(g, c, s->start, k);
+    return kv;
+}
+
+static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
+    char name[32];
+    rollout_stage(name, sizeof(name), "prefill", c, k);
+    dfg_graph *g = dfg_graph_new(p, name);
+    dfg_tensor *tokens = gen_rows(g, c, s->tokens, k); /* (n_gen, T) */
+    dfg_model_kv kv = sub_batch_kv(g, c, s, k);
     /* every prompt token but the last goes into the cache; the last one starts the decoding */
-    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, s->tokens, c->G, c->Lp - 1) /* (P, Lp-1) */
-                                           : dfg_slice(g, s->tokens, 1, 0, c->Lp - 1);   /* (N, Lp-1) */
-    dfg_model_prefill(g, s->policy, &s->kv, prompts);
-    dfg_assign(g, s->cur_tok, dfg_slice(g, s->tokens, 1, c->Lp - 1, 1));
+    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, tokens, c->G, c->Lp - 1) /* (n_gen/G, Lp-1) */
+                                           : dfg_slice(g, tokens, 1, 0, c->Lp - 1);   /* (n_gen, Lp-1) */
+    dfg_model_prefill(g, s->policy, &kv, prompts);
+    dfg_assign(g, s->cur_tok, dfg_slice(g, tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
     dfg_assign_fill(g, s->done, 0.0f);
-    dfg_assign_fill(g, s->mask, 0.0f);
+    if (k == 0) dfg_assign_fill(g, s->mask, 0.0f);
+    /* every sub-batch draws from where the rollout starts: the row index tells the rows apart */
+    if (s->rng0) dfg_assign(g, k == 0 ? s->rng0 : s->rng, k == 0 ? s->rng : s->rng0);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    dfg_graph *g = dfg_graph_new(p, "decode");
-    dfg_tensor *h = dfg_model_decode(g, s->policy, &s->kv, s->cur_tok, s->pos); /* (N, 1, C) */
-    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                     /* (N, 1, V) */
+static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
+    char name[32];
+    rollout_stage(name, sizeof(name), "decode", c, k);
+    dfg_graph *g = dfg_graph_new(p, name);
+    dfg_model_kv kv = sub_batch_kv(g, c, s, k);
+    dfg_tensor *h = dfg_model_decode(g, s->policy, &kv, s->cur_tok, s->pos); /* (n_gen, 1, C) */
+    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                  /* (n_gen, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng};
+    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng, (int64_t)k * c->n_gen};
     dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
 }
@@ -387,6 +436,8 @@ static void completion_metrics(dfg_graph *g, const grpo_config *c, dfg_tensor *l
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
+    if (s->ref_micro) dfg_assign_fill(g, s->ref_micro, 0.0f); /* the micro-batch loops that follow */
+    if (s->old_micro) dfg_assign_fill(g, s->old_micro, 0.0f);
     dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
     dfg_tensor *len = dfg_sum(g, scored, 1);                           /* (N) */
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
@@ -443,22 +494,32 @@ static dfg_tensor *padded(dfg_graph *g, const grpo_config *c, dfg_tensor *lp, df
     return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, c->Lp), 0.0f), dfg_mul(g, lp, mask)}, 2, 1);
 }
 
-/* A no-grad pass over every sequence: the reference model's or the policy's log-probs. */
-static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
-                                   const dfg_model *m, dfg_tensor *dst) {
-    dfg_graph *g = dfg_graph_new(p, name);
-    dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
-    dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start, NULL), mask));
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-}
-
-/* ---------------------------------------------------------------- training */
 /* rows [row0, row0 + n) of x along axis 0, then the completion's columns Lp .. T-1 when scored */
 static dfg_tensor *rows(dfg_graph *g, const grpo_config *c, dfg_tensor *x, dfg_tensor *row0, int64_t n, bool scored) {
     dfg_tensor *r = dfg_slice_at(g, x, 0, row0, n);
     return scored ? dfg_slice(g, r, 1, c->Lp, c->max_new) : r;
 }
 
+/* A no-grad pass over every sequence: the reference model's or the policy's log-probs, one
+ * training micro-batch per run (gradient_accumulation_steps runs; micro counts them). */
+static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
+                                   const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro) {
+    dfg_graph *g = dfg_graph_new(p, name);
+    if (c->GA == 1) {
+        dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
+        dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start, NULL), mask));
+        return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    }
+    int64_t n = c->n_micro;
+    dfg_tensor *row0 = dfg_scale(g, micro, (float)n); /* i32: this micro-batch's first row */
+    dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
+    dfg_tensor *start = s->start ? rows(g, c, s->start, row0, n, false) : NULL;
+    dfg_slice_assign_at(g, dst, padded(g, c, completion_logp(g, c, m, tok, start, NULL), mask), 0, row0);
+    dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->GA);
+}
+
+/* ---------------------------------------------------------------- training */
 static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
     char name[32];
     snprintf(name, sizeof(name), "train.%d", k);
@@ -565,18 +626,25 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
     if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
-    if (!st) st = build_prefill(p, c, s);
-    if (!st) st = build_decode(p, c, s);
+    for (int k = 0; k < c->R && !st; k++)
+        if (!(st = build_prefill(p, c, s, k))) st = build_decode(p, c, s, k);
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
-    if (!st && c->beta != 0.0f) st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp);
-    if (!st && c->iterations > 1) st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp);
+    if (!st && c->beta != 0.0f) st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro);
+    if (!st && c->iterations > 1) st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp, s->old_micro);
     for (int k = 0; k < c->iterations && !st; k++)
         if (!(st = build_train(p, c, s, k))) st = build_update(p, c, s, k);
     if (st) return st;
     if (c->sft_steps > 0) { /* the warm-up's steps, then GRPO's */
-        static const char *const grpo_stages[] = {"prefill", "decode", "reward", "advantages", "ref", "old"};
+        static const char *const grpo_stages[] = {"reward", "advantages", "ref", "old"};
         dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
+        for (int k = 0; k < c->R; k++) {
+            char name[32];
+            rollout_stage(name, sizeof(name), "prefill", c, k);
+            dfg_stage_steps(p, name, c->sft_steps, -1);
+            rollout_stage(name, sizeof(name), "decode", c, k);
+            dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
         for (size_t i = 0; i < sizeof(grpo_stages) / sizeof(grpo_stages[0]); i++)
             if (strcmp(grpo_stages[i], "ref") || c->beta != 0.0f)
                 if (strcmp(grpo_stages[i], "old") || c->iterations > 1) dfg_stage_steps(p, grpo_stages[i], c->sft_steps, -1);
@@ -591,14 +659,55 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     return declare(p, c, s);
 }
 
+/* Does every gradient_accumulation_steps train the same step? Not with bnpo (a token mean per
+ * micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus normalised
+ * per micro-batch (all but dapo and cispo): TRL computes those per micro-batch too. */
+static bool ga_keeps_math(const grpo_config *c) {
+    const dfg_grpo_loss_config *l = &c->loss;
+    bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO;
+    return l->loss_type != DFG_GRPO_LOSS_BNPO && l->top_entropy_quantile >= 1.0f && (per_active || l->entropy_coef == 0.0f);
+}
+
+/* The divisors d of n in ascending order, up to `most`, whose n / d is a multiple of `unit`; at
+ * most DFG_MAX_FIT_VALUES of them. */
+static int divisors(int64_t n, int64_t most, int64_t unit, int64_t *out) {
+    int k = 0;
+    for (int64_t d = 1; d <= n && d <= most && k < DFG_MAX_FIT_VALUES; d++)
+        if (n % d == 0 && (n / d) % unit == 0) out[k++] = d;
+    return k;
+}
+
+/* `dfg fit`: the settings that change only how the step is computed, and those that change what
+ * is trained (named when nothing else fits: halvings, the nearest first). */
+static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
+    int64_t v[DFG_MAX_FIT_VALUES];
+    int n;
+    if (ga_keeps_math(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
+        dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
+    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, GRPO_MAX_SUB_BATCHES, 1, v), true);
+    static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
+    const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1};
+    for (int i = 0; i < 3; i++) {
+        n = 0;
+        for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x;
+        if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
+    }
+}
+
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[5];
+    const char *stages[3 + 2 * GRPO_MAX_SUB_BATCHES];
+    char names[2 * GRPO_MAX_SUB_BATCHES][32];
     int n = 0;
     stages[n++] = "data";
     if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
-    stages[n++] = "prefill", stages[n++] = "decode", stages[n++] = "reward";
+    for (int k = 0; k < c->R; k++) {
+        rollout_stage(names[2 * k], sizeof(names[0]), "prefill", c, k);
+        rollout_stage(names[2 * k + 1], sizeof(names[0]), "decode", c, k);
+        stages[n++] = names[2 * k], stages[n++] = names[2 * k + 1];
+    }
+    stages[n++] = "reward";
     /* a dataset's prompts are left-padded: a rollout says where each row's prompt starts
      * (prompt_start, or an attention_mask the CLI turns into it) */
     dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
@@ -622,6 +731,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
             dfg_declare_dump(p, grpo_stats[i], dfg_find(p, name));
         }
     dfg_host_state(p, "grpo_host_init", "grpo_host_release");
+    declare_fit_knobs(p, c);
     return dfg_program_status(p);
 }
 

@@ -1,5 +1,5 @@
 /* declare.c - a pipeline's declarations about its program (dfg_graph.h): host state, what a
- * fixed rollout replaces, which rows share a prompt, what --dump writes. They are checked here
+ * fixed rollout replaces, which rows share a prompt, what --dump writes, what dfg fit may vary. They are checked here
  * against the program; stage names are checked when the program is compiled (passes/verify.c),
  * since stages may be added after the declaration. */
 #include <stdlib.h>
@@ -122,4 +122,39 @@ dfg_status dfg_declare_dump(dfg_program *p, const char *name, dfg_tensor *t) {
     if (!copy) return dfg_program_err(p, DFG_ERR_NOMEM, "declare_dump: out of memory");
     p->decl.dumps[p->decl.n_dumps++] = (dfg_dump_decl){copy, t};
     return DFG_OK;
+}
+
+dfg_status dfg_declare_fit_knob(dfg_program *p, const char *setting, const int64_t *values, int n_values,
+                                bool keeps_math) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_fit_knob")) return p->status;
+    if (!setting || !dfg_program_setting(p, setting))
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob: '%s' is not a setting of this program (read it with "
+                                               "dfg_setting_int first)", setting ? setting : "(null)");
+    if (!values || n_values < 1 || n_values > DFG_MAX_FIT_VALUES)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob '%s': needs 1 to %d values, got %d", setting,
+                               DFG_MAX_FIT_VALUES, n_values);
+    for (int i = 0; i < p->decl.n_knobs; i++)
+        if (!strcmp(p->decl.knobs[i].setting, setting))
+            return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob: '%s' is declared twice", setting);
+    if (p->decl.n_knobs == DFG_MAX_FIT_KNOBS)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob: more than %d knobs", DFG_MAX_FIT_KNOBS);
+    for (int i = 0; i < n_values; i++)
+        for (int j = 0; j < i; j++)
+            if (values[i] == values[j])
+                return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob '%s': the value %lld is listed twice", setting,
+                                       (long long)values[i]);
+    dfg_fit_knob *k = &p->decl.knobs[p->decl.n_knobs];
+    if (!(k->setting = dfg_program_strdup(p, setting))) return dfg_program_err(p, DFG_ERR_NOMEM, "declare_fit_knob: out of memory");
+    memcpy(k->values, values, sizeof(*values) * (size_t)n_values);
+    k->n_values = n_values;
+    k->keeps_math = keeps_math;
+    p->decl.n_knobs++;
+    return DFG_OK;
+}
+
+int dfg_program_fit_knob_count(const dfg_program *p) { return p ? p->decl.n_knobs : 0; }
+
+const dfg_fit_knob *dfg_program_fit_knob(const dfg_program *p, int i) {
+    return p && i >= 0 && i < p->decl.n_knobs ? &p->decl.knobs[i] : NULL;
 }

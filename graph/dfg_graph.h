@@ -202,6 +202,27 @@ DFG_API dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens
  * anyway, under its own name) under `name`. */
 DFG_API dfg_status dfg_declare_dump(dfg_program *p, const char *name, dfg_tensor *t);
 
+/* `dfg fit`: an integer setting that may take any of `values` (1 to DFG_MAX_FIT_VALUES of them).
+ * keeps_math true: every value trains the same step, the same loss, gradients and updates up to
+ * float rounding, and changes only how it is computed (micro-batches, sub-batches); list them
+ * in the order they save memory and cost time (dfg fit assumes the arena does not grow along
+ * the list, and checks the plan it picks). keeps_math false: a value changes what is trained
+ * (batch size, lengths): dfg fit never changes it, but when nothing fits it names the first of
+ * `values` (list them nearest the current value first) that would. The setting's own value
+ * need not be in the list. Not stored in plans: dfg fit reads the program the pipeline builds. */
+#define DFG_MAX_FIT_KNOBS 8
+#define DFG_MAX_FIT_VALUES 32
+typedef struct {
+    const char *setting;
+    int64_t values[DFG_MAX_FIT_VALUES];
+    int n_values;
+    bool keeps_math;
+} dfg_fit_knob;
+DFG_API dfg_status dfg_declare_fit_knob(dfg_program *p, const char *setting, const int64_t *values, int n_values,
+                                        bool keeps_math);
+DFG_API int dfg_program_fit_knob_count(const dfg_program *p);
+DFG_API const dfg_fit_knob *dfg_program_fit_knob(const dfg_program *p, int i); /* NULL when out of range */
+
 /* ---------------------------------------------------------------- graphs */
 DFG_API dfg_graph *dfg_graph_new(dfg_program *p, const char *name);
 DFG_API dfg_status dfg_graph_status(const dfg_graph *g);

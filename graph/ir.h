@@ -132,6 +132,9 @@ typedef struct {
     int64_t shared_len, shared_group;
     dfg_dump_decl *dumps;            /* dfg_declare_dump */
     int n_dumps, cap_dumps;
+    dfg_fit_knob knobs[DFG_MAX_FIT_KNOBS]; /* dfg_declare_fit_knob (not stored in plans: dfg fit reads
+                                              them from the program the pipeline builds) */
+    int n_knobs;
 } dfg_declarations;
 
 struct dfg_program {

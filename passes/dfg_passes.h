@@ -27,6 +27,11 @@ typedef struct {
     bool keep_order;       /* schedule: keep the build order instead of minimising the live set */
     bool no_fuse;          /* skip the fuse pass (to compare fused with unfused results) */
     int64_t memory_budget; /* bytes the arena may take (0: no limit); remat recomputes to fit */
+    bool memory_min;       /* the smallest arena instead (dfg fit --min): remat recomputes while that
+                              shrinks the plan, the fused head takes its narrowest vocabulary chunk;
+                              memory_budget is then ignored */
+    bool no_remat;         /* dfg fit's quick look: the budget sets the fused head's chunk, but nothing
+                              is recomputed and an arena over it is no error (fit compares) */
 } dfg_options;
 
 /* Parses "6GiB", "512MiB", "1.5GB", "4096" into bytes (GiB/MiB/KiB binary, GB/MB/KB decimal);

@@ -201,10 +201,11 @@ static dfg_status rewrite(fuse_ctx *f, const region *r, dfg_op op, dfg_tensor *c
 }
 
 /* Vocabulary chunks for linear_logprob: the workspace (rows_chunk x v_chunk floats) stays near
- * 32 MiB, or 1/256 of a memory budget when that is smaller. */
+ * 32 MiB, or 1/256 of a memory budget when that is smaller; the narrowest chunk under memory_min. */
 static void choose_chunks(const dfg_options *o, int64_t rows, int64_t v, dfg_attrs *a) {
     int64_t target = (int64_t)32 << 20;
     if (o->memory_budget > 0 && o->memory_budget / 256 < target) target = o->memory_budget / 256;
+    if (o->memory_min) target = 0;
     int64_t rc = rows < 1024 ? rows : 1024;
     int64_t vc = target / (rc * 4);
     if (vc >= v) vc = v;

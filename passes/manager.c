@@ -61,7 +61,7 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
         if ((st = pipeline[i].run(p, &o))) return st;
         if (o.verify_each && pipeline[i].run != dfg_pass_verify && (st = dfg_pass_verify(p, &o))) return st;
     }
-    if (o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
+    if (!o.memory_min && !o.no_remat && o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
         return dfg_program_err(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",
                                  plan->report.arena_bytes, (long long)o.memory_budget);
     return DFG_OK;

@@ -359,7 +359,8 @@ static void dominant(const dfg_report *r, char *buf, size_t len) {
 }
 
 dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
-    if (o->memory_budget <= 0) return DFG_OK;
+    if ((o->memory_budget <= 0 && !o->memory_min) || o->no_remat) return DFG_OK;
+    int64_t budget = o->memory_min ? 0 : o->memory_budget; /* 0 under memory_min: never met, go on while it helps */
     remat_ctx c = {.p = p, .o = o, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
                    .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int))};
     dfg_arena scratch = {0};
@@ -369,11 +370,11 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     while (!st) {
         plan_cost cost = measure(p, o, &trial, &scratch);
         if ((arena = cost.arena) < 0) st = DFG_ERR_NOMEM;
-        if (st || arena <= o->memory_budget) break;
+        if (st || arena <= budget) break;
         bool kept = false;
         if ((st = round_once(&c, &trial, cost, &scratch, &kept)) || !kept) break;
     }
-    if (!st && arena > o->memory_budget) {
+    if (!st && !o->memory_min && arena > budget) {
         char dom[256];
         dominant(&trial.report, dom, sizeof(dom));
         st = dfg_program_err(p, DFG_ERR_ARG,

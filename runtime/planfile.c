@@ -39,6 +39,7 @@ dfg_options dfg_plan_options(const dfg_plan_info *info) {
     o.keep_order = info->keep_order;
     o.no_fuse = info->no_fuse;
     o.memory_budget = info->memory_budget;
+    o.memory_min = info->memory_min;
     return o;
 }
 

@@ -24,7 +24,7 @@
  *   1 info      u32 target | str program name | str source file | i64 compile time (unix
  *               seconds) | str dfg version of the writer | u32 sizeof(dfg_attrs) | u32 op count
  *               | u32 alignment (0: the target's) | u32 compile flags (1 no_reuse, 2 keep_order,
- *               4 no_fuse) | i64 memory budget in bytes (0: none; never negative)
+ *               4 no_fuse, 8 memory_min) | i64 memory budget in bytes (0: none; never negative)
  *   2 settings  u32 n | n x (str key | str value | u8 used)
  *   3 tensors   u32 n | n x tensor, in tensor-id order (ids are 0 .. n-1), temporaries included
  *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 dfg_output, 2 parameter gradient
@@ -116,6 +116,7 @@ typedef struct {
     size_t align;          /* 0: the target's */
     bool no_reuse, keep_order, no_fuse;
     int64_t memory_budget; /* bytes the arena may take, remat recomputing to fit (0: no limit) */
+    bool memory_min;       /* the smallest arena remat reaches (dfg fit --min); the budget is then ignored */
     /* The pipeline's shared object (host-stage functions), or NULL. Save only reads it; load
      * returns a malloc'd copy that dfg_plan_info_free releases. */
     void *host_lib;

@@ -15,7 +15,8 @@
 /* Flag bits as the file stores them: fixed by the format, whatever the in-memory enums become. */
 enum { DFG_PLAN_TF_OUTPUT = 1u, DFG_PLAN_TF_GRAD = 2u, DFG_PLAN_TF_ALL = 3u };
 enum { DFG_PLAN_NF_BACKWARD = 1u, DFG_PLAN_NF_ALL = 1u };
-enum { DFG_PLAN_OPT_NO_REUSE = 1u, DFG_PLAN_OPT_KEEP_ORDER = 2u, DFG_PLAN_OPT_NO_FUSE = 4u, DFG_PLAN_OPT_ALL = 7u };
+enum { DFG_PLAN_OPT_NO_REUSE = 1u, DFG_PLAN_OPT_KEEP_ORDER = 2u, DFG_PLAN_OPT_NO_FUSE = 4u,
+       DFG_PLAN_OPT_MEMORY_MIN = 8u, DFG_PLAN_OPT_ALL = 15u };
 
 typedef struct {
     const char *key, *value;

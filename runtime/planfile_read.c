@@ -150,6 +150,7 @@ static void read_info(dfg_plan_reader *r, cursor *c) {
     r->info.no_reuse = (flags & DFG_PLAN_OPT_NO_REUSE) != 0;
     r->info.keep_order = (flags & DFG_PLAN_OPT_KEEP_ORDER) != 0;
     r->info.no_fuse = (flags & DFG_PLAN_OPT_NO_FUSE) != 0;
+    r->info.memory_min = (flags & DFG_PLAN_OPT_MEMORY_MIN) != 0;
     r->info.memory_budget = budget;
 }
 

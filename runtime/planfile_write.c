@@ -143,7 +143,7 @@ static dfg_status check_program(const dfg_program *p, char *err, size_t len) {
 /* ---------------------------------------------------------------- sections */
 static uint32_t option_flags(const dfg_plan_info *info) {
     return (info->no_reuse ? DFG_PLAN_OPT_NO_REUSE : 0u) | (info->keep_order ? DFG_PLAN_OPT_KEEP_ORDER : 0u) |
-           (info->no_fuse ? DFG_PLAN_OPT_NO_FUSE : 0u);
+           (info->no_fuse ? DFG_PLAN_OPT_NO_FUSE : 0u) | (info->memory_min ? DFG_PLAN_OPT_MEMORY_MIN : 0u);
 }
 
 static void write_info(wbuf *w, const dfg_program *p, const dfg_plan_info *info) {

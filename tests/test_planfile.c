@@ -94,6 +94,7 @@ static dfg_program *tiny_program(void) {
 static dfg_plan_info tiny_info(void) {
     dfg_plan_info info = {.target = DFG_TARGET_CPU, .align = 128, .keep_order = true,
                           .no_fuse = true, .memory_budget = (int64_t)3 << 32, /* over 32 bits: all 8 bytes travel */
+                          .memory_min = true,
                           .host_lib = (void *)fake_lib, .host_lib_size = sizeof(fake_lib)};
     snprintf(info.source, sizeof(info.source), "tiny.c");
     return info;
@@ -213,9 +214,9 @@ static void test_tiny_round_trip(void) {
         dfg_options o = dfg_plan_options(&back);
         CHECK(back.align == 128 && !back.no_reuse && back.keep_order && o.align == 128 && o.keep_order && !o.no_reuse &&
                   o.target == DFG_TARGET_CPU && back.no_fuse && o.no_fuse && back.memory_budget == (int64_t)3 << 32 &&
-                  o.memory_budget == back.memory_budget,
-              "tiny: compile options (align %zu, no_reuse %d, keep_order %d, no_fuse %d, memory budget %lld)", back.align,
-              back.no_reuse, back.keep_order, back.no_fuse, (long long)back.memory_budget);
+                  o.memory_budget == back.memory_budget && back.memory_min && o.memory_min,
+              "tiny: compile options (align %zu, no_reuse %d, keep_order %d, no_fuse %d, memory budget %lld, memory_min %d)",
+              back.align, back.no_reuse, back.keep_order, back.no_fuse, (long long)back.memory_budget, back.memory_min);
         CHECK(back.host_lib_size == sizeof(fake_lib) && !memcmp(back.host_lib, fake_lib, sizeof(fake_lib)), "tiny: host lib");
         unsigned char *b2 = serialize(q, &info, &n2);
         CHECK(n2 == n && !memcmp(b, b2, n), "tiny: saving the loaded program gives other bytes");

@@ -10,8 +10,8 @@
 #include "../runtime/planfile.h"
 #include "../runtime/safetensors.h"
 
-/* Exit codes: what a script can rely on. */
-enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+/* Exit codes: what a script can rely on. CLI_NO_FIT: dfg fit found no plan within the budget. */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2, CLI_NO_FIT = 3 };
 
 /* Each command takes its own arguments (argv[0] is the command name) and returns an exit code. */
 int cli_compile(int argc, char **argv);
@@ -20,6 +20,7 @@ int cli_info(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_dot(int argc, char **argv);
 int cli_plot(int argc, char **argv);
+int cli_fit(int argc, char **argv);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -54,6 +55,11 @@ cli_arg_kind cli_next(cli_args *a, const char **opt, const char **value);
 /* Strict integer in [lo, hi]; prints "dfg <cmd>: <what> must be ..." and returns false otherwise. */
 bool cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t lo, int64_t hi, int64_t *out);
 
+/* This process's resident memory (Linux /proc/self/status): VmRSS now and VmHWM, its peak since
+ * the start or since cli_rss_reset_peak. false where the system does not say. */
+bool cli_rss(size_t *now, size_t *peak);
+void cli_rss_reset_peak(void);
+
 /* A fresh private directory under $TMPDIR (or /tmp); false with a message on failure. */
 bool cli_make_tempdir(const char *cmd, char *dir, size_t len);
 /* Removes dir/name (when name is not NULL) and then dir. */
@@ -78,6 +84,50 @@ extern const char *const cli_fused_kinds[3];
 char *cli_fused_str(const dfg_report *r, char *buf, size_t len);
 /* "67 nodes, +3.8% flops (5.77e10)"; "none" under a budget met without recompute; "no budget" */
 char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- building pipelines
+ * tools/cli_pipeline.c: what dfg compile and dfg fit share. */
+typedef struct {
+    const char *cmd;                /* "compile", "fit": for messages */
+    const char *pipeline;           /* PIPELINE.c */
+    const char *target_name;        /* "cpu" or "cuda": the setting 'target' */
+    const char *const *sets;        /* "key=value": the user's --set values, each checked for use */
+    int n_sets;
+    const char *const *extra;       /* "key=value" dfg fit adds (settings the pipeline declared) */
+    int n_extra;
+} cli_pipeline;
+/* "examples/gpt2_train.c" -> "gpt2_train" */
+void cli_stem_of(const char *path, char *out, size_t len);
+/* The arguments dfg compile and dfg fit share: the pipeline, --set (repeatable), --target,
+ * --memory-budget, --no-fuse, -o/--output. */
+#define CLI_MAX_SETS 256
+typedef struct {
+    const char *pipeline, *output, *target_name;
+    dfg_target target;
+    const char *sets[CLI_MAX_SETS]; /* "key=value" as given */
+    int n_sets;
+    int64_t memory_budget;          /* 0: none */
+    bool no_fuse;
+} cli_build_args;
+void cli_build_args_init(cli_build_args *b);
+/* Takes one argument (cli_next's kind, option and value) when it is one of those: *taken says
+ * whether it was. Returns an exit code (CLI_USAGE after printing why the value is wrong). */
+int cli_build_option(const char *cmd, cli_arg_kind k, const char *opt, const char *val, cli_build_args *b, bool *taken);
+/* The plan's path: -o, or PIPELINE's stem + ".dfg" in the current directory. */
+void cli_build_output(const cli_build_args *b, char *out, size_t len);
+/* Builds c->pipeline into the shared object so_path with the C compiler (its diagnostics go to
+ * stderr); then loads it and finds its entry point. Each returns an exit code. */
+int cli_pipeline_compile_so(const cli_pipeline *c, const char *so_path);
+int cli_pipeline_load(const cli_pipeline *c, const char *so, void **lib, dfg_pipeline_fn *fn);
+/* Runs the entry point on a fresh program with the settings; a --set key the pipeline did not
+ * read, or a host stage the library does not export, is refused. *host: the program has host
+ * stages (the plan must carry the shared object). */
+int cli_pipeline_build(const cli_pipeline *c, void *lib, dfg_pipeline_fn fn, dfg_program **out, bool *host);
+/* Writes the plan of p with the compile options of opts (target, align, no_reuse, keep_order,
+ * no_fuse, memory_budget, memory_min), embedding the shared object so when not NULL, after
+ * compiling it as dfg run will; prints what was written and its memory plan. */
+int cli_pipeline_save(const cli_pipeline *c, const dfg_program *p, const char *so, const dfg_plan_info *opts,
+                      const char *out);
 
 /* ---------------------------------------------------------------- dfg run's parts
  * tools/cli_run.c drives a run; cli_run_ckpt.c saves and resumes checkpoints and writes

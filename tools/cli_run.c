@@ -280,6 +280,23 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     }
 }
 
+/* Planned against used, on the host: the arena is one allocation whose pages the steps touch,
+ * so the peak resident memory over the run is what the process had before it, the arena, and
+ * what the plan does not cover (kernel scratch, BLAS buffers, host stages' buffers, and on an
+ * emulated GPU its workspace and staging). */
+static void print_host_memory(run_state *s, size_t before) {
+    size_t now, peak;
+    if (s->a->target == DFG_TARGET_CUDA && !s->a->emulate_gpu) return; /* the arena is on the device */
+    if (!cli_rss(&now, &peak)) return;
+    size_t arena = dfg_runtime_arena_bytes(s->rt);
+    double other = (double)peak - (double)before - (double)arena;
+    char a[32], b[32], c[32], d[32];
+    cli_say("host memory: peak RSS %zu (%s) = %zu before the runtime (%s) + the arena %zu (%s) %s %.0f other (%s: kernel "
+            "scratch, BLAS and host-stage buffers)\n",
+            peak, dfg_bytes_str((double)peak, a, sizeof(a)), before, dfg_bytes_str((double)before, b, sizeof(b)), arena,
+            dfg_bytes_str((double)arena, c, sizeof(c)), other < 0 ? "-" : "+", fabs(other), dfg_bytes_str(fabs(other), d, sizeof(d)));
+}
+
 /* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */
 static double completion_tokens(run_state *s) {
     if (!s->mask || dfg_runtime_read(s->rt, "completion_mask", s->mask, sizeof(float) * (size_t)s->mask_n)) return -1;
@@ -588,6 +605,9 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     opt.reward_cmd = a->reward_cmd;
     opt.reward_lib = a->reward_lib;
     opt.reward_timeout_s = a->reward_timeout;
+    size_t rss_before = 0, peak = 0;
+    cli_rss_reset_peak(); /* the plan's compile may have peaked higher: measure the run alone */
+    bool rss = cli_rss(&rss_before, &peak);
     if (!rc && dfg_runtime_create(p, &opt, &s.rt))
         rc = cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, s.rt ? dfg_runtime_error(s.rt) : "out of memory");
     if (!rc) {
@@ -599,6 +619,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc) {
         catch_interrupts(true);
         rc = run_steps(&s);
+        if (!rc && rss) print_host_memory(&s, rss_before);
         if (!rc) rc = finish(&s);
         catch_interrupts(false);
     }

@@ -205,3 +205,30 @@ void cli_say(const char *fmt, ...) {
     vprintf(fmt, ap);
     va_end(ap);
 }
+
+/* "VmRSS:     1234 kB" */
+static bool status_kb(const char *text, const char *key, size_t *bytes) {
+    const char *at = strstr(text, key);
+    unsigned long long kb;
+    if (!at || sscanf(at + strlen(key), " %llu kB", &kb) != 1) return false;
+    *bytes = (size_t)kb * 1024;
+    return true;
+}
+
+bool cli_rss(size_t *now, size_t *peak) {
+    char text[4096];
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return false;
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return status_kb(text, "VmRSS:", now) && status_kb(text, "VmHWM:", peak);
+}
+
+/* Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0 and later). */
+void cli_rss_reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return;
+    fputs("5", f);
+    fclose(f);
+}

@@ -26,6 +26,7 @@ typedef struct {
 
 static const command commands[] = {
     {"compile", cli_compile, "build a pipeline (C file) into a plan file"},
+    {"fit", cli_fit, "find the plan that fits a memory budget with the math unchanged (or the smallest)"},
     {"run", cli_run, "run a plan for N steps, printing its metrics"},
     {"info", cli_info, "show what a plan holds: settings, stages, memory by role"},
     {"inspect", cli_inspect, "show a plan's memory report: arena, lower bound, what is live at the peak"},

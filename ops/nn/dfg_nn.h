@@ -257,14 +257,16 @@ DFG_API dfg_tensor *dfg_grpo_completion_logp_entropy(dfg_graph *g, const dfg_mod
                                                      dfg_tensor *completions, float temperature, dfg_tensor *start,
                                                      dfg_tensor **entropy);
 
-/* The state of a rollout in progress (all STATEs; N sequences of T positions). */
+/* The state of a rollout in progress (all STATEs; N sequences of T positions), generated n rows
+ * at a time (n = N: all at once): rows row0 .. row0+n-1 of tokens and mask are this call's. */
 typedef struct {
     dfg_tensor *tokens; /* (N, T) i32: the prompts, then the tokens written so far */
     dfg_tensor *mask;   /* (N, T) f32: 1 on generated tokens that count (up to and with the first EOS) */
-    dfg_tensor *done;   /* (N) f32: 1 once a sequence has produced its EOS */
-    dfg_tensor *token;  /* (N, 1) i32: the last token of every sequence (the next step's input) */
+    dfg_tensor *done;   /* (n) f32: 1 once a sequence has produced its EOS */
+    dfg_tensor *token;  /* (n, 1) i32: the last token of every sequence (the next step's input) */
     dfg_tensor *pos;    /* i32 scalar: the position of `token` */
     dfg_tensor *rng;    /* i32 (4): the Philox state sampling draws from */
+    int64_t row0;       /* the rows' first index in tokens; row r draws as row row0 + r of one batch */
 } dfg_grpo_rollout;
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
  * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),

@@ -212,19 +212,41 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     return dfg_graph_status(g);
 }
 
+/* Writes src (n, 1) into column col (an i32 scalar read at run time) of rows row0 .. row0+n-1 of
+ * dst (N, T): the whole column is read, the rows replaced, and the column written back. */
+static void write_rows_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int64_t row0, dfg_tensor *col) {
+    int64_t n = dfg_tensor_shape(src).d[0], all = dfg_tensor_shape(dst).d[0];
+    if (n == all) {
+        dfg_slice_assign_at(g, dst, src, 1, col);
+        return;
+    }
+    dfg_tensor *now = dfg_slice_at(g, dst, 1, col, 1); /* (N, 1) */
+    dfg_tensor *parts[3];
+    int k = 0;
+    if (row0 > 0) parts[k++] = dfg_slice(g, now, 0, 0, row0);
+    parts[k++] = src;
+    if (row0 + n < all) parts[k++] = dfg_slice(g, now, 0, row0 + n, all - row0 - n);
+    dfg_slice_assign_at(g, dst, dfg_concat(g, parts, k, 0), 1, col);
+}
+
 dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
                                 int top_k, const int32_t *eos, int n_eos) {
     if (!g || !r) return DFG_ERR_ARG;
     if (!eos || n_eos < 1 || n_eos > DFG_GRPO_MAX_EOS)
         return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: %d EOS ids (1 .. %d allowed)",
                                 n_eos, DFG_GRPO_MAX_EOS);
-    int64_t N = dfg_tensor_numel(r->done);
-    dfg_tensor *tok = dfg_sample(g, logits, r->rng, temperature, top_k); /* (N, 1) i32 */
-    dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f);                   /* where it goes */
+    int64_t N = dfg_tensor_numel(r->done), all = dfg_tensor_shape(r->tokens).d[0];
+    if (r->row0 < 0 || r->row0 + N > all)
+        return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: rows %lld .. %lld are not rows "
+                                "of the %lld sequences", (long long)r->row0, (long long)(r->row0 + N - 1), (long long)all);
+    dfg_tensor *tok = r->row0 || N != all /* (N, 1) i32 */
+                          ? dfg_sample_rows(g, logits, r->rng, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0), temperature, top_k)
+                          : dfg_sample(g, logits, r->rng, temperature, top_k);
+    dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f); /* where it goes */
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
-    dfg_slice_assign_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), 1, next);
-    dfg_slice_assign_at(g, r->tokens, tok, 1, next);
+    write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next);
+    write_rows_at(g, r->tokens, tok, r->row0, next);
     dfg_tensor *is_eos = NULL; /* (N, 1) f32: 1 when tok is any of the EOS ids */
     for (int i = 0; i < n_eos; i++) {
         dfg_tensor *hit = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos[i]));

@@ -44,7 +44,7 @@ expect_in out.txt "compile" "--help lists compile"
 expect_in out.txt "run" "--help lists run"
 expect_in out.txt "inspect" "--help lists inspect"
 expect_in out.txt "dot" "--help lists dot"
-for c in compile run info inspect dot; do
+for c in compile fit run info inspect dot; do
   run "$DFG" $c --help
   expect_rc 0 "$c --help"
   expect_in out.txt "usage: dfg $c" "$c --help shows its usage"
@@ -53,7 +53,7 @@ run "$DFG"
 expect_rc 2 "no command"
 run "$DFG" frobnicate
 expect_rc 2 "unknown command"
-expect_in err.txt "valid: compile, run, info" "unknown command names the valid ones"
+expect_in err.txt "valid: compile, fit, run, info" "unknown command names the valid ones"
 run "$DFG" compile
 expect_rc 2 "compile without a pipeline"
 expect_in err.txt "missing the pipeline file" "compile names the missing argument"

@@ -107,7 +107,8 @@ static uint8_t *repaired(const uint8_t *data, size_t size) {
 /* ---------------------------------------------------------------- checks */
 static bool info_is_zero(const dfg_plan_info *i) { /* field by field: padding may differ */
     return i->target == 0 && !i->source[0] && !i->dfg_version[0] && i->align == 0 &&
-           !i->no_reuse && !i->keep_order && !i->no_fuse && i->memory_budget == 0 && !i->host_lib && !i->host_lib_size &&
+           !i->no_reuse && !i->keep_order && !i->no_fuse && !i->memory_min && i->memory_budget == 0 && !i->host_lib &&
+           !i->host_lib_size &&
            !i->plan;
 }
 
@@ -192,7 +193,7 @@ static void check_compile(dfg_program *p, const dfg_plan_info *info) {
     }
     const dfg_report *rep = dfg_program_report(p);
     if (!rep) fuzz_fail("compiled without a report", NULL);
-    if (opt.memory_budget > 0 && (int64_t)rep->arena_bytes > opt.memory_budget) fuzz_fail("plan over the budget", NULL);
+    if (!opt.memory_min && opt.memory_budget > 0 && (int64_t)rep->arena_bytes > opt.memory_budget) fuzz_fail("plan over the budget", NULL);
     if (pp_check(p, "fuzz_plan", NULL)) fuzz_fail("the plan breaks the planner's properties (above)", NULL);
     /* the file's recorded plan is this one, or the file is refused in one line */
     char err[1024];

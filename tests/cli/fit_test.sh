@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# fit_test.sh - dfg fit end to end, as a user drives it: on the small GRPO program (examples/grpo.c
+# as it comes), a budget between its smallest and its unconstrained arena gets a plan under the
+# budget that trains the same step (the same rollouts, the same losses: micro-batches, rollout
+# sub-batches and remat keep the math); the run uses what was planned (peak RSS = the process
+# before + the arena + a small reported rest; on the emulated GPU, device memory = arena +
+# workspace); --min gives the smallest plan; a budget under it exits 3 with the least the program
+# needs and writes nothing; a setting given with --set is held; bad arguments exit 2.
+#   usage: fit_test.sh /path/to/dfg /path/to/source-tree
+set -u
+DFG=$1
+SRC=$2
+G=$SRC/examples/grpo.c
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-fit-test-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+failures=0
+
+ok() { echo "ok - $1"; }
+fail() {
+  echo "FAIL - $1"
+  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -40
+  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
+  failures=$((failures + 1))
+}
+run() { "$@" >out.txt 2>err.txt; rc=$?; }
+expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
+expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
+# jget FILE EXPR: a Python expression over d, the JSON in FILE
+jget() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1"; }
+arena_of() { "$DFG" inspect "$1" --json >"$1.json" && jget "$1.json" 'd["arena_bytes"]'; }
+setting_of() { "$DFG" info "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+
+# same_step A.jsonl B.jsonl WHAT: every metric of every step of two runs from one seed agrees:
+# rewards and completion lengths exactly (the same tokens were sampled), the rest within 1e-4.
+# entropy and the clip ratios are TRL's per-micro-batch means averaged over the micro-batches, so
+# they are logged differently when the micro-batches differ (the loss, gradients and updates are
+# not): they are compared only between plans with the same micro-batches.
+same_step() {
+  if python3 - "$1" "$2" "$4" >cmp.txt 2>&1 <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+skip = {"step", "ms", "host_ms", "tokens_per_s", "arena_bytes", "reward_ms"}
+if sys.argv[3] != "same-micro-batches": skip |= {"entropy", "cispo_clip_ratio"} | {k for k in a[0] if k.startswith("clip_ratio/")}
+worst, bad = 0.0, []
+assert len(a) == len(b) == 3, (len(a), len(b))
+for x, y in zip(a, b):
+    for k, v in x.items():
+        if k in skip or not isinstance(v, (int, float)): continue
+        exact = k.startswith("reward") or k.startswith("completions/") or k == "frac_reward_zero_std"
+        err = abs(v - y[k]) / max(abs(v), 1e-3)
+        worst = max(worst, 0 if exact else err)
+        if (exact and v != y[k]) or err > 1e-4: bad.append("step %s %s: %r vs %r" % (x["step"], k, v, y[k]))
+print("worst relative difference %.2g over %d metrics x 3 steps" % (worst, len([k for k in a[0] if k not in skip])))
+if bad: print("\n".join(bad[:8])); sys.exit(1)
+PY
+  then ok "$3 trains the same step: rewards and completions equal, losses within 1e-4 ($(cat cmp.txt))"
+  else fail "$3 trains a different step: $(cat cmp.txt)"; fi
+}
+
+# ---------------------------------------------------------------- arguments
+run "$DFG" fit --help
+expect_rc 0 "fit --help"
+expect_in out.txt "usage: dfg fit" "fit --help shows its usage"
+run "$DFG" fit "$G"
+expect_rc 2 "fit without a budget or --min"
+expect_in err.txt "either --memory-budget" "the message says what to give"
+run "$DFG" fit "$G" --min --memory-budget 1GiB
+expect_rc 2 "fit with both --min and a budget"
+run "$DFG" fit "$G" --memory-budget lots
+expect_rc 2 "fit with a budget that is not a size"
+
+# ---------------------------------------------------------------- the program as given, and its least
+run "$DFG" compile "$G" -o given.dfg
+expect_rc 0 "compile the small GRPO program as given"
+A0=$(arena_of given.dfg)
+run "$DFG" fit "$G" --min -o min.dfg
+expect_rc 0 "fit --min"
+expect_in out.txt "remat to the least" "fit --min says what it did"
+AMIN=$(arena_of min.dfg)
+if [ "$AMIN" -lt "$A0" ]; then ok "--min plans less than the program as given ($AMIN < $A0 bytes)"
+else fail "--min plans $AMIN bytes, not less than the program as given ($A0)"; fi
+[ "$(setting_of min.dfg gradient_accumulation_steps)" = 64 ] && [ "$(setting_of min.dfg rollout_sub_batches)" = 8 ] \
+  && ok "--min takes every knob to its last value (64 micro-batches, 8 rollout sub-batches)" \
+  || fail "--min settings: gradient_accumulation_steps=$(setting_of min.dfg gradient_accumulation_steps) rollout_sub_batches=$(setting_of min.dfg rollout_sub_batches)"
+
+# ---------------------------------------------------------------- a budget between the two
+B=$(( AMIN + (A0 - AMIN) * 3 / 10 ))
+run "$DFG" fit "$G" --memory-budget "$B" -o fit.dfg
+expect_rc 0 "fit under a budget of $B bytes (the least is $AMIN, as given $A0)"
+expect_in out.txt "chose #" "fit names the candidate it chose"
+grep -q '^\*' out.txt && ok "the chosen row is marked in the table" || fail "no row marked with *"
+AF=$(arena_of fit.dfg)
+if [ "$AF" -le "$B" ]; then ok "the written plan fits: arena $AF <= budget $B (dfg inspect)"
+else fail "the written plan's arena $AF is over the budget $B"; fi
+GA=$(setting_of fit.dfg gradient_accumulation_steps) R=$(setting_of fit.dfg rollout_sub_batches)
+echo "  (chosen: gradient_accumulation_steps=$GA rollout_sub_batches=$R; $(grep -o 'recomputed: .*' out.txt))"
+# the same step: run both plans from the same seed and compare every metric of every step
+run "$DFG" run given.dfg --steps 3 --threads 1 --metrics given.jsonl
+expect_rc 0 "run the program as given"
+run "$DFG" run fit.dfg --steps 3 --threads 1 --metrics fit.jsonl
+expect_rc 0 "run the fitted plan"
+cp out.txt fit_run.txt
+same_step given.jsonl fit.jsonl "the fitted plan" "$([ "$GA" = 1 ] && echo same-micro-batches)"
+run "$DFG" run min.dfg --steps 3 --threads 1 --metrics min.jsonl
+expect_rc 0 "run the --min plan"
+same_step given.jsonl min.jsonl "the --min plan (64 micro-batches, the rollout in 8 sub-batches)" other
+# planned = used on the host
+if python3 - fit_run.txt "$AF" >mem.txt 2>&1 <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"host memory: peak RSS (\d+) .*= (\d+) before the runtime .* \+ the arena (\d+) .* ([-+]) (\d+) other", text)
+peak, before, arena, sign, other = int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5])
+other = -other if sign == "-" else other
+assert arena == int(sys.argv[2]), "the run's arena %d is not the plan's %s" % (arena, sys.argv[2])
+assert peak == before + arena + other
+print("peak RSS - before = %d = arena %d + %d other" % (peak - before, arena, other))
+sys.exit(0 if -65536 <= other <= 16 << 20 else 1)
+PY
+then ok "planned = used: $(cat mem.txt) (the rest within -64 KiB .. 16 MiB)"
+else fail "host memory against the plan: $(cat mem.txt)"; fi
+
+# the same for a dataset's left-padded prompts (each sub-batch's rows read their own prompt starts)
+for d in 2 3 4; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 30 --seed $d \
+  -o r$d.jsonl 2>/dev/null; done
+cat r2.jsonl r3.jsonl r4.jsonl >mixed.jsonl
+cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1 --set beta=0.04
+    --set max_completion_length=6)
+run "$DFG" compile "$G" "${DS[@]}" -o ds1.dfg
+expect_rc 0 "compile GRPO on a dataset of left-padded prompts"
+run "$DFG" compile "$G" "${DS[@]}" --set rollout_sub_batches=4 --set gradient_accumulation_steps=4 -o ds4.dfg
+expect_rc 0 "... with 4 rollout sub-batches and 4 micro-batches"
+run "$DFG" run ds1.dfg --steps 3 --threads 1 --metrics ds1.jsonl --reward-lib ./digits_plugin.so
+expect_rc 0 "run it in one batch"
+run "$DFG" run ds4.dfg --steps 3 --threads 1 --metrics ds4.jsonl --reward-lib ./digits_plugin.so
+expect_rc 0 "run it in sub-batches"
+same_step ds1.jsonl ds4.jsonl "left-padded prompts in 4 rollout sub-batches and 4 micro-batches (ref model too)" other
+
+# ---------------------------------------------------------------- a knob given with --set is held
+run "$DFG" fit "$G" --memory-budget "$B" --set gradient_accumulation_steps=1 -o held.dfg
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ]; then ok "fit with gradient_accumulation_steps held (exit $rc)"; else fail "fit with a held knob: exit $rc"; fi
+if grep -q "gradient_accumulation_steps=[0-9]" out.txt; then fail "the held knob was searched"; else ok "the table never varies the held knob"; fi
+
+# ---------------------------------------------------------------- nothing fits
+BLOW=$(( AMIN * 9 / 10 ))
+rm -f low.dfg
+run "$DFG" fit "$G" --memory-budget "$BLOW" -o low.dfg
+expect_rc 3 "a budget under the least ($BLOW < $AMIN bytes) fits nothing"
+expect_in err.txt "nothing fits" "the message says nothing fits"
+expect_in err.txt "needs at least" "the message gives the least the pipeline needs"
+[ -e low.dfg ] && fail "a plan was written although nothing fits" || ok "no plan is written"
+# what would fit, changing the math: 8 prompts of 8 generations, the budget of half the prompts' least
+run "$DFG" fit "$G" --set prompts_per_step=4 --min -o half.dfg
+AHALF=$(arena_of half.dfg)
+BH=$(( (AHALF + AMIN) / 2 ))
+run "$DFG" fit "$G" --memory-budget "$BH" -o none.dfg
+expect_rc 3 "a budget between the least of 4 and of 8 prompts ($BH bytes) fits nothing with 8"
+expect_in err.txt "changing what is trained would fit" "the message names what would fit"
+expect_in err.txt "prompts_per_step=4" "... a batch of 4 prompts"
+
+# ---------------------------------------------------------------- cuda, on the emulated GPU
+run "$DFG" fit "$G" --target cuda --memory-budget "$B" -o gpu.dfg
+expect_rc 0 "fit for cuda"
+AG=$(arena_of gpu.dfg)
+if [ "$AG" -le "$B" ]; then ok "the cuda plan fits: arena $AG <= $B"; else fail "the cuda plan's arena $AG is over $B"; fi
+run "$DFG" run gpu.dfg --steps 1 --emulate-gpu
+if [ "$rc" -eq 0 ] || grep -q "no CUDA\|emulat" err.txt; then
+  if [ "$rc" -eq 0 ]; then
+    expect_in out.txt "the planned arena $AG +" "the emulated device allocates the plan's arena ($AG bytes) and its workspace"
+  else
+    echo "ok - # SKIP this build has no emulated GPU: $(head -1 err.txt)"
+  fi
+else fail "run the cuda fit plan on the emulated GPU: exit $rc"; fi
+
+echo
+if [ "$failures" -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all checks passed"

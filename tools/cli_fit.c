@@ -1,0 +1,552 @@
+/* cli_fit.c - `dfg fit PIPELINE.c --memory-budget B | --min [--target cpu|cuda] [--set k=v ...]
+ * [--no-fuse] [-o P.dfg]`: will it fit, and how, before any GPU time.
+ *
+ * dfg plans every byte before it runs, so the question users answer by trial and error on a
+ * GPU (which micro-batch, which sequence length, does remat help) is answered here by compiling.
+ * The search varies only what keeps the math: the settings the pipeline declared with
+ * dfg_declare_fit_knob(..., keeps_math = true) (GRPO: gradient_accumulation_steps, the training
+ * micro-batch; rollout_sub_batches, the rollout generated a few groups at a time), the remat
+ * pass (activations recomputed in the backward), and the fused head's vocabulary chunk, which
+ * follows the budget (passes/fuse.c). A knob the user gave with --set is held at that value.
+ *
+ *   1. the program as given, without recompute: when it fits, that is the plan;
+ *   2. for each value of the other knobs, the first value of the knob with the most values (the
+ *      declared order saves memory step by step) that fits without recompute, by bisection;
+ *   3. remat, one step before each of those frontiers (and at the last values where nothing
+ *      fit), when its estimated time could beat the best plan of step 2;
+ * and writes the candidate that fits with the least estimated step time. The estimate is a
+ * roofline of the op cost table (ops.def's cost column: FLOPs and bytes of every kernel run,
+ * recomputed copies included) on a nominal device of the target (est_device below), plus a
+ * fixed cost per kernel launch: a ratio between plans of one program, not a prediction of
+ * milliseconds. Every candidate compiled is printed.
+ *
+ * --min: the smallest arena with the math unchanged (every knob at its last value, remat until
+ * nothing more helps, the narrowest chunk), and its plan. When nothing fits the budget, fit says
+ * the least the pipeline needs, what fills it, and for the knobs that change the math
+ * (keeps_math = false: batch size, lengths) the first value that would fit; it writes nothing
+ * and exits with 3 (CLI_NO_FIT). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <dlfcn.h>
+
+#include "../graph/ir.h"
+#include "../ops/op.h"
+#include "cli.h"
+
+#define CMD "fit"
+#define MAX_CANDIDATES 512
+#define MAX_COMBOS 64     /* value combinations of the knobs other than the bisected one */
+#define MAX_REMAT_TRIES 3 /* remat searches are slow on large programs: the most promising only */
+
+typedef struct {
+    cli_build_args b; /* the pipeline, --set, --target, --memory-budget (0 with --min), --no-fuse, -o */
+    bool min;
+} fit_args;
+
+typedef struct {
+    char setting[128];
+    int64_t values[DFG_MAX_FIT_VALUES];
+    int n_values;
+} fit_knob;
+
+typedef enum { MODE_PROBE, MODE_REMAT, MODE_MIN } fit_mode;
+
+typedef struct {
+    int idx[DFG_MAX_FIT_KNOBS]; /* value index per searched knob; -1: as the program has it */
+    fit_mode mode;
+    const char *math_key;       /* a hint's math-changing setting and value, or NULL */
+    int64_t math_value;
+    bool compiled, fits;
+    int64_t arena, persistent;
+    double flops, extra_flops, est_s;
+    int recomputed;
+    char note[200];             /* why it did not compile */
+} candidate;
+
+typedef struct {
+    const fit_args *a;
+    cli_pipeline pl;
+    void *lib;
+    dfg_pipeline_fn fn;
+    fit_knob knob[DFG_MAX_FIT_KNOBS]; /* searched: keeps the math, not set by the user */
+    int n_knobs;
+    fit_knob math[DFG_MAX_FIT_KNOBS]; /* change the math: named when nothing fits */
+    int n_math;
+    candidate cand[MAX_CANDIDATES];
+    int n_cand;
+} fit_ctx;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dfg fit PIPELINE.c (--memory-budget BYTES | --min) [--target cpu|cuda] [--set key=value ...]\n"
+            "               [--no-fuse] [-o P.dfg]\n"
+            "\n"
+            "Finds the plan of a pipeline that fits a memory budget with the math unchanged, writes it\n"
+            "(like dfg compile) and prints every candidate it compiled. It varies the settings the\n"
+            "pipeline declares as keeping the math (GRPO: gradient_accumulation_steps, rollout_sub_batches),\n"
+            "recomputation in the backward (remat) and the fused head's vocabulary chunk; a setting given\n"
+            "with --set is held at that value. Settings that change what is trained (prompts_per_step,\n"
+            "num_generations, max_completion_length) are never changed: when nothing fits, fit names the\n"
+            "values that would.\n"
+            "\n"
+            "  --memory-budget B the most bytes the arena may take, e.g. 24GiB, 512MiB, 1.5GB\n"
+            "  --min             the smallest arena reachable with the math unchanged, and its plan\n"
+            "  --target T        cpu (default) or cuda; planning needs no GPU\n"
+            "  --set key=value   a pipeline setting (repeatable), as for dfg compile\n"
+            "  --no-fuse         plan the ops as written (no fused log-prob head)\n"
+            "  -o, --output P    where to write the plan (default: PIPELINE.dfg here)\n"
+            "\n"
+            "The estimated step time is a roofline of the op cost table on a nominal device of the\n"
+            "target, plus a cost per kernel launch: it ranks the plans of one program, it is not a\n"
+            "measurement. Exit status: 0 a plan was written; 3 nothing fits the budget (the message says\n"
+            "the least the pipeline needs and what would fit); 2 bad input; 1 another failure.\n");
+}
+
+static int parse_args(int argc, char **argv, fit_args *a) {
+    static const cli_option opts[] = {{"--set", true},  {"--target", true},        {"-o", true},      {"--output", true},
+                                      {"--min", false}, {"--memory-budget", true}, {"--no-fuse", false},
+                                      {"--help", false}, {"-h", false},            {NULL, false}};
+    cli_args c = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
+    const char *opt, *val;
+    *a = (fit_args){0};
+    cli_build_args_init(&a->b);
+    for (cli_arg_kind k; (k = cli_next(&c, &opt, &val)) != CLI_ARG_END;) {
+        bool taken;
+        if (k == CLI_ARG_ERROR) return CLI_USAGE;
+        int rc = cli_build_option(CMD, k, opt, val, &a->b, &taken);
+        if (rc || taken) {
+            if (rc) return rc;
+        } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(opt, "--min")) {
+            a->min = true;
+        }
+    }
+    if (!a->b.pipeline) {
+        usage(stderr);
+        return cli_error(CMD, CLI_USAGE, "missing the pipeline file (PIPELINE.c)");
+    }
+    if (a->min == (a->b.memory_budget > 0))
+        return cli_error(CMD, CLI_USAGE, "give either --memory-budget BYTES (the plan that fits it) or --min (the smallest plan)");
+    return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- the estimate */
+/* A nominal device per target: tensor-core (matmul, attention, fused head) and other FLOP/s,
+ * memory bandwidth, and the cost of one kernel launch (a CUDA Graph node; a CPU kernel call).
+ * The cuda figures are an H100's order of magnitude (798 TFLOP/s bf16 and 3.0 TB/s were
+ * measured on one, tools/bench/results; kernels at these sizes reach about half), the cpu ones
+ * a few cores'. */
+typedef struct {
+    double tensor_flops, flops, bandwidth, launch_s;
+} est_device;
+
+static est_device device_of(dfg_target t) {
+    if (t == DFG_TARGET_CUDA) return (est_device){400e12, 30e12, 2.5e12, 3e-6};
+    return (est_device){100e9, 20e9, 10e9, 2e-6};
+}
+
+static bool tensor_op(dfg_op op) {
+    const char *n = dfg_op_name(op);
+    return strstr(n, "matmul") || strstr(n, "attention") || strstr(n, "linear_logprob");
+}
+
+/* Seconds per step: every node of every graph stage, times the stage's runs. */
+static double estimate(const dfg_program *p, dfg_target target) {
+    est_device d = device_of(target);
+    double s = 0;
+    for (int i = 0; i < p->n_stages; i++) {
+        const dfg_stage *st = &p->stages[i];
+        if (st->kind != DFG_STAGE_GRAPH) continue;
+        double g = 0;
+        for (int k = 0; k < st->graph->n_nodes; k++) {
+            const dfg_node *n = st->graph->nodes[k];
+            dfg_cost c = dfg_ops[n->op].cost(n);
+            double compute = c.flops / (tensor_op(n->op) ? d.tensor_flops : d.flops);
+            double memory = (c.bytes_read + c.bytes_written) / d.bandwidth;
+            g += fmax(compute, memory) + d.launch_s;
+        }
+        s += g * st->repeat;
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------------- candidates */
+/* "key=value" for each searched knob (and a hint's math setting); returns their count. */
+static int extra_sets(const fit_ctx *f, const candidate *c, char buf[][160], const char **out) {
+    int n = 0;
+    for (int i = 0; i < f->n_knobs; i++)
+        if (c->idx[i] >= 0) {
+            snprintf(buf[n], 160, "%s=%lld", f->knob[i].setting, (long long)f->knob[i].values[c->idx[i]]);
+            out[n] = buf[n], n++;
+        }
+    if (c->math_key) {
+        snprintf(buf[n], 160, "%s=%lld", c->math_key, (long long)c->math_value);
+        out[n] = buf[n], n++;
+    }
+    return n;
+}
+
+/* Builds the program the candidate's settings make. */
+static int build(const fit_ctx *f, const candidate *c, dfg_program **p) {
+    char buf[DFG_MAX_FIT_KNOBS + 1][160];
+    const char *ex[DFG_MAX_FIT_KNOBS + 1];
+    cli_pipeline pl = f->pl;
+    pl.extra = ex;
+    pl.n_extra = extra_sets(f, c, buf, ex);
+    bool host;
+    return cli_pipeline_build(&pl, f->lib, f->fn, p, &host);
+}
+
+static dfg_options options_of(const fit_ctx *f, fit_mode mode) {
+    dfg_options o = dfg_options_default(f->a->b.target);
+    o.no_fuse = f->a->b.no_fuse;
+    if (mode == MODE_MIN) o.memory_min = true;
+    else o.memory_budget = f->a->b.memory_budget;
+    o.no_remat = mode == MODE_PROBE;
+    return o;
+}
+
+/* Compiles the candidate and records what its plan needs. A program the compiler refuses (a
+ * budget remat cannot meet) is a candidate that does not fit, with the compiler's reason. */
+static int evaluate(fit_ctx *f, candidate *c) {
+    dfg_program *p = NULL;
+    int rc = build(f, c, &p);
+    if (!rc) {
+        dfg_options o = options_of(f, c->mode);
+        if (dfg_compile(p, &o)) { /* remat's "the memory budget of B does not fit; the smallest plan found needs ..." */
+            const char *e = dfg_program_error(p), *tail = strstr(e, "does not fit; ");
+            snprintf(c->note, sizeof(c->note), "%s", tail ? tail + 14 : e);
+            if (dfg_program_status(p) == DFG_ERR_NOMEM) rc = cli_error(CMD, CLI_FAILED, "out of memory compiling a candidate");
+        } else {
+            const dfg_report *r = dfg_program_report(p);
+            c->compiled = true;
+            c->arena = (int64_t)r->arena_bytes;
+            c->persistent = (int64_t)r->persistent_bytes;
+            c->fits = c->mode == MODE_MIN || c->arena <= f->a->b.memory_budget;
+            c->flops = r->flops;
+            c->extra_flops = r->extra_flops;
+            c->recomputed = r->recomputed_nodes;
+            c->est_s = estimate(p, f->a->b.target);
+        }
+    }
+    dfg_program_free(p);
+    return rc;
+}
+
+static bool same(const fit_ctx *f, const candidate *a, const candidate *b) {
+    if (a->mode != b->mode || a->math_key != b->math_key || a->math_value != b->math_value) return false;
+    for (int i = 0; i < f->n_knobs; i++)
+        if (a->idx[i] != b->idx[i]) return false;
+    return true;
+}
+
+/* The candidate's result, compiling it the first time it is asked for; NULL on a failure that
+ * ends the search (its message printed), with *rc set. */
+static candidate *try_candidate(fit_ctx *f, const candidate *want, int *rc) {
+    for (int i = 0; i < f->n_cand; i++)
+        if (same(f, &f->cand[i], want)) return &f->cand[i];
+    if (f->n_cand == MAX_CANDIDATES) {
+        *rc = cli_error(CMD, CLI_FAILED, "more than %d candidates", MAX_CANDIDATES);
+        return NULL;
+    }
+    candidate *c = &f->cand[f->n_cand++];
+    *c = *want;
+    if ((*rc = evaluate(f, c))) return NULL;
+    return c;
+}
+
+static candidate at(const fit_ctx *f, const int *idx, fit_mode mode) {
+    candidate c = {.mode = mode};
+    for (int i = 0; i < f->n_knobs; i++) c.idx[i] = idx ? idx[i] : -1;
+    return c;
+}
+
+/* ---------------------------------------------------------------- the search */
+/* The best fitting candidate so far (least estimated time, then least arena), or NULL. */
+static const candidate *best(const fit_ctx *f) {
+    const candidate *b = NULL;
+    for (int i = 0; i < f->n_cand; i++) {
+        const candidate *c = &f->cand[i];
+        if (!c->compiled || !c->fits || c->math_key || c->mode == MODE_MIN) continue;
+        if (!b || c->est_s < b->est_s || (c->est_s == b->est_s && c->arena < b->arena)) b = c;
+    }
+    return b;
+}
+
+/* The i-th combination of the values of every knob but `primary` (mixed radix), into idx. */
+static void combination(const fit_ctx *f, int primary, int i, int *idx) {
+    for (int k = f->n_knobs - 1; k >= 0; k--) {
+        if (k == primary) continue;
+        idx[k] = i % f->knob[k].n_values;
+        i /= f->knob[k].n_values;
+    }
+}
+
+/* Step 2 and 3 of the header. front[i]: the first fitting value index of the primary knob for
+ * combination i, or -1 when none fits without recompute. */
+static int search(fit_ctx *f) {
+    int rc = 0, primary = 0, combos = 1;
+    for (int k = 1; k < f->n_knobs; k++)
+        if (f->knob[k].n_values > f->knob[primary].n_values) primary = k;
+    for (int k = 0; k < f->n_knobs; k++)
+        if (k != primary) combos *= f->knob[k].n_values;
+    if (combos > MAX_COMBOS) combos = MAX_COMBOS;
+    int front[MAX_COMBOS], last = f->knob[primary].n_values - 1, hi = last;
+    candidate *c;
+    for (int i = 0; i < combos; i++) {
+        int idx[DFG_MAX_FIT_KNOBS];
+        combination(f, primary, i, idx);
+        idx[primary] = last;
+        candidate want = at(f, idx, MODE_PROBE);
+        if (!(c = try_candidate(f, &want, &rc))) return rc;
+        front[i] = -1;
+        if (!c->fits) continue;
+        /* later combinations save more memory elsewhere: their frontier is at or below this one's */
+        int lo = 0, top = hi;
+        if (top < last) {
+            idx[primary] = top;
+            want = at(f, idx, MODE_PROBE);
+            if (!(c = try_candidate(f, &want, &rc))) return rc;
+            if (!c->fits) lo = top + 1, top = last; /* it is not: search above */
+        }
+        while (lo < top) {
+            int mid = (lo + top) / 2;
+            idx[primary] = mid;
+            want = at(f, idx, MODE_PROBE);
+            if (!(c = try_candidate(f, &want, &rc))) return rc;
+            if (c->fits) top = mid;
+            else lo = mid + 1;
+        }
+        front[i] = hi = top;
+    }
+    /* remat one step before each frontier, or at the last values where nothing fit: the
+     * candidates whose time without recompute beats the best plan so far, the fastest first */
+    candidate tries[MAX_COMBOS];
+    int n_tries = 0;
+    for (int i = 0; i < combos; i++) {
+        int idx[DFG_MAX_FIT_KNOBS];
+        combination(f, primary, i, idx);
+        if (front[i] == 0) continue;
+        idx[primary] = front[i] < 0 ? last : front[i] - 1;
+        candidate probe = at(f, idx, MODE_PROBE);
+        if (!(c = try_candidate(f, &probe, &rc))) return rc;
+        const candidate *b = best(f);
+        if (!c->compiled || (b && c->est_s >= b->est_s)) continue;
+        tries[n_tries] = at(f, idx, MODE_REMAT);
+        tries[n_tries++].est_s = c->est_s;
+    }
+    for (int i = 1; i < n_tries; i++) /* insertion sort by the time without recompute */
+        for (int j = i; j > 0 && tries[j].est_s < tries[j - 1].est_s; j--) {
+            candidate t = tries[j];
+            tries[j] = tries[j - 1], tries[j - 1] = t;
+        }
+    for (int i = 0; i < n_tries && i < MAX_REMAT_TRIES; i++) {
+        const candidate *b = best(f);
+        if (b && tries[i].est_s >= b->est_s) break;
+        tries[i].est_s = 0;
+        if (!try_candidate(f, &tries[i], &rc)) return rc;
+    }
+    return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- what the user sees */
+static void settings_str(const fit_ctx *f, const candidate *c, char *buf, size_t len) {
+    char kv[DFG_MAX_FIT_KNOBS + 1][160];
+    const char *ex[DFG_MAX_FIT_KNOBS + 1];
+    int n = extra_sets(f, c, kv, ex);
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", i ? " " : "", ex[i]);
+    if (!n) snprintf(buf, len, "as given");
+}
+
+static void print_table(const fit_ctx *f, const candidate *chosen) {
+    const candidate *base = &f->cand[0];
+    printf("  #  %-10s %-4s %-26s %-9s %-9s settings\n", "arena", "fits", "recomputed (extra FLOPs)", "FLOPs", "est. step");
+    for (int i = 0; i < f->n_cand; i++) {
+        const candidate *c = &f->cand[i];
+        if (c->math_key) continue;
+        char arena[32], rem[64], set[600], fl[32], est[32];
+        settings_str(f, c, set, sizeof(set));
+        if (!c->compiled) {
+            printf("%c%2d  %-10s %-4s %s; %s\n", c == chosen ? '*' : ' ', i + 1, "-", "no", set, c->note);
+            continue;
+        }
+        dfg_bytes_str((double)c->arena, arena, sizeof(arena));
+        if (c->mode == MODE_PROBE) snprintf(rem, sizeof(rem), "-");
+        else snprintf(rem, sizeof(rem), "%d nodes (+%.1f%%)", c->recomputed, base->flops > 0 ? 100.0 * c->extra_flops / base->flops : 0.0);
+        snprintf(fl, sizeof(fl), "%+.1f%%", base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0);
+        snprintf(est, sizeof(est), "x%.2f", base->est_s > 0 ? c->est_s / base->est_s : 1.0);
+        printf("%c%2d  %-10s %-4s %-26s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena,
+               c->mode == MODE_MIN ? "min" : c->fits ? "yes" : "no", rem, fl, est, set,
+               c->mode == MODE_REMAT ? " + remat" : c->mode == MODE_MIN ? " + remat to the least" : "");
+    }
+    printf("(FLOPs and est. step relative to #1; est. step: the op cost table's roofline on a nominal %s device, "
+           "a ranking, not a measurement)\n", f->a->b.target_name);
+}
+
+/* The last value of every searched knob, and remat to the least: the smallest arena with the
+ * math unchanged. */
+static candidate *least(fit_ctx *f, int *rc) {
+    int idx[DFG_MAX_FIT_KNOBS];
+    for (int i = 0; i < f->n_knobs; i++) idx[i] = f->knob[i].n_values - 1;
+    candidate want = at(f, idx, MODE_MIN);
+    return try_candidate(f, &want, rc);
+}
+
+/* A knob that changes the math: its first value that fits (every searched knob at its last
+ * value, no recompute), or -1. The program with that value declares its own knob values. */
+static int64_t math_value_that_fits(fit_ctx *f, const fit_knob *m, int *rc) {
+    for (int v = 0; v < m->n_values && !*rc; v++) {
+        candidate probe = {.mode = MODE_PROBE, .math_key = m->setting, .math_value = m->values[v]};
+        for (int i = 0; i < f->n_knobs; i++) probe.idx[i] = -1;
+        dfg_program *p = NULL;
+        if ((*rc = build(f, &probe, &p))) return -1;
+        for (int i = 0; i < f->n_knobs; i++) { /* the last value this program allows */
+            for (int k = 0; k < dfg_program_fit_knob_count(p); k++) {
+                const dfg_fit_knob *d = dfg_program_fit_knob(p, k);
+                if (strcmp(d->setting, f->knob[i].setting)) continue;
+                for (int j = 0; j < f->knob[i].n_values; j++)
+                    if (f->knob[i].values[j] == d->values[d->n_values - 1]) probe.idx[i] = j;
+            }
+        }
+        dfg_program_free(p);
+        candidate *c = try_candidate(f, &probe, rc);
+        if (c && c->fits) return m->values[v];
+    }
+    return -1;
+}
+
+static int nothing_fits(fit_ctx *f) {
+    int rc = 0;
+    char b[32], m[32], per[32], line[1024];
+    candidate *c = least(f, &rc);
+    if (!c) return rc;
+    size_t at = 0;
+    line[0] = '\0';
+    for (int i = 0; i < f->n_math && !rc; i++) {
+        int64_t v = math_value_that_fits(f, &f->math[i], &rc);
+        if (v >= 0) at += (size_t)snprintf(line + at, at < sizeof(line) ? sizeof(line) - at : 0, "%s%s=%lld", at ? ", " : "",
+                                          f->math[i].setting, (long long)v);
+    }
+    if (rc) return rc;
+    print_table(f, NULL);
+    dfg_bytes_str((double)f->a->b.memory_budget, b, sizeof(b));
+    dfg_bytes_str((double)c->arena, m, sizeof(m));
+    dfg_bytes_str((double)c->persistent, per, sizeof(per));
+    char set[600];
+    settings_str(f, c, set, sizeof(set));
+    fprintf(stderr, "dfg fit: nothing fits %s: with the math unchanged this pipeline needs at least %s (%s, remat to the "
+                    "least), of which %s are persistent (weights, gradients, optimizer state, reference model)\n",
+            b, m, set, per);
+    if (at) fprintf(stderr, "dfg fit: changing what is trained would fit (one at a time, the rest as given): %s\n", line);
+    else if (c->persistent > f->a->b.memory_budget)
+        fprintf(stderr, "dfg fit: the persistent tensors alone are over the budget: no batch or length setting fits; a "
+                        "smaller model, or its optimizer state elsewhere, would\n");
+    else fprintf(stderr, "dfg fit: none of the settings that change the math (halving the batch or the lengths) fits either\n");
+    return CLI_NO_FIT;
+}
+
+/* ---------------------------------------------------------------- the command */
+static bool user_set(const fit_args *a, const char *key) {
+    size_t n = strlen(key);
+    for (int i = 0; i < a->b.n_sets; i++)
+        if (!strncmp(a->b.sets[i], key, n) && a->b.sets[i][n] == '=') return true;
+    return false;
+}
+
+/* The knobs the program as given declares: searched ones (not held by --set) and hints. */
+static int read_knobs(fit_ctx *f) {
+    dfg_program *p = NULL;
+    candidate given = {.mode = MODE_PROBE};
+    int rc = build(f, &given, &p);
+    for (int k = 0; !rc && k < dfg_program_fit_knob_count(p); k++) {
+        const dfg_fit_knob *d = dfg_program_fit_knob(p, k);
+        if (d->keeps_math && user_set(f->a, d->setting)) continue;
+        fit_knob *dst = d->keeps_math ? &f->knob[f->n_knobs++] : &f->math[f->n_math++];
+        snprintf(dst->setting, sizeof(dst->setting), "%s", d->setting);
+        memcpy(dst->values, d->values, sizeof(d->values));
+        dst->n_values = d->n_values;
+    }
+    dfg_program_free(p);
+    return rc;
+}
+
+/* Writes the chosen candidate's plan, compiled as dfg run will. */
+static int write_plan(fit_ctx *f, const candidate *c, const char *so, const char *out) {
+    dfg_program *p = NULL;
+    char buf[DFG_MAX_FIT_KNOBS + 1][160];
+    const char *ex[DFG_MAX_FIT_KNOBS + 1];
+    cli_pipeline pl = f->pl;
+    pl.extra = ex;
+    pl.n_extra = extra_sets(f, c, buf, ex);
+    bool host = false;
+    int rc = cli_pipeline_build(&pl, f->lib, f->fn, &p, &host);
+    dfg_plan_info info = {.target = f->a->b.target, .no_fuse = f->a->b.no_fuse, .memory_min = c->mode == MODE_MIN,
+                          .memory_budget = c->mode == MODE_MIN ? 0 : f->a->b.memory_budget};
+    if (!rc) rc = cli_pipeline_save(&pl, p, host ? so : NULL, &info, out);
+    dfg_program_free(p);
+    return rc;
+}
+
+static int fit(fit_ctx *f, const char *so, const char *out) {
+    int rc = read_knobs(f);
+    candidate *given = NULL;
+    if (!rc) {
+        candidate want = at(f, NULL, f->a->min ? MODE_MIN : MODE_PROBE);
+        if (f->a->min) want = at(f, NULL, MODE_PROBE); /* #1 is always the program as given */
+        given = try_candidate(f, &want, &rc);
+    }
+    if (rc) return rc;
+    const candidate *chosen = NULL;
+    if (f->a->min) {
+        if (!(chosen = least(f, &rc))) return rc;
+    } else if (!given->fits) {
+        if ((rc = search(f))) return rc;
+        if (!(chosen = best(f))) return nothing_fits(f);
+    } else {
+        chosen = given;
+    }
+    if (!chosen->compiled) return cli_error(CMD, CLI_USAGE, "%s: %s", f->a->b.pipeline, chosen->note);
+    print_table(f, chosen);
+    char set[600];
+    settings_str(f, chosen, set, sizeof(set));
+    printf("chose #%d: %s%s\n", (int)(chosen - f->cand) + 1, set,
+           chosen->mode == MODE_REMAT ? ", remat" : chosen->mode == MODE_MIN ? ", remat to the least" : "");
+    return write_plan(f, chosen, so, out);
+}
+
+int cli_fit(int argc, char **argv) {
+    fit_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    struct stat st;
+    if (stat(a.b.pipeline, &st) != 0) return cli_error(CMD, CLI_USAGE, "cannot read %s: %s", a.b.pipeline, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return cli_error(CMD, CLI_USAGE, "%s is not a regular file", a.b.pipeline);
+    char out[4096], dir[4096], so[4200];
+    cli_build_output(&a.b, out, sizeof(out));
+    fit_ctx *f = calloc(1, sizeof(*f));
+    if (!f) return cli_error(CMD, CLI_FAILED, "out of memory");
+    f->a = &a;
+    f->pl = (cli_pipeline){.cmd = CMD, .pipeline = a.b.pipeline, .target_name = a.b.target_name, .sets = a.b.sets,
+                           .n_sets = a.b.n_sets};
+    if (!cli_make_tempdir(CMD, dir, sizeof(dir))) {
+        free(f);
+        return CLI_FAILED;
+    }
+    snprintf(so, sizeof(so), "%s/pipeline.so", dir);
+    rc = cli_pipeline_compile_so(&f->pl, so);
+    if (!rc) rc = cli_pipeline_load(&f->pl, so, &f->lib, &f->fn);
+    if (!rc) rc = fit(f, so, out);
+    if (f->lib) dlclose(f->lib);
+    cli_remove_temp(dir, "pipeline.so");
+    free(f);
+    return rc;
+}
