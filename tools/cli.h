@@ -3,6 +3,7 @@
 #define DFG_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,8 @@ typedef struct {
 } cli_pipeline;
 /* "examples/gpt2_train.c" -> "gpt2_train" */
 void cli_stem_of(const char *path, char *out, size_t len);
+/* "The compiler is cc (override with $DFG_CC); headers come from ...": for usage texts. */
+void cli_pipeline_usage_note(FILE *f);
 /* The arguments dfg compile and dfg fit share: the pipeline, --set (repeatable), --target,
  * --memory-budget, --no-fuse, -o/--output. */
 #define CLI_MAX_SETS 256

@@ -11,13 +11,6 @@
 
 #include "cli.h"
 
-#ifndef DFG_SOURCE_DIR
-#error "DFG_SOURCE_DIR must be defined (the build passes the source tree's path)"
-#endif
-#ifndef DFG_C_COMPILER
-#define DFG_C_COMPILER "cc"
-#endif
-
 #define CMD "compile"
 
 typedef struct {
@@ -55,9 +48,8 @@ static void usage(FILE *f) {
             "  --no-reuse        give every tensor its own bytes (the baseline planning is measured by)\n"
             "  --keep-order      run nodes in the order the pipeline built them, not a schedule that\n"
             "                    keeps fewer bytes live\n"
-            "\n"
-            "The compiler is %s (override with $DFG_CC); headers come from %s.\n",
-            DFG_C_COMPILER, DFG_SOURCE_DIR);
+            "\n");
+    cli_pipeline_usage_note(f);
 }
 
 static int parse_args(int argc, char **argv, compile_args *c) {

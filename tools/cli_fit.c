@@ -104,7 +104,8 @@ static void usage(FILE *f) {
             "The estimated step time is a roofline of the op cost table on a nominal device of the\n"
             "target, plus a cost per kernel launch: it ranks the plans of one program, it is not a\n"
             "measurement. Exit status: 0 a plan was written; 3 nothing fits the budget (the message says\n"
-            "the least the pipeline needs and what would fit); 2 bad input; 1 another failure.\n");
+            "the least the pipeline needs and what would fit); 2 bad input; 1 another failure.\n\n");
+    cli_pipeline_usage_note(f);
 }
 
 static int parse_args(int argc, char **argv, fit_args *a) {

@@ -45,6 +45,10 @@ void cli_stem_of(const char *path, char *out, size_t len) {
  * pipeline sees dfg's public headers and the examples' tasks (examples/tasks/dfg_tasks.h); the
  * tasks archive is linked in, so the shared object (embedded in the plan) carries what it uses
  * of them, and its calls into dfg resolve to the dfg that loads it. */
+void cli_pipeline_usage_note(FILE *f) {
+    fprintf(f, "The compiler is %s (override with $DFG_CC); headers come from %s.\n", DFG_C_COMPILER, DFG_SOURCE_DIR);
+}
+
 void cli_build_args_init(cli_build_args *b) { *b = (cli_build_args){.target_name = "cpu", .target = DFG_TARGET_CPU}; }
 
 int cli_build_option(const char *cmd, cli_arg_kind k, const char *opt, const char *val, cli_build_args *b, bool *taken) {

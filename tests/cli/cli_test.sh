@@ -6,30 +6,10 @@
 set -u
 DFG=$1
 SRC=$2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-cli-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
+. "$(dirname "$0")/testlib.sh"
+testlib_begin cli-test
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null
-  failures=$((failures + 1))
-}
 # run CMD...: runs the command, keeping stdout, stderr and the exit code in out.txt, err.txt, $rc
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
-expect_rc() { # expect_rc CODE WHAT
-  if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi
-}
-expect_in() { # expect_in FILE TEXT WHAT
-  if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi
-}
-expect_one_line() { # expect_one_line WHAT: stderr is exactly one line
-  local n; n=$(wc -l <err.txt)
-  if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line on stderr, got $n"; fi
-}
 # loss_at STEP: the loss printed on "step STEP" in out.txt
 loss_at() { awk -v s="$1" '$1 == "step" && $2 == s { for (i = 3; i < NF; i++) if ($i == "loss") print $(i + 1) }' out.txt; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
@@ -97,7 +77,6 @@ b = float(sys.argv[1]); u = 0; units = ["B", "KiB", "MiB", "GiB", "TiB"]
 while b >= 1024 and u < 4: b /= 1024; u += 1
 print("%.0f B" % b if u == 0 else "%.*f %s" % (2 if b < 10 else 1, b, units[u]))' "$1"; }
 # jget FILE EXPR: a value of the JSON object in FILE (python expression over d)
-jget() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
 
 run "$DFG" inspect gpt2.dfg
 expect_rc 0 "inspect"

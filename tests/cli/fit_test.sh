@@ -11,23 +11,10 @@ set -u
 DFG=$1
 SRC=$2
 G=$SRC/examples/grpo.c
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-fit-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
+. "$(dirname "$0")/testlib.sh"
+testlib_begin fit-test
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -40
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
-  failures=$((failures + 1))
-}
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
-expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
-expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
 # jget FILE EXPR: a Python expression over d, the JSON in FILE
-jget() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1"; }
 arena_of() { "$DFG" inspect "$1" --json >"$1.json" && jget "$1.json" 'd["arena_bytes"]'; }
 setting_of() { "$DFG" info "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 
@@ -174,6 +161,4 @@ if [ "$rc" -eq 0 ] || grep -q "no CUDA\|emulat" err.txt; then
   fi
 else fail "run the cuda fit plan on the emulated GPU: exit $rc"; fi
 
-echo
-if [ "$failures" -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
-echo "all checks passed"
+testlib_end

@@ -10,20 +10,9 @@
 set -u
 DFG=$1
 SRC=$2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-accum-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
+. "$(dirname "$0")/testlib.sh"
+testlib_begin accum-test
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
-  failures=$((failures + 1))
-}
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
-expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
 arena_of() {
   "$DFG" inspect "$1" --json >"$1.json" &&
     python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["arena_bytes"])' "$1.json"
@@ -62,5 +51,4 @@ expect_rc 2 "gradient_accumulation_steps=3 does not divide batch 16"
 if grep -qF "gradient_accumulation_steps 3 must divide batch 16" err.txt out.txt; then ok "the message names both"
 else fail "no message naming gradient_accumulation_steps 3 and batch 16"; fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+testlib_end

@@ -47,21 +47,9 @@ else
   REAL=0 DEV=(--emulate-gpu) ON="with --emulate-gpu"
 fi
 ST=("python3" "$SRC/tests/cli/st_tool.py")
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-gpu-emu-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
-  failures=$((failures + 1))
-}
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
+. "$(dirname "$0")/testlib.sh"
+testlib_begin gpu-emu-test
 check() { local what=$1; shift; if "$@" >check.txt 2>&1; then ok "$what: $(tail -1 check.txt)"; else cat check.txt; fail "$what"; fi; }
-expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
-expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
 steps_of() { grep '^step ' "$1" | sed 's/  [0-9.]* ms.*//'; } # the metrics, without the timings
 
 # ---------------------------------------------------------------- GPT-2 training

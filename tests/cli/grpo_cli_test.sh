@@ -13,28 +13,11 @@ bg_pid=
 trap '[ -n "$bg_pid" ] && kill -9 "$bg_pid" 2>/dev/null; rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
 failures=0
+. "$(dirname "$0")/testlib.sh"
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
-  failures=$((failures + 1))
-}
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
 check() { # check WHAT CMD...: ok when CMD succeeds
   local what=$1; shift
   if "$@"; then ok "$what"; else fail "$what"; fi
-}
-expect_rc() {
-  if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi
-}
-expect_in() {
-  if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi
-}
-expect_one_line() {
-  local n; n=$(wc -l <err.txt)
-  if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line on stderr, got $n"; fi
 }
 # metric_at FILE STEP NAME: the value printed after NAME on "step STEP"
 metric_at() { awk -v s="$2" -v m="$3" '$1 == "step" && $2 == s { for (i = 3; i < NF; i++) if ($i == m) print $(i + 1) }' "$1"; }

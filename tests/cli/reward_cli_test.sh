@@ -13,22 +13,10 @@ SRC=$2
 GRPO=${DFG_TEST_GRPO:-$SRC/examples/grpo.c}
 ST=("python3" "$SRC/tests/cli/st_tool.py")
 TOY="python3 $SRC/tests/cli/toy_reward.py"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-reward-cli-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
+. "$(dirname "$0")/testlib.sh"
+testlib_begin reward-cli-test
 
-ok() { echo "ok - $1"; }
-fail() {
-  echo "FAIL - $1"
-  echo "  --- stdout:"; sed 's/^/  | /' out.txt 2>/dev/null | tail -20
-  echo "  --- stderr:"; sed 's/^/  | /' err.txt 2>/dev/null | tail -20
-  failures=$((failures + 1))
-}
-run() { "$@" >out.txt 2>err.txt; rc=$?; }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
-expect_rc() { if [ "$rc" -eq "$1" ]; then ok "$2 (exit $rc)"; else fail "$2: expected exit $1, got $rc"; fi; }
-expect_in() { if grep -qF -- "$2" "$1"; then ok "$3"; else fail "$3: '$2' not in $1"; fi; }
 # the lines dfg wrote (a reward program's own stderr, such as a shell's "Killed", is not dfg's)
 expect_one_line() {
   local n; n=$(grep -c '^dfg ' err.txt)
