@@ -294,6 +294,10 @@ static void combination(const fit_ctx *f, int primary, int i, int *idx) {
  * combination i, or -1 when none fits without recompute. */
 static int search(fit_ctx *f) {
     int rc = 0, primary = 0, combos = 1;
+    if (f->n_knobs == 0) { /* nothing to vary but remat */
+        candidate want = at(f, NULL, MODE_REMAT);
+        return try_candidate(f, &want, &rc) ? CLI_OK : rc;
+    }
     for (int k = 1; k < f->n_knobs; k++)
         if (f->knob[k].n_values > f->knob[primary].n_values) primary = k;
     for (int k = 0; k < f->n_knobs; k++)
@@ -383,7 +387,8 @@ static void print_table(const fit_ctx *f, const candidate *chosen) {
         dfg_bytes_str((double)c->arena, arena, sizeof(arena));
         if (c->mode == MODE_PROBE) snprintf(rem, sizeof(rem), "-");
         else snprintf(rem, sizeof(rem), "%d nodes (+%.1f%%)", c->recomputed, base->flops > 0 ? 100.0 * c->extra_flops / base->flops : 0.0);
-        snprintf(fl, sizeof(fl), "%+.1f%%", base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0);
+        double more = base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0;
+        snprintf(fl, sizeof(fl), "%+.1f%%", fabs(more) < 0.05 ? 0.0 : more); /* no "-0.0%" */
         snprintf(est, sizeof(est), "x%.2f", base->est_s > 0 ? c->est_s / base->est_s : 1.0);
         printf("%c%2d  %-10s %-4s %-26s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena,
                c->mode == MODE_MIN ? "min" : c->fits ? "yes" : "no", rem, fl, est, set,
@@ -425,11 +430,11 @@ static int64_t math_value_that_fits(fit_ctx *f, const fit_knob *m, int *rc) {
     return -1;
 }
 
-static int nothing_fits(fit_ctx *f) {
+static int nothing_fits(fit_ctx *f, candidate *c) {
     int rc = 0;
     char b[32], m[32], per[32], line[1024];
-    candidate *c = least(f, &rc);
-    if (!c) return rc;
+    if (!c->compiled) return cli_error(CMD, CLI_USAGE, "%s: nothing fits, and the least plan does not compile: %s",
+                                       f->a->b.pipeline, c->note);
     size_t at = 0;
     line[0] = '\0';
     for (int i = 0; i < f->n_math && !rc; i++) {
@@ -445,7 +450,7 @@ static int nothing_fits(fit_ctx *f) {
     char set[600];
     settings_str(f, c, set, sizeof(set));
     fprintf(stderr, "dfg fit: nothing fits %s: with the math unchanged this pipeline needs at least %s (%s, remat to the "
-                    "least), of which %s are persistent (weights, gradients, optimizer state, reference model)\n",
+                    "least), of which %s are persistent (weights, gradients, optimizer state, a reference model: what lives all step)\n",
             b, m, set, per);
     if (at) fprintf(stderr, "dfg fit: changing what is trained would fit (one at a time, the rest as given): %s\n", line);
     else if (c->persistent > f->a->b.memory_budget)
@@ -511,7 +516,12 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
         if (!(chosen = least(f, &rc))) return rc;
     } else if (!given->fits) {
         if ((rc = search(f))) return rc;
-        if (!(chosen = best(f))) return nothing_fits(f);
+        if (!(chosen = best(f))) { /* the search's remat tries are few: the least may still fit */
+            candidate *c = least(f, &rc);
+            if (!c) return rc;
+            if (!c->compiled || c->arena > f->a->b.memory_budget) return nothing_fits(f, c);
+            chosen = c;
+        }
     } else {
         chosen = given;
     }
