@@ -46,6 +46,24 @@ PY
   else fail "$3 trains a different step: $(cat cmp.txt)"; fi
 }
 
+# planned_used RUN_OUTPUT ARENA WHAT: the run's peak RSS is the process before the runtime, the
+# plan's arena and a small rest (kernel scratch, BLAS and host-stage buffers)
+planned_used() {
+  if python3 - "$1" "$2" >mem.txt 2>&1 <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"host memory: peak RSS (\d+) .*= (\d+) before the runtime .* \+ the arena (\d+) .* ([-+]) (\d+) other", text)
+peak, before, arena, sign, other = int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5])
+other = -other if sign == "-" else other
+assert arena == int(sys.argv[2]), "the run's arena %d is not the plan's %s" % (arena, sys.argv[2])
+assert peak == before + arena + other
+print("peak RSS - before = %d = arena %d + %d other" % (peak - before, arena, other))
+sys.exit(0 if -65536 <= other <= 16 << 20 else 1)
+PY
+  then ok "planned = used, $3: $(cat mem.txt) (the rest within -64 KiB .. 16 MiB)"
+  else fail "host memory against the plan, $3: $(cat mem.txt)"; fi
+}
+
 # ---------------------------------------------------------------- arguments
 run "$DFG" fit --help
 expect_rc 0 "fit --help"
@@ -92,21 +110,10 @@ cp out.txt fit_run.txt
 same_step given.jsonl fit.jsonl "the fitted plan" "$([ "$GA" = 1 ] && echo same-micro-batches)"
 run "$DFG" run min.dfg --steps 3 --threads 1 --metrics min.jsonl
 expect_rc 0 "run the --min plan"
+cp out.txt min_run.txt
 same_step given.jsonl min.jsonl "the --min plan (64 micro-batches, the rollout in 8 sub-batches)" other
-# planned = used on the host
-if python3 - fit_run.txt "$AF" >mem.txt 2>&1 <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"host memory: peak RSS (\d+) .*= (\d+) before the runtime .* \+ the arena (\d+) .* ([-+]) (\d+) other", text)
-peak, before, arena, sign, other = int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5])
-other = -other if sign == "-" else other
-assert arena == int(sys.argv[2]), "the run's arena %d is not the plan's %s" % (arena, sys.argv[2])
-assert peak == before + arena + other
-print("peak RSS - before = %d = arena %d + %d other" % (peak - before, arena, other))
-sys.exit(0 if -65536 <= other <= 16 << 20 else 1)
-PY
-then ok "planned = used: $(cat mem.txt) (the rest within -64 KiB .. 16 MiB)"
-else fail "host memory against the plan: $(cat mem.txt)"; fi
+planned_used fit_run.txt "$AF" "the fitted plan"
+planned_used min_run.txt "$AMIN" "the --min plan"
 
 # the same for a dataset's left-padded prompts (each sub-batch's rows read their own prompt starts)
 for d in 2 3 4; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 30 --seed $d \
