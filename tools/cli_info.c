@@ -35,6 +35,7 @@ static void print_origin(const char *path, const dfg_program *p, const dfg_plan_
     if (info->keep_order) printf(", build order kept");
     if (info->no_fuse) printf(", no fusion");
     if (info->memory_budget > 0) printf(", memory budget %s", dfg_bytes_str((double)info->memory_budget, sb, sizeof(sb)));
+    if (info->memory_min) printf(", the least arena (dfg fit --min)");
     printf("\n");
     printf("source    %s, written %s\n", info->source, when);
     if (info->host_lib) printf("host code %s embedded\n", dfg_bytes_str((double)info->host_lib_size, sb, sizeof(sb)));

@@ -28,7 +28,8 @@ static void usage(FILE *f) {
                "\n"
                "  --json   print one JSON object instead of the table. Keys (bytes are integers):\n"
                "           plan, program, target (\"cpu\"|\"cuda\"), align, no_reuse, keep_order,\n"
-               "           no_fuse (compiled with --no-fuse), memory_budget (bytes, null: none),\n"
+               "           no_fuse (compiled with --no-fuse), memory_min (dfg fit --min), memory_budget (bytes,\n"
+               "           null: none),\n"
                "           arena_bytes (what the run allocates), lower_bound_bytes (max over the\n"
                "           steps of the live bytes), arena_over_lower_bound, naive_bytes (no reuse),\n"
                "           saving_vs_naive (fraction), persistent_bytes, device_workspace {gpu, emulated:\n"
@@ -140,6 +141,7 @@ static void print_totals(const inspection *in) {
         printf("budget        %12s  the arena is %s (%.2f%%) under it\n", dfg_bytes_str((double)budget, a, sizeof(a)),
                dfg_bytes_str((double)(budget - (int64_t)r->arena_bytes), b, sizeof(b)),
                100.0 * (1.0 - ratio(r->arena_bytes, (size_t)budget)));
+    else if (in->info->memory_min) printf("budget        %12s  the least arena remat reaches (dfg fit --min)\n", "least");
     else printf("budget        %12s  (dfg compile --memory-budget sets one)\n", "none");
     if (r->target == DFG_TARGET_CUDA) print_device_workspace(in);
 }
@@ -178,7 +180,7 @@ static void print_work(const inspection *in) {
     printf("flops         %.4g GFLOP per step%s\n", r->flops * 1e-9, r->recomputed_nodes ? ", without recompute" : "");
     char line[256];
     printf("fused         %s\n", in->info->no_fuse ? "none (compiled with --no-fuse)" : cli_fused_str(r, line, sizeof(line)));
-    printf("recomputed    %s\n", cli_remat_str(r, in->info->memory_budget, line, sizeof(line)));
+    printf("recomputed    %s\n", cli_remat_str(r, in->info->memory_min ? 1 : in->info->memory_budget, line, sizeof(line)));
     printf("nodes         %d scheduled", r->n_nodes);
     if (r->recomputed_nodes) printf(" (%d of them recomputed copies)", r->recomputed_nodes);
     printf(", %d removed by dce, %d output%s placed in place\n", r->n_nodes_removed, r->n_inplace,
@@ -280,6 +282,7 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddBoolToObject(o, "no_reuse", in->info->no_reuse);
     cJSON_AddBoolToObject(o, "keep_order", in->info->keep_order);
     cJSON_AddBoolToObject(o, "no_fuse", in->info->no_fuse);
+    cJSON_AddBoolToObject(o, "memory_min", in->info->memory_min);
     if (in->info->memory_budget > 0) cJSON_AddNumberToObject(o, "memory_budget", (double)in->info->memory_budget);
     else cJSON_AddNullToObject(o, "memory_budget");
     cJSON_AddNumberToObject(o, "arena_bytes", (double)r->arena_bytes);

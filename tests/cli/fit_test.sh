@@ -84,6 +84,9 @@ run "$DFG" fit "$G" --min -o min.dfg
 expect_rc 0 "fit --min"
 expect_in out.txt "remat to the least" "fit --min says what it did"
 AMIN=$(arena_of min.dfg)
+[ "$(jget min.dfg.json 'd["memory_min"] and d["memory_budget"] is None')" = True ] \
+  && ok "the --min plan records it (inspect --json memory_min; dfg run recompiles it to the least)" \
+  || fail "inspect --json of the --min plan: memory_min $(jget min.dfg.json 'd["memory_min"]')"
 if [ "$AMIN" -lt "$A0" ]; then ok "--min plans less than the program as given ($AMIN < $A0 bytes)"
 else fail "--min plans $AMIN bytes, not less than the program as given ($A0)"; fi
 [ "$(setting_of min.dfg gradient_accumulation_steps)" = 64 ] && [ "$(setting_of min.dfg rollout_sub_batches)" = 8 ] \
