@@ -63,6 +63,8 @@ typedef struct {
     int64_t math_value;
     bool compiled, fits;
     int64_t arena, persistent;
+    int64_t workspace;          /* cuda: what a GPU run allocates after the arena (kernel scratch, GEMM library) */
+    int64_t arena_budget;       /* remat's budget: the budget less the workspace of the same settings */
     double flops, extra_flops, est_s;
     int recomputed;
     char note[200];             /* why it did not compile */
@@ -94,7 +96,9 @@ static void usage(FILE *f) {
             "num_generations, max_completion_length) are never changed: when nothing fits, fit names the\n"
             "values that would.\n"
             "\n"
-            "  --memory-budget B the most bytes the arena may take, e.g. 24GiB, 512MiB, 1.5GB\n"
+            "  --memory-budget B the most bytes the plan may take, e.g. 24GiB, 512MiB, 1.5GB: for cuda the arena\n"
+            "                    and the kernel and GEMM workspace after it, what a GPU run allocates (not the\n"
+            "                    CUDA context); for cpu the arena\n"
             "  --min             the smallest arena reachable with the math unchanged, and its plan\n"
             "  --target T        cpu (default) or cuda; planning needs no GPU\n"
             "  --set key=value   a pipeline setting (repeatable), as for dfg compile\n"
@@ -205,13 +209,23 @@ static int build(const fit_ctx *f, const candidate *c, dfg_program **p) {
     return cli_pipeline_build(&pl, f->lib, f->fn, p, &host);
 }
 
-static dfg_options options_of(const fit_ctx *f, fit_mode mode) {
+static dfg_options options_of(const fit_ctx *f, const candidate *c) {
     dfg_options o = dfg_options_default(f->a->b.target);
     o.no_fuse = f->a->b.no_fuse;
-    if (mode == MODE_MIN) o.memory_min = true;
-    else o.memory_budget = f->a->b.memory_budget;
-    o.no_remat = mode == MODE_PROBE;
+    if (c->mode == MODE_MIN) o.memory_min = true;
+    else o.memory_budget = c->mode == MODE_REMAT ? c->arena_budget : f->a->b.memory_budget;
+    o.no_remat = c->mode == MODE_PROBE;
     return o;
+}
+
+/* On cuda the budget is the device's: the arena and the workspace that follows it in the same
+ * allocation (this build's GPU device layer sizes it; without one, the emulated device's, which
+ * lacks the GEMM library's). Not the CUDA context, which the driver takes before any plan. */
+static int64_t workspace_of(const dfg_program *p, dfg_target target) {
+    dfg_device_workspace w;
+    if (target != DFG_TARGET_CUDA) return 0;
+    if (!dfg_runtime_device_workspace(p, false, &w) || !dfg_runtime_device_workspace(p, true, &w)) return (int64_t)w.total_bytes;
+    return 0;
 }
 
 /* Compiles the candidate and records what its plan needs. A program the compiler refuses (a
@@ -220,7 +234,7 @@ static int evaluate(fit_ctx *f, candidate *c) {
     dfg_program *p = NULL;
     int rc = build(f, c, &p);
     if (!rc) {
-        dfg_options o = options_of(f, c->mode);
+        dfg_options o = options_of(f, c);
         if (dfg_compile(p, &o)) { /* remat's "the memory budget of B does not fit; the smallest plan found needs ..." */
             const char *e = dfg_program_error(p), *tail = strstr(e, "does not fit; ");
             snprintf(c->note, sizeof(c->note), "%s", tail ? tail + 14 : e);
@@ -230,7 +244,8 @@ static int evaluate(fit_ctx *f, candidate *c) {
             c->compiled = true;
             c->arena = (int64_t)r->arena_bytes;
             c->persistent = (int64_t)r->persistent_bytes;
-            c->fits = c->mode == MODE_MIN || c->arena <= f->a->b.memory_budget;
+            c->workspace = workspace_of(p, f->a->b.target);
+            c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
             c->flops = r->flops;
             c->extra_flops = r->extra_flops;
             c->recomputed = r->recomputed_nodes;
@@ -296,6 +311,7 @@ static int search(fit_ctx *f) {
     int rc = 0, primary = 0, combos = 1;
     if (f->n_knobs == 0) { /* nothing to vary but remat */
         candidate want = at(f, NULL, MODE_REMAT);
+        want.arena_budget = f->a->b.memory_budget - f->cand[0].workspace;
         return try_candidate(f, &want, &rc) ? CLI_OK : rc;
     }
     for (int k = 1; k < f->n_knobs; k++)
@@ -345,6 +361,7 @@ static int search(fit_ctx *f) {
         const candidate *b = best(f);
         if (!c->compiled || (b && c->est_s >= b->est_s)) continue;
         tries[n_tries] = at(f, idx, MODE_REMAT);
+        tries[n_tries].arena_budget = f->a->b.memory_budget - c->workspace;
         tries[n_tries++].est_s = c->est_s;
     }
     for (int i = 1; i < n_tries; i++) /* insertion sort by the time without recompute */
@@ -374,28 +391,36 @@ static void settings_str(const fit_ctx *f, const candidate *c, char *buf, size_t
 
 static void print_table(const fit_ctx *f, const candidate *chosen) {
     const candidate *base = &f->cand[0];
-    printf("  #  %-10s %-4s %-26s %-9s %-9s settings\n", "arena", "fits", "recomputed (extra FLOPs)", "FLOPs", "est. step");
+    bool cuda = f->a->b.target == DFG_TARGET_CUDA;
+    printf("  #  %-10s %s%-4s %-26s %-9s %-9s settings\n", "arena", cuda ? "+ workspace " : "", "fits",
+           "recomputed (extra FLOPs)", "FLOPs", "est. step");
     for (int i = 0; i < f->n_cand; i++) {
         const candidate *c = &f->cand[i];
         if (c->math_key) continue;
         char arena[32], rem[64], set[600], fl[32], est[32];
         settings_str(f, c, set, sizeof(set));
         if (!c->compiled) {
-            printf("%c%2d  %-10s %-4s %s; %s\n", c == chosen ? '*' : ' ', i + 1, "-", "no", set, c->note);
+            printf("%c%2d  %-10s %s%-4s %s; %s\n", c == chosen ? '*' : ' ', i + 1, "-", cuda ? "            " : "", "no", set,
+                   c->note);
             continue;
         }
+        char ws[32] = "";
         dfg_bytes_str((double)c->arena, arena, sizeof(arena));
+        if (cuda) dfg_bytes_str((double)c->workspace, ws, sizeof(ws));
         if (c->mode == MODE_PROBE) snprintf(rem, sizeof(rem), "-");
         else snprintf(rem, sizeof(rem), "%d nodes (+%.1f%%)", c->recomputed, base->flops > 0 ? 100.0 * c->extra_flops / base->flops : 0.0);
         double more = base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0;
         snprintf(fl, sizeof(fl), "%+.1f%%", fabs(more) < 0.05 ? 0.0 : more); /* no "-0.0%" */
         snprintf(est, sizeof(est), "x%.2f", base->est_s > 0 ? c->est_s / base->est_s : 1.0);
-        printf("%c%2d  %-10s %-4s %-26s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena,
-               c->mode == MODE_MIN ? "min" : c->fits ? "yes" : "no", rem, fl, est, set,
+        char plus[40] = "";
+        if (cuda) snprintf(plus, sizeof(plus), "+ %-9s ", ws);
+        printf("%c%2d  %-10s %s%-4s %-26s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena, plus,
+               c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, fl, est, set,
                c->mode == MODE_REMAT ? " + remat" : c->mode == MODE_MIN ? " + remat to the least" : "");
     }
     printf("(FLOPs and est. step relative to #1; est. step: the op cost table's roofline on a nominal %s device, "
-           "a ranking, not a measurement)\n", f->a->b.target_name);
+           "a ranking, not a measurement%s)\n", f->a->b.target_name,
+           cuda ? "; fits: the arena and the device workspace after it within the budget" : "");
 }
 
 /* The last value of every searched knob, and remat to the least: the smallest arena with the
@@ -445,13 +470,18 @@ static int nothing_fits(fit_ctx *f, candidate *c) {
     if (rc) return rc;
     print_table(f, NULL);
     dfg_bytes_str((double)f->a->b.memory_budget, b, sizeof(b));
-    dfg_bytes_str((double)c->arena, m, sizeof(m));
+    dfg_bytes_str((double)(c->arena + c->workspace), m, sizeof(m));
     dfg_bytes_str((double)c->persistent, per, sizeof(per));
-    char set[600];
+    char set[600], ws[80] = "";
     settings_str(f, c, set, sizeof(set));
+    if (c->workspace) {
+        char w[32];
+        snprintf(ws, sizeof(ws), ", the device workspace's %s included", dfg_bytes_str((double)c->workspace, w, sizeof(w)));
+    }
     fprintf(stderr, "dfg fit: nothing fits %s: with the math unchanged this pipeline needs at least %s (%s, remat to the "
-                    "least), of which %s are persistent (weights, gradients, optimizer state, a reference model: what lives all step)\n",
-            b, m, set, per);
+                    "least%s), of which %s are persistent (weights, gradients, optimizer state, a reference model: what lives "
+                    "all step)\n",
+            b, m, set, ws, per);
     if (at) fprintf(stderr, "dfg fit: changing what is trained would fit (one at a time, the rest as given): %s\n", line);
     else if (c->persistent > f->a->b.memory_budget)
         fprintf(stderr, "dfg fit: the persistent tensors alone are over the budget: no batch or length setting fits; a "
@@ -496,7 +526,9 @@ static int write_plan(fit_ctx *f, const candidate *c, const char *so, const char
     bool host = false;
     int rc = cli_pipeline_build(&pl, f->lib, f->fn, &p, &host);
     dfg_plan_info info = {.target = f->a->b.target, .no_fuse = f->a->b.no_fuse, .memory_min = c->mode == MODE_MIN,
-                          .memory_budget = c->mode == MODE_MIN ? 0 : f->a->b.memory_budget};
+                          .memory_budget = c->mode == MODE_MIN    ? 0
+                                           : c->mode == MODE_REMAT ? c->arena_budget
+                                                                   : f->a->b.memory_budget};
     if (!rc) rc = cli_pipeline_save(&pl, p, host ? so : NULL, &info, out);
     dfg_program_free(p);
     return rc;
@@ -519,7 +551,7 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
         if (!(chosen = best(f))) { /* the search's remat tries are few: the least may still fit */
             candidate *c = least(f, &rc);
             if (!c) return rc;
-            if (!c->compiled || c->arena > f->a->b.memory_budget) return nothing_fits(f, c);
+            if (!c->compiled || c->arena + c->workspace > f->a->b.memory_budget) return nothing_fits(f, c);
             chosen = c;
         }
     } else {

@@ -260,9 +260,9 @@ static void print_summary(const dfg_program *p, const char *out, size_t plan_byt
         if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
     for (int g = 0; g < p->n_graphs; g++) nodes += p->graphs[g]->n_nodes;
     char sb[32];
-    printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %.3g M parameters\n", out,
+    printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %.3g %s parameters\n", out,
            dfg_bytes_str((double)plan_bytes, sb, sizeof(sb)), p->name, target, p->n_stages, p->n_stages == 1 ? "" : "s",
-           (long long)nodes, (double)n_params / 1e6);
+           (long long)nodes, (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6), n_params >= 1000000000 ? "B" : "M");
     printf("settings:");
     for (int i = 0; i < p->n_settings; i++) printf(" %s=%s", p->settings[i].key, p->settings[i].value);
     printf("\n");

@@ -264,8 +264,9 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     int64_t n_params = 0;
     for (int i = 0; i < p->n_tensors; i++)
         if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
-    cli_say("%s: program '%s', %d stage%s, %.3g M parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
-           p->n_stages == 1 ? "" : "s", (double)n_params / 1e6,
+    cli_say("%s: program '%s', %d stage%s, %.3g %s parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
+           p->n_stages == 1 ? "" : "s", (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6),
+           n_params >= 1000000000 ? "B" : "M",
            dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
     if (r->target == DFG_TARGET_CPU) {
         int threads = dfg_runtime_threads(rt);

@@ -158,10 +158,23 @@ expect_in err.txt "changing what is trained would fit" "the message names what w
 expect_in err.txt "prompts_per_step=4" "... a batch of 4 prompts"
 
 # ---------------------------------------------------------------- cuda, on the emulated GPU
-run "$DFG" fit "$G" --target cuda --memory-budget "$B" -o gpu.dfg
-expect_rc 0 "fit for cuda"
-AG=$(arena_of gpu.dfg)
-if [ "$AG" -le "$B" ]; then ok "the cuda plan fits: arena $AG <= $B"; else fail "the cuda plan's arena $AG is over $B"; fi
+# the budget of a cuda plan holds the device workspace that follows the arena (32 MiB of it the
+# GEMM library's): a budget between the least and the as-given device memory
+run "$DFG" compile "$G" --target cuda -o gpu_given.dfg
+run "$DFG" fit "$G" --target cuda --min -o gpu_min.dfg
+expect_rc 0 "fit --min for cuda"
+device_of() { # arena + the GPU's workspace (the emulated one's in a build without the GPU layer)
+  arena_of "$1" >/dev/null && jget "$1.json" 'd["arena_bytes"] + (d["device_workspace"]["gpu"] or d["device_workspace"]["emulated"])["total_bytes"]'
+}
+DG0=$(device_of gpu_given.dfg) DGMIN=$(device_of gpu_min.dfg)
+BG=$(( DGMIN + (DG0 - DGMIN) * 3 / 10 ))
+run "$DFG" fit "$G" --target cuda --memory-budget "$BG" -o gpu.dfg
+expect_rc 0 "fit for cuda under $BG bytes (the least $DGMIN, as given $DG0, arena and workspace)"
+expect_in out.txt "+ workspace" "the cuda table shows the device workspace beside the arena"
+DG=$(device_of gpu.dfg)
+AG=$(jget gpu.dfg.json 'd["arena_bytes"]')
+if [ -n "$DG" ] && [ "$DG" -le "$BG" ]; then ok "the cuda plan fits with its device workspace: $DG <= $BG (arena $AG)"
+else fail "the cuda plan's arena and workspace ($DG) are over $BG"; fi
 run "$DFG" run gpu.dfg --steps 1 --emulate-gpu
 if [ "$rc" -eq 0 ] || grep -q "no CUDA\|emulat" err.txt; then
   if [ "$rc" -eq 0 ]; then
