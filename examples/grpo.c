@@ -56,6 +56,7 @@ typedef struct {
     float weights[DFG_REWARD_MAX_FUNCS];
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
     int64_t R, n_gen; /* rollout_sub_batches, and the sequences each generates (N / R) */
+    int W;            /* world_size: data-parallel ranks, each with P of the W P prompts of a step */
     bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
     bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
     float temperature, beta, max_grad_norm;
@@ -161,6 +162,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_answer_len + 2);
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->R = dfg_setting_int(p, "rollout_sub_batches", 1);
+    int64_t world = dfg_setting_int(p, "world_size", 1);
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
@@ -185,6 +187,11 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->loss.loss_type = (dfg_grpo_loss_type)lt;
     c->loss.is_level = (dfg_grpo_is_level)lv;
     c->scale = (dfg_grpo_scale)sc;
+    if (world < 1 || world > 4096 || c->P % world)
+        return dfg_program_fail(p, DFG_ERR_ARG, "world_size %lld must divide prompts_per_step %lld (whole groups per "
+                                "rank) and be at most 4096", (long long)world, (long long)c->P);
+    c->W = (int)world;
+    c->P /= world; /* from here on every size is one rank's */
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
 
@@ -382,7 +389,8 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_tensor *h = dfg_model_decode(g, s->policy, &kv, s->cur_tok, s->pos); /* (n_gen, 1, C) */
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                  /* (n_gen, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng, (int64_t)k * c->n_gen};
+    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng, (int64_t)k * c->n_gen,
+                          dfg_grpo_rank_row0(g, c->W, c->N)};
     dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
 }
@@ -400,42 +408,14 @@ static dfg_tensor *truncated_rows(dfg_graph *g, const grpo_config *c, const grpo
     return dfg_mul(g, full, dfg_affine(g, is_eos, -1.0f, 1.0f));
 }
 
-/* The fraction of groups whose G rewards are all equal (TRL's frac_reward_zero_std): their
- * advantages are 0 and they teach nothing. Compared exactly, not through a std that rounding
- * leaves a little above 0. */
-static dfg_tensor *frac_zero_std(dfg_graph *g, const grpo_config *c, dfg_tensor *rewards) {
-    dfg_tensor *grouped = dfg_reshape(g, rewards, DFG_SHAPE(c->P, c->G));
-    dfg_tensor *same = dfg_equal(g, grouped, dfg_slice(g, grouped, 1, 0, 1)); /* (P, G) */
-    dfg_tensor *all = dfg_equal(g, dfg_sum(g, same, 1), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)c->G));
-    return dfg_mean(g, all, 0);
-}
-
-/* the largest of x (N) */
-static dfg_tensor *max_of(dfg_graph *g, dfg_tensor *x) { return dfg_take(g, x, dfg_argmax(g, x)); }
-
-/* TRL's completions/ metrics from the completions' lengths len (N) (tokens up to and with the
- * first EOS) and which ran out of room (truncated, N): mean, min and max length, the share
- * truncated, and the same lengths over the terminated ones (all 0 when none terminated). */
-static void completion_metrics(dfg_graph *g, const grpo_config *c, dfg_tensor *len, dfg_tensor *truncated) {
-    dfg_tensor *term = dfg_affine(g, truncated, -1.0f, 1.0f); /* (N) 1 on the rows that ended with an EOS */
-    dfg_tensor *n_term = dfg_sum(g, term, 0);
-    dfg_tensor *any = dfg_affine(g, dfg_equal(g, n_term, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)), -1.0f, 1.0f);
-    float out_of_reach = (float)(c->max_new + 1); /* longer than any completion */
-    dfg_metric(g, "completions/mean_length", dfg_mean(g, len, 0));
-    dfg_metric(g, "completions/min_length", dfg_neg(g, max_of(g, dfg_neg(g, len))));
-    dfg_metric(g, "completions/max_length", max_of(g, len));
-    dfg_metric(g, "completions/clipped_ratio", dfg_mean(g, truncated, 0));
-    dfg_tensor *term_len = dfg_mul(g, len, term);
-    dfg_metric(g, "completions/mean_terminated_length",
-               dfg_div(g, dfg_sum(g, term_len, 0), dfg_maximum(g, n_term, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f))));
-    dfg_tensor *lo = dfg_add(g, term_len, dfg_scale(g, truncated, out_of_reach)); /* truncated rows out of reach */
-    dfg_metric(g, "completions/min_terminated_length", dfg_mul(g, dfg_neg(g, max_of(g, dfg_neg(g, lo))), any));
-    dfg_metric(g, "completions/max_terminated_length", max_of(g, term_len));
-}
-
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
-    dfg_assign(g, s->advantages, dfg_grpo_advantages(g, s->rewards, c->G, c->scale));
+    /* data parallel: every rank sees the whole batch's rewards and lengths (TRL gathers them too),
+     * so batch-scaled advantages and the metrics are the whole batch's; each keeps its rows */
+    dfg_tensor *rewards = dfg_grpo_world_rows(g, s->rewards, c->W); /* (W N) */
+    dfg_tensor *row0 = dfg_grpo_rank_row0(g, c->W, c->N);
+    dfg_tensor *adv = dfg_grpo_advantages(g, rewards, c->G, c->scale);
+    dfg_assign(g, s->advantages, row0 ? dfg_slice_at(g, adv, 0, row0, c->N) : adv);
     if (s->ref_micro) dfg_assign_fill(g, s->ref_micro, 0.0f); /* the micro-batch loops that follow */
     if (s->old_micro) dfg_assign_fill(g, s->old_micro, 0.0f);
     dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
@@ -448,22 +428,29 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         dfg_assign(g, s->mask, dfg_mul(g, s->mask, keep));
         active = dfg_sum(g, dfg_mul(g, len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
     }
-    dfg_assign(g, s->active, active);
-    dfg_tensor *r = dfg_reshape(g, s->rewards, DFG_SHAPE(1, c->N));
+    /* dapo and cispo divide by the whole batch's active tokens; each rank's loss is its share of
+     * the mean the gradient all-reduce takes, so it divides by their mean over the ranks */
+    dfg_assign(g, s->active, c->W > 1 ? dfg_allreduce(g, active, DFG_COLL_MEAN, c->W) : active);
+    dfg_tensor *r = dfg_reshape(g, rewards, DFG_SHAPE(1, -1));
     dfg_tensor *dev = dfg_sub(g, r, dfg_mean(g, r, 1));
-    dfg_metric(g, "reward", dfg_mean(g, s->rewards, 0));
+    dfg_metric(g, "reward", dfg_mean(g, rewards, 0));
     dfg_metric(g, "reward_std", dfg_sqrt(g, dfg_scale(g, dfg_sum(g, dfg_reshape(g, dfg_mul(g, dev, dev), DFG_SHAPE(-1)), 0),
-                                                  1.0f / (float)(c->N - 1))));
+                                                  1.0f / (float)(c->W * c->N - 1))));
+    /* the reward functions' mean and std over the ranks' (a std of the whole batch would need
+     * every row's value per function; the mean of the ranks' is what is logged) */
+    dfg_tensor *fstats = s->reward_stats && c->W > 1 ? dfg_allreduce(g, s->reward_stats, DFG_COLL_MEAN, c->W) : s->reward_stats;
     for (int f = 0; s->reward_stats && f < c->n_funcs; f++) { /* TRL's rewards/<name>/mean and /std */
         char name[96];
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof(name), "rewards/%s/%s", c->funcs[f], k ? "std" : "mean");
-            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, s->reward_stats, 0, 2 * f + k, 1), DFG_SCALAR));
+            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, fstats, 0, 2 * f + k, 1), DFG_SCALAR));
         }
     }
-    dfg_metric(g, "frac_reward_zero_std", frac_zero_std(g, c, s->rewards));
-    completion_metrics(g, c, len, truncated);
-    if (s->truncated_prompts) dfg_metric(g, "prompts_truncated", s->truncated_prompts);
+    dfg_metric(g, "frac_reward_zero_std", dfg_grpo_frac_zero_std(g, rewards, c->G));
+    dfg_grpo_completion_metrics(g, dfg_grpo_world_rows(g, len, c->W), dfg_grpo_world_rows(g, truncated, c->W), c->max_new);
+    if (s->truncated_prompts)
+        dfg_metric(g, "prompts_truncated",
+                   c->W > 1 ? dfg_allreduce(g, s->truncated_prompts, DFG_COLL_SUM, c->W) : s->truncated_prompts);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
@@ -582,18 +569,26 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     bool last = k == c->iterations - 1;
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
+    dfg_nn_allreduce_grads(g, grads, n, c->W, 0); /* data parallel: the whole batch's gradient */
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
     dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
     if (st) return st;
     for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
-    if (k == 0) {
-        dfg_metric(g, "loss", s->acc_loss);
-        if (c->beta != 0.0f) dfg_metric(g, "kl", per_token(g, s->acc_kl, s->acc_tokens)); /* TRL logs it with beta */
+    if (k == 0) { /* over the ranks: the loss their mean (each is its share), kl per token of the batch */
+        dfg_metric(g, "loss", dfg_grpo_world_reduce(g, s->acc_loss, DFG_COLL_MEAN, c->W));
+        if (c->beta != 0.0f) /* TRL logs it with beta */
+            dfg_metric(g, "kl", per_token(g, dfg_grpo_world_reduce(g, s->acc_kl, DFG_COLL_SUM, c->W),
+                                          dfg_grpo_world_reduce(g, s->acc_tokens, DFG_COLL_SUM, c->W)));
     }
-    for (int i = 0; last && i < GRPO_STATS; i++)
-        if (logs_stat(c, i))
-            dfg_metric(g, grpo_stats[i], dfg_scale(g, dfg_reshape(g, dfg_slice(g, s->acc_stats, 0, i, 1), DFG_SCALAR),
-                                                   1.0f / (float)(c->GA * c->iterations)));
+    /* the loss's statistics, averaged over micro-batches and passes, then over the ranks as TRL's
+     * gather does: the mean of the means, the least of the minima, the largest of the maxima */
+    dfg_tensor *avg = last ? dfg_scale(g, s->acc_stats, 1.0f / (float)(c->GA * c->iterations)) : NULL;
+    dfg_tensor *by[3] = {dfg_grpo_world_reduce(g, avg, DFG_COLL_MEAN, c->W), NULL, NULL};
+    if (last && c->W > 1) by[1] = dfg_allreduce(g, avg, DFG_COLL_MIN, c->W), by[2] = dfg_allreduce(g, avg, DFG_COLL_MAX, c->W);
+    for (int i = 0; last && i < GRPO_STATS; i++) {
+        dfg_tensor *v = i == 2 && by[1] ? by[1] : i == 4 && by[2] ? by[2] : by[0]; /* clip low_min, high_max */
+        if (logs_stat(c, i)) dfg_metric(g, grpo_stats[i], dfg_reshape(g, dfg_slice(g, v, 0, i, 1), DFG_SCALAR));
+    }
     if (k == 0) dfg_metric(g, "grad_norm", norm);
     dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_tokens, s->acc_stats};
     for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
@@ -612,10 +607,11 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     int n = s->policy->n_params;
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
+    dfg_nn_allreduce_grads(g, grads, n, c->W, 0);
     dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
     if ((st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, ""))) return st;
     for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
-    dfg_metric(g, "sft_loss", loss);
+    dfg_metric(g, "sft_loss", dfg_grpo_world_reduce(g, loss, DFG_COLL_MEAN, c->W));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 

@@ -142,6 +142,22 @@ DFG_API dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor
  * clipping (f32 scalar). */
 DFG_API dfg_tensor *dfg_clip_grad_norm(dfg_graph *g, dfg_tensor **grads, int n, float max_norm);
 
+/* ---------------------------------------------------------------- collectives (data parallel)
+ * Across the `world` ranks of a data-parallel run (`mpirun -n world dfg run P.dfg`): every rank
+ * runs the same plan, so every rank reaches the same collectives in the same order. The world a
+ * graph was built for is an attribute of its collectives (the plan records it; the runtime refuses
+ * a run with another number of processes). With world = 1 they are copies. */
+typedef enum { DFG_COLL_SUM, DFG_COLL_MEAN, DFG_COLL_MIN, DFG_COLL_MAX } dfg_coll_op;
+/* Reduces each of xs[0 .. n-1] over the ranks: a persistent tensor (a gradient buffer) is written
+ * in place and xs[i] becomes its new version; a temporary gives a new tensor. The n tensors are
+ * one node: they travel together (a bucket; NCCL groups them into one launch). */
+DFG_API dfg_status dfg_allreduce_n(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world);
+DFG_API dfg_tensor *dfg_allreduce(dfg_graph *g, dfg_tensor *x, dfg_coll_op op, int world);
+/* (world * d0, d1, ...): every rank's x (d0, d1, ...) stacked along axis 0 in rank order */
+DFG_API dfg_tensor *dfg_all_gather(dfg_graph *g, dfg_tensor *x, int world);
+/* i32 scalar: this process's rank, 0 .. world-1 */
+DFG_API dfg_tensor *dfg_rank(dfg_graph *g, int world);
+
 #ifdef __cplusplus
 }
 #endif

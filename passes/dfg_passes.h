@@ -79,6 +79,13 @@ typedef struct {
     int recomputed_nodes;      /* copies remat added to recompute activations in backward */
     double extra_flops;        /* their flops (not included in flops) */
     const char *placement;     /* which placement ordering won */
+    /* Data parallel: the ranks the collectives were built for (1: none), and per rank and step
+     * the payload bytes of its collectives (each x its stage's repeat) and what a ring
+     * implementation sends (and receives) for them: 2 (W-1)/W of an all-reduce's bytes,
+     * (W-1)/W of an all-gather's output. */
+    int world;
+    int n_collectives;
+    double comm_bytes, comm_ring_bytes;
 } dfg_report;
 
 /* The report of a compiled program, or NULL. */

@@ -4,8 +4,22 @@
 
 #include "plan.h"
 
+/* A collective's bytes per step, and a ring implementation's traffic for them. */
+static void count_collective(dfg_report *r, const dfg_node *n, int repeat) {
+    if (n->op != DFG_OP_ALLREDUCE && n->op != DFG_OP_ALL_GATHER && n->op != DFG_OP_RANK) return;
+    int W = n->attr->collective.world;
+    r->world = W;
+    if (n->op == DFG_OP_RANK) return;
+    double bytes = 0;
+    for (int i = 0; i < n->n_out; i++) bytes += (double)dfg_tensor_bytes(n->out[i]);
+    r->n_collectives += repeat;
+    r->comm_bytes += repeat * bytes;
+    r->comm_ring_bytes += repeat * bytes * (n->op == DFG_OP_ALLREDUCE ? 2.0 : 1.0) * (W - 1) / W;
+}
+
 void dfg_plan_report(dfg_program *p, dfg_plan *plan) {
     dfg_report *r = &plan->report;
+    r->world = 1;
     r->target = plan->opt.target;
     r->align = plan->opt.align;
     r->n_steps = plan->n_steps;
@@ -40,6 +54,7 @@ void dfg_plan_report(dfg_program *p, dfg_plan *plan) {
         for (int n = 0; n < st->graph->n_nodes; n++) {
             const dfg_node *node = st->graph->nodes[n];
             double f = (double)st->repeat * dfg_ops[node->op].cost(node).flops;
+            count_collective(r, node, st->repeat);
             if (node->flags & DFG_NF_RECOMPUTED) r->recomputed_nodes++, r->extra_flops += f;
             else r->flops += f; /* flops stay the work without recompute; extra_flops is remat's */
         }

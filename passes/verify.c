@@ -153,8 +153,26 @@ static dfg_status verify_kernels(dfg_program *p, dfg_target target) {
     return DFG_OK;
 }
 
+/* Every collective of the program was built for one world: the plan runs in runs of that size. */
+static dfg_status verify_world(dfg_program *p) {
+    int world = 0;
+    const dfg_node *first = NULL;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[gi]->nodes[i];
+            if (n->op != DFG_OP_ALLREDUCE && n->op != DFG_OP_ALL_GATHER && n->op != DFG_OP_RANK) continue;
+            if (!first) first = n, world = n->attr->collective.world;
+            else if (n->attr->collective.world != world)
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: %s '%s' was built for %d ranks and %s '%s' for %d: a "
+                                       "program runs in one world", dfg_op_name(first->op), first->name, world,
+                                       dfg_op_name(n->op), n->name, n->attr->collective.world);
+        }
+    return DFG_OK;
+}
+
 dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o) {
     dfg_status st = verify_stages(p);
+    if (!st) st = verify_world(p);
     if (!st) st = verify_declarations(p);
     if (!st && o) st = verify_kernels(p, o->target);
     if (st) return st;

@@ -11,6 +11,9 @@
 extern "C" {
 #endif
 
+/* A data-parallel run's membership (dfg_dist_open, below). */
+typedef struct dfg_dist dfg_dist;
+
 typedef struct {
     dfg_target target;
     int n_threads;   /* 0: the OpenMP default (all cores) */
@@ -35,6 +38,9 @@ typedef struct {
      * dfg_host_reward_source. */
     const char *reward_cmd, *reward_lib;
     double reward_timeout_s;
+    /* The data-parallel run this process is a rank of (dfg_dist_open); NULL: one process. A plan
+     * whose collectives were built for W ranks runs only in a run of W processes. */
+    dfg_dist *dist;
 } dfg_run_options;
 
 DFG_API dfg_run_options dfg_run_options_default(void);
@@ -136,6 +142,10 @@ typedef dfg_status (*dfg_host_fn)(dfg_host_ctx *ctx);
 
 DFG_API dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out);
 DFG_API int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step */
+/* A data-parallel run's rank of this process and its number of processes (0 and 1 alone): a
+ * host stage that makes data takes rank's share of the batch (dfg_dist_open). */
+DFG_API int dfg_host_rank(const dfg_host_ctx *ctx);
+DFG_API int dfg_host_world_size(const dfg_host_ctx *ctx);
 DFG_API uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
 /* The value of a program setting (dfg_program_set); NULL when absent. */
 DFG_API const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
@@ -204,6 +214,27 @@ DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *pat
  * or shards of at most max_shard_bytes (0: 5 GB, save_pretrained's default) with
  * model.safetensors.index.json. Each file is written atomically. */
 DFG_API dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
+
+/* ---------------------------------------------------------------- data-parallel runs
+ * `mpirun -n W dfg run P.dfg`: one process per device, each a rank of the run, all running the
+ * same plan (built for W ranks: its collectives, ops.def's allreduce and all_gather, say so). */
+/* Joins the run this process was started in: MPI when a launcher's environment says so
+ * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one process. A collective waits
+ * at most timeout_s (<= 0: 600) for the other ranks, then names the ranks that did not arrive.
+ * DFG_ERR_UNSUPPORTED, with a message, when a launcher started this process and dfg was built
+ * without MPI. */
+DFG_API dfg_status dfg_dist_open(dfg_dist **out, double timeout_s, char *err, size_t len);
+DFG_API int dfg_dist_rank(const dfg_dist *d); /* 0 for NULL */
+DFG_API int dfg_dist_size(const dfg_dist *d); /* 1 for NULL */
+/* After a failure: whether this rank prints it. A collective that timed out is reported by the
+ * lowest rank that was alive; every other failure by the rank it happened on. */
+DFG_API bool dfg_dist_reports(const dfg_dist *d);
+/* Every persistent tensor of the runtime = rank 0's (after loading weights or a checkpoint: the
+ * ranks start from one state, as DDP's first broadcast does). A no-op in a world of one. */
+DFG_API dfg_status dfg_runtime_broadcast_state(dfg_runtime *rt);
+/* Leaves the run and frees d: MPI_Finalize after success (exit_code 0); after a failure every
+ * rank is stopped with exit_code (MPI_Abort), since the others would wait in a collective. */
+DFG_API void dfg_dist_close(dfg_dist *d, int exit_code);
 
 #ifdef __cplusplus
 }

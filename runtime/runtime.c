@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../passes/plan.h"
+#include "dist.h"
 #include "runtime_internal.h"
 
 
@@ -205,6 +206,20 @@ dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg
     return be ? be->workspace_of(p, w) : DFG_ERR_UNSUPPORTED;
 }
 
+/* A plan built for W ranks runs in a run of W processes, and only there. */
+static dfg_status check_world(dfg_runtime *rt) {
+    int world = rt->p->plan->report.world > 0 ? rt->p->plan->report.world : 1, size = dfg_dist_size(rt->opt.dist);
+    if (world == size) return DFG_OK;
+    if (world == 1)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "this plan has no collectives (it was compiled for one process), but "
+                           "this is rank %d of %d: every rank would train on the same batch (compile it with --set "
+                           "world_size=%d, or run it without mpirun)", dfg_dist_rank(rt->opt.dist), size, size);
+    return dfg_rt_fail(rt, DFG_ERR_ARG, true, "this plan was compiled for %d ranks (world_size), but %s: run it with "
+                       "mpirun -n %d, or compile it again with --set world_size=%d", world,
+                       size == 1 ? "this process was not started by mpirun" : "the run has another number of processes",
+                       world, size);
+}
+
 dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_runtime **out) {
     if (!out) return DFG_ERR_ARG;
     *out = NULL;
@@ -218,6 +233,7 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     if ((unsigned)rt->opt.target >= DFG_TARGET_COUNT) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "unknown target");
     dfg_status st = choose_backend(rt);
     if (!st) st = adopt_plan(rt, p);
+    if (!st) st = check_world(rt);
     if (st) return st;
     if (rt->opt.n_threads <= 0) rt->opt.n_threads = omp_get_max_threads(); /* what "all cores" means here */
     st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
@@ -478,6 +494,8 @@ double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name) {
     return -1.0;
 }
 int64_t dfg_host_step(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->step : 0; }
+int dfg_host_rank(const dfg_host_ctx *ctx) { return ctx ? dfg_dist_rank(ctx->rt->opt.dist) : 0; }
+int dfg_host_world_size(const dfg_host_ctx *ctx) { return ctx ? dfg_dist_size(ctx->rt->opt.dist) : 1; }
 uint64_t dfg_host_seed(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->opt.seed : 0; }
 void *dfg_host_user(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->host_user : NULL; }
 const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key) {

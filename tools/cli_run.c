@@ -35,6 +35,8 @@ typedef struct {
     bool quiet, emulate_gpu, eager;
     dfg_target target; /* the plan's */
     bool seed_given;
+    double collective_timeout; /* --collective-timeout: seconds (data-parallel runs) */
+    dfg_dist *dist;            /* this process's rank of a data-parallel run (mpirun), or a world of one */
 } run_args;
 
 static void usage(FILE *f) {
@@ -109,7 +111,14 @@ static void usage(FILE *f) {
                "tok/s (shown when the program has a 'completion_mask'): completion tokens of the step\n"
                "(the mask's sum: generated tokens up to and including each EOS) per second of the step.\n"
                "exit codes: 0 ok, 1 failed while running, 2 usage error or bad input, 130 interrupted\n"
-               "(SIGINT; 143 for SIGTERM, handled the same way)\n");
+               "(SIGINT; 143 for SIGTERM, handled the same way)\n"
+               "\n"
+               "data parallel: mpirun -n W dfg run P.dfg ... runs a plan compiled with --set world_size=W on W\n"
+               "processes (one per device), each on its share of every batch; gradients are averaged, so a step\n"
+               "is the step of one process on the whole batch. Rank 0 prints, writes metrics and checkpoints\n"
+               "(--resume with the same W); every rank starts from rank 0's state.\n"
+               "  --collective-timeout S  a rank waits at most S seconds (default 600) for the others in a\n"
+               "                 collective, then the run stops, naming the rank that did not arrive\n");
 }
 
 static int parse_args(int argc, char **argv, run_args *r) {
@@ -120,10 +129,11 @@ static int parse_args(int argc, char **argv, run_args *r) {
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
         {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
         {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
-        {NULL, false}};
+        {"--collective-timeout", true}, {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
-    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0};
+    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
+                    .collective_timeout = 600.0};
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
         bool ok = true;
@@ -152,6 +162,11 @@ static int parse_args(int argc, char **argv, run_args *r) {
             r->reward_timeout = strtod(val, &end);
             if (end == val || *end || !(r->reward_timeout > 0) || r->reward_timeout > 1e6)
                 return cli_error(CMD, CLI_USAGE, "--reward-timeout must be seconds > 0, got '%s'", val);
+        } else if (!strcmp(opt, "--collective-timeout")) {
+            char *end = NULL;
+            r->collective_timeout = strtod(val, &end);
+            if (end == val || *end || !(r->collective_timeout > 0) || r->collective_timeout > 1e6)
+                return cli_error(CMD, CLI_USAGE, "--collective-timeout must be seconds > 0, got '%s'", val);
         } else if (!strcmp(opt, "--max-shard-size")) {
             if (!dfg_parse_bytes(val, &r->max_shard) || r->max_shard < 1)
                 return cli_error(CMD, CLI_USAGE, "--max-shard-size must be a positive size such as 5GB or 500MiB, got '%s'", val);
@@ -227,13 +242,16 @@ static void on_interrupt(int sig) {
     (void)w;
 }
 
-static void catch_interrupts(bool on) {
+/* In a data-parallel run SIGTERM keeps its default action: it is how the launcher stops the ranks
+ * after one of them failed, and a rank cannot finish a step whose collectives miss a peer (the last
+ * checkpoint written stays whole). */
+static void catch_interrupts(bool on, bool data_parallel) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on ? on_interrupt : SIG_DFL;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (!data_parallel) sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ---------------------------------------------------------------- a run */
@@ -257,6 +275,7 @@ typedef struct {
     double reward_ms;     /* the reward stage's time over the run, and the steps that ran it */
     int64_t n_reward;
     cli_progress progress;
+    int rank;             /* of a data-parallel run: rank 0 alone writes checkpoints, metrics and files */
 } run_state;
 
 static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
@@ -278,6 +297,13 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
                 r->eager ? ", eager launches" : ", stages replayed as graphs");
         cli_say("device memory: %zu bytes allocated (%s) = the planned arena %zu + kernel and GEMM workspace %zu (%s)\n",
                 dev, dfg_bytes_str((double)dev, db, sizeof(db)), dev - ws, ws, dfg_bytes_str((double)ws, wb, sizeof(wb)));
+    }
+    const dfg_report *rep = dfg_program_report(p);
+    if (rep && rep->world > 1) {
+        char cb[32];
+        cli_say("data parallel: %d ranks (this output is rank 0's), each %s per step through %d collectives; a "
+                "collective waits at most %.0f s\n", dfg_dist_size(r->dist),
+                dfg_bytes_str(rep->comm_ring_bytes, cb, sizeof(cb)), rep->n_collectives, r->collective_timeout);
     }
 }
 
@@ -385,6 +411,10 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
 
 static int checkpoint(run_state *s, bool announce) {
     char path[4400];
+    if (s->rank > 0) { /* rank 0 writes the run's checkpoint: the ranks hold one state */
+        s->last_saved = dfg_runtime_steps_done(s->rt);
+        return CLI_OK;
+    }
     double t0 = now_s();
     int rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
     if (rc) return rc;
@@ -409,6 +439,8 @@ static int stop_saving(run_state *s, const char *why) {
     int64_t good = dfg_runtime_steps_done(s->rt);
     char path[4400];
     cli_progress_clear(&s->progress);
+    if (!dfg_dist_reports(s->a->dist)) return CLI_FAILED; /* a lower rank reports the collective that timed out */
+    if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
     if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
     /* the reason first, on the line that also says what was kept: one line for a script's log */
     int rc = s->guard ? cli_guard_restore(s->guard) : CLI_OK;
@@ -440,6 +472,7 @@ static int run_steps(run_state *s) {
         if (st && dfg_runtime_params_intact(s->rt)) return stop_saving(s, dfg_runtime_error(s->rt));
         if (st) {
             cli_progress_clear(&s->progress);
+            if (!dfg_dist_reports(a->dist)) return CLI_FAILED; /* a lower rank reports the collective that timed out */
             return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
         }
         double reward_ms = dfg_runtime_stage_ms(s->rt, "reward");
@@ -527,6 +560,8 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
         s->last_saved = ckpt_step;
     }
     if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
+    if (dfg_runtime_broadcast_state(s->rt)) /* every rank starts from rank 0's state, as DDP does */
+        return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
     s->sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(double));
     s->n_sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(int64_t));
     if (!s->sum || !s->n_sum)
@@ -581,7 +616,7 @@ static int finish(run_state *s) {
 /* Creates the runtime, loads, runs, saves. */
 static int execute(const run_args *a, dfg_program *p, void *lib) {
     cli_quiet = a->quiet;
-    run_state s = {.a = a, .last_saved = -1, .ckpt_dir = checkpoint_dir(a)};
+    run_state s = {.a = a, .last_saved = -1, .ckpt_dir = checkpoint_dir(a), .rank = dfg_dist_rank(a->dist)};
     dfg_safetensors *ckpt = NULL;
     char ckpt_path[4400] = "";
     int64_t ckpt_step = 0;
@@ -594,7 +629,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc) rc = pick_seed(a, p, ckpt_has_seed, ckpt_seed, &s.seed);
     if (!rc && a->dump) rc = cli_dump_check(p, a->plan);
     if (!rc && a->rollouts) rc = cli_rollouts_load(p, a->plan, a->rollouts, &s.rollouts);
-    if (!rc && s.ckpt_dir) rc = cli_ckpt_prepare(s.ckpt_dir, a->resume != NULL, &lock);
+    if (!rc && s.ckpt_dir && s.rank == 0) rc = cli_ckpt_prepare(s.ckpt_dir, a->resume != NULL, &lock);
     dfg_run_options opt = dfg_run_options_default();
     opt.target = a->target;
     opt.emulate_gpu = a->emulate_gpu;
@@ -606,6 +641,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     opt.reward_cmd = a->reward_cmd;
     opt.reward_lib = a->reward_lib;
     opt.reward_timeout_s = a->reward_timeout;
+    opt.dist = a->dist;
     size_t rss_before = 0, peak = 0;
     cli_rss_reset_peak(); /* the plan's compile may have peaked higher: measure the run alone */
     bool rss = cli_rss(&rss_before, &peak);
@@ -618,11 +654,11 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     dfg_st_free(ckpt); /* its bytes are in the runtime now */
     if (!rc && s.ckpt_dir) rc = cli_guard_create(s.rt, &s.guard);
     if (!rc) {
-        catch_interrupts(true);
+        catch_interrupts(true, dfg_dist_size(a->dist) > 1);
         rc = run_steps(&s);
         if (!rc && rss) print_host_memory(&s, rss_before);
         if (!rc) rc = finish(&s);
-        catch_interrupts(false);
+        catch_interrupts(false, dfg_dist_size(a->dist) > 1);
     }
     dfg_runtime_free(s.rt);
     cli_rollouts_free(s.rollouts);
@@ -651,13 +687,31 @@ static int check_reward_source(const run_args *r, const dfg_program *p) {
     return CLI_OK;
 }
 
+/* Joins the data-parallel run this process belongs to (a world of one without mpirun). Ranks
+ * other than 0 print nothing but their own failures, and write no files: rank 0 writes the run's
+ * metrics, checkpoints, saved parameters and dumps. */
+static int join_run(run_args *r) {
+    char err[512] = "";
+    if (dfg_dist_open(&r->dist, r->collective_timeout, err, sizeof(err)))
+        return cli_error(CMD, CLI_FAILED, "%s", err[0] ? err : "cannot join the MPI run");
+    if (dfg_dist_rank(r->dist) > 0) r->quiet = true, r->metrics = NULL, r->save = NULL, r->dump = NULL;
+    return CLI_OK;
+}
+
 int cli_run(int argc, char **argv) {
     run_args r;
     int rc = parse_args(argc, argv, &r);
     if (rc) return rc < 0 ? CLI_OK : rc;
+    if ((rc = join_run(&r))) {
+        dfg_dist_close(r.dist, rc);
+        return rc;
+    }
     dfg_program *p = NULL;
     dfg_plan_info info;
-    if ((rc = cli_load_plan(CMD, r.plan, &p, &info))) return rc;
+    if ((rc = cli_load_plan(CMD, r.plan, &p, &info))) {
+        dfg_dist_close(r.dist, rc);
+        return rc;
+    }
     void *lib = NULL;
     r.target = info.target;
     if (r.emulate_gpu && info.target != DFG_TARGET_CUDA)
@@ -669,5 +723,6 @@ int cli_run(int argc, char **argv) {
     dfg_program_free(p);
     dfg_plan_info_free(&info);
     if (lib) dlclose(lib);
+    dfg_dist_close(r.dist, rc); /* after a failure the other ranks are stopped too */
     return rc;
 }

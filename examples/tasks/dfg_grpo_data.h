@@ -22,6 +22,7 @@
 #include "dfg_dataset.h"
 #include "dfg_reward.h"
 #include "dfg_runtime.h"
+#include "dfg_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,22 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
 bool dfg_grpo_parse_floats(const char *s, float *w, int n, char *err, size_t len);
 /* "151645,151643" -> ids; returns the count (1 .. max) or -1 (message in err). */
 int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t len);
+
+/* ---------------------------------------------------------------- graph helpers (grpo_graph.c) */
+/* TRL's frac_reward_zero_std over rewards (n) in groups of G: the share of groups whose G rewards
+ * are all equal (compared exactly: their advantages are 0 and they teach nothing). */
+dfg_tensor *dfg_grpo_frac_zero_std(dfg_graph *g, dfg_tensor *rewards, int64_t G);
+/* TRL's completions/ metrics from the completions' lengths len (n) (tokens up to and with the
+ * first EOS) and which ran out of room (truncated, n): mean, min and max length, the share
+ * truncated, and the same lengths over the terminated ones (all 0 when none terminated). */
+void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *truncated, int64_t max_new);
+/* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
+ * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank
+ * stacked in rank order (x itself for world 1), and x reduced over the ranks (x itself for world
+ * 1 or a NULL x). */
+dfg_tensor *dfg_grpo_rank_row0(dfg_graph *g, int world, int64_t rows);
+dfg_tensor *dfg_grpo_world_rows(dfg_graph *g, dfg_tensor *x, int world);
+dfg_tensor *dfg_grpo_world_reduce(dfg_graph *g, dfg_tensor *x, dfg_coll_op op, int world);
 
 #ifdef __cplusplus
 }

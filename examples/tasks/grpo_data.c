@@ -80,6 +80,10 @@ dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_
         return dfg_host_fail(ctx, "dataset.position (%lld, %lld) is outside the dataset's %lld rows (a checkpoint of "
                              "another dataset?)", (long long)epoch, (long long)k, (long long)rows);
     int cut = 0;
+    /* a data-parallel rank's share of the whole batch: the rows after the lower ranks' */
+    int64_t rank = dfg_host_rank(ctx), world = dfg_host_world_size(ctx);
+    for (int64_t skip = rank * P; skip > 0; skip--, k++)
+        if (k == rows) epoch++, k = 0;
     for (int64_t p = 0; p < P; p++) {
         if (k == rows) epoch++, k = 0; /* the epoch ran out: the next one, in its own order */
         int64_t row = dfg_dataset_order(ds, dfg_host_seed(ctx), epoch, k++, o->shuffle), len = 0;
@@ -98,6 +102,8 @@ dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_
             ((int32_t *)start.data)[r] = (int32_t)(Lp - len);
         }
     }
+    for (int64_t skip = (world - rank - 1) * P; skip > 0; skip--, k++) /* past the higher ranks' rows */
+        if (k == rows) epoch++, k = 0;
     if (k == rows) epoch++, k = 0;
     if (epoch > INT32_MAX) return dfg_host_fail(ctx, "dataset: more than 2^31 epochs");
     at[0] = (int32_t)epoch, at[1] = (int32_t)k;

@@ -288,6 +288,8 @@ dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts
     uint64_t rng = dfg_host_seed(ctx) ^ 0x7461736b73ull /* "tasks" */;
     rng ^= (uint64_t)dfg_host_step(ctx) * 0xD1B54A32D192ED03ull;
     int32_t prompt[DFG_TASK_MAX_PROMPT_LEN], answer[DFG_TASK_MAX_ANSWER_LEN];
+    /* a data-parallel rank draws the whole batch's problems and keeps its share of them */
+    for (int skip = dfg_host_rank(ctx) * prompts; skip > 0; skip--) dfg_task_sample(t, &rng, prompt, answer);
     for (int g = 0; g < prompts; g++) {
         int L = dfg_task_sample(t, &rng, prompt, answer);
         if (L < 1 || L > A) return dfg_host_fail(ctx, "make_batch: task '%s' drew an answer of length %d", t->name, L);

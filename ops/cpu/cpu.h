@@ -18,6 +18,7 @@ typedef struct {
     size_t scratch_per_thread;
     char *err;            /* where a kernel writes why it failed */
     size_t err_len;
+    struct dfg_comm *comm; /* the data-parallel run's communicator (ops/comm.h); NULL: one process */
 } dfg_cpu_ctx;
 
 typedef dfg_status (*dfg_cpu_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx);

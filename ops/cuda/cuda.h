@@ -52,6 +52,9 @@ struct dfg_cuda_ctx {
      * is part of the device's scratch rule where cuDNN runs). */
     dfg_cuda_sdpa_fn sdpa;
     void *sdpa_state;
+    /* The data-parallel run's communicator on device memory (ops/comm.h: NCCL on a GPU, MPI as a
+     * stream node under emulation), its calls ordered on `stream`; NULL: one process. */
+    struct dfg_comm *comm;
 };
 
 typedef dfg_status (*dfg_cuda_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx);

@@ -219,6 +219,15 @@ DFG_API dfg_status dfg_nn_grad_buffers(dfg_program *p, dfg_tensor *const *params
  * as the policy, also when the policy's weights come from `dfg run --weights`. */
 DFG_API dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *const *src, int n);
 
+/* Data parallel (ops/nn/nn_dp.c): averages the n gradient buffers over the world's ranks in
+ * place, before clipping and the optimizer, so that every rank takes the step of one process on
+ * the whole batch (each rank's loss being normalised as its share of it). The buffers travel in
+ * buckets of about bucket_bytes (0: 25 MiB, PyTorch DDP's default), last parameter first: the
+ * order in which a backward pass finishes them. grads[i] become the buffers' new versions. A
+ * no-op for world 1. */
+#define DFG_NN_BUCKET_BYTES ((int64_t)25 << 20)
+DFG_API dfg_status dfg_nn_allreduce_grads(dfg_graph *g, dfg_tensor **grads, int n, int world, int64_t bucket_bytes);
+
 /* One AdamW step on n parameters, built from dfg_adamw, with the state it needs (names start
  * with prefix, "" for the policy):
  *   "adamw.m.<param>", "adamw.v.<param>"  f32 moments (role OPTIM, zeros);
@@ -267,6 +276,9 @@ typedef struct {
     dfg_tensor *pos;    /* i32 scalar: the position of `token` */
     dfg_tensor *rng;    /* i32 (4): the Philox state sampling draws from */
     int64_t row0;       /* the rows' first index in tokens; row r draws as row row0 + r of one batch */
+    /* i32 scalar or NULL: added to row0 for the draws only (a data-parallel rank's first row in the
+     * whole batch, so that its rows draw as they would in one process) */
+    dfg_tensor *draw_row0;
 } dfg_grpo_rollout;
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
  * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),

@@ -239,9 +239,10 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     if (r->row0 < 0 || r->row0 + N > all)
         return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: rows %lld .. %lld are not rows "
                                 "of the %lld sequences", (long long)r->row0, (long long)(r->row0 + N - 1), (long long)all);
-    dfg_tensor *tok = r->row0 || N != all /* (N, 1) i32 */
-                          ? dfg_sample_rows(g, logits, r->rng, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0), temperature, top_k)
-                          : dfg_sample(g, logits, r->rng, temperature, top_k);
+    dfg_tensor *draw0 = r->row0 || N != all || r->draw_row0 ? dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0) : NULL;
+    if (r->draw_row0) draw0 = dfg_add(g, draw0, r->draw_row0);
+    dfg_tensor *tok = draw0 ? dfg_sample_rows(g, logits, r->rng, draw0, temperature, top_k) /* (N, 1) i32 */
+                            : dfg_sample(g, logits, r->rng, temperature, top_k);
     dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f); /* where it goes */
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */

@@ -8,6 +8,7 @@
 
 #include "../../ops/cpu/cpu.h"
 #include "../backend.h"
+#include "../dist.h"
 
 typedef struct {
     dfg_cpu_ctx ctx;
@@ -51,6 +52,7 @@ static dfg_status cpu_create(const dfg_program *p, const dfg_run_options *o, voi
     openblas_set_num_threads(threads);
     st->ctx.n_threads = threads;
     st->ctx.scratch_per_thread = scratch;
+    st->ctx.comm = dfg_dist_comm(o->dist); /* MPI between the ranks of a data-parallel run */
     *state = st;
     return DFG_OK;
 }

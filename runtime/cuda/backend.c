@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "../dist.h"
 #include "device.h"
 
 typedef struct {
@@ -25,6 +26,7 @@ typedef struct {
     char *base;         /* the one device allocation */
     int n_stages;
     void **graphs;      /* [stage] its graph once captured */
+    dfg_comm *comm;     /* a data-parallel run's device communicator (ctx.comm); NULL alone */
 } cuda_state;
 
 /* The tail of the one allocation: workspace, GEMM workspace, flag word (256-byte aligned). */
@@ -53,7 +55,21 @@ static dfg_status check_kernels(const dfg_device *d, const dfg_program *p, dfg_d
     return DFG_OK;
 }
 
-static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **state, char *err, size_t len) {
+/* The device communicator of a data-parallel run (NULL alone): NCCL, or the emulated device's. */
+static dfg_status open_comm(cuda_state *st, const dfg_run_options *o, char *err, size_t len) {
+    dfg_comm *host = o ? dfg_dist_comm(o->dist) : NULL;
+    if (!host || host->size == 1) return DFG_OK;
+    if (!st->d->comm_open)
+        return snprintf(err, len, "cuda backend: this build has no NCCL, so a data-parallel cuda plan runs only on the "
+                                  "emulated device (--emulate-gpu)"),
+               DFG_ERR_UNSUPPORTED;
+    dfg_status s = st->d->comm_open(st->dev, host, &st->comm, err, len);
+    st->ctx.comm = st->comm;
+    return s;
+}
+
+static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg_run_options *o, void **state, char *err,
+                            size_t len) {
     cuda_state *st = calloc(1, sizeof(*st));
     if (!st) return snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM;
     st->d = d;
@@ -73,7 +89,7 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, void **st
                              .sm_count = sm};
     if (d->sdpa) st->ctx.sdpa = d->sdpa(st->dev, &st->ctx.sdpa_state);
     *state = st;
-    return DFG_OK;
+    return open_comm(st, o, err, len); /* on failure the runtime destroys the state */
 }
 
 /* The emulated device's GEMMs run on OpenBLAS, whose sums depend on its thread count: the run's
@@ -83,12 +99,13 @@ static dfg_status create_emulated(const dfg_program *p, const dfg_run_options *o
         omp_set_num_threads(o->n_threads);
         openblas_set_num_threads(o->n_threads);
     }
-    return create_on(&dfg_device_emulated, p, state, err, len);
+    return create_on(&dfg_device_emulated, p, o, state, err, len);
 }
 
 static void destroy(void *state) {
     cuda_state *st = state;
     if (!st) return;
+    if (st->comm) st->d->comm_close(st->comm);
     for (int s = 0; s < st->n_stages; s++)
         if (st->graphs[s]) st->d->graph_destroy(st->dev, st->graphs[s]);
     st->d->close(st->dev);
@@ -136,10 +153,17 @@ static dfg_status exec(void *state, const dfg_node *n, void *const *in, void *co
     return st->d->kernels[n->op](n, in, out, &st->ctx);
 }
 
+/* With a communicator the stream is waited for with the run's timeout first (a rank that does
+ * not arrive must not stop this one forever). */
+static dfg_status wait_comm(cuda_state *st, char *err, size_t len) {
+    return st->comm ? st->d->comm_wait(st->comm, err, len) : DFG_OK;
+}
+
 static dfg_status sync(void *state) {
     cuda_state *st = state;
-    char err[256];
-    return st->d->sync(st->dev, err, sizeof(err));
+    char err[768];
+    dfg_status s = wait_comm(st, err, sizeof(err));
+    return s ? s : st->d->sync(st->dev, err, sizeof(err));
 }
 
 static void *alloc_host(void *state, size_t bytes) {
@@ -176,7 +200,8 @@ static dfg_status replay(void *state, int stage, char *err, size_t len) {
 static dfg_status check_flags(void *state, char *err, size_t len) {
     cuda_state *st = state;
     int flag = 0;
-    dfg_status s = st->d->to_host(st->dev, &flag, st->ctx.flags, sizeof(flag), err, len);
+    dfg_status s = wait_comm(st, err, len);
+    if (!s) s = st->d->to_host(st->dev, &flag, st->ctx.flags, sizeof(flag), err, len);
     if (s || !flag) return s;
     char ignored[128];
     st->d->fill(st->dev, st->ctx.flags, 0, sizeof(int), ignored, sizeof(ignored));
@@ -215,8 +240,7 @@ const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, 
 
 #ifdef DFG_HAVE_CUDA
 static dfg_status create_gpu(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
-    (void)o;
-    return create_on(&dfg_device_cuda, p, state, err, len);
+    return create_on(&dfg_device_cuda, p, o, state, err, len);
 }
 static dfg_status workspace_gpu(const dfg_program *p, dfg_device_workspace *w) {
     return workspace_on(&dfg_device_cuda, p, w);

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "../../ops/comm.h"
 #include "../../ops/cuda/cuda.h"
 
 typedef struct {
@@ -50,9 +51,27 @@ typedef struct {
      * attention launchers run dfg's own kernels. Its workspace is the node's scratch, so a device
      * whose SDPA needs one says so in its scratch rule. */
     dfg_cuda_sdpa_fn (*sdpa)(void *dev, void **state);
+    /* Data parallel: a communicator on device memory over the run's host one (ops/comm.h), its
+     * calls ordered on the device's stream and held by a stage's capture: NCCL on a GPU
+     * (comm_nccl.c), the host communicator as a node of the emulator's stream (comm_emu.c).
+     * comm_wait after a stage's launches: waits for the stream with the run's timeout and returns
+     * DFG_OK or what a collective met (a rank that did not arrive, named). NULL comm_open: none. */
+    dfg_status (*comm_open)(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len);
+    void (*comm_close)(dfg_comm *c);
+    dfg_status (*comm_wait)(dfg_comm *c, char *err, size_t len);
 } dfg_device;
 
 extern const dfg_device dfg_device_emulated; /* device_emu.c */
+/* comm_emu.c: the emulated device's communicator (the host one, run in stream order). */
+dfg_status dfg_comm_emu_open(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len);
+void dfg_comm_emu_close(dfg_comm *c);
+dfg_status dfg_comm_emu_wait(dfg_comm *c, char *err, size_t len);
+#ifdef DFG_HAVE_NCCL
+/* comm_nccl.c: NCCL over the GPU's stream, its unique id broadcast by the host communicator. */
+dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char *err, size_t len);
+void dfg_comm_nccl_close(dfg_comm *c);
+dfg_status dfg_comm_nccl_wait(dfg_comm *c, char *err, size_t len);
+#endif
 #ifdef DFG_HAVE_CUDA
 extern const dfg_device dfg_device_cuda; /* device_cuda.c */
 #endif

@@ -302,6 +302,13 @@ done:
     return st;
 }
 
+/* ---------------------------------------------------------------- data parallel (comm_nccl.c) */
+#ifdef DFG_HAVE_NCCL
+static dfg_status gpu_comm_open(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
+    return dfg_comm_nccl_open(((gpu *)dev)->stream, host, out, err, len);
+}
+#endif
+
 const dfg_device dfg_device_cuda = {
     .name = "cuda",
     .open = gpu_open,
@@ -326,4 +333,9 @@ const dfg_device dfg_device_cuda = {
     .gemm_state = gpu_gemm_state,
     .gemm_workspace = GEMM_WORKSPACE,
     .sdpa = gpu_sdpa,
+#ifdef DFG_HAVE_NCCL
+    .comm_open = gpu_comm_open,
+    .comm_close = dfg_comm_nccl_close,
+    .comm_wait = dfg_comm_nccl_wait,
+#endif
 };

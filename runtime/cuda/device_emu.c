@@ -166,4 +166,7 @@ const dfg_device dfg_device_emulated = {
     .gemm_state = emu_gemm_state,
     .gemm_workspace = 0,
     .sdpa = emu_sdpa,
+    .comm_open = dfg_comm_emu_open,
+    .comm_close = dfg_comm_emu_close,
+    .comm_wait = dfg_comm_emu_wait,
 };

@@ -14,6 +14,10 @@ From step STEP on (default 3) it misbehaves as MODE says:
   string   answers "abc" as row 1's first value
   error    answers {"error": ...}
   sigkill  kills itself with SIGKILL
+  kill-dfg  kills the dfg process that started it with SIGKILL (a data-parallel rank that dies)
+  stop-dfg  stops the dfg process that started it with SIGSTOP (a rank that hangs), then answers
+The data-parallel modes act only in the rank $TOY_REWARD_RANK (default 1) of an mpirun run
+($OMPI_COMM_WORLD_RANK), from step STEP on.
 Each request is also appended to $TOY_REWARD_LOG when set (one line: step and row count)."""
 import json
 import os
@@ -40,6 +44,14 @@ for line in sys.stdin:
         digits = sum(1 for t in c if 2 <= t <= 11) / max(len(c), 1)
         answer.append([digits, 1.0 if len(c) <= 4 else None])
     text = json.dumps({"rewards": answer})
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK")
+    if step >= bad_step and mode in ("kill-dfg", "stop-dfg") and rank == os.environ.get("TOY_REWARD_RANK", "1"):
+        dfg = os.getppid()  # dfg, or the /bin/sh -c that dfg started when it did not exec the command
+        with open("/proc/%d/comm" % dfg) as f:
+            if f.read().strip() in ("sh", "dash", "bash"):
+                with open("/proc/%d/stat" % dfg) as st:
+                    dfg = int(st.read().rsplit(")", 1)[1].split()[1])
+        os.kill(dfg, signal.SIGKILL if mode == "kill-dfg" else signal.SIGSTOP)
     if step >= bad_step:
         if mode == "die":
             sys.exit(3)

@@ -1,0 +1,104 @@
+// collective.cu - the CUDA launchers of the collectives (allreduce, all_gather, rank). The
+// communication itself is the communicator's (ops/comm.h: NCCL on a GPU, enqueued on ctx->stream
+// so a captured stage holds it; MPI as a node of the emulator's stream under emulation); the
+// kernels here are the copies and scalings around it. Without a communicator (one process) the
+// node must have been built for world 1 and is a copy.
+#include "common.cuh"
+
+#include "../comm.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// y (words) = x (words): a temporary's allreduce works on its own output
+template <class W>
+__global__ void copy_words(W *__restrict__ y, const W *__restrict__ x, int64_t words) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[i];
+}
+
+// y (count) *= s: the mean after the sum (f32 arithmetic on f32 or bf16 storage)
+template <class T>
+__global__ void scale_k(T *y, float s, int64_t count) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        dfg_st(y, i, dfg_ld(y, i) * s);
+}
+
+// out (scalar i32) = rank
+__global__ void set_rank(int32_t *out, int32_t rank) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) *out = rank;
+}
+
+dfg_status comm_for(const dfg_node *n, dfg_cuda_ctx *ctx, dfg_comm **out) {
+    int world = n->attr->collective.world, size = ctx->comm ? ctx->comm->size : 1;
+    *out = world > 1 ? ctx->comm : nullptr;
+    if (world != size)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_STATE, "built for %d ranks, running in %d process%s", world, size,
+                             size == 1 ? "" : "es");
+    return DFG_OK;
+}
+
+// by 4-byte words, or 2-byte ones for a 16-bit tensor of odd length
+cudaError_t copy_tensor(void *y, const void *x, size_t bytes, dfg_cuda_ctx *ctx) {
+    const cudaStream_t st = (cudaStream_t)ctx->stream;
+    if (bytes % 4 == 0) {
+        const int64_t words = (int64_t)(bytes / 4);
+        return DFG_LAUNCH(copy_words<uint32_t>, dfg_grid_for(words, kThreads, ctx), kThreads, 0, st, (uint32_t *)y,
+                          (const uint32_t *)x, words);
+    }
+    const int64_t words = (int64_t)(bytes / 2);
+    return DFG_LAUNCH(copy_words<uint16_t>, dfg_grid_for(words, kThreads, ctx), kThreads, 0, st, (uint16_t *)y,
+                      (const uint16_t *)x, words);
+}
+
+} // namespace
+
+DFG_CUDA_LAUNCHER(allreduce) {
+    dfg_comm *c;
+    dfg_status st = comm_for(n, ctx, &c);
+    const int op = n->attr->collective.op;
+    for (int i = 0; !st && i < n->n_in; i++) {
+        const dfg_tensor *t = n->in[i];
+        const int64_t cnt = dfg_shape_numel(t->shape);
+        if (out[i] != in[i]) {
+            st = dfg_cuda_launched(ctx, n, copy_tensor(out[i], in[i], dfg_tensor_bytes(t), ctx), "copy_words");
+            if (st) return st;
+        }
+        if (!c) continue;
+        char why[512] = "";
+        st = c->allreduce(c, out[i], cnt, t->dtype, op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, ctx->stream, why, sizeof(why));
+        if (st) return dfg_cuda_fail(ctx, n, st, "%s", why);
+        if (op != DFG_COLL_MEAN) continue;
+        const float inv = 1.0f / (float)c->size;
+        const unsigned grid = dfg_grid_for(cnt, kThreads, ctx);
+        DFG_CUDA_FLOAT_DISPATCH(ctx, n, t, T,
+                                st = dfg_cuda_launched(ctx, n,
+                                                       DFG_LAUNCH(scale_k<T>, grid, kThreads, 0, (cudaStream_t)ctx->stream,
+                                                                  (T *)out[i], inv, cnt),
+                                                       "scale_k"));
+    }
+    return st;
+}
+
+DFG_CUDA_LAUNCHER(all_gather) {
+    dfg_comm *c;
+    dfg_status st = comm_for(n, ctx, &c);
+    if (st) return st;
+    const size_t bytes = dfg_tensor_bytes(n->in[0]);
+    if (!c) return dfg_cuda_launched(ctx, n, copy_tensor(out[0], in[0], bytes, ctx), "copy_words");
+    char why[512] = "";
+    st = c->all_gather(c, in[0], out[0], bytes, ctx->stream, why, sizeof(why));
+    return st ? dfg_cuda_fail(ctx, n, st, "%s", why) : DFG_OK;
+}
+
+DFG_CUDA_LAUNCHER(rank) {
+    (void)in;
+    dfg_comm *c;
+    dfg_status st = comm_for(n, ctx, &c);
+    if (st) return st;
+    return dfg_cuda_launched(ctx, n,
+                             DFG_LAUNCH(set_rank, 1, 32, 0, (cudaStream_t)ctx->stream, (int32_t *)out[0],
+                                        (int32_t)(c ? c->rank : 0)),
+                             "set_rank");
+}

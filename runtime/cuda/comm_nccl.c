@@ -1,0 +1,130 @@
+/* comm_nccl.c - a data-parallel run's communicator on the GPU: NCCL collectives on the device's
+ * one stream, so that a stage's capture holds them (NCCL 2.9+ supports CUDA Graph capture) and
+ * replays launch them with the stage's kernels. The unique id that joins the ranks is broadcast
+ * by the run's host communicator (MPI). comm_wait replaces a plain stream synchronisation: it
+ * polls the stream against the run's timeout and NCCL's asynchronous error, and on a timeout asks
+ * the host communicator which rank did not arrive (dfg_dist_diagnose), then aborts the NCCL
+ * communicator so nothing waits on it any more.
+ *
+ * Written for NCCL 2.x as the CUDA 13 toolkit ships it; built here, run only where a GPU is
+ * (the emulated device's communicator, comm_emu.c, runs the same orchestration in CI). */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../dist.h"
+#include "device.h"
+
+typedef struct {
+    dfg_comm self;   /* what the launchers call */
+    dfg_comm *host;  /* the run's MPI communicator */
+    ncclComm_t nccl;
+    cudaStream_t stream;
+    bool aborted;
+} nccl_comm;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dfg_status nccl_failed(ncclResult_t r, const char *what, char *err, size_t len) {
+    snprintf(err, len, "NCCL %s: %s", what, ncclGetErrorString(r));
+    return DFG_ERR_RUNTIME;
+}
+
+static bool nccl_type(dfg_dtype dt, ncclDataType_t *t) {
+    switch (dt) {
+    case DFG_F32: *t = ncclFloat32; return true;
+    case DFG_BF16: *t = ncclBfloat16; return true;
+    case DFG_F16: *t = ncclFloat16; return true;
+    case DFG_I32: *t = ncclInt32; return true;
+    default: return false;
+    }
+}
+
+static dfg_status nccl_allreduce(dfg_comm *self, void *buf, int64_t count, dfg_dtype dt, int op, void *stream, char *err,
+                                 size_t len) {
+    nccl_comm *c = self->impl;
+    ncclDataType_t t;
+    if (!nccl_type(dt, &t)) return snprintf(err, len, "NCCL all-reduce of %s", dfg_dtype_name(dt)), DFG_ERR_UNSUPPORTED;
+    ncclRedOp_t o = op == DFG_COLL_MIN ? ncclMin : op == DFG_COLL_MAX ? ncclMax : ncclSum;
+    ncclResult_t r = ncclAllReduce(buf, buf, (size_t)count, t, o, c->nccl, (cudaStream_t)stream);
+    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "all-reduce", err, len);
+}
+
+static dfg_status nccl_all_gather(dfg_comm *self, const void *send, void *recv, size_t bytes, void *stream, char *err,
+                                  size_t len) {
+    nccl_comm *c = self->impl;
+    ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, c->nccl, (cudaStream_t)stream);
+    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "all-gather", err, len);
+}
+
+static dfg_status nccl_broadcast(dfg_comm *self, void *buf, size_t bytes, int root, void *stream, char *err, size_t len) {
+    nccl_comm *c = self->impl;
+    ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->nccl, (cudaStream_t)stream);
+    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "broadcast", err, len);
+}
+
+dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
+    nccl_comm *c = calloc(1, sizeof(*c));
+    if (!c) return snprintf(err, len, "out of memory"), DFG_ERR_NOMEM;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (host->rank == 0) r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+        free(c);
+        return nccl_failed(r, "unique id", err, len); /* the other ranks time out in the broadcast, naming rank 0 */
+    }
+    dfg_status st = host->broadcast(host, &id, sizeof(id), 0, NULL, err, len);
+    if (!st && (r = ncclCommInitRank(&c->nccl, host->size, id, host->rank)) != ncclSuccess)
+        st = nccl_failed(r, "communicator", err, len);
+    if (st) {
+        free(c);
+        return st;
+    }
+    c->host = host;
+    c->stream = (cudaStream_t)stream;
+    c->self = (dfg_comm){.rank = host->rank, .size = host->size, .impl = c, .allreduce = nccl_allreduce,
+                         .all_gather = nccl_all_gather, .broadcast = nccl_broadcast};
+    *out = &c->self;
+    return DFG_OK;
+}
+
+void dfg_comm_nccl_close(dfg_comm *self) {
+    if (!self) return;
+    nccl_comm *c = self->impl;
+    if (!c->aborted) ncclCommDestroy(c->nccl); /* an aborted one is gone already */
+    free(c);
+}
+
+/* The stream's work done, or NCCL's asynchronous error, or the timeout: then the host
+ * communicator names the rank that did not arrive, and the NCCL communicator is aborted (its
+ * kernels stop spinning, so the process can leave). */
+dfg_status dfg_comm_nccl_wait(dfg_comm *self, char *err, size_t len) {
+    nccl_comm *c = self->impl;
+    double t0 = now_s(), limit = dfg_dist_timeout(c->host->impl);
+    struct timespec pause = {0, 100000};
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) return DFG_OK;
+        if (e != cudaErrorNotReady) return snprintf(err, len, "CUDA: %s", cudaGetErrorString(e)), DFG_ERR_RUNTIME;
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(c->nccl, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+            c->aborted = true;
+            ncclCommAbort(c->nccl);
+            return nccl_failed(async, "collective", err, len);
+        }
+        if (now_s() - t0 > limit) {
+            dfg_status st = dfg_dist_diagnose(c->host->impl, "a collective on the GPU", err, len);
+            c->aborted = true;
+            ncclCommAbort(c->nccl);
+            return st;
+        }
+        nanosleep(&pause, NULL);
+    }
+}
