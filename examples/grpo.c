@@ -260,7 +260,7 @@ typedef struct {
     dfg_model_kv kv;
     dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
     dfg_tensor *start;        /* (N) i32 each row's first prompt column (a dataset's left-padded prompts); else NULL */
-    dfg_tensor *reward_stats; /* (2F) per reward function its mean and std (external rewards) */
+    dfg_tensor *reward_values; /* (N, F) each row's value per reward function, NaN for None (external rewards) */
     dfg_tensor *truncated_prompts;
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
@@ -307,7 +307,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
         state(p, "answer_len", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     }
     if (!strcmp(c->reward, "external"))
-        s->reward_stats = state(p, "reward_stats", DFG_F32, DFG_SHAPE(2 * c->n_funcs), DFG_ROLE_NONE);
+        s->reward_values = state(p, "reward_values", DFG_F32, DFG_SHAPE(c->N, c->n_funcs), DFG_ROLE_NONE);
     s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -436,16 +436,8 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     dfg_metric(g, "reward", dfg_mean(g, rewards, 0));
     dfg_metric(g, "reward_std", dfg_sqrt(g, dfg_scale(g, dfg_sum(g, dfg_reshape(g, dfg_mul(g, dev, dev), DFG_SHAPE(-1)), 0),
                                                   1.0f / (float)(c->W * c->N - 1))));
-    /* the reward functions' mean and std over the ranks' (a std of the whole batch would need
-     * every row's value per function; the mean of the ranks' is what is logged) */
-    dfg_tensor *fstats = s->reward_stats && c->W > 1 ? dfg_allreduce(g, s->reward_stats, DFG_COLL_MEAN, c->W) : s->reward_stats;
-    for (int f = 0; s->reward_stats && f < c->n_funcs; f++) { /* TRL's rewards/<name>/mean and /std */
-        char name[96];
-        for (int k = 0; k < 2; k++) {
-            snprintf(name, sizeof(name), "rewards/%s/%s", c->funcs[f], k ? "std" : "mean");
-            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, fstats, 0, 2 * f + k, 1), DFG_SCALAR));
-        }
-    }
+    if (s->reward_values) /* TRL's rewards/<name>/mean and /std, over the whole batch */
+        dfg_grpo_function_metrics(g, dfg_grpo_world_rows(g, s->reward_values, c->W), c->n_funcs, c->funcs);
     dfg_metric(g, "frac_reward_zero_std", dfg_grpo_frac_zero_std(g, rewards, c->G));
     dfg_grpo_completion_metrics(g, dfg_grpo_world_rows(g, len, c->W), dfg_grpo_world_rows(g, truncated, c->W), c->max_new);
     if (s->truncated_prompts)

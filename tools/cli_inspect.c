@@ -120,6 +120,78 @@ static cJSON *device_workspace_json(const inspection *in, bool emulated) {
     return o;
 }
 
+/* ---------------------------------------------------------------- data parallel */
+/* One stage's collectives: all-reduce and all-gather nodes, their tensors and payload bytes per run. */
+typedef struct {
+    int reduces, gathers, tensors;
+    double reduce_bytes, gather_bytes;
+} stage_comm;
+
+static stage_comm comm_of(const dfg_stage *st) {
+    stage_comm c = {0};
+    for (int i = 0; st->kind == DFG_STAGE_GRAPH && i < st->graph->n_nodes; i++) {
+        const dfg_node *n = st->graph->nodes[i];
+        double bytes = 0;
+        for (int k = 0; k < n->n_out; k++) bytes += (double)dfg_tensor_bytes(n->out[k]);
+        if (n->op == DFG_OP_ALLREDUCE) c.reduces++, c.tensors += n->n_in, c.reduce_bytes += bytes;
+        if (n->op == DFG_OP_ALL_GATHER) c.gathers++, c.gather_bytes += bytes;
+    }
+    return c;
+}
+
+/* Per-rank memory (every figure of the plan is one rank's) and the bytes communicated per step. */
+static void print_data_parallel(const inspection *in) {
+    const dfg_report *r = in->r;
+    char a[32], b[32], c[32];
+    if (r->world <= 1) {
+        printf("ranks         1             one process (dfg compile --set world_size=W: data parallel over W)\n");
+        return;
+    }
+    printf("ranks         %-12d  data parallel (mpirun -n %d): every figure here is one rank's; %d ranks hold %s of "
+           "arenas\n", r->world, r->world, r->world, dfg_bytes_str((double)r->arena_bytes * r->world, a, sizeof(a)));
+    printf("communicated  %12s  per rank and step: %d collectives' payload; a ring implementation (NCCL, MPI) sends "
+           "and receives %s per rank\n", dfg_bytes_str(r->comm_bytes, b, sizeof(b)), r->n_collectives,
+           dfg_bytes_str(r->comm_ring_bytes, c, sizeof(c)));
+    for (int s = 0; s < in->p->n_stages; s++) {
+        const dfg_stage *st = &in->p->stages[s];
+        stage_comm m = comm_of(st);
+        if (!m.reduces && !m.gathers) continue;
+        printf("              stage '%s' x%d: %d all-reduce%s of %d tensor%s (%s)", st->name, st->repeat, m.reduces,
+               m.reduces == 1 ? "" : "s", m.tensors, m.tensors == 1 ? "" : "s",
+               dfg_bytes_str(m.reduce_bytes, a, sizeof(a)));
+        if (m.gathers) printf(", %d all-gather%s (%s gathered)", m.gathers, m.gathers == 1 ? "" : "s",
+                              dfg_bytes_str(m.gather_bytes, b, sizeof(b)));
+        printf("\n");
+    }
+}
+
+static cJSON *json_data_parallel(const inspection *in) {
+    const dfg_report *r = in->r;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "world_size", r->world);
+    cJSON_AddNumberToObject(o, "collectives_per_step", r->n_collectives);
+    cJSON_AddNumberToObject(o, "payload_bytes_per_step", r->comm_bytes);
+    cJSON_AddNumberToObject(o, "ring_bytes_per_rank_per_step", r->comm_ring_bytes);
+    cJSON *arr = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; arr && s < in->p->n_stages; s++) {
+        stage_comm m = comm_of(&in->p->stages[s]);
+        if (!m.reduces && !m.gathers) continue;
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e)) {
+            cJSON_Delete(e);
+            break;
+        }
+        cJSON_AddStringToObject(e, "name", in->p->stages[s].name);
+        cJSON_AddNumberToObject(e, "repeat", in->p->stages[s].repeat);
+        cJSON_AddNumberToObject(e, "allreduce_nodes", m.reduces);
+        cJSON_AddNumberToObject(e, "allreduce_tensors", m.tensors);
+        cJSON_AddNumberToObject(e, "allreduce_bytes", m.reduce_bytes);
+        cJSON_AddNumberToObject(e, "all_gather_nodes", m.gathers);
+        cJSON_AddNumberToObject(e, "all_gather_bytes", m.gather_bytes);
+    }
+    return o;
+}
+
 /* ---------------------------------------------------------------- the table */
 static void print_totals(const inspection *in) {
     const dfg_report *r = in->r;
@@ -144,6 +216,7 @@ static void print_totals(const inspection *in) {
     else if (in->info->memory_min) printf("budget        %12s  the least arena remat reaches (dfg fit --min)\n", "least");
     else printf("budget        %12s  (dfg compile --memory-budget sets one)\n", "none");
     if (r->target == DFG_TARGET_CUDA) print_device_workspace(in);
+    print_data_parallel(in);
 }
 
 static void print_peak(const inspection *in) {
@@ -319,6 +392,7 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddNumberToObject(o, "n_inplace", r->n_inplace);
     cJSON_AddStringToObject(o, "placement", r->placement ? r->placement : "");
     cJSON_AddItemToObject(o, "stages", json_stages(in));
+    cJSON_AddItemToObject(o, "data_parallel", json_data_parallel(in));
     return o;
 }
 

@@ -10,8 +10,8 @@
  *                                   run whose file changed warns once)
  *   "completion_mask"   f32 (N, T)  nonzero on generated tokens up to and including the first EOS
  *   "rewards"           f32 (N)     the weighted sum of the functions' rewards
- *   "reward_stats"      f32 (2F)    optional: per function its mean and std over the rows that
- *                                   have a value (unbiased std; NaN when no row has one)
+ *   "reward_values"     f32 (N, F)  optional: each row's value per function, NaN where it gave
+ *                                   None (dfg_grpo_function_metrics logs their mean and std)
  *   "answers", "answer_len"         (built-in tasks) the answers, sent as the field "answer" */
 #ifndef DFG_GRPO_DATA_H
 #define DFG_GRPO_DATA_H
@@ -71,6 +71,10 @@ dfg_tensor *dfg_grpo_frac_zero_std(dfg_graph *g, dfg_tensor *rewards, int64_t G)
  * first EOS) and which ran out of room (truncated, n): mean, min and max length, the share
  * truncated, and the same lengths over the terminated ones (all 0 when none terminated). */
 void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *truncated, int64_t max_new);
+/* TRL's rewards/<name>/mean and /std (nanmean, and nanstd with Bessel's correction; 0 for one
+ * value) of each reward function over the rows that have a value: values (n, F), NaN for None.
+ * A function with no value on any row logs NaN, as TRL does. */
+void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const char (*names)[68]);
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank
  * stacked in rank order (x itself for world 1), and x reduced over the ranks (x itself for world

@@ -173,20 +173,6 @@ static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, re
 }
 
 /* Per function: the mean and the unbiased std over the rows with a value (TRL's nanmean, nanstd). */
-static void function_stats(const float *v, int64_t N, int F, float *stats) {
-    for (int f = 0; f < F; f++) {
-        double sum = 0, sq = 0;
-        int64_t n = 0;
-        for (int64_t r = 0; r < N; r++)
-            if (!isnan(v[r * F + f])) sum += v[r * F + f], n++;
-        double mean = n ? sum / (double)n : NAN;
-        for (int64_t r = 0; r < N; r++)
-            if (!isnan(v[r * F + f])) sq += (v[r * F + f] - mean) * (v[r * F + f] - mean);
-        stats[2 * f] = (float)mean;
-        stats[2 * f + 1] = n > 1 ? (float)sqrt(sq / (double)(n - 1)) : n == 1 ? 0.0f : NAN;
-    }
-}
-
 /* The source's message without its leading "step N, " or "step N: " (the stage's message names the step). */
 static const char *without_step(const char *m) {
     const char *p = m;
@@ -201,13 +187,13 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
         return dfg_host_fail(ctx, "this plan scores with an external reward (reward=external): run it with --reward-cmd "
                              "CMD or --reward-lib LIB");
     if (!o || o->group < 1 || !o->weights || !o->eos || o->n_eos < 1) return dfg_host_fail(ctx, "rewards_external: bad options");
-    dfg_buffer tok, rew, stats;
+    dfg_buffer tok, rew, values;
     dfg_status st;
     int F = dfg_reward_source_n_funcs(src);
     if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
     int64_t N = tok.shape.d[0], T = tok.shape.d[1];
     if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
-        (st = dfg_task_tensor(ctx, "reward_stats", DFG_F32, 1, (int64_t[]){2 * F}, "F", true, &stats)))
+        (st = dfg_task_tensor(ctx, "reward_values", DFG_F32, 2, (int64_t[]){N, F}, "NF", true, &values)))
         return st;
     reward_scratch s = {calloc((size_t)N, sizeof(dfg_reward_row)), malloc(sizeof(int32_t) * (size_t)(N * T)),
                         malloc((size_t)N * 128), malloc(sizeof(float) * (size_t)(N * F))};
@@ -226,7 +212,7 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
                 if (!isnan(s.values[r * F + f])) sum += o->weights[f] * s.values[r * F + f];
             ((float *)rew.data)[r] = sum;
         }
-        if (stats.data) function_stats(s.values, N, F, stats.data);
+        if (values.data) memcpy(values.data, s.values, sizeof(float) * (size_t)(N * F));
     }
     scratch_free(&s);
     return st;

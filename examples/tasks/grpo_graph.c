@@ -4,6 +4,8 @@
 #include "dfg_grpo_data.h"
 #include "dfg_nn.h"
 
+#include <stdio.h>
+
 /* ---------------------------------------------------------------- metrics */
 dfg_tensor *dfg_grpo_frac_zero_std(dfg_graph *g, dfg_tensor *rewards, int64_t G) {
     dfg_tensor *grouped = dfg_reshape(g, rewards, DFG_SHAPE(-1, G));
@@ -30,6 +32,23 @@ void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *trun
     dfg_tensor *lo = dfg_add(g, term_len, dfg_scale(g, truncated, out_of_reach)); /* truncated rows out of reach */
     dfg_metric(g, "completions/min_terminated_length", dfg_mul(g, dfg_neg(g, max_of(g, dfg_neg(g, lo))), any));
     dfg_metric(g, "completions/max_terminated_length", max_of(g, term_len));
+}
+
+void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const char (*names)[68]) {
+    dfg_tensor *has = dfg_equal(g, values, values);                                   /* (n, F) 0 on NaN */
+    dfg_tensor *v = dfg_where(g, has, values, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)); /* (n, F) */
+    dfg_tensor *count = dfg_sum(g, has, 0);                                             /* (F) */
+    dfg_tensor *mean = dfg_div(g, dfg_sum(g, v, 0), count);                             /* (F) NaN for none */
+    dfg_tensor *dev = dfg_mul(g, dfg_sub(g, v, mean), has);                             /* (n, F) */
+    dfg_tensor *dof = dfg_maximum(g, dfg_add_scalar(g, count, -1.0f), dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f));
+    dfg_tensor *std = dfg_sqrt(g, dfg_div(g, dfg_sum(g, dfg_mul(g, dev, dev), 0), dof)); /* (F) */
+    for (int f = 0; f < F; f++) {
+        char name[96];
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof(name), "rewards/%s/%s", names[f], k ? "std" : "mean");
+            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, k ? std : mean, 0, f, 1), DFG_SCALAR));
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- data parallel */

@@ -18,34 +18,6 @@ testlib_begin fit-test
 arena_of() { "$DFG" inspect "$1" --json >"$1.json" && jget "$1.json" 'd["arena_bytes"]'; }
 setting_of() { "$DFG" info "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 
-# same_step A.jsonl B.jsonl WHAT: every metric of every step of two runs from one seed agrees:
-# rewards and completion lengths exactly (the same tokens were sampled), the rest within 1e-4.
-# entropy and the clip ratios are TRL's per-micro-batch means averaged over the micro-batches, so
-# they are logged differently when the micro-batches differ (the loss, gradients and updates are
-# not): they are compared only between plans with the same micro-batches.
-same_step() {
-  if python3 - "$1" "$2" "$4" >cmp.txt 2>&1 <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-skip = {"step", "ms", "host_ms", "tokens_per_s", "arena_bytes", "reward_ms"}
-if sys.argv[3] != "same-micro-batches": skip |= {"entropy", "cispo_clip_ratio"} | {k for k in a[0] if k.startswith("clip_ratio/")}
-worst, bad = 0.0, []
-assert len(a) == len(b) == 3, (len(a), len(b))
-for x, y in zip(a, b):
-    for k, v in x.items():
-        if k in skip or not isinstance(v, (int, float)): continue
-        exact = k.startswith("reward") or k.startswith("completions/") or k == "frac_reward_zero_std"
-        err = abs(v - y[k]) / max(abs(v), 1e-3)
-        worst = max(worst, 0 if exact else err)
-        if (exact and v != y[k]) or err > 1e-4: bad.append("step %s %s: %r vs %r" % (x["step"], k, v, y[k]))
-print("worst relative difference %.2g over %d metrics x 3 steps" % (worst, len([k for k in a[0] if k not in skip])))
-if bad: print("\n".join(bad[:8])); sys.exit(1)
-PY
-  then ok "$3 trains the same step: rewards and completions equal, losses within 1e-4 ($(cat cmp.txt))"
-  else fail "$3 trains a different step: $(cat cmp.txt)"; fi
-}
-
 # planned_used RUN_OUTPUT ARENA WHAT: the run's peak RSS is the process before the runtime, the
 # plan's arena and a small rest (kernel scratch, BLAS and host-stage buffers)
 planned_used() {

@@ -38,7 +38,7 @@ run "$DFG" run plugin.dfg --steps 4 --threads 1 --checkpoint-dir p --reward-lib 
 expect_rc 0 "run with --reward-lib"
 expect_in out.txt "rewards/partial/mean" "per-function means are metrics"
 expect_in out.txt "reward plugin:" "the reward's cost per step is printed"
-run "${ST[@]}" same b/checkpoint.safetensors p/checkpoint.safetensors --except metric. --except reward_stats
+run "${ST[@]}" same b/checkpoint.safetensors p/checkpoint.safetensors --except metric. --except reward_values
 expect_rc 0 "plugin 0.6 exact + 0.3 partial + 0.1 format = built-in mixed, bit for bit after 4 steps"
 
 # ---------------------------------------------------------------- refusals before any step

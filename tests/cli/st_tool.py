@@ -17,6 +17,8 @@
                                  ||(B - W0B) - (A - W0)|| <= RTOL * ||A - W0|| (2-norms); with
                                  --prefix, B and W0B hold tensor N as P + N (a mixed-precision
                                  run's f32 masters, "master."); exit 3 when not
+  st_tool.py norm-close A B RTOL all the float tensors of A and B together: ||B - A|| <= RTOL ||A||
+                                 (2-norms); exit 3 when not
   st_tool.py names F             the tensor names, one per line, sorted
   st_tool.py meta F KEY          a metadata value
   st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G]
@@ -141,6 +143,22 @@ def update(w0, a, b, rtol, w0b=None, prefix=""):
     return 0 if rel <= rtol else 3
 
 
+def norm_close(a, b, rtol):
+    """All the float tensors of A and B together: ||B - A|| <= RTOL * ||A|| (2-norms)."""
+    ta, _ = read(a)
+    tb, _ = read(b)
+    diff = ref = 0.0
+    for n in sorted(ta):
+        if ta[n][0] in ("I32", "U8") or n not in tb:
+            continue
+        for xa, xb in zip(values(ta[n]), values(tb[n])):
+            diff += (xb - xa) ** 2
+            ref += xa ** 2
+    rel = math.sqrt(diff / ref) if ref > 0 else float("inf")
+    print("%d tensors together: |B - A| / |A| = %.3g (bound %g)" % (len(ta), rel, rtol))
+    return 0 if rel <= rtol else 3
+
+
 def rollouts(out, n, t, vocab, seed, bad_shape, group):
     """Prompts of 4 tokens (the same for each group of `group` rows, as a rollout makes them;
     group 1: every row its own), then 1..(T-4) completion tokens ending in EOS (id 1),
@@ -223,6 +241,8 @@ def main(argv):
     if cmd == "update":
         opt = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None
         return update(argv[2], argv[3], argv[4], float(argv[5]), opt("--from"), opt("--prefix") or "")
+    if cmd == "norm-close":
+        return norm_close(argv[2], argv[3], float(argv[4]))
     if cmd == "names":
         print("\n".join(sorted(read(argv[2])[0])))
         return 0

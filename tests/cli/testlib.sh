@@ -7,6 +7,7 @@
 #   expect_in FILE TEXT WHAT
 #   expect_one_line WHAT stderr of the last run is exactly one line
 #   jget FILE EXPR       a Python expression over d, the JSON in FILE
+#   same_step A B WHAT [MODE]  two GRPO runs' metrics (JSONL) trained the same steps
 testlib_begin() {
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-$1-XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
@@ -28,6 +29,34 @@ expect_one_line() {
   if [ "$n" -eq 1 ]; then ok "$1: one line"; else fail "$1: expected one line on stderr, got $n"; fi
 }
 jget() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1"; }
+# same_step A.jsonl B.jsonl WHAT [MODE] (GRPO runs): every metric of every step of two runs from one seed agrees:
+# rewards and completion lengths exactly (the same tokens were sampled), the rest within 1e-4.
+# entropy and the clip ratios are TRL's per-micro-batch means averaged over the micro-batches, so
+# they are logged differently when the micro-batches differ (the loss, gradients and updates are
+# not): they are compared only between plans with the same micro-batches.
+same_step() {
+  if python3 - "$1" "$2" "$4" >cmp.txt 2>&1 <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+skip = {"step", "ms", "host_ms", "tokens_per_s", "arena_bytes", "reward_ms"}
+if sys.argv[3] != "same-micro-batches": skip |= {"entropy", "cispo_clip_ratio"} | {k for k in a[0] if k.startswith("clip_ratio/")}
+worst, bad = 0.0, []
+assert len(a) == len(b) > 0, (len(a), len(b))
+for x, y in zip(a, b):
+    for k, v in x.items():
+        if k in skip or not isinstance(v, (int, float)): continue
+        exact = k.startswith("reward") or k.startswith("completions/") or k == "frac_reward_zero_std"
+        err = abs(v - y[k]) / max(abs(v), 1e-3)
+        worst = max(worst, 0 if exact else err)
+        if (exact and v != y[k]) or err > 1e-4: bad.append("step %s %s: %r vs %r" % (x["step"], k, v, y[k]))
+print("worst relative difference %.2g over %d metrics x %d steps" % (worst, len([k for k in a[0] if k not in skip]), len(a)))
+if bad: print("\n".join(bad[:8])); sys.exit(1)
+PY
+  then ok "$3 trains the same step: rewards and completions equal, losses within 1e-4 ($(cat cmp.txt))"
+  else fail "$3 trains a different step: $(cat cmp.txt)"; fi
+}
+
 testlib_end() {
   echo
   if [ "$failures" -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi

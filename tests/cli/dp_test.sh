@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# dp_test.sh - data-parallel GRPO (ctest "data_parallel", label "c"): `mpirun -n 2 dfg run` on a
+# plan compiled with --set world_size=2 against one process on the same whole batch.
+#   - the updated weights equal one process's to float rounding (1e-5 relative per tensor), and
+#     every step's metrics agree (rewards and completions exactly: the ranks sample the batch's
+#     tokens), for TRL's default loss and for grpo + KL + batch-scaled rewards + micro-batches +
+#     rollout sub-batches + two passes, and for a dataset of left-padded prompts;
+#   - rank 0 alone writes the checkpoint; a resumed run (same world) continues bit for bit;
+#   - a killed rank and a hung rank stop the run (the hung one named in one line), the last good
+#     checkpoint is whole, and resuming from it ends where an unfaulted run ends;
+#   - a plan and a run of different sizes are refused; dfg inspect shows per-rank memory and the
+#     bytes communicated per step;
+#   - a cuda plan under --emulate-gpu: the CUDA backend's orchestration with the emulated
+#     device's communicator (MPI in the stream's order) trains the step of one emulated process.
+# Needs mpirun (Debian's openmpi-bin, installed by tools/deps.sh); exits 77 (skipped) without it.
+# Usage: dp_test.sh DFG SRC
+DFG=$1
+SRC=$2
+. "$SRC/tests/cli/testlib.sh"
+testlib_begin dp
+if ! command -v mpirun >/dev/null; then
+  echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+  exit 77
+fi
+# CI runs as root in a container: allow it, allow two ranks on fewer cores, and no cross-memory
+# attach (ptrace is often forbidden there)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPI=(mpirun -n 2 --oversubscribe --bind-to none)
+G="$SRC/examples/grpo.c"
+ST="python3 $SRC/tests/cli/st_tool.py"
+TOY="python3 $SRC/tests/cli/toy_reward.py"
+SMALL=(--set prompts_per_step=4 --set num_generations=4)
+# AdamW with eps 0.1 and no clipping moves a weight in proportion to its gradient, so the weights
+# show a gradient that is off by a factor (AdamW's 1e-8 and a norm clip would make the step
+# nearly scale-free), and a weight whose gradient is rounding noise around 0 (the attention key
+# biases: softmax ignores a shift shared by all keys) moves by a noise-sized step, not by +-lr
+LIN=(--set adam_epsilon=0.1 --set max_grad_norm=1000)
+
+# close A B WHAT: every tensor within 1e-5 of its largest value (st_tool.py close)
+close() {
+  if $ST close "$1" "$2" 1e-5 >cmp.txt 2>&1; then ok "$3: weights within 1e-5 ($(tail -1 cmp.txt))"
+  else fail "$3: weights differ: $(tail -3 cmp.txt)"; fi
+}
+
+# ---------------------------------------------------------------- TRL's default loss (dapo)
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" -o one.dfg
+expect_rc 0 "compile the small GRPO program for one process"
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" --set world_size=2 -o two.dfg
+expect_rc 0 "compile it for 2 ranks (world_size=2: 2 prompts per rank)"
+run "$DFG" run one.dfg --steps 3 --threads 1 --metrics one.jsonl --save one.safetensors
+expect_rc 0 "one process: 3 steps"
+run "${MPI[@]}" "$DFG" run two.dfg --steps 3 --threads 1 --metrics two.jsonl --save two.safetensors
+expect_rc 0 "mpirun -n 2: 3 steps"
+expect_in out.txt "data parallel: 2 ranks" "rank 0 says the run is data parallel"
+[ "$(grep -c '^step ' out.txt)" = 3 ] && ok "one metrics line per step (rank 0's, the others quiet)" \
+  || fail "expected 3 step lines, got $(grep -c '^step ' out.txt)"
+close one.safetensors two.safetensors "2 ranks against one process on the whole batch (dapo)"
+same_step one.jsonl two.jsonl "2 ranks (dapo)" other
+
+# AdamW's default eps (1e-8): the weights of one process and of 2 ranks together (2-norm). The
+# few weights whose gradient is rounding noise (the key biases above) differ by a few 1e-6.
+run "$DFG" compile "$G" "${SMALL[@]}" -o one_eps.dfg
+run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=2 -o two_eps.dfg
+run "$DFG" run one_eps.dfg --steps 3 --threads 1 --save one_eps.safetensors
+run "${MPI[@]}" "$DFG" run two_eps.dfg --steps 3 --threads 1 --save two_eps.safetensors
+expect_rc 0 "mpirun -n 2 with AdamW's default eps"
+if $ST norm-close one_eps.safetensors two_eps.safetensors 1e-5 >cmp.txt 2>&1; then
+  ok "default eps: all the weights together within 1e-5 ($(tail -1 cmp.txt))"
+else fail "default eps: the weights differ: $(tail -3 cmp.txt)"; fi
+
+# ---------------------------------------------------------------- grpo loss, KL, batch scaling, micro-batches
+MORE=(--set loss_type=grpo --set beta=0.04 --set scale_rewards=batch --set num_iterations=2)
+run "$DFG" compile "$G" --set prompts_per_step=4 --set num_generations=4 "${LIN[@]}" "${MORE[@]}" \
+  --set gradient_accumulation_steps=4 --set rollout_sub_batches=2 -o one_more.dfg
+expect_rc 0 "compile grpo + KL + batch-scaled rewards + 2 passes, 4 micro-batches, 2 rollout sub-batches"
+run "$DFG" compile "$G" --set prompts_per_step=4 --set num_generations=4 "${LIN[@]}" "${MORE[@]}" \
+  --set gradient_accumulation_steps=2 --set rollout_sub_batches=2 --set world_size=2 -o two_more.dfg
+expect_rc 0 "... for 2 ranks (2 micro-batches and 2 rollout sub-batches each)"
+run "$DFG" run one_more.dfg --steps 2 --threads 1 --metrics one_more.jsonl --save one_more.safetensors
+run "${MPI[@]}" "$DFG" run two_more.dfg --steps 2 --threads 1 --metrics two_more.jsonl --save two_more.safetensors
+expect_rc 0 "mpirun -n 2: grpo loss with the reference model and the old policy"
+close one_more.safetensors two_more.safetensors "2 ranks, grpo + KL + batch scaling + micro-batches"
+same_step one_more.jsonl two_more.jsonl "2 ranks (grpo, beta 0.04, scale_rewards=batch)" other
+expect_in two_more.jsonl '"kl"' "the KL metric is logged (per token of the whole batch)"
+
+# ---------------------------------------------------------------- a dataset: each rank reads its rows
+for d in 2 3; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 9 --seed $d \
+  -o r$d.jsonl 2>/dev/null; done
+cat r2.jsonl r3.jsonl >mixed.jsonl # 18 rows: 4 prompts a step wrap around an epoch by step 5
+cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1
+    --set max_completion_length=6)
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${DS[@]}" -o one_ds.dfg
+expect_rc 0 "compile GRPO on a dataset of left-padded prompts"
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${DS[@]}" --set world_size=2 -o two_ds.dfg
+run "$DFG" run one_ds.dfg --steps 5 --threads 1 --reward-lib ./digits_plugin.so --metrics one_ds.jsonl --save one_ds.safetensors
+run "${MPI[@]}" "$DFG" run two_ds.dfg --steps 5 --threads 1 --reward-lib ./digits_plugin.so --metrics two_ds.jsonl \
+  --save two_ds.safetensors
+expect_rc 0 "mpirun -n 2 on the dataset, 5 steps (into the second epoch)"
+close one_ds.safetensors two_ds.safetensors "2 ranks on a dataset"
+same_step one_ds.jsonl two_ds.jsonl "2 ranks on a dataset (each its share of every batch)" other
+
+# ---------------------------------------------------------------- checkpoints: rank 0 writes, resume continues
+run "${MPI[@]}" "$DFG" run two.dfg --steps 4 --threads 1 --save straight.safetensors
+run "${MPI[@]}" "$DFG" run two.dfg --steps 2 --threads 1 --checkpoint-dir ck
+expect_rc 0 "mpirun -n 2 with a checkpoint after 2 steps"
+[ "$(ls ck | grep -c safetensors)" = 1 ] && ok "one checkpoint file (rank 0's)" || fail "checkpoint files: $(ls ck)"
+run "${MPI[@]}" "$DFG" run two.dfg --steps 2 --threads 1 --resume ck --save resumed.safetensors
+expect_rc 0 "mpirun -n 2 --resume: 2 more steps"
+if $ST same straight.safetensors resumed.safetensors >cmp.txt 2>&1; then ok "2 + 2 resumed steps = 4 straight steps, bit for bit"
+else fail "resume differs from the straight run: $(tail -3 cmp.txt)"; fi
+
+# ---------------------------------------------------------------- faults
+EXT=(--set reward=external --set reward_funcs=digits,short)
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${EXT[@]}" --set world_size=2 -o ext.dfg
+expect_rc 0 "compile for 2 ranks with a reward program"
+run "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --reward-cmd "$TOY" --save ext_straight.safetensors
+expect_rc 0 "2 ranks with the reward program, 4 steps, no fault"
+
+# a rank killed at step 3 (its reward program sends SIGKILL to it)
+rm -rf ck
+t0=$(date +%s)
+run timeout 120 "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --checkpoint-dir ck --save-every 1 \
+  --collective-timeout 20 --reward-cmd "$TOY kill-dfg 3"
+took=$(( $(date +%s) - t0 ))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "a rank killed at step 3 stops the run (exit $rc, in $took s)"
+else fail "a killed rank: exit $rc after $took s"; fi
+grep -q "rank 1" err.txt && ok "the launcher names the dead rank ($(grep -m1 -o 'process rank 1[^.]*' err.txt))" \
+  || fail "no line names rank 1"
+run "${MPI[@]}" "$DFG" run ext.dfg --steps 2 --threads 1 --resume ck --reward-cmd "$TOY" --save ext_killed.safetensors
+expect_rc 0 "resume after the killed rank"
+expect_in out.txt "resumed from ck/checkpoint.safetensors: step 2" "the last checkpoint is step 2's, whole"
+if $ST same ext_straight.safetensors ext_killed.safetensors >cmp.txt 2>&1; then
+  ok "resuming after the killed rank ends where the unfaulted run ends, bit for bit"
+else fail "after the killed rank: $(tail -3 cmp.txt)"; fi
+
+# a rank that hangs at step 3 (SIGSTOP): the others time out and name it, in one line
+rm -rf ck
+t0=$(date +%s)
+run timeout 120 "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --checkpoint-dir ck --save-every 1 \
+  --collective-timeout 3 --reward-cmd "$TOY stop-dfg 3"
+took=$(( $(date +%s) - t0 ))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "a rank hung at step 3 stops the run (exit $rc, in $took s)"
+else fail "a hung rank: exit $rc after $took s"; fi
+n=$(grep -c '^dfg run:' err.txt)
+[ "$n" = 1 ] && ok "one line from dfg: $(grep '^dfg run:' err.txt | cut -c1-160)..." || fail "$n dfg lines on stderr"
+expect_in err.txt "rank 1 did not reach" "the line names the hung rank"
+expect_in err.txt "the state after step 2 (the last good one) is saved" "the line says what was kept"
+run "${MPI[@]}" "$DFG" run ext.dfg --steps 2 --threads 1 --resume ck --reward-cmd "$TOY" --save ext_hung.safetensors
+expect_rc 0 "resume after the hung rank"
+if $ST same ext_straight.safetensors ext_hung.safetensors >cmp.txt 2>&1; then
+  ok "resuming after the hung rank ends where the unfaulted run ends, bit for bit"
+else fail "after the hung rank: $(tail -3 cmp.txt)"; fi
+sleep 1
+[ -z "$(pgrep -f "dfg.* run ext.dfg" || true)" ] && ok "no rank is left running" || fail "ranks left: $(pgrep -af 'run ext.dfg')"
+
+# ---------------------------------------------------------------- sizes that do not match
+run "$DFG" run two.dfg --steps 1 --threads 1
+expect_rc 1 "a 2-rank plan without mpirun"
+expect_in err.txt "compiled for 2 ranks" "the message says what the plan needs"
+run "${MPI[@]}" "$DFG" run one.dfg --steps 1 --threads 1
+[ "$rc" -ne 0 ] && ok "a one-process plan under mpirun -n 2 is refused (exit $rc)" || fail "a one-process plan ran on 2 ranks"
+expect_in err.txt "has no collectives" "the message says why"
+run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=3 -o bad.dfg
+expect_rc 2 "world_size 3 does not divide 4 prompts"
+expect_in err.txt "world_size 3 must divide prompts_per_step 4" "the message names both settings"
+
+# ---------------------------------------------------------------- dfg inspect
+run "$DFG" inspect two.dfg
+expect_in out.txt "ranks         2" "inspect shows the plan's ranks"
+expect_in out.txt "every figure here is one rank's" "inspect says its memory is per rank"
+run "$DFG" inspect two.dfg --json
+cp out.txt two.json
+GRADS=$(python3 -c "import json,sys; d=json.load(open('two.json')); print(int(sum(s['allreduce_bytes'] for s in d['data_parallel']['stages'] if s['name']=='update.0')))")
+PARAMS=$(jget two.json 'd["categories"]["params"]["peak_bytes"]')
+[ "$(jget two.json 'd["data_parallel"]["world_size"]')" = 2 ] && ok "inspect --json: world_size 2" || fail "inspect --json world_size"
+if [ "$GRADS" -ge "$PARAMS" ]; then ok "the update all-reduces every gradient ($GRADS bytes >= params $PARAMS)"
+else fail "update all-reduces $GRADS bytes, params are $PARAMS"; fi
+
+# ---------------------------------------------------------------- cuda on the emulated device
+TINY=(--set prompts_per_step=2 --set num_generations=2 --set n_layer=1 --set n_embd=32 --set n_head=2 "${LIN[@]}"
+      --target cuda --set torch_dtype=float32)
+run "$DFG" compile "$G" "${TINY[@]}" -o gpu_one.dfg
+expect_rc 0 "compile a tiny GRPO program for cuda (f32)"
+run "$DFG" compile "$G" "${TINY[@]}" --set world_size=2 -o gpu_two.dfg
+run "$DFG" run gpu_one.dfg --steps 2 --emulate-gpu --save gpu_one.safetensors
+if [ "$rc" -eq 0 ]; then
+  run "${MPI[@]}" "$DFG" run gpu_two.dfg --steps 2 --emulate-gpu --save gpu_two.safetensors
+  expect_rc 0 "mpirun -n 2 --emulate-gpu: collectives in the captured stages, replayed"
+  close gpu_one.safetensors gpu_two.safetensors "2 emulated GPUs against one"
+else
+  echo "ok - # SKIP this build has no emulated GPU: $(head -1 err.txt)"
+fi
+
+testlib_end
