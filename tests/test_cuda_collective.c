@@ -272,7 +272,8 @@ static void check_refused(int op, int world, int size, bool fail) {
     char want[128], label[128];
     if (fail) snprintf(want, sizeof(want), "rank 1 did not arrive");
     else
-        snprintf(want, sizeof(want), "built for %d ranks, running in %d process%s", world, size, size == 1 ? "" : "es");
+        snprintf(want, sizeof(want), "built for %d rank%s, running in %d process%s", world, world == 1 ? "" : "s", size,
+                 size == 1 ? "" : "es");
     snprintf(label, sizeof(label), "%s built for %d, %d process%s%s", dfg_op_name(op), world, size,
              size == 1 ? "" : "es", fail ? ", a peer missing" : "");
     for (int backend = 0; backend < 2; backend++) {

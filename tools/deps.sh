@@ -7,8 +7,10 @@
 # Runs apt-get non-interactively (through sudo when not root). Prints what it installs.
 set -euo pipefail
 
-# OpenBLAS's OpenMP build shares one thread pool with dfg's kernels (see CMakeLists.txt)
-build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-openmp-dev)
+# OpenBLAS's OpenMP build shares one thread pool with dfg's kernels (see CMakeLists.txt); OpenMPI
+# for data-parallel runs (mpirun -n W dfg run: libopenmpi-dev to build, openmpi-bin to launch)
+build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev libopenblas-openmp-dev libopenmpi-dev
+            openmpi-bin)
 # libFuzzer ships in libclang-rt-dev (compiler-rt of Debian's default clang), which clang only
 # recommends; a clang build of the library needs clang's OpenMP (libomp-dev)
 # python3-pip installs transformers below (Debian has no transformers package)

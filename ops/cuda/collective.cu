@@ -34,7 +34,7 @@ dfg_status comm_for(const dfg_node *n, dfg_cuda_ctx *ctx, dfg_comm **out) {
     int world = n->attr->collective.world, size = ctx->comm ? ctx->comm->size : 1;
     *out = world > 1 ? ctx->comm : nullptr;
     if (world != size)
-        return dfg_cuda_fail(ctx, n, DFG_ERR_STATE, "built for %d ranks, running in %d process%s", world, size,
+        return dfg_cuda_fail(ctx, n, DFG_ERR_STATE, "built for %d rank%s, running in %d process%s", world, world == 1 ? "" : "s", size,
                              size == 1 ? "" : "es");
     return DFG_OK;
 }
