@@ -190,6 +190,12 @@ dfg_status dfg_dist_diagnose(dfg_dist *d, const char *what, char *err, size_t le
     return DFG_ERR_RUNTIME;
 }
 
+static dfg_status host_sum(dfg_dist *d, double *v, int n, char *err, size_t len) {
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, d->world, &req);
+    return started(d, rc, &req, "the all-reduce after the step", err, len);
+}
+
 static dfg_status open_mpi(dfg_dist *d, char *err, size_t len) {
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
@@ -228,6 +234,17 @@ dfg_status dfg_dist_open(dfg_dist **out, double timeout_s, char *err, size_t len
 #else
     snprintf(err, len, "this process was started by an MPI launcher, but this dfg was built without MPI (install "
                        "libopenmpi-dev and rebuild)");
+    return DFG_ERR_UNSUPPORTED;
+#endif
+}
+
+dfg_status dfg_dist_sum(dfg_dist *d, double *v, int n, char *err, size_t len) {
+    if (!d || d->comm.size == 1) return DFG_OK;
+    if (!v || n < 1) return DFG_ERR_ARG;
+#ifdef DFG_HAVE_MPI
+    return host_sum(d, v, n, err, len);
+#else
+    (void)err, (void)len;
     return DFG_ERR_UNSUPPORTED;
 #endif
 }

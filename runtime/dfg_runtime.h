@@ -229,6 +229,10 @@ DFG_API int dfg_dist_size(const dfg_dist *d); /* 1 for NULL */
 /* After a failure: whether this rank prints it. A collective that timed out is reported by the
  * lowest rank that was alive; every other failure by the rank it happened on. */
 DFG_API bool dfg_dist_reports(const dfg_dist *d);
+/* v[0 .. n-1] = their sums over the ranks (host values, for what a caller reports or agrees on;
+ * the plan's own collectives are ops). A no-op in a world of one. Fails, naming the rank, as a
+ * collective does. */
+DFG_API dfg_status dfg_dist_sum(dfg_dist *d, double *v, int n, char *err, size_t len);
 /* Every persistent tensor of the runtime = rank 0's (after loading weights or a checkpoint: the
  * ranks start from one state, as DDP's first broadcast does). A no-op in a world of one. */
 DFG_API dfg_status dfg_runtime_broadcast_state(dfg_runtime *rt);

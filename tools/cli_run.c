@@ -301,8 +301,8 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
     const dfg_report *rep = dfg_program_report(p);
     if (rep && rep->world > 1) {
         char cb[32];
-        cli_say("data parallel: %d ranks (this output is rank 0's), each %s per step through %d collectives; a "
-                "collective waits at most %.0f s\n", dfg_dist_size(r->dist),
+        cli_say("data parallel: %d ranks (rank 0 prints; tok/s counts every rank's tokens), each sending %s per step "
+                "through %d collectives; a collective waits at most %.0f s\n", dfg_dist_size(r->dist),
                 dfg_bytes_str(rep->comm_ring_bytes, cb, sizeof(cb)), rep->n_collectives, r->collective_timeout);
     }
 }
@@ -454,6 +454,24 @@ static int stop_saving(run_state *s, const char *why) {
                      "(--resume %s continues from it)", s->a->plan, why, good, path, s->ckpt_dir);
 }
 
+/* Data parallel, after each step: the whole batch's completion tokens (for tok/s), and whether
+ * any rank was interrupted, so that every rank stops after the same step (an interrupt reaches the
+ * ranks at slightly different times). */
+static int agree_after_step(run_state *s, double *tokens) {
+    if (dfg_dist_size(s->a->dist) == 1) return CLI_OK;
+    double v[2] = {*tokens, interrupted ? 1.0 : 0.0};
+    char err[512] = "";
+    if (dfg_dist_sum(s->a->dist, v, 2, err, sizeof(err))) {
+        cli_progress_clear(&s->progress);
+        return dfg_dist_reports(s->a->dist) ? cli_error(CMD, CLI_FAILED, "%s: after step %" PRId64 ": %s", s->a->plan,
+                                                        dfg_runtime_steps_done(s->rt), err)
+                                            : CLI_FAILED;
+    }
+    *tokens = *tokens < 0 ? *tokens : v[0];
+    if (v[1] > 0 && !interrupted) interrupted = SIGINT;
+    return CLI_OK;
+}
+
 /* Runs the steps; stops early (CLI_OK) after a step during which an interrupt came. */
 static int run_steps(run_state *s) {
     const run_args *a = s->a;
@@ -478,6 +496,7 @@ static int run_steps(run_state *s) {
         double reward_ms = dfg_runtime_stage_ms(s->rt, "reward");
         if (reward_ms >= 0) s->reward_ms += reward_ms, s->n_reward++;
         double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
+        if ((rc = agree_after_step(s, &tokens))) return rc;
         bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || interrupted);
         done = i;
         if (tokens >= 0) s->tokens += tokens;
