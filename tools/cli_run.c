@@ -118,7 +118,9 @@ static void usage(FILE *f) {
                "is the step of one process on the whole batch. Rank 0 prints, writes metrics and checkpoints\n"
                "(--resume with the same W); every rank starts from rank 0's state.\n"
                "  --collective-timeout S  a rank waits at most S seconds (default 600) for the others in a\n"
-               "                 collective, then the run stops, naming the rank that did not arrive\n");
+               "                 collective, then the run stops, naming the rank that did not arrive\n"
+               "  kill -USR1 <mpirun's pid> stops every rank after the same step, with a checkpoint (exit 138);\n"
+               "  Ctrl-C at mpirun stops the ranks at once (the last checkpoint stays whole)\n");
 }
 
 static int parse_args(int argc, char **argv, run_args *r) {
@@ -226,6 +228,7 @@ static double now_s(void) {
  * second one kills the process at once with the default action (the checkpoint file on disk is
  * then the previous whole one: files are only ever renamed into place). */
 static volatile sig_atomic_t interrupted;
+static bool quiet_interrupts; /* a data-parallel rank other than 0: rank 0 says it */
 
 static void on_interrupt(int sig) {
     static const char first[] = "dfg run: interrupted: stopping after this step (interrupt again to stop at once)\n";
@@ -238,20 +241,22 @@ static void on_interrupt(int sig) {
         return;
     }
     interrupted = sig;
+    if (quiet_interrupts) return;
     ssize_t w = write(STDERR_FILENO, first, sizeof(first) - 1);
     (void)w;
 }
 
 /* In a data-parallel run SIGTERM keeps its default action: it is how the launcher stops the ranks
- * after one of them failed, and a rank cannot finish a step whose collectives miss a peer (the last
- * checkpoint written stays whole). */
+ * after one of them failed (and after a Ctrl-C at mpirun), and a rank cannot finish a step whose
+ * collectives miss a peer (the last checkpoint written stays whole). SIGUSR1, which mpirun
+ * forwards to every rank, asks them to stop after the same step with a checkpoint. */
 static void catch_interrupts(bool on, bool data_parallel) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on ? on_interrupt : SIG_DFL;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
-    if (!data_parallel) sigaction(SIGTERM, &sa, NULL);
+    sigaction(data_parallel ? SIGUSR1 : SIGTERM, &sa, NULL);
 }
 
 /* ---------------------------------------------------------------- a run */
@@ -605,6 +610,7 @@ static int finish(run_state *s) {
     if (s->ckpt_dir && s->last_saved != step && (rc = checkpoint(s, !interrupted))) return rc;
     if (interrupted) {
         snprintf(path, sizeof(path), "%s/%s", s->ckpt_dir ? s->ckpt_dir : "", CLI_CKPT_FILE);
+        if (s->rank > 0) return 128 + interrupted; /* rank 0 says it, and wrote the checkpoint */
         if (s->ckpt_dir)
             cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (continue with --resume %s)",
                       step, path, s->ckpt_dir);
@@ -713,7 +719,7 @@ static int join_run(run_args *r) {
     char err[512] = "";
     if (dfg_dist_open(&r->dist, r->collective_timeout, err, sizeof(err)))
         return cli_error(CMD, CLI_FAILED, "%s", err[0] ? err : "cannot join the MPI run");
-    if (dfg_dist_rank(r->dist) > 0) r->quiet = true, r->metrics = NULL, r->save = NULL, r->dump = NULL;
+    if (dfg_dist_rank(r->dist) > 0) r->quiet = true, r->metrics = NULL, r->save = NULL, r->dump = NULL, quiet_interrupts = true;
     return CLI_OK;
 }
 
@@ -742,6 +748,7 @@ int cli_run(int argc, char **argv) {
     dfg_program_free(p);
     dfg_plan_info_free(&info);
     if (lib) dlclose(lib);
-    dfg_dist_close(r.dist, rc); /* after a failure the other ranks are stopped too */
+    /* after a failure the other ranks are stopped too; an interrupt stopped every rank after one step */
+    dfg_dist_close(r.dist, rc > 128 ? 0 : rc);
     return rc;
 }

@@ -113,6 +113,27 @@ expect_rc 0 "mpirun -n 2 --resume: 2 more steps"
 if $ST same straight.safetensors resumed.safetensors >cmp.txt 2>&1; then ok "2 + 2 resumed steps = 4 straight steps, bit for bit"
 else fail "resume differs from the straight run: $(tail -3 cmp.txt)"; fi
 
+# SIGUSR1 at mpirun (forwarded to every rank): every rank stops after the same step, rank 0 saves
+rm -rf cki
+"${MPI[@]}" "$DFG" run two.dfg --steps 1000000 --threads 1 --checkpoint-dir cki >usr1.txt 2>usr1_err.txt &
+pid=$!
+for _ in $(seq 600); do grep -q '^step *3 ' usr1.txt 2>/dev/null && break; sleep 0.1; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+n=$(sed -n 's/.*interrupted after step \([0-9]*\): checkpoint saved.*/\1/p' usr1_err.txt)
+if [ "$rc" = 138 ] && [ -n "$n" ] && [ "$(grep -c 'interrupted after step' usr1_err.txt)" = 1 ]; then
+  ok "SIGUSR1 stops both ranks after step $n with one checkpoint and one message (exit 138)"
+  run "${MPI[@]}" "$DFG" run two.dfg --steps 2 --threads 1 --resume cki --save usr1_resumed.safetensors
+  run "${MPI[@]}" "$DFG" run two.dfg --steps $((n + 2)) --threads 1 --save usr1_straight.safetensors
+  if $ST same usr1_straight.safetensors usr1_resumed.safetensors >cmp.txt 2>&1; then
+    ok "resuming after SIGUSR1 = the straight run of $((n + 2)) steps, bit for bit"
+  else fail "resume after SIGUSR1 differs: $(tail -3 cmp.txt)"; fi
+else
+  cp usr1.txt out.txt; cp usr1_err.txt err.txt
+  fail "SIGUSR1: exit $rc, step '$n', $(grep -c 'interrupted after step' usr1_err.txt) messages"
+fi
+
 # ---------------------------------------------------------------- faults
 EXT=(--set reward=external --set reward_funcs=digits,short)
 run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${EXT[@]}" --set world_size=2 -o ext.dfg
