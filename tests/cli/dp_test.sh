@@ -141,40 +141,42 @@ expect_rc 0 "compile for 2 ranks with a reward program"
 run "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --reward-cmd "$TOY" --save ext_straight.safetensors
 expect_rc 0 "2 ranks with the reward program, 4 steps, no fault"
 
-# a rank killed at step 3 (its reward program sends SIGKILL to it)
-rm -rf ck
-t0=$(date +%s)
-run timeout 120 "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --checkpoint-dir ck --save-every 1 \
-  --collective-timeout 20 --reward-cmd "$TOY kill-dfg 3"
-took=$(( $(date +%s) - t0 ))
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "a rank killed at step 3 stops the run (exit $rc, in $took s)"
-else fail "a killed rank: exit $rc after $took s"; fi
-grep -q "rank 1" err.txt && ok "the launcher names the dead rank ($(grep -m1 -o 'process rank 1[^.]*' err.txt))" \
+# fault MODE TIMEOUT WHAT: 4 steps with a checkpoint after each, the reward program of rank 1
+# faulting at step 3 (toy_reward.py MODE); the run must stop (not time out at 120 s)
+fault() {
+  rm -rf ck
+  local t0; t0=$(date +%s)
+  run timeout 120 "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --checkpoint-dir ck --save-every 1 \
+    --collective-timeout "$2" --reward-cmd "$TOY $1 3"
+  local took=$(( $(date +%s) - t0 ))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "a rank $3 at step 3 stops the run (exit $rc, in $took s)"
+  else fail "a rank $3 at step 3: exit $rc after $took s"; fi
+  cp err.txt "fault_$1.txt"
+}
+# resumed_after WHAT: 2 more steps from the checkpoint end where the unfaulted run ends
+resumed_after() {
+  run "${MPI[@]}" "$DFG" run ext.dfg --steps 2 --threads 1 --resume ck --reward-cmd "$TOY" --save "after_$1.safetensors"
+  expect_rc 0 "resume after the $1 rank"
+  expect_in out.txt "resumed from ck/checkpoint.safetensors: step 2" "the last checkpoint is step 2's, whole"
+  if $ST same ext_straight.safetensors "after_$1.safetensors" >cmp.txt 2>&1; then
+    ok "resuming after the $1 rank ends where the unfaulted run ends, bit for bit"
+  else fail "after the $1 rank: $(tail -3 cmp.txt)"; fi
+}
+
+# a rank killed at step 3 (its reward program sends SIGKILL to it): the launcher names it
+fault kill-dfg 20 killed
+grep -q "rank 1" fault_kill-dfg.txt && ok "the launcher names the dead rank ($(grep -m1 -o 'process rank 1[^.]*' fault_kill-dfg.txt))" \
   || fail "no line names rank 1"
-run "${MPI[@]}" "$DFG" run ext.dfg --steps 2 --threads 1 --resume ck --reward-cmd "$TOY" --save ext_killed.safetensors
-expect_rc 0 "resume after the killed rank"
-expect_in out.txt "resumed from ck/checkpoint.safetensors: step 2" "the last checkpoint is step 2's, whole"
-if $ST same ext_straight.safetensors ext_killed.safetensors >cmp.txt 2>&1; then
-  ok "resuming after the killed rank ends where the unfaulted run ends, bit for bit"
-else fail "after the killed rank: $(tail -3 cmp.txt)"; fi
+resumed_after killed
 
 # a rank that hangs at step 3 (SIGSTOP): the others time out and name it, in one line
-rm -rf ck
-t0=$(date +%s)
-run timeout 120 "${MPI[@]}" "$DFG" run ext.dfg --steps 4 --threads 1 --checkpoint-dir ck --save-every 1 \
-  --collective-timeout 3 --reward-cmd "$TOY stop-dfg 3"
-took=$(( $(date +%s) - t0 ))
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "a rank hung at step 3 stops the run (exit $rc, in $took s)"
-else fail "a hung rank: exit $rc after $took s"; fi
+fault stop-dfg 3 hung
+cp fault_stop-dfg.txt err.txt
 n=$(grep -c '^dfg run:' err.txt)
 [ "$n" = 1 ] && ok "one line from dfg: $(grep '^dfg run:' err.txt | cut -c1-160)..." || fail "$n dfg lines on stderr"
 expect_in err.txt "rank 1 did not reach" "the line names the hung rank"
 expect_in err.txt "the state after step 2 (the last good one) is saved" "the line says what was kept"
-run "${MPI[@]}" "$DFG" run ext.dfg --steps 2 --threads 1 --resume ck --reward-cmd "$TOY" --save ext_hung.safetensors
-expect_rc 0 "resume after the hung rank"
-if $ST same ext_straight.safetensors ext_hung.safetensors >cmp.txt 2>&1; then
-  ok "resuming after the hung rank ends where the unfaulted run ends, bit for bit"
-else fail "after the hung rank: $(tail -3 cmp.txt)"; fi
+resumed_after hung
 sleep 1
 [ -z "$(pgrep -f "dfg.* run ext.dfg" || true)" ] && ok "no rank is left running" || fail "ranks left: $(pgrep -af 'run ext.dfg')"
 
