@@ -674,10 +674,11 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
         dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
     dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, GRPO_MAX_SUB_BATCHES, 1, v), true);
     static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
-    const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1};
+    /* c->P is one rank's: prompts_per_step stays a multiple of world_size */
+    const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1}, unit[] = {c->W, 1, 1};
     for (int i = 0; i < 3; i++) {
         n = 0;
-        for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x;
+        for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x * unit[i];
         if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
     }
 }

@@ -191,6 +191,9 @@ run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=3 -o bad.dfg
 expect_rc 2 "world_size 3 does not divide 4 prompts"
 expect_in err.txt "world_size 3 must divide prompts_per_step 4" "the message names both settings"
 
+run "$DFG" fit "$G" --set world_size=2 --memory-budget 1.5MiB -o nofit.dfg
+expect_rc 3 "dfg fit for 2 ranks under a budget nothing meets: nothing fits (its hints keep prompts_per_step a multiple of 2)"
+
 # ---------------------------------------------------------------- dfg inspect
 run "$DFG" inspect two.dfg
 expect_in out.txt "ranks         2" "inspect shows the plan's ranks"
