@@ -36,6 +36,10 @@ struct dfg_comm {
                              size_t len);
     /* buf (bytes) = root's buf on every rank. */
     dfg_status (*broadcast)(dfg_comm *c, void *buf, size_t bytes, int root, void *stream, char *err, size_t len);
+    /* Optional (NULL: calls run as made): the calls between begin (true) and end (false) are one
+     * group, launched together at the end (NCCL's ncclGroupStart/End: a bucket of tensors in one
+     * launch). Nothing but collectives may be enqueued inside a group. */
+    dfg_status (*group)(dfg_comm *c, bool begin, char *err, size_t len);
 };
 
 #ifdef __cplusplus

@@ -23,9 +23,21 @@
 
 /* ---------------------------------------------------------------- a fake communicator */
 typedef struct {
+    void *buf;
+    int64_t count;
+    dfg_dtype dt;
+    int op;
+} deferred;
+
+typedef struct {
     uint64_t seed;
     int calls; /* allreduce and all_gather calls so far: the call index in the peers' data */
     bool fail; /* every call fails as a peer that did not arrive */
+    /* grouped (the CUDA runs): as NCCL, all-reduces made between group begin and end run at the
+     * end, so a launcher that enqueued work on their results inside the group computes wrong values */
+    bool grouped, open;
+    int n_deferred, groups;
+    deferred pending[8];
 } fake;
 
 static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
@@ -45,9 +57,33 @@ static uint8_t peer_byte(uint64_t seed, int q, int call, int64_t j) {
     return (uint8_t)(peer_hash(seed ^ 0x9e3779b97f4a7c15ull, q, call, j) >> 56);
 }
 
+static dfg_status reduce_now(dfg_comm *c, void *buf, int64_t count, dfg_dtype dt, int op, char *err, size_t len);
+
 static dfg_status fake_allreduce(dfg_comm *c, void *buf, int64_t count, dfg_dtype dt, int op, void *stream, char *err,
                                  size_t len) {
     (void)stream; /* NULL: the contexts below have no stream */
+    fake *f = c->impl;
+    if (f->open && !f->fail) {
+        if (f->n_deferred == 8) return snprintf(err, len, "fake group: more than 8 calls"), DFG_ERR_ARG;
+        f->pending[f->n_deferred++] = (deferred){buf, count, dt, op};
+        return DFG_OK;
+    }
+    return reduce_now(c, buf, count, dt, op, err, len);
+}
+
+static dfg_status fake_group(dfg_comm *c, bool begin, char *err, size_t len) {
+    fake *f = c->impl;
+    if (begin == f->open) return snprintf(err, len, "fake group: %s twice", begin ? "begin" : "end"), DFG_ERR_STATE;
+    f->open = begin;
+    if (begin) return f->groups++, DFG_OK;
+    dfg_status st = DFG_OK;
+    for (int k = 0; k < f->n_deferred && !st; k++)
+        st = reduce_now(c, f->pending[k].buf, f->pending[k].count, f->pending[k].dt, f->pending[k].op, err, len);
+    f->n_deferred = 0;
+    return st;
+}
+
+static dfg_status reduce_now(dfg_comm *c, void *buf, int64_t count, dfg_dtype dt, int op, char *err, size_t len) {
     fake *f = c->impl;
     if (f->fail) return snprintf(err, len, "rank %d did not arrive within 1 s", (c->rank + 1) % c->size), DFG_ERR_RUNTIME;
     if ((dt != DFG_F32 && dt != DFG_BF16) || (op != DFG_COLL_SUM && op != DFG_COLL_MIN && op != DFG_COLL_MAX)) {
@@ -91,7 +127,8 @@ static dfg_status fake_broadcast(dfg_comm *c, void *buf, size_t bytes, int root,
 
 static dfg_comm fake_comm(fake *f, int rank, int size) {
     return (dfg_comm){.rank = rank, .size = size, .impl = f, .allreduce = fake_allreduce,
-                      .all_gather = fake_all_gather, .broadcast = fake_broadcast};
+                      .all_gather = fake_all_gather, .broadcast = fake_broadcast,
+                      .group = f->grouped ? fake_group : NULL};
 }
 
 /* ---------------------------------------------------------------- cases */
@@ -236,7 +273,7 @@ static void check_rank(coll_case c, int W, int r) {
              dfg_dtype_name(c.dt), dfg_shape_str(c.shape[0], s, sizeof(s)), c.state, r, W);
     c.world = W;
     uint64_t seed = dfg_test_u64();
-    fake fc = {.seed = seed}, fg = {.seed = seed}, fb = {.seed = seed};
+    fake fc = {.seed = seed}, fg = {.seed = seed, .grouped = true}, fb = {.seed = seed, .grouped = true};
     dfg_comm cc = fake_comm(&fc, r, W), cg = fake_comm(&fg, r, W), cb = fake_comm(&fb, r, W);
     bufs cpu, gpu, b16;
     bool bf16 = c.op == DFG_OP_ALLREDUCE;
@@ -254,6 +291,8 @@ static void check_rank(coll_case c, int W, int r) {
               label, k);
     CHECK(fc.calls == (W > 1 ? expected_calls(&c) : 0) && fg.calls == fc.calls,
           "%s: %d communicator calls on the CPU, %d on CUDA", label, fc.calls, fg.calls);
+    CHECK(!fg.open && fg.groups == (W > 1 && c.op == DFG_OP_ALLREDUCE), "%s: CUDA made %d groups%s", label, fg.groups,
+          fg.open ? ", one left open" : "");
     if (bf16) {
         st = run_cuda(&b16, W > 1 ? &cb : NULL, err, sizeof(err));
         CHECK(st == DFG_OK, "%s (bf16): the CUDA launcher failed: %s", label, err);

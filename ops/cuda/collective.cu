@@ -54,22 +54,30 @@ cudaError_t copy_tensor(void *y, const void *x, size_t bytes, dfg_cuda_ctx *ctx)
 
 } // namespace
 
+// A bucket in three passes: the temporaries' copies, the all-reduces as one group (one NCCL
+// launch for the bucket; nothing else may be enqueued inside a group), then a mean's scaling.
 DFG_CUDA_LAUNCHER(allreduce) {
     dfg_comm *c;
     dfg_status st = comm_for(n, ctx, &c);
     const int op = n->attr->collective.op;
-    for (int i = 0; !st && i < n->n_in; i++) {
+    for (int i = 0; !st && i < n->n_in; i++)
+        if (out[i] != in[i])
+            st = dfg_cuda_launched(ctx, n, copy_tensor(out[i], in[i], dfg_tensor_bytes(n->in[i]), ctx), "copy_words");
+    if (st || !c) return st;
+    char why[512] = "";
+    if (c->group && (st = c->group(c, true, why, sizeof(why)))) return dfg_cuda_fail(ctx, n, st, "%s", why);
+    for (int i = 0; !st && i < n->n_in; i++)
+        st = c->allreduce(c, out[i], dfg_shape_numel(n->in[i]->shape), n->in[i]->dtype,
+                          op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, ctx->stream, why, sizeof(why));
+    if (c->group) { // closed even after a failure, so the communicator is not left inside a group
+        char end_why[256] = "";
+        dfg_status end = c->group(c, false, end_why, sizeof(end_why));
+        if (!st && end) st = end, snprintf(why, sizeof(why), "%s", end_why);
+    }
+    if (st) return dfg_cuda_fail(ctx, n, st, "%s", why);
+    for (int i = 0; !st && op == DFG_COLL_MEAN && i < n->n_in; i++) {
         const dfg_tensor *t = n->in[i];
         const int64_t cnt = dfg_shape_numel(t->shape);
-        if (out[i] != in[i]) {
-            st = dfg_cuda_launched(ctx, n, copy_tensor(out[i], in[i], dfg_tensor_bytes(t), ctx), "copy_words");
-            if (st) return st;
-        }
-        if (!c) continue;
-        char why[512] = "";
-        st = c->allreduce(c, out[i], cnt, t->dtype, op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, ctx->stream, why, sizeof(why));
-        if (st) return dfg_cuda_fail(ctx, n, st, "%s", why);
-        if (op != DFG_COLL_MEAN) continue;
         const float inv = 1.0f / (float)c->size;
         const unsigned grid = dfg_grid_for(cnt, kThreads, ctx);
         DFG_CUDA_FLOAT_DISPATCH(ctx, n, t, T,

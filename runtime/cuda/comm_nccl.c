@@ -69,6 +69,12 @@ static dfg_status nccl_broadcast(dfg_comm *self, void *buf, size_t bytes, int ro
     return r == ncclSuccess ? DFG_OK : nccl_failed(r, "broadcast", err, len);
 }
 
+static dfg_status nccl_group(dfg_comm *self, bool begin, char *err, size_t len) {
+    (void)self;
+    ncclResult_t r = begin ? ncclGroupStart() : ncclGroupEnd();
+    return r == ncclSuccess ? DFG_OK : nccl_failed(r, begin ? "group start" : "group end", err, len);
+}
+
 dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
     nccl_comm *c = calloc(1, sizeof(*c));
     if (!c) return snprintf(err, len, "out of memory"), DFG_ERR_NOMEM;
@@ -89,7 +95,8 @@ dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char
     c->host = host;
     c->stream = (cudaStream_t)stream;
     c->self = (dfg_comm){.rank = host->rank, .size = host->size, .impl = c, .allreduce = nccl_allreduce,
-                         .all_gather = nccl_all_gather, .broadcast = nccl_broadcast};
+                         .all_gather = nccl_all_gather, .broadcast = nccl_broadcast,
+                         .group = nccl_group};
     *out = &c->self;
     return DFG_OK;
 }
