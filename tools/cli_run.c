@@ -281,7 +281,15 @@ typedef struct {
     int64_t n_reward;
     cli_progress progress;
     int rank;             /* of a data-parallel run: rank 0 alone writes checkpoints, metrics and files */
+    int agreed_stop;      /* data parallel: the signal every rank stops for, after the step the ranks agreed on */
 } run_state;
+
+/* The signal the run stops for; 0 while it goes on. A data-parallel run acts only on what the ranks
+ * agreed after a step: a signal that reaches one rank between the agreement and the next step
+ * must not stop that rank alone (its peers would wait in the next step's collectives). */
+static int stop_signal(const run_state *s) {
+    return dfg_dist_size(s->a->dist) > 1 ? s->agreed_stop : interrupted;
+}
 
 static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
     char sb[32];
@@ -464,16 +472,17 @@ static int stop_saving(run_state *s, const char *why) {
  * ranks at slightly different times). */
 static int agree_after_step(run_state *s, double *tokens) {
     if (dfg_dist_size(s->a->dist) == 1) return CLI_OK;
-    double v[2] = {*tokens, interrupted ? 1.0 : 0.0};
+    int seen = interrupted; /* read once: the flag may change while the ranks agree */
+    double v[3] = {*tokens, seen ? 1.0 : 0.0, seen == SIGUSR1 ? 1.0 : 0.0};
     char err[512] = "";
-    if (dfg_dist_sum(s->a->dist, v, 2, err, sizeof(err))) {
+    if (dfg_dist_sum(s->a->dist, v, 3, err, sizeof(err))) {
         cli_progress_clear(&s->progress);
         return dfg_dist_reports(s->a->dist) ? cli_error(CMD, CLI_FAILED, "%s: after step %" PRId64 ": %s", s->a->plan,
                                                         dfg_runtime_steps_done(s->rt), err)
                                             : CLI_FAILED;
     }
     *tokens = *tokens < 0 ? *tokens : v[0];
-    if (v[1] > 0 && !interrupted) interrupted = SIGINT;
+    if (v[1] > 0) s->agreed_stop = v[2] > 0 ? SIGUSR1 : SIGINT;
     return CLI_OK;
 }
 
@@ -484,7 +493,7 @@ static int run_steps(run_state *s) {
     int width = snprintf(NULL, 0, "%" PRId64, first + a->steps);
     double start = now_s();
     cli_progress_init(&s->progress, s->rt, first, a->steps, a->quiet);
-    for (int64_t i = 1; i <= a->steps && !interrupted; i++) {
+    for (int64_t i = 1; i <= a->steps && !stop_signal(s); i++) {
         int64_t step = first + i;
         int rc = cli_rollouts_write(s->rt, s->rollouts);
         if (!rc && s->guard) rc = cli_guard_keep(s->guard);
@@ -502,7 +511,7 @@ static int run_steps(run_state *s) {
         if (reward_ms >= 0) s->reward_ms += reward_ms, s->n_reward++;
         double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
         if ((rc = agree_after_step(s, &tokens))) return rc;
-        bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || interrupted);
+        bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || stop_signal(s));
         done = i;
         if (tokens >= 0) s->tokens += tokens;
         add_to_interval(s, ms, tokens);
@@ -607,15 +616,16 @@ static int finish(run_state *s) {
     int64_t step = dfg_runtime_steps_done(s->rt);
     int rc = CLI_OK;
     char path[4400];
-    if (s->ckpt_dir && s->last_saved != step && (rc = checkpoint(s, !interrupted))) return rc;
-    if (interrupted) {
+    int sig = stop_signal(s);
+    if (s->ckpt_dir && s->last_saved != step && (rc = checkpoint(s, !sig))) return rc;
+    if (sig) {
         snprintf(path, sizeof(path), "%s/%s", s->ckpt_dir ? s->ckpt_dir : "", CLI_CKPT_FILE);
-        if (s->rank > 0) return 128 + interrupted; /* rank 0 says it, and wrote the checkpoint */
+        if (s->rank > 0) return 128 + sig; /* rank 0 says it, and wrote the checkpoint */
         if (s->ckpt_dir)
             cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (continue with --resume %s)",
                       step, path, s->ckpt_dir);
         else cli_error(CMD, 0, "interrupted after step %" PRId64 ": nothing saved (no --checkpoint-dir)", step);
-        return 128 + interrupted;
+        return 128 + sig;
     }
     if (a->save) {
         struct stat sb;

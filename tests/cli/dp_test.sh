@@ -134,6 +134,31 @@ else
   fail "SIGUSR1: exit $rc, step '$n', $(grep -c 'interrupted after step' usr1_err.txt) messages"
 fi
 
+# SIGUSR1 at rank 1 alone: rank 0 learns it from the ranks' agreement after the step, and both stop
+# after that step (a rank that acted on its own flag would leave its peer in the next collectives)
+rank_pid() { # mpirun's pid, rank: the pid of that rank's dfg
+  local p
+  for p in $(pgrep -f "dfg run two.dfg"); do
+    [ "$p" = "$1" ] && continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+rm -rf ck1
+"${MPI[@]}" "$DFG" run two.dfg --steps 1000000 --threads 1 --checkpoint-dir ck1 >usr1.txt 2>usr1_err.txt &
+pid=$!
+for _ in $(seq 600); do grep -q '^step *3 ' usr1.txt 2>/dev/null && break; sleep 0.1; done
+r1=$(rank_pid $pid 1)
+[ -n "$r1" ] && kill -USR1 "$r1"
+wait $pid
+rc=$?
+n=$(sed -n 's/.*interrupted after step \([0-9]*\): checkpoint saved.*/\1/p' usr1_err.txt)
+if [ -n "$r1" ] && [ "$rc" = 138 ] && [ -n "$n" ] && [ "$(ls ck1 | grep -c safetensors)" = 1 ]; then
+  ok "SIGUSR1 at rank 1 alone stops both ranks after step $n; rank 0 saves the checkpoint (exit 138)"
+else
+  cp usr1.txt out.txt; cp usr1_err.txt err.txt
+  fail "SIGUSR1 at rank 1 (pid '${r1}'): exit $rc, step '$n', checkpoints: $(ls ck1 2>/dev/null)"
+fi
+
 # ---------------------------------------------------------------- faults
 EXT=(--set reward=external --set reward_funcs=digits,short)
 run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${EXT[@]}" --set world_size=2 -o ext.dfg
