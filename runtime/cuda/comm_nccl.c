@@ -6,6 +6,11 @@
  * the host communicator which rank did not arrive (dfg_dist_diagnose), then aborts the NCCL
  * communicator so nothing waits on it any more.
  *
+ * The communicator is nonblocking (config.blocking = 0) so that no NCCL call can wait forever on
+ * a rank that never comes: its set-up (ncclCommInitRankConfig, which waits for every rank) and
+ * each enqueue may return ncclInProgress, and settle() polls the communicator's state against
+ * the same timeout, as NCCL asks before the next call on it.
+ *
  * Written for NCCL 2.x as the CUDA 13 toolkit ships it; built here, run only where a GPU is
  * (the emulated device's communicator, comm_emu.c, runs the same orchestration in CI). */
 #include <cuda_runtime.h>
@@ -32,8 +37,27 @@ static double now_s(void) {
 }
 
 static dfg_status nccl_failed(ncclResult_t r, const char *what, char *err, size_t len) {
-    snprintf(err, len, "NCCL %s: %s", what, ncclGetErrorString(r));
+    snprintf(err, len, "%s: %s", what, ncclGetErrorString(r));
     return DFG_ERR_RUNTIME;
+}
+
+/* A call on the nonblocking communicator returned r: ncclInProgress until NCCL's own threads are
+ * done with it (connecting to peers, at set-up). Polls its state up to the run's timeout; then
+ * the host communicator names the rank that is missing and the communicator is aborted. */
+static dfg_status settle(nccl_comm *c, ncclResult_t r, const char *what, char *err, size_t len) {
+    double t0 = now_s(), limit = dfg_dist_timeout(c->host->impl);
+    struct timespec pause = {0, 100000};
+    while (r == ncclInProgress) {
+        if (now_s() - t0 > limit) {
+            dfg_status st = dfg_dist_diagnose(c->host->impl, what, err, len);
+            c->aborted = true;
+            ncclCommAbort(c->nccl);
+            return st;
+        }
+        nanosleep(&pause, NULL);
+        if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess) break;
+    }
+    return r == ncclSuccess ? DFG_OK : nccl_failed(r, what, err, len);
 }
 
 static bool nccl_type(dfg_dtype dt, ncclDataType_t *t) {
@@ -53,26 +77,26 @@ static dfg_status nccl_allreduce(dfg_comm *self, void *buf, int64_t count, dfg_d
     if (!nccl_type(dt, &t)) return snprintf(err, len, "NCCL all-reduce of %s", dfg_dtype_name(dt)), DFG_ERR_UNSUPPORTED;
     ncclRedOp_t o = op == DFG_COLL_MIN ? ncclMin : op == DFG_COLL_MAX ? ncclMax : ncclSum;
     ncclResult_t r = ncclAllReduce(buf, buf, (size_t)count, t, o, c->nccl, (cudaStream_t)stream);
-    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "all-reduce", err, len);
+    return settle(c, r, "an NCCL all-reduce", err, len);
 }
 
 static dfg_status nccl_all_gather(dfg_comm *self, const void *send, void *recv, size_t bytes, void *stream, char *err,
                                   size_t len) {
     nccl_comm *c = self->impl;
     ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, c->nccl, (cudaStream_t)stream);
-    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "all-gather", err, len);
+    return settle(c, r, "an NCCL all-gather", err, len);
 }
 
 static dfg_status nccl_broadcast(dfg_comm *self, void *buf, size_t bytes, int root, void *stream, char *err, size_t len) {
     nccl_comm *c = self->impl;
     ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->nccl, (cudaStream_t)stream);
-    return r == ncclSuccess ? DFG_OK : nccl_failed(r, "broadcast", err, len);
+    return settle(c, r, "an NCCL broadcast", err, len);
 }
 
+/* In a group the calls only record; ncclGroupEnd enqueues them (ncclInProgress until it has). */
 static dfg_status nccl_group(dfg_comm *self, bool begin, char *err, size_t len) {
-    (void)self;
     ncclResult_t r = begin ? ncclGroupStart() : ncclGroupEnd();
-    return r == ncclSuccess ? DFG_OK : nccl_failed(r, begin ? "group start" : "group end", err, len);
+    return settle(self->impl, r, begin ? "an NCCL group's start" : "an NCCL group of collectives", err, len);
 }
 
 dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
@@ -83,17 +107,24 @@ dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char
     if (host->rank == 0) r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
         free(c);
-        return nccl_failed(r, "unique id", err, len); /* the other ranks time out in the broadcast, naming rank 0 */
+        return nccl_failed(r, "NCCL's unique id", err, len); /* the other ranks time out in the broadcast, naming rank 0 */
     }
+    c->host = host;
+    c->stream = (cudaStream_t)stream;
     dfg_status st = host->broadcast(host, &id, sizeof(id), 0, NULL, err, len);
-    if (!st && (r = ncclCommInitRank(&c->nccl, host->size, id, host->rank)) != ncclSuccess)
-        st = nccl_failed(r, "communicator", err, len);
+    if (!st) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0; /* see the top of the file */
+        r = ncclCommInitRankConfig(&c->nccl, host->size, id, host->rank, &config);
+        st = r == ncclInProgress || r == ncclSuccess ? settle(c, r, "the NCCL communicator's set-up", err, len)
+                                                     : nccl_failed(r, "the NCCL communicator's set-up", err, len);
+        if (st && r != ncclInProgress && r != ncclSuccess) c->aborted = true; /* none was made */
+        if (st && !c->aborted) ncclCommAbort(c->nccl);                      /* a failed one is aborted */
+    }
     if (st) {
         free(c);
         return st;
     }
-    c->host = host;
-    c->stream = (cudaStream_t)stream;
     c->self = (dfg_comm){.rank = host->rank, .size = host->size, .impl = c, .allreduce = nccl_allreduce,
                          .all_gather = nccl_all_gather, .broadcast = nccl_broadcast,
                          .group = nccl_group};
@@ -124,7 +155,7 @@ dfg_status dfg_comm_nccl_wait(dfg_comm *self, char *err, size_t len) {
         if (async != ncclSuccess && async != ncclInProgress) {
             c->aborted = true;
             ncclCommAbort(c->nccl);
-            return nccl_failed(async, "collective", err, len);
+            return nccl_failed(async, "an NCCL collective", err, len);
         }
         if (now_s() - t0 > limit) {
             dfg_status st = dfg_dist_diagnose(c->host->impl, "a collective on the GPU", err, len);
