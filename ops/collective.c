@@ -1,5 +1,8 @@
 /* collective.c - the data-parallel collectives (ops.def: allreduce, all_gather, rank): shape
  * rules, costs and builders. The kernels call the communicator in their context (ops/comm.h). */
+#include <stdio.h>
+
+#include "comm.h"
 #include "op.h"
 
 /* Every collective carries the world it was built for: the plan records it, and the runtime
@@ -46,6 +49,18 @@ dfg_status dfg_infer_rank(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 /* Local memory traffic only: what crosses the network is `dfg inspect`'s bytes communicated per
  * step (a ring all-reduce sends and receives 2 (W-1)/W of the bytes per rank). */
 dfg_cost dfg_cost_collective(const dfg_node *n) { return dfg_cost_io(n, 0.0); }
+
+/* Node names are generated ("all_gather#0"); a failure says what the collective carries. */
+void dfg_coll_describe(const dfg_node *n, char *buf, size_t len) {
+    const char *verb = n->op == DFG_OP_ALL_GATHER ? "gathering" : "reducing";
+    if (n->n_in == 0) {
+        snprintf(buf, len, "the rank");
+        return;
+    }
+    int k = snprintf(buf, len, "%s '%s'", verb, n->in[0]->name);
+    if (n->n_in > 1 && k >= 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, " and %d more tensor%s", n->n_in - 1, n->n_in > 2 ? "s" : "");
+}
 
 /* ---------------------------------------------------------------- builders */
 static dfg_attrs coll_attrs(dfg_coll_op op, int world) { return (dfg_attrs){.collective = {(int32_t)op, world}}; }

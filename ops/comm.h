@@ -42,6 +42,9 @@ struct dfg_comm {
     dfg_status (*group)(dfg_comm *c, bool begin, char *err, size_t len);
 };
 
+/* For a collective's failure message: "gathering 'x'", "reducing 'x' and 3 more tensors" (ops/collective.c). */
+void dfg_coll_describe(const dfg_node *n, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

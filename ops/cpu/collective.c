@@ -18,7 +18,9 @@ static dfg_status comm_for(const dfg_node *n, dfg_cpu_ctx *ctx, dfg_comm **out) 
 }
 
 static dfg_status failed(const dfg_node *n, dfg_cpu_ctx *ctx, dfg_status st, const char *why) {
-    return dfg_cpu_fail(ctx, n, st, "%s", why);
+    char what[160];
+    dfg_coll_describe(n, what, sizeof(what));
+    return dfg_cpu_fail(ctx, n, st, "%s: %s", what, why);
 }
 
 dfg_status dfg_cpu_allreduce(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {

@@ -11,13 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// y (words) = x (words): a temporary's allreduce works on its own output
-template <class W>
-__global__ void copy_words(W *__restrict__ y, const W *__restrict__ x, int64_t words) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = x[i];
-}
-
 // y (count) *= s: the mean after the sum (f32 arithmetic on f32 or bf16 storage)
 template <class T>
 __global__ void scale_k(T *y, float s, int64_t count) {
@@ -39,17 +32,10 @@ dfg_status comm_for(const dfg_node *n, dfg_cuda_ctx *ctx, dfg_comm **out) {
     return DFG_OK;
 }
 
-// by 4-byte words, or 2-byte ones for a 16-bit tensor of odd length
-cudaError_t copy_tensor(void *y, const void *x, size_t bytes, dfg_cuda_ctx *ctx) {
-    const cudaStream_t st = (cudaStream_t)ctx->stream;
-    if (bytes % 4 == 0) {
-        const int64_t words = (int64_t)(bytes / 4);
-        return DFG_LAUNCH(copy_words<uint32_t>, dfg_grid_for(words, kThreads, ctx), kThreads, 0, st, (uint32_t *)y,
-                          (const uint32_t *)x, words);
-    }
-    const int64_t words = (int64_t)(bytes / 2);
-    return DFG_LAUNCH(copy_words<uint16_t>, dfg_grid_for(words, kThreads, ctx), kThreads, 0, st, (uint16_t *)y,
-                      (const uint16_t *)x, words);
+static dfg_status failed(const dfg_node *n, dfg_cuda_ctx *ctx, dfg_status st, const char *why) {
+    char what[160];
+    dfg_coll_describe(n, what, sizeof(what));
+    return dfg_cuda_fail(ctx, n, st, "%s: %s", what, why);
 }
 
 } // namespace
@@ -62,10 +48,10 @@ DFG_CUDA_LAUNCHER(allreduce) {
     const int op = n->attr->collective.op;
     for (int i = 0; !st && i < n->n_in; i++)
         if (out[i] != in[i])
-            st = dfg_cuda_launched(ctx, n, copy_tensor(out[i], in[i], dfg_tensor_bytes(n->in[i]), ctx), "copy_words");
+            st = dfg_cuda_launched(ctx, n, DFG_CUDA_FN(copy_bytes)(out[i], in[i], dfg_tensor_bytes(n->in[i]), ctx), "copy_bytes");
     if (st || !c) return st;
     char why[512] = "";
-    if (c->group && (st = c->group(c, true, why, sizeof(why)))) return dfg_cuda_fail(ctx, n, st, "%s", why);
+    if (c->group && (st = c->group(c, true, why, sizeof(why)))) return failed(n, ctx, st, why);
     for (int i = 0; !st && i < n->n_in; i++)
         st = c->allreduce(c, out[i], dfg_shape_numel(n->in[i]->shape), n->in[i]->dtype,
                           op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, ctx->stream, why, sizeof(why));
@@ -74,7 +60,7 @@ DFG_CUDA_LAUNCHER(allreduce) {
         dfg_status end = c->group(c, false, end_why, sizeof(end_why));
         if (!st && end) st = end, snprintf(why, sizeof(why), "%s", end_why);
     }
-    if (st) return dfg_cuda_fail(ctx, n, st, "%s", why);
+    if (st) return failed(n, ctx, st, why);
     for (int i = 0; !st && op == DFG_COLL_MEAN && i < n->n_in; i++) {
         const dfg_tensor *t = n->in[i];
         const int64_t cnt = dfg_shape_numel(t->shape);
@@ -94,10 +80,10 @@ DFG_CUDA_LAUNCHER(all_gather) {
     dfg_status st = comm_for(n, ctx, &c);
     if (st) return st;
     const size_t bytes = dfg_tensor_bytes(n->in[0]);
-    if (!c) return dfg_cuda_launched(ctx, n, copy_tensor(out[0], in[0], bytes, ctx), "copy_words");
+    if (!c) return dfg_cuda_launched(ctx, n, DFG_CUDA_FN(copy_bytes)(out[0], in[0], bytes, ctx), "copy_bytes");
     char why[512] = "";
     st = c->all_gather(c, in[0], out[0], bytes, ctx->stream, why, sizeof(why));
-    return st ? dfg_cuda_fail(ctx, n, st, "%s", why) : DFG_OK;
+    return st ? failed(n, ctx, st, why) : DFG_OK;
 }
 
 DFG_CUDA_LAUNCHER(rank) {

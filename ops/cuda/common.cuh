@@ -28,6 +28,9 @@
                                             dfg_cuda_ctx *ctx)
 #define DFG_CUDA_SCRATCH(name) extern "C" size_t DFG_CUDA_FN(scratch_##name)(const dfg_node *n)
 
+// dst (bytes) = src (bytes) on ctx->stream, by the widest word size and alignment allow (state.cu)
+extern "C" cudaError_t DFG_CUDA_FN(copy_bytes)(void *dst, const void *src, size_t bytes, const dfg_cuda_ctx *ctx);
+
 // ---------------------------------------------------------------- values: f32 arithmetic on f32 or bf16 storage
 static __device__ __forceinline__ float dfg_ld(const float *p, int64_t i) { return p[i]; }
 static __device__ __forceinline__ float dfg_ld(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }

@@ -159,6 +159,11 @@ bool is_float(dfg_dtype t) { return t == DFG_F32 || t == DFG_BF16 || t == DFG_F1
 
 } // namespace
 
+// the copy other families share (common.cuh): by the widest word the size and alignment allow
+extern "C" cudaError_t DFG_CUDA_FN(copy_bytes)(void *dst, const void *src, size_t bytes, const dfg_cuda_ctx *ctx) {
+    return copy_bytes(dst, src, bytes, ctx);
+}
+
 DFG_CUDA_LAUNCHER(assign) {
     const dfg_tensor *dst = n->in[0];
     const int64_t cnt = dfg_shape_numel(dst->shape);

@@ -200,6 +200,7 @@ cp fault_stop-dfg.txt err.txt
 n=$(grep -c '^dfg run:' err.txt)
 [ "$n" = 1 ] && ok "one line from dfg: $(grep '^dfg run:' err.txt | cut -c1-160)..." || fail "$n dfg lines on stderr"
 expect_in err.txt "rank 1 did not reach" "the line names the hung rank"
+expect_in err.txt "gathering 'rewards'" "the line says what the collective carried"
 expect_in err.txt "the state after step 2 (the last good one) is saved" "the line says what was kept"
 resumed_after hung
 sleep 1
