@@ -539,6 +539,7 @@ static void snap_add(snapshot *s, const void *data, size_t n) {
 typedef struct {
     int programs, nodes, removed, inplace, repeated, host, scoped, empty, unstaged, runs, clip, adamw, fused;
     int remat_fit, remat_over, remat_chunked, recomputed;
+    int numeric_stops; /* programs whose values overflowed (the runtime's guard stopped a step) */
     double max_ratio;
     size_t max_arena;
 } stats;
@@ -637,6 +638,13 @@ static int run_variant(uint64_t seed, int variant, void *host_lib, int64_t budge
     for (int step = 0; step < 2 && ok > 0; step++) {
         write_inputs(rt, G, &in_rng);
         st = dfg_runtime_step(rt);
+        if (st == DFG_ERR_NUMERIC) { /* a random program can overflow: the guard's stop (at which
+                                        step, nothing updated: the state compared below) is a
+                                        result every plan must reproduce */
+            snap_add(snap, &step, sizeof(step));
+            stt->numeric_stops += variant == V_NORMAL;
+            break;
+        }
         CHECK(st == DFG_OK, "%s: step %d: %s", label, step, dfg_runtime_error(rt));
         ok = st == DFG_OK ? ok : -1;
         stt->runs += ok > 0;
@@ -698,7 +706,8 @@ static void test_random_programs(void *host_lib, int n_programs) {
     printf("  memory budget at 85-98%% of the arena: %d plans fit (%d nodes recomputed; %d with budget-sized "
            "linear_logprob chunks, not compared), %d refused\n",
            stt.remat_fit, stt.recomputed, stt.remat_chunked, stt.remat_over);
-    printf("  max arena / lower bound %.4f, largest arena %zu bytes\n", stt.max_ratio, stt.max_arena);
+    printf("  max arena / lower bound %.4f, largest arena %zu bytes; %d programs overflowed (the same stop in every plan)\n",
+           stt.max_ratio, stt.max_arena, stt.numeric_stops);
     /* the generator must reach every feature it is meant to test */
     CHECK(compared == stt.programs, "%d of %d programs were not compared", stt.programs - compared, stt.programs);
     if (n_programs >= 500 && !only)
