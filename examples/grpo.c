@@ -243,6 +243,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->loss.n_total = c->N;
     c->loss.max_completion_length = c->max_new;
     c->loss.micro_batches = (int)c->GA;
+    c->loss.world = c->W;
     return DFG_OK;
 }
 

@@ -320,6 +320,8 @@ typedef struct {
     float sapo_temperature_pos, sapo_temperature_neg; /* sapo's gate temperatures for A > 0 and A <= 0 */
     float top_entropy_quantile;    /* < 1: only tokens whose entropy is at or above the micro-batch's
                                       (1 - this) quantile train (needs entropy); 1: every token */
+    int world;                     /* data parallel: the ranks whose micro-batches share the entropy
+                                      quantile (gathered, as TRL's get_high_entropy_mask); 0 or 1: one */
     float entropy_coef;            /* the entropy bonus: loss - entropy_coef * mean entropy (needs entropy) */
 } dfg_grpo_loss_config;
 

@@ -147,10 +147,12 @@ static dfg_tensor *policy_loss(dfg_graph *g, const dfg_grpo_inputs *in, const df
 }
 
 /* top_entropy_quantile: 1 on the scored tokens whose entropy is at or above the micro-batch's
- * (1 - q) quantile (TRL's get_high_entropy_mask), 0 elsewhere */
-static dfg_tensor *entropy_mask(dfg_graph *g, dfg_tensor *entropy, dfg_tensor *mask, float q) {
-    dfg_tensor *h = dfg_detach(g, entropy);
-    dfg_tensor *thr = dfg_quantile(g, h, mask, 1.0f - q);
+ * (1 - q) quantile (TRL's get_high_entropy_mask), 0 elsewhere. Data parallel: the quantile of
+ * every rank's micro-batch together, as TRL gathers them. */
+static dfg_tensor *entropy_mask(dfg_graph *g, dfg_tensor *entropy, dfg_tensor *mask, float q, int world) {
+    dfg_tensor *h = dfg_detach(g, entropy); /* (n, T') */
+    dfg_tensor *thr = world > 1 ? dfg_quantile(g, dfg_all_gather(g, h, world), dfg_all_gather(g, mask, world), 1.0f - q)
+                                : dfg_quantile(g, h, mask, 1.0f - q); /* scalar */
     return dfg_mul(g, ge(g, dfg_mul(g, h, mask), thr), mask);
 }
 
@@ -167,7 +169,7 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     dfg_tensor *rho = importance_weights(g, in, old, cfg.is_level); /* (n, T') or (n, 1) */
     dfg_tensor *adv = dfg_reshape(g, in->advantages, DFG_SHAPE(n, 1));
     dfg_tensor *l = dfg_expand(g, policy_loss(g, in, &cfg, rho, adv, out), s); /* (n, T') */
-    dfg_tensor *emask = cfg.top_entropy_quantile < 1.0f ? entropy_mask(g, in->entropy, mask, cfg.top_entropy_quantile) : NULL;
+    dfg_tensor *emask = cfg.top_entropy_quantile < 1.0f ? entropy_mask(g, in->entropy, mask, cfg.top_entropy_quantile, cfg.world) : NULL;
     if (emask) l = dfg_mul(g, l, emask);
     dfg_tensor *kl = NULL;
     if (in->ref_logp && cfg.beta != 0.0f) { /* k3: exp(ref - logp) - (ref - logp) - 1 >= 0 */

@@ -71,6 +71,17 @@ if $ST norm-close one_eps.safetensors two_eps.safetensors 1e-5 >cmp.txt 2>&1; th
   ok "default eps: all the weights together within 1e-5 ($(tail -1 cmp.txt))"
 else fail "default eps: the weights differ: $(tail -3 cmp.txt)"; fi
 
+# The entropy mask (top_entropy_quantile): the quantile of every rank's tokens together (TRL
+# gathers them), so 2 ranks train the tokens one process on the whole batch trains
+ENT=(--set top_entropy_quantile=0.5)
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${ENT[@]}" -o one_ent.dfg
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${ENT[@]}" --set world_size=2 -o two_ent.dfg
+run "$DFG" run one_ent.dfg --steps 3 --threads 1 --metrics one_ent.jsonl --save one_ent.safetensors
+run "${MPI[@]}" "$DFG" run two_ent.dfg --steps 3 --threads 1 --metrics two_ent.jsonl --save two_ent.safetensors
+expect_rc 0 "mpirun -n 2 with top_entropy_quantile 0.5"
+close one_ent.safetensors two_ent.safetensors "2 ranks, the entropy mask's quantile over both ranks' tokens"
+same_step one_ent.jsonl two_ent.jsonl "2 ranks (top_entropy_quantile 0.5)" other
+
 # ---------------------------------------------------------------- grpo loss, KL, batch scaling, micro-batches
 MORE=(--set loss_type=grpo --set beta=0.04 --set scale_rewards=batch --set num_iterations=2)
 run "$DFG" compile "$G" --set prompts_per_step=4 --set num_generations=4 "${LIN[@]}" "${MORE[@]}" \
