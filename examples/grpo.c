@@ -523,6 +523,11 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_status st = dfg_grpo_loss(g, &in, c->loss, &t);
     if (!st) st = dfg_backward_accumulate(g, t.loss, s->policy->params, s->policy->n_params, s->grads);
     if (st) return st;
+    /* data parallel: the whole batch's gradient, a bucket reduced during the last micro-batch's
+     * backward as soon as its layers' gradients are final */
+    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
+    memcpy(grads, s->grads, sizeof(*grads) * (size_t)s->policy->n_params);
+    dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, 0);
     dfg_accumulate(g, s->acc_loss, t.loss);
     dfg_accumulate(g, s->acc_kl, t.kl_sum);
     dfg_tensor *stats[GRPO_STATS] = {t.entropy,        t.clip_low_mean,    t.clip_low_min,    t.clip_high_mean,
@@ -561,8 +566,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     int n = s->policy->n_params;
     bool last = k == c->iterations - 1;
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
-    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
-    dfg_nn_allreduce_grads(g, grads, n, c->W, 0); /* data parallel: the whole batch's gradient */
+    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n); /* averaged over the ranks in train.k already */
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
     dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
     if (st) return st;

@@ -22,6 +22,9 @@ dfg_status dfg_infer_allreduce(dfg_graph *g, const dfg_node *n, dfg_out_spec *ou
         const dfg_tensor *t = n->in[i];
         if (!dfg_is_float(t->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "'%s' is not float", t->name);
         bool persistent = t->kind != DFG_TEMP || t->version_of; /* a gradient buffer: reduced in place */
+        if (n->attr->collective.last_repeat && !persistent) /* the earlier repeats would leave its output unwritten */
+            return dfg_node_fail(g, n, DFG_ERR_ARG, "'%s' is a temporary: an all-reduce on the last repeat only "
+                                 "needs persistent tensors (reduced in place)", t->name);
         out[i] = (dfg_out_spec){t->dtype, t->shape, persistent ? i : -1, persistent};
     }
     return DFG_OK;
@@ -63,17 +66,26 @@ void dfg_coll_describe(const dfg_node *n, char *buf, size_t len) {
 }
 
 /* ---------------------------------------------------------------- builders */
-static dfg_attrs coll_attrs(dfg_coll_op op, int world) { return (dfg_attrs){.collective = {(int32_t)op, world}}; }
+static dfg_attrs coll_attrs(dfg_coll_op op, int world) { return (dfg_attrs){.collective = {(int32_t)op, world, 0}}; }
 
-dfg_status dfg_allreduce_n(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world) {
+static dfg_status allreduce_node(dfg_graph *g, dfg_tensor **xs, int n, dfg_attrs a) {
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
     if (n < 1 || !xs) return dfg_graph_err(g, DFG_ERR_ARG, "allreduce: needs n >= 1 tensors");
-    dfg_attrs a = coll_attrs(op, world);
     dfg_node *node = dfg_node_add(g, DFG_OP_ALLREDUCE, xs, n, &a, n);
     if (!node) return g->status;
     for (int i = 0; i < n; i++) xs[i] = node->out[i];
     return DFG_OK;
+}
+
+dfg_status dfg_allreduce_n(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world) {
+    return allreduce_node(g, xs, n, coll_attrs(op, world));
+}
+
+dfg_status dfg_allreduce_last(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world) {
+    dfg_attrs a = coll_attrs(op, world);
+    a.collective.last_repeat = 1;
+    return allreduce_node(g, xs, n, a);
 }
 
 dfg_tensor *dfg_allreduce(dfg_graph *g, dfg_tensor *x, dfg_coll_op op, int world) {

@@ -153,6 +153,12 @@ typedef enum { DFG_COLL_SUM, DFG_COLL_MEAN, DFG_COLL_MIN, DFG_COLL_MAX } dfg_col
  * one node: they travel together (a bucket; NCCL groups them into one launch). */
 DFG_API dfg_status dfg_allreduce_n(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world);
 DFG_API dfg_tensor *dfg_allreduce(dfg_graph *g, dfg_tensor *x, dfg_coll_op op, int world);
+/* As dfg_allreduce_n on persistent tensors only, run on the last repeat of its stage alone (the
+ * earlier repeats leave xs as they are): gradient buffers accumulated over the micro-batches of a
+ * repeated stage are reduced once, during the last micro-batch's backward. The scheduler issues
+ * such a bucket as soon as its gradients are final, so that on a GPU its communication overlaps
+ * the backward of the earlier layers. */
+DFG_API dfg_status dfg_allreduce_last(dfg_graph *g, dfg_tensor **xs, int n, dfg_coll_op op, int world);
 /* (world * d0, d1, ...): every rank's x (d0, d1, ...) stacked along axis 0 in rank order */
 DFG_API dfg_tensor *dfg_all_gather(dfg_graph *g, dfg_tensor *x, int world);
 /* i32 scalar: this process's rank, 0 .. world-1 */

@@ -12,6 +12,7 @@ static void count_collective(dfg_report *r, const dfg_node *n, int repeat) {
     if (n->op == DFG_OP_RANK) return;
     double bytes = 0;
     for (int i = 0; i < n->n_out; i++) bytes += (double)dfg_tensor_bytes(n->out[i]);
+    if (dfg_node_is_late_allreduce(n)) repeat = 1; /* on the stage's last repeat only */
     r->n_collectives += repeat;
     r->comm_bytes += repeat * bytes;
     r->comm_ring_bytes += repeat * bytes * (n->op == DFG_OP_ALLREDUCE ? 2.0 : 1.0) * (W - 1) / W;

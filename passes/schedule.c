@@ -195,6 +195,53 @@ static bool greedy_order(const dfg_program *p, const dfg_graph *g, const dag *d,
     return true;
 }
 
+/* Moves each all-reduce of final gradients (dfg_allreduce_last: no temporaries, so no lifetime
+ * changes) to just after the last node it depends on: a bucket is issued as soon as its
+ * gradients are final, and on a GPU it then overlaps the backward of the earlier layers. */
+typedef struct {
+    dfg_node *const *order; /* the chosen order; node ids still index the dag */
+    const int *latest;      /* [node id] the position in order of its last predecessor; -1: none */
+    const int *late, n_late; /* positions in order of the hoisted nodes */
+    dfg_node **out;
+    int k;
+} hoist;
+
+/* Emits the hoisted nodes whose last predecessor is at position at, each followed by those
+ * waiting on it, in their own order (every rank issues its collectives in the same order). */
+static void emit_waiting(hoist *h, int at) {
+    for (int j = 0; j < h->n_late; j++) {
+        const dfg_node *x = h->order[h->late[j]];
+        if (h->latest[x->id] != at) continue;
+        h->out[h->k++] = h->order[h->late[j]];
+        emit_waiting(h, h->late[j]);
+    }
+}
+
+static bool hoist_late_allreduces(const dag *d, dfg_node *const *order, dfg_node **out) {
+    int n = d->n;
+    int *pos = malloc(sizeof(int) * (size_t)(n ? n : 1)), *latest = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *late = malloc(sizeof(int) * (size_t)(n ? n : 1)), n_late = 0;
+    bool ok = pos && latest && late;
+    for (int i = 0; ok && i < n; i++) {
+        pos[order[i]->id] = i, latest[i] = -1;
+        if (dfg_node_is_late_allreduce(order[i])) late[n_late++] = i;
+    }
+    for (int u = 0; ok && u < n; u++)
+        for (int e = d->succ_start[u]; e < d->succ_start[u + 1]; e++)
+            if (pos[u] > latest[d->succ[e]]) latest[d->succ[e]] = pos[u];
+    hoist h = {order, latest, late, n_late, out, 0};
+    if (ok && n_late) {
+        emit_waiting(&h, -1);
+        for (int i = 0; i < n; i++) {
+            if (dfg_node_is_late_allreduce(order[i])) continue;
+            out[h.k++] = order[i];
+            emit_waiting(&h, i);
+        }
+    }
+    free(pos), free(latest), free(late);
+    return ok && (n_late == 0 || h.k == n);
+}
+
 static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
     dfg_consumers c;
     dag d = {0};
@@ -206,8 +253,14 @@ static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
     }
     if (ok) {
         int64_t before = order_peak(p, g, g->nodes, &ok), after = order_peak(p, g, order, &ok);
-        if (ok && after < before)
-            for (int i = 0; i < g->n_nodes; i++) g->nodes[i] = order[i], order[i]->id = i;
+        if (ok && !(after < before)) memcpy(order, g->nodes, sizeof(*order) * (size_t)g->n_nodes); /* keep build order */
+        dfg_node **hoisted = ok ? malloc(sizeof(*hoisted) * (size_t)(g->n_nodes ? g->n_nodes : 1)) : NULL;
+        ok = ok && hoisted && hoist_late_allreduces(&d, order, hoisted);
+        int n_late = 0;
+        for (int i = 0; ok && i < g->n_nodes; i++) n_late += dfg_node_is_late_allreduce(order[i]);
+        for (int i = 0; ok && i < g->n_nodes; i++) g->nodes[i] = n_late ? hoisted[i] : order[i];
+        for (int i = 0; ok && i < g->n_nodes; i++) g->nodes[i]->id = i;
+        free(hoisted);
     }
     dag_free(&d);
     free(order);

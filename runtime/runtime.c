@@ -308,6 +308,7 @@ static dfg_status exec_stage(dfg_runtime *rt, int si) {
         }
         for (int i = 0; i < g->n_nodes; i++) {
             const dfg_node *n = g->nodes[i];
+            if (!dfg_node_runs_on(n, r, s->repeat)) continue; /* a gradient bucket before the last micro-batch */
             CHECKED(dfg_check_before(rt, si, r, i));
             for (int j = 0; j < n->n_in; j++) rt->in_ptrs[j] = dfg_rt_ptr(rt, n->in[j]);
             for (int k = 0; k < n->n_out; k++) rt->out_ptrs[k] = dfg_rt_ptr(rt, n->out[k]);

@@ -121,10 +121,11 @@ static cJSON *device_workspace_json(const inspection *in, bool emulated) {
 }
 
 /* ---------------------------------------------------------------- data parallel */
-/* One stage's collectives: all-reduce and all-gather nodes, their tensors and payload bytes per run. */
+/* One stage's collectives: all-reduce and all-gather nodes, their tensors and payload bytes per
+ * run; and the gradient buckets, which run on the stage's last run only (dfg_allreduce_last). */
 typedef struct {
-    int reduces, gathers, tensors;
-    double reduce_bytes, gather_bytes;
+    int reduces, gathers, tensors, buckets, bucket_tensors;
+    double reduce_bytes, gather_bytes, bucket_bytes;
 } stage_comm;
 
 static stage_comm comm_of(const dfg_stage *st) {
@@ -133,7 +134,8 @@ static stage_comm comm_of(const dfg_stage *st) {
         const dfg_node *n = st->graph->nodes[i];
         double bytes = 0;
         for (int k = 0; k < n->n_out; k++) bytes += (double)dfg_tensor_bytes(n->out[k]);
-        if (n->op == DFG_OP_ALLREDUCE) c.reduces++, c.tensors += n->n_in, c.reduce_bytes += bytes;
+        if (dfg_node_is_late_allreduce(n)) c.buckets++, c.bucket_tensors += n->n_in, c.bucket_bytes += bytes;
+        else if (n->op == DFG_OP_ALLREDUCE) c.reduces++, c.tensors += n->n_in, c.reduce_bytes += bytes;
         if (n->op == DFG_OP_ALL_GATHER) c.gathers++, c.gather_bytes += bytes;
     }
     return c;
@@ -155,13 +157,19 @@ static void print_data_parallel(const inspection *in) {
     for (int s = 0; s < in->p->n_stages; s++) {
         const dfg_stage *st = &in->p->stages[s];
         stage_comm m = comm_of(st);
-        if (!m.reduces && !m.gathers) continue;
-        printf("              stage '%s' x%d: %d all-reduce%s of %d tensor%s (%s)", st->name, st->repeat, m.reduces,
-               m.reduces == 1 ? "" : "s", m.tensors, m.tensors == 1 ? "" : "s",
-               dfg_bytes_str(m.reduce_bytes, a, sizeof(a)));
-        if (m.gathers) printf(", %d all-gather%s (%s gathered)", m.gathers, m.gathers == 1 ? "" : "s",
+        if (!m.reduces && !m.gathers && !m.buckets) continue;
+        printf("              stage '%s' x%d:", st->name, st->repeat);
+        const char *sep = " ";
+        if (m.buckets) /* issued during the backward, each as soon as its gradients are final */
+            printf("%s%d gradient bucket%s of %d tensor%s (%s) in its %sbackward", sep, m.buckets, m.buckets == 1 ? "" : "s",
+                   m.bucket_tensors, m.bucket_tensors == 1 ? "" : "s", dfg_bytes_str(m.bucket_bytes, c, sizeof(c)),
+                   st->repeat > 1 ? "last run's " : ""), sep = "; ";
+        if (m.reduces)
+            printf("%s%d all-reduce%s of %d tensor%s (%s)", sep, m.reduces, m.reduces == 1 ? "" : "s", m.tensors,
+                   m.tensors == 1 ? "" : "s", dfg_bytes_str(m.reduce_bytes, a, sizeof(a))), sep = ", ";
+        if (m.gathers) printf("%s%d all-gather%s (%s gathered)", sep, m.gathers, m.gathers == 1 ? "" : "s",
                               dfg_bytes_str(m.gather_bytes, b, sizeof(b)));
-        printf("\n");
+        printf("%s\n", st->repeat > 1 && (m.reduces || m.gathers) ? " per run" : "");
     }
 }
 
@@ -175,7 +183,7 @@ static cJSON *json_data_parallel(const inspection *in) {
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
     for (int s = 0; arr && s < in->p->n_stages; s++) {
         stage_comm m = comm_of(&in->p->stages[s]);
-        if (!m.reduces && !m.gathers) continue;
+        if (!m.reduces && !m.gathers && !m.buckets) continue;
         cJSON *e = cJSON_CreateObject();
         if (!e || !cJSON_AddItemToArray(arr, e)) {
             cJSON_Delete(e);
@@ -188,6 +196,9 @@ static cJSON *json_data_parallel(const inspection *in) {
         cJSON_AddNumberToObject(e, "allreduce_bytes", m.reduce_bytes);
         cJSON_AddNumberToObject(e, "all_gather_nodes", m.gathers);
         cJSON_AddNumberToObject(e, "all_gather_bytes", m.gather_bytes);
+        cJSON_AddNumberToObject(e, "gradient_buckets", m.buckets); /* on the stage's last run only */
+        cJSON_AddNumberToObject(e, "gradient_bucket_tensors", m.bucket_tensors);
+        cJSON_AddNumberToObject(e, "gradient_bucket_bytes", m.bucket_bytes);
     }
     return o;
 }

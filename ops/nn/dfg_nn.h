@@ -224,7 +224,10 @@ DFG_API dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_
  * the whole batch (each rank's loss being normalised as its share of it). The buffers travel in
  * buckets of about bucket_bytes (0: 25 MiB, PyTorch DDP's default), last parameter first: the
  * order in which a backward pass finishes them. grads[i] become the buffers' new versions. A
- * no-op for world 1. */
+ * no-op for world 1. Build it in the graph of the backward that finishes the buffers: in a
+ * repeated stage (gradient accumulation) the buckets run on its last repeat only, and the
+ * scheduler issues each as soon as its gradients are final (dfg_allreduce_last), so on a GPU the
+ * communication overlaps the backward of the earlier layers. */
 #define DFG_NN_BUCKET_BYTES ((int64_t)25 << 20)
 DFG_API dfg_status dfg_nn_allreduce_grads(dfg_graph *g, dfg_tensor **grads, int n, int world, int64_t bucket_bytes);
 

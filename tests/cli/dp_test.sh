@@ -237,11 +237,11 @@ expect_in out.txt "ranks         2" "inspect shows the plan's ranks"
 expect_in out.txt "every figure here is one rank's" "inspect says its memory is per rank"
 run "$DFG" inspect two.dfg --json
 cp out.txt two.json
-GRADS=$(python3 -c "import json,sys; d=json.load(open('two.json')); print(int(sum(s['allreduce_bytes'] for s in d['data_parallel']['stages'] if s['name']=='update.0')))")
+GRADS=$(python3 -c "import json,sys; d=json.load(open('two.json')); print(int(sum(s['gradient_bucket_bytes'] for s in d['data_parallel']['stages'] if s['name']=='train.0')))")
 PARAMS=$(jget two.json 'd["categories"]["params"]["peak_bytes"]')
 [ "$(jget two.json 'd["data_parallel"]["world_size"]')" = 2 ] && ok "inspect --json: world_size 2" || fail "inspect --json world_size"
-if [ "$GRADS" -ge "$PARAMS" ]; then ok "the update all-reduces every gradient ($GRADS bytes >= params $PARAMS)"
-else fail "update all-reduces $GRADS bytes, params are $PARAMS"; fi
+if [ "$GRADS" -ge "$PARAMS" ]; then ok "the backward's gradient buckets hold every gradient ($GRADS bytes >= params $PARAMS)"
+else fail "the gradient buckets hold $GRADS bytes, params are $PARAMS"; fi
 
 # ---------------------------------------------------------------- cuda on the emulated device
 TINY=(--set prompts_per_step=2 --set num_generations=2 --set n_layer=1 --set n_embd=32 --set n_head=2 "${LIN[@]}"
