@@ -40,6 +40,14 @@ struct dfg_comm {
      * group, launched together at the end (NCCL's ncclGroupStart/End: a bucket of tensors in one
      * launch). Nothing but collectives may be enqueued inside a group. */
     dfg_status (*group)(dfg_comm *c, bool begin, char *err, size_t len);
+    /* Optional (NULL: every call is ordered on the stream it is given): a side stream for the
+     * gradient buckets, so that their communication overlaps the kernels enqueued after them.
+     * fork returns the side stream, made to wait for everything enqueued on `stream` so far (NULL
+     * with err on failure); join makes `stream` wait for everything enqueued on the side stream.
+     * The backend joins before a stage's capture ends and before it waits for the device, so a
+     * stage's buckets are done before anything after the stage reads them. */
+    void *(*fork)(dfg_comm *c, void *stream, char *err, size_t len);
+    dfg_status (*join)(dfg_comm *c, void *stream, char *err, size_t len);
 };
 
 /* For a collective's failure message: "gathering 'x'", "reducing 'x' and 3 more tensors" (ops/collective.c). */

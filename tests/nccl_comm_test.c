@@ -8,7 +8,9 @@
  *   - an asynchronous error during set-up fails with NCCL's message and aborts;
  *   - a set-up and collectives that report ncclInProgress a few times succeed once NCCL is done;
  *   - a group's end that stays in progress past the timeout fails naming the group;
- *   - a good communicator is destroyed at close, an aborted one is not touched again.
+ *   - a good communicator is destroyed at close, an aborted one is not touched again;
+ *   - the gradient buckets' side stream: fork makes it wait for the main stream's work so far,
+ *     join makes the main stream wait for it (the order of the event records and waits).
  * What NCCL itself does (rings, kernels, capture) is not tested here: only where a GPU is. */
 #include <stdio.h>
 #include <string.h>
@@ -97,6 +99,47 @@ const char *cudaGetErrorString(cudaError_t e) {
     return "a CUDA error";
 }
 const char *dfg_dtype_name(dfg_dtype dt) { return dt == DFG_F32 ? "f32" : "other"; }
+
+/* streams and events: handles are addresses in these arrays; a log of what ordered what */
+static char streams[4], events[4];
+static int n_streams, n_events, n_destroyed;
+static char order_log[256];
+static void log_op(const char *fmt, const void *a, const void *b) {
+    size_t k = strlen(order_log);
+    snprintf(order_log + k, sizeof(order_log) - k, fmt, a == (void *)&streams[3] ? "main" : a == (void *)&streams[0] ? "side"
+             : a == (void *)&events[0] ? "forked" : a == (void *)&events[1] ? "joined" : "?",
+             b == (void *)&streams[3] ? "main" : b == (void *)&streams[0] ? "side" : b == (void *)&events[0] ? "forked"
+             : b == (void *)&events[1] ? "joined" : "?");
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    (void)flags;
+    *s = (cudaStream_t)(void *)&streams[n_streams++];
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    (void)flags;
+    *e = (cudaEvent_t)(void *)&events[n_events++];
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    log_op("record %s on %s; ", e, s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    log_op("%s waits for %s; ", s, e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    (void)e;
+    n_destroyed++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    (void)s;
+    n_destroyed++;
+    return cudaSuccess;
+}
 
 /* ---------------------------------------------------------------- the host communicator */
 struct dfg_dist {
@@ -188,10 +231,35 @@ static void destroyed_at_close(void) {
     script(0, ncclSuccess, 0);
     dfg_comm *c = NULL;
     char err[256] = "";
+    n_streams = n_events = n_destroyed = 0;
     dfg_status st = dfg_comm_nccl_open(NULL, &host, &c, err, sizeof(err));
     dfg_comm_nccl_close(c);
     CHECK(st == DFG_OK && nc.destroys == 1 && nc.aborts == 0, "a good communicator is destroyed at close (%d, %d)",
           nc.destroys, nc.aborts);
+    CHECK(n_streams == 1 && n_events == 2 && n_destroyed == 3, "... with its side stream and 2 events (%d made, %d destroyed)",
+          n_streams + n_events, n_destroyed);
+}
+
+/* The gradient buckets' side stream: fork orders it after the main stream's work so far, join
+ * orders the main stream after everything on it. */
+static void fork_and_join(void) {
+    script(0, ncclSuccess, 0);
+    dfg_comm *c = NULL;
+    char err[256] = "";
+    n_streams = n_events = 0;
+    void *main_stream = &streams[3];
+    dfg_status st = dfg_comm_nccl_open(main_stream, &host, &c, err, sizeof(err));
+    CHECK(st == DFG_OK && c, "open for fork and join: %s", err);
+    if (st || !c) return;
+    order_log[0] = '\0';
+    void *side = c->fork ? c->fork(c, main_stream, err, sizeof(err)) : NULL;
+    CHECK(side == (void *)&streams[0] && !strcmp(order_log, "record forked on main; side waits for forked; "),
+          "fork returns the side stream, after the main stream's work: %s", order_log);
+    order_log[0] = '\0';
+    st = c->join ? c->join(c, main_stream, err, sizeof(err)) : DFG_ERR_ARG;
+    CHECK(st == DFG_OK && !strcmp(order_log, "record joined on side; main waits for joined; "),
+          "join orders the main stream after the side stream: %s", order_log);
+    dfg_comm_nccl_close(c);
 }
 
 int main(void) {
@@ -199,6 +267,7 @@ int main(void) {
     error_at_setup();
     settles();
     destroyed_at_close();
+    fork_and_join();
     if (failures) printf("\n%d check(s) failed\n", failures);
     else printf("\nall checks passed\n");
     return failures ? 1 : 0;

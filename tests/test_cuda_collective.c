@@ -8,8 +8,10 @@
  * known. The same fake serves the CPU kernel and the emulated CUDA launcher (under emulation device
  * memory is host memory, and the launcher calls the communicator itself). Checked: CPU and CUDA
  * f32 bit-identical and both the expected values, CUDA bf16 within bf16 rounding of them,
- * persistent inputs reduced in place and temporaries into new outputs (the input untouched), and
- * the refusals: a node built for another world, and a communicator that fails. */
+ * persistent inputs reduced in place and temporaries into new outputs (the input untouched), a
+ * gradient bucket (dfg_allreduce_last) enqueued on the communicator's side stream (forked once,
+ * joined by the backend, not the launcher) and nothing else on it, and the refusals: a node built
+ * for another world, and a communicator that fails. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,11 @@ typedef struct {
     bool grouped, open;
     int n_deferred, groups;
     deferred pending[8];
+    /* side (the CUDA runs): offers fork/join as NCCL's communicator does; the all-reduces are
+     * counted by the stream they were enqueued on (a gradient bucket's must be the side one) */
+    bool side;
+    char side_stream; /* its address is the side stream's handle */
+    int forks, joins, on_side, on_main;
 } fake;
 
 static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
@@ -61,8 +68,9 @@ static dfg_status reduce_now(dfg_comm *c, void *buf, int64_t count, dfg_dtype dt
 
 static dfg_status fake_allreduce(dfg_comm *c, void *buf, int64_t count, dfg_dtype dt, int op, void *stream, char *err,
                                  size_t len) {
-    (void)stream; /* NULL: the contexts below have no stream */
     fake *f = c->impl;
+    if (stream == &f->side_stream) f->on_side++; /* else NULL: the contexts below have no stream */
+    else f->on_main++;
     if (f->open && !f->fail) {
         if (f->n_deferred == 8) return snprintf(err, len, "fake group: more than 8 calls"), DFG_ERR_ARG;
         f->pending[f->n_deferred++] = (deferred){buf, count, dt, op};
@@ -125,10 +133,23 @@ static dfg_status fake_broadcast(dfg_comm *c, void *buf, size_t bytes, int root,
     return DFG_ERR_STATE;
 }
 
+static void *fake_fork(dfg_comm *c, void *stream, char *err, size_t len) {
+    (void)stream, (void)err, (void)len;
+    fake *f = c->impl;
+    f->forks++;
+    return &f->side_stream;
+}
+static dfg_status fake_join(dfg_comm *c, void *stream, char *err, size_t len) {
+    (void)stream, (void)err, (void)len;
+    ((fake *)c->impl)->joins++;
+    return DFG_OK;
+}
+
 static dfg_comm fake_comm(fake *f, int rank, int size) {
     return (dfg_comm){.rank = rank, .size = size, .impl = f, .allreduce = fake_allreduce,
                       .all_gather = fake_all_gather, .broadcast = fake_broadcast,
-                      .group = f->grouped ? fake_group : NULL};
+                      .group = f->grouped ? fake_group : NULL, .fork = f->side ? fake_fork : NULL,
+                      .join = f->side ? fake_join : NULL};
 }
 
 /* ---------------------------------------------------------------- cases */
@@ -140,6 +161,7 @@ typedef struct {
     dfg_coll_op coll;   /* allreduce's reduction */
     dfg_dtype dt;       /* all_gather: its input's dtype; the others take the build's */
     int world;          /* the world the node is built for */
+    bool late;          /* allreduce of STATE only: dfg_allreduce_last (a gradient bucket) */
 } coll_case;
 
 static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
@@ -156,7 +178,7 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
                         ? dfg_state(dfg_graph_program(g), name, dt, c->shape[i], DFG_ROLE_GRAD, dfg_init_zeros())
                         : dfg_neg(g, dfg_input(g, name, dt, c->shape[i])); /* a TEMP */
         }
-        if (dfg_allreduce_n(g, xs, c->n, c->coll, c->world)) return NULL;
+        if ((c->late ? dfg_allreduce_last : dfg_allreduce_n)(g, xs, c->n, c->coll, c->world)) return NULL;
         y = xs[0];
     }
     return dfg_graph_status(g) || !y ? NULL : y->producer;
@@ -268,12 +290,14 @@ static int expected_calls(const coll_case *c) {
  * CPU) and, for allreduce, CUDA bf16, each against the expected values. */
 static void check_rank(coll_case c, int W, int r) {
     char label[160], s[64];
-    snprintf(label, sizeof(label), "%s %s %s%s state 0x%x, rank %d of %d", dfg_op_name(c.op),
+    snprintf(label, sizeof(label), "%s %s %s%s state 0x%x%s, rank %d of %d", dfg_op_name(c.op),
              c.op == DFG_OP_ALLREDUCE ? (const char *[]){"sum", "mean", "min", "max"}[c.coll] : "",
-             dfg_dtype_name(c.dt), dfg_shape_str(c.shape[0], s, sizeof(s)), c.state, r, W);
+             dfg_dtype_name(c.dt), dfg_shape_str(c.shape[0], s, sizeof(s)), c.state, c.late ? " (last repeat)" : "",
+             r, W);
     c.world = W;
     uint64_t seed = dfg_test_u64();
-    fake fc = {.seed = seed}, fg = {.seed = seed, .grouped = true}, fb = {.seed = seed, .grouped = true};
+    fake fc = {.seed = seed}, fg = {.seed = seed, .grouped = true, .side = true},
+         fb = {.seed = seed, .grouped = true, .side = true};
     dfg_comm cc = fake_comm(&fc, r, W), cg = fake_comm(&fg, r, W), cb = fake_comm(&fb, r, W);
     bufs cpu, gpu, b16;
     bool bf16 = c.op == DFG_OP_ALLREDUCE;
@@ -293,6 +317,10 @@ static void check_rank(coll_case c, int W, int r) {
           "%s: %d communicator calls on the CPU, %d on CUDA", label, fc.calls, fg.calls);
     CHECK(!fg.open && fg.groups == (W > 1 && c.op == DFG_OP_ALLREDUCE), "%s: CUDA made %d groups%s", label, fg.groups,
           fg.open ? ", one left open" : "");
+    bool side = c.late && W > 1; /* a gradient bucket: on the side stream, forked once; nothing else is */
+    CHECK(fg.forks == side && fg.on_side == (side ? c.n : 0) && fg.joins == 0,
+          "%s: CUDA forked %d times, %d all-reduces on the side stream, %d on the main one (the backend joins)", label,
+          fg.forks, fg.on_side, fg.on_main);
     if (bf16) {
         st = run_cuda(&b16, W > 1 ? &cb : NULL, err, sizeof(err));
         CHECK(st == DFG_OK, "%s (bf16): the CUDA launcher failed: %s", label, err);
@@ -358,14 +386,17 @@ int main(void) {
     const struct {
         int n;
         unsigned state;
-    } buckets[] = {{1, 0}, {1, 1}, {3, 0}, {3, 7}, {4, 5}, {4, 0xa}};
+        bool late;
+    } buckets[] = {{1, 0, false}, {1, 1, false}, {3, 0, false}, {3, 7, false}, {4, 5, false}, {4, 0xa, false},
+                   {1, 1, true}, {4, 0xf, true}};
+    const int n_buckets = sizeof(buckets) / sizeof(buckets[0]);
     const dfg_dtype gather_dt[] = {DFG_F32, DFG_I32, DFG_BF16};
     for (int W = 1; W <= 3; W++)
         for (int r = 0; r < W; r++) {
             for (int coll = DFG_COLL_SUM; coll <= DFG_COLL_MAX; coll++)
-                for (int b = 0; b < 6; b++) {
+                for (int b = 0; b < n_buckets; b++) {
                     coll_case c = {.op = DFG_OP_ALLREDUCE, .n = buckets[b].n, .state = buckets[b].state,
-                                   .coll = coll, .dt = DFG_F32};
+                                   .coll = coll, .dt = DFG_F32, .late = buckets[b].late};
                     for (int i = 0; i < c.n; i++) c.shape[i] = shapes[(b + coll + i) % n_shapes];
                     check_rank(c, W, r);
                     if (W == 1) harness(c, true);

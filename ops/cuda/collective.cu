@@ -42,6 +42,9 @@ static dfg_status failed(const dfg_node *n, dfg_cuda_ctx *ctx, dfg_status st, co
 
 // A bucket in three passes: the temporaries' copies, the all-reduces as one group (one NCCL
 // launch for the bucket; nothing else may be enqueued inside a group), then a mean's scaling.
+// A gradient bucket (dfg_allreduce_last) goes on the communicator's side stream when it has one:
+// the backward's later kernels run beside its communication; the backend joins the side stream
+// back at the stage's end, before anything after the stage reads the gradients.
 DFG_CUDA_LAUNCHER(allreduce) {
     dfg_comm *c;
     dfg_status st = comm_for(n, ctx, &c);
@@ -51,10 +54,13 @@ DFG_CUDA_LAUNCHER(allreduce) {
             st = dfg_cuda_launched(ctx, n, DFG_CUDA_FN(copy_bytes)(out[i], in[i], dfg_tensor_bytes(n->in[i]), ctx), "copy_bytes");
     if (st || !c) return st;
     char why[512] = "";
+    void *stream = ctx->stream;
+    if (dfg_node_is_late_allreduce(n) && c->fork && !(stream = c->fork(c, ctx->stream, why, sizeof(why))))
+        return failed(n, ctx, DFG_ERR_RUNTIME, why);
     if (c->group && (st = c->group(c, true, why, sizeof(why)))) return failed(n, ctx, st, why);
     for (int i = 0; !st && i < n->n_in; i++)
         st = c->allreduce(c, out[i], dfg_shape_numel(n->in[i]->shape), n->in[i]->dtype,
-                          op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, ctx->stream, why, sizeof(why));
+                          op == DFG_COLL_MEAN ? DFG_COLL_SUM : op, stream, why, sizeof(why));
     if (c->group) { // closed even after a failure, so the communicator is not left inside a group
         char end_why[256] = "";
         dfg_status end = c->group(c, false, end_why, sizeof(end_why));
@@ -68,7 +74,7 @@ DFG_CUDA_LAUNCHER(allreduce) {
         const unsigned grid = dfg_grid_for(cnt, kThreads, ctx);
         DFG_CUDA_FLOAT_DISPATCH(ctx, n, t, T,
                                 st = dfg_cuda_launched(ctx, n,
-                                                       DFG_LAUNCH(scale_k<T>, grid, kThreads, 0, (cudaStream_t)ctx->stream,
+                                                       DFG_LAUNCH(scale_k<T>, grid, kThreads, 0, (cudaStream_t)stream,
                                                                   (T *)out[i], inv, cnt),
                                                        "scale_k"));
     }

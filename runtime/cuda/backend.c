@@ -153,10 +153,17 @@ static dfg_status exec(void *state, const dfg_node *n, void *const *in, void *co
     return st->d->kernels[n->op](n, in, out, &st->ctx);
 }
 
+/* The communicator's side stream (the gradient buckets') joined back into the device's stream:
+ * at the end of every stage's launches, before its capture ends or the device is waited for. */
+static dfg_status join_comm(cuda_state *st, char *err, size_t len) {
+    return st->comm && st->comm->join ? st->comm->join(st->comm, st->d->stream(st->dev), err, len) : DFG_OK;
+}
+
 /* With a communicator the stream is waited for with the run's timeout first (a rank that does
  * not arrive must not stop this one forever). */
 static dfg_status wait_comm(cuda_state *st, char *err, size_t len) {
-    return st->comm ? st->d->comm_wait(st->comm, err, len) : DFG_OK;
+    dfg_status s = join_comm(st, err, len);
+    return s || !st->comm ? s : st->d->comm_wait(st->comm, err, len);
 }
 
 static dfg_status sync(void *state) {
@@ -185,7 +192,9 @@ static dfg_status capture_begin(void *state, int stage, char *err, size_t len) {
 
 static dfg_status capture_end(void *state, int stage, char *err, size_t len) {
     cuda_state *st = state;
-    return st->d->capture_end(st->dev, &st->graphs[stage], err, len);
+    dfg_status joined = join_comm(st, err, len); /* a capture must end on the stream it began on */
+    dfg_status s = st->d->capture_end(st->dev, &st->graphs[stage], err + strlen(err), len - strlen(err));
+    return joined ? joined : s;
 }
 
 static dfg_status replay(void *state, int stage, char *err, size_t len) {

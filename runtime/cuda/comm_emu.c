@@ -18,6 +18,7 @@ typedef struct {
     dfg_comm *host;  /* the run's MPI communicator */
     dfg_status failed;
     char error[768];
+    int forks, joins; /* of the gradient buckets' side stream */
 } emu_comm;
 
 typedef enum { TASK_ALLREDUCE, TASK_ALL_GATHER, TASK_BROADCAST } task_kind;
@@ -92,13 +93,31 @@ static dfg_status emu_broadcast(dfg_comm *self, void *buf, size_t bytes, int roo
     return enqueue(c, &t, err, len);
 }
 
+/* The side stream of the gradient buckets: the emulated stream runs everything in the order it
+ * was enqueued, so the side stream is that stream (one of the orders a GPU may run them in); the
+ * forks and joins are counted, so that a stage left unjoined is caught (comm_wait). */
+static void *emu_fork(dfg_comm *self, void *stream, char *err, size_t len) {
+    (void)err, (void)len;
+    emu_comm *c = self->impl;
+    c->forks++;
+    return stream ? stream : (void *)c; /* never NULL: NULL means failure */
+}
+
+static dfg_status emu_join(dfg_comm *self, void *stream, char *err, size_t len) {
+    (void)stream, (void)err, (void)len;
+    emu_comm *c = self->impl;
+    c->joins = c->forks;
+    return DFG_OK;
+}
+
 dfg_status dfg_comm_emu_open(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
     (void)dev;
     emu_comm *c = calloc(1, sizeof(*c));
     if (!c) return snprintf(err, len, "out of memory"), DFG_ERR_NOMEM;
     c->host = host;
     c->self = (dfg_comm){.rank = host->rank, .size = host->size, .impl = c, .allreduce = emu_allreduce,
-                         .all_gather = emu_all_gather, .broadcast = emu_broadcast};
+                         .all_gather = emu_all_gather, .broadcast = emu_broadcast, .fork = emu_fork,
+                         .join = emu_join};
     *out = &c->self;
     return DFG_OK;
 }
@@ -110,6 +129,10 @@ void dfg_comm_emu_close(dfg_comm *self) {
 /* The emulated stream has run everything by now; what remains is a failure to report. */
 dfg_status dfg_comm_emu_wait(dfg_comm *self, char *err, size_t len) {
     emu_comm *c = self->impl;
+    if (!c->failed && c->joins != c->forks)
+        c->failed = DFG_ERR_STATE, snprintf(c->error, sizeof(c->error), "the gradient buckets' side stream was "
+                                            "forked %d times and not joined back before the device was waited for",
+                                            c->forks - c->joins);
     if (c->failed) snprintf(err, len, "%s", c->error);
     return c->failed;
 }

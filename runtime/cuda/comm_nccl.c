@@ -6,6 +6,11 @@
  * the host communicator which rank did not arrive (dfg_dist_diagnose), then aborts the NCCL
  * communicator so nothing waits on it any more.
  *
+ * The gradient buckets (dfg_allreduce_last) go on a side stream forked from the device's stream
+ * when their gradients are final (an event recorded there, waited for on the side), so that the
+ * rest of the backward runs beside them; the backend joins it back (the reverse) at the stage's
+ * end. In a capture, fork and join are the edges of a branch of the stage's CUDA Graph.
+ *
  * The communicator is nonblocking (config.blocking = 0) so that no NCCL call can wait forever on
  * a rank that never comes: its set-up (ncclCommInitRankConfig, which waits for every rank) and
  * each enqueue may return ncclInProgress, and settle() polls the communicator's state against
@@ -27,6 +32,8 @@ typedef struct {
     dfg_comm *host;  /* the run's MPI communicator */
     ncclComm_t nccl;
     cudaStream_t stream;
+    cudaStream_t side;          /* the gradient buckets' stream (fork/join) */
+    cudaEvent_t forked, joined; /* side waits for stream at forked; stream waits for side at joined */
     bool aborted;
 } nccl_comm;
 
@@ -99,6 +106,42 @@ static dfg_status nccl_group(dfg_comm *self, bool begin, char *err, size_t len) 
     return settle(self->impl, r, begin ? "an NCCL group's start" : "an NCCL group of collectives", err, len);
 }
 
+static dfg_status cuda_failed(cudaError_t e, const char *what, char *err, size_t len) {
+    snprintf(err, len, "%s: %s", what, cudaGetErrorString(e));
+    return DFG_ERR_RUNTIME;
+}
+
+/* The side stream, after the work enqueued on `stream` so far. Inside a capture the event's
+ * record and wait become the graph's edges (the fork of a CUDA Graph branch). */
+static void *nccl_fork(dfg_comm *self, void *stream, char *err, size_t len) {
+    nccl_comm *c = self->impl;
+    cudaError_t e = cudaEventRecord(c->forked, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(c->side, c->forked, 0);
+    if (e != cudaSuccess) return cuda_failed(e, "forking the gradient buckets' stream", err, len), NULL;
+    return c->side;
+}
+
+static dfg_status nccl_join(dfg_comm *self, void *stream, char *err, size_t len) {
+    nccl_comm *c = self->impl;
+    cudaError_t e = cudaEventRecord(c->joined, c->side);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, c->joined, 0);
+    return e == cudaSuccess ? DFG_OK : cuda_failed(e, "joining the gradient buckets' stream", err, len);
+}
+
+/* The side stream and its two events (no timing: they only order). */
+static dfg_status open_side(nccl_comm *c, char *err, size_t len) {
+    cudaError_t e = cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->joined, cudaEventDisableTiming);
+    return e == cudaSuccess ? DFG_OK : cuda_failed(e, "the gradient buckets' stream", err, len);
+}
+
+static void close_side(nccl_comm *c) {
+    if (c->joined) cudaEventDestroy(c->joined);
+    if (c->forked) cudaEventDestroy(c->forked);
+    if (c->side) cudaStreamDestroy(c->side);
+}
+
 dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char *err, size_t len) {
     nccl_comm *c = calloc(1, sizeof(*c));
     if (!c) return snprintf(err, len, "out of memory"), DFG_ERR_NOMEM;
@@ -112,6 +155,7 @@ dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char
     c->host = host;
     c->stream = (cudaStream_t)stream;
     dfg_status st = host->broadcast(host, &id, sizeof(id), 0, NULL, err, len);
+    if (!st) st = open_side(c, err, len);
     if (!st) {
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0; /* see the top of the file */
@@ -122,12 +166,13 @@ dfg_status dfg_comm_nccl_open(void *stream, dfg_comm *host, dfg_comm **out, char
         if (st && !c->aborted) ncclCommAbort(c->nccl);                      /* a failed one is aborted */
     }
     if (st) {
+        close_side(c);
         free(c);
         return st;
     }
     c->self = (dfg_comm){.rank = host->rank, .size = host->size, .impl = c, .allreduce = nccl_allreduce,
                          .all_gather = nccl_all_gather, .broadcast = nccl_broadcast,
-                         .group = nccl_group};
+                         .group = nccl_group, .fork = nccl_fork, .join = nccl_join};
     *out = &c->self;
     return DFG_OK;
 }
@@ -136,6 +181,7 @@ void dfg_comm_nccl_close(dfg_comm *self) {
     if (!self) return;
     nccl_comm *c = self->impl;
     if (!c->aborted) ncclCommDestroy(c->nccl); /* an aborted one is gone already */
+    close_side(c);
     free(c);
 }
 
