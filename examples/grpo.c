@@ -57,6 +57,7 @@ typedef struct {
     int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
     int64_t R, n_gen; /* rollout_sub_batches, and the sequences each generates (N / R) */
     int W;            /* world_size: data-parallel ranks, each with P of the W P prompts of a step */
+    int64_t bucket_bytes; /* ddp_bucket_cap_mb: the gradient all-reduce's buckets */
     bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
     bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
     float temperature, beta, max_grad_norm;
@@ -163,6 +164,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->R = dfg_setting_int(p, "rollout_sub_batches", 1);
     int64_t world = dfg_setting_int(p, "world_size", 1);
+    double bucket_mb = dfg_setting_float(p, "ddp_bucket_cap_mb", 25.0); /* PyTorch DDP's default */
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
@@ -190,6 +192,9 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     if (world < 1 || world > 4096 || c->P % world)
         return dfg_program_fail(p, DFG_ERR_ARG, "world_size %lld must divide prompts_per_step %lld (whole groups per "
                                 "rank) and be at most 4096", (long long)world, (long long)c->P);
+    if (!(bucket_mb > 0 && bucket_mb <= 1e6))
+        return dfg_program_fail(p, DFG_ERR_ARG, "ddp_bucket_cap_mb %g must be > 0 and at most 1e6", bucket_mb);
+    c->bucket_bytes = (int64_t)(bucket_mb * 1048576.0);
     c->W = (int)world;
     c->P /= world; /* from here on every size is one rank's */
     c->N = c->P * c->G;
@@ -527,7 +532,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
      * backward as soon as its layers' gradients are final */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)s->policy->n_params);
-    dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, 0);
+    dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, c->bucket_bytes);
     dfg_accumulate(g, s->acc_loss, t.loss);
     dfg_accumulate(g, s->acc_kl, t.kl_sum);
     dfg_tensor *stats[GRPO_STATS] = {t.entropy,        t.clip_low_mean,    t.clip_low_min,    t.clip_high_mean,
@@ -604,7 +609,7 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     int n = s->policy->n_params;
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
-    dfg_nn_allreduce_grads(g, grads, n, c->W, 0);
+    dfg_nn_allreduce_grads(g, grads, n, c->W, c->bucket_bytes);
     dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
     if ((st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, ""))) return st;
     for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);

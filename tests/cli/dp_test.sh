@@ -88,12 +88,17 @@ run "$DFG" compile "$G" --set prompts_per_step=4 --set num_generations=4 "${LIN[
   --set gradient_accumulation_steps=4 --set rollout_sub_batches=2 -o one_more.dfg
 expect_rc 0 "compile grpo + KL + batch-scaled rewards + 2 passes, 4 micro-batches, 2 rollout sub-batches"
 run "$DFG" compile "$G" --set prompts_per_step=4 --set num_generations=4 "${LIN[@]}" "${MORE[@]}" \
-  --set gradient_accumulation_steps=2 --set rollout_sub_batches=2 --set world_size=2 -o two_more.dfg
-expect_rc 0 "... for 2 ranks (2 micro-batches and 2 rollout sub-batches each)"
+  --set gradient_accumulation_steps=2 --set rollout_sub_batches=2 --set world_size=2 --set ddp_bucket_cap_mb=0.05 \
+  -o two_more.dfg
+expect_rc 0 "... for 2 ranks (2 micro-batches and 2 rollout sub-batches each, 50 KiB gradient buckets)"
+run "$DFG" inspect two_more.dfg --json
+NB=$(python3 -c "import json; d=json.loads(open('out.txt').read()); print(sum(s['gradient_buckets'] for s in d['data_parallel']['stages'] if s['name']=='train.0'))")
+[ "$NB" -ge 5 ] && ok "the gradients travel in $NB buckets in train.0's last micro-batch" || fail "$NB gradient buckets in train.0"
+
 run "$DFG" run one_more.dfg --steps 2 --threads 1 --metrics one_more.jsonl --save one_more.safetensors
 run "${MPI[@]}" "$DFG" run two_more.dfg --steps 2 --threads 1 --metrics two_more.jsonl --save two_more.safetensors
 expect_rc 0 "mpirun -n 2: grpo loss with the reference model and the old policy"
-close one_more.safetensors two_more.safetensors "2 ranks, grpo + KL + batch scaling + micro-batches"
+close one_more.safetensors two_more.safetensors "2 ranks, grpo + KL + batch scaling + micro-batches + small buckets"
 same_step one_more.jsonl two_more.jsonl "2 ranks (grpo, beta 0.04, scale_rewards=batch)" other
 expect_in two_more.jsonl '"kl"' "the KL metric is logged (per token of the whole batch)"
 
@@ -227,6 +232,9 @@ expect_in err.txt "has no collectives" "the message says why"
 run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=3 -o bad.dfg
 expect_rc 2 "world_size 3 does not divide 4 prompts"
 expect_in err.txt "world_size 3 must divide prompts_per_step 4" "the message names both settings"
+run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=2 --set ddp_bucket_cap_mb=0 -o bad.dfg
+expect_rc 2 "a bucket size of 0 MiB is refused"
+expect_in err.txt "ddp_bucket_cap_mb 0 must be > 0" "the message names the setting"
 
 run "$DFG" fit "$G" --set world_size=2 --memory-budget 1.5MiB -o nofit.dfg
 expect_rc 3 "dfg fit for 2 ranks under a budget nothing meets: nothing fits (its hints keep prompts_per_step a multiple of 2)"
