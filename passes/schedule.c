@@ -4,7 +4,8 @@
  * persistent tensor comes after every other reader of the value it overwrites (including readers
  * through reshape views). Among the ready nodes, the greedy pick is the one that grows the live
  * bytes least (bytes it allocates minus bytes whose last reader it is), ties going to build
- * order. The greedy order is kept only when its peak is below the build order's. */
+ * order. The greedy order is kept only when its peak is below the build order's. Then the
+ * gradient buckets (dfg_allreduce_last) move up to just after their gradients' last write. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,11 +218,15 @@ static void emit_waiting(hoist *h, int at) {
     }
 }
 
-static bool hoist_late_allreduces(const dag *d, dfg_node *const *order, dfg_node **out) {
-    int n = d->n;
-    int *pos = malloc(sizeof(int) * (size_t)(n ? n : 1)), *latest = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int *late = malloc(sizeof(int) * (size_t)(n ? n : 1)), n_late = 0;
-    bool ok = pos && latest && late;
+/* order (n nodes, ids still indexing the dag) rewritten with the hoisted nodes moved up. */
+static bool hoist_late_allreduces(const dag *d, dfg_node **order) {
+    int n = d->n, any = 0;
+    for (int i = 0; i < n; i++) any |= dfg_node_is_late_allreduce(order[i]);
+    if (!any) return true;
+    int *pos = malloc(sizeof(int) * (size_t)n), *latest = malloc(sizeof(int) * (size_t)n);
+    int *late = malloc(sizeof(int) * (size_t)n), n_late = 0;
+    dfg_node **out = malloc(sizeof(*out) * (size_t)n);
+    bool ok = pos && latest && late && out;
     for (int i = 0; ok && i < n; i++) {
         pos[order[i]->id] = i, latest[i] = -1;
         if (dfg_node_is_late_allreduce(order[i])) late[n_late++] = i;
@@ -230,16 +235,18 @@ static bool hoist_late_allreduces(const dag *d, dfg_node *const *order, dfg_node
         for (int e = d->succ_start[u]; e < d->succ_start[u + 1]; e++)
             if (pos[u] > latest[d->succ[e]]) latest[d->succ[e]] = pos[u];
     hoist h = {order, latest, late, n_late, out, 0};
-    if (ok && n_late) {
+    if (ok) {
         emit_waiting(&h, -1);
         for (int i = 0; i < n; i++) {
             if (dfg_node_is_late_allreduce(order[i])) continue;
             out[h.k++] = order[i];
             emit_waiting(&h, i);
         }
+        ok = h.k == n;
     }
-    free(pos), free(latest), free(late);
-    return ok && (n_late == 0 || h.k == n);
+    if (ok) memcpy(order, out, sizeof(*out) * (size_t)n);
+    free(pos), free(latest), free(late), free(out);
+    return ok;
 }
 
 static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
@@ -253,14 +260,9 @@ static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
     }
     if (ok) {
         int64_t before = order_peak(p, g, g->nodes, &ok), after = order_peak(p, g, order, &ok);
-        if (ok && !(after < before)) memcpy(order, g->nodes, sizeof(*order) * (size_t)g->n_nodes); /* keep build order */
-        dfg_node **hoisted = ok ? malloc(sizeof(*hoisted) * (size_t)(g->n_nodes ? g->n_nodes : 1)) : NULL;
-        ok = ok && hoisted && hoist_late_allreduces(&d, order, hoisted);
-        int n_late = 0;
-        for (int i = 0; ok && i < g->n_nodes; i++) n_late += dfg_node_is_late_allreduce(order[i]);
-        for (int i = 0; ok && i < g->n_nodes; i++) g->nodes[i] = n_late ? hoisted[i] : order[i];
-        for (int i = 0; ok && i < g->n_nodes; i++) g->nodes[i]->id = i;
-        free(hoisted);
+        if (ok && !(after < before)) memcpy(order, g->nodes, sizeof(*order) * (size_t)g->n_nodes); /* build order */
+        ok = ok && hoist_late_allreduces(&d, order);
+        for (int i = 0; ok && i < g->n_nodes; i++) g->nodes[i] = order[i], order[i]->id = i;
     }
     dag_free(&d);
     free(order);
