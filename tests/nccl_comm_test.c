@@ -32,8 +32,15 @@ static struct {
     int aborts, destroys, diagnoses, inits;
 } nc;
 
+/* streams and events: handles are addresses in these arrays (one communicator's at a time); a
+ * log of what ordered what */
+static char streams[4], events[4];
+static int n_streams, n_events, n_destroyed;
+static char order_log[256];
+
 static void script(int init_polls, ncclResult_t init_error, int call_polls) {
     memset(&nc, 0, sizeof(nc));
+    n_streams = n_events = n_destroyed = 0;
     nc.init_polls = init_polls, nc.init_error = init_error, nc.call_polls = call_polls, nc.blocking_seen = -7;
 }
 
@@ -100,10 +107,6 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 const char *dfg_dtype_name(dfg_dtype dt) { return dt == DFG_F32 ? "f32" : "other"; }
 
-/* streams and events: handles are addresses in these arrays; a log of what ordered what */
-static char streams[4], events[4];
-static int n_streams, n_events, n_destroyed;
-static char order_log[256];
 static void log_op(const char *fmt, const void *a, const void *b) {
     size_t k = strlen(order_log);
     snprintf(order_log + k, sizeof(order_log) - k, fmt, a == (void *)&streams[3] ? "main" : a == (void *)&streams[0] ? "side"
@@ -113,11 +116,13 @@ static void log_op(const char *fmt, const void *a, const void *b) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
+    if (n_streams == 3) return cudaErrorMemoryAllocation; /* streams[3] is the main stream */
     *s = (cudaStream_t)(void *)&streams[n_streams++];
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
     (void)flags;
+    if (n_events == 4) return cudaErrorMemoryAllocation;
     *e = (cudaEvent_t)(void *)&events[n_events++];
     return cudaSuccess;
 }
@@ -231,7 +236,6 @@ static void destroyed_at_close(void) {
     script(0, ncclSuccess, 0);
     dfg_comm *c = NULL;
     char err[256] = "";
-    n_streams = n_events = n_destroyed = 0;
     dfg_status st = dfg_comm_nccl_open(NULL, &host, &c, err, sizeof(err));
     dfg_comm_nccl_close(c);
     CHECK(st == DFG_OK && nc.destroys == 1 && nc.aborts == 0, "a good communicator is destroyed at close (%d, %d)",
@@ -246,7 +250,6 @@ static void fork_and_join(void) {
     script(0, ncclSuccess, 0);
     dfg_comm *c = NULL;
     char err[256] = "";
-    n_streams = n_events = 0;
     void *main_stream = &streams[3];
     dfg_status st = dfg_comm_nccl_open(main_stream, &host, &c, err, sizeof(err));
     CHECK(st == DFG_OK && c, "open for fork and join: %s", err);
