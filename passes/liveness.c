@@ -89,9 +89,19 @@ static dfg_category category_of(const dfg_tensor *t, const bool *logits) {
     return logits[t->id] ? DFG_CAT_LOGITS : DFG_CAT_ACTIVATIONS;
 }
 
-/* Logits-like tensors: the lm_head's output (a matmul against a tensor used as an embedding
- * table), the scatter to the vocabulary in take's backward, and whatever keeps their shape
- * through pointwise, softmax and cast ops. */
+/* Is t a vocabulary-sized head: an embedding table itself (tied), or a PARAM of a table's shape
+ * (an untied lm_head, (V, C) as the embedding)? */
+static bool is_head(const dfg_program *p, const bool *table, const dfg_tensor *t) {
+    if (table[t->storage->id]) return true;
+    if (t->storage->kind != DFG_PARAM || t->shape.rank != 2) return false;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (table[i] && dfg_shape_equal(p->tensors[i]->shape, t->shape)) return true;
+    return false;
+}
+
+/* Logits-like tensors: the lm_head's output (a matmul against an embedding table, or against a
+ * parameter of its shape: an untied head), the scatter to the vocabulary in take's backward, and
+ * whatever keeps their shape through pointwise, softmax and cast ops. */
 static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
@@ -106,7 +116,7 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
             switch (dfg_ops[node->op].mem) {
             case DFG_MEM_LOGITS: mark = true; break;
             case DFG_MEM_LM_HEAD: /* hidden @ table^T */
-                mark = node->attr->matmul.trans_b && table[node->in[1]->storage->id];
+                mark = node->attr->matmul.trans_b && is_head(p, table, node->in[1]);
                 break;
             case DFG_MEM_NEW_AXIS: case DFG_MEM_TABLE: break; /* these change what the last dim means */
             case DFG_MEM_KEEPS:

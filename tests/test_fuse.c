@@ -736,9 +736,11 @@ static void test_bf16_cuda_plan(void) {
 }
 
 /* ================================================================ memory: a vocabulary-sized problem (planning only) */
-static void plan_vocab(bool fuse, int64_t rows_b, int64_t T, int64_t C, int64_t V, dfg_program **out) {
+/* untied: the head is its own (V, C) parameter, as Llama's and Qwen's lm_head.weight */
+static void plan_vocab(bool fuse, bool untied, int64_t rows_b, int64_t T, int64_t C, int64_t V, dfg_program **out) {
     dfg_program *p = dfg_program_new(fuse ? "vocab fused" : "vocab unfused");
     dfg_tensor *wte = dfg_param(p, "wte.weight", DFG_F32, DFG_SHAPE(V, C), dfg_init_normal(0, 0.02f));
+    dfg_tensor *head = untied ? dfg_param(p, "lm_head.weight", DFG_F32, DFG_SHAPE(V, C), dfg_init_normal(0, 0.02f)) : wte;
     dfg_tensor *lnw = dfg_param(p, "ln.w", DFG_F32, DFG_SHAPE(C), dfg_init_ones());
     dfg_tensor *lnb = dfg_param(p, "ln.b", DFG_F32, DFG_SHAPE(C), dfg_init_zeros());
     dfg_graph *g = dfg_graph_new(p, "train");
@@ -746,11 +748,12 @@ static void plan_vocab(bool fuse, int64_t rows_b, int64_t T, int64_t C, int64_t 
     dfg_tensor *tgt = dfg_input(g, "targets", DFG_I32, DFG_SHAPE(rows_b, T));
     dfg_tensor *mask = dfg_input(g, "mask", DFG_F32, DFG_SHAPE(rows_b, T));
     dfg_tensor *h = dfg_layernorm(g, dfg_embed(g, wte, tok), lnw, lnb, 1e-5f);
-    dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, dfg_matmul(g, h, wte, false, true)), tgt);
+    dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, dfg_matmul(g, h, head, false, true)), tgt);
     dfg_tensor *loss = dfg_sum(g, dfg_masked_sum(g, lp, mask, 1), 0);
-    dfg_tensor *params[3] = {wte, lnw, lnb}, *buf[3];
-    dfg_nn_grad_buffers(p, params, 3, "", buf);
-    dfg_backward_accumulate(g, loss, params, 3, buf);
+    dfg_tensor *params[4] = {wte, lnw, lnb, head}, *buf[4];
+    int n_params = untied ? 4 : 3;
+    dfg_nn_grad_buffers(p, params, n_params, "", buf);
+    dfg_backward_accumulate(g, loss, params, n_params, buf);
     dfg_stage_graph(p, g, 1);
     dfg_options o = dfg_options_default(DFG_TARGET_CPU);
     o.no_fuse = !fuse;
@@ -758,41 +761,49 @@ static void plan_vocab(bool fuse, int64_t rows_b, int64_t T, int64_t C, int64_t 
     *out = p;
 }
 
-static void test_memory_effect(void) {
+static void test_memory_effect(bool untied) {
+    const char *lab = untied ? "vocab-sized, untied head" : "vocab-sized";
     int64_t B = 16, T = 256, C = 64, V = 50257, rows = B * T;
     size_t logits_bytes = (size_t)(rows * V * 4);
     dfg_program *pf, *pu;
-    plan_vocab(true, B, T, C, V, &pf);
-    plan_vocab(false, B, T, C, V, &pu);
+    plan_vocab(true, untied, B, T, C, V, &pf);
+    plan_vocab(false, untied, B, T, C, V, &pu);
     const dfg_report *rf = dfg_program_report(pf), *ru = dfg_program_report(pu);
     if (rf && ru) {
         printf(
-            "vocab-sized: logits %.1f MiB; largest temp fused %.2f MiB ('%s'), unfused %.1f MiB; arena fused %.1f MiB, "
+            "%s: logits %.1f MiB; largest temp fused %.2f MiB ('%s'), unfused %.1f MiB; arena fused %.1f MiB, "
             "unfused %.1f MiB\n",
-            logits_bytes / 1048576.0, rf->largest_temp_bytes / 1048576.0,
+            lab, logits_bytes / 1048576.0, rf->largest_temp_bytes / 1048576.0,
             rf->largest_temp ? rf->largest_temp->name : "-", ru->largest_temp_bytes / 1048576.0,
             rf->arena_bytes / 1048576.0, ru->arena_bytes / 1048576.0);
-        CHECK(rf->fused[1] == 1, "vocab-sized: linear_logprob did not fire");
+        CHECK(rf->fused[1] == 1, "%s: linear_logprob did not fire", lab);
         CHECK(ru->largest_temp_bytes >= logits_bytes,
-              "vocab-sized: unfused largest temp %zu < logits %zu (vacuous test)", ru->largest_temp_bytes,
+              "%s: unfused largest temp %zu < logits %zu (vacuous test)", lab, ru->largest_temp_bytes,
               logits_bytes);
         CHECK(rf->largest_temp_bytes * 16 <= logits_bytes,
-              "vocab-sized: fused largest temp %zu is not far below logits %zu", rf->largest_temp_bytes, logits_bytes);
-        CHECK(rf->peak[DFG_CAT_LOGITS] == 0, "vocab-sized: %zu bytes of logits live at the fused peak",
+              "%s: fused largest temp %zu is not far below logits %zu", lab, rf->largest_temp_bytes, logits_bytes);
+        CHECK(rf->peak[DFG_CAT_LOGITS] == 0, "%s: %zu bytes of logits live at the fused peak", lab,
               rf->peak[DFG_CAT_LOGITS]);
-        CHECK(ru->peak[DFG_CAT_LOGITS] >= logits_bytes, "vocab-sized: the unfused peak holds only %zu bytes of logits",
+        CHECK(ru->peak[DFG_CAT_LOGITS] >= logits_bytes, "%s: the unfused peak holds only %zu bytes of logits", lab,
               ru->peak[DFG_CAT_LOGITS]);
-        CHECK(temps_with_last_dim(pf, V, false) == 0, "vocab-sized: %d live TEMPs end in the vocabulary after fusion",
+        /* the lm_head's own output is logits in the report, tied or untied */
+        const dfg_node *mm = NULL;
+        FOR_NODES(pu, g, node) if (node->op == DFG_OP_MATMUL && node->attr->matmul.trans_b &&
+                                   node->out[0]->shape.d[node->out[0]->shape.rank - 1] == V) mm = node;
+        int hb = mm ? pu->plan->buf_of[mm->out[0]->id] : -1;
+        CHECK(hb >= 0 && pu->plan->bufs[hb].cat == DFG_CAT_LOGITS, "%s: the unfused lm_head's output is in category %d, "
+              "not logits", lab, hb >= 0 ? (int)pu->plan->bufs[hb].cat : -1);
+        CHECK(temps_with_last_dim(pf, V, false) == 0, "%s: %d live TEMPs end in the vocabulary after fusion", lab,
               temps_with_last_dim(pf, V, false));
         CHECK(temps_with_last_dim(pu, V, false) >= 2,
-              "vocab-sized: the unfused plan has %d vocabulary TEMPs (vacuous test)",
+              "%s: the unfused plan has %d vocabulary TEMPs (vacuous test)", lab,
               temps_with_last_dim(pu, V, false));
-        CHECK(rf->arena_bytes + logits_bytes <= ru->arena_bytes, "vocab-sized: arena fused %zu vs unfused %zu",
+        CHECK(rf->arena_bytes + logits_bytes <= ru->arena_bytes, "%s: arena fused %zu vs unfused %zu", lab,
               rf->arena_bytes, ru->arena_bytes);
         const dfg_node *lin = find_op(pf, DFG_OP_LINEAR_LOGPROB, 3);
         if (lin) {
             size_t ws = dfg_tensor_bytes(lin->out[2]);
-            CHECK(ws <= (32u << 20) && lin->attr->logprob.v_chunk < V, "vocab-sized: workspace %zu bytes, v_chunk %lld",
+            CHECK(ws <= (32u << 20) && lin->attr->logprob.v_chunk < V, "%s: workspace %zu bytes, v_chunk %lld", lab,
                   ws, (long long)lin->attr->logprob.v_chunk);
         }
     }
@@ -811,6 +822,7 @@ int main(void) {
     test_bias_gelu();
     test_no_fire();
     test_bf16_cuda_plan();
-    test_memory_effect();
+    test_memory_effect(false);
+    test_memory_effect(true); /* an untied head's logits are logits too (the memory report) */
     return dfg_test_finish();
 }
