@@ -108,15 +108,15 @@ dfg_tensor *dfg_sum_to_shape(dfg_graph *g, dfg_tensor *x, dfg_shape shape);
 
 #undef X
 
-/* Does node n run on repeat r (0-based) of its stage's `repeat`? Every node does, but an
- * all-reduce built by dfg_allreduce_last, which runs on the last one only. */
-static inline bool dfg_node_runs_on(const dfg_node *n, int r, int repeat) {
-    return n->op != DFG_OP_ALLREDUCE || !n->attr->collective.last_repeat || r == repeat - 1;
-}
 /* An all-reduce of persistent tensors on its stage's last repeat (dfg_allreduce_last): it reads
  * and writes no temporary, so the scheduler may issue it as soon as its tensors are final. */
 static inline bool dfg_node_is_late_allreduce(const dfg_node *n) {
     return n->op == DFG_OP_ALLREDUCE && n->attr->collective.last_repeat;
+}
+/* Does node n run on repeat r (0-based) of its stage's `repeat`? Every node does, but such an
+ * all-reduce, which runs on the last one only. */
+static inline bool dfg_node_runs_on(const dfg_node *n, int r, int repeat) {
+    return !dfg_node_is_late_allreduce(n) || r == repeat - 1;
 }
 
 /* linear_logprob keeps a running sum per row of a chunk on the stack */

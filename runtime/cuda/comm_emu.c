@@ -18,7 +18,7 @@ typedef struct {
     dfg_comm *host;  /* the run's MPI communicator */
     dfg_status failed;
     char error[768];
-    int forks, joins; /* of the gradient buckets' side stream */
+    int unjoined; /* forks of the gradient buckets' side stream not joined back yet */
 } emu_comm;
 
 typedef enum { TASK_ALLREDUCE, TASK_ALL_GATHER, TASK_BROADCAST } task_kind;
@@ -95,18 +95,18 @@ static dfg_status emu_broadcast(dfg_comm *self, void *buf, size_t bytes, int roo
 
 /* The side stream of the gradient buckets: the emulated stream runs everything in the order it
  * was enqueued, so the side stream is that stream (one of the orders a GPU may run them in); the
- * forks and joins are counted, so that a stage left unjoined is caught (comm_wait). */
+ * forks not joined back are counted, so that a stage left unjoined is caught (comm_wait). */
 static void *emu_fork(dfg_comm *self, void *stream, char *err, size_t len) {
     (void)err, (void)len;
     emu_comm *c = self->impl;
-    c->forks++;
+    c->unjoined++;
     return stream ? stream : (void *)c; /* never NULL: NULL means failure */
 }
 
 static dfg_status emu_join(dfg_comm *self, void *stream, char *err, size_t len) {
     (void)stream, (void)err, (void)len;
     emu_comm *c = self->impl;
-    c->joins = c->forks;
+    c->unjoined = 0;
     return DFG_OK;
 }
 
@@ -129,10 +129,10 @@ void dfg_comm_emu_close(dfg_comm *self) {
 /* The emulated stream has run everything by now; what remains is a failure to report. */
 dfg_status dfg_comm_emu_wait(dfg_comm *self, char *err, size_t len) {
     emu_comm *c = self->impl;
-    if (!c->failed && c->joins != c->forks)
+    if (!c->failed && c->unjoined)
         c->failed = DFG_ERR_STATE, snprintf(c->error, sizeof(c->error), "the gradient buckets' side stream was "
                                             "forked %d times and not joined back before the device was waited for",
-                                            c->forks - c->joins);
+                                            c->unjoined);
     if (c->failed) snprintf(err, len, "%s", c->error);
     return c->failed;
 }
