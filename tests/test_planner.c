@@ -635,6 +635,7 @@ static int run_variant(uint64_t seed, int variant, void *host_lib, int64_t budge
         ok = st == DFG_OK ? ok : -1;
     }
     prng in_rng = {seed ^ 0xA5A5A5A5ull};
+    bool stopped = false; /* by the guard: the outputs of the failed step are not results */
     for (int step = 0; step < 2 && ok > 0; step++) {
         write_inputs(rt, G, &in_rng);
         st = dfg_runtime_step(rt);
@@ -643,13 +644,14 @@ static int run_variant(uint64_t seed, int variant, void *host_lib, int64_t budge
                                         result every plan must reproduce */
             snap_add(snap, &step, sizeof(step));
             stt->numeric_stops += variant == V_NORMAL;
+            stopped = true;
             break;
         }
         CHECK(st == DFG_OK, "%s: step %d: %s", label, step, dfg_runtime_error(rt));
         ok = st == DFG_OK ? ok : -1;
         stt->runs += ok > 0;
     }
-    for (int k = 0; k < G->n_names && ok > 0; k++) { /* dfg_outputs */
+    for (int k = 0; k < G->n_names && ok > 0 && !stopped; k++) { /* dfg_outputs */
         dfg_buffer b;
         if (dfg_runtime_buffer(rt, G->names[k], &b) == DFG_OK) snap_add(snap, b.data, b.bytes);
     }
