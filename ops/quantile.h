@@ -1,6 +1,7 @@
 /* quantile.h - what the quantile kernels of every backend share (ops/reduce.c has the op): the
  * order-preserving map of an f32 onto a u32 key (a binary search over keys is then a search
- * over values), and torch.quantile's rank and interpolation. Plain C, usable from CUDA. */
+ * over values), and torch.quantile's rank and interpolation (in float32, as torch does for a
+ * float32 tensor). Plain C, usable from CUDA. */
 #ifndef DFG_QUANTILE_H
 #define DFG_QUANTILE_H
 
@@ -28,19 +29,23 @@ DFG_QHD float dfg_quantile_value(uint32_t k) {
     return x;
 }
 
-/* torch.quantile over n sorted values: the value at rank q (n - 1), linearly interpolated between
- * the ranks lo and lo + 1 with weight w (w = 0: lo alone). */
-DFG_QHD void dfg_quantile_rank(int64_t n, float q, int64_t *lo, double *w) {
-    double pos = (double)q * (double)(n - 1);
-    double f = floor(pos);
+/* torch.quantile of a float32 tensor over n sorted values: the value at rank q (n - 1), linearly
+ * interpolated between the ranks lo and lo + 1 with weight w (w = 0: lo alone). The rank is
+ * computed in float32, as torch does for a float32 input (q becomes a float32 scalar): with
+ * q = 0.8f and n = 21 it is 16 exactly, where the same product in double, 16.00000024, would
+ * interpolate a hair past rank 16 and drop the value at the threshold from a ">= threshold" mask. */
+DFG_QHD void dfg_quantile_rank(int64_t n, float q, int64_t *lo, float *w) {
+    const float pos = q * (float)(n - 1);
+    const float f = floorf(pos);
     *lo = (int64_t)f;
     *w = pos - f;
-    if (*lo >= n - 1) *lo = n - 1, *w = 0.0;
+    if (*lo >= n - 1) *lo = n - 1, *w = 0.0f;
+    if (*lo < 0) *lo = 0, *w = 0.0f;
 }
 
-/* lerp as torch computes it in double: exact at both ends */
-DFG_QHD float dfg_quantile_lerp(float a, float b, double w) {
-    return w < 0.5 ? (float)((double)a + w * ((double)b - (double)a)) : (float)((double)b - ((double)b - (double)a) * (1.0 - w));
+/* lerp as torch computes it for float32: exact at both ends */
+DFG_QHD float dfg_quantile_lerp(float a, float b, float w) {
+    return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
 
 #endif

@@ -206,6 +206,13 @@ static void quantile_cases(void) {
     const float expect[4] = {1.75f, 2.5f, 4.0f, 1.0f}, q[4] = {0.25f, 0.5f, 1.0f, 0.0f}, inf = INFINITY;
     for (int k = 0; k < 4; k++) direct_q(&(q_case){DFG_SHAPE(5), q[k], M_HALF, X_UNIFORM}, x, m, 0, &expect[k]);
     direct_q(&(q_case){DFG_SHAPE(5), 0.5f, M_NONE, X_UNIFORM}, x, none, 0, &inf);
+    /* the rank in float32, as torch computes it for a float32 tensor: 0.8f * 20 is 16 exactly, so
+     * torch.quantile(torch.tensor([0, 1/8, ..., 2, 1000, 1001, 1002, 1003]), 0.8) = 2 (the same
+     * product in double, 16.00000024, gave 2.000238) */
+    float x21[21], m21[21];
+    for (int i = 0; i < 21; i++) x21[i] = i < 17 ? (float)i / 8.0f : 983.0f + (float)i, m21[i] = 1.0f;
+    const float two = 2.0f;
+    direct_q(&(q_case){DFG_SHAPE(21), 1.0f - 0.2f, M_ALL, X_UNIFORM}, x21, m21, 0, &two);
 }
 
 int main(void) {

@@ -10,7 +10,8 @@
  *   quantile       dfg_quantile(x, mask, q) equal (bit for bit) to torch.quantile's definition
  *                  computed by sorting the selected values (dfg_test_quantile, tests/testutil.c): linear interpolation
  *                  at rank q (n - 1); +inf when nothing is selected. Values with ties, negative
- *                  values, masks with none / one / all entries, q = 0, 1 and random;
+ *                  values, masks with none / one / all entries, q = 0, 1 and random; and
+ *                  torch.quantile's own value where the rank must be computed in float32;
  *   fused gradient d/dh and d/dW of a loss on log-probs and entropy through the 7-input fused
  *                  backward, against the unfused program's (1e-5 relative), and the 8-input form
  *                  that adds the weight's gradient into its buffer (structure).
@@ -237,8 +238,25 @@ static void check_quantile(int which) {
     free(x), free(m);
 }
 
+/* torch computes a float32 tensor's quantile rank in float32: 0.8f * 20 is 16 exactly, so
+ * torch.quantile(torch.tensor([0, 1/8, ..., 2, 1000, 1001, 1002, 1003]), 1 - 0.2) = 2 exactly, and a
+ * mask "entropy >= threshold" keeps the token at the threshold (the product in double, 16.00000024,
+ * gave 2.000238 and dropped it: golden_grpo's dapo_entropy_top at seed 4172111169). */
+static void check_quantile_float32_rank(void) {
+    float x[21], m[21], got = NAN;
+    for (int i = 0; i < 21; i++) x[i] = i < 17 ? (float)i / 8.0f : 983.0f + (float)i, m[i] = 1.0f;
+    dfg_fx f;
+    dfg_fx_begin(&f, "quantile_rank");
+    dfg_output(f.g, dfg_quantile(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(21), x), dfg_fx_const_f32(&f, "m", DFG_SHAPE(21), m), 1.0f - 0.2f),
+               "q");
+    if (dfg_fx_run(&f)) dfg_fx_read(&f, "q", &got, sizeof(got));
+    CHECK(got == 2.0f, "quantile of 21 values at 0.8: dfg %.9g, torch.quantile 2", (double)got);
+    dfg_fx_end(&f);
+}
+
 int main(void) {
     dfg_test_init("test_ops_entropy");
+    check_quantile_float32_rank();
     for (int i = 0; i < 6; i++) check_entropy_op();
     check_fused_entropy(5, 8, 300, 1.0f, 0);
     check_fused_entropy(7, 12, 2000, 0.7f, 1 << 20);  /* chunks of the vocabulary under a 1 MiB budget */

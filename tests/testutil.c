@@ -96,13 +96,14 @@ float dfg_test_quantile(const float *x, const float *m, int64_t n, float q) {
     float out = INFINITY;
     if (k > 0) {
         qsort(v, (size_t)k, sizeof(float), total_order_cmp);
-        double pos = (double)q * (double)(k - 1), lo = floor(pos), w = pos - lo;
+        /* torch on a float32 tensor: the rank q (k - 1) and the lerp in float32 */
+        float pos = q * (float)(k - 1), lo = floorf(pos), w = pos - lo;
         int64_t i = (int64_t)lo < k - 1 ? (int64_t)lo : k - 1;
-        if ((int64_t)lo >= k - 1) w = 0.0;
-        double a = v[i], b = v[i + 1 < k ? i + 1 : i];
+        if ((int64_t)lo >= k - 1) w = 0.0f;
+        float a = v[i], b = v[i + 1 < k ? i + 1 : i];
         /* at an integral rank the element itself (-0.0 stays -0.0, -inf stays -inf: torch's lerp
          * would make -inf + 0 * inf a NaN), as the op defines it */
-        out = w == 0.0 ? v[i] : w < 0.5 ? (float)(a + w * (b - a)) : (float)(b - (b - a) * (1.0 - w));
+        out = w == 0.0f ? v[i] : w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
     }
     free(v);
     return out;

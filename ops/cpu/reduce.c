@@ -99,9 +99,9 @@ dfg_status dfg_cpu_quantile(const dfg_node *n, void *const *in, void *const *out
         return DFG_OK;
     }
     int64_t lo;
-    double w;
+    float w;
     dfg_quantile_rank(sel, n->attr->quantile.q, &lo, &w);
     float a = select_rank(x, m, len, lo);
-    *y = w > 0.0 ? dfg_quantile_lerp(a, select_rank(x, m, len, lo + 1), w) : a;
+    *y = w > 0.0f ? dfg_quantile_lerp(a, select_rank(x, m, len, lo + 1), w) : a;
     return DFG_OK;
 }

@@ -3,8 +3,8 @@
 //
 // Bit-identical to the CPU by construction: both find the k-th smallest selected value as the least
 // u32 key (ops/quantile.h's order-preserving map of an f32) with more than k selected keys at or
-// below it, by the same binary search over the 2^32 keys, and interpolate with the same double
-// arithmetic (dfg_quantile_rank, dfg_quantile_lerp). Counting is exact, so the element found does
+// below it, by the same binary search over the 2^32 keys, and rank and interpolate with the same
+// float32 arithmetic as torch (dfg_quantile_rank, dfg_quantile_lerp). Counting is exact, so the element found does
 // not depend on how the counts are summed, and NaNs, -0.0 and ties come out as on the CPU.
 //
 // One block of 1024 threads, no scratch (the result is one value a loss reads once per step): a
@@ -91,7 +91,7 @@ __global__ __launch_bounds__(kThreads) void quantile_kernel(const float *x,    /
         return; // the whole block: sel is the same in every thread
     }
     int64_t lo;
-    double w;
+    float w;
     dfg_quantile_rank((int64_t)sel, q, &lo, &w);
     // the least key with more than lo selected keys <= it (ops/cpu/reduce.c's select_rank); the
     // bounds are the same in every thread, so the loop and its barriers are block-uniform
@@ -102,7 +102,7 @@ __global__ __launch_bounds__(kThreads) void quantile_kernel(const float *x,    /
         else klo = mid + 1;
     }
     const float a = dfg_quantile_value(klo);
-    if (!(w > 0.0)) {
+    if (!(w > 0.0f)) {
         if (threadIdx.x == 0) *y = a;
         return;
     }
