@@ -83,6 +83,23 @@ static void elsewhere(const dfg_program *p, const cli_category_facts *f, char *b
                   dfg_bytes_str((double)f->max_bytes, b, sizeof(b)), f->max_step, s >= 0 ? p->stages[s].name : "?");
 }
 
+/* No logits at the peak: whether any exist at another step, and what the fuse pass did about them.
+ * A logprob fused op stores no softmax outputs but still reads stored logits; only linear_logprob
+ * (the lm_head fused in) means none are stored. */
+static void logits_elsewhere(const dfg_program *p, const cli_category_facts *f, const dfg_report *r, char *buf, size_t len) {
+    if (!f->max_bytes && r->fused[1]) {
+        snprintf(buf, len, "none: %d linear_logprob fused ops compute log-probabilities from the hidden states, "
+                 "walking the vocabulary in chunks, so (rows x vocabulary) logits are never stored", r->fused[1]);
+        return;
+    }
+    elsewhere(p, f, buf, len);
+    size_t used = strlen(buf);
+    if (f->max_bytes && r->fused[0] && used < len)
+        snprintf(buf + used, len - used, "; %d logprob fused ops read them without storing softmax outputs%s", r->fused[0],
+                 r->fused[1] ? "" : " (linear_logprob, which never stores them, did not apply: another op reads the logits, or the lm_head "
+                 "is not a matmul the fuse pass can take in)");
+}
+
 char *cli_category_why(const dfg_program *p, const cli_category_facts *all, dfg_category c, char *buf, size_t len) {
     const cli_category_facts *f = &all[c];
     const dfg_report *r = &p->plan->report;
@@ -120,13 +137,7 @@ char *cli_category_why(const dfg_program *p, const cli_category_facts *all, dfg_
         if (f->peak_tensors)
             snprintf(buf, len, "%d (rows x vocabulary) tensors; largest %s%s", f->peak_tensors, big,
                      r->fused[1] ? "" : " (the fuse pass removes them: compile without --no-fuse)");
-        else if (r->fused[1])
-            snprintf(buf, len, "none: %d linear_logprob fused ops compute log-probabilities from the hidden states, "
-                     "walking the vocabulary in chunks, so (rows x vocabulary) logits are never stored", r->fused[1]);
-        else if (r->fused[0])
-            snprintf(buf, len, "none: %d logprob fused ops compute log-probabilities without storing softmax "
-                     "outputs", r->fused[0]);
-        else elsewhere(p, f, buf, len);
+        else logits_elsewhere(p, f, r, buf, len);
         break;
     case DFG_CAT_WORKSPACE:
         snprintf(buf, len, "%d tensors: kernel and library scratch, planned like any tensor; largest %s",

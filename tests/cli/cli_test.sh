@@ -97,6 +97,9 @@ keys = ["arena_bytes", "lower_bound_bytes", "naive_bytes", "peak_breakdown", "la
         "align", "persistent_bytes", "peak_step", "n_nodes", "stages"]
 print(" ".join(k for k in keys if k not in d))' inspect.json)
 [ -z "$missing" ] && ok "inspect --json has every documented key" || fail "inspect --json lacks: $missing"
+# gpt2_train's accuracy metric reads the logits, so only logprob fuses: they exist, not at the peak
+[ "$(jget inspect.json 'd["categories"]["logits"]["peak_bytes"] == 0 and d["categories"]["logits"]["max_bytes"] > 0 and "at most" in d["categories"]["logits"]["why"] and "never stored" not in d["categories"]["logits"]["why"]')" = True ] \
+  && ok "inspect: logits that exist off the peak are not called never stored" || fail "gpt2 logits why: $(jget inspect.json 'd["categories"]["logits"]')"
 checks=$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1])); bad = []
