@@ -45,38 +45,47 @@ static const struct {
     int (*cmp)(const void *, const void *, void *);
 } orderings[] = {{"size", by_size}, {"lifetime", by_length}, {"area", by_area}, {"first-use", by_first_use}};
 
-static bool overlaps(dfg_span a, dfg_span b) { return a.first <= b.last && b.first <= a.last; }
+/* A placed buffer as the best-fit scan reads it: its lifetime and its bytes [off, end). The scan
+ * walks every placed buffer for every buffer placed (quadratic: tens of thousands of buffers in a
+ * billion-parameter program, placed again for each remat trial), so they are kept in one
+ * contiguous array in offset order rather than reached through the buffer table. */
+typedef struct {
+    int32_t first, last;
+    int64_t off, end;
+} placed_slot;
 
 /* Places bufs[idx[0..n)] above `base` in that order; returns the arena's end, or -1 when out
- * of memory. off[] receives offsets by buffer index. */
-static int64_t place_order(const dfg_buf *bufs, const int *idx, int n, int64_t base, int64_t *off, int *placed) {
+ * of memory. off[] receives offsets by buffer index; placed[] is scratch for n slots. */
+static int64_t place_order(const dfg_buf *bufs, const int *idx, int n, int64_t base, int64_t *off, placed_slot *placed) {
     int n_placed = 0; /* placed[] stays sorted by offset */
     int64_t top = base;
     for (int q = 0; q < n; q++) {
         const dfg_buf *b = &bufs[idx[q]];
+        const int32_t first = b->life.first, last = b->life.last;
         int64_t prev_end = base, best = -1, best_gap = INT64_MAX;
         for (int r = 0; r < n_placed; r++) {
-            const dfg_buf *c = &bufs[placed[r]];
-            if (!overlaps(b->life, c->life)) continue;
-            int64_t gap = off[placed[r]] - prev_end;
+            const placed_slot *c = &placed[r];
+            if (c->first > last || first > c->last) continue; /* lifetimes do not overlap */
+            int64_t gap = c->off - prev_end;
             if (gap >= b->size && gap < best_gap) best = prev_end, best_gap = gap;
-            int64_t end = off[placed[r]] + c->size;
-            if (end > prev_end) prev_end = end;
+            if (c->end > prev_end) prev_end = c->end;
         }
-        off[idx[q]] = best >= 0 ? best : prev_end;
+        const int64_t at_off = best >= 0 ? best : prev_end;
+        off[idx[q]] = at_off;
         int at = n_placed;
-        while (at > 0 && off[placed[at - 1]] > off[idx[q]]) at--;
-        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(n_placed - at));
-        placed[at] = idx[q];
+        while (at > 0 && placed[at - 1].off > at_off) at--;
+        memmove(placed + at + 1, placed + at, sizeof(placed_slot) * (size_t)(n_placed - at));
+        placed[at] = (placed_slot){first, last, at_off, at_off + b->size};
         n_placed++;
-        if (off[idx[q]] + b->size > top) top = off[idx[q]] + b->size;
+        if (at_off + b->size > top) top = at_off + b->size;
     }
     return top;
 }
 
 dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan) {
     int nb = plan->n_bufs, nt = 0;
-    int *idx = malloc(sizeof(int) * (size_t)(nb ? nb : 1)), *placed = malloc(sizeof(int) * (size_t)(nb ? nb : 1));
+    int *idx = malloc(sizeof(int) * (size_t)(nb ? nb : 1));
+    placed_slot *placed = malloc(sizeof(placed_slot) * (size_t)(nb ? nb : 1));
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(nb ? nb : 1)), *best = malloc(sizeof(int64_t) * (size_t)(nb ? nb : 1));
     if (!idx || !placed || !off || !best) {
         free(idx), free(placed), free(off), free(best);

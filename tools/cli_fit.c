@@ -13,7 +13,8 @@
  *   2. for each value of the other knobs, the first value of the knob with the most values (the
  *      declared order saves memory step by step) that fits without recompute, by bisection;
  *   3. remat, one step before each of those frontiers (and at the last values where nothing
- *      fit), when its estimated time could beat the best plan of step 2;
+ *      fit), when its estimated time could beat the best plan of step 2 and the persistent
+ *      tensors, which remat cannot shrink, are within the budget;
  * and writes the candidate that fits with the least estimated step time. The estimate is a
  * roofline of the op cost table (ops.def's cost column: FLOPs and bytes of every kernel run,
  * recomputed copies included) on a nominal device of the target (est_device below), plus a
@@ -360,6 +361,11 @@ static int search(fit_ctx *f) {
         if (!(c = try_candidate(f, &probe, &rc))) return rc;
         const candidate *b = best(f);
         if (!c->compiled || (b && c->est_s >= b->est_s)) continue;
+        /* remat recomputes activations: it cannot shrink the persistent tensors (weights, gradients,
+         * optimizer state, a reference model), so with those alone over the budget a remat search,
+         * minutes on a large model, cannot fit (Qwen3-8B at 78 GiB, docs/scale.md: 27 CPU-minutes
+         * with three such searches, 8.8 without, the same answer) */
+        if (c->persistent > f->a->b.memory_budget) continue;
         tries[n_tries] = at(f, idx, MODE_REMAT);
         tries[n_tries].arena_budget = f->a->b.memory_budget - c->workspace;
         tries[n_tries++].est_s = c->est_s;

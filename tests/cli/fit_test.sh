@@ -124,6 +124,16 @@ expect_rc 3 "a budget under the least ($BLOW < $AMIN bytes) fits nothing"
 expect_in err.txt "nothing fits" "the message says nothing fits"
 expect_in err.txt "needs at least" "the message gives the least the pipeline needs"
 [ -e low.dfg ] && fail "a plan was written although nothing fits" || ok "no plan is written"
+# under the persistent tensors, which remat cannot shrink: no remat search is tried (a table row
+# for one ends in "+ remat" or says "the smallest plan found"), only the least, for the message
+PMIN=$(jget min.dfg.json 'd["persistent_bytes"]')
+BP=$(( PMIN * 9 / 10 ))
+run "$DFG" fit "$G" --memory-budget "$BP" -o low.dfg
+expect_rc 3 "a budget under the persistent tensors ($BP < $PMIN bytes) fits nothing"
+expect_in err.txt "persistent tensors alone are over the budget" "the message says the persistent tensors are over it"
+if grep -Eq "\+ remat\s*$|the smallest plan found" out.txt; then fail "remat was searched under a budget below the persistent tensors: $(grep -E 'remat|smallest' out.txt)"
+else ok "no remat search under a budget below the persistent tensors"; fi
+expect_in out.txt "remat to the least" "... only the least, for the message"
 # what would fit, changing the math: 8 prompts of 8 generations, the budget of half the prompts' least
 run "$DFG" fit "$G" --set prompts_per_step=4 --min -o half.dfg
 AHALF=$(arena_of half.dfg)
