@@ -43,9 +43,20 @@ DFG_QHD void dfg_quantile_rank(int64_t n, float q, int64_t *lo, float *w) {
     if (*lo < 0) *lo = 0, *w = 0.0f;
 }
 
-/* lerp as torch computes it for float32: exact at both ends */
+/* lerp as torch computes it for float32: exact at both ends. Each operation rounded on its own:
+ * the host C is compiled without contraction (ISO C11), and on a GPU the explicit _rn intrinsics
+ * keep nvcc from fusing a + w (b - a) into one FMA, which would differ from the CPU in the last bit. */
+#ifdef __CUDA_ARCH__
+#define DFG_Q_ADD(x, y) __fadd_rn((x), (y))
+#define DFG_Q_SUB(x, y) __fsub_rn((x), (y))
+#define DFG_Q_MUL(x, y) __fmul_rn((x), (y))
+#else
+#define DFG_Q_ADD(x, y) ((x) + (y))
+#define DFG_Q_SUB(x, y) ((x) - (y))
+#define DFG_Q_MUL(x, y) ((x) * (y))
+#endif
 DFG_QHD float dfg_quantile_lerp(float a, float b, float w) {
-    return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+    return w < 0.5f ? DFG_Q_ADD(a, DFG_Q_MUL(w, DFG_Q_SUB(b, a))) : DFG_Q_SUB(b, DFG_Q_MUL(DFG_Q_SUB(b, a), DFG_Q_SUB(1.0f, w)));
 }
 
 #endif
