@@ -58,5 +58,8 @@ DFG_QHD void dfg_quantile_rank(int64_t n, float q, int64_t *lo, float *w) {
 DFG_QHD float dfg_quantile_lerp(float a, float b, float w) {
     return w < 0.5f ? DFG_Q_ADD(a, DFG_Q_MUL(w, DFG_Q_SUB(b, a))) : DFG_Q_SUB(b, DFG_Q_MUL(DFG_Q_SUB(b, a), DFG_Q_SUB(1.0f, w)));
 }
+#undef DFG_Q_ADD
+#undef DFG_Q_SUB
+#undef DFG_Q_MUL
 
 #endif

@@ -185,12 +185,17 @@ def near(values, bounds):
             NEAR_BOUND[0] = min(NEAR_BOUND[0], float(((values - b).abs() / abs(b)).min()))
 
 
-def quantile_float32_rank(v, q):
-    """torch.quantile(v, q) with the rank computed as torch computes it for TRL's float32 entropies:
+def float32_rank(q, n):
+    """torch.quantile's rank of q among n values as torch computes it for TRL's float32 entropies:
     q as a float32 times (n - 1) in float32 (at q = 0.8, n = 21: 16 exactly, where float64 lands
-    a hair above or below an integer for other q and n); the values and the lerp stay float64."""
+    a hair above or below an integer for other q and n)."""
+    return float(np.float32(q) * np.float32(n - 1))
+
+
+def quantile_float32_rank(v, q):
+    """torch.quantile(v, q) at float32_rank; the values and the lerp stay float64."""
     s = torch.sort(v).values
-    pos = float(np.float32(q) * np.float32(s.numel() - 1))
+    pos = float32_rank(q, s.numel())
     lo = min(int(math.floor(pos)), s.numel() - 1)
     w = pos - lo if lo < s.numel() - 1 else 0.0
     return s[lo] if w == 0.0 else torch.lerp(s[lo], s[lo + 1], w)
@@ -206,7 +211,7 @@ def high_entropy_mask(ent, m, q):
     if local.numel() == 0:
         return torch.zeros_like(ent)
     thr = quantile_float32_rank(local, q)
-    pos = float(np.float32(q) * np.float32(local.numel() - 1))
+    pos = float32_rank(q, local.numel())
     close = int(((local - thr).abs() <= 1e-5 * max(float(thr), 1e-3)).sum())
     if close > (1 if pos == math.floor(pos) else 0):
         NEAR_BOUND[0] = 0.0
