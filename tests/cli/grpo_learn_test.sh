@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # grpo_learn_test.sh - GRPO learns: the README's main job in short (ctest "grpo_learn").
-#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [SECONDS [--set k=v ...] [--run ARGS...]]
+#   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [--set k=v ...] [--run ARGS...]
 # Compiles examples/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up) and
 # the extra settings (e.g. another model_type; @SRC@ in them is the source tree, @WORK@ a scratch
 # directory), runs with the arguments after --run as well (e.g. --reward-cmd ...),
 # trains with a fresh seed and follows the per-step reward. It passes as soon as the mean reward
 # of the last 50 steps reaches 0.6 and at least 0.4 above the mean of the first 20 steps (a policy
 # that reverses most strings; guessing scores ~0.06), and fails if that has not happened within
-# 4000 steps or SECONDS (default 85) of training. A run that ends without a clear rise is tried
+# 4000 steps. The bound is steps, never seconds: a loaded machine (ctest -j2 beside other
+# suites) makes the steps slower, not fewer (ctest's TIMEOUT only catches a hang). A run that
+# ends without a clear rise is tried
 # once more with a second seed derived from the first: with TRL's defaults (no KL term) this
 # small policy sometimes settles on partial answers (seed 95920 of the dataset case stayed near
 # 0.2 for 4000 steps), and a learner that is broken fails both. Set DFG_TEST_SEED to replay a
@@ -15,8 +17,7 @@
 set -u
 DFG=$1
 SRC=$2
-LIMIT=${3:-85}
-shift 3 2>/dev/null || shift $#
+shift 2
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-learn-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 compile_args=()
@@ -36,7 +37,7 @@ for a in "${compile_args[@]}"; do
   esac
 done
 seed=${DFG_TEST_SEED:-$(( $(od -An -N4 -tu4 /dev/urandom) % 1000000 ))}
-echo "grpo_learn: seed $seed (replay with DFG_TEST_SEED=$seed), limit ${LIMIT} s or 4000 steps"
+echo "grpo_learn: seed $seed (replay with DFG_TEST_SEED=$seed), at most 4000 steps"
 
 if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" "${compile_args[@]}" >"$WORK/compile.txt" 2>&1; then
   cat "$WORK/compile.txt"
@@ -48,7 +49,7 @@ grep -E "^plan for|^fused" "$WORK/compile.txt"
 # train SEED: dfg stops on SIGPIPE once awk has seen enough. Exit 0: learned; 1: no clear rise;
 # 2: the run failed (an error line, or no steps at all)
 train() {
-timeout "$LIMIT" "$DFG" run "$WORK/grpo.dfg" --steps 4000 --every 1 --seed "$1" "${run_args[@]}" 2>&1 | awk '
+"$DFG" run "$WORK/grpo.dfg" --steps 4000 --every 1 --seed "$1" "${run_args[@]}" 2>&1 | awk '
   $1 == "step" {
     for (i = 3; i < NF; i++) if ($i == "reward") r = $(i + 1) + 0
     n++; hist[n] = r
