@@ -2,20 +2,28 @@
 """test_reward_tools.py - the Python side of docs/rewards.md:
 
   examples/tasks/digits/tokenizer.json   the digit vocabulary as a Hugging Face tokenizer
-  tools/prepare_prompts.py               text -> prompt JSONL (CSV, JSONL, template, refusals)
-  tools/reward_server.py                 the reward program protocol, through a subprocess
+  tools/prepare_prompts.py               text -> prompt JSONL (CSV, JSONL, template, refusals), and
+                                         conversations through a chat template (TRL's conversational rows)
+  tools/reward_server.py                 the reward program protocol, through a subprocess; conversational
+                                         rows (messages as prompts and completions); --list; its stderr line
   examples/rewards/reverse_reward.py     0.6 exact + 0.3 partial + 0.1 format == dfg's mixed
   examples/tasks/digits/make_dataset.py  the built-in tasks as a dataset
 
 Usage: test_reward_tools.py SOURCE_DIR
 Exit codes: 0 all pass, 1 a failure, 77 (ctest: skipped) when `tokenizers` cannot be imported
 (from $DFG_HF_SITE, else SOURCE_DIR/.deps/hf-4.40.2, else the normal path) unless
-DFG_REQUIRE_HF=1, which makes that a failure.
+DFG_REQUIRE_HF=1, which makes that a failure. Without jinja2 (Debian python3-jinja2) the checks
+that render a chat template are skipped (said on stdout), a failure with DFG_REQUIRE_HF=1; the
+refusal without jinja2 is checked either way (jinja2 hidden from the tool). The chat templates
+against transformers' own apply_chat_template: tests/golden/chat_template_golden.py.
 """
 import importlib.util
 import json
 import os
+import platform
 import random
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,7 +63,21 @@ def load(path, name):
 
 
 def run(args, **kw):
-    return subprocess.run([PY] + args, capture_output=True, text=True, env=ENV, timeout=120, **kw)
+    kw.setdefault("env", ENV)
+    return subprocess.run([PY] + args, capture_output=True, text=True, timeout=120, **kw)
+
+
+def have_jinja2():
+    """Whether jinja2 imports here; without it the rendering checks skip (fail with DFG_REQUIRE_HF=1)."""
+    try:
+        import jinja2  # noqa: F401
+        return True
+    except ImportError:
+        if os.environ.get("DFG_REQUIRE_HF") == "1":
+            raise AssertionError("cannot import jinja2 (DFG_REQUIRE_HF=1): tools/deps.sh --test installs "
+                                 "python3-jinja2")
+        print("     (no jinja2: the chat template rendering checks are skipped; tools/deps.sh --test installs it)")
+        return False
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -85,15 +107,15 @@ def test_tokenizer(tk, tmp):
 
 
 # ---------------------------------------------------------------- prepare_prompts
-def prepare(tmp, name, content, *args):
+def prepare(tmp, name, content, *args, tok=TOKJSON, env=None):
     path = os.path.join(tmp, name)
     with open(path, "w", encoding="utf-8") as f:
         f.write(content)
     out = os.path.join(tmp, name + ".out.jsonl")
     if os.path.exists(out):
         os.unlink(out)
-    r = run([os.path.join(SRC, "tools", "prepare_prompts.py"), path, "--tokenizer", TOKJSON, "-o", out]
-            + list(args))
+    r = run([os.path.join(SRC, "tools", "prepare_prompts.py"), path, "--tokenizer", tok, "-o", out]
+            + list(args), **({"env": env} if env else {}))
     rows = None
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
@@ -216,7 +238,10 @@ def test_reward_server(tk, tmp):
         f.write("def reward_imported(prompts, completions, **kw):\n    return [0.0] * len(prompts)\n")
     s = Server(tmp, mod)
     assert s.line() == {"reward_funcs": ["reward_len", "reward_answer", "reward_check", "reward_shape"]}
-    s.close()
+    err = s.close()  # one line names the Python that runs the functions, and the setting to compile with
+    names = "reward_len,reward_answer,reward_check,reward_shape"
+    assert f"reward_server: Python {platform.python_version()} ({PY}) serves {names} from {mod}: the plan must be " \
+           f"compiled with --set reward_funcs={names}\n" in err, err
     s = Server(tmp, mod, "--funcs", "reward_len,reward_answer,reward_check")
     assert s.line() == {"reward_funcs": ["reward_len", "reward_answer", "reward_check"]}
     want = {"fields": ["answer", "id"], "prompts": ["31=", "27=", "5="], "completions": ["13", "7", "555"],
@@ -257,6 +282,237 @@ def test_reward_server(tk, tmp):
     r = run([os.path.join(SRC, "tools", "reward_server.py"), "--tokenizer", TOKJSON, "--module", mod,
              "--funcs", "nope"], input="")
     assert r.returncode == 1 and r.stdout == "" and "no function 'nope'" in r.stderr, (r.returncode, r.stdout, r.stderr)
+
+
+# ---------------------------------------------------------------- conversations (chat templates)
+# A chat template in the digit vocabulary: each line ends in a block tag, so the text has no
+# newline or indentation only because of trim_blocks and lstrip_blocks, as transformers renders.
+DIGIT_TEMPLATE = """{% for m in messages %}
+    {% if m.role not in ['system', 'user', 'assistant'] %}{{ raise_exception('no role ' + m.role) }}{% endif %}
+    {% if m.role == 'system' %}
+{{ m.content }}+{% else %}
+{{ m.content }}{{ '=' if m.role == 'user' else eos_token }}{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}-{% endif %}"""
+CONV1 = [{"role": "system", "content": "9"}, {"role": "user", "content": "12"}]  # 9+12=-
+CONV1_IDS = [11, 12, 3, 4, 14, 13]
+CONV2 = [{"role": "user", "content": "3"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "5"}]
+CONV2_IDS = [5, 14, 6, 1, 7, 14, 13]  # 3=4$5=-
+
+
+def chat_tokenizer(tmp, name, template=DIGIT_TEMPLATE, jinja_file=None):
+    """A directory with the digit tokenizer.json and a tokenizer_config.json holding the template."""
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    shutil.copy(TOKJSON, d)
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "_",
+           "eos_token": {"__type": "AddedToken", "content": "$", "special": True}}
+    if template is not None:
+        cfg["chat_template"] = template
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    if jinja_file is not None:
+        with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+            f.write(jinja_file)
+    return d
+
+
+def jsonl(*rows):
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def test_chat_prepare(tk, tmp):
+    plain = chat_tokenizer(tmp, "plain", template=None)
+    # refusals that need no jinja2: one line naming the line, never a cut piece of the value
+    refused(*prepare(tmp, "n.jsonl", jsonl({"prompt": "1="}, {"prompt": CONV1}), tok=plain), "n.jsonl:2:",
+            "the prompt is a conversation (a list of messages) and needs a chat template: the tokenizer has no chat "
+            f"template ({plain}/tokenizer_config.json has no chat_template, and there is no "
+            f"{plain}/chat_template.jinja)"
+            ": give one with --chat-template FILE")
+    r, rows = prepare(tmp, "o.jsonl", jsonl({"prompt": {"role": "user", "content": "x" * 80}}))
+    refused(r, rows, "o.jsonl:1:", "the prompt ('prompt') is a JSON object, neither text nor a conversation "
+            "(a list of {\"role\": ..., \"content\": ...} messages)")
+    assert r.stderr.rstrip().endswith("messages)"), r.stderr
+    refused(*prepare(tmp, "p.jsonl", jsonl({"prompt": []})), "p.jsonl:1:", "empty list")
+    refused(*prepare(tmp, "q.jsonl", jsonl({"prompt": [{"content": "1"}]})), "q.jsonl:1:",
+            "its item 0 is an object without a text \"role\"")
+    refused(*prepare(tmp, "q2.jsonl", jsonl({"prompt": CONV1 + ["2="]})), "q2.jsonl:1:",
+            "its item 2 is a text, not a message")
+    refused(*prepare(tmp, "r.jsonl", jsonl({"prompt": "1="}), "--chat", tok=plain), "--chat renders every prompt",
+            "needs a chat template")
+    long = "1" * 30 + " " + "2" * 29
+    refused(*prepare(tmp, "s.jsonl", jsonl({"prompt": long})), "s.jsonl:1:",
+            f"cannot encode the prompt {long[:40]!r}... (60 characters)")
+    with_t = chat_tokenizer(tmp, "with_t")
+    refused(*prepare(tmp, "t.jsonl", jsonl({"prompt": CONV1}), "--chat-template", "none", tok=with_t), "t.jsonl:1:",
+            "needs a chat template: --chat-template none was given")
+    # without jinja2 (hidden from the tool): one line saying what to install
+    hide = os.path.join(tmp, "nojinja", "jinja2")
+    os.makedirs(hide)
+    with open(os.path.join(hide, "__init__.py"), "w") as f:
+        f.write("raise ImportError(\"No module named 'jinja2' (hidden by the test)\")\n")
+    env = dict(ENV, PYTHONPATH=os.path.dirname(hide))
+    refused(*prepare(tmp, "u.jsonl", jsonl({"prompt": "1="}, {"prompt": CONV1}), tok=with_t, env=env), "u.jsonl:2:",
+            f"its chat template ({with_t}/tokenizer_config.json) needs jinja2, which cannot be imported")
+    r, rows = prepare(tmp, "u2.jsonl", jsonl({"prompt": "1="}), tok=with_t, env=env)  # text: jinja2 not needed
+    assert r.returncode == 0 and rows == [{"prompt_ids": [3, 14]}], (r.stderr, rows)
+    if not have_jinja2():
+        return
+    # conversational rows beside a text row; the messages are kept as "prompt", the other fields too
+    r, rows = prepare(tmp, "a.jsonl", jsonl({"prompt": CONV1, "answer": "21", "id": 1},
+                                            {"prompt": "31=", "answer": "13"}, {"prompt": CONV2}), tok=with_t)
+    assert r.returncode == 0, r.stderr
+    assert rows == [{"prompt_ids": CONV1_IDS, "prompt": CONV1, "answer": "21", "id": 1},
+                    {"prompt_ids": [5, 3, 14], "answer": "13"},
+                    {"prompt_ids": CONV2_IDS, "prompt": CONV2}], rows
+    assert f"2 conversations rendered with the chat template of {with_t}/tokenizer_config.json" in r.stdout, r.stdout
+    # a "messages" column; text prompts with --chat (one user message); --template's text with --chat
+    r, rows = prepare(tmp, "b.jsonl", jsonl({"messages": CONV2, "answer": "6"}), "--prompt-column", "messages",
+                      tok=with_t)
+    assert r.returncode == 0 and rows == [{"prompt_ids": CONV2_IDS, "prompt": CONV2, "answer": "6"}], (r.stderr, rows)
+    refused(*prepare(tmp, "b2.jsonl", jsonl({"messages": CONV2, "prompt": "1="}), "--prompt-column", "messages",
+                     tok=with_t), "b2.jsonl:1:", "a column 'prompt' besides the prompt column 'messages'")
+    r, rows = prepare(tmp, "c.csv", "q,answer\n12,21\n", "--prompt-column", "q", "--chat", tok=with_t)
+    assert r.returncode == 0, r.stderr
+    assert rows == [{"prompt_ids": [3, 4, 14, 13], "prompt": [{"role": "user", "content": "12"}], "answer": "21"}], rows
+    r, rows = prepare(tmp, "c2.jsonl", jsonl({"a": 4, "b": 5}), "--template", "{a}+{b}", "--chat", tok=with_t)
+    want = [{"prompt_ids": [6, 12, 7, 14, 13], "prompt": [{"role": "user", "content": "4+5"}], "a": 4, "b": 5}]
+    assert rows == want, (r.stderr, rows)
+    # transformers' named templates: "default" is taken; chat_template.jinja beside the config wins over it
+    named = chat_tokenizer(tmp, "named", template=[{"name": "tool_use", "template": "0"},
+                                                   {"name": "default", "template": DIGIT_TEMPLATE}])
+    r, rows = prepare(tmp, "d.jsonl", jsonl({"prompt": CONV1}), tok=named)
+    assert r.returncode == 0 and rows[0]["prompt_ids"] == CONV1_IDS, (r.stderr, rows)
+    nodefault = chat_tokenizer(tmp, "nodefault", template=[{"name": "tool_use", "template": "0"}])
+    refused(*prepare(tmp, "d2.jsonl", jsonl({"prompt": CONV1}), tok=nodefault), "tokenizer_config.json",
+            "chat_template names 'tool_use' but no 'default'")
+    filed = chat_tokenizer(tmp, "filed", jinja_file="{% for m in messages %}{{ m.content }}{% endfor %}=")
+    r, rows = prepare(tmp, "e.jsonl", jsonl({"prompt": CONV1}), tok=filed)
+    assert r.returncode == 0 and rows[0]["prompt_ids"] == [11, 3, 4, 14], (r.stderr, rows)
+    assert f"of {filed}/chat_template.jinja" in r.stdout, r.stdout
+    # --chat-template FILE with a tokenizer that has none; a template that does not compile
+    r, rows = prepare(tmp, "f.jsonl", jsonl({"prompt": CONV1}), "--chat-template",
+                      os.path.join(filed, "chat_template.jinja"), tok=plain)
+    assert r.returncode == 0 and rows[0]["prompt_ids"] == [11, 3, 4, 14], (r.stderr, rows)
+    bad = os.path.join(tmp, "bad.jinja")
+    with open(bad, "w") as f:
+        f.write("{% for m in messages %}\n{{ m.content }")
+    refused(*prepare(tmp, "g.jsonl", jsonl({"prompt": "1="}), "--chat-template", bad, tok=plain), bad,
+            "the chat template is not valid Jinja (its line 2:")
+    # a conversation the template refuses (raise_exception), and special tokens as template variables
+    refused(*prepare(tmp, "h.jsonl", jsonl({"prompt": CONV1}, {"prompt": [{"role": "robot", "content": "1"}]}),
+                     tok=with_t), "h.jsonl:2:", "refused the conversation: no role robot")
+    # tojson as newer transformers: no HTML escapes, non-ASCII kept, keys in their order
+    pp = load("tools/prepare_prompts.py", "pp_chat")
+    t = pp.ChatTemplate("{{ messages[0] | tojson }}|{{ bos_token }}|{% for m in messages %}{% if loop.index > 1 %}"
+                        "{% break %}{% endif %}{{ m.role }}{% endfor %}", "test", {"bos_token": "<s>"})
+    got = t.render([{"role": "u", "content": "<&'é>"}, {"role": "x"}], "here")
+    assert got == '{"role": "u", "content": "<&\'é>"}|<s>|u', got
+    assert pp.template_tokens(with_t, {"eos_token": {"content": "$"}, "pad_token": None, "bos_token": "",
+                                       "additional_special_tokens": [{"content": "+"}, "-"]}) == \
+        {"eos_token": "$", "additional_special_tokens": ["+", "-"]}
+    # the prepared conversation through reward_server: TRL's conversational prompts and completions
+    mod = os.path.join(tmp, "conv_rewards.py")
+    with open(mod, "w") as f:
+        f.write(CONV_MODULE)
+    s = Server(tmp, mod)
+    assert s.line() == {"reward_funcs": ["reward_kind", "reward_seen"]}
+    prepared = [json.loads(x) for x in open(os.path.join(tmp, "a.jsonl.out.jsonl"))]
+    want = {"prompts": [CONV1, "31=", CONV2], "completions": [[{"role": "assistant", "content": "21"}], "13",
+                                                              [{"role": "assistant", "content": "6"}]]}
+    req = [{"index": i, "prompt_ids": x["prompt_ids"], "completion_ids": c, "truncated": False,
+            "fields": dict({k: v for k, v in x.items() if k != "prompt_ids"}, want=want)}
+           for i, (x, c) in enumerate(zip(prepared, [[4, 3, 1], [3, 5, 1], [8, 1]]))]
+    assert s.ask(1, req) == {"rewards": [[1.0, None], [0.0, None], [1.0, None]]}
+    s.close()
+
+
+CONV_MODULE = '''
+def reward_kind(prompts, completions, **kwargs):
+    """1 for a conversational row (messages in, messages out), 0 for text."""
+    out = []
+    for p, c in zip(prompts, completions):
+        if isinstance(c, list):
+            assert len(c) == 1 and c[0]["role"] == "assistant" and isinstance(c[0]["content"], str), c
+            assert isinstance(p, list) and all(isinstance(m["role"], str) for m in p), p
+            out.append(1.0)
+        else:
+            assert isinstance(c, str) and isinstance(p, str), (p, c)
+            out.append(0.0)
+    return out
+
+
+def reward_seen(prompts, completions, want, **kwargs):
+    assert prompts == want[0]["prompts"], (prompts, want[0]["prompts"])
+    assert completions == want[0]["completions"], (completions, want[0]["completions"])
+    return [float("nan")] * len(prompts)  # NaN: does not apply
+'''
+
+
+def test_reward_server_chat(tk, tmp):
+    """Which rows are conversational: a field "prompt" that is a list of messages, nothing else."""
+    mod = os.path.join(tmp, "conv_rewards.py")
+    with open(mod, "w") as f:
+        f.write(CONV_MODULE)
+    want = {"prompts": [CONV1, "31=", "1=", "2=", "3="],
+            "completions": [[{"role": "assistant", "content": "34"}], "13", "1", "2", "3"]}
+    rows = [row("9+12=-", "34$", prompt=CONV1, want=want), row("31=", "13$", want=want),
+            row("1=", "1$", prompt="1=", want=want),  # make_dataset.py's text prompt field
+            row("2=", "2$", prompt=[1, 2], want=want), row("3=", "3$", prompt=[], want=want)]
+    s = Server(tmp, mod)
+    s.line()
+    ans = s.ask(1, rows)
+    assert ans == {"rewards": [[1.0, None], [0.0, None], [0.0, None], [0.0, None], [0.0, None]]}, ans
+    s.close()
+
+
+def test_reward_server_list(tk, tmp):
+    """--list: the reward_funcs setting and a --reward-cmd that runs with the same Python, whatever PATH."""
+    with open(os.path.join(tmp, "user_rewards.py"), "w") as f:
+        f.write(USER_MODULE)
+    with open(os.path.join(tmp, "neighbour.py"), "w") as f:
+        f.write("def reward_imported(prompts, completions, **kw):\n    return [0.0] * len(prompts)\n")
+    os.makedirs(os.path.join(tmp, "bin"))
+    mypy = os.path.join(tmp, "bin", "my python")  # not "python3", and a space to quote
+    os.symlink(os.path.realpath(PY), mypy)
+    server = os.path.join(SRC, "tools", "reward_server.py")
+    r = subprocess.run([mypy, server, "--tokenizer", TOKJSON, "--module", "user_rewards.py", "--list"], cwd=tmp,
+                       capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert len(lines) == 3 and lines[2] == "" and lines[0] == \
+        "--set reward_funcs=reward_len,reward_answer,reward_check,reward_shape", r.stdout
+    assert "module noise at import" in r.stderr and lines[1].startswith("--reward-cmd "), (r.stdout, r.stderr)
+    (cmd,) = shlex.split(lines[1][len("--reward-cmd "):])
+    argv = shlex.split(cmd)
+    assert argv[0] == mypy and os.path.samefile(argv[1], server), argv
+    assert argv[2:4] == ["--tokenizer", TOKJSON] and argv[4] == "--module" and os.path.isabs(argv[5]), argv
+    assert os.path.samefile(argv[5], os.path.join(tmp, "user_rewards.py")) and len(argv) == 6, argv
+    # dfg runs it through /bin/sh -c: no python3 on PATH, another directory
+    p = subprocess.run(["/bin/sh", "-c", cmd], cwd="/", input="", capture_output=True, text=True, timeout=120,
+                       env=dict(ENV, PATH="/nonexistent"))
+    assert p.returncode == 0 and json.loads(p.stdout) == \
+        {"reward_funcs": ["reward_len", "reward_answer", "reward_check", "reward_shape"]}, (p.stdout, p.stderr)
+    assert f"reward_server: Python {platform.python_version()} ({mypy}) serves reward_len,reward_answer," in p.stderr, \
+        p.stderr
+    # --funcs is kept; without --tokenizer only the first line
+    r = subprocess.run([mypy, server, "--tokenizer", TOKJSON, "--module", "user_rewards.py", "--funcs",
+                        "reward_check,reward_len", "--list"], cwd=tmp, capture_output=True, text=True, env=ENV,
+                       timeout=120)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "--set reward_funcs=reward_check,reward_len", r.stdout
+    assert shlex.split(shlex.split(lines[1][len("--reward-cmd "):])[0])[-2:] == ["--funcs", "reward_check,reward_len"]
+    r = run([server, "--module", os.path.join(tmp, "user_rewards.py"), "--list"])
+    names = "reward_len,reward_answer,reward_check,reward_shape"
+    assert r.returncode == 0 and r.stdout == f"--set reward_funcs={names}\n", (r.stdout, r.stderr)
+    assert "give --tokenizer to print the --reward-cmd line too" in r.stderr, r.stderr
+    r = run([server, "--module", os.path.join(tmp, "user_rewards.py")], input="")
+    assert r.returncode == 2 and "--tokenizer" in r.stderr and r.stdout == "", (r.returncode, r.stderr)
+    # the naming rule is in --help
+    r = run([server, "--help"])
+    for words in ("--funcs f1,f2", "REWARD_FUNCS", "reward_*", "--set reward_funcs=", "--list", "does not apply",
+                  "\"role\": \"assistant\""):
+        assert words in r.stdout, (words, r.stdout)
 
 
 # ---------------------------------------------------------------- reverse_reward against dfg's mixed
@@ -377,7 +633,8 @@ def test_make_dataset(tk, tmp):
 def main():
     tk = find_tokenizers()
     failed = 0
-    tests = [test_tokenizer, test_prepare_prompts, test_reward_server, test_reverse_reward, test_make_dataset]
+    tests = [test_tokenizer, test_prepare_prompts, test_reward_server, test_chat_prepare, test_reward_server_chat,
+             test_reward_server_list, test_reverse_reward, test_make_dataset]
     for t in tests:
         with tempfile.TemporaryDirectory(prefix="dfg_reward_tools.") as tmp:
             try:

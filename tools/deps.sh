@@ -13,8 +13,9 @@ build_pkgs=(cmake make gcc pkg-config libgraphviz-dev uthash-dev libcjson-dev li
             openmpi-bin)
 # libFuzzer ships in libclang-rt-dev (compiler-rt of Debian's default clang), which clang only
 # recommends; a clang build of the library needs clang's OpenMP (libomp-dev)
-# python3-pip installs transformers below (Debian has no transformers package)
-test_pkgs=(python3 python3-numpy python3-torch python3-pip clang libclang-rt-dev libomp-dev)
+# python3-pip installs transformers below (Debian has no transformers package); python3-jinja2
+# renders chat templates (tools/prepare_prompts.py, tests/golden/chat_template_golden.py)
+test_pkgs=(python3 python3-numpy python3-torch python3-pip python3-jinja2 clang libclang-rt-dev libomp-dev)
 
 want=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then want+=("${test_pkgs[@]}"); fi

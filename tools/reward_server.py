@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """reward_server.py - TRL-style reward functions behind dfg's reward program protocol.
 
-    dfg run P.dfg --reward-cmd "python3 tools/reward_server.py --tokenizer T/tokenizer.json --module my_rewards.py"
+    python3 tools/reward_server.py --tokenizer T --module my_rewards.py --list
+        prints the two settings to use, for example:
+    --set reward_funcs=reward_correct,reward_format
+    --reward-cmd '/usr/bin/python3 /abs/tools/reward_server.py --tokenizer /abs/T --module /abs/my_rewards.py'
+
+    dfg compile examples/grpo.c ... --set reward_funcs=reward_correct,reward_format -o P.dfg
+    dfg run P.dfg --reward-cmd '<the --reward-cmd line's value>'
 
 The protocol is docs/rewards.md ("Reward programs"): JSON lines, the hello
 {"reward_funcs": [names]} first, then for each request {"step": S, "rows": [...]} one answer
 {"rewards": [[r_f1, r_f2, ...], ...]} (one array per row, in order) or {"error": "why"}.
 
 Usage:
-    python3 tools/reward_server.py --tokenizer PATH/tokenizer.json --module my_rewards.py [--funcs f1,f2]
+    python3 tools/reward_server.py --tokenizer PATH/tokenizer.json --module my_rewards.py [--funcs f1,f2] [--list]
 
 --module is a Python file (its directory goes first on sys.path, so it may import its
 neighbours) or an importable module name. The reward functions, in this order:
@@ -16,8 +22,12 @@ neighbours) or an importable module name. The reward functions, in this order:
   else REWARD_FUNCS     a module-level list of names (or the functions themselves);
   else                  every function of the module (not imported into it) whose name starts
                         with "reward_", in the order the module defines them.
-Their names (__name__, or the string given) are the hello's names: compile the plan with
---set reward_funcs=<the same names, in the same order>.
+Their names (__name__, or the string given) are the hello's names: the plan must be compiled
+with --set reward_funcs=<the same names, in the same order>, or dfg run stops at the hello.
+--list prints that setting and the --reward-cmd to run with (the Python running this script,
+sys.executable, and absolute paths; --tokenizer is then optional and only the first line is
+printed without it), and exits without serving. Serving, the server first writes one line to
+stderr naming its Python (sys.executable and version) and the functions it declares.
 
 Each function is called as TRL calls one, on text decoded with the tokenizer
 (skip_special_tokens=True), every argument a list over the request's rows:
@@ -28,8 +38,15 @@ Each function is called as TRL calls one, on text decoded with the tokenizer
 where each field name of the rows' "fields" becomes a keyword whose list holds each row's value
 (None for a row without it); a field named like one of the other arguments is ignored, with a
 warning on stderr. So a function should accept **kwargs. It returns a list (or a tuple, a numpy
-array, a tensor) of one number per row: None (or NaN) is "does not apply" (null), any other value
-must be a finite number.
+array, a tensor) of one number per row: None or NaN means "does not apply" (null), any other
+value must be a finite number.
+
+Conversational rows (TRL's conversational format): a row whose field "prompt" is a list of
+messages (a non-empty list of objects, each with a text "role"; tools/prepare_prompts.py writes
+it so for a conversation it rendered with the chat template) gets, as TRL gives it, that message
+list as its prompts[i] and [{"role": "assistant", "content": TEXT}] as its completions[i], TEXT
+the decoded completion. Every other row gets the decoded texts, as before. The field "prompt" is
+also a keyword, as every field.
 
 A function that raises, or returns the wrong number of values or a value that is not a finite
 number or None, answers {"error": "f: ExceptionType: message"} (the traceback goes to stderr) and
@@ -49,6 +66,8 @@ import json
 import math
 import numbers
 import os
+import platform
+import shlex
 import sys
 import traceback
 
@@ -74,9 +93,14 @@ def protect_stdout():
     return os.fdopen(proto_fd, "w", encoding="utf-8", newline="\n")
 
 
+def is_path(spec):
+    """Whether --module names a file (else an importable module name)."""
+    return spec.endswith(".py") or os.path.sep in spec or os.path.exists(spec)
+
+
 def load_module(spec):
     """The module of a file path or an importable name."""
-    if spec.endswith(".py") or os.path.sep in spec or os.path.exists(spec):
+    if is_path(spec):
         path = os.path.abspath(spec)
         if not os.path.isfile(path):
             raise ImportError(f"{spec}: no such file")
@@ -175,6 +199,15 @@ def check_values(name, out, n):
     return vals
 
 
+def conversation(fields):
+    """The row's prompt messages when the row is conversational (its field "prompt" is a
+    non-empty list of objects with a text "role"), else None."""
+    p = fields.get("prompt")
+    if isinstance(p, list) and p and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in p):
+        return p
+    return None
+
+
 class Server:
     def __init__(self, tok, funcs, log=sys.stderr):
         self.tok, self.funcs, self.log = tok, funcs, log
@@ -184,9 +217,16 @@ class Server:
         """The keyword arguments of one call (see the module docstring)."""
         pids = [r["prompt_ids"] for r in rows]
         cids = [r["completion_ids"] for r in rows]
+        prompts = self.tok.decode_batch(pids, skip_special_tokens=True)
+        completions = self.tok.decode_batch(cids, skip_special_tokens=True)
+        for i, r in enumerate(rows):  # TRL's conversational rows: messages in, messages out
+            messages = conversation(r.get("fields", {}))
+            if messages is not None:
+                prompts[i] = messages
+                completions[i] = [{"role": "assistant", "content": completions[i]}]
         kw = {
-            "prompts": self.tok.decode_batch(pids, skip_special_tokens=True),
-            "completions": self.tok.decode_batch(cids, skip_special_tokens=True),
+            "prompts": prompts,
+            "completions": completions,
             "completion_ids": cids,
             "prompt_ids": pids,
             "truncated": [bool(r.get("truncated", False)) for r in rows],
@@ -240,29 +280,73 @@ def write(proto, obj):
     proto.flush()
 
 
+RULES = """reward functions, in this order (their names are the hello's; compile the plan with
+--set reward_funcs=<the same names, in the same order>; --list prints that line):
+  --funcs f1,f2       the module's functions of these names
+  else REWARD_FUNCS   a module-level list of names (or of the functions themselves)
+  else                the module's own functions named reward_*, in the order it defines them
+Each is called as TRL calls one: f(prompts, completions, completion_ids, prompt_ids, truncated,
+step, **dataset_fields) -> one number per row; None or NaN means "does not apply".
+Rows whose field "prompt" is a list of messages are conversational: prompts[i] is that list,
+completions[i] is [{"role": "assistant", "content": text}]. See docs/rewards.md."""
+
+
+def reward_cmd(a):
+    """The --reward-cmd that runs this server again: this Python, absolute paths, shell-quoted."""
+    parts = [sys.executable or "python3", os.path.abspath(__file__), "--tokenizer", os.path.abspath(a.tokenizer),
+             "--module", os.path.abspath(a.module) if is_path(a.module) else a.module]
+    if a.funcs:
+        parts += ["--funcs", a.funcs]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog=PROG, description="TRL-style reward functions behind dfg --reward-cmd")
-    ap.add_argument("--tokenizer", required=True, help="tokenizer.json (or its directory)")
+    ap = argparse.ArgumentParser(prog=PROG, description="TRL-style reward functions behind dfg run --reward-cmd",
+                                 epilog=RULES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", help="tokenizer.json (or its directory); optional with --list")
     ap.add_argument("--module", required=True, help="a Python file (or module name) with the reward functions")
     ap.add_argument("--funcs", help="comma-separated names of the functions to use, in order")
+    ap.add_argument("--list", action="store_true",
+                    help="print the --set reward_funcs=... to compile with and the --reward-cmd to run with, "
+                         "then exit")
     a = ap.parse_args(argv)
+    if not a.tokenizer and not a.list:
+        ap.error("the following arguments are required: --tokenizer (optional with --list only)")
     proto = protect_stdout()
-    path = os.path.join(a.tokenizer, "tokenizer.json") if os.path.isdir(a.tokenizer) else a.tokenizer
-    try:
-        tok = import_tokenizers().Tokenizer.from_file(path)
-    except ImportError as e:
-        print(f"{PROG}: cannot import tokenizers ({e}): run tools/deps.sh --test or pip install tokenizers",
-              file=sys.stderr)
-        return 1
-    except Exception as e:
-        print(f"{PROG}: {path}: not a tokenizer.json: {e}", file=sys.stderr)
-        return 1
+    path = a.tokenizer and (os.path.join(a.tokenizer, "tokenizer.json") if os.path.isdir(a.tokenizer) else a.tokenizer)
+    tok = None
+    if a.list:
+        if path and not os.path.isfile(path):
+            print(f"{PROG}: {path}: no such file", file=sys.stderr)
+            return 1
+    else:
+        try:
+            tok = import_tokenizers().Tokenizer.from_file(path)
+        except ImportError as e:
+            print(f"{PROG}: cannot import tokenizers ({e}): run tools/deps.sh --test or pip install tokenizers",
+                  file=sys.stderr)
+            return 1
+        except Exception as e:
+            print(f"{PROG}: {path}: not a tokenizer.json: {e}", file=sys.stderr)
+            return 1
     try:
         funcs = select_funcs(load_module(a.module), a.funcs)
     except Exception as e:
         traceback.print_exc()
         print(f"{PROG}: {a.module}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    names = ",".join(n for n, _ in funcs)
+    if a.list:
+        proto.write(f"--set reward_funcs={names}\n")
+        if a.tokenizer:
+            proto.write(f"--reward-cmd {shlex.quote(reward_cmd(a))}\n")
+        else:
+            print(f"{PROG}: give --tokenizer to print the --reward-cmd line too", file=sys.stderr)
+        proto.flush()
+        return 0
+    print(f"{PROG}: Python {platform.python_version()} ({sys.executable}) serves {names} from "
+          f"{os.path.abspath(a.module) if is_path(a.module) else a.module}: "
+          f"the plan must be compiled with --set reward_funcs={names}", file=sys.stderr)
     server = Server(tok, funcs)
     try:
         write(proto, {"reward_funcs": [n for n, _ in funcs]})

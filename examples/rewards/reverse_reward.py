@@ -28,7 +28,9 @@ the text, and a completion has its EOS unless `truncated` says it was cut.
         --tokenizer examples/tasks/digits/tokenizer.json --module examples/rewards/reverse_reward.py"
 
 reward_server.py takes REWARD_FUNCS below as its functions, in this order (its hello line:
-{"reward_funcs": ["reward_exact", "reward_partial", "reward_format"]}).
+{"reward_funcs": ["reward_exact", "reward_partial", "reward_format"]}); the plan's reward_funcs
+must be the same names in the same order. Adding --list to the reward_server.py command prints
+that --set line and the --reward-cmd to run with (the same Python, absolute paths).
 """
 
 VOCAB = "_$0123456789+-="  # examples/tasks/tasks.c: index = token id
