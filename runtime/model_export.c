@@ -6,8 +6,13 @@
  * config.json is the source model's (the setting "model" names the directory the program was
  * compiled from), so everything dfg does not read (token ids, generation defaults) survives, with
  * the model settings the plan was built with and torch_dtype set to the saved dtype; a model made
- * from settings alone gets one written from the plan's settings. Every file is written atomically (temp file, fsync, rename); the index and
- * config.json last, so a directory with an index is complete. */
+ * from settings alone gets one written from the plan's settings. The source directory's
+ * generation and tokenizer files (source_files) are copied, so that the directory is a whole model
+ * for transformers, vLLM and TGI; its weights and index never are (those are dfg's). Every file is
+ * written atomically (temp file, fsync, rename); the index, the copies and config.json last, so a
+ * directory with an index is complete. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +131,84 @@ static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
     return s;
 }
 
+/* The files of a model directory besides config.json and the weights that loaders read:
+ * generation defaults (GenerationConfig) and the tokenizer, by the names of transformers 4.40's
+ * tokenization_utils_base.py and of the tokenizers of dfg's architectures (VOCAB_FILES_NAMES). */
+static const char *const source_files[] = {
+    "generation_config.json",  /* eos/bos ids, sampling defaults */
+    "tokenizer.json",          /* the fast tokenizer, whole */
+    "tokenizer_config.json",   /* the tokenizer's class, special tokens, chat template */
+    "special_tokens_map.json", /* older tokenizers' special tokens */
+    "added_tokens.json",       /* tokens added to a slow tokenizer's vocabulary */
+    "vocab.json", "merges.txt", /* GPT-2's and Qwen2's (Qwen3's) byte-level BPE */
+    "tokenizer.model",          /* Llama's sentencepiece model */
+    "chat_template.jinja",      /* transformers >= 4.47 takes it over tokenizer_config.json's */
+    "chat_template.json",       /* a processor's chat template */
+};
+
+/* Copies src to dst atomically (temp file next to dst, fsync, rename). src may be a symbolic
+ * link (a Hugging Face cache links each file to its blob), but only to a regular file. */
+static dfg_status copy_file(dfg_runtime *rt, const char *src, const char *dst) {
+    /* O_NONBLOCK: opening a FIFO does not wait for a writer; it is refused below */
+    int in = open(src, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (in < 0)
+        return dfg_rt_fail(rt, DFG_ERR_IO, false, "save: cannot copy %s: %s", src,
+                           errno == ENOENT ? "a symbolic link to nothing" : strerror(errno));
+    if (fstat(in, &sb) || !S_ISREG(sb.st_mode)) {
+        close(in);
+        return dfg_rt_fail(rt, DFG_ERR_IO, false, "save: cannot copy %s: not a regular file", src);
+    }
+    char tmp[4200], buf[1 << 16];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", dst, (long)getpid());
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int err = out < 0 ? errno : 0;
+    for (ssize_t n; !err && (n = read(in, buf, sizeof(buf))) != 0;) {
+        if (n < 0 && errno != EINTR) err = errno;
+        for (ssize_t at = 0, w = 0; !err && at < n; at += w > 0 ? w : 0)
+            if ((w = write(out, buf + at, (size_t)(n - at))) <= 0 && !(w < 0 && errno == EINTR))
+                err = w < 0 ? errno : EIO;
+    }
+    if (!err && fsync(out)) err = errno;
+    if (out >= 0 && close(out) && !err) err = errno;
+    close(in);
+    if (!err && rename(tmp, dst)) err = errno;
+    if (err) {
+        if (out >= 0) remove(tmp);
+        return dfg_rt_fail(rt, DFG_ERR_IO, false, "save: cannot copy %s to %s: %s", src, dst, strerror(err));
+    }
+    return DFG_OK;
+}
+
+/* Copies source_files from the source directory (the setting "model") into dir, replacing what
+ * an earlier save left; one the source lacks is removed from dir, for it would belong to another
+ * model. A model made from settings alone, or whose directory is gone, has nothing to copy and dir
+ * keeps what it holds. Stops at the first failed copy. Lists the copies in rt->saved_copies. */
+static dfg_status copy_source_files(dfg_runtime *rt, const char *dir) {
+    const char *from = setting(rt, "model");
+    struct stat a, b;
+    if (!from || !*from || stat(from, &a) || !S_ISDIR(a.st_mode)) return DFG_OK;
+    if (stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return DFG_OK; /* saved into the source */
+    char src[4096], dst[4096];
+    for (size_t i = 0; i < sizeof(source_files) / sizeof(source_files[0]); i++) {
+        snprintf(src, sizeof(src), "%s/%s", from, source_files[i]);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, source_files[i]);
+        if (lstat(src, &a) && errno == ENOENT) {
+            unlink(dst); /* not a directory: unlink refuses one */
+            continue;
+        }
+        dfg_status s = copy_file(rt, src, dst);
+        if (s) return s;
+        size_t used = strlen(rt->saved_copies);
+        snprintf(rt->saved_copies + used, sizeof(rt->saved_copies) - used, "%s%s", used ? ", " : "", source_files[i]);
+    }
+    return DFG_OK;
+}
+
+/* The files the last dfg_runtime_save_model_dir copied from the source model directory, ", "
+ * between them; "" when none (a model made from settings alone). */
+const char *dfg_runtime_saved_copies(const dfg_runtime *rt) { return rt ? rt->saved_copies : ""; }
+
 /* Removes the shards of an earlier save with another shard count: a directory holds one model. */
 static void remove_stale_shards(const char *dir, int n_shards) {
     DIR *d = opendir(dir);
@@ -189,6 +272,7 @@ static dfg_status write_shards(dfg_runtime *rt, const char *dir, const dfg_st_te
 
 dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes) {
     if (!rt) return DFG_ERR_ARG;
+    rt->saved_copies[0] = 0;
     if (!dir || !*dir) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: directory is empty");
     if (mkdir(dir, 0755) && access(dir, W_OK))
         return dfg_rt_fail(rt, DFG_ERR_IO, false, "save: cannot create or write the directory %s", dir);
@@ -198,7 +282,12 @@ dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t m
     dfg_status s = ts ? dfg_rt_gather(rt, false, ts, &n, &host) : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     if (!s && n == 0) s = dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: the program has no parameters");
     if (!s) s = write_shards(rt, dir, ts, n, max_shard_bytes ? max_shard_bytes : (size_t)5e9);
-    if (!s) s = write_config(rt, dir, ts[0].dtype);
+    if (!s) {
+        /* a failed copy still leaves config.json next to the weights; the save reports the copy */
+        dfg_status copied = copy_source_files(rt, dir);
+        s = write_config(rt, dir, ts[0].dtype);
+        if (!s) s = copied;
+    }
     free(ts);
     free(host);
     return s;

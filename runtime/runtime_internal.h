@@ -48,6 +48,7 @@ struct dfg_runtime {
     int n_staged;
     dfg_status status; /* sticky: a failed step leaves the state half-updated */
     char error[1024];
+    char saved_copies[256]; /* the files the last model-directory save copied from the source's, ", " between */
 };
 
 struct dfg_host_ctx {

@@ -21,7 +21,9 @@ For each architecture this script
      with grpo_golden.py's rules: logp, ref_logp, advantages, loss, grad_norm, kl, the clip ratios, entropy and
      every updated parameter to 1e-4 relative, the updates (new - old) to 1e-2 of the largest;
   5. loads SAVED/ (dfg's Hugging Face model directory of the trained policy) with transformers:
-     the source's tensor names and config.json values, exactly the dump's weights;
+     the source's tensor names and config.json values, exactly the dump's weights, and the
+     source's tokenizer and generation files (add_tokenizer puts them in DIR), byte for byte, that
+     AutoTokenizer and GenerationConfig load from SAVED/ as from DIR;
   6. checks that the plan shares prompts as meant (share_prompts auto with micro-batches of whole
      groups: it refuses rollouts whose group holds two prompts) or runs separate copies (=0).
 The weights put some inputs of every kind of norm near its epsilon, so that a wrong epsilon shows;
@@ -39,6 +41,7 @@ DFG_HF_SITE, which wins. The seed is fresh each run and printed; DFG_TEST_SEED r
 """
 import argparse
 import copy
+import filecmp
 import json
 import math
 import os
@@ -258,6 +261,59 @@ def save_model(arch, model, d):
     st_torch.save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
 
+# What dfg run --save DIR/ copies from the source directory (runtime/model_export.c's source_files)
+SOURCE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
+                "chat_template.json")
+DIGITS_TOKENIZER = os.path.join(HERE, "..", "..", "examples", "tasks", "digits", "tokenizer.json")
+
+
+def add_tokenizer(arch, d):
+    """A tokenizer and generation defaults in the model directory, as a Hugging Face model has them:
+    GPT-2 a slow GPT2Tokenizer (vocab.json, merges.txt, added_tokens.json), the others the digits
+    task's fast tokenizer (tokenizer.json); each with tokenizer_config.json, special_tokens_map.json,
+    generation_config.json (over the one save_pretrained wrote) and a chat_template.jinja."""
+    if ARCHS[arch]["cls"] == "GPT2LMHeadModel":
+        vocab = {c: i for i, c in enumerate("0123456789+=")}
+        vocab["12"] = len(vocab)
+        with open(os.path.join(d, "vocab.json"), "w") as f:
+            json.dump(vocab, f)
+        with open(os.path.join(d, "merges.txt"), "w") as f:
+            f.write("#version: 0.2\n1 2\n")
+        # "<|endoftext|>" is not in the vocabulary: an added token (added_tokens.json)
+        tok = transformers.GPT2Tokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    else:
+        tok = transformers.PreTrainedTokenizerFast(tokenizer_file=DIGITS_TOKENIZER, eos_token="$", pad_token="_")
+    tok.save_pretrained(d)
+    transformers.GenerationConfig(bos_token_id=0, eos_token_id=1, do_sample=True, temperature=0.7, top_p=0.9,
+                                  max_new_tokens=5).save_pretrained(d)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+
+
+def check_copies(source, saved):
+    """The problems of SAVED/'s copies of the source's tokenizer and generation files: each
+    byte-identical, AutoTokenizer and GenerationConfig load them from SAVED/ as from the source."""
+    problems = []
+    copied = [f for f in SOURCE_FILES if os.path.exists(os.path.join(source, f))]
+    differ = [f for f in copied if not os.path.isfile(os.path.join(saved, f))
+              or not filecmp.cmp(os.path.join(source, f), os.path.join(saved, f), shallow=False)]
+    if differ:
+        problems.append(f"{differ} are not the source directory's, byte for byte")
+    try:
+        text = "12+34="
+        ids = transformers.AutoTokenizer.from_pretrained(saved)(text)["input_ids"]
+        want = transformers.AutoTokenizer.from_pretrained(source)(text)["input_ids"]
+        if ids != want:
+            problems.append(f"AutoTokenizer encodes {text!r} as {ids}, the source's tokenizer as {want}")
+        gen = transformers.GenerationConfig.from_pretrained(saved).to_dict()
+        if gen != transformers.GenerationConfig.from_pretrained(source).to_dict():
+            problems.append(f"GenerationConfig {gen} differs from the source's")
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises is the finding
+        problems.append(f"the tokenizer or generation config does not load: {type(e).__name__}: {e}")
+    return problems
+
+
 def load_model(arch, d):
     """The model transformers reads from the directory (the qwen3 stand-in: built, then its
     safetensors loaded strictly)."""
@@ -425,10 +481,10 @@ def summary(arch, errs, w):
     return f"{arch}: " + ", ".join(parts)
 
 
-def check_saved(arch, saved, got, source_names, config):
+def check_saved(arch, saved, got, source, source_names, config):
     """dfg run --save DIR/ after the step: a model directory transformers loads, holding the
-    source directory's tensor names (no ref.*), config.json's values, and exactly the weights of
-    the dump."""
+    source directory's tensor names (no ref.*), config.json's values, exactly the weights of the
+    dump, and the source's tokenizer and generation files (check_copies)."""
     problems = []
     try:
         model = load_model(arch, saved)
@@ -455,9 +511,11 @@ def check_saved(arch, saved, got, source_names, config):
         worst = max(worst, float(np.max(np.abs(p.detach().numpy() - g))))
     if worst != 0.0:
         problems.append(f"weights differ from the dump's by up to {worst:.3e}")
+    problems += check_copies(source, saved)
     files = ", ".join(f for f in sorted(os.listdir(saved)))
     print(f"  --save {os.path.basename(saved)}/: {files}: transformers loads it"
-          + ("; " + "; ".join(problems) + "  FAIL" if problems else ", the dump's weights exactly"))
+          + ("; " + "; ".join(problems) + "  FAIL" if problems
+             else ", the dump's weights exactly, the source's tokenizer and generation config"))
     return not problems
 
 
@@ -499,6 +557,7 @@ def run_config(cfg, dfg, source, workdir, seed):
     built = build_model(arch)
     randomise(arch, built, rng)
     save_model(arch, built, model_dir)
+    add_tokenizer(arch, model_dir)
     policy32 = load_model(arch, model_dir)  # what transformers reads back from the directory
     w = weights_of(arch, policy32)
     drawn = weights_of(arch, built)
@@ -556,7 +615,7 @@ def run_config(cfg, dfg, source, workdir, seed):
     t_dfg = time.time() - t0
     good, errs = G.compare_step(want, got, w)
     ok &= good
-    ok &= check_saved(arch, saved, got, source_names, ARCHS[arch]["config"])
+    ok &= check_saved(arch, saved, got, model_dir, source_names, ARCHS[arch]["config"])
     ok &= check_sharing(dfg, s, paths, tokens, mask, rewards)
     print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
           f"grad_norm {float(want['grad_norm']):.6f}, kl {float(want.get('kl', 0.0)):.6f}; dfg {t_dfg:.2f}s; "
