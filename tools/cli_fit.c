@@ -9,7 +9,11 @@
  * pass (activations recomputed in the backward), and the fused head's vocabulary chunk, which
  * follows the budget (passes/fuse.c). A knob the user gave with --set is held at that value.
  *
- *   1. the program as given, without recompute: when it fits, that is the plan;
+ *   1. the program as given, compiled as dfg compile compiles it (no budget: its row shows the
+ *      arena dfg compile prints): when it fits, that is the plan. When the persistent tensors
+ *      no setting can shrink (weights, gradients, optimizer state, a reference model) are alone
+ *      over the budget, nothing fits: fit says so at once (exit 3), searching nothing. Else the
+ *      settings as given under the budget (the fused head's chunk follows it), when it fits;
  *   2. for each value of the other knobs, the first value of the knob with the most values (the
  *      declared order saves memory step by step) that fits without recompute, by bisection;
  *   3. remat, one step before each of those frontiers (and at the last values where nothing
@@ -55,7 +59,17 @@ typedef struct {
     int n_values;
 } fit_knob;
 
-typedef enum { MODE_PROBE, MODE_REMAT, MODE_MIN } fit_mode;
+/* MODE_GIVEN: #1, compiled as dfg compile does (no budget); MODE_PROBE: under the budget
+ * without recompute; MODE_REMAT: remat to the budget; MODE_MIN: remat to the least. */
+typedef enum { MODE_GIVEN, MODE_PROBE, MODE_REMAT, MODE_MIN } fit_mode;
+
+/* The persistent bytes of a plan (report.c's persistent_bytes) by what they hold: the model's
+ * state (weights, their gradients, the optimizer's state, a reference model), which no setting
+ * fit knows of changes, and the rest (inputs, rollout buffers, RNG and metric state). */
+typedef struct {
+    int64_t weights, grads, optim, ref, other, total;
+    int64_t n_params; /* the trained parameters (values) */
+} persistent_parts;
 
 typedef struct {
     int idx[DFG_MAX_FIT_KNOBS]; /* value index per searched knob; -1: as the program has it */
@@ -64,6 +78,7 @@ typedef struct {
     int64_t math_value;
     bool compiled, fits;
     int64_t arena, persistent;
+    persistent_parts parts;
     int64_t workspace;          /* cuda: what a GPU run allocates after the arena (kernel scratch, GEMM library) */
     int64_t arena_budget;       /* remat's budget: the budget less the workspace of the same settings */
     double flops, extra_flops, est_s;
@@ -80,6 +95,8 @@ typedef struct {
     int n_knobs;
     fit_knob math[DFG_MAX_FIT_KNOBS]; /* change the math: named when nothing fits */
     int n_math;
+    int given_idx[DFG_MAX_FIT_KNOBS]; /* each searched knob's value as given (-1: not among its values) */
+    bool has_beta;                    /* the program reads a setting "beta" (GRPO's KL weight) */
     candidate cand[MAX_CANDIDATES];
     int n_cand;
 } fit_ctx;
@@ -210,14 +227,55 @@ static int build(const fit_ctx *f, const candidate *c, dfg_program **p) {
     return cli_pipeline_build(&pl, f->lib, f->fn, p, &host);
 }
 
+/* The budget the candidate is compiled (and its plan recorded) with: none for the program as
+ * given (as dfg compile), remat's share for a remat candidate, else the user's. */
+static int64_t budget_of(const fit_ctx *f, const candidate *c) {
+    return c->mode == MODE_GIVEN || c->mode == MODE_MIN ? 0 : c->mode == MODE_REMAT ? c->arena_budget : f->a->b.memory_budget;
+}
+
 static dfg_options options_of(const fit_ctx *f, const candidate *c) {
     dfg_options o = dfg_options_default(f->a->b.target);
     o.no_fuse = f->a->b.no_fuse;
-    if (c->mode == MODE_MIN) o.memory_min = true;
-    else o.memory_budget = c->mode == MODE_REMAT ? c->arena_budget : f->a->b.memory_budget;
+    o.memory_min = c->mode == MODE_MIN;
+    o.memory_budget = budget_of(f, c);
     o.no_remat = c->mode == MODE_PROBE;
     return o;
 }
+
+/* The persistent bytes of a compiled program by what they hold: the buffers the planner makes
+ * persistent (passes/liveness.c: a storage owner that is not a temporary nor scoped, and not
+ * removed), each at its aligned size, as report.c sums them. */
+static persistent_parts persistent_of(const dfg_program *p) {
+    persistent_parts s = {0};
+    const dfg_report *r = dfg_program_report(p);
+    size_t align = r && r->align ? r->align : 1;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->storage != t || (t->flags & DFG_TF_DEAD) || t->kind == DFG_TEMP || t->scope_first) continue;
+        int64_t b = (int64_t)((dfg_tensor_bytes(t) + align - 1) / align * align);
+        switch (t->role) {
+        case DFG_ROLE_PARAM: s.weights += b; break;
+        case DFG_ROLE_GRAD: s.grads += b; break;
+        case DFG_ROLE_OPTIM: s.optim += b; break;
+        case DFG_ROLE_REF_MODEL: s.ref += b; break;
+        default:
+            if (t->kind == DFG_PARAM) s.weights += b;
+            else s.other += b;
+        }
+        if (t->kind == DFG_PARAM && t->role != DFG_ROLE_REF_MODEL) s.n_params += dfg_shape_numel(t->shape);
+    }
+    s.total = s.weights + s.grads + s.optim + s.ref + s.other;
+    if (r && s.total != (int64_t)r->persistent_bytes) { /* the report's sum is the plan's: keep it, the rest as "other" */
+        s.other += (int64_t)r->persistent_bytes - s.total;
+        s.total = (int64_t)r->persistent_bytes;
+    }
+    return s;
+}
+
+/* The model's state: what no setting of batch, length, micro-batches, rollout sub-batches or
+ * remat shrinks (a knob that keeps the math, or a batch or length, does not change which weights
+ * are trained nor how: their gradients and optimizer state stay; the reference model too). */
+static int64_t model_state(const persistent_parts *s) { return s->weights + s->grads + s->optim + s->ref; }
 
 /* On cuda the budget is the device's: the arena and the workspace that follows it in the same
  * allocation (this build's GPU device layer sizes it; without one, the emulated device's, which
@@ -245,6 +303,7 @@ static int evaluate(fit_ctx *f, candidate *c) {
             c->compiled = true;
             c->arena = (int64_t)r->arena_bytes;
             c->persistent = (int64_t)r->persistent_bytes;
+            c->parts = persistent_of(p);
             c->workspace = workspace_of(p, f->a->b.target);
             c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
             c->flops = r->flops;
@@ -392,7 +451,7 @@ static void settings_str(const fit_ctx *f, const candidate *c, char *buf, size_t
     size_t at = 0;
     buf[0] = '\0';
     for (int i = 0; i < n; i++) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", i ? " " : "", ex[i]);
-    if (!n) snprintf(buf, len, "as given");
+    if (!n) snprintf(buf, len, c->mode == MODE_GIVEN ? "as given" : "as given, under the budget");
 }
 
 static void print_table(const fit_ctx *f, const candidate *chosen) {
@@ -413,7 +472,7 @@ static void print_table(const fit_ctx *f, const candidate *chosen) {
         char ws[32] = "";
         dfg_bytes_str((double)c->arena, arena, sizeof(arena));
         if (cuda) dfg_bytes_str((double)c->workspace, ws, sizeof(ws));
-        if (c->mode == MODE_PROBE) snprintf(rem, sizeof(rem), "-");
+        if (c->mode == MODE_PROBE || c->mode == MODE_GIVEN) snprintf(rem, sizeof(rem), "-");
         else snprintf(rem, sizeof(rem), "%d nodes (+%.1f%%)", c->recomputed, base->flops > 0 ? 100.0 * c->extra_flops / base->flops : 0.0);
         double more = base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0;
         snprintf(fl, sizeof(fl), "%+.1f%%", fabs(more) < 0.05 ? 0.0 : more); /* no "-0.0%" */
@@ -424,8 +483,9 @@ static void print_table(const fit_ctx *f, const candidate *chosen) {
                c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, fl, est, set,
                c->mode == MODE_REMAT ? " + remat" : c->mode == MODE_MIN ? " + remat to the least" : "");
     }
-    printf("(FLOPs and est. step relative to #1; est. step: the op cost table's roofline on a nominal %s device, "
-           "a ranking, not a measurement%s)\n", f->a->b.target_name,
+    printf("(arena: the plan's, as dfg compile and dfg inspect print it; #1 is the plan dfg compile makes%s; FLOPs and est. "
+           "step relative to #1; est. step: the op cost table's roofline on a nominal %s device, a ranking, not a "
+           "measurement%s)\n", f->a->min ? "" : ", the others are compiled under the budget", f->a->b.target_name,
            cuda ? "; fits: the arena and the device workspace after it within the budget" : "");
 }
 
@@ -461,6 +521,72 @@ static int64_t math_value_that_fits(fit_ctx *f, const fit_knob *m, int *rc) {
     return -1;
 }
 
+/* "weights 1.84 GiB, gradients 1.84 GiB, optimizer state 3.68 GiB, inputs and rollout buffers
+ * 12.2 KiB": the parts there are. */
+static void parts_str(const persistent_parts *s, char *buf, size_t len) {
+    const char *name[] = {"weights", "gradients", "optimizer state", "the reference model", "inputs and rollout buffers"};
+    const int64_t v[] = {s->weights, s->grads, s->optim, s->ref, s->other};
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 5; i++) {
+        char b[32];
+        if (v[i] > 0)
+            at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s %s", at ? ", " : "", name[i],
+                                   dfg_bytes_str((double)v[i], b, sizeof(b)));
+    }
+}
+
+/* What would shrink the model's state, of what this program has: the reference model (GRPO:
+ * beta=0, no KL term) when there is one, and fewer parameters. Nothing else dfg has does:
+ * micro-batches, rollout sub-batches, remat, the batch and the lengths change activations,
+ * caches and rollout buffers, and torch_dtype keeps 16 bytes a parameter (bf16 weights and
+ * gradients with f32 masters, or f32 weights and gradients; AdamW's two f32 moments: measured
+ * on Qwen2.5-0.5B for cpu, and for cuda in both dtypes). */
+static void print_shrinkers(const fit_ctx *f, const persistent_parts *s) {
+    int64_t budget = f->a->b.memory_budget, state = model_state(s);
+    char b[32], c[32], line[600] = "";
+    size_t at = 0;
+    if (s->ref > 0) {
+        int64_t left = state - s->ref;
+        at += (size_t)snprintf(line + at, sizeof(line) - at, "%s (drops the reference model's %s: the model's state would "
+                                                              "be %s, %s the budget), or ",
+                               f->has_beta ? "beta=0, no KL term" : "no reference model",
+                               dfg_bytes_str((double)s->ref, b, sizeof(b)),
+                               dfg_bytes_str((double)left, c, sizeof(c)), left > budget ? "still over" : "under");
+    }
+    if (s->n_params > 0 && at < sizeof(line)) {
+        double per = (double)state / (double)s->n_params, most = (double)budget / per;
+        snprintf(line + at, sizeof(line) - at, "a model with fewer parameters (%.3g %s here, %.1f bytes of state each: %s "
+                                               "holds the state of %.3g %s at most, with nothing left for activations)",
+                 (double)s->n_params / (s->n_params >= 1000000000 ? 1e9 : 1e6), s->n_params >= 1000000000 ? "B" : "M", per,
+                 dfg_bytes_str((double)budget, c, sizeof(c)), most / (most >= 1e9 ? 1e9 : 1e6), most >= 1e9 ? "B" : "M");
+    } else if (at < sizeof(line)) {
+        snprintf(line + at, sizeof(line) - at, "a smaller model");
+    }
+    fprintf(stderr, "dfg fit: what would shrink it: %s\n", line);
+}
+
+/* The persistent tensors no setting shrinks are over the budget on their own: nothing can fit,
+ * whatever the search would try, so fit says so after compiling the program as given alone. */
+static int persistent_over(const fit_ctx *f, const candidate *c) {
+    char b[32], per[32], st[32], parts[400], knobs[2 * DFG_MAX_FIT_KNOBS * 130 + 1] = ""; /* every name fits */
+    size_t at = 0;
+    for (int i = 0; i < f->n_knobs; i++) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->knob[i].setting);
+    for (int i = 0; i < f->n_math; i++) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->math[i].setting);
+    print_table(f, NULL);
+    fflush(stdout); /* the table, then the message */
+    parts_str(&c->parts, parts, sizeof(parts));
+    dfg_bytes_str((double)f->a->b.memory_budget, b, sizeof(b));
+    dfg_bytes_str((double)c->parts.total, per, sizeof(per));
+    dfg_bytes_str((double)model_state(&c->parts), st, sizeof(st));
+    fprintf(stderr, "dfg fit: nothing fits %s: the persistent tensors alone are over the budget: %s live all step (%s)\n"
+                    "dfg fit: the model's state, %s of them, is the same under every setting fit varies or names (%sremat), "
+                    "so nothing was searched\n",
+            b, per, parts, st, knobs);
+    print_shrinkers(f, &c->parts);
+    return CLI_NO_FIT;
+}
+
 static int nothing_fits(fit_ctx *f, candidate *c) {
     int rc = 0;
     char b[32], m[32], per[32], line[1024];
@@ -475,6 +601,7 @@ static int nothing_fits(fit_ctx *f, candidate *c) {
     }
     if (rc) return rc;
     print_table(f, NULL);
+    fflush(stdout); /* the table, then the message */
     dfg_bytes_str((double)f->a->b.memory_budget, b, sizeof(b));
     dfg_bytes_str((double)(c->arena + c->workspace), m, sizeof(m));
     dfg_bytes_str((double)c->persistent, per, sizeof(per));
@@ -484,15 +611,16 @@ static int nothing_fits(fit_ctx *f, candidate *c) {
         char w[32];
         snprintf(ws, sizeof(ws), ", the device workspace's %s included", dfg_bytes_str((double)c->workspace, w, sizeof(w)));
     }
+    char parts[400];
+    parts_str(&c->parts, parts, sizeof(parts));
     fprintf(stderr, "dfg fit: nothing fits %s: with the math unchanged this pipeline needs at least %s (%s, remat to the "
-                    "least%s), of which %s are persistent (weights, gradients, optimizer state, a reference model: what lives "
-                    "all step)\n",
-            b, m, set, ws, per);
+                    "least%s), of which %s are persistent, what lives all step (%s)\n",
+            b, m, set, ws, per, parts);
     if (at) fprintf(stderr, "dfg fit: changing what is trained would fit (one at a time, the rest as given): %s\n", line);
-    else if (c->persistent > f->a->b.memory_budget)
-        fprintf(stderr, "dfg fit: the persistent tensors alone are over the budget: no batch or length setting fits; a "
-                        "smaller model, or its optimizer state elsewhere, would\n");
-    else fprintf(stderr, "dfg fit: none of the settings that change the math (halving the batch or the lengths) fits either\n");
+    else if (c->persistent > f->a->b.memory_budget) {
+        fprintf(stderr, "dfg fit: the persistent tensors alone are over the budget: no batch or length setting fits\n");
+        print_shrinkers(f, &c->parts);
+    } else fprintf(stderr, "dfg fit: none of the settings that change the math (halving the batch or the lengths) fits either\n");
     return CLI_NO_FIT;
 }
 
@@ -507,16 +635,22 @@ static bool user_set(const fit_args *a, const char *key) {
 /* The knobs the program as given declares: searched ones (not held by --set) and hints. */
 static int read_knobs(fit_ctx *f) {
     dfg_program *p = NULL;
-    candidate given = {.mode = MODE_PROBE};
+    candidate given = {.mode = MODE_GIVEN};
     int rc = build(f, &given, &p);
     for (int k = 0; !rc && k < dfg_program_fit_knob_count(p); k++) {
         const dfg_fit_knob *d = dfg_program_fit_knob(p, k);
         if (d->keeps_math && user_set(f->a, d->setting)) continue;
+        if (d->keeps_math) f->given_idx[f->n_knobs] = -1;
         fit_knob *dst = d->keeps_math ? &f->knob[f->n_knobs++] : &f->math[f->n_math++];
         snprintf(dst->setting, sizeof(dst->setting), "%s", d->setting);
         memcpy(dst->values, d->values, sizeof(d->values));
         dst->n_values = d->n_values;
+        const char *v = dfg_program_setting(p, d->setting), *end = NULL;
+        long long x = v ? strtoll(v, (char **)&end, 10) : 0;
+        for (int j = 0; d->keeps_math && v && end != v && !*end && j < d->n_values; j++)
+            if (d->values[j] == x) f->given_idx[f->n_knobs - 1] = j;
     }
+    if (!rc) f->has_beta = dfg_program_setting(p, "beta") && dfg_program_setting_used(p, "beta");
     dfg_program_free(p);
     return rc;
 }
@@ -532,9 +666,7 @@ static int write_plan(fit_ctx *f, const candidate *c, const char *so, const char
     bool host = false;
     int rc = cli_pipeline_build(&pl, f->lib, f->fn, &p, &host);
     dfg_plan_info info = {.target = f->a->b.target, .no_fuse = f->a->b.no_fuse, .memory_min = c->mode == MODE_MIN,
-                          .memory_budget = c->mode == MODE_MIN    ? 0
-                                           : c->mode == MODE_REMAT ? c->arena_budget
-                                                                   : f->a->b.memory_budget};
+                          .memory_budget = budget_of(f, c)};
     if (!rc) rc = cli_pipeline_save(&pl, p, host ? so : NULL, &info, out);
     dfg_program_free(p);
     return rc;
@@ -544,24 +676,32 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
     int rc = read_knobs(f);
     candidate *given = NULL;
     if (!rc) {
-        candidate want = at(f, NULL, f->a->min ? MODE_MIN : MODE_PROBE);
-        if (f->a->min) want = at(f, NULL, MODE_PROBE); /* #1 is always the program as given */
+        candidate want = at(f, NULL, MODE_GIVEN); /* #1 is always the program as given, as dfg compile plans it */
         given = try_candidate(f, &want, &rc);
     }
     if (rc) return rc;
+    if (!given->compiled) return cli_error(CMD, CLI_USAGE, "%s: %s", f->a->b.pipeline, given->note);
     const candidate *chosen = NULL;
+    candidate *c;
     if (f->a->min) {
         if (!(chosen = least(f, &rc))) return rc;
-    } else if (!given->fits) {
-        if ((rc = search(f))) return rc;
+    } else if (given->fits) {
+        chosen = given;
+    } else if (model_state(&given->parts) > f->a->b.memory_budget) {
+        return persistent_over(f, given); /* no knob, math-changing ones included, shrinks these */
+    } else {
+        candidate want = at(f, f->given_idx, MODE_PROBE); /* the settings as given, the head's chunk for the budget */
+        if (!(c = try_candidate(f, &want, &rc))) return rc;
+        if (c->fits) chosen = c;
+        else if ((rc = search(f))) return rc;
+    }
+    if (!chosen && !f->a->min) {
         if (!(chosen = best(f))) { /* the search's remat tries are few: the least may still fit */
-            candidate *c = least(f, &rc);
+            c = least(f, &rc);
             if (!c) return rc;
             if (!c->compiled || c->arena + c->workspace > f->a->b.memory_budget) return nothing_fits(f, c);
             chosen = c;
         }
-    } else {
-        chosen = given;
     }
     if (!chosen->compiled) return cli_error(CMD, CLI_USAGE, "%s: %s", f->a->b.pipeline, chosen->note);
     print_table(f, chosen);

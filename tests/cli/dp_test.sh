@@ -236,8 +236,11 @@ run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=2 --set ddp_bucket_cap_mb
 expect_rc 2 "a bucket size of 0 MiB is refused"
 expect_in err.txt "ddp_bucket_cap_mb 0 must be > 0" "the message names the setting"
 
-run "$DFG" fit "$G" --set world_size=2 --memory-budget 1.5MiB -o nofit.dfg
-expect_rc 3 "dfg fit for 2 ranks under a budget nothing meets: nothing fits (its hints keep prompts_per_step a multiple of 2)"
+# over the persistent tensors (1.56 MiB: under them fit answers at once, searching nothing) and
+# under the least, so the candidates and the hints (prompts_per_step a multiple of 2) are tried
+run "$DFG" fit "$G" --set world_size=2 --memory-budget 1.6MiB -o nofit.dfg
+expect_rc 3 "dfg fit for 2 ranks under a budget nothing meets: nothing fits"
+expect_in err.txt "with the math unchanged this pipeline needs at least" "... after searching the candidates"
 
 # ---------------------------------------------------------------- dfg inspect
 run "$DFG" inspect two.dfg
