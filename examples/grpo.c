@@ -47,6 +47,9 @@ typedef struct {
     dfg_task task;
     dfg_dataset *ds;          /* --set dataset=PATH: prompts from a JSONL file instead of the task */
     int64_t *ds_rows;         /* (P) the dataset rows of the current batch, for the reward */
+    int64_t all_null_steps;   /* steps with a row no reward function applied to (a run's warnings) */
+    bool padded;              /* padded_prompts: left-padded prompts, each row's start in prompt_start */
+    char rollouts_only[256];  /* why the task cannot make this plan's rollouts ("": it can) */
     bool shuffle, truncate_left, mask_truncated;
     int32_t eos[DFG_GRPO_MAX_EOS], pad_id;
     int n_eos;
@@ -123,6 +126,10 @@ static dfg_status read_data_config(dfg_program *p, grpo_config *c) {
     for (int i = 0; i < c->n_funcs; i++) c->weights[i] = 1.0f;
     if (*weights && !dfg_grpo_parse_floats(weights, c->weights, c->n_funcs, err, sizeof(err)))
         return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (!strcmp(c->reward, "external")) /* the rule a run's reward program must meet, said where the names are fixed */
+        dfg_program_note(p, "reward=external: the reward program (dfg run --reward-cmd) or plugin (--reward-lib) must "
+                         "declare the functions reward_funcs=%s, in this order (tools/reward_server.py --list prints a "
+                         "module's; docs/rewards.md)", funcs);
     if (*dataset && dfg_dataset_open(dataset, 0, &c->ds, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
     return DFG_OK;
 }
@@ -145,17 +152,51 @@ static dfg_status check_dataset_vocab(dfg_program *p, const grpo_config *c) {
     return DFG_OK;
 }
 
+/* The built-in task (task, digits): read only without a dataset, whose plan has none. */
+static dfg_status read_task(dfg_program *p, grpo_config *c) {
+    char err[256];
+    if (c->ds) {
+        const char *given = dfg_program_setting(p, "task") ? "task" : dfg_program_setting(p, "digits") ? "digits" : NULL;
+        if (given)
+            return dfg_program_fail(p, DFG_ERR_ARG, "%s picks a built-in task, but the prompts come from the dataset "
+                                    "(drop --set %s, or drop dataset)", given, given);
+        return DFG_OK;
+    }
+    const char *task = dfg_setting_str(p, "task", "reverse");
+    int digits = (int)dfg_setting_int(p, "digits", 3);
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    if (dfg_task_init(&c->task, task, digits, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    return DFG_OK;
+}
+
+/* padded_prompts (auto: with a dataset, or a task whose prompts are shorter than
+ * max_prompt_length), and when the task cannot make this plan's rollouts: the plan then trains
+ * only on rollout files (a file of left-padded rows, e.g. TRL's, needs padded_prompts=true). */
+static dfg_status read_padding(dfg_program *p, grpo_config *c, const char *padded) {
+    bool is_auto = !strcmp(padded, "auto"), yes = !strcmp(padded, "true") || !strcmp(padded, "1");
+    if (!is_auto && !yes && strcmp(padded, "false") && strcmp(padded, "0"))
+        return dfg_program_fail(p, DFG_ERR_ARG, "padded_prompts must be auto, true or false, got '%s'", padded);
+    int64_t task_len = c->ds ? 0 : c->task.prompt_len;
+    c->padded = is_auto ? c->ds || c->Lp > task_len : yes;
+    if (c->ds && !c->padded)
+        return dfg_program_fail(p, DFG_ERR_ARG, "a dataset's prompts differ in length: they are left-padded "
+                                "(padded_prompts=false is for a built-in task)");
+    c->rollouts_only[0] = '\0';
+    if (!c->ds && (c->Lp < task_len || (c->Lp > task_len && !c->padded)))
+        snprintf(c->rollouts_only, sizeof(c->rollouts_only), "task '%s' (digits %d) has prompts of %lld tokens, %s "
+                 "max_prompt_length %lld%s", c->task.name, c->task.digits, (long long)task_len,
+                 c->Lp < task_len ? "more than" : "fewer than", (long long)c->Lp,
+                 c->Lp < task_len ? "" : ", and padded_prompts=false leaves no room for left padding");
+    return DFG_OK;
+}
+
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 static dfg_status read_config(dfg_program *p, grpo_config *c) {
     static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"};
     static const char *const levels[] = {"token", "sequence"};
     static const char *const scales[] = {"group", "batch", "none"};
-    char err[256];
-    const char *task = dfg_setting_str(p, "task", "reverse");
-    int digits = (int)dfg_setting_int(p, "digits", 3);
-    if (dfg_program_status(p)) return dfg_program_status(p);
-    if (dfg_task_init(&c->task, task, digits, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
     dfg_status st = read_data_config(p, c);
+    if (!st) st = read_task(p, c);
     if (st) return st;
     c->P = dfg_setting_int(p, "prompts_per_step", 8);
     c->G = dfg_setting_int(p, "num_generations", 8);
@@ -168,6 +209,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
+    const char *padded = dfg_setting_str(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
     /* the loss: TRL GRPOConfig's names and defaults (TRL 1.9 / main of 2026-07: dapo, beta 0) */
@@ -186,6 +228,7 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     int sc = pick(p, "scale_rewards", dfg_setting_str(p, "scale_rewards", "group"), scales, 3);
     dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
     if (dfg_program_status(p)) return dfg_program_status(p);
+    if ((st = read_padding(p, c, padded))) return st;
     c->loss.loss_type = (dfg_grpo_loss_type)lt;
     c->loss.is_level = (dfg_grpo_is_level)lv;
     c->scale = (dfg_grpo_scale)sc;
@@ -203,9 +246,17 @@ static dfg_status read_config(dfg_program *p, grpo_config *c) {
     dfg_model_config small = dfg_gpt2_config_default();
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
     small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
-    dfg_adamw_config adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
     st = dfg_model_config_from_settings(p, small, &c->model);
-    if (st || (st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
+    if (st) return st;
+    /* dfg's 1e-3 trains the tasks' small models from scratch; a pretrained model (model=DIR) is
+     * fine-tuned, and TRL's 1e-6 is the default that does not wreck it */
+    const char *dir = dfg_program_setting(p, "model");
+    bool pretrained = dir && *dir, lr_given = dfg_program_setting(p, "learning_rate") != NULL;
+    dfg_adamw_config adamw = {.lr = pretrained ? 1e-6f : 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
+    if ((st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
+    if (pretrained && !lr_given)
+        dfg_program_note(p, "learning_rate is 1e-06 (TRL's default for fine-tuning a pretrained model; the built-in "
+                         "tasks' small models from scratch use 1e-3): --set learning_rate=... to change it");
 
     if (c->ds && (st = check_dataset_vocab(p, c))) return st;
     if (!c->ds && c->model.vocab_size < dfg_vocab_size())
@@ -301,9 +352,11 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->rewards = state(p, "rewards", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->advantages = state(p, "advantages", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->active = state(p, "active_tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-    if (c->ds) {
+    if (c->padded) { /* each row's first prompt column: left padding is never attended */
         s->start = state(p, "prompt_start", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
         s->kv.start = s->start;
+    }
+    if (c->ds) {
         /* [epoch, rows drawn in it]: a stream position like the RNG's, kept in checkpoints */
         state(p, "dataset.position", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG);
         state(p, "dataset.hash", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG); /* to notice an edited file on resume */
@@ -601,7 +654,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
 static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "sft");
     dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->T - 1);
-    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f, NULL);
+    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f, s->start); /* the task's rows' padding */
     dfg_tensor *tokens = dfg_sum(g, dfg_reshape(g, mask, DFG_SHAPE(-1)), 0);
     dfg_tensor *loss = dfg_neg(g, per_token(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), tokens));
     dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);
@@ -707,9 +760,10 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         stages[n++] = names[2 * k], stages[n++] = names[2 * k + 1];
     }
     stages[n++] = "reward";
-    /* a dataset's prompts are left-padded: a rollout says where each row's prompt starts
-     * (prompt_start, or an attention_mask the CLI turns into it) */
+    /* left-padded prompts (padded_prompts): a rollout says where each row's prompt starts
+     * (prompt_start, or an attention_mask the CLI turns into it; neither: no padding) */
     dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
+    if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
     static const char *const dumps[][2] = {{"logp", "logp"},           {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
@@ -759,10 +813,7 @@ void grpo_host_release(void *user);
 dfg_status grpo_host_init(dfg_program *p, void **user) {
     grpo_config *c = calloc(1, sizeof(*c));
     if (!c) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    dfg_status st = read_config(p, c);
-    if (!st && !c->ds && c->Lp != c->task.prompt_len)
-        st = dfg_program_fail(p, DFG_ERR_ARG, "task '%s' with %d digits has prompts of %d tokens, but max_prompt_length is %lld",
-                              c->task.name, c->task.digits, c->task.prompt_len, (long long)c->Lp);
+    dfg_status st = read_config(p, c); /* nothing about the task: with --rollouts it never runs */
     if (!st && c->ds && !(c->ds_rows = calloc((size_t)c->P, sizeof(int64_t))))
         st = dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     if (st) {
@@ -783,16 +834,18 @@ void grpo_host_release(void *user) {
 
 dfg_status grpo_data(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
-    if (!c->ds) return dfg_grpo_make_batch(ctx, &c->task, (int)c->P, (int)c->G);
+    if (c->rollouts_only[0]) /* dfg run refuses such a plan without --rollouts; another caller may not */
+        return dfg_host_fail(ctx, "this plan trains only on fixed rollouts: %s", c->rollouts_only);
+    if (!c->ds) return dfg_grpo_make_batch_padded(ctx, &c->task, (int)c->P, (int)c->G, (int)c->Lp);
     dfg_grpo_data_opts o = {.prompts = c->P, .group = c->G, .prompt_len = c->Lp, .pad_id = c->pad_id,
                             .shuffle = c->shuffle, .truncate_left = c->truncate_left};
     return dfg_grpo_dataset_batch(ctx, c->ds, &o, c->ds_rows);
 }
 
 dfg_status grpo_reward(dfg_host_ctx *ctx) {
-    const grpo_config *c = dfg_host_user(ctx);
+    grpo_config *c = dfg_host_user(ctx);
     if (strcmp(c->reward, "external")) return dfg_grpo_rewards_kind(ctx, (int)c->Lp, c->reward);
     dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
-                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows};
+                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps};
     return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);
 }

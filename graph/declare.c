@@ -88,6 +88,21 @@ dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens, int64_
     return DFG_OK;
 }
 
+dfg_status dfg_declare_rollouts_only(dfg_program *p, const char *why) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_rollouts_only")) return p->status;
+    if (!p->decl.n_rollout_tensors)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_rollouts_only: declare the rollout first (dfg_declare_rollout)");
+    if (!why || !*why || strlen(why) > 1000 || strchr(why, '\n'))
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_rollouts_only: the reason must be one line of 1 to 1000 characters");
+    if (p->decl.rollouts_only) return dfg_program_err(p, DFG_ERR_ARG, "declare_rollouts_only: declared twice");
+    if (!(p->decl.rollouts_only = dfg_program_strdup(p, why)))
+        return dfg_program_err(p, DFG_ERR_NOMEM, "declare_rollouts_only: out of memory");
+    return DFG_OK;
+}
+
+const char *dfg_program_rollouts_only(const dfg_program *p) { return p ? p->decl.rollouts_only : NULL; }
+
 /* A dump name becomes a safetensors key: printable, no quotes or backslashes. */
 static bool dump_name_ok(const char *s) {
     if (!s || !*s || strlen(s) > 200) return false;

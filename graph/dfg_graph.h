@@ -166,6 +166,11 @@ DFG_API bool dfg_setting_bool(dfg_program *p, const char *key, bool def);
 /* Sets the program's sticky error (the first one is kept) and returns s: how a pipeline
  * reports a setting out of range ("n_head 5 does not divide n_embd 64"). */
 DFG_API dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A line for the person compiling, which dfg compile prints as "note: ...": what the settings
+ * imply that they may not expect (a default that changed with another setting, what a run will
+ * need). Not an error, and not stored in the plan; notes past 2 KiB are dropped. */
+DFG_API void dfg_program_note(dfg_program *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DFG_API const char *dfg_program_notes(const dfg_program *p); /* "" or lines, each ending in '\n' */
 
 /* Stages run in order, once per step. A graph stage runs its graph `repeat` times (decode
  * steps, micro-batches); a host stage calls a C function by symbol name: one exported by the
@@ -198,9 +203,15 @@ DFG_API dfg_status dfg_declare_rollout(dfg_program *p, const char *const *stages
  * their first `prompt_len` columns: the program computes a group's prompt once, so a rollout
  * file whose groups disagree there is refused. */
 DFG_API dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens, int64_t prompt_len, int64_t group);
+/* The program's own rollout stages cannot run with its settings (say, a built-in task whose
+ * prompts do not fit max_prompt_length): it trains only on rollout files (`dfg run --rollouts`).
+ * `why` (one line) is what dfg compile prints as a note and dfg run without --rollouts refuses
+ * with, before any step. Needs dfg_declare_rollout. */
+DFG_API dfg_status dfg_declare_rollouts_only(dfg_program *p, const char *why);
 /* `dfg run --dump FILE` writes the persistent tensor t (not a PARAM: every PARAM is written
  * anyway, under its own name) under `name`. */
 DFG_API dfg_status dfg_declare_dump(dfg_program *p, const char *name, dfg_tensor *t);
+DFG_API const char *dfg_program_rollouts_only(const dfg_program *p); /* the why, or NULL */
 
 /* `dfg fit`: an integer setting that may take any of `values` (1 to DFG_MAX_FIT_VALUES of them).
  * keeps_math true: every value trains the same step, the same loss, gradients and updates up to

@@ -31,6 +31,7 @@ enum {
     DFG_TF_GRAD = 1u << 2,   /* a parameter's gradient as returned by dfg_backward (memory report) */
     DFG_TF_DEAD = 1u << 3,   /* its producer was removed by dce: no bytes, never read */
     DFG_TF_WORKSPACE = 1u << 4, /* a kernel's scratch, planned like any tensor (memory report) */
+    DFG_TF_NULLABLE = 1u << 5,  /* a metric that may have no value in a step (NaN): dfg_metric_nullable */
 };
 
 struct dfg_tensor {
@@ -132,6 +133,7 @@ typedef struct {
     int64_t shared_len, shared_group;
     dfg_dump_decl *dumps;            /* dfg_declare_dump */
     int n_dumps, cap_dumps;
+    char *rollouts_only;             /* dfg_declare_rollouts_only: why, or NULL */
     dfg_fit_knob knobs[DFG_MAX_FIT_KNOBS]; /* dfg_declare_fit_knob (not stored in plans: dfg fit reads
                                               them from the program the pipeline builds) */
     int n_knobs;
@@ -153,6 +155,7 @@ struct dfg_program {
     struct dfg_plan *plan; /* set by dfg_compile (passes/); the program is then sealed */
     dfg_status status;
     char error[1024];
+    char notes[2048]; /* dfg_program_note: lines for the person compiling (not stored in plans) */
 };
 
 /* ---------------------------------------------------------------- helpers for the library */

@@ -75,6 +75,21 @@ dfg_status dfg_program_fail(dfg_program *p, dfg_status s, const char *fmt, ...) 
     return dfg_program_err(p, s, "%s", msg);
 }
 
+void dfg_program_note(dfg_program *p, const char *fmt, ...) {
+    if (!p || !fmt) return;
+    size_t used = strlen(p->notes), room = sizeof(p->notes) - used;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    for (char *c = line; *c; c++)
+        if (*c == '\n') *c = ' '; /* one line each */
+    if (strlen(line) + 2 <= room) snprintf(p->notes + used, room, "%s\n", line);
+}
+
+const char *dfg_program_notes(const dfg_program *p) { return p ? p->notes : ""; }
+
 /* ---------------------------------------------------------------- typed accessors */
 
 /* The value of key for a typed accessor: the set value, or `def_text` recorded as the value.

@@ -191,7 +191,19 @@ static dfg_status ds_find_ids(const dfg_errline *c, const cJSON *root, cJSON **o
     char v[DS_SHOW_MAX];
     if (n > 1)
         return dfg_errline_fail(c, DFG_ERR_FORMAT, "\"" DS_KEY "\" appears %d times (which one counts is ambiguous)", n);
-    if (!*out) return dfg_errline_fail(c, DFG_ERR_FORMAT, "no \"" DS_KEY "\"");
+    if (!*out) { /* a text or TRL conversational dataset: what to run on it */
+        const char *text = cJSON_GetObjectItemCaseSensitive(root, "prompt") ? "prompt"
+                         : cJSON_GetObjectItemCaseSensitive(root, "messages") ? "messages" : NULL;
+        const cJSON *t = text ? cJSON_GetObjectItemCaseSensitive(root, text) : NULL;
+        bool chat = cJSON_IsArray(t) && cJSON_IsObject(t->child);
+        if (text && (chat || cJSON_IsString(t)))
+            return dfg_errline_fail(c, DFG_ERR_FORMAT, "no \"" DS_KEY "\", but a \"%s\" that is %s: dfg reads token ids; "
+                                    "tools/prepare_prompts.py tokenizes it%s", text,
+                                    chat ? "a conversation (a list of messages)" : "text",
+                                    chat ? " with the tokenizer's chat template" : "");
+        return dfg_errline_fail(c, DFG_ERR_FORMAT, "no \"" DS_KEY "\" (each line is one object with it: the prompt's "
+                                "token ids)");
+    }
     if (!cJSON_IsArray(*out))
         return dfg_errline_fail(c, DFG_ERR_FORMAT, "\"" DS_KEY "\" must be a list of token ids, got %s", ds_show(*out, v));
     if (!(*out)->child) return dfg_errline_fail(c, DFG_ERR_FORMAT, "\"" DS_KEY "\" is empty (a prompt needs a token)");

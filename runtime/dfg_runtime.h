@@ -92,6 +92,9 @@ DFG_API float dfg_runtime_metric_value(dfg_runtime *rt, int i);
 /* Whether the last step ran the stage that writes metric i (a stage outside its dfg_stage_steps
  * range, or skipped, leaves its metrics at older values); false before the first step. */
 DFG_API bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i);
+/* Whether metric i may have no value in a step (dfg_metric_nullable): its NaN means "none", not
+ * a numeric failure. */
+DFG_API bool dfg_runtime_metric_nullable(const dfg_runtime *rt, int i);
 
 /* The backend running the program ("cpu", "cuda", "cuda (emulated)") and its device, in words. */
 DFG_API const char *dfg_runtime_backend(const dfg_runtime *rt);
@@ -212,8 +215,13 @@ DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *pat
  * (created when missing): config.json (the source model's, from the setting "model", else one
  * made from the model settings; torch_dtype set to the parameters' dtype) and model.safetensors,
  * or shards of at most max_shard_bytes (0: 5 GB, save_pretrained's default) with
- * model.safetensors.index.json. Each file is written atomically. */
+ * model.safetensors.index.json, and the source directory's generation_config.json and tokenizer
+ * files (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt, chat_template.jinja, ...),
+ * so that the directory loads as a whole model. Each file is written atomically. */
 DFG_API dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
+/* The files the last dfg_runtime_save_model_dir copied from the source model directory, ", "
+ * between them; "" when none (a model made from settings alone). */
+DFG_API const char *dfg_runtime_saved_copies(const dfg_runtime *rt);
 
 /* ---------------------------------------------------------------- data-parallel runs
  * `mpirun -n W dfg run P.dfg`: one process per device, each a rank of the run, all running the

@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 5
+ * ---------------------------------------------------------------- format, version 8
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (5) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (8) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -28,7 +28,7 @@
  *   2 settings  u32 n | n x (str key | str value | u8 used)
  *   3 tensors   u32 n | n x tensor, in tensor-id order (ids are 0 .. n-1), temporaries included
  *     tensor    u8 kind | u8 dtype | u8 role | u8 flags (1 dfg_output, 2 parameter gradient
- *               from dfg_backward) | u8 rank | rank x i64 dim | str name | STATE, INPUT: str
+ *               from dfg_backward, 4 a metric that may have no value: dfg_metric_nullable) | u8 rank | rank x i64 dim | str name | STATE, INPUT: str
  *               scope's first stage, str its last stage (both empty: no scope) | PARAM, STATE:
  *               u8 init kind, f32 a, f32 b, u32 ref of the tensor it starts as a copy of
  *               (dfg_init_from) | CONST: u64 byte count, the data (numel x dtype size bytes) |
@@ -53,10 +53,16 @@
  *               by its views, versions and in-place outputs): u32 owner tensor id | u64 offset |
  *               u64 size | i32 first, i32 last timeline step it is live (-1, -1: never) |
  *               per compiled tensor: u32 its buffer's index + 1 (0: no bytes) | u64 its bytes
+ *   8 declarations  what the pipeline declared (graph/declare.c): str host init symbol | str host
+ *               release symbol ("": none) | u32 n | n x str rollout stage | u32 n | n x u32 ref of
+ *               a rollout tensor | u32 ref of the shared-prompt tokens | i64 shared prompt length
+ *               | i64 group | u32 n | n x (str dump name | u32 ref) | str why the plan trains only
+ *               on rollout files ("": it makes its own)
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
  * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
- * step ranges; version 4 lacked the plan section. Their files are refused with a request to
+ * step ranges; version 4 lacked the plan section; version 5 stored attributes raw; version 6
+ * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans. Their files are refused with a request to
  * re-run dfg compile rather than read: a lost scope or budget would silently give a different
  * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
  * from its pipeline in seconds.
@@ -90,7 +96,7 @@
 #include "dfg_runtime.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 7u
+#define DFG_PLAN_VERSION 8u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

@@ -106,6 +106,7 @@ static void build_persistent(builder *b, uint32_t id) {
         return;
     }
     if (x->role != (dfg_role)t->role) dfg_set_role(x, (dfg_role)t->role);
+    if (t->flags & DFG_PLAN_TF_NULLABLE) x->flags |= DFG_TF_NULLABLE; /* dfg_metric_nullable */
     if (t->scope_first) {
         dfg_set_scope(b->p, x, t->scope_first, t->scope_last);
         if (!construction_ok(b, what)) return;
@@ -227,7 +228,8 @@ static void verify_tensors(builder *b) {
         const dfg_plan_tensor_rec *rec = &r->tensors[i];
         if (t->kind != (dfg_kind)rec->kind || t->dtype != (dfg_dtype)rec->dtype || t->role != (dfg_role)rec->role ||
             !dfg_shape_equal(t->shape, rec->shape) || strcmp(t->name, rec->name) ||
-            ((t->flags & DFG_TF_OUTPUT) != 0) != ((rec->flags & DFG_PLAN_TF_OUTPUT) != 0))
+            ((t->flags & DFG_TF_OUTPUT) != 0) != ((rec->flags & DFG_PLAN_TF_OUTPUT) != 0) ||
+            ((t->flags & DFG_TF_NULLABLE) != 0) != ((rec->flags & DFG_PLAN_TF_NULLABLE) != 0))
             dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: tensor %u was rebuilt as '%s' (%s), the file says '%s' (%s)", i,
                            t->name, dfg_kind_name(t->kind), rec->name, dfg_kind_name((dfg_kind)rec->kind));
     }
@@ -275,9 +277,10 @@ static void build_tensors_and_nodes(builder *b) {
             id += build_node(b, id);
             continue;
         }
-        if (t->flags) {
-            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output or a "
-                           "gradient", id, t->name);
+        if ((t->flags & ~(unsigned)DFG_PLAN_TF_NULLABLE) ||
+            ((t->flags & DFG_PLAN_TF_NULLABLE) && (t->kind != DFG_STATE || t->role != DFG_ROLE_METRIC))) {
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: persistent tensor %u '%s' is flagged as an output, a "
+                           "gradient or a nullable metric", id, t->name);
             return;
         }
         build_persistent(b, id++);
@@ -339,6 +342,7 @@ static void build_declarations(builder *b) {
         dfg_tensor *t = decl_tensor(b, d->dumps[i], "a dump entry");
         if (!b->r->status) dfg_declare_dump(p, d->dump_names[i], t);
     }
+    if (d->rollouts_only && d->rollouts_only[0] && !b->r->status) dfg_declare_rollouts_only(p, d->rollouts_only);
     construction_ok(b, "declarations");
 }
 

@@ -13,7 +13,7 @@
 #define DFG_PLAN_MAX_ALIGN ((size_t)1 << 20)
 
 /* Flag bits as the file stores them: fixed by the format, whatever the in-memory enums become. */
-enum { DFG_PLAN_TF_OUTPUT = 1u, DFG_PLAN_TF_GRAD = 2u, DFG_PLAN_TF_ALL = 3u };
+enum { DFG_PLAN_TF_OUTPUT = 1u, DFG_PLAN_TF_GRAD = 2u, DFG_PLAN_TF_NULLABLE = 4u, DFG_PLAN_TF_ALL = 7u };
 enum { DFG_PLAN_NF_BACKWARD = 1u, DFG_PLAN_NF_ALL = 1u };
 enum { DFG_PLAN_OPT_NO_REUSE = 1u, DFG_PLAN_OPT_KEEP_ORDER = 2u, DFG_PLAN_OPT_NO_FUSE = 4u,
        DFG_PLAN_OPT_MEMORY_MIN = 8u, DFG_PLAN_OPT_ALL = 15u };
@@ -67,6 +67,7 @@ typedef struct {
     int64_t shared_len, shared_group;
     const char **dump_names;
     uint32_t *dumps;         /* refs */
+    const char *rollouts_only; /* "" for none */
 } dfg_plan_decl_rec;
 
 /* ---------------------------------------------------------------- the plan section */

@@ -326,6 +326,7 @@ static void read_declarations(dfg_plan_reader *r, cursor *c) {
         d->dump_names[i] = get_str(c, MAX_NAME, "a dump entry's name");
         d->dumps[i] = get_u32(c, "a dump entry's tensor");
     }
+    d->rollouts_only = get_str(c, MAX_NAME, "why the plan trains only on rollout files");
     end_of_section(c);
 }
 
@@ -440,7 +441,8 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 3 ? "stage step ranges"
                               : version == 4 ? "the schedule and memory plan"
                               : version == 5 ? "op attributes stored field by field and the pipeline's declarations"
-                                             : "the entropy and quantile ops and linear_logprob's entropy output");
+                              : version == 6 ? "the entropy and quantile ops and linear_logprob's entropy output"
+                                             : "metrics that may have no value and plans that train only on rollout files");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

@@ -172,7 +172,8 @@ static void write_settings(wbuf *w, const dfg_program *p) {
 
 /* POISON never reaches the tensor table and DEAD is compile's: neither is stored. */
 static unsigned tensor_flags(const dfg_tensor *t) {
-    return ((t->flags & DFG_TF_OUTPUT) ? DFG_PLAN_TF_OUTPUT : 0u) | ((t->flags & DFG_TF_GRAD) ? DFG_PLAN_TF_GRAD : 0u);
+    return ((t->flags & DFG_TF_OUTPUT) ? DFG_PLAN_TF_OUTPUT : 0u) | ((t->flags & DFG_TF_GRAD) ? DFG_PLAN_TF_GRAD : 0u) |
+           ((t->flags & DFG_TF_NULLABLE) ? DFG_PLAN_TF_NULLABLE : 0u);
 }
 
 static void write_tensor(wbuf *w, const dfg_tensor *t) {
@@ -304,6 +305,7 @@ static void write_declarations(wbuf *w, const dfg_program *p) {
         put_str(w, d->dumps[i].name);
         put_u32(w, ref(d->dumps[i].t));
     }
+    put_str(w, d->rollouts_only ? d->rollouts_only : "");
     section_end(w, at);
 }
 

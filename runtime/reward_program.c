@@ -299,6 +299,23 @@ static bool build_request(dfg_reward_source *s, const dfg_reward_row *rows, int6
 }
 
 /* ---------------------------------------------------------------- an answer */
+/* Does the line hold a bare NaN or Infinity (outside any string)? Python's json.dumps writes them
+ * for float('nan') by default, and JSON has no such values: the answer's "does not apply" is null. */
+static bool has_bare_nan(const char *t, size_t n) {
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        if (in_str) {
+            if (t[i] == '\\') i++;
+            else if (t[i] == '"') in_str = false;
+        } else if (t[i] == '"') {
+            in_str = true;
+        } else if ((n - i >= 3 && !strncmp(t + i, "NaN", 3)) || (n - i >= 8 && !strncmp(t + i, "Infinity", 8))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One value of row i: a finite number (within float's range) or null (NaN). */
 static dfg_status take_value(const dfg_reward_source *s, const cJSON *v, int64_t step, int64_t i, int f, float *out,
                              char *err, size_t len) {
@@ -326,7 +343,11 @@ dfg_status dfg_reward_parse_answer(const dfg_reward_source *s, const char *line,
     const cJSON *rewards = cJSON_GetObjectItemCaseSensitive(a, "rewards");
     const cJSON *error = cJSON_GetObjectItemCaseSensitive(a, "error");
     dfg_status st = DFG_OK;
-    if (!cJSON_IsObject(a)) {
+    if (!a && has_bare_nan(line, n_line)) {
+        st = failf(err, len, DFG_ERR_FORMAT, "step %lld: the reward program's answer holds NaN or Infinity, which are not "
+                   "JSON (a value that does not apply is null, TRL's None; Python: json.dumps(..., allow_nan=False) "
+                   "catches them): '%s'", (long long)step, shown(line, buf, sizeof(buf)));
+    } else if (!cJSON_IsObject(a)) {
         st = failf(err, len, DFG_ERR_FORMAT, "step %lld: the reward program's answer is not a JSON object: '%s'",
                    (long long)step, shown(line, buf, sizeof(buf)));
     } else if (cJSON_IsString(error)) {

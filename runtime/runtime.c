@@ -476,6 +476,10 @@ bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i) {
     return rt->metric_stage[i] < 0 || rt->stage_ran[rt->metric_stage[i]];
 }
 
+bool dfg_runtime_metric_nullable(const dfg_runtime *rt, int i) {
+    return rt && i >= 0 && i < rt->n_metrics && (rt->metrics[i]->flags & DFG_TF_NULLABLE);
+}
+
 float dfg_runtime_metric_value(dfg_runtime *rt, int i) {
     float v = 0.0f;
     if (!rt || i < 0 || i >= rt->n_metrics) return v;

@@ -121,7 +121,7 @@ static void test_good_files(void) {
     write_file(path, big, at);
     s = dfg_dataset_open(path, 0, &b, err, sizeof(err));
     char want[512];
-    snprintf(want, sizeof(want), "%s:1: no \"prompt_ids\"", path);
+    snprintf(want, sizeof(want), "%s:1: no \"prompt_ids\" (each line is one object with it: the prompt's token ids)", path);
     CHECK(s == DFG_ERR_FORMAT && !b && !strcmp(err, want), "got '%s', want '%s'", err, want);
     memset(big, ' ', 8); /* the first line blank now ("        \r"): the row is on line 2 */
     write_file(path, big, at);
@@ -167,7 +167,19 @@ static void test_refusals(void) {
             LABEL ":12: prompt_ids[3] is 50257, outside the vocabulary (0 .. 50256)", true);
     REFUSED_EXACTLY("{\"prompt_ids\": [1]}\n\n[1, 2]\n", 0,
                     LABEL ":3: not a JSON object (a list; each line is one object with \"prompt_ids\")");
-    REFUSED_EXACTLY("{\"prompt_ids\": [1]}\n\n\n\n\n\n{\"prompt\": [1], \"ids\": 2}\n", 0, LABEL ":7: no \"prompt_ids\"");
+    REFUSED_EXACTLY("{\"prompt_ids\": [1]}\n\n\n\n\n\n{\"prompt\": [1], \"ids\": 2}\n", 0,
+                    LABEL ":7: no \"prompt_ids\" (each line is one object with it: the prompt's token ids)");
+    /* text and TRL's conversations are for tools/prepare_prompts.py: the line says so, whole */
+    REFUSED_EXACTLY("{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 2 + 2? Think step by step, then answer "
+                    "with a single number and nothing else.\"}], \"answer\": \"4\"}\n", 0,
+                    LABEL ":1: no \"prompt_ids\", but a \"prompt\" that is a conversation (a list of messages): dfg reads "
+                          "token ids; tools/prepare_prompts.py tokenizes it with the tokenizer's chat template");
+    REFUSED_EXACTLY("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 0,
+                    LABEL ":1: no \"prompt_ids\", but a \"messages\" that is a conversation (a list of messages): dfg "
+                          "reads token ids; tools/prepare_prompts.py tokenizes it with the tokenizer's chat template");
+    REFUSED_EXACTLY("{\"prompt\": \"Reverse 123\"}", 0,
+                    LABEL ":1: no \"prompt_ids\", but a \"prompt\" that is text: dfg reads token ids; "
+                          "tools/prepare_prompts.py tokenizes it");
 
     /* other values than objects */
     REFUSED("\"text\"\n", 0, LABEL ":1: not a JSON object (\"text\";");
@@ -187,7 +199,7 @@ static void test_refusals(void) {
     REFUSED_EXACTLY("{\"prompt_ids\": \"1 2\"}", 0, LABEL ":1: \"prompt_ids\" must be a list of token ids, got \"1 2\"");
     REFUSED("{\"prompt_ids\": {\"0\": 1}}", 0, "must be a list of token ids, got an object");
     REFUSED("{\"prompt_ids\": null}", 0, "must be a list of token ids, got null");
-    REFUSED("{\"PROMPT_IDS\": [1]}", 0, LABEL ":1: no \"prompt_ids\"");
+    REFUSED("{\"PROMPT_IDS\": [1]}", 0, LABEL ":1: no \"prompt_ids\" (each line");
     /* the ids */
     REFUSED_EXACTLY("{\"prompt_ids\": [0, 1.5]}", 0, LABEL ":1: prompt_ids[1] is 1.5, not an integer token id");
     REFUSED_EXACTLY("{\"prompt_ids\": [\"5\"]}", 0, LABEL ":1: prompt_ids[0] is \"5\", not an integer token id");

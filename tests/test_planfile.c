@@ -450,26 +450,29 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
         expect_refused(b, n, want, label);
     }
     memcpy(b, plan, n);
-    b[8] = 8; /* format version */
-    expect_refused(b, n, "format version 8 is newer than this dfg (7)", "future version");
+    b[8] = 9; /* format version */
+    expect_refused(b, n, "format version 9 is newer than this dfg (8)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (7)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (8)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (7) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (8) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     b[8] = 3; /* the format before stage step ranges */
-    expect_refused(b, n, "format version 3 is older than this dfg's (7) and lacks stage step ranges", "version 3");
+    expect_refused(b, n, "format version 3 is older than this dfg's (8) and lacks stage step ranges", "version 3");
     b[8] = 4; /* the format before the plan section */
-    expect_refused(b, n, "format version 4 is older than this dfg's (7) and lacks the schedule and memory plan",
+    expect_refused(b, n, "format version 4 is older than this dfg's (8) and lacks the schedule and memory plan",
                    "version 4");
     b[8] = 5; /* the format before attributes were stored field by field */
-    expect_refused(b, n, "format version 5 is older than this dfg's (7) and lacks op attributes stored field by field",
+    expect_refused(b, n, "format version 5 is older than this dfg's (8) and lacks op attributes stored field by field",
                    "version 5");
     b[8] = 6; /* the format before the entropy and quantile ops */
-    expect_refused(b, n, "format version 6 is older than this dfg's (7) and lacks the entropy and quantile ops",
+    expect_refused(b, n, "format version 6 is older than this dfg's (8) and lacks the entropy and quantile ops",
                    "version 6");
+    b[8] = 7; /* the format before nullable metrics and rollouts-only plans */
+    expect_refused(b, n, "format version 7 is older than this dfg's (8) and lacks metrics that may have no value",
+                   "version 7");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

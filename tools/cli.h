@@ -88,6 +88,9 @@ char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- building pipelines
  * tools/cli_pipeline.c: what dfg compile and dfg fit share. */
+/* The pipeline's notes (dfg_program_note) and, for a plan that trains only on rollout files,
+ * why: one "note: ..." line each, on stdout. */
+void cli_print_notes(const dfg_program *p);
 typedef struct {
     const char *cmd;                /* "compile", "fit": for messages */
     const char *pipeline;           /* PIPELINE.c */
@@ -138,10 +141,10 @@ int cli_pipeline_save(const cli_pipeline *c, const dfg_program *p, const char *s
  * cli_run_progress.c draws the progress line. */
 
 /* Reads the named runtime tensors (file name i holds tensors[i]) and writes them with
- * dfg_st_write, atomically, with the metadata pairs meta_kv. Returns an exit code after printing
- * the message. */
+ * dfg_st_write, atomically, with the metadata pairs meta_kv. Returns an exit code; the message
+ * goes to err (one line) when err is given, else it is printed. */
 int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names, const dfg_tensor *const *tensors,
-                int n, const char *const *meta_kv, int n_meta);
+                int n, const char *const *meta_kv, int n_meta, char *err, size_t err_len);
 
 /* The checkpoint of a run: every PARAM and STATE of the program in D/checkpoint.safetensors,
  * with the steps done and the seed in its metadata (dfg.step, dfg.seed). */
@@ -152,7 +155,11 @@ int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names
  * directory that already holds a checkpoint is refused. *lock_fd: close it to unlock. Returns an
  * exit code. */
 int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd);
-int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, size_t path_len);
+/* Writes the checkpoint (path gets its file name). A failure (a full disk, say) leaves the
+ * previous checkpoint whole (dfg_st_write replaces it only by a rename) and returns an exit code
+ * with the reason in err, printing nothing: the caller says what survived. */
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, char *path, size_t path_len,
+                  char *err, size_t err_len); /* file: NULL for CLI_CKPT_FILE */
 /* Opens what --resume names (a checkpoint directory, or a checkpoint file) and reads its
  * metadata: *step (required) and *seed (*has_seed false when absent). */
 int cli_ckpt_open(const char *resume, dfg_safetensors **st, char *path, size_t path_len, int64_t *step,

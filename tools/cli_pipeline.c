@@ -253,6 +253,16 @@ static int run_pipeline(const cli_pipeline *c, dfg_pipeline_fn fn, dfg_program *
     return CLI_OK;
 }
 
+void cli_print_notes(const dfg_program *p) {
+    const char *n = dfg_program_notes(p), *why = dfg_program_rollouts_only(p);
+    for (const char *end; n && *n; n = end + 1) {
+        end = strchr(n, '\n');
+        if (!end) break;
+        printf("note: %.*s\n", (int)(end - n), n);
+    }
+    if (why) printf("note: this plan trains only on fixed rollouts (dfg run --rollouts FILE): %s\n", why);
+}
+
 /* "compiled gpt2.dfg: ..." and the settings, so the log of a compile says what was built. */
 static void print_summary(const dfg_program *p, const char *out, size_t plan_bytes, const char *target) {
     int64_t n_params = 0, nodes = 0;
@@ -266,6 +276,7 @@ static void print_summary(const dfg_program *p, const char *out, size_t plan_byt
     printf("settings:");
     for (int i = 0; i < p->n_settings; i++) printf(" %s=%s", p->settings[i].key, p->settings[i].value);
     printf("\n");
+    cli_print_notes(p);
 }
 
 /* The plan as dfg run will compile it, in a few lines: memory, fusion and recompute. */

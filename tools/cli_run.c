@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -93,6 +94,11 @@ static void usage(FILE *f) {
                "                      the program is killed and the run stops\n"
                "  --reward-lib LIB    a shared object exporting dfg_reward_funcs and dfg_reward_score\n"
                "                      (runtime/dfg_reward.h), called in-process\n"
+               "  The program or plugin declares its functions' names first; they must be the plan's\n"
+               "  reward_funcs, in order (dfg compile prints them). reward_server.py takes --funcs, else\n"
+               "  the module's REWARD_FUNCS, else its functions named reward_*; `reward_server.py --list`\n"
+               "  prints the --set reward_funcs=... to compile with and the --reward-cmd to run with (the\n"
+               "  Python that ran it). A value of null (Python: None or NaN) means \"does not apply\".\n"
                "  A reward that fails (the program dies, hangs, answers a malformed or short line) stops\n"
                "  the run with one line naming the step, the row and the reason; the step never reached\n"
                "  the optimizer, and with --checkpoint-dir the state before it is saved (--resume redoes it).\n"
@@ -266,6 +272,9 @@ typedef struct {
     uint64_t seed;
     const char *ckpt_dir; /* NULL: no checkpoints */
     int64_t last_saved;   /* step of the last checkpoint written; -1: none */
+    int64_t on_disk;      /* step ckpt_dir's checkpoint holds (written, or resumed from there); -1: none */
+    int64_t unsaved;      /* step of the last save that failed (a full disk, say) and has not succeeded since; 0: none */
+    char save_error[1280]; /* why it failed */
     cli_rollouts *rollouts;
     FILE *jsonl;
     float *mask; /* host copy of "completion_mask" for tok/s; NULL when the program has none */
@@ -273,7 +282,8 @@ typedef struct {
     double tokens; /* completion tokens over the run */
     /* what the next printed line averages: the steps since the previous line */
     double *sum;          /* [metric count] */
-    int64_t *n_sum;       /* [metric count] steps that updated the metric */
+    int64_t *n_sum;       /* [metric count] steps that updated the metric with a value */
+    int64_t *n_none;      /* [metric count] steps that updated a nullable metric without one (NaN) */
     double sum_ms, sum_tokens, sum_host_ms; /* host_ms: a device backend's host share */
     int64_t n_summed;
     cli_guard *guard;     /* with checkpoints: the last good state's counters */
@@ -323,18 +333,25 @@ static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *r
 /* Planned against used, on the host: the arena is one allocation whose pages the steps touch,
  * so the peak resident memory over the run is what the process had before it, the arena, and
  * what the plan does not cover (kernel scratch, BLAS buffers, host stages' buffers, and on an
- * emulated GPU its workspace and staging). */
+ * emulated GPU its workspace and staging). The run's share can be below the arena: pages of the
+ * arena no stage of these steps wrote (a warm-up's, a reference model's never read) are never
+ * resident, and memory freed after the "before" reading (the plan's own compile) is counted
+ * there but not after. That is said as it is, never as a negative "other". */
 static void print_host_memory(run_state *s, size_t before) {
     size_t now, peak;
     if (s->a->target == DFG_TARGET_CUDA && !s->a->emulate_gpu) return; /* the arena is on the device */
     if (!cli_rss(&now, &peak)) return;
-    size_t arena = dfg_runtime_arena_bytes(s->rt);
-    double other = (double)peak - (double)before - (double)arena;
+    size_t arena = dfg_runtime_arena_bytes(s->rt), run = peak > before ? peak - before : 0;
     char a[32], b[32], c[32], d[32];
-    cli_say("host memory: peak RSS %zu (%s) = %zu before the runtime (%s) + the arena %zu (%s) %s %.0f other (%s: kernel "
-            "scratch, BLAS and host-stage buffers)\n",
-            peak, dfg_bytes_str((double)peak, a, sizeof(a)), before, dfg_bytes_str((double)before, b, sizeof(b)), arena,
-            dfg_bytes_str((double)arena, c, sizeof(c)), other < 0 ? "-" : "+", fabs(other), dfg_bytes_str(fabs(other), d, sizeof(d)));
+    cli_say("host memory: peak RSS %zu (%s) = %zu before the runtime (%s) + %zu for the run (%s)", peak,
+            dfg_bytes_str((double)peak, a, sizeof(a)), before, dfg_bytes_str((double)before, b, sizeof(b)), run,
+            dfg_bytes_str((double)run, c, sizeof(c)));
+    if (run >= arena)
+        cli_say(": the arena %zu (%s) + %zu other (%s: kernel scratch, BLAS and host-stage buffers)\n", arena,
+                dfg_bytes_str((double)arena, c, sizeof(c)), run - arena, dfg_bytes_str((double)(run - arena), d, sizeof(d)));
+    else
+        cli_say(", less than the arena %zu (%s): %s of its pages were never touched by these steps\n", arena,
+                dfg_bytes_str((double)arena, c, sizeof(c)), dfg_bytes_str((double)(arena - run), d, sizeof(d)));
 }
 
 /* The completion tokens of the step just run (the sum of the completion mask); -1 without one. */
@@ -349,7 +366,12 @@ static double completion_tokens(run_state *s) {
 static void add_to_interval(run_state *s, double ms, double tokens) {
     for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++)
         if (dfg_runtime_metric_updated(s->rt, i)) {
-            s->sum[i] += (double)dfg_runtime_metric_value(s->rt, i);
+            double v = (double)dfg_runtime_metric_value(s->rt, i);
+            if (isnan(v) && dfg_runtime_metric_nullable(s->rt, i)) { /* no value this step (TRL's NaN) */
+                s->n_none[i]++;
+                continue;
+            }
+            s->sum[i] += v;
             s->n_sum[i]++;
         }
     s->sum_ms += ms;
@@ -362,14 +384,16 @@ static void add_to_interval(run_state *s, double ms, double tokens) {
 /* One line: the metrics, the step time and tok/s as means over the steps since the previous
  * line (with --every 1, the step's own values), so a sparse log still shows the trend, not one
  * noisy step. A metric's mean is over the steps that ran its stage; one that none of them did
- * (a warm-up's loss after the warm-up) is left out. Resets the sums. */
+ * (a warm-up's loss after the warm-up) is left out; a nullable one that had no value in any of
+ * them (a reward function that applied to no row) shows "n/a". Resets the sums. */
 static void print_interval(run_state *s, int64_t step, int width) {
     double n = (double)(s->n_summed > 0 ? s->n_summed : 1);
     printf("step %*" PRId64, width, step);
     for (int i = 0; i < dfg_runtime_metric_count(s->rt); i++) {
         if (s->n_sum[i] > 0) printf("  %s %.5g", dfg_runtime_metric_name(s->rt, i), s->sum[i] / (double)s->n_sum[i]);
+        else if (s->n_none[i] > 0) printf("  %s n/a", dfg_runtime_metric_name(s->rt, i));
         s->sum[i] = 0;
-        s->n_sum[i] = 0;
+        s->n_sum[i] = s->n_none[i] = 0;
     }
     printf("  %.1f ms", s->sum_ms / n);
     if (dfg_runtime_host_ms(s->rt) >= 0) printf(" (host %.1f ms)", s->sum_host_ms / n);
@@ -422,49 +446,97 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
     return written ? CLI_OK : cli_error(CMD, CLI_FAILED, "cannot write %s: %s", s->a->metrics, strerror(errno));
 }
 
+/* Writes the run's checkpoint after the step just run. A write that fails (a full disk, say)
+ * leaves the checkpoint on disk whole (a save replaces it only by a rename): the failure is kept
+ * in s->unsaved and s->save_error for the caller to report, and returned. */
 static int checkpoint(run_state *s, bool announce) {
     char path[4400];
+    int64_t step = dfg_runtime_steps_done(s->rt);
     if (s->rank > 0) { /* rank 0 writes the run's checkpoint: the ranks hold one state */
-        s->last_saved = dfg_runtime_steps_done(s->rt);
+        s->last_saved = step;
         return CLI_OK;
     }
     double t0 = now_s();
-    int rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
-    if (rc) return rc;
-    s->last_saved = dfg_runtime_steps_done(s->rt);
-    if (announce)
-        cli_say("checkpoint: step %" PRId64 " saved to %s (%.1f ms)\n", s->last_saved, path, 1e3 * (now_s() - t0));
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
+        s->unsaved = step;
+        return CLI_FAILED;
+    }
+    s->last_saved = s->on_disk = step;
+    s->unsaved = 0;
+    if (announce) cli_say("checkpoint: step %" PRId64 " saved to %s (%.1f ms)\n", step, path, 1e3 * (now_s() - t0));
     return CLI_OK;
 }
 
-/* The first metric the step updated that is not finite; -1 when all are. */
+/* What the checkpoint directory still holds after a save failed: "D/checkpoint.safetensors
+ * still holds step 10 (--resume D continues from it)". */
+static void still_saved(const run_state *s, char *buf, size_t len) {
+    if (s->on_disk >= 0)
+        snprintf(buf, len, "%s/%s still holds step %" PRId64 " (--resume %s continues from it)", s->ckpt_dir,
+                 CLI_CKPT_FILE, s->on_disk, s->ckpt_dir);
+    else snprintf(buf, len, "no checkpoint of this run is in %s", s->ckpt_dir);
+}
+
+/* A periodic save failed: one warning with the step, the reason and what is safe; training goes
+ * on, and the next interval (or the end of the run) tries again. */
+static void warn_unsaved(run_state *s, int64_t step, int64_t last_step) {
+    char kept[4600], next[64] = "at the end of the run";
+    still_saved(s, kept, sizeof(kept));
+    if (step + s->a->save_every <= last_step) snprintf(next, sizeof(next), "at step %" PRId64, step + s->a->save_every);
+    cli_progress_clear(&s->progress);
+    fprintf(stderr, "dfg run: warning: step %" PRId64 ": the checkpoint was not saved: %s; %s; training goes on and "
+                    "saves again %s\n", step, s->save_error, kept, next);
+}
+
+/* The first metric the step updated that is not finite (a nullable one's NaN is "no value");
+ * -1 when all are. */
 static int nonfinite_metric(dfg_runtime *rt) {
-    for (int i = 0; i < dfg_runtime_metric_count(rt); i++)
-        if (dfg_runtime_metric_updated(rt, i) && !isfinite(dfg_runtime_metric_value(rt, i))) return i;
+    for (int i = 0; i < dfg_runtime_metric_count(rt); i++) {
+        if (!dfg_runtime_metric_updated(rt, i)) continue;
+        float v = dfg_runtime_metric_value(rt, i);
+        if (!isfinite(v) && !(isnan(v) && dfg_runtime_metric_nullable(rt, i))) return i;
+    }
     return -1;
 }
 
 /* A step failed before it changed the trained state: on a NaN or Inf (found before any update), or
  * in a stage before the update (the reward program died, say). With checkpoints, saves the last
  * good state (the guard undoes what the failed step changed: counters, gradient buffers), then
- * reports. */
+ * reports in one line: the reason first, then what was kept. */
 static int stop_saving(run_state *s, const char *why) {
     int64_t good = dfg_runtime_steps_done(s->rt);
-    char path[4400];
+    char path[4400], kept[4600];
     cli_progress_clear(&s->progress);
     if (!dfg_dist_reports(s->a->dist)) return CLI_FAILED; /* a lower rank reports the collective that timed out */
     if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
     if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
-    /* the reason first, on the line that also says what was kept: one line for a script's log */
-    int rc = s->guard ? cli_guard_restore(s->guard) : CLI_OK;
-    if (!rc) rc = cli_ckpt_save(s->rt, s->ckpt_dir, s->seed, path, sizeof(path));
-    if (rc) {
-        cli_error(CMD, 0, "%s: %s", s->a->plan, why);
-        return rc;
+    if (s->guard && cli_guard_restore(s->guard)) return cli_error(CMD, CLI_FAILED, "%s: %s", s->a->plan, why);
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
+        still_saved(s, kept, sizeof(kept));
+        return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (the last good one) was not saved: "
+                         "%s; %s", s->a->plan, why, good, s->save_error, kept);
     }
-    s->last_saved = good;
+    s->last_saved = s->on_disk = good;
     return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (the last good one) is saved to %s "
                      "(--resume %s continues from it)", s->a->plan, why, good, path, s->ckpt_dir);
+}
+
+/* A metric of the step just run is not finite, but its gradients were: the update was applied,
+ * so the state is the step's, and nothing says it is good. It is saved beside the checkpoint
+ * (D/checkpoint-step-N.safetensors, what --resume of that file continues), so the last
+ * checkpoint, from before the doubt, is not replaced. */
+static int stop_after_update(run_state *s, const char *why) {
+    int64_t step = dfg_runtime_steps_done(s->rt);
+    char path[4400], file[64], kept[4600];
+    cli_progress_clear(&s->progress);
+    if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
+    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
+    still_saved(s, kept, sizeof(kept));
+    snprintf(file, sizeof(file), "checkpoint-step-%" PRId64 ".safetensors", step);
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, file, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error)))
+        return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " was not saved: %s; %s", s->a->plan,
+                         why, step, s->save_error, kept);
+    return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (not known to be good) is saved to %s "
+                     "(--resume %s continues from it); %s", s->a->plan, why, step, path, path, kept);
 }
 
 /* Data parallel, after each step: the whole batch's completion tokens (for tok/s), and whether
@@ -518,11 +590,11 @@ static int run_steps(run_state *s) {
         if (s->jsonl && (rc = write_jsonl(s, step, ms, tokens))) return rc;
         int bad = nonfinite_metric(s->rt);
         if (bad >= 0) {
-            char why[256];
+            char why[400];
             snprintf(why, sizeof(why), "step %" PRId64 ": metric '%s' is %g (the step's update was applied: its "
                      "gradients were finite)", step, dfg_runtime_metric_name(s->rt, bad),
                      (double)dfg_runtime_metric_value(s->rt, bad));
-            return stop_saving(s, why);
+            return stop_after_update(s, why);
         }
         if (shown) {
             cli_progress_clear(&s->progress);
@@ -530,7 +602,7 @@ static int run_steps(run_state *s) {
         }
         if (s->ckpt_dir && a->save_every && step % a->save_every == 0) {
             if (shown) cli_progress_clear(&s->progress);
-            if ((rc = checkpoint(s, shown))) return rc;
+            if (checkpoint(s, shown)) warn_unsaved(s, step, first + a->steps);
         }
         cli_progress_update(&s->progress, step, now_s() - start, tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : -1,
                             i == a->steps);
@@ -578,6 +650,13 @@ static const char *checkpoint_dir(const run_args *a) {
     return NULL;
 }
 
+/* Is the checkpoint file at path dir's own (so that a failed save leaves it there)? */
+static bool in_checkpoint_dir(const char *dir, const char *path) {
+    char own[4400], a[PATH_MAX], b[PATH_MAX];
+    snprintf(own, sizeof(own), "%s/%s", dir, CLI_CKPT_FILE);
+    return realpath(own, a) && realpath(path, b) && !strcmp(a, b);
+}
+
 /* Everything before the first step: checkpoint or weights, rollouts, the metrics file. */
 static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_path, int64_t ckpt_step) {
     const run_args *a = s->a;
@@ -591,13 +670,15 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
         if ((rc = cli_ckpt_restore(s->rt, ckpt, ckpt_path, ckpt_step))) return rc;
         cli_say("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
         s->last_saved = ckpt_step;
+        if (s->ckpt_dir && in_checkpoint_dir(s->ckpt_dir, ckpt_path)) s->on_disk = ckpt_step;
     }
     if (s->rollouts && (rc = cli_rollouts_apply(s->rt, s->rollouts))) return rc;
     if (dfg_runtime_broadcast_state(s->rt)) /* every rank starts from rank 0's state, as DDP does */
         return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
     s->sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(double));
     s->n_sum = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(int64_t));
-    if (!s->sum || !s->n_sum)
+    s->n_none = calloc((size_t)dfg_runtime_metric_count(s->rt) + 1, sizeof(int64_t));
+    if (!s->sum || !s->n_sum || !s->n_none)
         return cli_error(CMD, CLI_FAILED, "out of memory");
     if (a->metrics && !(s->jsonl = fopen(a->metrics, a->resume ? "a" : "w")))
         return cli_error(CMD, CLI_FAILED, "cannot create %s: %s", a->metrics, strerror(errno));
@@ -615,16 +696,23 @@ static int finish(run_state *s) {
     const run_args *a = s->a;
     int64_t step = dfg_runtime_steps_done(s->rt);
     int rc = CLI_OK;
-    char path[4400];
+    char path[4400], kept[4600];
     int sig = stop_signal(s);
-    if (s->ckpt_dir && s->last_saved != step && (rc = checkpoint(s, !sig))) return rc;
+    /* the last save: a failure (a full disk) is reported, and --save and --dump, which may go to
+     * another disk, are still written; the run then fails */
+    int save_rc = s->ckpt_dir && s->last_saved != step ? checkpoint(s, !sig) : CLI_OK;
+    if (save_rc) {
+        still_saved(s, kept, sizeof(kept));
+        cli_error(CMD, 0, "%s: step %" PRId64 ": the checkpoint was not saved: %s; %s", a->plan, step, s->save_error, kept);
+    }
     if (sig) {
         snprintf(path, sizeof(path), "%s/%s", s->ckpt_dir ? s->ckpt_dir : "", CLI_CKPT_FILE);
         if (s->rank > 0) return 128 + sig; /* rank 0 says it, and wrote the checkpoint */
-        if (s->ckpt_dir)
+        if (s->ckpt_dir && !save_rc)
             cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (continue with --resume %s)",
                       step, path, s->ckpt_dir);
-        else cli_error(CMD, 0, "interrupted after step %" PRId64 ": nothing saved (no --checkpoint-dir)", step);
+        else if (!s->ckpt_dir) cli_error(CMD, 0, "interrupted after step %" PRId64 ": nothing saved (no --checkpoint-dir)", step);
+        else cli_error(CMD, 0, "interrupted after step %" PRId64 ": its checkpoint was not saved (above)", step);
         return 128 + sig;
     }
     if (a->save) {
@@ -634,7 +722,10 @@ static int finish(run_state *s) {
         dfg_status st = dir ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
                             : dfg_runtime_save_safetensors(s->rt, a->save, false);
         if (st) return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        cli_say("saved the parameters to %s%s\n", a->save, dir ? " (a Hugging Face model directory)" : "");
+        const char *copies = dir ? dfg_runtime_saved_copies(s->rt) : "";
+        if (!dir) cli_say("saved the parameters to %s\n", a->save);
+        else cli_say("saved the parameters to %s (a Hugging Face model directory%s%s)\n", a->save,
+                     *copies ? "; copied from the source: " : "", copies);
     }
     if (a->dump) {
         char st[32], sd[32];
@@ -645,13 +736,13 @@ static int finish(run_state *s) {
         if ((rc = cli_dump_write(s->rt, a->dump, meta, 5))) return rc;
         cli_say("dumped step %" PRId64 " to %s\n", step, a->dump);
     }
-    return CLI_OK;
+    return save_rc;
 }
 
 /* Creates the runtime, loads, runs, saves. */
 static int execute(const run_args *a, dfg_program *p, void *lib) {
     cli_quiet = a->quiet;
-    run_state s = {.a = a, .last_saved = -1, .ckpt_dir = checkpoint_dir(a), .rank = dfg_dist_rank(a->dist)};
+    run_state s = {.a = a, .last_saved = -1, .on_disk = -1, .ckpt_dir = checkpoint_dir(a), .rank = dfg_dist_rank(a->dist)};
     dfg_safetensors *ckpt = NULL;
     char ckpt_path[4400] = "";
     int64_t ckpt_step = 0;
@@ -701,6 +792,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     free(s.sum);
     cli_guard_free(s.guard);
     free(s.n_sum);
+    free(s.n_none);
     if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);
     if (lock >= 0) close(lock);
     return rc;
@@ -719,6 +811,15 @@ static int check_reward_source(const run_args *r, const dfg_program *p) {
     if (external && !given && !r->rollouts && r->steps > 0)
         return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
                          "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
+    return CLI_OK;
+}
+
+/* A plan whose own rollout stages cannot run (dfg_declare_rollouts_only) trains only on a file:
+ * refused before anything starts rather than failing in its first step. */
+static int check_rollouts_only(const run_args *r, const dfg_program *p) {
+    const char *why = dfg_program_rollouts_only(p);
+    if (why && !r->rollouts && r->steps > 0)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan trains only on fixed rollouts (give --rollouts FILE): %s", r->plan, why);
     return CLI_OK;
 }
 
@@ -753,6 +854,7 @@ int cli_run(int argc, char **argv) {
         rc = cli_error(CMD, CLI_USAGE, "%s: --emulate-gpu runs plans compiled for cuda; this one is for %s", r.plan,
                        dfg_target_name(info.target));
     if (!rc) rc = check_reward_source(&r, p);
+    if (!rc) rc = check_rollouts_only(&r, p);
     if (!rc) rc = open_host_lib(&r, &info, &lib);
     if (!rc) rc = execute(&r, p, lib);
     dfg_program_free(p);

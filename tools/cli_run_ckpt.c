@@ -25,28 +25,30 @@
 #define CKPT_LOCK ".dfg-run.lock"
 
 int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names, const dfg_tensor *const *tensors,
-                int n, const char *const *meta_kv, int n_meta) {
+                int n, const char *const *meta_kv, int n_meta, char *err, size_t err_len) {
     size_t total = 1;
     for (int i = 0; i < n; i++) total += dfg_tensor_bytes(tensors[i]);
     dfg_st_tensor *ts = calloc((size_t)(n ? n : 1), sizeof(*ts));
-    char *host = malloc(total);
-    int rc = CLI_OK;
-    if (!ts || !host) rc = cli_error(CMD, CLI_FAILED, "%s: out of memory (%zu bytes) gathering the tensors", path, total);
+    char *host = malloc(total), why[1024] = "";
+    if (!ts || !host) snprintf(why, sizeof(why), "%s: out of memory (%zu bytes) gathering the tensors", path, total);
     size_t off = 0;
-    for (int i = 0; i < n && !rc; i++) {
+    for (int i = 0; i < n && !why[0]; i++) {
         const dfg_tensor *t = tensors[i];
         size_t bytes = dfg_tensor_bytes(t);
         if (dfg_runtime_read(rt, t->name, host + off, bytes))
-            rc = cli_error(CMD, CLI_FAILED, "%s: reading '%s': %s", path, t->name, dfg_runtime_error(rt));
+            snprintf(why, sizeof(why), "%s: reading '%s': %s", path, t->name, dfg_runtime_error(rt));
         ts[i] = (dfg_st_tensor){.name = file_names[i], .dtype = t->dtype, .shape = t->shape, .data = host + off,
                                 .bytes = bytes};
         off += bytes;
     }
-    char err[1024];
-    if (!rc && dfg_st_write(path, ts, n, meta_kv, n_meta, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
+    if (!why[0] && dfg_st_write(path, ts, n, meta_kv, n_meta, why, sizeof(why)) && !why[0])
+        snprintf(why, sizeof(why), "%s: not written", path);
     free(ts);
     free(host);
-    return rc;
+    if (!why[0]) return CLI_OK;
+    if (!err) return cli_error(CMD, CLI_FAILED, "%s", why);
+    snprintf(err, err_len, "%s", why);
+    return CLI_FAILED;
 }
 
 static bool ckpt_saved(const dfg_tensor *t) { return t->kind == DFG_PARAM || t->kind == DFG_STATE; }
@@ -118,14 +120,16 @@ int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd) {
     return CLI_OK;
 }
 
-int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, size_t path_len) {
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, char *path, size_t path_len,
+                  char *err, size_t err_len) {
     const dfg_program *p = dfg_runtime_program(rt);
-    snprintf(path, path_len, "%s/%s", dir, CLI_CKPT_FILE);
+    snprintf(path, path_len, "%s/%s", dir, file ? file : CLI_CKPT_FILE);
     const dfg_tensor **ts = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*ts));
     const char **names = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*names));
     if (!ts || !names) {
         free(ts), free(names);
-        return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+        snprintf(err, err_len, "%s: out of memory", path);
+        return CLI_FAILED;
     }
     int n = 0;
     for (int i = 0; i < p->n_tensors; i++) /* program order: the same plan gives the same file */
@@ -136,7 +140,7 @@ int cli_ckpt_save(dfg_runtime *rt, const char *dir, uint64_t seed, char *path, s
     snprintf(th, sizeof(th), "%d", dfg_runtime_threads(rt));
     const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.program", p->name, "dfg.step", step, "dfg.seed", sd,
                           "dfg.threads", th};
-    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 6);
+    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 6, err, err_len);
     free(ts);
     free(names);
     return rc;

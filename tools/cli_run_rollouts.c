@@ -21,6 +21,7 @@
 
 struct cli_rollouts {
     const char *path;
+    bool unpadded;  /* a plan with prompt_start got neither it nor an attention_mask: no padding */
     int n;
     const dfg_tensor *t[MAX_ROLLOUT_TENSORS];
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
@@ -117,10 +118,11 @@ static int check_shared_prompts(const dfg_program *p, const char *path, const cl
     return CLI_OK;
 }
 
-/* Left-padded prompts (a dataset plan's "prompt_start" (N) i32: each row's first prompt column)
- * may come as TRL's attention_mask (N, T), any dtype of 0s and 1s: a row's leading zeros are its
- * padding, and the prompt columns after them must be 1 (left padding is the only kind the plan
- * runs). The completion columns are the completion mask's business and are not read. */
+/* Left-padded prompts (the "prompt_start" (N) i32 of a plan with padded_prompts: each row's
+ * first prompt column) may come as TRL's attention_mask (N, T), any dtype of 0s and 1s: a row's
+ * leading zeros are its padding, and the prompt columns after them must be 1 (left padding is the
+ * only kind the plan runs). The completion columns are the completion mask's business and are
+ * not read. A file with neither has no padding (every prompt_start 0). */
 static int start_from_mask(const dfg_program *p, const char *path, const dfg_st_tensor *f, const dfg_tensor *start,
                            void **out) {
     const char *lp = dfg_program_setting(p, "max_prompt_length");
@@ -189,6 +191,12 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
             if (rc) return rc;
             continue;
         }
+        if (!f && t == start) { /* rows that say nothing of padding have none: every prompt starts at 0 */
+            if (!(r->data[k] = calloc(1, dfg_tensor_bytes(t) ? dfg_tensor_bytes(t) : 1)))
+                return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+            r->unpadded = true;
+            continue;
+        }
         if (!f) return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is missing (a rollout holds: %s)", path, t->name, want);
         if (f->dtype != t->dtype)
             return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is %s in the file; the plan needs %s", path, t->name,
@@ -242,7 +250,8 @@ int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r) {
     int rc = skip_stages(rt, dfg_runtime_program(rt), skipped, sizeof(skipped));
     if (rc) return rc;
     cli_say("rollouts from %s: %s %s", r->path, r->t[0]->name, dfg_shape_str(r->t[0]->shape, sb, sizeof(sb)));
-    for (int k = 1; k < r->n; k++) cli_say(", %s", r->t[k]->name);
+    for (int k = 1; k < r->n; k++) cli_say(", %s%s", r->t[k]->name, r->unpadded && !strcmp(r->t[k]->name, "prompt_start")
+                                                                          ? " (none in the file: no padding)" : "");
     cli_say("; stages %s skipped\n", skipped[0] ? skipped : "(none)");
     return CLI_OK;
 }
@@ -279,7 +288,7 @@ int cli_dump_write(dfg_runtime *rt, const char *path, const char *const *meta_kv
     for (int i = 0; i < p->decl.n_dumps && !rc; i++) names[n] = p->decl.dumps[i].name, ts[n++] = p->decl.dumps[i].t;
     for (int i = 0; i < p->n_tensors && !rc; i++) /* every PARAM, under its (Hugging Face) name */
         if (p->tensors[i]->kind == DFG_PARAM) names[n] = p->tensors[i]->name, ts[n++] = p->tensors[i];
-    if (!rc) rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta_kv, n_meta);
+    if (!rc) rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta_kv, n_meta, NULL, 0);
     free(names);
     free(ts);
     return rc;

@@ -51,11 +51,13 @@ typedef struct {
     int n_eos;
     const dfg_dataset *ds;    /* with rows (P): the rows' index and fields; NULL: a built-in task */
     const int64_t *rows;
+    int64_t *all_null_steps;  /* optional: steps so far with a row no function applied to (warned for the first 3) */
 } dfg_grpo_reward_opts;
 
-/* Scores the rollout with src and writes "rewards" (and "reward_stats" when present): each row's
- * reward is the nansum of weights[f] * reward_f (TRL's: a function's null leaves it out). A
- * source's failure fails the stage with its one-line message. */
+/* Scores the rollout with src and writes "rewards" (and "reward_values" when present): each row's
+ * reward is the nansum of weights[f] * reward_f (TRL's: a function's null leaves it out), 0 for a
+ * row no function applied to (with a warning on stderr, as TRL warns). A source's failure fails
+ * the stage with its one-line message. */
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
 
 /* "1,0.5,2" -> w[0..n-1]; false (with a message in err) unless exactly n finite numbers. */
@@ -73,7 +75,8 @@ dfg_tensor *dfg_grpo_frac_zero_std(dfg_graph *g, dfg_tensor *rewards, int64_t G)
 void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *truncated, int64_t max_new);
 /* TRL's rewards/<name>/mean and /std (nanmean, and nanstd with Bessel's correction; 0 for one
  * value) of each reward function over the rows that have a value: values (n, F), NaN for None.
- * A function with no value on any row logs NaN, as TRL does. */
+ * A function with no value on any row has none (NaN, as TRL logs it): nullable metrics
+ * (dfg_metric_nullable), so such a step goes on. */
 void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const char (*names)[68]);
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank

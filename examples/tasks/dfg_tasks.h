@@ -118,6 +118,13 @@ const char *dfg_reward_names(void);
  * max_answer_len + 1 so that every answer and its EOS fit. The problems are a function of
  * (dfg_host_seed, dfg_host_step) alone: the same run draws the same batches on every machine. */
 dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts, int group);
+/* The same with the prompts left-padded to prompt_cols >= prompt_len columns (a plan whose
+ * max_prompt_length is longer than the task's prompts): each row is PAD x (prompt_cols -
+ * prompt_len), the prompt, then what follows it as above from column prompt_cols on, and
+ *   "prompt_start" i32 (N)  prompt_cols - prompt_len, each row's first prompt column
+ * (required when there is padding; written when present). prompt_cols = prompt_len is
+ * dfg_grpo_make_batch. */
+dfg_status dfg_grpo_make_batch_padded(dfg_host_ctx *ctx, const dfg_task *t, int prompts, int group, int prompt_cols);
 
 /* dfg_grpo_rewards scores every row's completion with fn(completion, n, answer, L, user) and
  * writes "rewards" f32 (N). It reads

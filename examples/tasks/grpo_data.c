@@ -172,7 +172,21 @@ static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, re
     return DFG_OK;
 }
 
-/* Per function: the mean and the unbiased std over the rows with a value (TRL's nanmean, nanstd). */
+/* TRL warns when every reward function returned None for a row: its reward is then 0, which may
+ * not be what the functions' author meant. Once per such step, for the first 3 of a run. */
+static void warn_all_null(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, const dfg_reward_row *rows, int64_t none,
+                          int64_t first, int64_t N) {
+    int64_t seen = o->all_null_steps ? (*o->all_null_steps)++ : 0;
+    if (seen >= 3) return;
+    char line[64] = "";
+    if (rows[first].index >= 0 && o->ds)
+        snprintf(line, sizeof(line), ", dataset line %lld", (long long)dfg_dataset_line(o->ds, rows[first].index));
+    fprintf(stderr, "dfg run: warning: step %lld: no reward function applied (all answered null) to %lld of %lld rows "
+                    "(the first: row %lld%s): their reward is 0, as TRL's nansum gives%s\n",
+            (long long)dfg_host_step(ctx) + 1, (long long)none, (long long)N, (long long)first, line,
+            seen == 2 ? " (further such warnings are not shown)" : "");
+}
+
 /* The source's message without its leading "step N, " or "step N: " (the stage's message names the step). */
 static const char *without_step(const char *m) {
     const char *p = m;
@@ -206,12 +220,16 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
         (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, s.values, err, sizeof(err))))
         dfg_host_fail(ctx, "%s", without_step(err));
     if (!st) {
+        int64_t none = 0, first = -1;
         for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */
             float sum = 0.0f;
+            int applied = 0;
             for (int f = 0; f < F; f++)
-                if (!isnan(s.values[r * F + f])) sum += o->weights[f] * s.values[r * F + f];
+                if (!isnan(s.values[r * F + f])) sum += o->weights[f] * s.values[r * F + f], applied++;
             ((float *)rew.data)[r] = sum;
+            if (!applied && none++ == 0) first = r;
         }
+        if (none) warn_all_null(ctx, o, s.rows, none, first, N);
         if (values.data) memcpy(values.data, s.values, sizeof(float) * (size_t)(N * F));
     }
     scratch_free(&s);

@@ -46,7 +46,8 @@ void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const ch
         char name[96];
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof(name), "rewards/%s/%s", names[f], k ? "std" : "mean");
-            dfg_metric(g, name, dfg_reshape(g, dfg_slice(g, k ? std : mean, 0, f, 1), DFG_SCALAR));
+            /* nullable: a function that applied to no row has no mean (TRL logs NaN; dfg, null) */
+            dfg_metric_nullable(g, name, dfg_reshape(g, dfg_slice(g, k ? std : mean, 0, f, 1), DFG_SCALAR));
         }
     }
 }

@@ -262,26 +262,35 @@ dfg_status dfg_task_tensor(dfg_host_ctx *ctx, const char *name, dfg_dtype dt, in
 }
 
 dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts, int group) {
+    return dfg_grpo_make_batch_padded(ctx, t, prompts, group, t ? t->prompt_len : 0);
+}
+
+dfg_status dfg_grpo_make_batch_padded(dfg_host_ctx *ctx, const dfg_task *t, int prompts, int group, int prompt_cols) {
     if (!ctx) return DFG_ERR_ARG;
     if (!t || t->kind < 0 || t->kind >= TASK_COUNT || t->prompt_len < 1)
         return dfg_host_fail(ctx, "make_batch: no task (initialise it with dfg_task_init)");
     if (prompts < 1 || group < 1 || (int64_t)prompts * group > INT32_MAX)
         return dfg_host_fail(ctx, "make_batch: prompts (%d) and group (%d) must be >= 1", prompts, group);
-    int64_t N = (int64_t)prompts * group, P = t->prompt_len, A = t->max_answer_len;
-    dfg_buffer tok, ans, alen, sft, smask;
+    if (prompt_cols < t->prompt_len)
+        return dfg_host_fail(ctx, "task '%s' (digits %d) has prompts of %d tokens, more than the %d prompt columns", t->name,
+                             t->digits, t->prompt_len, prompt_cols);
+    int64_t N = (int64_t)prompts * group, P = prompt_cols, pad = prompt_cols - t->prompt_len, A = t->max_answer_len;
+    dfg_buffer tok, ans, alen, sft, smask, start;
     dfg_status st;
     if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
         (st = dfg_task_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, A}, "NA", false, &ans)) ||
-        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)))
+        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)) ||
+        (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", pad == 0, &start)))
         return st;
     int64_t T = tok.shape.d[1];
     if (T < P + A + 1)
-        return dfg_host_fail(ctx, "tensor 'tokens' has T = %lld columns; task '%s' (digits %d) needs T >= prompt_len %lld + "
-                                  "max_answer_len %lld + 1 (EOS) = %lld",
+        return dfg_host_fail(ctx, "tensor 'tokens' has T = %lld columns; task '%s' (digits %d) needs T >= prompt columns "
+                                  "%lld + max_answer_len %lld + 1 (EOS) = %lld",
                              (long long)T, t->name, t->digits, (long long)P, (long long)A, (long long)(P + A + 1));
     if ((st = dfg_task_tensor(ctx, "sft_tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", true, &sft)) ||
         (st = dfg_task_tensor(ctx, "sft_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", true, &smask)))
         return st;
+    for (int64_t r = 0; start.data && r < N; r++) ((int32_t *)start.data)[r] = (int32_t)pad;
 
     /* one stream per (seed, step); the salt keeps it apart from other host stages that seed
      * their generators from the same two numbers */
@@ -295,13 +304,14 @@ dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts
         if (L < 1 || L > A) return dfg_host_fail(ctx, "make_batch: task '%s' drew an answer of length %d", t->name, L);
         for (int r = g * group; r < (g + 1) * group; r++) {
             int32_t *row = (int32_t *)tok.data + r * T, *arow = (int32_t *)ans.data + r * A;
-            for (int64_t i = 0; i < T; i++) row[i] = i < P ? prompt[i] : DFG_VOCAB_PAD;
+            for (int64_t i = 0; i < T; i++) row[i] = i >= pad && i < P ? prompt[i - pad] : DFG_VOCAB_PAD;
             for (int64_t i = 0; i < A; i++) arow[i] = i < L ? answer[i] : DFG_VOCAB_PAD;
             ((int32_t *)alen.data)[r] = L;
             if (sft.data) {
                 int32_t *s = (int32_t *)sft.data + r * T;
                 for (int64_t i = 0; i < T; i++)
-                    s[i] = i < P ? prompt[i] : i < P + L ? answer[i - P] : i == P + L ? DFG_VOCAB_EOS : DFG_VOCAB_PAD;
+                    s[i] = i < pad ? DFG_VOCAB_PAD : i < P ? prompt[i - pad] : i < P + L ? answer[i - P]
+                         : i == P + L ? DFG_VOCAB_EOS : DFG_VOCAB_PAD;
             }
             if (smask.data) {
                 float *m = (float *)smask.data + r * T;

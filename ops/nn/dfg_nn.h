@@ -23,6 +23,10 @@ DFG_API dfg_status dfg_backward_accumulate(dfg_graph *g, dfg_tensor *loss, dfg_t
  * Copies a scalar into the persistent metric "name" (an f32 STATE "metric.<name>" of role
  * METRIC), reported after every step. */
 DFG_API dfg_status dfg_metric(dfg_graph *g, const char *name, dfg_tensor *scalar);
+/* As dfg_metric, for a value a step may not have (NaN: none), e.g. the mean of a reward function
+ * over the rows it applies to when it applies to none (TRL logs NaN there too): such a NaN is
+ * logged as null, left out of averages, and never stops a run the way a NaN loss does. */
+DFG_API dfg_status dfg_metric_nullable(dfg_graph *g, const char *name, dfg_tensor *scalar);
 
 /* ---------------------------------------------------------------- models
  * Decoder-only transformers as Hugging Face writes them: GPT-2 (GPT2LMHeadModel) and the Llama

@@ -154,13 +154,13 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
 expect_rc 2 "--align 3"
 expect_in err.txt "power of two" "--align names the rule"
 
-# plans of format versions 1 to 6 are refused with what to do
-for v in 1 2 3 4 5 6; do
+# plans of format versions 1 to 7 are refused with what to do
+for v in 1 2 3 4 5 6 7; do
   cp gpt2.dfg old.dfg
   printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
   run "$DFG" inspect old.dfg
   expect_rc 2 "a version-$v plan"
-  expect_in err.txt "format version $v is older than this dfg's (7)" "a version-$v plan is named as old"
+  expect_in err.txt "format version $v is older than this dfg's (8)" "a version-$v plan is named as old"
   expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
   expect_one_line "version-$v plan"
 done

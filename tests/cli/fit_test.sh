@@ -5,7 +5,10 @@
 # sub-batches and remat keep the math); the run uses what was planned (peak RSS = the process
 # before + the arena + a small reported rest; on the emulated GPU, device memory = arena +
 # workspace); --min gives the smallest plan; a budget under it exits 3 with the least the program
-# needs and writes nothing; a setting given with --set is held; bad arguments exit 2.
+# needs and writes nothing; a budget under the model's persistent state exits 3 at once (only the
+# program as given compiled), naming what would shrink it (the reference model only with beta > 0,
+# never offloading); the "as given" row is the arena dfg compile prints; a setting given with
+# --set is held; bad arguments exit 2.
 #   usage: fit_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -28,11 +31,13 @@ planned_used() {
   if python3 - "$1" "$2" >mem.txt 2>&1 <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-m = re.search(r"host memory: peak RSS (\d+) .*= (\d+) before the runtime .* \+ the arena (\d+) .* ([-+]) (\d+) other", text)
-peak, before, arena, sign, other = int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5])
-other = -other if sign == "-" else other
+# "peak RSS P (..) = B before the runtime (..) + R for the run (..)" then ": the arena A (..) + O
+# other" or ", less than the arena A (..)": R - A is what the plan does not cover (may be < 0)
+m = re.search(r"host memory: peak RSS (\d+) .*= (\d+) before the runtime .* \+ (\d+) for the run .* the arena (\d+) ", text)
+peak, before, run, arena = int(m[1]), int(m[2]), int(m[3]), int(m[4])
+other = run - arena
 assert arena == int(sys.argv[2]), "the run's arena %d is not the plan's %s" % (arena, sys.argv[2])
-assert peak == before + arena + other
+assert peak == before + run
 print("peak RSS - before = %d = arena %d + %d other" % (peak - before, arena, other))
 sys.exit(0 if -65536 <= other <= 16 << 20 else 1)
 PY
@@ -117,23 +122,46 @@ if [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ]; then ok "fit with gradient_accumulation_s
 if grep -q "gradient_accumulation_steps=[0-9]" out.txt; then fail "the held knob was searched"; else ok "the table never varies the held knob"; fi
 
 # ---------------------------------------------------------------- nothing fits
-BLOW=$(( AMIN * 9 / 10 ))
+# between the persistent tensors and the least: the search, then the least for the message
+PMIN=$(jget min.dfg.json 'd["persistent_bytes"]')
+BLOW=$(( (PMIN + AMIN) / 2 ))
 rm -f low.dfg
 run "$DFG" fit "$G" --memory-budget "$BLOW" -o low.dfg
-expect_rc 3 "a budget under the least ($BLOW < $AMIN bytes) fits nothing"
+expect_rc 3 "a budget under the least ($BLOW < $AMIN bytes, over the persistent $PMIN) fits nothing"
 expect_in err.txt "nothing fits" "the message says nothing fits"
 expect_in err.txt "needs at least" "the message gives the least the pipeline needs"
 [ -e low.dfg ] && fail "a plan was written although nothing fits" || ok "no plan is written"
-# under the persistent tensors, which remat cannot shrink: no remat search is tried (a table row
-# for one ends in "+ remat" or says "the smallest plan found"), only the least, for the message
-PMIN=$(jget min.dfg.json 'd["persistent_bytes"]')
-BP=$(( PMIN * 9 / 10 ))
+# under the persistent tensors (the model's state: weights, gradients, optimizer state), which no
+# setting shrinks: fit answers after compiling the program as given alone. No remat search (a
+# row for one ends in "+ remat" or says "the smallest plan found"), no candidate but #1
+rows_of() { grep -cE '^[ *] *[0-9]+  ' out.txt; }
+# no_offload WHAT: the message names nothing dfg cannot do (offloading, optimizer state elsewhere)
+no_offload() {
+  if grep -Eiq "offload|elsewhere" err.txt; then fail "$1 suggests what dfg cannot do: $(grep -Ei 'offload|elsewhere' err.txt)"
+  else ok "$1 suggests no offloading"; fi
+}
+BP=$(( PMIN / 2 ))
 run "$DFG" fit "$G" --memory-budget "$BP" -o low.dfg
 expect_rc 3 "a budget under the persistent tensors ($BP < $PMIN bytes) fits nothing"
 expect_in err.txt "persistent tensors alone are over the budget" "the message says the persistent tensors are over it"
 if grep -Eq "\+ remat\s*$|the smallest plan found" out.txt; then fail "remat was searched under a budget below the persistent tensors: $(grep -E 'remat|smallest' out.txt)"
 else ok "no remat search under a budget below the persistent tensors"; fi
-expect_in out.txt "remat to the least" "... only the least, for the message"
+[ "$(rows_of)" = 1 ] && grep -qE '^  1 .* as given$' out.txt \
+  && ok "... nor any other candidate: the table holds only #1, the program as given" \
+  || fail "candidates were compiled under a budget below the persistent tensors: $(rows_of) rows"
+grep -Eq "weights [0-9.]+ [KMG]?i?B, gradients [0-9.]+ [KMG]?i?B, optimizer state [0-9.]+ [KMG]?i?B" err.txt \
+  && ok "the message breaks the persistent bytes down: $(grep -Eo 'weights [^)]*' err.txt | head -1)" \
+  || fail "the message does not break the persistent bytes down"
+if grep -qi "reference model" err.txt; then fail "beta=0 (no reference model), yet the message names one: $(grep -i 'reference model' err.txt)"
+else ok "with beta=0 the message names no reference model"; fi
+no_offload "the message under the persistent tensors"
+expect_in err.txt "fewer parameters" "... it names what would shrink them: a model with fewer parameters"
+run "$DFG" fit "$G" --set beta=0.04 --memory-budget "$BP" -o low.dfg
+expect_rc 3 "with beta=0.04 (a reference model), under the persistent tensors"
+[ "$(rows_of)" = 1 ] && ok "... the table holds only #1" || fail "with beta=0.04 candidates were compiled: $(rows_of) rows"
+expect_in err.txt "the reference model" "... the message names the reference model's bytes"
+expect_in err.txt "beta=0" "... and beta=0, which drops it"
+no_offload "the message with beta=0.04"
 # what would fit, changing the math: 8 prompts of 8 generations, the budget of half the prompts' least
 run "$DFG" fit "$G" --set prompts_per_step=4 --min -o half.dfg
 AHALF=$(arena_of half.dfg)
@@ -142,6 +170,21 @@ run "$DFG" fit "$G" --memory-budget "$BH" -o none.dfg
 expect_rc 3 "a budget between the least of 4 and of 8 prompts ($BH bytes) fits nothing with 8"
 expect_in err.txt "changing what is trained would fit" "the message names what would fit"
 expect_in err.txt "prompts_per_step=4" "... a batch of 4 prompts"
+
+# ---------------------------------------------------------------- as given = dfg compile
+# #1 is the plan dfg compile makes: a budget narrows the fused head's vocabulary chunk (1/256 of
+# it), which a 5000-token head shows; under a budget over it, the plan written is compile's own
+run "$DFG" compile "$G" --set vocab_size=5000 -o v.dfg
+expect_rc 0 "compile with a 5000-token vocabulary"
+AV=$(arena_of v.dfg)
+FIG=$(grep -o 'plan for cpu: arena [0-9.]* [KMG]*i*B' out.txt | sed 's/.*arena //')
+run "$DFG" fit "$G" --set vocab_size=5000 --memory-budget $(( AV * 5 / 4 )) -o vf.dfg
+expect_rc 0 "fit it under $(( AV * 5 / 4 )) bytes"
+ROW=$(sed -nE 's/^[ *] *1  ([0-9.]+ [KMG]?i?B) .*as given$/\1/p' out.txt)
+[ -n "$FIG" ] && [ "$ROW" = "$FIG" ] && ok "the as-given row shows the arena dfg compile prints ($FIG)" \
+  || fail "the as-given row says '$ROW', dfg compile '$FIG'"
+AVF=$(arena_of vf.dfg)
+[ "$AVF" = "$AV" ] && ok "the plan fit chose as given is dfg compile's ($AV bytes)" || fail "fit's as-given plan has $AVF bytes, compile's $AV"
 
 # ---------------------------------------------------------------- cuda, on the emulated GPU
 # the budget of a cuda plan holds the device workspace that follows the arena (32 MiB of it the

@@ -40,6 +40,12 @@ cp out.txt info.txt
 run "$DFG" compile "$SRC/examples/grpo.c" --set seed=77 -o seed77.dfg
 run "$DFG" run seed77.dfg --steps 0
 expect_in out.txt "seed 77" "the plan's setting seed is the default seed"
+# no step touches the activations' pages: the run's share of RSS is under the arena, said as such
+# (a sanitizer build's RSS holds the sanitizer's own memory too)
+if ldd "$DFG" 2>/dev/null | grep -q libasan; then echo "ok - # SKIP host memory under the arena: a sanitizer build"
+else expect_in out.txt "less than the arena" "host memory under the arena says so"; fi
+if grep -q "other (" out.txt || grep -qE " - [0-9]+ other" out.txt; then fail "host memory shows a negative 'other': $(grep 'host memory' out.txt)"
+else ok "host memory never shows a negative 'other'"; fi
 run "$DFG" run seed77.dfg --steps 0 --seed 5
 expect_in out.txt "seed 5" "--seed overrides the plan's setting"
 
@@ -145,6 +151,42 @@ expect_rc 2 "--save-every without --checkpoint-dir"
 run "$DFG" run grpo.dfg --resume half --weights w.safetensors
 expect_rc 2 "--resume with --weights"
 
+# ---------------------------------------------------------------- a full disk at a checkpoint
+# tests/cli/full_disk.c fails the writes of chosen saves with ENOSPC, as a disk that fills up: the
+# previous checkpoint stays whole, the warning names the step, the reason and what is safe, and
+# training goes on; the next interval saves again. A failed last save fails the run (after
+# --save, which may go to another disk, is still written).
+cc -shared -fPIC -O2 "$SRC/tests/cli/full_disk.c" -o full_disk.so -ldl
+check "the full-disk shim builds" [ -f full_disk.so ]
+# an LD_PRELOAD library before a sanitizer build's runtime is fine here: it only wraps write()
+full_disk() { local saves=$1; shift; FULL_DISK_SAVES=$saves LD_PRELOAD=$WORK/full_disk.so \
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}verify_asan_link_order=0" run "$@"; }
+full_disk 2 "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoint-dir disk
+expect_rc 0 "the save at step 4 fails, the one at step 6 does not: the run ends well"
+expect_in err.txt "warning: step 4: the checkpoint was not saved:" "the warning names the step"
+expect_in err.txt "No space left on device" "... and the reason"
+expect_in err.txt "disk/checkpoint.safetensors still holds step 2 (--resume disk continues from it)" "... and what is safe"
+expect_in err.txt "training goes on and saves again at step 6" "... and when it tries again"
+check "steps 5 and 6 ran" [ "$(last_step out.txt)" = 6 ]
+check "the checkpoint is step 6's, byte for byte the run without a full disk" cmp -s disk/checkpoint.safetensors full6.safetensors
+check "no partial file is left" [ -z "$(ls -A disk | grep -v '^checkpoint.safetensors$' | grep -v '^.dfg-run.lock$')" ]
+full_disk 1 "$DFG" run grpo.dfg --steps 3 --threads 1 --save-every 2 --checkpoint-dir disk1
+expect_rc 0 "the first save fails, the end of the run saves"
+expect_in err.txt "warning: step 2: the checkpoint was not saved: " "a failed first save is a warning"
+expect_in err.txt "no checkpoint of this run is in disk1" "... that says nothing is saved yet"
+expect_in err.txt "saves again at the end of the run" "... and when it tries again"
+check "the end's checkpoint is step 3" [ "$(ckpt_step disk1/checkpoint.safetensors)" = 3 ]
+# saves 3 and 4: step 6's periodic save and the end's second try
+full_disk 3,4 "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoint-dir disk3 --save disk3.safetensors
+expect_rc 1 "the last save fails (twice): the run fails"
+expect_in err.txt "grpo.dfg: step 6: the checkpoint was not saved: " "the error names the step"
+expect_in err.txt "disk3/checkpoint.safetensors still holds step 4 (--resume disk3 continues from it)" "... and what is safe"
+check "the checkpoint on disk is step 4's, whole" [ "$(ckpt_step disk3/checkpoint.safetensors)" = 4 ]
+check "--save still wrote the trained parameters" [ -s disk3.safetensors ]
+run "$DFG" run grpo.dfg --resume disk3 --steps 2 --threads 1
+expect_rc 0 "the run resumes from step 4"
+check "... and its step 6 is the uninterrupted run's" cmp -s disk3/checkpoint.safetensors full6.safetensors
+
 # ---------------------------------------------------------------- kill -9
 "$DFG" run grpo.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir k9 >k9.txt 2>&1 &
 bg_pid=$!
@@ -190,12 +232,23 @@ expect_rc 0 "the saved state = 4 good steps (weights, moments, step counter, zer
 run "$DFG" run nan.dfg --steps 10 --threads 1
 expect_rc 1 "NaN without --checkpoint-dir"
 expect_in err.txt "nothing saved (no --checkpoint-dir)" "... says nothing was saved"
-# a metric that is not finite (gradients finite) stops the run too, after its update
+# a metric that is not finite (gradients finite) stops the run too, after its update: that state
+# is kept beside the checkpoint, which stays the last one before the doubt
 run "$DFG" compile "$SRC/tests/cli/nan_pipeline.c" --set nan_step=3 --set nan_in=loss -o inf.dfg
-run "$DFG" run inf.dfg --steps 10 --threads 1 --checkpoint-dir infck
+run "$DFG" run inf.dfg --steps 10 --threads 1 --checkpoint-dir infck --save-every 1
 expect_rc 1 "an Inf metric at step 3"
 expect_in err.txt "step 3: metric 'spike' is inf" "the message names the step and the metric"
-check "the checkpoint holds step 3 (its update was applied)" [ "$(ckpt_step infck/checkpoint.safetensors)" = 3 ]
+expect_in err.txt "the state after step 3 (not known to be good) is saved to infck/checkpoint-step-3.safetensors" \
+  "... calls the state after it what it is"
+expect_in err.txt "infck/checkpoint.safetensors still holds step 2" "... and says the last checkpoint is kept"
+if grep -q "last good" err.txt; then fail "a step whose metric is not finite is never 'the last good one'"
+else ok "a step whose metric is not finite is never 'the last good one'"; fi
+check "that file holds step 3 (its update was applied)" [ "$(ckpt_step infck/checkpoint-step-3.safetensors)" = 3 ]
+check "the checkpoint is still step 2's" [ "$(ckpt_step infck/checkpoint.safetensors)" = 2 ]
+run "$DFG" compile "$SRC/tests/cli/nan_pipeline.c" --set nan_step=99 --set nan_in=loss -o fin.dfg
+run "$DFG" run fin.dfg --steps 3 --threads 1 --checkpoint-dir infref
+run "${ST[@]}" same infck/checkpoint-step-3.safetensors infref/checkpoint.safetensors --except metric.
+expect_rc 0 "the saved state is step 3's whole (weights, moments, counters): a run of 3 good steps"
 
 # ---------------------------------------------------------------- --quiet
 run "$DFG" run grpo.dfg --steps 3 --threads 1 --quiet --metrics q.jsonl
@@ -310,6 +363,53 @@ run "$DFG" run grpo.dfg --weights wdir --steps 1
 expect_rc 2 "--weights DIR with a shard missing"
 expect_one_line "a missing shard"
 expect_in err.txt "wdir/model.safetensors.index.json: shard 'model-00002-of-00003.safetensors'" "the message names the index and the shard"
+
+# ---------------------------------------------------------------- --save OUT/: a Hugging Face model directory
+files_of() { (cd "$1" && ls -A | tr '\n' ' '); }
+# a model made from settings alone: its config.json and weights, nothing to copy
+run "$DFG" run grpo.dfg --steps 0 --threads 1 --save src/
+expect_rc 0 "--save DIR/ of a model made from settings alone"
+check "... writes config.json and model.safetensors ($(files_of src))" test "$(files_of src)" = "config.json model.safetensors "
+# src/ as the source of a plan (--set model=src), with a tokenizer, generation defaults and a chat
+# template; tokenizer.json a symbolic link to its blob, as in a Hugging Face cache
+cp "$SRC/examples/tasks/digits/tokenizer.json" blob.json
+ln -s ../blob.json src/tokenizer.json
+cp "$SRC/examples/tasks/digits/tokenizer_config.json" src/
+echo '{"bos_token_id": 0, "eos_token_id": 1, "max_new_tokens": 7}' >src/generation_config.json
+printf '%s' "{% for m in messages %}{{ m['content'] }}{% endfor %}" >src/chat_template.jinja
+run "$DFG" compile "$SRC/examples/grpo.c" -o from_src.dfg --set beta=0.04 --set model=src
+expect_rc 0 "compile with --set model=DIR"
+expect_in out.txt " learning_rate=1e-06 " "a pretrained model's default learning rate is TRL's 1e-6"
+expect_in out.txt "note: learning_rate is 1e-06 (TRL's default for fine-tuning a pretrained model" "... and compile says so"
+run "$DFG" compile "$SRC/examples/grpo.c" -o from_src_lr.dfg --set model=src --set learning_rate=3e-6
+if grep -q "note: learning_rate" out.txt; then fail "a learning rate given is not noted"; else ok "a learning rate given is not noted"; fi
+mkdir out && echo stale >out/tokenizer.json && echo stale >out/merges.txt # an earlier save's
+run "$DFG" run from_src.dfg --steps 1 --threads 1 --save out/
+expect_rc 0 "--save DIR/ of a model compiled from a directory"
+expect_in out.txt "saved the parameters to out/ (a Hugging Face model directory; copied from the source: generation_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja)" \
+  "... and says what it copied"
+for f in tokenizer.json tokenizer_config.json generation_config.json chat_template.jinja; do
+  check "... copies the source's $f byte for byte" cmp -s "src/$f" "out/$f"
+done
+check "... as a file, not the link" test ! -L out/tokenizer.json
+check "... removes an earlier save's merges.txt, which the source lacks" test ! -e out/merges.txt
+want="chat_template.jinja config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json "
+check "... and copies nothing else, no temp file left ($(files_of out))" test "$(files_of out)" = "$want"
+check "... its weights are dfg's after step 1, not the source's (step $(ckpt_step src/model.safetensors))" \
+  test "$(ckpt_step out/model.safetensors)" = 1
+# a source file that cannot be copied: one line naming it; the weights and config.json are written all the same
+mkfifo src/vocab.json
+run "$DFG" run from_src.dfg --steps 0 --threads 1 --save out2/
+expect_rc 1 "--save DIR/ when the source's vocab.json is a FIFO"
+expect_one_line "a source file that is not a regular file"
+expect_in err.txt "save: cannot copy $(pwd -P)/src/vocab.json: not a regular file" "the message names the file"
+check "... and config.json and model.safetensors are saved" test -s out2/config.json -a -s out2/model.safetensors
+rm src/vocab.json
+ln -s nowhere src/merges.txt
+run "$DFG" run from_src.dfg --steps 0 --threads 1 --save out2/
+expect_rc 1 "--save DIR/ when the source's merges.txt is a symbolic link to nothing"
+expect_in err.txt "save: cannot copy $(pwd -P)/src/merges.txt: a symbolic link to nothing" "the message names the file"
+rm src/merges.txt
 
 echo
 if [ "$failures" -eq 0 ]; then echo "grpo_cli_test: all checks passed"; exit 0; fi

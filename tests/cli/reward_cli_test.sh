@@ -59,6 +59,7 @@ expect_in err.txt "its first line must be {\"reward_funcs\": [names]}, got 'not-
 # each stops step 3 with one line and saves the state after step 2; --resume with a good program
 # then gives exactly the checkpoint of an uninterrupted 4-step run
 run "$DFG" compile "$GRPO" --set reward=external --set reward_funcs=digits,short -o toy.dfg
+cp out.txt toy_compile.txt
 export TOY_REWARD_LOG="$WORK/requests.log"
 run "$DFG" run toy.dfg --steps 4 --threads 1 --checkpoint-dir ref --reward-cmd "$TOY" --metrics ref.jsonl
 expect_rc 0 "a run scored by a reward program"
@@ -86,7 +87,36 @@ fault garbage "answers garbage" "the reward program's answer is not a JSON objec
 fault short "answers a row short" "the reward program answered 63 rows, expected 64 (row 63 has none)"
 fault string "answers a string" "row 1: the reward program's value for 'digits' is \"abc\", not a finite number or null"
 fault error "reports an error" "the reward program reported an error: the grader is down"
+fault nan "answers a raw NaN" "the reward program's answer holds NaN or Infinity, which are not JSON (a value that does not apply is null, TRL's None"
 check "no reward program is left running" [ -z "$(pgrep -f 'toy_reward.py hang' || true)" ]
+
+# ---------------------------------------------------------------- null for every row: TRL's None
+# a function that applies to no row of a step has no mean (TRL logs NaN): the step goes on, the
+# metric is n/a on the line and null in --metrics; a row no function applies to scores 0, with a
+# warning as TRL's
+run "$DFG" run toy.dfg --steps 4 --threads 1 --every 1 --checkpoint-dir none --reward-cmd "$TOY none 2" --metrics none.jsonl
+expect_rc 0 "'short' answers null for every row from step 2: the run goes on"
+check "steps 1-4 ran" [ "$(grep -c '^step ' out.txt)" = 4 ]
+check "rewards/short/mean is n/a on the line of step 3" [ "$(metric_at out.txt 3 rewards/short/mean)" = "n/a" ]
+check "... and null in --metrics; the reward is digits' alone" python3 -c '
+import json
+rows = [json.loads(l) for l in open("none.jsonl")]
+assert rows[0]["rewards/short/mean"] == 1 and rows[2]["rewards/short/mean"] is None, rows[2]
+assert rows[2]["rewards/short/std"] is None and rows[2]["reward"] == rows[2]["rewards/digits/mean"], rows[2]'
+if grep -q "last good\|not finite\|is nan" err.txt; then fail "no step is called bad: $(cat err.txt)"; else ok "no step is called bad"; fi
+run "$DFG" run toy.dfg --steps 6 --threads 1 --every 1 --reward-cmd "$TOY allnone 2"
+expect_rc 0 "no function applies to any row from step 2: the run goes on"
+expect_in err.txt "warning: step 2: no reward function applied (all answered null) to 64 of 64 rows (the first: row 0): their reward is 0" \
+  "... with TRL's warning, naming the step and the rows"
+expect_in err.txt "warning: step 4: no reward function applied" "... once a step"
+expect_in err.txt "(further such warnings are not shown)" "... for the first three such steps"
+check "... and no more" [ "$(grep -c 'no reward function applied' err.txt)" = 3 ]
+check "the reward of step 3 is 0" [ "$(metric_at out.txt 3 reward)" = 0 ]
+
+# ---------------------------------------------------------------- the plan says what the reward program must declare
+expect_in toy_compile.txt "note: reward=external: the reward program (dfg run --reward-cmd) or plugin (--reward-lib) must declare the functions reward_funcs=digits,short, in this order" \
+  "dfg compile names the functions the reward program must declare"
+expect_in toy_compile.txt "tools/reward_server.py --list" "... and how to list a module's"
 
 # ---------------------------------------------------------------- a dataset
 python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 3 --rows 40 --seed 5 -o reverse.jsonl >/dev/null
@@ -95,6 +125,11 @@ run "$DFG" compile "$GRPO" --set dataset=reverse.jsonl --set reward_funcs=exact,
   --set reward_weights=0.6,0.3,0.1 --set max_completion_length=5 -o ds.dfg
 expect_rc 0 "compile with a dataset"
 expect_in out.txt "reward=external" "a dataset's reward is external by default"
+if grep -q " task=\| digits=" out.txt; then fail "a dataset plan's settings name no built-in task: $(grep '^settings' out.txt)"
+else ok "a dataset plan's settings name no built-in task"; fi
+run "$DFG" compile "$GRPO" --set dataset=reverse.jsonl --set task=add -o dstask.dfg
+expect_rc 2 "a dataset plan refuses task="
+expect_in err.txt "task picks a built-in task, but the prompts come from the dataset" "... saying why"
 run "$DFG" run ds.dfg --steps 6 --threads 1 --checkpoint-dir dsref --reward-lib ./digits_plugin.so
 expect_rc 0 "train on the dataset (6 steps of 8 prompts: 48 draws over 40 rows, into epoch 2)"
 check "the dataset position is checkpointed: epoch 1, 8 rows into it" \
@@ -192,6 +227,63 @@ run "$DFG" run two.dfg --steps 1 --rollouts hole.safetensors
 expect_rc 2 "an attention_mask with a hole in the prompt is refused"
 expect_in err.txt "attention_mask row 2 has a 0 at prompt column 1 after its prompt began at column 0: only left padding is supported" \
   "... naming the row and column"
+
+# ---------------------------------------------------------------- a task plan, other prompt lengths, rollout files
+# with --rollouts the task never runs, so nothing about it refuses the run; a plan whose task
+# cannot make its rollouts says so when compiled, and a run without --rollouts is refused at once
+run "$DFG" compile "$GRPO" --set max_prompt_length=3 --set share_prompts=0 -o short.dfg
+expect_rc 0 "a task plan whose prompts (4 tokens) do not fit max_prompt_length 3 compiles"
+expect_in out.txt "note: this plan trains only on fixed rollouts (dfg run --rollouts FILE): task 'reverse' (digits 3) has prompts of 4 tokens, more than max_prompt_length 3" \
+  "... and dfg compile says it trains only on rollout files"
+run "$DFG" run short.dfg --steps 1
+expect_rc 2 "... run without --rollouts: refused before any step"
+expect_in err.txt "this plan trains only on fixed rollouts (give --rollouts FILE): task 'reverse'" "... saying why and what to give"
+"${ST[@]}" rollouts r3.safetensors 64 8 15 7 --prompt-len 3
+run "$DFG" run short.dfg --steps 2 --threads 1 --rollouts r3.safetensors
+expect_rc 0 "... and trains on a rollout file of 3-token prompts"
+run "$DFG" compile "$GRPO" --set max_prompt_length=7 --set padded_prompts=false -o nopad.dfg
+expect_in out.txt "has prompts of 4 tokens, fewer than max_prompt_length 7, and padded_prompts=false leaves no room" \
+  "padded_prompts=false with longer prompt columns: rollout files only"
+# a longer max_prompt_length left-pads the task's prompts (padded_prompts=auto): it runs
+run "$DFG" compile "$GRPO" --set max_prompt_length=7 -o pad7.dfg
+expect_rc 0 "a task plan with max_prompt_length 7 > the task's 4 compiles"
+expect_in out.txt " padded_prompts=auto " "... padded_prompts is a setting"
+if grep -q "^note: this plan trains only" out.txt; then fail "... and makes its own rollouts"; else ok "... and makes its own rollouts"; fi
+run "$DFG" run pad7.dfg --steps 2 --threads 1 --every 1 --dump pad7_dump.safetensors
+expect_rc 0 "... which it trains on, left-padded"
+check "... its loss is finite" python3 -c 'import math, sys; assert math.isfinite(float(sys.argv[1]))' "$("${ST[@]}" get pad7_dump.safetensors loss)"
+# left-padded rollout files without a dataset (padded_prompts=true): TRL's attention_mask or
+# prompt_start; a padded row trains as the same row unpadded (pads are never attended)
+"${ST[@]}" rollouts plain.safetensors 64 9 15 11 --group 8
+"${ST[@]}" rollouts leftpad.safetensors 64 9 15 11 --group 8 --left-pad 3
+run "$DFG" compile "$GRPO" --set n_positions=12 -o plain.dfg
+run "$DFG" compile "$GRPO" --set padded_prompts=true --set max_prompt_length=7 --set n_positions=12 -o padded.dfg
+expect_rc 0 "padded_prompts=true without a dataset compiles"
+run "$DFG" run plain.dfg --steps 1 --threads 1 --rollouts plain.safetensors --dump plain_d.safetensors
+expect_rc 0 "one step on unpadded rows"
+run "$DFG" run padded.dfg --steps 1 --threads 1 --rollouts leftpad.safetensors --dump padded_d.safetensors
+expect_rc 0 "one step on the same rows left-padded by 3, with TRL's attention_mask"
+# the log-probs, loss and gradient norm before the update (the update itself goes through Adam,
+# which turns the key bias's zero gradient, float noise either way, into full-size steps)
+check "... scores every token as the unpadded rows do (log-probs, loss, grad_norm within 1e-6)" python3 - "$SRC/tests/cli" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from st_tool import read, values
+a, b = read("plain_d.safetensors")[0], read("padded_d.safetensors")[0]
+la, lb = values(a["logp"]), values(b["logp"])
+T, P = a["logp"][1][1], 3  # (N, 9) and (N, 12): the padded rows' columns 3.. are the plain rows'
+rows = len(la) // T
+worst = max(abs(la[r * T + j] - lb[r * (T + P) + P + j]) for r in range(rows) for j in range(T))
+assert worst <= 1e-6 and any(v != 0 for v in la), worst
+for k in ("loss", "grad_norm"):
+    x, y = values(a[k])[0], values(b[k])[0]
+    assert abs(x - y) <= 1e-6 * max(1.0, abs(x)), (k, x, y)
+print("worst log-prob difference %.3g" % worst)
+PY
+"${ST[@]}" rollouts nomask.safetensors 64 12 15 11 --group 8 --prompt-len 7
+run "$DFG" run padded.dfg --steps 1 --threads 1 --rollouts nomask.safetensors
+expect_rc 0 "a padded plan takes a file without attention_mask or prompt_start"
+expect_in out.txt "prompt_start (none in the file: no padding)" "... and says it reads no padding"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

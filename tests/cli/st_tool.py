@@ -21,9 +21,12 @@
                                  (2-norms); exit 3 when not
   st_tool.py names F             the tensor names, one per line, sorted
   st_tool.py meta F KEY          a metadata value
-  st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G]
+  st_tool.py rollouts OUT N T V SEED [--bad-shape] [--group G] [--prompt-len L] [--left-pad K]
                                  a GRPO rollout file: tokens i32 (N,T) (prompt then completion,
-                                 right-padded), completion_mask f32 (N,T), rewards f32 (N)
+                                 right-padded), completion_mask f32 (N,T), rewards f32 (N); prompts
+                                 of L tokens (default 4); --left-pad K: the same rows with K pad
+                                 tokens (id 0) before each prompt (T grows by K) and TRL's
+                                 attention_mask i32 (N,T) (0 on the pads)
   st_tool.py shard F DIR N       DIR as transformers' save_pretrained writes a sharded model: F's
                                  tensors cut in file order into N shards
                                  model-0000k-of-0000N.safetensors and the index
@@ -159,32 +162,37 @@ def norm_close(a, b, rtol):
     return 0 if rel <= rtol else 3
 
 
-def rollouts(out, n, t, vocab, seed, bad_shape, group):
-    """Prompts of 4 tokens (the same for each group of `group` rows, as a rollout makes them;
-    group 1: every row its own), then 1..(T-4) completion tokens ending in EOS (id 1),
-    right-padded with 0; the mask is 1 on the completion tokens, EOS included."""
+def rollouts(out, n, t, vocab, seed, bad_shape, group, lp=4, left_pad=0):
+    """Prompts of lp tokens (the same for each group of `group` rows, as a rollout makes them;
+    group 1: every row its own), then 1..(T-lp) completion tokens ending in EOS (id 1),
+    right-padded with 0; the mask is 1 on the completion tokens, EOS included. left_pad: the
+    same rows, each with left_pad pad tokens before its prompt, and an attention_mask."""
     rng = random.Random(seed)
-    tokens, mask, rewards = [], [], []
-    lp = 4
+    tokens, mask, rewards, amask = [], [], [], []
     for i in range(n):
         if i % group == 0:
             prompt = [rng.randrange(2, vocab) for _ in range(lp)]
-        row = list(prompt)
+        row = [0] * left_pad + list(prompt)
         k = rng.randrange(1, t - lp + 1)
         comp = [rng.randrange(2, vocab) for _ in range(k - 1)] + [1]
         row += comp + [0] * (t - lp - k)
         tokens += row
-        mask += [0.0] * lp + [1.0] * k + [0.0] * (t - lp - k)
+        mask += [0.0] * (left_pad + lp) + [1.0] * k + [0.0] * (t - lp - k)
+        amask += [0] * left_pad + [1] * (lp + k) + [0] * (t - lp - k)
         rewards.append(rng.random())
     rows = n + 1 if bad_shape else n
+    t += left_pad
     if bad_shape:
         tokens += tokens[:t]
         mask += mask[:t]
-    write(out, {
+    tensors = {
         "tokens": ("I32", (rows, t), struct.pack("<%di" % len(tokens), *tokens)),
         "completion_mask": ("F32", (rows, t), struct.pack("<%df" % len(mask), *mask)),
         "rewards": ("F32", (n,), struct.pack("<%df" % n, *rewards)),
-    }, {"format": "pt"})
+    }
+    if left_pad:
+        tensors["attention_mask"] = ("I32", (n, t), struct.pack("<%di" % len(amask), *amask))
+    write(out, tensors, {"format": "pt"})
     return 0
 
 
@@ -250,8 +258,9 @@ def main(argv):
         print(read(argv[2])[1].get(argv[3], ""))
         return 0
     if cmd == "rollouts":
-        group = int(argv[argv.index("--group") + 1]) if "--group" in argv else 1
-        return rollouts(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), "--bad-shape" in argv, group)
+        opt = lambda flag, d: int(argv[argv.index(flag) + 1]) if flag in argv else d
+        return rollouts(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), "--bad-shape" in argv,
+                        opt("--group", 1), opt("--prompt-len", 4), opt("--left-pad", 0))
     if cmd == "shard":
         return shard(argv[2], argv[3], int(argv[4]))
     if cmd == "check-dump":

@@ -14,6 +14,9 @@ From step STEP on (default 3) it misbehaves as MODE says:
   string   answers "abc" as row 1's first value
   error    answers {"error": ...}
   sigkill  kills itself with SIGKILL
+  none     "short" answers null for every row (the function applies to none of them)
+  allnone  both functions answer null for every row (no function applies to any row)
+  nan      answers a raw NaN (Python's json.dumps default), which is not JSON
   kill-dfg  kills the dfg process that started it with SIGKILL (a data-parallel rank that dies)
   stop-dfg  stops the dfg process that started it with SIGSTOP (a rank that hangs), then answers
 The data-parallel modes act only in the rank $TOY_REWARD_RANK (default 1) of an mpirun run
@@ -68,5 +71,10 @@ for line in sys.stdin:
             text = json.dumps({"rewards": answer})
         if mode == "error":
             text = json.dumps({"error": "the grader is down"})
+        if mode in ("none", "allnone"):
+            text = json.dumps({"rewards": [[None if mode == "allnone" else a[0], None] for a in answer]})
+        if mode == "nan":
+            answer[1][0] = float("nan")
+            text = json.dumps({"rewards": answer})
     out.write(text + "\n")
     out.flush()
