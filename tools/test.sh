@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh - builds dfg and runs the whole test suite:
-#   1. the release build and every ctest suite (unit, gradcheck, golden vs PyTorch, planfile, CLI, fuzz replay),
-#      then the GRPO learning test on its own;
+#   1. the release build and every ctest suite (unit, gradcheck, golden vs PyTorch, planfile, CLI, fuzz replay,
+#      the GRPO learning tests), side by side: the learning tests are bounded by steps, not seconds;
 #   2. the C tests again in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the libFuzzer harnesses (tests/fuzz: the safetensors reader, the sharded-model index,
 #      config.json, the plan loader, the prompt dataset reader, a reward program's answer) for
@@ -18,9 +18,7 @@ export DFG_REQUIRE_HF=1
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
-(cd build && ctest -LE learning --output-on-failure -j"$jobs")
-# the learning test times training: it runs alone so that other tests do not steal its cores
-(cd build && ctest -L learning --output-on-failure)
+(cd build && ctest --output-on-failure -j"$jobs")
 
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDFG_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
