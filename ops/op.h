@@ -1,5 +1,6 @@
 /* op.h - the op registry: per op, every fact of its ops.def row (shape rule, gradient rule, cost,
- * attribute layout, in-place rule, dtypes, randomness, memory hint, whether CUDA has a kernel);
+ * attribute layout, in-place rule, dtypes, randomness, memory hint, class flags, whether CUDA has a
+ * kernel);
  * the kernels' tables are ops/cpu/cpu.h and ops/cuda/. The enum, the declarations and the table
  * are generated from ops/ops.def, so they cannot drift apart. */
 #ifndef DFG_OP_H
@@ -27,6 +28,11 @@ typedef enum { DFG_GRAD_DIFF, DFG_GRAD_ZERO, DFG_GRAD_NONE } dfg_grad_kind;
 typedef enum { DFG_INPLACE_NONE, DFG_INPLACE_IN0, DFG_INPLACE_IN01, DFG_INPLACE_IN12, DFG_INPLACE_EACH } dfg_inplace_rule;
 typedef enum { DFG_DTYPES_F32, DFG_DTYPES_ANY } dfg_dtype_rule;
 typedef enum { DFG_MEM_KEEPS, DFG_MEM_NEW_AXIS, DFG_MEM_LOGITS, DFG_MEM_LM_HEAD, DFG_MEM_TABLE } dfg_mem_hint;
+/* The flags column: the classes of op that passes and tools ask about (ops.def says what each means). */
+typedef enum {
+    DFG_OPF_GEMM = 1u << 0,       /* its FLOPs are matrix products (tensor-core work on cuda) */
+    DFG_OPF_COLLECTIVE = 1u << 1, /* its kernel calls the communicator; its attributes are `collective` */
+} dfg_op_flags;
 
 typedef struct {
     double flops;
@@ -55,12 +61,17 @@ typedef struct {
     dfg_dtype_rule dtypes;
     bool random;        /* draws from an RNG state: never recomputed */
     dfg_mem_hint mem;
+    unsigned flags;     /* dfg_op_flags */
     bool has_cuda;      /* ops/cuda has its kernel */
 } dfg_op_info;
 
 extern const dfg_op_info dfg_ops[DFG_OP_COUNT];
 
 static inline const char *dfg_op_name(dfg_op op) { return (unsigned)op < DFG_OP_COUNT ? dfg_ops[op].name : "?"; }
+/* Whether op has every flag of `flags` (dfg_op_flags); false for an id that is no op. */
+static inline bool dfg_op_flag(unsigned op, unsigned flags) {
+    return op < DFG_OP_COUNT && (dfg_ops[op].flags & flags) == flags;
+}
 /* The op's attribute layout; none for an id that is no op (a damaged program is still written). */
 static inline const dfg_attr_layout *dfg_op_attrs(unsigned op) {
     return op < DFG_OP_COUNT ? dfg_ops[op].attrs : &dfg_attr_layout_none;
@@ -99,7 +110,7 @@ dfg_tensor *dfg_sum_to_shape(dfg_graph *g, dfg_tensor *x, dfg_shape shape);
 
 /* Every rule ops.def names, declared from the table (an op's rules may be shared by several
  * rows: repeating a declaration is harmless). */
-#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) \
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, flags, kernel, scratch, cuda, cuda_scratch) \
     dfg_status dfg_infer_##infer(dfg_graph *g, const dfg_node *n, dfg_out_spec *out);            \
     dfg_cost dfg_cost_##cost(const dfg_node *n);                                                 \
     DFG_UNLESS_NONE(grad)(dfg_status dfg_grad_##grad(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, \

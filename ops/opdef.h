@@ -18,6 +18,10 @@
 #define DFG_FN_OR_NULL(prefix, x) DFG_CAT(DFG_FN_OR_NULL_, DFG_IS_NONE(x))(prefix, x)
 #define DFG_FN_OR_NULL_0(prefix, x) prefix##x
 #define DFG_FN_OR_NULL_1(prefix, x) NULL
+/* prefix##name, or NULL when the column `gate` is `none` (a column saying whether name exists) */
+#define DFG_FN_IF(gate, prefix, name) DFG_CAT(DFG_FN_IF_, DFG_IS_NONE(gate))(prefix, name)
+#define DFG_FN_IF_0(prefix, name) prefix##name
+#define DFG_FN_IF_1(prefix, name) NULL
 /* the tokens after it, unless x is `none` */
 #define DFG_UNLESS_NONE(x) DFG_CAT(DFG_UNLESS_NONE_, DFG_IS_NONE(x))
 #define DFG_UNLESS_NONE_0(...) __VA_ARGS__

@@ -91,6 +91,26 @@ typedef struct {
 /* The report of a compiled program, or NULL. */
 DFG_API const dfg_report *dfg_program_report(const dfg_program *p);
 
+/* What the remat pass found under a memory budget: whether the plan fits, and when it does not,
+ * the least arena it could reach (the smallest budget it would have met) and what fills it. It
+ * is kept when dfg_compile fails, so a caller reads it instead of parsing the error message
+ * ("remat: the memory budget of B does not fit; the smallest plan found needs ...", which is made
+ * from these fields). */
+typedef struct {
+    bool ran;                    /* a budget or memory_min was given (and not no_remat): remat searched */
+    bool fits;                   /* arena_bytes is within the budget (always under memory_min) */
+    int64_t budget;              /* the budget it searched for (0 under memory_min) */
+    int64_t arena_bytes;         /* the arena of the plan it stopped at: the first within the budget,
+                                    else the least it could reach, the smallest budget that fits */
+    int64_t persistent_bytes;    /* of which persistent tensors, which no recompute shrinks */
+    int recomputed;              /* activations it recomputed to reach arena_bytes */
+    size_t peak[DFG_CAT_COUNT];  /* that plan's live bytes at its peak, by category */
+} dfg_remat_result;
+
+/* What remat found when p was compiled, whether dfg_compile succeeded or not; NULL before
+ * dfg_compile. ran is false when there was no budget, or the compile stopped before remat. */
+DFG_API const dfg_remat_result *dfg_program_remat(const dfg_program *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,6 +73,8 @@ const dfg_report *dfg_program_report(const dfg_program *p) {
     return dfg_is_compiled(p) ? &p->plan->report : NULL;
 }
 
+const dfg_remat_result *dfg_program_remat(const dfg_program *p) { return p && p->plan ? &p->plan->remat : NULL; }
+
 const char *dfg_category_name(dfg_category c) {
     static const char *const names[DFG_CAT_COUNT] = {
         [DFG_CAT_PARAMS] = "params",         [DFG_CAT_GRADS] = "grads",   [DFG_CAT_OPTIMIZER] = "optimizer",

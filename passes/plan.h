@@ -33,6 +33,7 @@ struct dfg_plan {
     dfg_options opt;
     dfg_arena *arena; /* where the plan's arrays live: the program's, or a trial's scratch */
     dfg_report report;
+    dfg_remat_result remat; /* the remat pass's (dfg_program_remat): kept when the compile fails */
     int n_steps;
     int *stage_step;  /* [n_stages + 1]: first step of each stage; [n_stages] = n_steps */
     int *graph_stage; /* [graph id]: the stage that runs it, or -1 */

@@ -8,7 +8,9 @@
  * attention and matmuls). Trying one means adding a copy of its producer right before its first
  * reader after the peak, pointing the later readers at the copy, and planning again; the copy is
  * kept when the arena shrinks and undone otherwise. Rounds go on until the plan fits or nothing
- * helps, in which case the pass fails with the smallest arena it reached and what fills it.
+ * helps, in which case the pass fails with the smallest arena it reached and what fills it. Either
+ * way the outcome is the plan's remat result (dfg_program_remat): callers such as dfg fit read
+ * whether it fit and the least arena from there, not from the message.
  * Copies compute exactly what the original did, so results are bit-identical; random ops
  * (sampling) and ops that write state are never copied. */
 #include <stdio.h>
@@ -343,18 +345,18 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
 }
 
 /* "params 474.2 MiB, optimizer 948.4 MiB, ...": the three largest categories at the peak. */
-static void dominant(const dfg_report *r, char *buf, size_t len) {
+static void dominant(const size_t *peak, char *buf, size_t len) {
     bool used[DFG_CAT_COUNT] = {0};
     size_t at = 0;
     buf[0] = '\0';
     for (int k = 0; k < 3; k++) {
         int best = -1;
         for (int cat = 0; cat < DFG_CAT_COUNT; cat++)
-            if (!used[cat] && r->peak[cat] && (best < 0 || r->peak[cat] > r->peak[best])) best = cat;
+            if (!used[cat] && peak[cat] && (best < 0 || peak[cat] > peak[best])) best = cat;
         if (best < 0) break;
         used[best] = true;
         at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s %.1f MiB", k ? ", " : "",
-                               dfg_category_name((dfg_category)best), (double)r->peak[best] / 1048576.0);
+                               dfg_category_name((dfg_category)best), (double)peak[best] / 1048576.0);
     }
 }
 
@@ -374,15 +376,22 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
         bool kept = false;
         if ((st = round_once(&c, &trial, cost, &scratch, &kept)) || !kept) break;
     }
-    if (!st && !o->memory_min && arena > budget) {
-        char dom[256];
-        dominant(&trial.report, dom, sizeof(dom));
-        st = dfg_program_err(p, DFG_ERR_ARG,
-                               "remat: the memory budget of %.1f MiB does not fit; the smallest plan found needs %.1f MiB "
-                               "(persistent tensors %.1f MiB, %d activations recomputed); at its peak: %s",
-                               (double)o->memory_budget / 1048576.0, (double)arena / 1048576.0,
-                               (double)trial.report.persistent_bytes / 1048576.0, c.n_copies, dom);
-    } else if (st && !p->status) {
+    if (!st) { /* the search's result, for callers (dfg_program_remat); the message is made from it */
+        dfg_remat_result *r = &p->plan->remat;
+        *r = (dfg_remat_result){.ran = true, .fits = o->memory_min || arena <= budget, .budget = budget,
+                                .arena_bytes = arena, .persistent_bytes = (int64_t)trial.report.persistent_bytes,
+                                .recomputed = c.n_copies};
+        memcpy(r->peak, trial.report.peak, sizeof(r->peak));
+        if (!r->fits) {
+            char dom[256];
+            dominant(r->peak, dom, sizeof(dom));
+            st = dfg_program_err(p, DFG_ERR_ARG,
+                                 "remat: the memory budget of %.1f MiB does not fit; the smallest plan found needs %.1f MiB "
+                                 "(persistent tensors %.1f MiB, %d activations recomputed); at its peak: %s",
+                                 (double)r->budget / 1048576.0, (double)r->arena_bytes / 1048576.0,
+                                 (double)r->persistent_bytes / 1048576.0, r->recomputed, dom);
+        }
+    } else if (!p->status) {
         st = dfg_program_err(p, st, "remat: %s", dfg_program_error(p)[0] ? dfg_program_error(p) : "out of memory");
     }
     dfg_arena_free_all(&scratch);

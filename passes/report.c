@@ -6,10 +6,10 @@
 
 /* A collective's bytes per step, and a ring implementation's traffic for them. */
 static void count_collective(dfg_report *r, const dfg_node *n, int repeat) {
-    if (n->op != DFG_OP_ALLREDUCE && n->op != DFG_OP_ALL_GATHER && n->op != DFG_OP_RANK) return;
+    if (!dfg_op_flag(n->op, DFG_OPF_COLLECTIVE)) return;
     int W = n->attr->collective.world;
     r->world = W;
-    if (n->op == DFG_OP_RANK) return;
+    if (n->op == DFG_OP_RANK) return; /* reads its rank from the communicator: sends nothing */
     double bytes = 0;
     for (int i = 0; i < n->n_out; i++) bytes += (double)dfg_tensor_bytes(n->out[i]);
     if (dfg_node_is_late_allreduce(n)) repeat = 1; /* on the stage's last repeat only */

@@ -160,7 +160,7 @@ static dfg_status verify_world(dfg_program *p) {
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
             const dfg_node *n = p->graphs[gi]->nodes[i];
-            if (n->op != DFG_OP_ALLREDUCE && n->op != DFG_OP_ALL_GATHER && n->op != DFG_OP_RANK) continue;
+            if (!dfg_op_flag(n->op, DFG_OPF_COLLECTIVE)) continue;
             if (!first) first = n, world = n->attr->collective.world;
             else if (n->attr->collective.world != world)
                 return dfg_program_err(p, DFG_ERR_ARG, "verify: %s '%s' was built for %d ranks and %s '%s' for %d: a "

@@ -10,7 +10,16 @@
  *     padding and unused union bytes encode to the same bytes (what makes plan files
  *     deterministic);
  *   - the in-place rules name inputs that exist, and only ops that compute in f32 are refused
- *     other float dtypes by the CPU backend (the dtypes column). */
+ *     other float dtypes by the CPU backend (the dtypes column);
+ *   - the flags column against truths of its own: GEMM exactly on the ops whose cost rule counts
+ *     matrix products (matmul, attention, attention_prefix, linear_logprob: 2 M N K per product);
+ *     COLLECTIVE exactly on the ops whose kernel is one of those that call the communicator,
+ *     found by reading the kernel sources (the files of ops/cpu and ops/cuda that use ctx->comm,
+ *     and the kernels they define), and exactly on the ops with the `collective` attribute
+ *     layout (whose world the verify pass and the report read). */
+#include <dirent.h>
+#include <regex.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/ir.h"
@@ -33,6 +42,101 @@ static void check_rows(void) {
         diff += o->grad_kind == DFG_GRAD_DIFF;
     }
     printf("ops.def: %d ops, %d differentiable, every one with a CPU kernel\n", DFG_OP_COUNT, diff);
+}
+
+/* ---------------------------------------------------------------- the flags column */
+/* The source tree: this file is tests/test_op_table.c in it. */
+static void source_dir(char *dir, size_t len) {
+    snprintf(dir, len, "%s", __FILE__);
+    for (int k = 0; k < 2; k++) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, len, "..");
+    }
+}
+
+/* Into names (space-separated, each " name "), the kernels defined in the files of dir ending in
+ * ext that reach the communicator (ctx->comm): the first group of `def` in each such file. */
+static int comm_kernels(const char *dir, const char *ext, const char *def, char *names, size_t len) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "cannot list %s", dir);
+    if (!d) return 0;
+    regex_t re;
+    CHECK(!regcomp(&re, def, REG_EXTENDED | REG_NEWLINE), "bad pattern %s", def);
+    int n = 0, files = 0;
+    names[0] = '\0';
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name), le = strlen(ext);
+        if (l <= le || strcmp(e->d_name + l - le, ext)) continue;
+        char path[1400];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        static char text[1 << 20];
+        size_t got = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[got] = '\0';
+        files++;
+        if (!strstr(text, "ctx->comm")) continue;
+        regmatch_t m[2];
+        for (const char *at = text; !regexec(&re, at, 2, m, at == text ? 0 : REG_NOTBOL); at += m[0].rm_eo) {
+            size_t used = strlen(names);
+            snprintf(names + used, len - used, " %.*s ", (int)(m[1].rm_eo - m[1].rm_so), at + m[1].rm_so);
+            n++;
+        }
+    }
+    closedir(d);
+    regfree(&re);
+    CHECK(files > 0, "no %s files in %s", ext, dir);
+    return n;
+}
+
+static void check_flags(void) {
+    /* the cost rules that count matrix products (ops/matmul.c, attention.c, attention_prefix.c,
+     * logprob.c): what fit's estimate runs at the tensor-core rate */
+    const dfg_cost_fn matrix_cost[] = {dfg_cost_matmul, dfg_cost_attention, dfg_cost_attention_prefix,
+                                       dfg_cost_linear_logprob};
+    /* the kernels that call the communicator, checked against the sources below */
+    static const struct {
+        const char *name;
+        dfg_cpu_fn cpu;
+    } comm[] = {{"allreduce", dfg_cpu_allreduce}, {"all_gather", dfg_cpu_all_gather}, {"rank", dfg_cpu_rank}};
+    const int n_comm = (int)(sizeof(comm) / sizeof(comm[0]));
+    char src[1024], dir[1100], names[2][1024];
+    source_dir(src, sizeof(src));
+    snprintf(dir, sizeof(dir), "%s/ops/cpu", src);
+    int n_cpu =
+        comm_kernels(dir, ".c", "^dfg_status dfg_cpu_([a-z0-9_]+)\\(const dfg_node", names[0], sizeof(names[0]));
+    snprintf(dir, sizeof(dir), "%s/ops/cuda", src);
+    int n_cuda = comm_kernels(dir, ".cu", "^DFG_CUDA_LAUNCHER\\(([a-z0-9_]+)\\)", names[1], sizeof(names[1]));
+    CHECK(n_cpu == n_comm && n_cuda == n_comm, "kernels that use ctx->comm: cpu%s, cuda%s; this test knows %d",
+          names[0], names[1], n_comm);
+    for (int i = 0; i < n_comm; i++) {
+        char pat[64];
+        snprintf(pat, sizeof(pat), " %s ", comm[i].name);
+        CHECK(strstr(names[0], pat) && strstr(names[1], pat), "kernel '%s' does not use ctx->comm in ops/cpu and ops/cuda",
+              comm[i].name);
+    }
+    int gemm = 0, coll = 0;
+    for (int op = 0; op < DFG_OP_COUNT; op++) {
+        const dfg_op_info *o = &dfg_ops[op];
+        bool matrix = false, calls_comm = false;
+        for (size_t k = 0; k < sizeof(matrix_cost) / sizeof(matrix_cost[0]); k++) matrix |= o->cost == matrix_cost[k];
+        for (int k = 0; k < n_comm; k++) calls_comm |= dfg_cpu_kernels[op] == comm[k].cpu;
+        CHECK(dfg_op_flag(op, DFG_OPF_GEMM) == matrix, "op '%s': flag GEMM %s, but its cost rule %s matrix products",
+              o->name, dfg_op_flag(op, DFG_OPF_GEMM) ? "set" : "not set", matrix ? "counts" : "does not count");
+        CHECK(dfg_op_flag(op, DFG_OPF_COLLECTIVE) == calls_comm,
+              "op '%s': flag COLLECTIVE %s, but its kernel %s the communicator", o->name,
+              dfg_op_flag(op, DFG_OPF_COLLECTIVE) ? "set" : "not set", calls_comm ? "calls" : "does not call");
+        CHECK(dfg_op_flag(op, DFG_OPF_COLLECTIVE) == (o->attrs == &dfg_attr_layout_collective),
+              "op '%s': flag COLLECTIVE %s, attribute layout '%s'", o->name,
+              dfg_op_flag(op, DFG_OPF_COLLECTIVE) ? "set" : "not set", o->attrs->name);
+        gemm += dfg_op_flag(op, DFG_OPF_GEMM);
+        coll += dfg_op_flag(op, DFG_OPF_COLLECTIVE);
+    }
+    CHECK(!dfg_op_flag(DFG_OP_COUNT, DFG_OPF_GEMM) && !dfg_op_flag(DFG_OP_COUNT, 0), "dfg_op_flag of an id that is no op");
+    printf("flags: %d GEMM ops (their cost rules count matrix products), %d COLLECTIVE (their kernels call the "
+           "communicator)\n", gemm, coll);
 }
 
 /* Random valid values for every field of layout l in a. */
@@ -140,6 +244,7 @@ static void check_layouts(void) {
 int main(void) {
     dfg_test_init("test_op_table");
     check_rows();
+    check_flags();
     check_layouts();
     return dfg_test_finish();
 }

@@ -12,6 +12,11 @@
  *     nothing (no recompute, same arena, same node count).
  *   - A budget below anything reachable fails with DFG_ERR_ARG and a message that states the
  *     smallest plan found (and that budget then fits) and names the categories at its peak.
+ *   - The structured result (dfg_program_remat), what dfg fit reads instead of the message: no
+ *     budget, remat did not run; a budget that fits, fits with the plan's arena and recompute
+ *     count; a budget nothing reaches, does not fit, kept after the failed compile, with the
+ *     least arena, persistent bytes, recompute count and peak categories the message states
+ *     (the same numbers, as printed), and that least arena as the budget compiles and fits.
  *   - A graph whose tokens come from dfg_sample: under a budget that makes remat recompute, no
  *     recomputed node (DFG_NF_RECOMPUTED) is a SAMPLE, and results (the RNG state included)
  *     stay bit-identical.
@@ -316,6 +321,87 @@ static void test_too_small(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the structured result */
+/* Builds and compiles the training program under budget; the program, compiled or not. */
+static dfg_program *compile_kept(const train_cfg *c, int64_t budget, dfg_status *st) {
+    dfg_program *p = dfg_program_new("remat result");
+    build_train(p, c);
+    dfg_options o = dfg_options_default(DFG_TARGET_CPU);
+    o.memory_budget = budget;
+    *st = dfg_compile(p, &o);
+    return p;
+}
+
+static void test_result(void) {
+    train_cfg c = {4, 32, 64, 97, 2, 4, false};
+    dfg_status st;
+    dfg_program *p0 = compile_kept(&c, 0, &st);
+    const dfg_remat_result *r = dfg_program_remat(p0);
+    CHECK(!st && r && !r->ran, "no budget: compile %s, remat %s", dfg_status_name(st),
+          r ? (r->ran ? "ran" : "did not run") : "no result");
+    if (st || !r) {
+        dfg_program_free(p0);
+        return;
+    }
+    dfg_report r0 = *dfg_program_report(p0);
+    dfg_program_free(p0);
+    dfg_program *fresh = dfg_program_new("not compiled");
+    CHECK(dfg_program_remat(fresh) == NULL && dfg_program_remat(NULL) == NULL, "a result before any compile");
+    dfg_program_free(fresh);
+
+    /* a budget that fits after recomputing */
+    int64_t tight = tight_budget(&c, &r0);
+    CHECK(tight > 0, "result: no budget between the persistent bytes and the arena made remat recompute");
+    if (tight > 0) {
+        dfg_program *p = compile_kept(&c, tight, &st);
+        r = dfg_program_remat(p);
+        const dfg_report *rep = dfg_program_report(p);
+        CHECK(!st && r && rep && r->ran && r->fits && r->budget == tight && r->arena_bytes <= tight &&
+                  r->arena_bytes == (int64_t)rep->arena_bytes && r->recomputed == rep->recomputed_nodes &&
+                  r->recomputed > 0 && r->persistent_bytes == (int64_t)rep->persistent_bytes,
+              "fits: compile %s; result ran %d fits %d budget %lld arena %lld (plan %zu) recomputed %d (plan %d)",
+              dfg_status_name(st), r && r->ran, r && r->fits, r ? (long long)r->budget : 0LL,
+              r ? (long long)r->arena_bytes : 0LL, rep ? rep->arena_bytes : 0, r ? r->recomputed : 0,
+              rep ? rep->recomputed_nodes : 0);
+        dfg_program_free(p);
+    }
+
+    /* a budget nothing reaches: the result outlives the failed compile and says what the message says */
+    int64_t budget = (int64_t)r0.persistent_bytes + 1024;
+    dfg_program *p = compile_kept(&c, budget, &st);
+    r = dfg_program_remat(p);
+    CHECK(st == DFG_ERR_ARG && r && r->ran && !r->fits && r->budget == budget,
+          "too small: compile %s, result %s", dfg_status_name(st),
+          r ? (r->ran ? (r->fits ? "fits" : "does not fit") : "did not run") : "none");
+    if (st == DFG_ERR_ARG && r && r->ran && !r->fits) {
+        const char *msg = dfg_program_error(p);
+        char want[256];
+        snprintf(want, sizeof(want),
+                 "does not fit; the smallest plan found needs %.1f MiB (persistent tensors %.1f MiB, %d activations "
+                 "recomputed)",
+                 (double)r->arena_bytes / 1048576.0, (double)r->persistent_bytes / 1048576.0, r->recomputed);
+        CHECK(strstr(msg, want) != NULL, "too small: the message is not the result's: '%s' lacks '%s'", msg, want);
+        CHECK(r->arena_bytes > budget && r->arena_bytes <= (int64_t)r0.arena_bytes &&
+                  r->persistent_bytes == (int64_t)r0.persistent_bytes && r->recomputed > 0,
+              "too small: least arena %lld (budget %lld, no-budget arena %zu), persistent %lld (%zu), %d recomputed",
+              (long long)r->arena_bytes, (long long)budget, r0.arena_bytes, (long long)r->persistent_bytes,
+              r0.persistent_bytes, r->recomputed);
+        size_t peak_sum = 0;
+        for (int k = 0; k < DFG_CAT_COUNT; k++) peak_sum += r->peak[k];
+        CHECK(r->peak[DFG_CAT_PARAMS] > 0 && peak_sum > 0 && (int64_t)peak_sum <= r->arena_bytes,
+              "too small: peak by category (params %zu, sum %zu) against the least arena %lld", r->peak[DFG_CAT_PARAMS],
+              peak_sum, (long long)r->arena_bytes);
+        /* the least arena is a budget that fits */
+        int64_t least = r->arena_bytes;
+        dfg_program *q = compile_kept(&c, least, &st);
+        const dfg_remat_result *rq = dfg_program_remat(q);
+        CHECK(!st && rq && rq->fits && rq->arena_bytes <= least, "the least arena %lld as the budget: %s", (long long)least,
+              dfg_program_error(q));
+        dfg_program_free(q);
+    }
+    dfg_program_free(p);
+}
+
 /* ---------------------------------------------------------------- dfg_parse_bytes */
 static void test_parse_bytes(void) {
     static const struct {
@@ -398,6 +484,7 @@ int main(void) {
     /* a vocabulary large enough that the budget shrinks the logprob chunk: 1531 % 256 != 0 */
     test_training((train_cfg){4, 32, 32, 1531, 2, 2, false}, "large vocabulary", true);
     test_too_small();
+    test_result();
     test_124m();
     dfg_test_tmpdir_remove();
     return dfg_test_finish();

@@ -161,7 +161,8 @@ static int parse_args(int argc, char **argv, fit_args *a) {
 }
 
 /* ---------------------------------------------------------------- the estimate */
-/* A nominal device per target: tensor-core (matmul, attention, fused head) and other FLOP/s,
+/* A nominal device per target: tensor-core FLOP/s (the FLOPs of the ops ops.def flags GEMM: matmul,
+ * attention, the fused head) and other FLOP/s,
  * memory bandwidth, and the cost of one kernel launch (a CUDA Graph node; a CPU kernel call).
  * The cuda figures are an H100's order of magnitude (798 TFLOP/s bf16 and 3.0 TB/s were
  * measured on one, tools/bench/results; kernels at these sizes reach about half), the cpu ones
@@ -175,11 +176,6 @@ static est_device device_of(dfg_target t) {
     return (est_device){100e9, 20e9, 10e9, 2e-6};
 }
 
-static bool tensor_op(dfg_op op) {
-    const char *n = dfg_op_name(op);
-    return strstr(n, "matmul") || strstr(n, "attention") || strstr(n, "linear_logprob");
-}
-
 /* Seconds per step: every node of every graph stage, times the stage's runs. */
 static double estimate(const dfg_program *p, dfg_target target) {
     est_device d = device_of(target);
@@ -191,7 +187,7 @@ static double estimate(const dfg_program *p, dfg_target target) {
         for (int k = 0; k < st->graph->n_nodes; k++) {
             const dfg_node *n = st->graph->nodes[k];
             dfg_cost c = dfg_ops[n->op].cost(n);
-            double compute = c.flops / (tensor_op(n->op) ? d.tensor_flops : d.flops);
+            double compute = c.flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? d.tensor_flops : d.flops);
             double memory = (c.bytes_read + c.bytes_written) / d.bandwidth;
             g += fmax(compute, memory) + d.launch_s;
         }
@@ -287,16 +283,38 @@ static int64_t workspace_of(const dfg_program *p, dfg_target target) {
     return 0;
 }
 
+/* Why remat found no plan within the budget, from its result: "the smallest plan found needs
+ * 1.91 GiB (persistent tensors 1.20 GiB, 14 activations recomputed); at its peak: params ...,
+ * activations ..." (the three largest categories at that plan's peak). */
+static void remat_note(const dfg_remat_result *r, char *buf, size_t len) {
+    char need[32], per[32], b[32];
+    size_t at = (size_t)snprintf(buf, len, "the smallest plan found needs %s (persistent tensors %s, %d activations "
+                                 "recomputed); at its peak:", dfg_bytes_str((double)r->arena_bytes, need, sizeof(need)),
+                                 dfg_bytes_str((double)r->persistent_bytes, per, sizeof(per)), r->recomputed);
+    bool used[DFG_CAT_COUNT] = {0};
+    for (int k = 0; k < 3; k++) {
+        int top = -1;
+        for (int cat = 0; cat < DFG_CAT_COUNT; cat++)
+            if (!used[cat] && r->peak[cat] && (top < 0 || r->peak[cat] > r->peak[top])) top = cat;
+        if (top < 0) break;
+        used[top] = true;
+        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s %s %s", k ? "," : "",
+                               dfg_category_name((dfg_category)top), dfg_bytes_str((double)r->peak[top], b, sizeof(b)));
+    }
+}
+
 /* Compiles the candidate and records what its plan needs. A program the compiler refuses (a
- * budget remat cannot meet) is a candidate that does not fit, with the compiler's reason. */
+ * budget remat cannot meet: its result says the least it reached) is a candidate that does not
+ * fit, with the reason. */
 static int evaluate(fit_ctx *f, candidate *c) {
     dfg_program *p = NULL;
     int rc = build(f, c, &p);
     if (!rc) {
         dfg_options o = options_of(f, c);
-        if (dfg_compile(p, &o)) { /* remat's "the memory budget of B does not fit; the smallest plan found needs ..." */
-            const char *e = dfg_program_error(p), *tail = strstr(e, "does not fit; ");
-            snprintf(c->note, sizeof(c->note), "%s", tail ? tail + 14 : e);
+        if (dfg_compile(p, &o)) {
+            const dfg_remat_result *rm = dfg_program_remat(p);
+            if (rm && rm->ran && !rm->fits) remat_note(rm, c->note, sizeof(c->note));
+            else snprintf(c->note, sizeof(c->note), "%s", dfg_program_error(p));
             if (dfg_program_status(p) == DFG_ERR_NOMEM) rc = cli_error(CMD, CLI_FAILED, "out of memory compiling a candidate");
         } else {
             const dfg_report *r = dfg_program_report(p);

@@ -132,6 +132,7 @@ static stage_comm comm_of(const dfg_stage *st) {
     stage_comm c = {0};
     for (int i = 0; st->kind == DFG_STAGE_GRAPH && i < st->graph->n_nodes; i++) {
         const dfg_node *n = st->graph->nodes[i];
+        if (!dfg_op_flag(n->op, DFG_OPF_COLLECTIVE)) continue;
         double bytes = 0;
         for (int k = 0; k < n->n_out; k++) bytes += (double)dfg_tensor_bytes(n->out[k]);
         if (dfg_node_is_late_allreduce(n)) c.buckets++, c.bucket_tensors += n->n_in, c.bucket_bytes += bytes;

@@ -43,8 +43,8 @@ dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const
     __attribute__((format(printf, 4, 5)));
 
 /* Every kernel and scratch rule ops.def names (shared ones are declared once per row). */
-#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) \
-    dfg_status dfg_cpu_##cpu(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx); \
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, flags, kernel, scratch, cuda, cuda_scratch) \
+    dfg_status dfg_cpu_##kernel(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx); \
     DFG_UNLESS_NONE(scratch)(size_t dfg_cpu_scratch_##scratch(const dfg_node *n);)
 #include "../ops.def"
 #undef X

@@ -4,13 +4,13 @@
 #include "cpu.h"
 
 const dfg_cpu_fn dfg_cpu_kernels[DFG_OP_COUNT] = {
-#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) [DFG_OP_##E] = dfg_cpu_##cpu,
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, flags, kernel, scratch, cuda, cuda_scratch) [DFG_OP_##E] = dfg_cpu_##kernel,
 #include "../ops.def"
 #undef X
 };
 
 static size_t (*const scratch_fns[DFG_OP_COUNT])(const dfg_node *n) = {
-#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, cpu, scratch, cuda, cuda_scratch) [DFG_OP_##E] = DFG_FN_OR_NULL(dfg_cpu_scratch_, scratch),
+#define X(E, name, nin, nout, gk, infer, grad, cost, attrs, inplace, dtypes, random, mem, flags, kernel, scratch, cuda, cuda_scratch) [DFG_OP_##E] = DFG_FN_OR_NULL(dfg_cpu_scratch_, scratch),
 #include "../ops.def"
 #undef X
 };

@@ -1,11 +1,11 @@
 /* cuda.h - the CUDA kernels of dfg's ops, for C callers (the CUDA backend, tests).
  *
- * Every op whose ops.def cuda column names a family has a launcher in ops/cuda/<family>.cu: the
- * host half of that file, which reads the node's shapes and attributes and enqueues CUDA C
- * kernels (or, for matmuls, a GEMM through ctx->gemm) on ctx->stream. A launcher never allocates,
- * never synchronises and never reads device memory on the host, so a stage's launches can be
- * captured as one CUDA Graph; bad values found on the device (a token id out of range) are
- * written to ctx->flags (device memory) for the backend to check after the stage.
+ * Every op whose ops.def cuda column says yes has a launcher, named by its kernel column, in
+ * ops/cuda/<family>.cu: the host half of that file, which reads the node's shapes and attributes
+ * and enqueues CUDA C kernels (or, for matmuls, a GEMM through ctx->gemm) on ctx->stream. A
+ * launcher never allocates, never synchronises and never reads device memory on the host, so a
+ * stage's launches can be captured as one CUDA Graph; bad values found on the device (a token id
+ * out of range) are written to ctx->flags (device memory) for the backend to check after the stage.
  *
  * Each .cu file is compiled twice: by nvcc (sm_80, sm_90) into the real kernels, named
  * dfg_cuda_<name>, and by the host C++ compiler against the SIMT emulator (ops/cuda/simt) into
