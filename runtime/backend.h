@@ -43,11 +43,10 @@ typedef struct {
 } dfg_backend;
 
 extern const dfg_backend dfg_backend_cpu;
-/* The CUDA backend on the emulated device (always built when the CUDA headers are) and on a GPU
- * (built with nvcc and the CUDA libraries). */
+/* The CUDA backend (runtime/cuda/backend.c) on the emulated device (libdfg-cuda-emu.so, built
+ * when the CUDA headers are here) and on a GPU (libdfg-cuda.so, built with nvcc and the CUDA
+ * libraries): modules the runtime opens for a plan that needs one (module.h). */
 extern const dfg_backend dfg_backend_cuda_emulated;
-#ifdef DFG_HAVE_CUDA
 extern const dfg_backend dfg_backend_cuda;
-#endif
 
 #endif

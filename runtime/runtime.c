@@ -9,6 +9,7 @@
 
 #include "../passes/plan.h"
 #include "dist.h"
+#include "module.h"
 #include "runtime_internal.h"
 
 
@@ -164,8 +165,9 @@ static dfg_status adopt_plan(dfg_runtime *rt, dfg_program *p) {
     return DFG_OK;
 }
 
-/* cpu plans run on the CPU backend; cuda plans on a GPU, or with emulate_gpu on the emulated
- * device through the same CUDA backend. */
+/* cpu plans run on the CPU backend, built in; cuda plans on a GPU, or with emulate_gpu on the
+ * emulated device through the same CUDA backend: modules opened now, so that a cpu run maps no
+ * CUDA library (module.h). */
 static dfg_status choose_backend(dfg_runtime *rt) {
     if (rt->opt.target == DFG_TARGET_CPU) {
         if (rt->opt.emulate_gpu)
@@ -173,37 +175,26 @@ static dfg_status choose_backend(dfg_runtime *rt) {
         rt->be = &dfg_backend_cpu;
         return DFG_OK;
     }
+    char err[1200];
     if (rt->opt.emulate_gpu) {
-#ifdef DFG_HAVE_CUDA_EMU
-        rt->be = &dfg_backend_cuda_emulated;
-        return DFG_OK;
-#else
-        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true,
-                           "this dfg was built without the CUDA headers, so it has no GPU emulator (install the CUDA "
-                           "toolkit and rebuild)");
-#endif
+        if (!dfg_backend_open(DFG_MODULE_CUDA_EMU, &rt->be, err, sizeof(err))) return DFG_OK;
+        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "no GPU emulator: %s (it needs the CUDA headers at build time)",
+                           err);
     }
-#ifdef DFG_HAVE_CUDA
-    rt->be = &dfg_backend_cuda; /* its create says so in one line when there is no GPU */
-    return DFG_OK;
-#else
-    return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true,
-                       "this dfg was built without CUDA (nvcc), so it cannot run a cuda plan on a GPU; --emulate-gpu "
-                       "runs it on the CPU through the CUDA backend's own code");
-#endif
+    /* the backend's create says so in one line when there is no GPU */
+    if (!dfg_backend_open(DFG_MODULE_CUDA, &rt->be, err, sizeof(err))) return DFG_OK;
+    return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "cannot run a cuda plan on a GPU: %s (the CUDA runtime, cuBLASLt, "
+                       "cuDNN and NCCL it links come with the CUDA toolkit); --emulate-gpu runs it on the CPU through "
+                       "the CUDA backend's own code", err);
 }
 
 dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg_device_workspace *w) {
     if (!p || !w || !p->plan || p->plan->opt.target != DFG_TARGET_CUDA) return DFG_ERR_ARG;
     const dfg_backend *be = NULL;
-    (void)emulated; /* a build with neither device */
-#ifdef DFG_HAVE_CUDA_EMU
-    if (emulated) be = &dfg_backend_cuda_emulated;
-#endif
-#ifdef DFG_HAVE_CUDA
-    if (!emulated) be = &dfg_backend_cuda;
-#endif
-    return be ? be->workspace_of(p, w) : DFG_ERR_UNSUPPORTED;
+    char err[1200];
+    if (dfg_backend_open(emulated ? DFG_MODULE_CUDA_EMU : DFG_MODULE_CUDA, &be, err, sizeof(err)))
+        return DFG_ERR_UNSUPPORTED; /* no such device in this build, or its libraries are not on this machine */
+    return be->workspace_of(p, w);
 }
 
 /* A plan built for W ranks runs in a run of W processes, and only there. */

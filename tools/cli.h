@@ -10,6 +10,7 @@
 #include "../runtime/dfg_runtime.h"
 #include "../runtime/planfile.h"
 #include "../runtime/safetensors.h"
+#include "dot/dfg_dot.h"
 
 /* Exit codes: what a script can rely on. CLI_NO_FIT: dfg fit found no plan within the budget. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2, CLI_NO_FIT = 3 };
@@ -21,6 +22,9 @@ int cli_info(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_dot(int argc, char **argv);
 int cli_plot(int argc, char **argv);
+/* The Graphviz module's functions (tools/dot, libdfg-dot.so), opened on first use; NULL after
+ * printing why it cannot be (cli_dot.c). */
+const dfg_dot_api *cli_dot_module(const char *cmd);
 int cli_fit(int argc, char **argv);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */

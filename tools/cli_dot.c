@@ -1,9 +1,11 @@
 /* cli_dot.c - `dfg dot P.dfg [-o OUT.dot] [--timeline] [--svg]`: the Graphviz views of a plan's
- * memory (passes/dfg_dot.h). The plan is compiled as dfg run compiles it, so the drawing shows
- * the bytes the run will use. */
+ * memory (tools/dot/dfg_dot.h, in the Graphviz module libdfg-dot.so, which only dfg dot and dfg
+ * plot open). The plan is compiled as dfg run compiles it, so the drawing shows the bytes the run
+ * will use. */
 #include <stdio.h>
 #include <string.h>
 
+#include "../runtime/module.h"
 #include "dot/dfg_dot.h"
 #include "cli.h"
 
@@ -80,6 +82,16 @@ static void replace_ext(const char *path, const char *ext, const char *suffix, c
     snprintf(out, len, "%.*s%s", (int)n, path, suffix);
 }
 
+const dfg_dot_api *cli_dot_module(const char *cmd) {
+    dfg_dot_module_fn entry = NULL;
+    char err[1200];
+    if (dfg_module_open(DFG_MODULE_DOT, DFG_DOT_MODULE_SYMBOL, (void **)&entry, err, sizeof(err)))
+        return cli_error(cmd, CLI_FAILED, "no Graphviz drawings: %s", err), NULL;
+    const dfg_dot_api *api = entry(DFG_DOT_ABI);
+    if (!api) cli_error(cmd, CLI_FAILED, "%s was built for another dfg: rebuild dfg", DFG_MODULE_DOT);
+    return api;
+}
+
 int cli_dot(int argc, char **argv) {
     dot_args d;
     int rc = parse_args(argc, argv, &d);
@@ -101,11 +113,13 @@ int cli_dot(int argc, char **argv) {
     dfg_dot_mode mode = d.timeline ? DFG_DOT_TIMELINE : DFG_DOT_LIFETIME;
     const char *view = d.timeline ? "arena timeline" : "dataflow and lifetimes";
     bool to_stdout = !strcmp(dot_path, "-");
-    if (dfg_write_dot(p, dot_path, mode, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
+    const dfg_dot_api *dot = cli_dot_module(CMD);
+    if (!dot) rc = CLI_FAILED;
+    else if (dot->write_dot(p, dot_path, mode, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
     else if (!to_stdout) printf("wrote %s (%s of '%s'; lay it out with %s)\n", dot_path, view, dfg_program_name(p),
                                 d.timeline ? "neato -n2" : "dot");
     if (!rc && d.svg) {
-        if (dfg_write_svg(p, svg_path, mode, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
+        if (dot->write_svg(p, svg_path, mode, err, sizeof(err))) rc = cli_error(CMD, CLI_FAILED, "%s", err);
         else printf("wrote %s\n", svg_path);
     }
     dfg_program_free(p);

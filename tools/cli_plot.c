@@ -4,9 +4,8 @@
  * null where a step did not update it) and draws one panel per metric, stacked, against the
  * step: a polyline through the values, the value range and the step range on the axes. Long
  * runs are averaged into at most PLOT_POINTS buckets of consecutive steps (the panel's title says
- * how many steps a point is), so a curve shows the trend rather than sampling noise. Drawn with
- * libcgraph (invisible point nodes at pinned positions, edges between them) and rendered to SVG
- * by Graphviz's libraries, like dfg dot --svg. */
+ * how many steps a point is), so a curve shows the trend rather than sampling noise. Drawn by the
+ * Graphviz module (tools/dot/dot_plot.c, opened only by dfg dot and dfg plot), like dfg dot --svg. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +13,6 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#include <graphviz/cgraph.h>
 
 #include "dot/dfg_dot.h"
 #include "cli.h"
@@ -22,10 +20,6 @@
 #define CMD "plot"
 #define PLOT_MAX_SERIES 8
 #define PLOT_POINTS 400
-#define PLOT_W 640.0 /* points */
-#define PLOT_H 180.0
-#define PLOT_GAP 70.0
-#define PLOT_LEFT 70.0
 
 typedef struct {
     char name[128];
@@ -127,86 +121,20 @@ static int bucket_means(series *s, int per) {
     return m;
 }
 
-static Agnode_t *pinned(Agraph_t *g, const char *name, double x, double y) {
-    Agnode_t *n = agnode(g, (char *)name, 1);
-    dfg_dot_setf(n, "pos", "%.2f,%.2f!", x, y);
-    return n;
-}
-
-static void text(Agraph_t *g, const char *id, double x, double y, const char *label, const char *fontsize) {
-    Agnode_t *n = pinned(g, id, x, y);
-    dfg_dot_set(n, "shape", "plaintext");
-    dfg_dot_set(n, "label", label);
-    dfg_dot_set(n, "fontsize", fontsize);
-}
-
-/* One panel: frame, axis labels, title, the curve. y0 is the panel's bottom. */
-static void draw_panel(Agraph_t *g, int k, series *s, int per, double y0, double x_lo, double x_hi) {
-    static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
-    double lo = s->value[0], hi = s->value[0];
-    for (int i = 1; i < s->n; i++) lo = fmin(lo, s->value[i]), hi = fmax(hi, s->value[i]);
-    if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
-    char id[64], label[256];
-    snprintf(id, sizeof(id), "frame%d", k);
-    Agnode_t *frame = pinned(g, id, PLOT_LEFT + PLOT_W / 2, y0 + PLOT_H / 2);
-    dfg_dot_set(frame, "shape", "box");
-    dfg_dot_set(frame, "label", "");
-    dfg_dot_set(frame, "color", "#999999");
-    dfg_dot_setf(frame, "width", "%.3f", PLOT_W / 72.0);
-    dfg_dot_setf(frame, "height", "%.3f", PLOT_H / 72.0);
-    dfg_dot_set(frame, "fixedsize", "true");
-    snprintf(label, sizeof(label), "%.127s%s", s->name, per > 1 ? "" : " (every step)");
-    if (per > 1) snprintf(label + strlen(label), sizeof(label) - strlen(label), " (means of %d steps)", per);
-    snprintf(id, sizeof(id), "title%d", k);
-    text(g, id, PLOT_LEFT + PLOT_W / 2, y0 + PLOT_H + 14, label, "14");
-    const double ys[3] = {lo, (lo + hi) / 2, hi};
-    for (int t = 0; t < 3; t++) {
-        snprintf(id, sizeof(id), "y%d_%d", k, t);
-        snprintf(label, sizeof(label), "%.4g", ys[t]);
-        text(g, id, PLOT_LEFT - 30, y0 + PLOT_H * t / 2.0, label, "11");
-    }
-    snprintf(id, sizeof(id), "x%d_lo", k);
-    snprintf(label, sizeof(label), "step %.0f", x_lo);
-    text(g, id, PLOT_LEFT, y0 - 12, label, "11");
-    snprintf(id, sizeof(id), "x%d_hi", k);
-    snprintf(label, sizeof(label), "step %.0f", x_hi);
-    text(g, id, PLOT_LEFT + PLOT_W, y0 - 12, label, "11");
-    Agnode_t *prev = NULL;
-    for (int i = 0; i < s->n; i++) {
-        snprintf(id, sizeof(id), "p%d_%d", k, i);
-        double x = PLOT_LEFT + (x_hi > x_lo ? (s->step[i] - x_lo) / (x_hi - x_lo) : 0.5) * PLOT_W;
-        Agnode_t *n = pinned(g, id, x, y0 + (s->value[i] - lo) / (hi - lo) * PLOT_H);
-        dfg_dot_set(n, "shape", "point");
-        dfg_dot_set(n, "width", "0.02");
-        dfg_dot_set(n, "color", colors[k % 4]);
-        if (prev) {
-            Agedge_t *e = agedge(g, prev, n, NULL, 1);
-            dfg_dot_set(e, "color", colors[k % 4]);
-            dfg_dot_set(e, "penwidth", "1.5");
-            dfg_dot_set(e, "dir", "none");
-        }
-        prev = n;
-    }
-}
-
+/* Averages each series into at most PLOT_POINTS points and draws them with the Graphviz module. */
 static int draw(const char *in, const char *out, series *s, int n_series) {
-    Agraph_t *g = agopen("metrics", Agdirected, NULL);
-    if (!g) return cli_error(CMD, CLI_FAILED, "out of memory");
-    dfg_dot_set(g, "splines", "line");
-    dfg_dot_set(g, "outputorder", "edgesfirst");
-    dfg_dot_setf(g, "label", "%s", in);
-    dfg_dot_set(g, "labelloc", "t");
+    const dfg_dot_api *dot = cli_dot_module(CMD);
+    if (!dot) return CLI_FAILED;
+    dfg_plot_series ps[PLOT_MAX_SERIES];
     double x_lo = INFINITY, x_hi = -INFINITY;
-    for (int k = 0; k < n_series; k++) x_lo = fmin(x_lo, s[k].step[0]), x_hi = fmax(x_hi, s[k].step[s[k].n - 1]);
     for (int k = 0; k < n_series; k++) {
+        x_lo = fmin(x_lo, s[k].step[0]), x_hi = fmax(x_hi, s[k].step[s[k].n - 1]);
         int per = (s[k].n + PLOT_POINTS - 1) / PLOT_POINTS;
         s[k].n = bucket_means(&s[k], per);
-        draw_panel(g, k, &s[k], per, (n_series - 1 - k) * (PLOT_H + PLOT_GAP) + 30, x_lo, x_hi);
+        ps[k] = (dfg_plot_series){.name = s[k].name, .step = s[k].step, .value = s[k].value, .n = s[k].n, .per = per};
     }
     char err[1024];
-    dfg_status st = dfg_dot_render_svg(g, "nop2", out, err, sizeof(err));
-    agclose(g);
-    if (st) return cli_error(CMD, CLI_FAILED, "%s", err);
+    if (dot->plot_svg(in, ps, n_series, out, err, sizeof(err))) return cli_error(CMD, CLI_FAILED, "%s", err);
     cli_say("wrote %s (", out);
     for (int k = 0; k < n_series; k++) cli_say("%s%s", k ? ", " : "", s[k].name);
     cli_say(" over steps %.0f-%.0f)\n", x_lo, x_hi);

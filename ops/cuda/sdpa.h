@@ -83,6 +83,8 @@ void dfg_sdpa_buffers(const struct dfg_node *n, void *const *in, void *const *ou
 bool dfg_sdpa_cudnn_supports(const dfg_sdpa_desc *d, bool backward, void *const *ptrs, const char **why);
 /* "B=.. H=.. Sq=.. Skv=.. D=.. ... Q@off/strides ..." for messages. */
 char *dfg_sdpa_str(const dfg_sdpa_desc *d, char *buf, size_t len);
+/* The operands a call reads and writes: Q K V O stats, and dO dQ dK dV for the backward. */
+int dfg_sdpa_n_operands(bool backward);
 
 #ifdef __cplusplus
 }

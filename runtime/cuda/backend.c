@@ -5,7 +5,8 @@
  * kernels set on bad values: nothing is allocated after start-up. Nodes run through the launcher
  * table of ops/cuda; a stage's nodes (every repeat, unrolled) are captured once as a graph and
  * replayed after that. The orchestration is the same for both devices; only the device layer
- * differs. */
+ * differs. Built into each of the backend's modules (runtime/module.h): with DFG_BACKEND_EMU the
+ * emulated device's backend, with DFG_BACKEND_GPU the GPU's. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -92,6 +93,7 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg
     return open_comm(st, o, err, len); /* on failure the runtime destroys the state */
 }
 
+#ifdef DFG_BACKEND_EMU
 /* The emulated device's GEMMs run on OpenBLAS, whose sums depend on its thread count: the run's
  * thread count fixes them, as it does the CPU backend's. */
 static dfg_status create_emulated(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
@@ -101,6 +103,7 @@ static dfg_status create_emulated(const dfg_program *p, const dfg_run_options *o
     }
     return create_on(&dfg_device_emulated, p, o, state, err, len);
 }
+#endif
 
 static void destroy(void *state) {
     cuda_state *st = state;
@@ -234,9 +237,6 @@ static dfg_status workspace_on(const dfg_device *d, const dfg_program *p, dfg_de
     char err[256];
     return check_kernels(d, p, w, err, sizeof(err));
 }
-static dfg_status workspace_emulated(const dfg_program *p, dfg_device_workspace *w) {
-    return workspace_on(&dfg_device_emulated, p, w);
-}
 
 #define DFG_CUDA_BACKEND(create_fn, workspace_fn, label)                                              \
     {.name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
@@ -245,9 +245,14 @@ static dfg_status workspace_emulated(const dfg_program *p, dfg_device_workspace 
      .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe,    \
      .device_bytes = device_bytes, .workspace_bytes = workspace_bytes, .workspace_of = workspace_fn}
 
+#ifdef DFG_BACKEND_EMU
+static dfg_status workspace_emulated(const dfg_program *p, dfg_device_workspace *w) {
+    return workspace_on(&dfg_device_emulated, p, w);
+}
 const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, workspace_emulated, "cuda (emulated)");
+#endif
 
-#ifdef DFG_HAVE_CUDA
+#ifdef DFG_BACKEND_GPU
 static dfg_status create_gpu(const dfg_program *p, const dfg_run_options *o, void **state, char *err, size_t len) {
     return create_on(&dfg_device_cuda, p, o, state, err, len);
 }

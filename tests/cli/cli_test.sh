@@ -332,8 +332,9 @@ run "$DFG" dot gpu.dfg --timeline -o gpu.dot
 expect_rc 0 "dot of a cuda plan"
 # what running it does depends on the build and the machine: each case says so in one line
 run "$DFG" run gpu.dfg --steps 1
-if grep -qF "built without CUDA (nvcc)" err.txt; then
-  expect_rc 2 "a build without nvcc refuses a cuda plan"
+if grep -qE "has no libdfg-cuda.so|cannot load .*libdfg-cuda.so" err.txt; then
+  expect_rc 2 "a build without nvcc, or a machine without the CUDA libraries, refuses a cuda plan"
+  expect_one_line "no CUDA backend"
   expect_in err.txt "--emulate-gpu runs it on the CPU" "the refusal names --emulate-gpu"
 elif grep -qF "no CUDA device here" err.txt; then
   expect_rc 1 "a CUDA build on a machine without a GPU cannot run a cuda plan"
@@ -343,6 +344,36 @@ else
   expect_rc 0 "a cuda plan runs on this machine's GPU"
   expect_in out.txt "cuda backend on" "the run names the GPU"
 fi
+
+# ---------------------------------------------------------------- what a command maps (runtime/module.h)
+# the executable links no CUDA, MPI or Graphviz library; a cpu run opens none of them nor any of
+# dfg's modules; --emulate-gpu opens the emulated CUDA backend (no CUDA library), dfg dot the
+# Graphviz module. LD_DEBUG=files lists every object the dynamic linker maps, dlopen's included.
+maps_of() { LD_DEBUG=files "$@" 2>&1 >/dev/null | grep -oE "file=[^ ]+" | sed 's/file=//; s/.*\///' | sort -u | tr '\n' ' '; }
+GPU_LIBS="libcuda|libcudart|libcublas|libcudnn|libnccl|libmpi|libopen-rte|libcgraph|libgvc"
+if ldd "$DFG" | grep -qE "$GPU_LIBS"; then fail "the dfg executable links: $(ldd "$DFG" | grep -E "$GPU_LIBS" | tr '\n' ' ')"
+else ok "the dfg executable links no CUDA, MPI or Graphviz library"; fi
+maps=$(maps_of "$DFG" run gpt2.dfg --steps 2 --threads 1)
+if echo "$maps" | grep -qE "$GPU_LIBS|libdfg-"; then fail "a cpu run maps: $maps"
+else ok "a cpu run maps no CUDA, MPI or Graphviz library and no dfg module ($maps)"; fi
+maps=$(maps_of "$DFG" dot gpt2.dfg -o maps.dot)
+echo "$maps" | grep -q "libdfg-dot.so" && echo "$maps" | grep -q "libcgraph" && ! echo "$maps" | grep -qE "libcudart|libmpi" \
+  && ok "dfg dot opens the Graphviz module, and nothing of CUDA or MPI" || fail "dfg dot maps: $maps"
+if [ -e "$(dirname "$DFG")/libdfg-cuda-emu.so" ]; then
+  maps=$(maps_of "$DFG" run gpu.dfg --steps 1 --emulate-gpu)
+  echo "$maps" | grep -q "libdfg-cuda-emu.so" && ! echo "$maps" | grep -qE "libcudart|libcublas|libcudnn|libnccl" \
+    && ok "--emulate-gpu opens the emulated backend's module and no CUDA library" || fail "--emulate-gpu maps: $maps"
+fi
+# a module that is not there: one line naming it and where it was looked for
+DFG_MODULE_DIR=$PWD/nomodules run "$DFG" dot gpt2.dfg -o nomod.dot
+expect_rc 1 "dfg dot without its module"
+expect_one_line "a missing module"
+expect_in err.txt "this dfg has no libdfg-dot.so (not in $PWD/nomodules (\$DFG_MODULE_DIR))" "... names the module and where it looked"
+DFG_MODULE_DIR=$PWD/nomodules run "$DFG" run gpu.dfg --steps 1 --emulate-gpu
+expect_rc 1 "--emulate-gpu without the emulator's module"
+expect_in err.txt "no GPU emulator: this dfg has no libdfg-cuda-emu.so" "... names the module"
+DFG_MODULE_DIR=$PWD/nomodules run "$DFG" run gpt2.dfg --steps 1 --threads 1
+expect_rc 0 "a cpu run needs no module"
 
 # ---------------------------------------------------------------- memory budget and fusion: GPT-2 124M for cuda
 # Planned only (it compiles in about a second; running it needs a GPU). The budget is the

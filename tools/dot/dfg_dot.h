@@ -67,6 +67,27 @@ void dfg_dot_set(void *obj, const char *attr, const char *value);
 void dfg_dot_setf(void *obj, const char *attr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 dfg_status dfg_dot_render_svg(struct Agraph_s *g, const char *engine, const char *path, char *err, size_t len);
 
+/* dfg plot's drawing (dot_plot.c): one panel per series, stacked, against the step; a series'
+ * points are means of `per` consecutive steps (1: every step), which its title says. */
+typedef struct {
+    const char *name;
+    const double *step, *value; /* (n) */
+    int n, per;
+} dfg_plot_series;
+dfg_status dfg_plot_svg(const char *title, const dfg_plot_series *s, int n, const char *path, char *err, size_t len);
+
+/* The Graphviz module (libdfg-dot.so, runtime/module.h): what the CLI's dot and plot commands
+ * call, so that no other command maps Graphviz. */
+typedef struct {
+    dfg_status (*write_dot)(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
+    dfg_status (*write_svg)(const dfg_program *p, const char *path, dfg_dot_mode mode, char *err, size_t len);
+    dfg_status (*plot_svg)(const char *title, const dfg_plot_series *s, int n, const char *path, char *err, size_t len);
+} dfg_dot_api;
+#define DFG_MODULE_DOT "libdfg-dot.so"
+#define DFG_DOT_MODULE_SYMBOL "dfg_dot_module"
+#define DFG_DOT_ABI 1
+typedef const dfg_dot_api *(*dfg_dot_module_fn)(int abi); /* NULL for another DFG_DOT_ABI */
+
 #ifdef __cplusplus
 }
 #endif
