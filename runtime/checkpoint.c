@@ -11,8 +11,8 @@
 
 #include "../ops/dtype.h"
 #include "runtime_internal.h"
-#include "safetensors.h"
-#include "weights_dir.h"
+#include "formats/safetensors.h"
+#include "formats/weights_dir.h"
 
 #define CKPT_PREFIX "transformer."
 #define CKPT_MAX_LISTED 4 /* missing names listed in one message */

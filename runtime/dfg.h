@@ -17,5 +17,7 @@
 #include "dfg_passes.h"
 #include "dfg_runtime.h"
 #include "dfg_dataset.h"
+#include "dfg_formats.h"
+#include "dfg_reward.h"
 
 #endif

@@ -5,7 +5,6 @@
 #define DFG_RUNTIME_H
 
 #include "dfg_passes.h"
-#include "dfg_reward.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,6 +12,12 @@ extern "C" {
 
 /* A data-parallel run's membership (dfg_dist_open, below). */
 typedef struct dfg_dist dfg_dist;
+
+/* An object a run hands to its host stages by name (dfg_run_options.services). */
+typedef struct {
+    const char *name;
+    void *ptr;
+} dfg_service;
 
 typedef struct {
     dfg_target target;
@@ -31,13 +36,11 @@ typedef struct {
     /* Run every node as it comes instead of capturing each stage once as a CUDA Graph and
      * replaying it (the cuda backend; graph replay and eager launches give identical bits). */
     bool eager;
-    /* Rewards from outside the plan (dfg_reward.h, docs/rewards.md): a program started through
-     * /bin/sh -c (reward_cmd; each answer within reward_timeout_s seconds, default 60) or a plugin
-     * (reward_lib), at most one. The runtime starts it at create, after checking its functions
-     * against the program's setting "reward_funcs" when there is one; host stages reach it with
-     * dfg_host_reward_source. */
-    const char *reward_cmd, *reward_lib;
-    double reward_timeout_s;
+    /* Objects the application made for the pipeline's host stages, which they reach by name
+     * (dfg_host_service): the run's reward source, say (runtime/host/dfg_reward.h). The runtime
+     * only hands them over; they outlive it. */
+    const dfg_service *services;
+    int n_services;
     /* The data-parallel run this process is a rank of (dfg_dist_open); NULL: one process. A plan
      * whose collectives were built for W ranks runs only in a run of W processes. */
     dfg_dist *dist;
@@ -152,8 +155,8 @@ DFG_API int dfg_host_world_size(const dfg_host_ctx *ctx);
 DFG_API uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
 /* The value of a program setting (dfg_program_set); NULL when absent. */
 DFG_API const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
-/* The run's reward program or plugin (dfg_run_options.reward_cmd / reward_lib); NULL when none. */
-DFG_API dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx);
+/* The service the run was given under `name` (dfg_run_options.services); NULL when none. */
+DFG_API void *dfg_host_service(dfg_host_ctx *ctx, const char *name);
 /* What the pipeline's host-state init stored (dfg_host_state, dfg_graph.h): its typed settings,
  * read and validated once when the runtime was created; NULL when the program declares none. */
 DFG_API void *dfg_host_user(const dfg_host_ctx *ctx);
@@ -167,36 +170,6 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-
-/* ---------------------------------------------------------------- model directories
- * The model of a Hugging Face directory as pipeline settings (Hugging Face's names), read from
- * DIR/config.json: what `dfg compile --set model=DIR` does before the pipeline runs.
- * architectures[0] (else model_type) sets model_type: "gpt2" (GPT2LMHeadModel), "llama"
- * (LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM) or "qwen3" (Qwen3ForCausalLM); any other model
- * is refused. Copied when the file holds them:
- *   gpt2: n_layer, n_head, n_embd, vocab_size, n_positions, layer_norm_epsilon, n_inner (null:
- *         not set, meaning 4*n_embd)
- *   llama, qwen2, qwen3: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads
- *         (absent: the num_attention_heads value), intermediate_size, head_dim (null: not set),
- *         vocab_size, max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings
- *         (absent: false), and for llama attention_bias (absent: false)
- *   every architecture: eos_token_id (one id or a list of up to 8, as "1,2,3") and pad_token_id
- *         (one id; a list gives its first), not set when absent or null
- * as text: integers "%lld", floats the shortest "%.*g" that reads back as the file's double,
- * booleans "true"/"false". A key already set on p (the user's --set) is kept, its file value not
- * read. Integers must be positive and within int32, floats finite and positive. A config of a
- * model dfg would compute differently is refused naming the key and value: for gpt2 an
- * activation_function other than gelu_new/gelu_pytorch_tanh, tie_word_embeddings false,
- * scale_attn_weights false, scale_attn_by_inverse_layer_idx true; for the others hidden_act
- * other than silu, rope_scaling not null, mlp_bias true, use_sliding_window true, attention_bias
- * true (qwen3), attention_dropout not 0. On any failure nothing is set and err (may be NULL)
- * gets one line "DIR/config.json: <what>" (or "DIR: <what>"). Statuses: DFG_ERR_IO (no
- * directory, no or unreadable config.json), DFG_ERR_FORMAT (not one JSON object, over 4 MiB, a
- * key of the wrong type or given twice), DFG_ERR_UNSUPPORTED (a model dfg does not run),
- * DFG_ERR_NOMEM, DFG_ERR_ARG (p NULL, dir empty), DFG_ERR_STATE (p already failed). torch_dtype
- * (dfg's setting of that name is the compute dtype), bos_token_id and generation_config.json are
- * not read. */
-DFG_API dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------- checkpoints (safetensors)
  * Loading matches file tensors to PARAM/STATE names, also after stripping a "transformer."

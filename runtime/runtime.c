@@ -85,28 +85,6 @@ static dfg_status scan_program(dfg_runtime *rt) {
     return DFG_OK;
 }
 
-/* Starts the run's reward program or plugin; its functions must be the ones the program was
- * built for (the setting reward_funcs, when it has one). */
-static dfg_status start_reward_source(dfg_runtime *rt) {
-    const dfg_run_options *o = &rt->opt;
-    char err[768];
-    if (!o->reward_cmd && !o->reward_lib) return DFG_OK;
-    if (o->reward_cmd && o->reward_lib) return dfg_rt_fail(rt, DFG_ERR_ARG, true, "give a reward program or a reward plugin, not both");
-    dfg_status st = o->reward_cmd ? dfg_reward_program_open(o->reward_cmd, o->reward_timeout_s > 0 ? o->reward_timeout_s : 60.0,
-                                                            &rt->reward, err, sizeof(err))
-                                  : dfg_reward_plugin_open(o->reward_lib, &rt->reward, err, sizeof(err));
-    if (st) return dfg_rt_fail(rt, st, true, "%s", err);
-    const char *want = dfg_program_setting(rt->p, "reward_funcs");
-    char have[DFG_REWARD_MAX_FUNCS * 66] = "";
-    for (int i = 0; i < dfg_reward_source_n_funcs(rt->reward); i++)
-        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? "," : "", dfg_reward_source_func(rt->reward, i));
-    if (want && strcmp(want, have))
-        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "%s declares the reward functions %s, but the plan was compiled with "
-                           "reward_funcs=%s (compile with --set reward_funcs=%s)", dfg_reward_source_desc(rt->reward),
-                           have, want, have);
-    return DFG_OK;
-}
-
 static dfg_status resolve_host_stages(dfg_runtime *rt) {
     const dfg_program *p = rt->p;
     rt->host = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->host));
@@ -237,14 +215,13 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     rt->arena = rt->be->alloc(rt->be_state, rt->plan.arena_bytes);
     if (!rt->arena)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "cannot allocate the %zu-byte arena", rt->plan.arena_bytes);
-    if ((st = dfg_runtime_init_state(rt)) || (st = start_reward_source(rt))) return st;
+    if ((st = dfg_runtime_init_state(rt))) return st;
     return dfg_check_wanted(&rt->opt) ? dfg_check_create(rt) : DFG_OK;
 }
 
 void dfg_runtime_free(dfg_runtime *rt) {
     if (!rt) return;
     if (rt->host_release && rt->host_user) rt->host_release(rt->host_user);
-    dfg_reward_source_free(rt->reward);
     if (rt->be && rt->be_state) dfg_rt_staging_free(rt);
     free(rt->captured);
     if (rt->arena) rt->be->free(rt->be_state, rt->arena);
@@ -482,7 +459,12 @@ float dfg_runtime_metric_value(dfg_runtime *rt, int i) {
 dfg_status dfg_host_buffer(dfg_host_ctx *ctx, const char *name, dfg_buffer *out) {
     return ctx ? dfg_runtime_buffer(ctx->rt, name, out) : DFG_ERR_ARG;
 }
-dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx) { return ctx ? ctx->rt->reward : NULL; }
+void *dfg_host_service(dfg_host_ctx *ctx, const char *name) {
+    if (!ctx || !name) return NULL;
+    for (int i = 0; i < ctx->rt->opt.n_services; i++)
+        if (ctx->rt->opt.services[i].name && !strcmp(ctx->rt->opt.services[i].name, name)) return ctx->rt->opt.services[i].ptr;
+    return NULL;
+}
 bool dfg_runtime_params_intact(const dfg_runtime *rt) { return rt && !rt->updated; }
 double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name) {
     for (int s = 0; rt && name && s < rt->p->n_stages; s++)

@@ -4,7 +4,7 @@
 
 #include "backend.h"
 #include "../passes/memplan.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 /* The checking mode (runtime/check.c): per-buffer liveness and checksums along the plan's
  * timeline, poison in dead bytes. NULL in a runtime without DFG_CHECK. */
@@ -32,7 +32,6 @@ struct dfg_runtime {
     bool *stage_updates;        /* [stage] writes a PARAM or an optimizer state */
     double *stage_ms;           /* [stage] its time in the last step */
     bool updated;               /* this step ran a stage_updates stage */
-    dfg_reward_source *reward;  /* opt.reward_cmd / reward_lib; NULL: none */
     int n_metrics;
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */

@@ -38,8 +38,8 @@ static inline void *pm_build(const char *src, const char *name) {
     /* the public headers' directories and the examples' tasks, as dfg compile gives them */
     snprintf(cmd, sizeof(cmd),
              "%s -std=c11 -O1 -fPIC -shared -D_GNU_SOURCE -I'%s/graph' -I'%s/ops' -I'%s/ops/nn' -I'%s/passes' "
-             "-I'%s/runtime' -I'%s/examples/tasks' -o '%s' '%s' '%s' 2>'%s'",
-             cc, d, d, d, d, d, d, so, src, DFG_TASKS_LIB, log);
+             "-I'%s/runtime/formats' -I'%s/runtime' -I'%s/runtime/host' -I'%s/examples/tasks' -o '%s' '%s' '%s' 2>'%s'",
+             cc, d, d, d, d, d, d, d, d, so, src, DFG_TASKS_LIB, log);
     int rc = system(cmd);
     if (rc != 0) {
         char msg[2048] = "";

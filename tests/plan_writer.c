@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dfg.h"
-#include "runtime/planfile.h"
+#include "runtime/formats/planfile.h"
 
 int main(int argc, char **argv) {
     if (argc < 3) {

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/dfg_runtime.h"
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- the program under test */

@@ -1,4 +1,4 @@
-/* test_dataset.c - prompt datasets (runtime/dataset.c, dfg_dataset.h): JSONL files of prompts as
+/* test_dataset.c - prompt datasets (runtime/host/dataset.c, dfg_dataset.h): JSONL files of prompts as
  * token ids. Good files give exactly their ids, their other fields as compact JSON text and their
  * line numbers (blank lines counted, CRLF endings, a byte order mark), read from a file and from
  * a buffer alike; every refused file gives its status and exactly one line naming the file and
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dfg.h"
-#include "runtime/dataset.h"
+#include "runtime/host/dataset.h"
 #include "testutil.h"
 
 #define LABEL "data.jsonl"

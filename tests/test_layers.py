@@ -24,16 +24,23 @@ ALLOWED = {
     "ops/cuda/simt": {"ops/cuda/simt"},
     "ops/nn": {"graph", "ops", "ops/nn"},
     "passes": {"graph", "ops", "ops/nn", "passes"},
-    # the emulated device (runtime/cuda/device_emu.c) drives the emulator's stream capture
-    "runtime": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime"},
-    "tools/dot": {"graph", "ops", "ops/nn", "passes", "runtime", "tools/dot"},
-    "tools": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime", "tools", "tools/dot",
-              "examples/tasks"},
+    # the file formats: plan files, safetensors, Hugging Face directories, line-numbered errors
+    "runtime/formats": {"graph", "ops", "ops/nn", "passes", "runtime/formats"},
+    # the executor and its backends; the emulated device (runtime/cuda/device_emu.c) drives the
+    # emulator's stream capture
+    "runtime": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime/formats",
+                "runtime"},
+    # services of host stages: prompt datasets, reward programs and plugins
+    "runtime/host": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host"},
+    "tools/dot": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "tools/dot"},
+    "tools": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime/formats", "runtime",
+              "runtime/host", "tools", "tools/dot", "examples/tasks"},
     "examples/tasks": {"public", "examples/tasks"},
     "examples": {"public", "examples/tasks"},
 }
 # the directories on the include path of the engine's targets (CMakeLists.txt DFG_PUBLIC_DIRS)
-INCLUDE_PATH = ["graph", "ops", "ops/nn", "passes", "runtime", "examples/tasks", "ops/cuda"]
+INCLUDE_PATH = ["graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host", "examples/tasks",
+                "ops/cuda"]
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -52,8 +59,8 @@ def layer_of(rel):
 
 
 def is_public(rel):
-    return os.path.basename(rel).startswith("dfg") and rel.endswith(".h") and layer_of(rel) in (
-        "graph", "ops", "ops/nn", "passes", "runtime")
+    return (os.path.basename(rel).startswith("dfg") or rel == "runtime/formats/planfile.h") and rel.endswith(".h") and \
+        layer_of(rel) in ("graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host")
 
 
 def resolve(root, rel, name):

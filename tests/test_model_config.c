@@ -1,4 +1,4 @@
-/* test_model_config.c - dfg_model_dir_settings (runtime/model_config.c): a Hugging Face model
+/* test_model_config.c - dfg_model_dir_settings (runtime/formats/model_config.c): a Hugging Face model
  * directory's config.json as pipeline settings. The real config.json files of Qwen2.5-0.5B,
  * Llama-3.2-1B (without and with its rope_scaling), Qwen3-1.7B and GPT-2 must give exactly the
  * expected setting strings; settings already on the program (the user's --set) are kept; every
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "dfg.h"
-#include "runtime/model_config.h"
+#include "runtime/formats/model_config.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- real configs (Hugging Face hub) */

@@ -1,4 +1,4 @@
-/* test_planfile.c - plan files (runtime/planfile.h): a GPT-2 training program saved and loaded
+/* test_planfile.c - plan files (runtime/formats/planfile.h): a GPT-2 training program saved and loaded
  * back is the same program (tensors with their flags and scopes, nodes with theirs, attributes,
  * stages, settings, compile options), compiles to the same memory plan and trains to
  * bit-identical metrics and parameters; a compiled program and files of older versions are
@@ -20,7 +20,7 @@
 #include "graph/ir.h"
 #include "ops/op.h"
 #include "passes/plan.h"
-#include "runtime/planfile_internal.h"
+#include "runtime/formats/planfile_internal.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- the GPT-2 pipeline module */

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 #include "testutil.h"
 
 /* A file image: 8-byte little-endian length, header text, dlen data bytes (i % 251). */

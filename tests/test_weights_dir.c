@@ -13,7 +13,7 @@
 
 #include "ops/dtype.h"
 #include "runtime/dfg_runtime.h"
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 #include "testutil.h"
 
 #define MAX_T 64

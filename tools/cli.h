@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 #include "../runtime/dfg_runtime.h"
-#include "../runtime/planfile.h"
-#include "../runtime/safetensors.h"
+#include "../runtime/formats/dfg_formats.h"
+#include "../runtime/formats/planfile.h"
+#include "../runtime/formats/safetensors.h"
+#include "../runtime/host/dfg_reward.h"
 #include "dot/dfg_dot.h"
 
 /* Exit codes: what a script can rely on. CLI_NO_FIT: dfg fit found no plan within the budget. */

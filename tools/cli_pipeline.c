@@ -94,7 +94,9 @@ int cli_pipeline_compile_so(const cli_pipeline *c, const char *so_path) {
     const char *pipeline = c->pipeline;
     const char *cc = getenv("DFG_CC");
     if (!cc || !*cc) cc = DFG_C_COMPILER;
-    static const char *const dirs[] = {"graph", "ops", "ops/nn", "passes", "runtime", "examples/tasks"};
+    /* the public headers' directories (CMakeLists.txt DFG_PUBLIC_DIRS) and the example tasks' */
+    static const char *const dirs[] = {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host",
+                                       "examples/tasks"};
     enum { N_DIRS = sizeof(dirs) / sizeof(dirs[0]) };
     char inc[N_DIRS][4200];
     const char *argv[N_DIRS + 12];

@@ -1,8 +1,8 @@
-/* digits_plugin.c - a reward plugin (dfg run --reward-lib, runtime/dfg_reward.h) for the digit tasks:
+/* digits_plugin.c - a reward plugin (dfg run --reward-lib, runtime/host/dfg_reward.h) for the digit tasks:
  * the three parts of the built-in "mixed" reward (examples/tasks/dfg_tasks.h) as separate reward
  * functions, so that reward_weights=0.6,0.3,0.1 gives the built-in reward's values exactly.
  *
- *   cc -shared -fPIC -O2 -I runtime -I graph examples/rewards/digits_plugin.c -o digits_plugin.so
+ *   cc -shared -fPIC -O2 -I runtime/host -I graph examples/rewards/digits_plugin.c -o digits_plugin.so
  *   dfg compile examples/grpo.c --set reward=external --set reward_funcs=exact,partial,format \
  *       --set reward_weights=0.6,0.3,0.1 -o p.dfg
  *   dfg run p.dfg --reward-lib ./digits_plugin.so --steps 100

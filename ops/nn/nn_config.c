@@ -1,6 +1,6 @@
 /* nn_config.c - model and optimizer configurations from a pipeline's settings, with Hugging Face's
  * names (config.json's for the model, TrainingArguments' for AdamW). `dfg compile --set model=DIR`
- * turns DIR/config.json into these settings before the pipeline runs (runtime/model_config.c), so
+ * turns DIR/config.json into these settings before the pipeline runs (runtime/formats/model_config.c), so
  * this layer never reads a file: a plan records every value it was built with. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -106,7 +106,7 @@ expect_in two_more.jsonl '"kl"' "the KL metric is logged (per token of the whole
 for d in 2 3; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 9 --seed $d \
   -o r$d.jsonl 2>/dev/null; done
 cat r2.jsonl r3.jsonl >mixed.jsonl # 18 rows: 4 prompts a step wrap around an epoch by step 5
-cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+cc -shared -fPIC -O2 -I "$SRC/runtime/host" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
 DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1
     --set max_completion_length=6)
 run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${DS[@]}" -o one_ds.dfg

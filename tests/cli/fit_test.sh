@@ -103,7 +103,7 @@ planned_used min_run.txt "$AMIN" "the --min plan"
 for d in 2 3 4; do python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits $d --rows 30 --seed $d \
   -o r$d.jsonl 2>/dev/null; done
 cat r2.jsonl r3.jsonl r4.jsonl >mixed.jsonl
-cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+cc -shared -fPIC -O2 -I "$SRC/runtime/host" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
 DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1 --set beta=0.04
     --set max_completion_length=6)
 run "$DFG" compile "$G" "${DS[@]}" -o ds1.dfg

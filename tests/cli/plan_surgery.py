@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plan_surgery.py - damaged copies of a dfg plan file for the CLI tests (format: runtime/planfile.h).
+"""plan_surgery.py - damaged copies of a dfg plan file for the CLI tests (format: runtime/formats/planfile.h).
 
   plan_surgery.py sections P.dfg            prints "KIND NAME PAYLOAD_OFFSET LENGTH" per section
   plan_surgery.py flip P.dfg OUT KIND       flips a byte in the middle of section KIND's payload

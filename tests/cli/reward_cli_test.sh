@@ -28,7 +28,7 @@ metric_at() { awk -v s="$2" -v m="$3" '$1 == "step" && $2 == s { for (i = 3; i <
 # ---------------------------------------------------------------- the plugin = the built-in reward
 # the three parts of "mixed" as plugin functions, weighted 0.6/0.3/0.1, give the same rewards to
 # the bit, so the same run
-cc -shared -fPIC -O2 -I "$SRC/runtime" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+cc -shared -fPIC -O2 -I "$SRC/runtime/host" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
 check "the example plugin builds" [ -f digits_plugin.so ]
 run "$DFG" compile "$GRPO" -o builtin.dfg
 run "$DFG" compile "$GRPO" --set reward=external --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1 -o plugin.dfg

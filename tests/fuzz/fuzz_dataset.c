@@ -1,4 +1,4 @@
-/* fuzz_dataset.c - libFuzzer entry point for the prompt dataset reader (runtime/dataset.c:
+/* fuzz_dataset.c - libFuzzer entry point for the prompt dataset reader (runtime/host/dataset.c:
  * `--set dataset=PATH.jsonl`, a JSONL file of prompts as token ids).
  *
  * The input is read twice, with GPT-2's vocabulary and with none (any int32 id). Any input must
@@ -18,7 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "fuzz_target.h"
-#include "runtime/dataset.h"
+#include "runtime/host/dataset.h"
 
 #define FUZZ_LABEL "fuzz/data.jsonl"
 #define FUZZ_VOCAB 50257

@@ -1,5 +1,5 @@
 /* fuzz_model_config.c - libFuzzer entry point for the reader of a model directory's config.json
- * (runtime/model_config.c: `dfg compile --set model=DIR` turns it into pipeline settings).
+ * (runtime/formats/model_config.c: `dfg compile --set model=DIR` turns it into pipeline settings).
  *
  * The program starts with two settings as the user's --set would leave them. Any input must
  * either fail cleanly (a status the reader documents, one line naming the file, the program's
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
-#include "runtime/model_config.h"
+#include "runtime/formats/model_config.h"
 
 #define FUZZ_LABEL "fuzz/config.json"
 

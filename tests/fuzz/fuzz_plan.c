@@ -1,4 +1,4 @@
-/* fuzz_plan.c - libFuzzer entry point for the plan-file loader (runtime/planfile_read.c and
+/* fuzz_plan.c - libFuzzer entry point for the plan-file loader (runtime/formats/planfile_read.c and
  * planfile_build.c) and, behind it, the compiler.
  *
  * Every input is tried twice: as it is, and as a repaired copy whose magic, version, section
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
-#include "runtime/planfile.h"
+#include "runtime/formats/planfile.h"
 #include "tests/planner_props.h"
 
 #define FUZZ_MAX_NODES 1024

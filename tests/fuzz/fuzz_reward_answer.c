@@ -1,5 +1,5 @@
 /* fuzz_reward_answer.c - libFuzzer entry point for a reward program's answer line
- * (runtime/reward_program.c, dfg run --reward-cmd; docs/rewards.md): bytes a user's program
+ * (runtime/host/reward_program.c, dfg run --reward-cmd; docs/rewards.md): bytes a user's program
  * writes, read before any reward is used.
  *
  * The input is parsed as the answer for 1 .. 4 rows of two reward functions (the row count from
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
-#include "runtime/reward_internal.h"
+#include "runtime/host/reward_internal.h"
 
 #define FUZZ_F 2
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 
 static void fuzz_fail(const char *why) {
     fprintf(stderr, "fuzz_safetensors: invariant violated: %s\n", why);

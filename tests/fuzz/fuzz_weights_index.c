@@ -1,5 +1,5 @@
 /* fuzz_weights_index.c - libFuzzer entry point for the parser of model.safetensors.index.json
- * (runtime/weights_dir.c: the index of a sharded model directory, read by dfg run --weights DIR).
+ * (runtime/formats/weights_dir.c: the index of a sharded model directory, read by dfg run --weights DIR).
  *
  * Any input must either fail cleanly (a status the parser documents, a one-line message naming
  * the index) or parse into a weight_map of at least one tensor spread over 1..n_tensors shard
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
-#include "runtime/weights_dir.h"
+#include "runtime/formats/weights_dir.h"
 
 static void fuzz_fail(const char *why) {
     fprintf(stderr, "fuzz_weights_index: invariant violated: %s\n", why);

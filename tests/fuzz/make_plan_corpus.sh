@@ -2,7 +2,7 @@
 # Writes the seed files of tests/fuzz/corpus/plan: small plan files (a few KB each, no host stages,
 # so no embedded shared object) compiled by `dfg compile` from the pipelines in tests/fuzz/plans
 # with different compile options. The seeds are committed; run this again when the plan format's
-# version (runtime/planfile.h) changes, or to change them. The regression seeds (regress_*.dfg,
+# version (runtime/formats/planfile.h) changes, or to change them. The regression seeds (regress_*.dfg,
 # inputs that once crashed the loader, kept byte for byte) are left alone.
 # Usage: tests/fuzz/make_plan_corpus.sh [BUILD_DIR]   (default build; it must hold the dfg tool)
 set -euo pipefail

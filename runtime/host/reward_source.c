@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../dfg_runtime.h"
 #include "reward_internal.h"
 
 static bool good_name(const char *s) {
@@ -98,7 +99,7 @@ dfg_status dfg_reward_plugin_open(const char *path, dfg_reward_source **out, cha
         *(void **)&funcs = dlsym(s->lib, "dfg_reward_funcs");
         *(void **)&s->score = dlsym(s->lib, "dfg_reward_score");
         if (!funcs || !s->score) {
-            snprintf(why, sizeof(why), "it does not export %s (see runtime/dfg_reward.h)",
+            snprintf(why, sizeof(why), "it does not export %s (see runtime/host/dfg_reward.h)",
                      !funcs ? "dfg_reward_funcs" : "dfg_reward_score");
             st = DFG_ERR_FORMAT;
         }
@@ -164,3 +165,18 @@ dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *r
     return s->kind == DFG_REWARD_PLUGIN ? plugin_score(s, rows, n, step, out, err, err_len)
                                         : dfg_reward_program_score(s, rows, n, step, out, err, err_len);
 }
+
+/* ---------------------------------------------------------------- a run's reward source */
+dfg_status dfg_reward_source_check(const dfg_reward_source *s, const dfg_program *p, char *err, size_t err_len) {
+    if (!s || !p) return DFG_ERR_ARG;
+    const char *want = dfg_program_setting(p, "reward_funcs");
+    char have[DFG_REWARD_MAX_FUNCS * 66] = "";
+    for (int i = 0; i < dfg_reward_source_n_funcs(s); i++)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? "," : "", dfg_reward_source_func(s, i));
+    if (!want || !strcmp(want, have)) return DFG_OK;
+    snprintf(err, err_len, "%s declares the reward functions %s, but the plan was compiled with reward_funcs=%s "
+             "(compile with --set reward_funcs=%s)", dfg_reward_source_desc(s), have, want, have);
+    return DFG_ERR_ARG;
+}
+
+dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx) { return dfg_host_service(ctx, DFG_REWARD_SERVICE); }

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../ops/op.h"
+#include "../../ops/op.h"
 #include "planfile_internal.h"
 
 /* ---------------------------------------------------------------- a growable byte buffer */

@@ -92,8 +92,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../passes/dfg_passes.h"
-#include "dfg_runtime.h"
+#include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
 #define DFG_PLAN_VERSION 8u

@@ -1,6 +1,6 @@
 /* dataset.c - a JSONL prompt dataset in memory (dfg_dataset.h; the format is docs/rewards.md's).
  *
- * The file is hostile input like a config.json (runtime/model_config.c): its size is bounded
+ * The file is hostile input like a config.json (runtime/formats/model_config.c): its size is bounded
  * before it is read, and each line's JSON values are counted before cJSON builds a tree of it.
  * The file is read a line at a time (getline: no limit on a line but the file's), so besides
  * the rows themselves reading holds one line and its tree. Rows go into three growing arrays,
@@ -19,7 +19,7 @@
 
 #include "dataset.h"
 #include "dfg_runtime.h"
-#include "errline.h"
+#include "../formats/errline.h"
 
 _Static_assert(sizeof(size_t) >= 8, "a prompt dataset may be 4 GiB");
 _Static_assert(DFG_DATASET_MAX_BYTES / 19 < INT32_MAX, "the order is int32: fewer rows than that");

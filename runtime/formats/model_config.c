@@ -1,7 +1,7 @@
 /* model_config.c - a Hugging Face model directory's config.json as pipeline settings
  * (dfg_model_dir_settings, dfg_runtime.h).
  *
- * config.json is hostile input like a weights index (runtime/weights_dir.c): its size is bounded
+ * config.json is hostile input like a weights index (runtime/formats/weights_dir.c): its size is bounded
  * before it is read, its JSON values are counted before cJSON builds a tree, nothing may follow
  * the top-level object, and a key dfg reads may appear only once (Python's json keeps the last
  * of two, cJSON finds the first: the two would build different models). Only the keys of the
@@ -23,7 +23,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dfg_runtime.h"
+#include "dfg_formats.h"
 #include "errline.h"
 #include "model_config.h"
 

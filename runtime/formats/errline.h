@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../graph/dfg_graph.h"
+#include "../../graph/dfg_graph.h"
 
 /* Where a reader's messages go and which file they name. */
 typedef struct {

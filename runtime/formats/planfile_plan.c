@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/plan.h"
+#include "../../passes/plan.h"
 #include "planfile_internal.h"
 
 dfg_plan_record *dfg_plan_record_new(void) { return calloc(1, sizeof(dfg_plan_record)); }

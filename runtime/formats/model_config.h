@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "../graph/dfg_graph.h"
+#include "../../graph/dfg_graph.h"
 
 #define DFG_MC_FILE "config.json"
 /* Real config.json files are 1-3 KB; the bound keeps a hostile file from taking memory. */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
+#include "../../ops/op.h"
 #include "planfile_internal.h"
 
 

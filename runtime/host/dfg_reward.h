@@ -1,7 +1,9 @@
 /* dfg_reward.h - rewards from outside the plan: a reward program (dfg run --reward-cmd, JSON lines
  * over its stdin and stdout) or a reward plugin (dfg run --reward-lib, a shared object), behind
  * one handle, a dfg_reward_source. docs/rewards.md is the contract for both; this header is the
- * plugin's C signature and the calls a pipeline's host stage makes.
+ * plugin's C signature and the calls a pipeline's host stage makes. The application (dfg run)
+ * opens the source and hands it to the run as the service DFG_REWARD_SERVICE
+ * (dfg_run_options.services): the runtime itself knows nothing of rewards.
  *
  * A plugin exports (C linkage):
  *     int dfg_reward_funcs(const char **names, int max);
@@ -25,6 +27,7 @@ extern "C" {
 #endif
 
 #define DFG_REWARD_MAX_FUNCS 16
+#define DFG_REWARD_SERVICE "reward" /* the run's reward source, as dfg_host_service finds it */
 
 /* One rollout row as a reward sees it. */
 typedef struct {
@@ -67,6 +70,16 @@ DFG_API const char *dfg_reward_source_desc(const dfg_reward_source *s);
  * answer, a plugin's failure). */
 DFG_API dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                            float *out, char *err, size_t err_len);
+
+/* The source's functions must be the ones program p was built for (its setting reward_funcs, in
+ * order, when it has one): DFG_ERR_ARG with one line naming both lists and the --set that fixes
+ * it otherwise. */
+DFG_API dfg_status dfg_reward_source_check(const dfg_reward_source *s, const dfg_program *p, char *err, size_t err_len);
+/* The run's reward source (the service DFG_REWARD_SERVICE); NULL when the run has none. The
+ * host-stage context is dfg_runtime.h's (declared here too, so that a plugin needs only
+ * dfg_graph.h beside this header). */
+typedef struct dfg_host_ctx dfg_host_ctx;
+DFG_API dfg_reward_source *dfg_host_reward_source(dfg_host_ctx *ctx);
 
 #ifdef __cplusplus
 }

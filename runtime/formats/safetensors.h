@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../graph/dfg_graph.h"
+#include "../../graph/dfg_graph.h"
 
 typedef struct {
     const char *name;

@@ -1,0 +1,174 @@
+/* cli_run_args.c - dfg run's command line: its usage text and the parsing of its options. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_run.h"
+
+#define CMD "run"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--save OUT.safetensors|DIR/]\n"
+               "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
+               "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
+               "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
+               "                     [--reward-cmd CMD [--reward-timeout S] | --reward-lib LIB.so]\n"
+               "\n"
+               "Runs a plan made by dfg compile: N steps, each running every stage once, and prints\n"
+               "the program's metrics after each step.\n"
+               "\n"
+               "  --steps N      steps to run (default 1; 0 only initialises, loads and saves); with\n"
+               "                 --resume, N more steps after the checkpoint's\n"
+               "  --weights W    load parameters from a safetensors file, or a model directory holding\n"
+               "                 model.safetensors or model.safetensors.index.json and its shards (every\n"
+               "                 parameter must be there; f32, bf16 or f16, converted to the plan's dtypes)\n"
+               "  --save OUT     write the parameters to a safetensors file after the last step; OUT ending\n"
+               "                 in '/' (or an existing directory) is written as a Hugging Face model\n"
+               "                 directory that transformers loads: config.json and model.safetensors, in\n"
+               "                 shards with model.safetensors.index.json above --max-shard-size (5GB)\n"
+               "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
+               "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
+               "  --threads N    CPU threads (default: all cores)\n"
+               "  --emulate-gpu  run a plan compiled for cuda on the CPU, through the CUDA backend's own\n"
+               "                 code: its kernels under the SIMT emulator, GEMMs by an interpreter of\n"
+               "                 cuBLAS's semantics, stages captured as graphs and replayed (slow, exact:\n"
+               "                 to check a GPU plan before paying for GPU time; one thread unless\n"
+               "                 --threads says otherwise)\n"
+               "  --eager        cuda plans: launch node by node instead of replaying each stage's graph\n"
+               "  --every K      print a line every K steps (and after the last): each metric's mean\n"
+               "                 over those K steps; default 1. On a terminal a progress line (step,\n"
+               "                 reward, loss, kl, tok/s, arena, ETA) is redrawn on stderr in between\n"
+               "  -q, --quiet    print nothing but errors (and the --metrics file)\n"
+               "  --metrics F    write one JSON object per step to F (step, every metric, ms, tokens_per_s,\n"
+               "                 arena_bytes); appended to with --resume, else replaced\n"
+               "\n"
+               "checkpoints (every PARAM and STATE: weights, reference model, optimizer moments, RNG\n"
+               "counters, with the step and the seed; written atomically to D/" CLI_CKPT_FILE "):\n"
+               "  --checkpoint-dir D  write a checkpoint at the end, on an interrupt, and every K steps\n"
+               "                      with --save-every K (created when missing)\n"
+               "  --save-every K      checkpoint after every step whose number is a multiple of K\n"
+               "  --resume D          continue the run checkpointed in D (a directory, or a checkpoint\n"
+               "                      file): loads everything, sets the step counter; D is also the\n"
+               "                      checkpoint directory unless --checkpoint-dir says otherwise\n"
+               "  Ctrl-C (SIGINT) stops after the current step, writes the checkpoint and exits 130; a\n"
+               "  second Ctrl-C stops at once (the last checkpoint stays whole).\n"
+               "\n"
+               "rewards from outside the plan (plans compiled with reward=external; docs/rewards.md):\n"
+               "  --reward-cmd CMD    start CMD (/bin/sh -c) once and score every step's rollout through it\n"
+               "                      in JSON lines on its stdin and stdout (tools/reward_server.py runs\n"
+               "                      TRL-style Python reward functions that way)\n"
+               "  --reward-timeout S  seconds the program may take to answer a step (default 60); past it\n"
+               "                      the program is killed and the run stops\n"
+               "  --reward-lib LIB    a shared object exporting dfg_reward_funcs and dfg_reward_score\n"
+               "                      (runtime/host/dfg_reward.h), called in-process\n"
+               "  The program or plugin declares its functions' names first; they must be the plan's\n"
+               "  reward_funcs, in order (dfg compile prints them). reward_server.py takes --funcs, else\n"
+               "  the module's REWARD_FUNCS, else its functions named reward_*; `reward_server.py --list`\n"
+               "  prints the --set reward_funcs=... to compile with and the --reward-cmd to run with (the\n"
+               "  Python that ran it). A value of null (Python: None or NaN) means \"does not apply\".\n"
+               "  A reward that fails (the program dies, hangs, answers a malformed or short line) stops\n"
+               "  the run with one line naming the step, the row and the reason; the step never reached\n"
+               "  the optimizer, and with --checkpoint-dir the state before it is saved (--resume redoes it).\n"
+               "\n"
+               "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo.c):\n"
+               "  --rollouts R   skip the stages that make rollouts and train on R's tensors (GRPO:\n"
+               "                 tokens i32 (N,T), completion_mask f32 (N,T), rewards f32 (N)), every step\n"
+               "  --dump OUT     after the last step, write the values the plan names (GRPO: logp,\n"
+               "                 ref_logp, advantages, loss, grad_norm) and every parameter to OUT\n"
+               "\n"
+               "NaN or Inf: gradients that are not finite stop the run in clip_grad_norm, before any\n"
+               "update, naming the step and the gradient; with --checkpoint-dir the last good state is\n"
+               "saved first (resume it with a lower learning rate, say). A metric that is not finite\n"
+               "after a step stops the run the same way (that step's update was applied). Exit code 1.\n"
+               "\n"
+               "tok/s (shown when the program has a 'completion_mask'): completion tokens of the step\n"
+               "(the mask's sum: generated tokens up to and including each EOS) per second of the step.\n"
+               "exit codes: 0 ok, 1 failed while running, 2 usage error or bad input, 130 interrupted\n"
+               "(SIGINT; 143 for SIGTERM, handled the same way)\n"
+               "\n"
+               "data parallel: mpirun -n W dfg run P.dfg ... runs a plan compiled with --set world_size=W on W\n"
+               "processes (one per device), each on its share of every batch; gradients are averaged, so a step\n"
+               "is the step of one process on the whole batch. Rank 0 prints, writes metrics and checkpoints\n"
+               "(--resume with the same W); every rank starts from rank 0's state.\n"
+               "  --collective-timeout S  a rank waits at most S seconds (default 600) for the others in a\n"
+               "                 collective, then the run stops, naming the rank that did not arrive\n"
+               "  kill -USR1 <mpirun's pid> stops every rank after the same step, with a checkpoint (exit 138);\n"
+               "  Ctrl-C at mpirun stops the ranks at once (the last checkpoint stays whole)\n");
+}
+
+int cli_run_parse_args(int argc, char **argv, run_args *r) {
+    static const cli_option opts[] = {
+        {"--steps", true},    {"--weights", true},  {"--save", true},           {"--seed", true},
+        {"--threads", true},  {"--every", true},    {"--checkpoint-dir", true}, {"--save-every", true},
+        {"--resume", true},   {"--rollouts", true}, {"--dump", true},           {"--metrics", true},
+        {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
+        {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
+        {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
+        {"--collective-timeout", true}, {NULL, false}};
+    cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
+    const char *opt, *val;
+    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
+                    .collective_timeout = 600.0};
+    for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
+        if (k == CLI_ARG_ERROR) return CLI_USAGE;
+        bool ok = true;
+        if (k == CLI_ARG_POSITIONAL) {
+            if (r->plan) return cli_error(CMD, CLI_USAGE, "one plan file at a time (got '%s' and '%s')", r->plan, val);
+            r->plan = val;
+        } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(opt, "--emulate-gpu")) {
+            r->emulate_gpu = true;
+        } else if (!strcmp(opt, "--eager")) {
+            r->eager = true;
+        } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
+            r->quiet = true;
+        } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
+        else if (!strcmp(opt, "--seed")) {
+            ok = cli_parse_i64(CMD, "--seed", val, 0, INT64_MAX, &r->seed);
+            r->seed_given = true;
+        }
+        else if (!strcmp(opt, "--threads")) ok = cli_parse_i64(CMD, "--threads", val, 1, 4096, &r->threads);
+        else if (!strcmp(opt, "--every")) ok = cli_parse_i64(CMD, "--every", val, 1, INT64_MAX, &r->every);
+        else if (!strcmp(opt, "--save-every")) ok = cli_parse_i64(CMD, "--save-every", val, 1, INT64_MAX, &r->save_every);
+        else if (!strcmp(opt, "--reward-timeout")) {
+            char *end = NULL;
+            r->reward_timeout = strtod(val, &end);
+            if (end == val || *end || !(r->reward_timeout > 0) || r->reward_timeout > 1e6)
+                return cli_error(CMD, CLI_USAGE, "--reward-timeout must be seconds > 0, got '%s'", val);
+        } else if (!strcmp(opt, "--collective-timeout")) {
+            char *end = NULL;
+            r->collective_timeout = strtod(val, &end);
+            if (end == val || *end || !(r->collective_timeout > 0) || r->collective_timeout > 1e6)
+                return cli_error(CMD, CLI_USAGE, "--collective-timeout must be seconds > 0, got '%s'", val);
+        } else if (!strcmp(opt, "--max-shard-size")) {
+            if (!dfg_parse_bytes(val, &r->max_shard) || r->max_shard < 1)
+                return cli_error(CMD, CLI_USAGE, "--max-shard-size must be a positive size such as 5GB or 500MiB, got '%s'", val);
+        } else {
+            const char **dst = !strcmp(opt, "--weights") ? &r->weights
+                               : !strcmp(opt, "--save") ? &r->save
+                               : !strcmp(opt, "--checkpoint-dir") ? &r->ckpt_dir
+                               : !strcmp(opt, "--resume") ? &r->resume
+                               : !strcmp(opt, "--rollouts") ? &r->rollouts
+                               : !strcmp(opt, "--dump") ? &r->dump
+                               : !strcmp(opt, "--reward-cmd") ? &r->reward_cmd
+                               : !strcmp(opt, "--reward-lib") ? &r->reward_lib
+                                                         : &r->metrics;
+            if (!*val) return cli_error(CMD, CLI_USAGE, "%s needs a path, got ''", opt);
+            *dst = val;
+        }
+        if (!ok) return CLI_USAGE;
+    }
+    if (!r->plan) {
+        usage(stderr);
+        return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
+    }
+    if (r->weights && r->resume)
+        return cli_error(CMD, CLI_USAGE, "--weights and --resume both set the parameters; give one");
+    if (r->reward_cmd && r->reward_lib)
+        return cli_error(CMD, CLI_USAGE, "--reward-cmd and --reward-lib both give the reward; give one");
+    if (r->dump && r->steps == 0)
+        return cli_error(CMD, CLI_USAGE, "--dump writes the values of the last step; it needs --steps 1 or more");
+    return CLI_OK;
+}

@@ -1,0 +1,52 @@
+/* cli_run_reward.c - what a plan needs of dfg run before it starts: the reward its plan was
+ * built for (a reward program or plugin, opened here and handed to the host stages as the
+ * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), or rollout files. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_run.h"
+
+#define CMD "run"
+
+/* A plan built for an external reward (the setting reward=external, examples/grpo.c) needs
+ * --reward-cmd or --reward-lib (or --rollouts, which bring their rewards); one with a built-in
+ * reward takes neither. */
+static int check_reward_source(const run_args *r, const dfg_program *p) {
+    const char *reward = dfg_program_setting(p, "reward");
+    bool external = reward && !strcmp(reward, "external"), given = r->reward_cmd || r->reward_lib;
+    if (given && reward && !external)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan scores with the built-in reward '%s'; compile it with --set "
+                         "reward=external (and reward_funcs=...) to use %s", r->plan, reward,
+                         r->reward_cmd ? "--reward-cmd" : "--reward-lib");
+    if (external && !given && !r->rollouts && r->steps > 0)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
+                         "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
+    return CLI_OK;
+}
+
+/* A plan whose own rollout stages cannot run (dfg_declare_rollouts_only) trains only on a file:
+ * refused before anything starts rather than failing in its first step. */
+static int check_rollouts_only(const run_args *r, const dfg_program *p) {
+    const char *why = dfg_program_rollouts_only(p);
+    if (why && !r->rollouts && r->steps > 0)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan trains only on fixed rollouts (give --rollouts FILE): %s", r->plan, why);
+    return CLI_OK;
+}
+
+int cli_run_check_plan(const run_args *r, const dfg_program *p) {
+    int rc = check_reward_source(r, p);
+    return rc ? rc : check_rollouts_only(r, p);
+}
+
+int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_source **out) {
+    char err[1024];
+    *out = NULL;
+    if (!r->reward_cmd && !r->reward_lib) return CLI_OK;
+    dfg_status st = r->reward_cmd ? dfg_reward_program_open(r->reward_cmd, r->reward_timeout, out, err, sizeof(err))
+                                  : dfg_reward_plugin_open(r->reward_lib, out, err, sizeof(err));
+    if (!st) st = dfg_reward_source_check(*out, p, err, sizeof(err));
+    if (!st) return CLI_OK;
+    dfg_reward_source_free(*out);
+    *out = NULL;
+    return cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, err);
+}
