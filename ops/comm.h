@@ -4,7 +4,7 @@
  * Implementations (the runtime's): MPI on host memory for the CPU backend (runtime/comm_mpi.c);
  * for the CUDA backend NCCL on device memory, enqueued on the stage's stream so a captured stage
  * holds its collectives (runtime/cuda/comm_nccl.c), or, on the emulated device, the MPI
- * communicator run as a node of the emulator's stream (runtime/cuda/device_emu.c). A kernel sees
+ * communicator run as a node of the emulator's stream (runtime/cuda/emu/device_emu.c). A kernel sees
  * only this struct, so the ops layer stays below the runtime.
  *
  * Every call is made by every rank in the same order (the ranks run one plan). Failures (a rank

@@ -8,7 +8,7 @@
 #include "ops/cpu/cpu.h"
 #include "ops/dtype.h"
 #include "ops/cuda/cuda.h"
-#include "ops/cuda/simt/dfg_simt_ctl.h"
+#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 
 #ifdef DFG_HAVE_CUDA
 #include <cuda_runtime.h>

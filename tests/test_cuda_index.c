@@ -12,7 +12,7 @@
 #include "cuda_harness.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cuda/cuda.h"
-#include "ops/cuda/simt/dfg_simt_ctl.h"
+#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 #include "ops/dfg_ops.h"
 
 typedef struct {

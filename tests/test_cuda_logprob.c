@@ -17,7 +17,7 @@
 #include "ops/cpu/cpu.h"
 #include "ops/dtype.h"
 #include "ops/cuda/cuda.h"
-#include "ops/cuda/simt/dfg_simt_ctl.h"
+#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 
 /* ---------------------------------------------------------------- cases */
 typedef struct {

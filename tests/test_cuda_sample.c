@@ -18,7 +18,7 @@
 #include "cuda_harness.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cuda/cuda.h"
-#include "ops/cuda/simt/dfg_simt_ctl.h"
+#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 
 typedef enum { LOGITS_UNIFORM, LOGITS_TIES, LOGITS_MASKED, LOGITS_WIDE } logits_kind;
 

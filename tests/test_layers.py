@@ -20,27 +20,29 @@ ALLOWED = {
     "graph": {"graph"},
     "ops": {"graph", "ops"},
     "ops/cpu": {"graph", "ops", "ops/cpu"},
-    "ops/cuda": {"graph", "ops", "ops/cuda", "ops/cuda/simt"},
-    "ops/cuda/simt": {"ops/cuda/simt"},
+    # the kernels compile against the CUDA headers, which the SIMT emulator stands in for (a library
+    # of nothing of dfg, the emulated device's: runtime/cuda/emu/simt)
+    "ops/cuda": {"graph", "ops", "ops/cuda", "runtime/cuda/emu/simt"},
+    "runtime/cuda/emu/simt": {"runtime/cuda/emu/simt"},
     "ops/nn": {"graph", "ops", "ops/nn"},
     "passes": {"graph", "ops", "ops/nn", "passes"},
     # the file formats: plan files, safetensors, Hugging Face directories, line-numbered errors
     "runtime/formats": {"graph", "ops", "ops/nn", "passes", "runtime/formats"},
-    # the executor and its backends; the emulated device (runtime/cuda/device_emu.c) drives the
+    # the executor and its backends; the emulated device (runtime/cuda/emu/device_emu.c) drives the
     # emulator's stream capture
-    "runtime": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime/formats",
+    "runtime": {"graph", "ops", "ops/cpu", "ops/cuda", "runtime/cuda/emu/simt", "ops/nn", "passes", "runtime/formats",
                 "runtime"},
     # services of host stages: prompt datasets, reward programs and plugins
     "runtime/host": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host"},
     "tools/dot": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "tools/dot"},
-    "tools": {"graph", "ops", "ops/cpu", "ops/cuda", "ops/cuda/simt", "ops/nn", "passes", "runtime/formats", "runtime",
+    "tools": {"graph", "ops", "ops/cpu", "ops/cuda", "runtime/cuda/emu/simt", "ops/nn", "passes", "runtime/formats", "runtime",
               "runtime/host", "tools", "tools/dot", "examples/tasks"},
     "examples/tasks": {"public", "examples/tasks"},
     "examples": {"public", "examples/tasks"},
 }
 # the directories on the include path of the engine's targets (CMakeLists.txt DFG_PUBLIC_DIRS)
 INCLUDE_PATH = ["graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host", "examples/tasks",
-                "ops/cuda"]
+                "ops/cuda", "runtime/cuda/emu"]
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -53,7 +55,7 @@ def layer_of(rel):
         if d == layer or d.startswith(layer + "/"):
             if best is None or len(layer) > len(best):
                 best = layer
-    if d in ("runtime/cpu", "runtime/cuda"):
+    if d in ("runtime/cpu", "runtime/cuda", "runtime/cuda/emu"):
         return "runtime"
     return best
 

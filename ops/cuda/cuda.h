@@ -8,7 +8,7 @@
  * out of range) are written to ctx->flags (device memory) for the backend to check after the stage.
  *
  * Each .cu file is compiled twice: by nvcc (sm_80, sm_90) into the real kernels, named
- * dfg_cuda_<name>, and by the host C++ compiler against the SIMT emulator (ops/cuda/simt) into
+ * dfg_cuda_<name>, and by the host C++ compiler against the SIMT emulator (runtime/cuda/emu/simt) into
  * kernels run on the CPU, named dfg_emu_<name>, so that both can live in one process (dfg run
  * --emulate-gpu next to a real GPU run). Tensors are in device memory (emulation: host memory),
  * f32 or bf16 (bf16 storage, f32 arithmetic), laid out as the node's shapes say, row-major. */
@@ -71,11 +71,11 @@ size_t dfg_emu_scratch_bytes(const dfg_node *n);
 dfg_status dfg_cuda_fail(dfg_cuda_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The emulated GEMM (gemm.c): runs the descriptor with OpenBLAS in f32 (bf16 operands widened,
+/* The emulated GEMM (runtime/cuda/emu/gemm_emu.c: the emulated device's): runs the descriptor with OpenBLAS in f32 (bf16 operands widened,
  * a bf16 result rounded to nearest even), as cuBLAS defines it. */
 dfg_status dfg_cuda_gemm_interpret(dfg_cuda_ctx *ctx, const dfg_gemm_desc *d, const void *a, const void *b, void *c,
                                    const void *bias);
-/* The emulated SDPA (sdpa.c): the semantics of sdpa.h in f32, every operand read and written
+/* The emulated SDPA (runtime/cuda/emu/sdpa_emu.c): the semantics of sdpa.h in f32, every operand read and written
  * through the descriptor's offsets and strides; takes any shape and float dtype. Recorded into the
  * emulator's stream capture like a kernel. */
 dfg_status dfg_cuda_sdpa_interpret(dfg_cuda_ctx *ctx, const dfg_sdpa_desc *d, bool backward, void *const *ptrs);

@@ -1,5 +1,5 @@
 /* gemm.h - one GEMM as cuBLAS(Lt) sees it: a pure description made from a node, executed by
- * cuBLASLt on a GPU and by an interpreter of the same semantics under emulation (gemm.c), so the
+ * cuBLASLt on a GPU and by an interpreter of the same semantics under emulation (runtime/cuda/emu/gemm_emu.c), so the
  * mapping of dfg's row-major tensors onto cuBLAS's column-major calls is tested without a GPU.
  *
  * Semantics (cuBLAS's, column-major): for each batch entry i,

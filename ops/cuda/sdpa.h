@@ -1,7 +1,7 @@
 /* sdpa.h - one fused attention call as cuDNN's scaled-dot-product attention (SDPA) sees it: a
  * pure description made from an attention or attention_bwd node, executed by cuDNN on a GPU
  * (runtime/cuda/sdpa_cudnn.c) and by an interpreter of the same semantics under emulation
- * (sdpa.c), so the mapping of dfg's fused qkv onto cuDNN's 4-d tensors is tested without a GPU.
+ * (runtime/cuda/emu/sdpa_emu.c), so the mapping of dfg's fused qkv onto cuDNN's 4-d tensors is tested without a GPU.
  *
  * Every operand is a 4-d tensor over (b, h, s, d) -- batch, head, sequence position, head
  * channel -- addressed by element offset + b*stride[0] + h*stride[1] + s*stride[2] +

@@ -1,7 +1,7 @@
 /* device.h - the narrow device layer the CUDA backend is written against (runtime/cuda/backend.c).
  *
  * Two implementations: the CUDA runtime (device_cuda.c: cudaMalloc, streams, CUDA Graphs,
- * cuBLASLt, cuDNN, the nvcc-built kernels) and an emulated device (device_emu.c: host memory, the
+ * cuBLASLt, cuDNN, the nvcc-built kernels) and an emulated device (emu/device_emu.c: host memory, the
  * same .cu kernels run by the SIMT emulator, captures recorded and replayed, the GEMM interpreter,
  * the SDPA interpreter when DFG_EMU_SDPA=1).
  * The backend's orchestration is the same on both, so `dfg run --emulate-gpu` and CI run the
@@ -53,7 +53,7 @@ typedef struct {
     dfg_cuda_sdpa_fn (*sdpa)(void *dev, void **state);
     /* Data parallel: a communicator on device memory over the run's host one (ops/comm.h), its
      * calls ordered on the device's stream and held by a stage's capture: NCCL on a GPU
-     * (comm_nccl.c), the host communicator as a node of the emulator's stream (comm_emu.c).
+     * (comm_nccl.c), the host communicator as a node of the emulator's stream (emu/comm_emu.c).
      * comm_wait after a stage's launches: waits for the stream with the run's timeout and returns
      * DFG_OK or what a collective met (a rank that did not arrive, named). NULL comm_open: none. */
     dfg_status (*comm_open)(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len);
@@ -61,8 +61,8 @@ typedef struct {
     dfg_status (*comm_wait)(dfg_comm *c, char *err, size_t len);
 } dfg_device;
 
-extern const dfg_device dfg_device_emulated; /* device_emu.c */
-/* comm_emu.c: the emulated device's communicator (the host one, run in stream order). */
+extern const dfg_device dfg_device_emulated; /* emu/device_emu.c */
+/* emu/comm_emu.c: the emulated device's communicator (the host one, run in stream order). */
 dfg_status dfg_comm_emu_open(void *dev, dfg_comm *host, dfg_comm **out, char *err, size_t len);
 void dfg_comm_emu_close(dfg_comm *c);
 dfg_status dfg_comm_emu_wait(dfg_comm *c, char *err, size_t len);

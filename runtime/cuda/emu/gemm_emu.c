@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dtype.h"
-#include "cuda.h"
+#include "../../../ops/cuda/cuda.h"
+#include "../../../ops/dtype.h"
 #include "simt/dfg_simt_ctl.h"
 
 /* An f32 copy of a column-major matrix of `rows` x `cols` (leading dimension ld) in dtype t. */

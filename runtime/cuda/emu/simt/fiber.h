@@ -1,5 +1,5 @@
 /* fiber.h - the emulator's fibers: a stack and a saved context per emulated GPU thread.
- * Internal to ops/cuda/simt.
+ * Internal to runtime/cuda/emu/simt.
  *
  * On x86-64 a switch saves the SysV callee-saved registers, MXCSR and the x87 control word on the
  * old stack and loads the new stack pointer: no system call (ucontext's swapcontext makes one to

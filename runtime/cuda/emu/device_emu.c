@@ -1,6 +1,6 @@
 /* device_emu.c - the emulated device: device memory is host memory (one allocation per call, so
  * AddressSanitizer sees every buffer), launches run the .cu kernels under the SIMT emulator
- * (ops/cuda/simt), GEMMs run the column-major interpreter (fused attention the SDPA one, with
+ * (runtime/cuda/emu/simt), GEMMs run the column-major interpreter (fused attention the SDPA one, with
  * DFG_EMU_SDPA=1), and stream capture records launches, GEMMs and SDPA calls into a graph that
  * replays them (the emulator's capture: nothing runs while a stage is captured, and a copy,
  * allocation or synchronisation inside the capture fails it, naming the call -- as on a GPU,
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../ops/cuda/simt/dfg_simt_ctl.h"
-#include "device.h"
+#include "../device.h"
+#include "simt/dfg_simt_ctl.h"
 
 typedef struct {
     size_t allocated; /* device bytes handed out and not released: what the run measures */

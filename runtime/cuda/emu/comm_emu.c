@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../ops/cuda/simt/dfg_simt_ctl.h"
-#include "../../ops/dtype.h"
-#include "device.h"
+#include "../../../ops/dtype.h"
+#include "../device.h"
+#include "simt/dfg_simt_ctl.h"
 
 typedef struct {
     dfg_comm self;   /* what the launchers call */

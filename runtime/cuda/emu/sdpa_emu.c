@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dtype.h"
-#include "cuda.h"
+#include "../../../ops/cuda/cuda.h"
+#include "../../../ops/dtype.h"
 #include "simt/dfg_simt_ctl.h"
 
 /* The element index of operand k at (b, h, s, e) */
