@@ -21,7 +21,7 @@
  *   ref         (beta != 0) the frozen reference model's per-token log-probs, per micro-batch
  *               (share_prompts, by default whenever a micro-batch holds whole groups: every
  *               forward pass computes a group's prompt positions once and its G completions
- *               over them, graph/nn_shared.c; the same numbers as G separate passes)
+ *               over them, ops/nn/nn_shared.c; the same numbers as G separate passes)
  *   old         (num_iterations > 1) the policy's log-probs before this step's updates
  *   train.k     x gradient_accumulation_steps micro-batches: TRL's loss (loss_type grpo, bnpo,
  *               dr_grpo, dapo, cispo, sapo; token or sequence ratios; delta; the entropy mask and

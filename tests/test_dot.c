@@ -1,4 +1,4 @@
-/* test_dot.c - the Graphviz exporter (passes/dfg_dot.h): the .dot files of a small program and of
+/* test_dot.c - the Graphviz exporter (tools/dot/dfg_dot.h): the .dot files of a small program and of
  * the GPT-2 training example parse with Graphviz's own reader (agread) and lay out and render
  * with its libraries (dot for the dataflow view, neato -n2 for the timeline), and they draw every
  * tensor of the plan; the lifetime view has one box per scheduled op and marks the peak; the
@@ -127,7 +127,7 @@ static const char *attr(void *obj, const char *name) {
 
 /* One Graphviz context, with its full plugin configuration as `dot` has, for the whole test:
  * Graphviz 2.42's pango plugin reads freed memory when a second context lays out after the
- * first was freed (passes/dot.c avoids that plugin; this test uses it on purpose). */
+ * first was freed (tools/dot/dot.c avoids that plugin; this test uses it on purpose). */
 static GVC_t *gvc;
 
 /* Lays the graph out with the engine and renders SVG in memory: what `dot -Tsvg` does. */

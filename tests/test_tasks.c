@@ -1,4 +1,4 @@
-/* test_tasks.c - the GRPO tasks (runtime/dfg_tasks.h): vocabulary round trips, every task's
+/* test_tasks.c - the GRPO tasks (examples/tasks/dfg_tasks.h): vocabulary round trips, every task's
  * prompts and answers (checked against independent computations: 64-bit arithmetic for add/sub,
  * qsort for sort), determinism, every reward on hand-made completions and on random ones, and
  * the host-stage helpers through real programs and runtimes. The helpers are called from host

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the one command for the first machine with an NVIDIA GPU. dfg's CUDA code is
 # verified without a GPU by the SIMT emulator (`dfg run --emulate-gpu`, docs in
-# ../shared/DESIGN.md 6b); this runs what only real hardware can check, and writes every result
+# docs/DESIGN.md 6b); this runs what only real hardware can check, and writes every result
 # into tools/bench/results/<date>-gpu-check-<host>.md (GPU, driver, CUDA, the dfg commit, one
 # line per step, details and the tails of failing logs).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""seed_plans.py - the seeds' scenarios (../shared/seeds/) planned by dfg, before any GPU time.
+"""seed_plans.py - the seeds' scenarios (the five write-ups docs/seeds.md works through) planned by dfg, before any GPU time.
 
 Compiles examples/grpo.c for each configuration of a scenario with `dfg compile --target cuda`
 (and `--memory-budget` where a row asks for rematerialisation), reads `dfg inspect --json`, and

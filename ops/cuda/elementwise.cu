@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------- cast and fill
-// Conversions as ops/cpu/dtype.h's dfg_store(dfg_load(x)): float to float rounds to nearest even
+// Conversions as ops/dtype.h's dfg_store(dfg_load(x)): float to float rounds to nearest even
 // (bf16/f16 overflow to inf); to integers truncates toward zero and saturates, NaN -> 0; i32 to
 // a 16-bit float goes through f32 (rounded twice, as the CPU's double -> float -> bf16).
 template <class TO> struct Cvt {

@@ -250,7 +250,7 @@ DFG_API dfg_status dfg_nn_allreduce_grads(dfg_graph *g, dfg_tensor **grads, int 
 DFG_API dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
 
-/* ---------------------------------------------------------------- GRPO (graph/nn_grpo.c) */
+/* ---------------------------------------------------------------- GRPO (ops/nn/nn_grpo.c) */
 /* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The
  * fuse pass turns it into linear_logprob: the logits never exist. start (n) i32 or NULL: left-padded

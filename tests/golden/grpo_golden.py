@@ -35,7 +35,7 @@ from gpt2_golden import np, torch, st_read, st_write, random_weights, checkpoint
 TOL = 1e-4
 TOL_UPDATE = 1e-2
 PAD, EOS = 0, 1
-VOCAB = 15  # runtime/dfg_tasks.h: PAD, EOS, ten digits, '+', '-', '='
+VOCAB = 15  # examples/tasks/dfg_tasks.h: PAD, EOS, ten digits, '+', '-', '='
 
 BASE = dict(task="reverse", digits=3, prompts_per_step=3, num_generations=4, n_layer=2, n_head=2, n_embd=32,
             vocab_size=VOCAB, learning_rate=1e-3, adam_epsilon=1e-5, weight_decay=0.1, max_grad_norm=1.0,

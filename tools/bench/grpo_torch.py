@@ -8,7 +8,7 @@ One step (--mode full), as examples/grpo.c runs it with its defaults:
   rollout     under torch.no_grad: prefill the prompts into a KV cache, then decode exactly
               max_completion_length tokens, one at a time, sampling at temperature 1
               (torch.multinomial); a row stops counting after its first EOS (completion mask)
-  reward      the `mixed` reward of runtime/tasks.c, in Python, per completion
+  reward      the `mixed` reward of examples/tasks/tasks.c, in Python, per completion
   advantages  (r - group mean) / (group std + 1e-4), torch.std (unbiased): scale_rewards=group
   ref         the frozen initial model's per-token log-probs (beta = 0.04), under no_grad
   train       the policy's log-probs (log_softmax + gather on the completion positions only,
@@ -74,7 +74,7 @@ import struct
 import sys
 import time
 
-PAD, EOS, DIGIT0, PLUS, MINUS, EQUALS = 0, 1, 2, 12, 13, 14  # runtime/dfg_tasks.h
+PAD, EOS, DIGIT0, PLUS, MINUS, EQUALS = 0, 1, 2, 12, 13, 14  # examples/tasks/dfg_tasks.h
 TASK_VOCAB = 15
 
 
@@ -174,7 +174,7 @@ class GPT2(nn.Module):
         self.wpe = nn.Embedding(n_positions, n_embd)
         self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
-        # the initialisation of dfg's GPT-2 (graph/nn.c): N(0, 0.02), wpe N(0, 0.01), the residual
+        # the initialisation of dfg's GPT-2 (ops/nn/nn.c): N(0, 0.02), wpe N(0, 0.01), the residual
         # projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 / 0
         with torch.no_grad():
             for name, p in self.named_parameters():
@@ -276,7 +276,7 @@ def make_prompts(P, G, digits):
 
 
 def reward_mixed(completion, answer):
-    """runtime/tasks.c's `mixed`: 0.6 exact + 0.3 partial + 0.1 format, 1 only for the exact answer."""
+    """examples/tasks/tasks.c's `mixed`: 0.6 exact + 0.3 partial + 0.1 format, 1 only for the exact answer."""
     m = completion.index(EOS) if EOS in completion else len(completion)
     eos = m < len(completion)
     L = len(answer)
