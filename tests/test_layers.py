@@ -74,6 +74,45 @@ def resolve(root, rel, name):
     return None
 
 
+def include_cycles(root, files):
+    """The circles of headers that include each other (each once, as a list), found with
+    Tarjan's strongly connected components over the resolved includes of every header."""
+    graph = {}
+    for rel in files:
+        if not rel.endswith((".h", ".cuh")):
+            continue
+        with open(os.path.join(root, rel), errors="replace") as f:
+            targets = [resolve(root, rel, m.group(1)) for m in map(INCLUDE_RE.match, f) if m]
+        graph[rel] = [t for t in targets if t and t.endswith((".h", ".cuh"))]
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     files = []
@@ -114,9 +153,13 @@ def main():
                     kind = "a public header" if public else "layer '%s'" % src_layer
                     bad.append("%s:%d: %s includes %s (layer '%s'), which it may not (docs/ARCHITECTURE.md)" %
                                (rel, lineno, kind, target, t_layer))
+    cycles = include_cycles(root, files)
+    for c in cycles:
+        bad.append("include circle: %s" % " -> ".join(c + [c[0]]))
     for b in bad:
         print(b)
-    print("test_layers: %d includes in %d files checked, %d going the wrong way" % (checked, len(files), len(bad)))
+    print("test_layers: %d includes in %d files checked, %d going the wrong way or in a circle" %
+          (checked, len(files), len(bad)))
     return 1 if bad else 0
 
 
