@@ -17,6 +17,12 @@
 #endif
 
 /* ---------------------------------------------------------------- data */
+bool cuda_fill_floats(const dfg_tensor *t, void *data, int64_t n) {
+    if (!dfg_is_float(t->dtype)) return false;
+    dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
+    return true;
+}
+
 void cuda_fill_range(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     (void)slot;
     const float *r = user;
@@ -133,43 +139,26 @@ static void load_inputs(build *into, const build *f32, void *const *base, const 
 }
 
 /* ---------------------------------------------------------------- running */
-static bool run_cpu(const cuda_case *c, build *b) {
-    dfg_cpu_ctx ctx = {.n_threads = 1};
-    char err[512] = "";
-    ctx.scratch_per_thread = dfg_cpu_scratch_bytes(b->n);
-    ctx.scratch = ctx.scratch_per_thread ? malloc(ctx.scratch_per_thread) : NULL;
-    ctx.err = err, ctx.err_len = sizeof(err);
-    void *in[32], *out[32];
+/* The kernels' argument arrays: b's buffers in the node's slot order. */
+static void args_of(const build *b, void **in, void **out) {
     for (int j = 0; j < b->n->n_in; j++) in[j] = b->data[b->in_buf[j]];
     for (int k = 0; k < b->n->n_out; k++) out[k] = b->data[b->out_buf[k]];
-    dfg_status st = dfg_cpu_kernels[b->n->op](b->n, in, out, &ctx);
-    free(ctx.scratch);
-    CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", c->label, err);
-    return st == DFG_OK;
+}
+
+static bool run_cpu(const cuda_case *c, build *b) {
+    void *in[32], *out[32];
+    args_of(b, in, out);
+    return cuda_run_cpu(c->label, b->n, in, out);
 }
 
 static bool run_emulated(const cuda_case *c, build *b, uint64_t seed) {
-    dfg_cuda_fn fn = dfg_emu_kernels[b->n->op];
-    CHECK(fn != NULL, "%s: op '%s' has no CUDA kernel", c->label, dfg_op_name(b->n->op));
-    if (!fn) return false;
-    char err[1024] = "";
-    int flags = 0;
-    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err,
-                        .err_len = sizeof(err)};
-    ctx.scratch_bytes = dfg_emu_scratch_bytes(b->n);
-    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
-    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
+    char label[256];
+    snprintf(label, sizeof(label), "%s (%s)", c->label, dfg_dtype_name(b->n->out[0]->dtype));
     void *in[32], *out[32];
-    for (int j = 0; j < b->n->n_in; j++) in[j] = b->data[b->in_buf[j]];
-    for (int k = 0; k < b->n->n_out; k++) out[k] = b->data[b->out_buf[k]];
-    dfg_simt_set_seed(seed);
-    dfg_status st = fn(b->n, in, out, &ctx);
-    dfg_simt_set_seed(0);
-    free(ctx.scratch);
-    CHECK(st == DFG_OK, "%s (%s, schedule seed %llu): the CUDA kernel failed: %s", c->label,
-          dfg_dtype_name(b->n->out[0]->dtype), (unsigned long long)seed, err);
-    CHECK(flags == 0, "%s: the CUDA kernel flagged a bad value (%d) in valid inputs", c->label, flags);
-    return st == DFG_OK && flags == 0;
+    args_of(b, in, out);
+    int flags = cuda_run_emulated(label, b->n, in, out, 132, seed);
+    CHECK(flags <= 0, "%s: the CUDA kernel flagged a bad value (%d) in valid inputs", c->label, flags);
+    return flags == 0;
 }
 
 /* ---------------------------------------------------------------- comparing */
@@ -324,7 +313,58 @@ static bool check_dtype(const cuda_case *c, dfg_dtype dt, build *f32) {
     return ok;
 }
 
+/* ---------------------------------------------------------------- direct runs */
+int cuda_run_emulated(const char *label, const dfg_node *n, void *const *in, void *const *out, int sm_count,
+                      uint64_t seed) {
+    dfg_cuda_fn fn = dfg_emu_kernels[n->op];
+    CHECK(fn != NULL, "%s: op '%s' has no CUDA kernel", label, dfg_op_name(n->op));
+    if (!fn) return -1;
+    char err[1024] = "";
+    int flags = 0;
+    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = sm_count ? sm_count : 132,
+                        .err = err, .err_len = sizeof(err)};
+    ctx.scratch_bytes = dfg_emu_scratch_bytes(n);
+    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
+    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
+    dfg_simt_set_seed(seed);
+    dfg_status st = fn(n, in, out, &ctx);
+    dfg_simt_set_seed(0);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "%s (schedule seed %llu): the CUDA kernel failed: %s", label, (unsigned long long)seed, err);
+    return st == DFG_OK ? flags : -1;
+}
+#else
+int cuda_run_emulated(const char *label, const dfg_node *n, void *const *in, void *const *out, int sm_count,
+                      uint64_t seed) {
+    (void)n, (void)in, (void)out, (void)sm_count, (void)seed;
+    CHECK(false, "%s: no SIMT emulator in this build", label);
+    return -1;
+}
 #endif /* DFG_NO_CUDA_EMU */
+
+dfg_shape cuda_rows_shape(dfg_shape s) {
+    s.rank--;
+    return s;
+}
+
+dfg_node *cuda_node_alone(cuda_build_fn build, void *user, dfg_dtype dt, const char *label, dfg_program **p) {
+    *p = dfg_program_new(label);
+    dfg_node *n = build(dfg_graph_new(*p, "g"), dt, user);
+    CHECK(n != NULL, "%s: the node does not build: %s", label, dfg_program_error(*p));
+    if (!n) dfg_program_free(*p), *p = NULL;
+    return n;
+}
+
+bool cuda_run_cpu(const char *label, const dfg_node *n, void *const *in, void *const *out) {
+    char err[512] = "";
+    dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+    ctx.scratch_per_thread = dfg_cpu_scratch_bytes(n);
+    ctx.scratch = ctx.scratch_per_thread ? malloc(ctx.scratch_per_thread) : NULL;
+    dfg_status st = dfg_cpu_kernels[n->op](n, in, out, &ctx);
+    free(ctx.scratch);
+    CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", label, err);
+    return st == DFG_OK;
+}
 
 bool cuda_emulator_built(void) {
 #ifdef DFG_NO_CUDA_EMU
@@ -348,6 +388,21 @@ bool cuda_check(const cuda_case *c) {
     cases_run++;
     return ok;
 #endif
+}
+
+static const char *test_name = "test_cuda";
+
+bool cuda_test_begin(const char *test) {
+    test_name = test;
+    dfg_test_init(test);
+    if (cuda_emulator_built()) return true;
+    printf("%s: skipped (no SIMT emulator in this build)\n", test);
+    return false;
+}
+
+int cuda_test_end(void) {
+    cuda_report(test_name);
+    return dfg_test_finish();
 }
 
 void cuda_report(const char *test) {

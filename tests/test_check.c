@@ -78,6 +78,21 @@ static void expect_results(dfg_runtime *rt, const prog *P, const char *what) {
     CHECK(err < 1e-4 && zero, "%s: s off by %g, y all zero: %d", what, err, zero);
 }
 
+/* The program (without the view), its plan changed by corrupt (NULL: none), then body(P, rt, check)
+ * on a plain runtime made from it (check false) and on a checked one. */
+static void plain_then_checked(void (*corrupt)(prog *P), void (*body)(prog *P, dfg_runtime *rt, bool check)) {
+    prog P;
+    build(&P, false);
+    if (corrupt) corrupt(&P);
+    for (int check = 0; check < 2; check++) {
+        dfg_runtime *rt = NULL;
+        CHECK(create(&P, check, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
+        if (rt) body(&P, rt, check);
+        dfg_runtime_free(rt);
+    }
+    dfg_program_free(P.p);
+}
+
 /* The uncorrupted plan passes under check mode, and gives the right numbers. */
 static void test_clean_run_passes(void) {
     prog P;
@@ -94,32 +109,25 @@ static void test_clean_run_passes(void) {
 /* b moved onto a in the runtime's copy of the plan, after creation (the create-time overlap
  * check cannot see it): the plain run gives exactly the uncorrupted numbers, the checked one
  * stops at a's read naming a, its reader, its writer and b. */
-static void test_moved_offset_caught_at_read(void) {
-    prog P;
-    build(&P, false);
-    for (int check = 0; check < 2; check++) {
-        dfg_runtime *rt = NULL;
-        CHECK(create(&P, check, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
-        if (!rt) continue;
-        CHECK(rt->plan.offset[P.b->id] != rt->plan.offset[P.a->id], "a and b start apart");
-        rt->plan.offset[P.b->id] = rt->plan.offset[P.a->id];
-        dfg_status st = dfg_runtime_step(rt);
-        if (!check) {
-            CHECK(st == DFG_OK, "plain run: %s", dfg_runtime_error(rt));
-            expect_results(rt, &P, "plain run over a corrupted plan (the corruption does not show in the values)");
-        } else {
-            const char *msg = dfg_runtime_error(rt);
-            printf("check mode reports: %s\n", msg);
-            CHECK(st == DFG_ERR_STATE, "checked run: %s", dfg_status_name(st));
-            CHECK(has(msg, "DFG_CHECK: step 1, graph 'train': input 'gelu#0' of 'y' (plan step 3) changed since plan step 0 (written by 'gelu#0')") &&
-                      has(msg, "are shared with 'affine#1' (plan steps 1-2)"),
-                  "message");
-            CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE, "the failure is sticky");
-        }
-        dfg_runtime_free(rt);
+static void moved_offset_at_read(prog *P, dfg_runtime *rt, bool check) {
+    CHECK(rt->plan.offset[P->b->id] != rt->plan.offset[P->a->id], "a and b start apart");
+    rt->plan.offset[P->b->id] = rt->plan.offset[P->a->id];
+    dfg_status st = dfg_runtime_step(rt);
+    if (!check) {
+        CHECK(st == DFG_OK, "plain run: %s", dfg_runtime_error(rt));
+        expect_results(rt, P, "plain run over a corrupted plan (the corruption does not show in the values)");
+    } else {
+        const char *msg = dfg_runtime_error(rt);
+        printf("check mode reports: %s\n", msg);
+        CHECK(st == DFG_ERR_STATE, "checked run: %s", dfg_status_name(st));
+        CHECK(has(msg, "DFG_CHECK: step 1, graph 'train': input 'gelu#0' of 'y' (plan step 3) changed since plan step 0 (written by 'gelu#0')") &&
+                  has(msg, "are shared with 'affine#1' (plan steps 1-2)"),
+              "message");
+        CHECK(dfg_runtime_step(rt) == DFG_ERR_STATE, "the failure is sticky");
     }
-    dfg_program_free(P.p);
 }
+
+static void test_moved_offset_caught_at_read(void) { plain_then_checked(NULL, moved_offset_at_read); }
 
 /* The same bug in the program's plan: with check mode the runtime refuses to start, naming
  * both tensors; through DFG_CHECK=1 as well; a plain runtime starts. */
@@ -151,29 +159,25 @@ static void test_moved_offset_caught_at_create(void) {
 
 /* A liveness bug: the plan ends a's buffer at its producer's step. Nothing overlaps it, so the
  * plain run is right; check mode poisons a after step 0 and fails at its read at step 3. */
-static void test_short_lifetime_caught(void) {
-    prog P;
-    build(&P, false);
-    dfg_plan *plan = P.p->plan;
-    int b = plan->buf_of[P.a->id];
+static void short_lifetime(prog *P, dfg_runtime *rt, bool check) {
+    dfg_status st = dfg_runtime_step(rt);
+    if (!check) {
+        CHECK(st == DFG_OK, "plain: %s", dfg_runtime_error(rt));
+        expect_results(rt, P, "plain run, short lifetime");
+    } else
+        CHECK(st == DFG_ERR_STATE && has(dfg_runtime_error(rt), "input 'gelu#0' of 'y' (plan step 3) is read after its "
+                                                               "buffer's lifetime (plan steps 0-0) ended; its bytes were poisoned after plan step 0"),
+              "checked: %s", dfg_runtime_error(rt));
+}
+
+static void end_a_at_its_producer(prog *P) {
+    dfg_plan *plan = P->p->plan;
+    int b = plan->buf_of[P->a->id];
     while (plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
     plan->bufs[b].life.last = 0;
-    for (int check = 0; check < 2; check++) {
-        dfg_runtime *rt = NULL;
-        CHECK(create(&P, check, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
-        if (!rt) continue;
-        dfg_status st = dfg_runtime_step(rt);
-        if (!check) {
-            CHECK(st == DFG_OK, "plain: %s", dfg_runtime_error(rt));
-            expect_results(rt, &P, "plain run, short lifetime");
-        } else
-            CHECK(st == DFG_ERR_STATE && has(dfg_runtime_error(rt), "input 'gelu#0' of 'y' (plan step 3) is read after its "
-                                                                   "buffer's lifetime (plan steps 0-0) ended; its bytes were poisoned after plan step 0"),
-                  "checked: %s", dfg_runtime_error(rt));
-        dfg_runtime_free(rt);
-    }
-    dfg_program_free(P.p);
 }
+
+static void test_short_lifetime_caught(void) { plain_then_checked(end_a_at_its_producer, short_lifetime); }
 
 /* A view placed apart from its storage reads other bytes, even when those happen to hold the
  * same sum: the checker compares places too. */
@@ -194,23 +198,16 @@ static void test_view_apart_caught(void) {
 }
 
 /* Dead bytes hold the poison after a checked step (b died at step 2), not in a plain run. */
-static void test_poison_written(void) {
-    prog P;
-    build(&P, false);
-    for (int check = 0; check < 2; check++) {
-        dfg_runtime *rt = NULL;
-        CHECK(create(&P, check, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
-        if (!rt) continue;
-        CHECK(dfg_runtime_step(rt) == DFG_OK, "step: %s", dfg_runtime_error(rt));
-        const uint32_t *w = (const uint32_t *)(const void *)(rt->arena + rt->plan.offset[P.b->id]);
-        int poisoned = 0;
-        for (int i = 0; i < N * N; i++) poisoned += w[i] == DFG_CHECK_POISON;
-        CHECK(poisoned == (check ? N * N : 0), "check %d: %d of %d words of the dead 'affine#1' hold the poison", check,
-              poisoned, N * N);
-        dfg_runtime_free(rt);
-    }
-    dfg_program_free(P.p);
+static void poison_written(prog *P, dfg_runtime *rt, bool check) {
+    CHECK(dfg_runtime_step(rt) == DFG_OK, "step: %s", dfg_runtime_error(rt));
+    const uint32_t *w = (const uint32_t *)(const void *)(rt->arena + rt->plan.offset[P->b->id]);
+    int poisoned = 0;
+    for (int i = 0; i < N * N; i++) poisoned += w[i] == DFG_CHECK_POISON;
+    CHECK(poisoned == (check ? N * N : 0), "check %d: %d of %d words of the dead 'affine#1' hold the poison", check,
+          poisoned, N * N);
 }
+
+static void test_poison_written(void) { plain_then_checked(NULL, poison_written); }
 
 /* A STATE written at step 0 and read by nobody after is clobbered by a later temporary: no
  * kernel reads it again, so the check at the end of the step reports it. */

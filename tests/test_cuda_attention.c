@@ -54,15 +54,20 @@ static dfg_node *build_attention(dfg_graph *g, dfg_dtype dt, void *user) {
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
-static dfg_node *build_attention_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
-    const att_case *c = user;
+/* attention_bwd, or attention_prefix_bwd (prefix): inputs dy, qkv, [prefix,] y, lse[, start] */
+static dfg_node *build_bwd(dfg_graph *g, dfg_dtype dt, const att_case *c, bool prefix) {
     int64_t C = (int64_t)c->H * c->D;
-    dfg_tensor *in[5] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c),
-                         dfg_input(g, "y", dt, DFG_SHAPE(c->n, c->Tc, C)),
-                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc)), in_start(g, c)};
+    dfg_tensor *in[6] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c)};
+    int k = 2;
+    if (prefix) in[k++] = in_pre(g, dt, c);
+    in[k++] = dfg_input(g, "y", dt, DFG_SHAPE(c->n, c->Tc, C));
+    in[k++] = dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc));
+    if (c->start) in[k++] = in_start(g, c);
     dfg_attrs a = {.attention = {c->H}};
-    return dfg_node_add(g, DFG_OP_ATTENTION_BWD, in, in[4] ? 5 : 4, &a, 1);
+    return dfg_node_add(g, prefix ? DFG_OP_ATTENTION_PREFIX_BWD : DFG_OP_ATTENTION_BWD, in, k, &a, prefix ? 2 : 1);
 }
+
+static dfg_node *build_attention_bwd(dfg_graph *g, dfg_dtype dt, void *user) { return build_bwd(g, dt, user, false); }
 
 static dfg_node *build_prefix(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
@@ -70,15 +75,7 @@ static dfg_node *build_prefix(dfg_graph *g, dfg_dtype dt, void *user) {
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
-static dfg_node *build_prefix_bwd(dfg_graph *g, dfg_dtype dt, void *user) {
-    const att_case *c = user;
-    int64_t C = (int64_t)c->H * c->D;
-    dfg_tensor *in[6] = {dfg_input(g, "dy", dt, DFG_SHAPE(c->n, c->Tc, C)), in_qkv(g, dt, c), in_pre(g, dt, c),
-                         dfg_input(g, "y", dt, DFG_SHAPE(c->n, c->Tc, C)),
-                         dfg_input(g, "lse", DFG_F32, DFG_SHAPE(c->n, c->H, c->Tc)), in_start(g, c)};
-    dfg_attrs a = {.attention = {c->H}};
-    return dfg_node_add(g, DFG_OP_ATTENTION_PREFIX_BWD, in, in[5] ? 6 : 5, &a, 2);
-}
+static dfg_node *build_prefix_bwd(dfg_graph *g, dfg_dtype dt, void *user) { return build_bwd(g, dt, user, true); }
 
 static dfg_node *build_cached(dfg_graph *g, dfg_dtype dt, void *user) {
     const att_case *c = user;
@@ -240,25 +237,13 @@ typedef struct {
 } one_node;
 
 static bool node_of(one_node *o, dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), dfg_dtype dt, att_case *c) {
-    o->p = dfg_program_new("direct");
-    o->n = build(dfg_graph_new(o->p, "g"), dt, c);
-    CHECK(o->n != NULL, "direct node: %s", dfg_program_error(o->p));
+    o->n = cuda_node_alone(build, c, dt, "direct node", &o->p);
     return o->n != NULL;
 }
 
 /* Runs the emulated kernel of o's node; returns the device flag (-1: the launcher failed). */
 static int run_emu(const one_node *o, void *const *in, void *const *out) {
-    char err[1024] = "";
-    int flags = 0;
-    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err,
-                        .err_len = sizeof(err)};
-    ctx.scratch_bytes = dfg_emu_scratch_bytes(o->n);
-    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
-    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
-    dfg_status st = dfg_emu_kernels[o->n->op](o->n, in, out, &ctx);
-    free(ctx.scratch);
-    CHECK(st == DFG_OK, "emulated %s: %s", dfg_op_name(o->n->op), err);
-    return st == DFG_OK ? flags : -1;
+    return cuda_run_emulated(dfg_op_name(o->n->op), o->n, in, out, 132, 0);
 }
 
 static void *alloc_t(const dfg_tensor *t) { return calloc(1, dfg_tensor_bytes(t) + 64); }
@@ -359,11 +344,7 @@ static void check_misaligned(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *),
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_attention");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_attention");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_attention")) return DFG_TEST_SKIP;
     /* n, P, Tc, Tp, H, D: T = 1, short, longer than a tile (64) and than two; head dims odd (the
      * generic path), 1, and each padded size 32 / 64 / 128 with and without padding */
     const att_case plain[] = {
@@ -493,6 +474,5 @@ int main(void) {
         check_misaligned(build_prefix_bwd, &mis_ps, dt, "attention_prefix_bwd (left-padded)");
         check_misaligned(build_cached, &mis_cs, dt, "attention_cached (left-padded)");
     }
-    cuda_report("test_cuda_attention");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

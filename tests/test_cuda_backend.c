@@ -109,11 +109,7 @@ static void test_one_allocation(void) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_backend");
-    if (!cuda_emulator_built()) {
-        printf("test_cuda_backend: skipped (no SIMT emulator in this build)\n");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_backend")) return DFG_TEST_SKIP;
     test_replay_equals_eager();
     expect_planted("read", "a copy to the host was made inside the capture");
     expect_planted("write", "a copy to the device was made inside the capture");

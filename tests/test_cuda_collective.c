@@ -374,11 +374,7 @@ static void harness(coll_case c, bool bf16) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_collective");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_collective");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_collective")) return DFG_TEST_SKIP;
     const dfg_shape shapes[] = {DFG_SHAPE(1), DFG_SHAPE(7), DFG_SHAPE(3, 5), DFG_SHAPE(33, 17), DFG_SHAPE(4099),
                                 DFG_SHAPE(2, 3, 4)};
     const int n_shapes = sizeof(shapes) / sizeof(shapes[0]);
@@ -417,6 +413,5 @@ int main(void) {
         check_refused(op, 1, 2, false); /* world 1 given a communicator of 2 */
         if (op != DFG_OP_RANK) check_refused(op, 2, 2, true); /* the peer never arrives */
     }
-    cuda_report("test_cuda_collective");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

@@ -181,10 +181,7 @@ typedef struct {
 
 static bool direct_make(direct *d, const ew_case *c, dfg_dtype dt, size_t misalign_elems) {
     memset(d, 0, sizeof(*d));
-    d->p = dfg_program_new("direct");
-    dfg_graph *g = dfg_graph_new(d->p, "g");
-    d->n = build_ew(g, dt, (void *)c);
-    CHECK(d->n != NULL, "direct: the case does not build: %s", dfg_program_error(d->p));
+    d->n = cuda_node_alone(build_ew, (void *)c, dt, "direct", &d->p);
     if (!d->n) return false;
     for (int j = 0; j < d->n->n_in + d->n->n_out; j++) {
         const dfg_tensor *t = j < d->n->n_in ? d->n->in[j] : d->n->out[j - d->n->n_in];
@@ -220,22 +217,11 @@ static void direct_fill(direct *d, const ew_case *c) {
     }
 }
 
+/* one SM: 8 blocks of 256 threads, so the grid-stride walks wrap rows many times */
 static bool emu_run(const dfg_node *n, void **in, void **out) {
-    char err[512] = "";
-    int flags = 0;
-    /* one SM: 8 blocks of 256 threads, so the grid-stride walks wrap rows many times */
-    dfg_cuda_ctx ctx = {.flags = &flags, .sm_count = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_emu_kernels[n->op](n, in, out, &ctx);
-    CHECK(st == DFG_OK && flags == 0, "%s: the emulated kernel failed (flags %d): %s", dfg_op_name(n->op), flags, err);
-    return st == DFG_OK;
-}
-
-static bool cpu_run(const dfg_node *n, void **in, void **out) {
-    char err[512] = "";
-    dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_cpu_kernels[n->op](n, in, out, &ctx);
-    CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", dfg_op_name(n->op), err);
-    return st == DFG_OK;
+    int flags = cuda_run_emulated(dfg_op_name(n->op), n, in, out, 1, 0);
+    CHECK(flags <= 0, "%s: the emulated kernel flagged a bad value (%d)", dfg_op_name(n->op), flags);
+    return flags == 0;
 }
 
 /* Elements of t that differ in their bits (NaN equals NaN, whatever the payload), or by more than
@@ -309,7 +295,7 @@ static void check_values(const char *what, ew_case c, const double *vals, int nv
         for (int64_t e = 0; e < dfg_tensor_numel(t); e++) dfg_store(d.in[j], t->dtype, e, vals[(e + 7 * j) % nv]);
     }
     void *ref = malloc(dfg_tensor_bytes(d.n->out[0]) + 1), *cpu_out[2] = {ref};
-    if (cpu_run(d.n, d.in, cpu_out) && emu_run(d.n, d.in, d.out)) {
+    if (cuda_run_cpu(dfg_op_name(d.n->op), d.n, d.in, cpu_out) && emu_run(d.n, d.in, d.out)) {
         char label[160];
         snprintf(label, sizeof(label), "%s: %s -> %s", what, d.n->n_in ? dfg_dtype_name(d.n->in[0]->dtype) : "-",
                  dfg_dtype_name(d.n->out[0]->dtype));
@@ -483,7 +469,7 @@ static void test_silu(void) {
     direct_fill(&d, &b);
     for (int e = 0; e < 2 * nb; e++) ((float *)d.in[1])[e] = (float)big[e % nb];
     void *ref = malloc(dfg_tensor_bytes(d.n->out[0])), *cpu_out[2] = {ref};
-    if (cpu_run(d.n, d.in, cpu_out) && emu_run(d.n, d.in, d.out)) {
+    if (cuda_run_cpu(dfg_op_name(d.n->op), d.n, d.in, cpu_out) && emu_run(d.n, d.in, d.out)) {
         const float *r = ref, *x = d.in[1];
         int finite = 0;
         for (int e = 0; e < 2 * nb; e++) finite += isfinite(x[e]) ? isfinite(r[e]) : 1;
@@ -575,17 +561,12 @@ static void test_cast_fill(void) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_elementwise");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_elementwise");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_elementwise")) return DFG_TEST_SKIP;
     test_binary();
     test_unary();
     test_gelu_bwd_bias_gelu();
     test_silu();
     test_where();
     test_cast_fill();
-    cuda_report("test_cuda_elementwise");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

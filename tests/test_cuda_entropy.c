@@ -24,19 +24,14 @@ typedef struct {
     int values;  /* UNIFORM ... WIDE */
 } ent_case;
 
-static dfg_shape rows_shape(dfg_shape s) {
-    s.rank--;
-    return s;
-}
-
 static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
     const ent_case *c = user;
     dfg_tensor *z = dfg_input(g, "z", dt, c->z), *y;
     if (!c->bwd) {
         y = dfg_entropy(g, z);
     } else {
-        dfg_tensor *in[3] = {dfg_input(g, "dH", DFG_F32, rows_shape(c->z)), z,
-                             dfg_input(g, "H", DFG_F32, rows_shape(c->z))};
+        dfg_tensor *in[3] = {dfg_input(g, "dH", DFG_F32, cuda_rows_shape(c->z)), z,
+                             dfg_input(g, "H", DFG_F32, cuda_rows_shape(c->z))};
         y = dfg_op_out(g, DFG_OP_ENTROPY_BWD, in, 3, NULL);
     }
     return dfg_graph_status(g) ? NULL : y->producer;
@@ -129,9 +124,7 @@ typedef struct {
 
 static bool direct_make(direct *d, const ent_case *c, size_t shift) {
     memset(d, 0, sizeof(*d));
-    d->p = dfg_program_new("direct");
-    d->n = build(dfg_graph_new(d->p, "g"), DFG_F32, (void *)c);
-    CHECK(d->n != NULL, "direct: the node does not build: %s", dfg_program_error(d->p));
+    d->n = cuda_node_alone(build, (void *)c, DFG_F32, "direct", &d->p);
     if (!d->n) return false;
     for (int j = 0; j < d->n->n_in; j++) {
         size_t bytes = dfg_tensor_bytes(d->n->in[j]);
@@ -159,15 +152,10 @@ static void direct_free(direct *d) {
 
 /* runs the CPU kernel on cin/cout and the emulated CUDA kernel on in/out */
 static bool direct_run(direct *d, const char *label) {
-    char err[512] = "";
-    dfg_cpu_ctx cc = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_cpu_kernels[d->n->op](d->n, d->cin, d->cout, &cc);
-    CHECK(st == DFG_OK, "%s: CPU: %s", label, err);
-    int flags = 0;
-    dfg_cuda_ctx gc = {.flags = &flags, .sm_count = 132, .err = err, .err_len = sizeof(err)};
-    dfg_status sg = dfg_emu_kernels[d->n->op] ? dfg_emu_kernels[d->n->op](d->n, d->in, d->out, &gc) : DFG_ERR_UNSUPPORTED;
-    CHECK(sg == DFG_OK && flags == 0, "%s: CUDA: %s (flags %d)", label, err, flags);
-    return st == DFG_OK && sg == DFG_OK;
+    const bool cpu = cuda_run_cpu(label, d->n, d->cin, d->cout);
+    const int flags = cuda_run_emulated(label, d->n, d->in, d->out, 132, 0);
+    CHECK(flags <= 0, "%s: CUDA flagged a bad value (%d)", label, flags);
+    return cpu && flags == 0;
 }
 
 static bool close_to(double ref, double got, double rtol, double atol) {
@@ -235,11 +223,7 @@ static void check_shifted(ent_case c, size_t shift) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_entropy");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_entropy");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_entropy")) return DFG_TEST_SKIP;
     /* a warp per row up to 1024, a block beyond; vector-friendly and odd lengths; V = 1 (H = 0) */
     const dfg_shape shapes[] = {DFG_SHAPE(1),       DFG_SHAPE(1, 1),     DFG_SHAPE(3, 7),    DFG_SHAPE(5, 32),
                                 DFG_SHAPE(9, 64),   DFG_SHAPE(17, 100),  DFG_SHAPE(3, 768),  DFG_SHAPE(4, 1024),
@@ -268,6 +252,5 @@ int main(void) {
             check_shifted((ent_case){raw[i], bwd, UNIFORM}, 4);
             check_shifted((ent_case){raw[i], bwd, MASKED}, 8);
         }
-    cuda_report("test_cuda_entropy");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

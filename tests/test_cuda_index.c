@@ -12,7 +12,6 @@
 #include "cuda_harness.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cuda/cuda.h"
-#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 #include "ops/dfg_ops.h"
 
 typedef struct {
@@ -55,10 +54,7 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
 static void fill(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const ix_case *c = user;
     (void)slot;
-    if (t->dtype != DFG_I32) {
-        dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
-        return;
-    }
+    if (cuda_fill_floats(t, data, n)) return;
     int32_t *ids = data;
     for (int64_t i = 0; i < n; i++) {
         ids[i] = dfg_test_int(0, (int)c->V - 1);
@@ -84,13 +80,9 @@ static void raw_check(ix_case c, size_t shift) {
     snprintf(label, sizeof(label), "%s V %lld C %lld ids%s%s (raw, +%zu bytes, bad every %d)", dfg_op_name(c.op),
              (long long)c.V, (long long)c.C, dfg_shape_str(c.ids, s1, sizeof(s1)), c.acc ? " +acc" : "", shift,
              c.bad_every);
-    dfg_program *p = dfg_program_new("raw");
-    dfg_node *n = build(dfg_graph_new(p, "g"), DFG_F32, &c);
-    CHECK(n != NULL, "%s: does not build", label);
-    if (!n) {
-        dfg_program_free(p);
-        return;
-    }
+    dfg_program *p;
+    dfg_node *n = cuda_node_alone(build, &c, DFG_F32, label, &p);
+    if (!n) return;
     void *cin[3] = {0}, *ein[3] = {0}, *blocks[4];
     const int64_t cnt = dfg_shape_numel(c.ids);
     for (int j = 0; j < n->n_in; j++) {
@@ -123,24 +115,17 @@ static void raw_check(ix_case c, size_t shift) {
     if (c.op == DFG_OP_EMBED_BWD) /* a bad id adds nothing: its dy row as +0s, added to row 0 */
         for (int64_t i = 0; i < cnt; i++)
             if (good[i] != ids[i]) memset(dy + i * c.C, 0, sizeof(float) * (size_t)c.C);
-    char err[512] = "";
-    dfg_cpu_ctx cc = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
     void *cin2[3] = {cin[0], good, c.acc ? want : NULL}, *cout[1] = {want};
     if (c.acc) memcpy(want, cin[2], ob);
-    CHECK(dfg_cpu_kernels[n->op](n, cin2, cout, &cc) == DFG_OK, "%s: CPU: %s", label, err);
+    cuda_run_cpu(label, n, cin2, cout);
     for (int64_t i = 0; i < cnt; i++) {
         if (good[i] == ids[i]) continue;
         if (c.op == DFG_OP_EMBED) memset(want + i * c.C, 0, sizeof(float) * (size_t)c.C);
         if (c.op == DFG_OP_TAKE) want[i] = 0.0f;
         if (c.op == DFG_OP_TAKE_BWD) memset(want + i * c.V, 0, sizeof(float) * (size_t)c.V);
     }
-    int flags = 0;
-    dfg_cuda_ctx gc = {.flags = &flags, .sm_count = 132, .err = err, .err_len = sizeof(err)};
     void *eout[1] = {got};
-    dfg_simt_set_seed(dfg_test_u64() | 1);
-    dfg_status st = dfg_emu_kernels[n->op](n, ein, eout, &gc);
-    dfg_simt_set_seed(0);
-    CHECK(st == DFG_OK, "%s: CUDA: %s", label, err);
+    const int flags = cuda_run_emulated(label, n, ein, eout, 132, dfg_test_u64() | 1);
     CHECK((flags != 0) == any_bad, "%s: flag %d with%s bad ids", label, flags, any_bad ? "" : " no");
     int64_t total = (int64_t)(ob / sizeof(float)), bad = -1;
     for (int64_t i = 0; i < total && bad < 0; i++)
@@ -153,11 +138,7 @@ static void raw_check(ix_case c, size_t shift) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_index");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_index");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_index")) return DFG_TEST_SKIP;
     /* tables: one element, odd rows (element copies), 16-byte rows, long rows */
     const struct {
         int64_t V, C;
@@ -199,6 +180,5 @@ int main(void) {
             raw_check((ix_case){DFG_OP_TAKE_BWD, 64, 0, DFG_SHAPE(9), false, bad}, shift);
             raw_check((ix_case){DFG_OP_TAKE_BWD, 7, 0, DFG_SHAPE(10), false, bad}, shift);
         }
-    cuda_report("test_cuda_index");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

@@ -91,9 +91,7 @@ typedef struct {
  * the inputs. */
 static bool direct_make(direct *d, const lay_case *c, size_t misalign) {
     memset(d, 0, sizeof(*d));
-    d->p = dfg_program_new("direct");
-    d->n = build_lay(dfg_graph_new(d->p, "g"), DFG_F32, (void *)c);
-    CHECK(d->n != NULL, "direct: the case does not build: %s", dfg_program_error(d->p));
+    d->n = cuda_node_alone(build_lay, (void *)c, DFG_F32, "direct", &d->p);
     if (!d->n) return false;
     for (int j = 0; j < d->n->n_in + 1; j++) {
         const dfg_tensor *t = j < d->n->n_in ? d->n->in[j] : d->n->out[0];
@@ -111,21 +109,11 @@ static void direct_free(direct *d) {
     dfg_program_free(d->p);
 }
 
+/* one SM: 8 blocks, so the grid-stride walks wrap rows and the transpose loops over tiles; *flags:
+ * the device flags the kernel raised */
 static bool emu_run(const dfg_node *n, void **in, void **out, int *flags) {
-    char err[512] = "";
-    /* one SM: 8 blocks, so the grid-stride walks wrap rows and the transpose loops over tiles */
-    dfg_cuda_ctx ctx = {.flags = flags, .sm_count = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_emu_kernels[n->op](n, in, out, &ctx);
-    CHECK(st == DFG_OK, "%s: the emulated kernel failed: %s", dfg_op_name(n->op), err);
-    return st == DFG_OK;
-}
-
-static bool cpu_run(const dfg_node *n, void **in, void **out) {
-    char err[512] = "";
-    dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_cpu_kernels[n->op](n, in, out, &ctx);
-    CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", dfg_op_name(n->op), err);
-    return st == DFG_OK;
+    *flags = cuda_run_emulated(dfg_op_name(n->op), n, in, out, 1, 0);
+    return *flags >= 0;
 }
 
 /* The emulated kernel, with every operand `misalign` bytes off, into an output buffer of its own,
@@ -136,7 +124,7 @@ static void check_direct(const char *what, lay_case c, size_t misalign) {
     size_t bytes = dfg_tensor_bytes(d.n->out[0]);
     void *ref = malloc(bytes + 1), *ref_out[1] = {ref};
     int flags = 0;
-    if (cpu_run(d.n, d.in, ref_out) && emu_run(d.n, d.in, d.out, &flags)) {
+    if (cuda_run_cpu(dfg_op_name(d.n->op), d.n, d.in, ref_out) && emu_run(d.n, d.in, d.out, &flags)) {
         CHECK(flags == 0, "%s: flagged a bad value in valid inputs", what);
         CHECK(memcmp(ref, d.out[0], bytes) == 0, "%s (operands %zu bytes off alignment, %zu bytes): CUDA differs from "
               "the CPU", what, misalign, bytes);
@@ -287,11 +275,7 @@ static void test_reshape(void) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_layout");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_layout");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_layout")) return DFG_TEST_SKIP;
     test_permute();
     test_slice();
     test_concat();
@@ -300,6 +284,5 @@ int main(void) {
     /* detach: a view, like reshape; its launcher copies only when the planner gave it bytes */
     check("detach", (lay_case){.op = DFG_OP_DETACH, .dt = ANYF, .x = {S(3, 1025)}, .n_in = 1});
     check("detach", (lay_case){.op = DFG_OP_DETACH, .dt = DFG_I32, .x = {S(7)}, .n_in = 1});
-    cuda_report("test_cuda_layout");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

@@ -17,7 +17,6 @@
 #include "ops/cpu/cpu.h"
 #include "ops/dtype.h"
 #include "ops/cuda/cuda.h"
-#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 
 /* ---------------------------------------------------------------- cases */
 typedef struct {
@@ -168,11 +167,8 @@ typedef struct {
 static bool direct_make(direct *d, dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const lp_case *k, dfg_dtype dt,
                         float *const *src, int in_shift, int out_shift, bool alias_acc) {
     memset(d, 0, sizeof(*d));
-    d->p = dfg_program_new("direct");
-    dfg_graph *g = dfg_graph_new(d->p, "g");
-    d->n = build(g, dt, (void *)k);
-    CHECK(d->n && !dfg_program_status(d->p), "direct build: %s", dfg_program_error(d->p));
-    if (!d->n || dfg_program_status(d->p)) return false;
+    d->n = cuda_node_alone(build, (void *)k, dt, "direct", &d->p);
+    if (!d->n) return false;
     for (int j = 0; j < d->n->n_in; j++) {
         const dfg_tensor *t = d->n->in[j];
         int sh = dfg_is_float(t->dtype) ? in_shift : 0;
@@ -208,30 +204,10 @@ static void direct_free(direct *d) {
 
 /* Runs the emulated launcher; returns the device flag (-1: the launch failed). */
 static int direct_emu(direct *d, uint64_t seed) {
-    char err[1024] = "";
-    int flags = 0;
-    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
-    ctx.scratch_bytes = dfg_emu_scratch_bytes(d->n);
-    ctx.scratch = ctx.scratch_bytes ? malloc(ctx.scratch_bytes) : NULL;
-    if (ctx.scratch) dfg_test_poison(ctx.scratch, ctx.scratch_bytes);
-    dfg_simt_set_seed(seed);
-    dfg_status st = dfg_emu_kernels[d->n->op](d->n, d->in, d->out, &ctx);
-    dfg_simt_set_seed(0);
-    free(ctx.scratch);
-    CHECK(st == DFG_OK, "emulated %s: %s", dfg_op_name(d->n->op), err);
-    return st == DFG_OK ? flags : -1;
+    return cuda_run_emulated(dfg_op_name(d->n->op), d->n, d->in, d->out, 132, seed);
 }
 
-static bool direct_cpu(direct *d) {
-    char err[512] = "";
-    dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    ctx.scratch_per_thread = dfg_cpu_scratch_bytes(d->n);
-    ctx.scratch = ctx.scratch_per_thread ? malloc(ctx.scratch_per_thread) : NULL;
-    dfg_status st = dfg_cpu_kernels[d->n->op](d->n, d->in, d->out, &ctx);
-    free(ctx.scratch);
-    CHECK(st == DFG_OK, "CPU %s: %s", dfg_op_name(d->n->op), err);
-    return st == DFG_OK;
-}
+static bool direct_cpu(direct *d) { return cuda_run_cpu(dfg_op_name(d->n->op), d->n, d->in, d->out); }
 
 /* f32 sources for every input of a case (indexed by slot), from fill_lp */
 static void sources(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const lp_case *k, float **src) {
@@ -381,11 +357,7 @@ static void check_bad_target(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *),
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_logprob");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_logprob");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_logprob")) return DFG_TEST_SKIP;
     /* logprob, logprob_bwd: a warp per row (V <= 2048) and a block per row; V = 1 and odd
      * vocabularies (16-byte head and tail); rank-2 and rank-3 logits; temperatures */
     const lp_case rows[] = {
@@ -455,6 +427,5 @@ int main(void) {
     check_bad_target(build_linear_bwd, "linear_logprob_bwd", lin[2], 3, (int32_t)lin[2].v);
     check_bad_target(build_linear_bwd, "linear_logprob_bwd (+entropy)",
                      (lp_case){1, 5, 0, 300, 7, 0.8f, false, 2, 256, true, true}, 3, -2);
-    cuda_report("test_cuda_logprob");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

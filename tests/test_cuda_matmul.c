@@ -24,11 +24,7 @@ static dfg_node *build_bias_add(dfg_graph *g, dfg_dtype dt, void *user) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_matmul");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_matmul");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_matmul")) return DFG_TEST_SKIP;
     /* odd sizes, every transpose, batched on either side or both, a shared operand */
     const mm_case mm[] = {
         {0, 0, 1, 1, 1, false, false},  {0, 0, 7, 5, 3, false, false},  {0, 0, 7, 5, 3, true, false},
@@ -53,6 +49,5 @@ int main(void) {
         cuda_case c = {.label = label, .build = build_bias_add, .user = (void *)ba[i], .bf16 = true};
         cuda_check(&c);
     }
-    cuda_report("test_cuda_matmul");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

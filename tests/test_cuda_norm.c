@@ -20,11 +20,6 @@ typedef struct {
     float eps;
 } norm_case;
 
-static dfg_shape rows_shape(dfg_shape s) {
-    s.rank--;
-    return s;
-}
-
 static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
     const norm_case *c = user;
     const int64_t C = c->x.d[c->x.rank - 1];
@@ -40,8 +35,8 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
     case DFG_OP_LAYERNORM_BWD: {
         dfg_attrs a = {.layernorm = {c->eps}};
         dfg_tensor *in[5] = {dfg_input(g, "dy", dt, c->x), x, dfg_input(g, "w", dt, DFG_SHAPE(C)),
-                             dfg_input(g, "mean", DFG_F32, rows_shape(c->x)),
-                             dfg_input(g, "rstd", DFG_F32, rows_shape(c->x))};
+                             dfg_input(g, "mean", DFG_F32, cuda_rows_shape(c->x)),
+                             dfg_input(g, "rstd", DFG_F32, cuda_rows_shape(c->x))};
         n = dfg_node_add(g, DFG_OP_LAYERNORM_BWD, in, 5, &a, 3);
         break;
     }
@@ -52,7 +47,7 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
     }
     case DFG_OP_RMSNORM_BWD: {
         dfg_tensor *in[4] = {dfg_input(g, "dy", dt, c->x), x, dfg_input(g, "w", dt, DFG_SHAPE(C)),
-                             dfg_input(g, "rstd", DFG_F32, rows_shape(c->x))};
+                             dfg_input(g, "rstd", DFG_F32, cuda_rows_shape(c->x))};
         n = dfg_node_add(g, DFG_OP_RMSNORM_BWD, in, 4, NULL, 2);
         break;
     }
@@ -91,13 +86,9 @@ static void check_raw(norm_case c, int alias, size_t shift) {
     char label[160], sx[64];
     snprintf(label, sizeof(label), "%s x%s (raw: output over input %d, pointers +%zu bytes)", dfg_op_name(c.op),
              dfg_shape_str(c.x, sx, sizeof(sx)), alias, shift);
-    dfg_program *p = dfg_program_new("raw");
-    dfg_node *n = build(dfg_graph_new(p, "g"), DFG_F32, &c);
-    CHECK(n != NULL, "%s: does not build", label);
-    if (!n) {
-        dfg_program_free(p);
-        return;
-    }
+    dfg_program *p;
+    dfg_node *n = cuda_node_alone(build, &c, DFG_F32, label, &p);
+    if (!n) return;
     void *cin[8], *cout[8], *ein[8], *eout[8], *blocks[16];
     int nb = 0;
     for (int j = 0; j < n->n_in; j++) {
@@ -120,16 +111,9 @@ static void check_raw(norm_case c, int alias, size_t shift) {
         eout[k] = (char *)blocks[nb++] + shift;
         dfg_test_poison(eout[k], bytes);
     }
-    char err[512] = "";
-    dfg_cpu_ctx cc = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    dfg_status st = dfg_cpu_kernels[n->op](n, cin, cout, &cc);
-    CHECK(st == DFG_OK, "%s: CPU: %s", label, err);
-    int flags = 0;
-    dfg_cuda_ctx gc = {.flags = &flags, .sm_count = 132, .err = err, .err_len = sizeof(err)};
-    gc.scratch_bytes = dfg_emu_scratch_bytes(n);
-    gc.scratch = gc.scratch_bytes ? malloc(gc.scratch_bytes) : NULL;
-    st = dfg_emu_kernels[n->op] ? dfg_emu_kernels[n->op](n, ein, eout, &gc) : DFG_ERR_UNSUPPORTED;
-    CHECK(st == DFG_OK && flags == 0, "%s: CUDA: %s (flags %d)", label, err, flags);
+    cuda_run_cpu(label, n, cin, cout);
+    const int flags = cuda_run_emulated(label, n, ein, eout, 132, 0);
+    CHECK(flags == 0, "%s: CUDA failed or flagged a bad value (flags %d)", label, flags);
     const float *r = cout[0], *g = eout[0];
     int64_t cnt = dfg_tensor_numel(n->out[0]), bad = -1;
     for (int64_t i = 0; i < cnt && bad < 0; i++)
@@ -139,16 +123,11 @@ static void check_raw(norm_case c, int alias, size_t shift) {
     for (int j = 0; j < n->n_in; j++) free(cin[j]);
     for (int k = 0; k < n->n_out; k++) free(cout[k]);
     for (int b = 0; b < nb; b++) free(blocks[b]);
-    free(gc.scratch);
     dfg_program_free(p);
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_norm");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_norm");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_norm")) return DFG_TEST_SKIP;
     /* a warp per row up to 1024, a block beyond; vector-friendly and odd lengths */
     const dfg_shape shapes[] = {DFG_SHAPE(1),       DFG_SHAPE(1, 1),    DFG_SHAPE(3, 7),    DFG_SHAPE(5, 32),
                                 DFG_SHAPE(9, 64),   DFG_SHAPE(17, 100), DFG_SHAPE(3, 768),  DFG_SHAPE(4, 1024),
@@ -191,6 +170,5 @@ int main(void) {
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) check_raw((norm_case){raw[i], ops[o], 1e-5f}, -1, 4);
         for (size_t o = 0; o < 2; o++) check_raw((norm_case){raw[i], rms_ops[o], 1e-5f}, -1, 4);
     }
-    cuda_report("test_cuda_norm");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

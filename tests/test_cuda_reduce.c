@@ -216,11 +216,7 @@ static void quantile_cases(void) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_reduce");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_reduce");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_reduce")) return DFG_TEST_SKIP;
     /* over the last axis: a warp per row (<= 512), a block per row, split rows (few and long);
      * lengths that are and are not multiples of the 16-byte vector */
     const dfg_shape rows[] = {DFG_SHAPE(1),        DFG_SHAPE(1, 1),    DFG_SHAPE(3, 7),     DFG_SHAPE(5, 33),
@@ -253,6 +249,5 @@ int main(void) {
     for (size_t i = 0; i < sizeof(am) / sizeof(am[0]); i++)
         for (int v = 1; v <= 2; v++) run((red_case){.x = am[i], .axis = am[i].rank - 1, .kind = 4, .values = v});
     quantile_cases();
-    cuda_report("test_cuda_reduce");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

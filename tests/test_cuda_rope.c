@@ -44,10 +44,7 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
 static void fill(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const rope_case *c = user;
     (void)slot;
-    if (t->dtype != DFG_I32) {
-        dfg_test_fill_uniform(data, n, -2.0f, 2.0f);
-        return;
-    }
+    if (cuda_fill_floats(t, data, n)) return;
     const int32_t edges[] = {0, 1, 4000, c->pos_hi - 1};
     for (int64_t i = 0; i < n; i++) {
         int k = dfg_test_int(0, 7);
@@ -66,11 +63,7 @@ static void run(rope_case c) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_rope");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_rope");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_rope")) return DFG_TEST_SKIP;
     const int dims[] = {2, 8, 64, 128};
     const float thetas[] = {10000.0f, 500000.0f, 1000000.0f};
     const int32_t pos_his[] = {8, 4096, 131072};
@@ -89,6 +82,5 @@ int main(void) {
     run((rope_case){DFG_SHAPE(2, 3, 5, 3 * 8), 8, 10000.0f, true, 131072});
     /* more (token, head, pair)s than the grid's 132 * 8 blocks of 256 threads: the grid-stride walk */
     run((rope_case){DFG_SHAPE(3, 101, 15 * 128), 128, 1000000.0f, false, 4096});
-    cuda_report("test_cuda_rope");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

@@ -206,12 +206,7 @@ static void raw_check(st_case c, const char *what, size_t shift, double rtol, bo
     if (!expect_flag) {
         for (int j = 0; j < n->n_in; j++) in[j] = run[0].data[buf_of(&run[0], n->in[j], 0)];
         for (int k = 0; k < n->n_out; k++) out[k] = run[0].data[buf_of(&run[0], n->out[k], 0)];
-        dfg_cpu_ctx cc = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-        cc.scratch_per_thread = dfg_cpu_scratch_bytes(n);
-        cc.scratch = cc.scratch_per_thread ? malloc(cc.scratch_per_thread) : NULL;
-        dfg_status st = dfg_cpu_kernels[n->op](n, in, out, &cc);
-        free(cc.scratch);
-        CHECK(st == DFG_OK, "%s: the CPU kernel failed: %s", label, err);
+        cuda_run_cpu(label, n, in, out);
     }
     for (int r = 1; r < 3; r++) {
         for (int j = 0; j < n->n_in; j++) in[j] = run[r].data[buf_of(&run[r], n->in[j], shift)];
@@ -256,11 +251,7 @@ static void raw_check(st_case c, const char *what, size_t shift, double rtol, bo
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_state");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_state");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_state")) return DFG_TEST_SKIP;
     /* ---- harness: f32 and bf16 */
     const dfg_shape sizes[] = {DFG_SHAPE(1), DFG_SHAPE(7), DFG_SHAPE(3, 5), DFG_SHAPE(33, 17), DFG_SHAPE(1024),
                                DFG_SHAPE(4099)};
@@ -350,6 +341,5 @@ int main(void) {
     raw_check((st_case){.op = DFG_OP_CLIP_GRAD_NORM, .n_params = 3, .dt = DFG_F32, .value = 0.5f, .persistent = true,
                         .nan_grad = true},
               "NaN", 0, 0, false, true, 0xeu);
-    cuda_report("test_cuda_state");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

@@ -41,11 +41,7 @@ static bool compared(const char *dir, const char *name) {
 }
 
 int main(void) {
-    dfg_test_init("test_cuda_table");
-    if (!cuda_emulator_built()) {
-        printf("test_cuda_table: skipped (no SIMT emulator in this build)\n");
-        return DFG_TEST_SKIP;
-    }
+    if (!cuda_test_begin("test_cuda_table")) return DFG_TEST_SKIP;
     const char *dir = getenv("DFG_CUDA_COVERAGE_DIR");
     int with = 0, checked = 0;
     for (int op = 0; op < DFG_OP_COUNT; op++) {

@@ -20,14 +20,6 @@
 
 static char err[1024];
 
-static void write_file(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f, "cannot write %s: %s", path, strerror(errno));
-    if (!f) return;
-    CHECK(fwrite(text, 1, n, f) == n, "short write to %s", path);
-    fclose(f);
-}
-
 static dfg_dataset *from_text(const char *text, size_t n, int64_t vocab) {
     dfg_dataset *ds = (dfg_dataset *)1;
     dfg_status s = dfg_dataset_from_text(text, n, LABEL, vocab, &ds, err, sizeof(err));
@@ -71,7 +63,7 @@ static void test_good_files(void) {
     dfg_dataset *a = from_text(good, strlen(good), 15);
     check_good(a, "text");
     char *path = dfg_test_tmp_path("good.jsonl");
-    write_file(path, good, strlen(good));
+    dfg_test_write_file(path, good, strlen(good));
     dfg_dataset *b = NULL;
     dfg_status s = dfg_dataset_open(path, 15, &b, err, sizeof(err));
     CHECK(s == DFG_OK && b, "open: %s", err);
@@ -118,13 +110,13 @@ static void test_good_files(void) {
     at += (size_t)snprintf(big + at, cap - at, "{\"x\": 1}\r\n{\"prompt_ids\": [");
     for (size_t i = 0; i < n_ids; i++) at += (size_t)snprintf(big + at, cap - at, i ? ",%zu" : "%zu", i % 50000);
     at += (size_t)snprintf(big + at, cap - at, "], \"n\": 3}\n");
-    write_file(path, big, at);
+    dfg_test_write_file(path, big, at);
     s = dfg_dataset_open(path, 0, &b, err, sizeof(err));
     char want[512];
     snprintf(want, sizeof(want), "%s:1: no \"prompt_ids\" (each line is one object with it: the prompt's token ids)", path);
     CHECK(s == DFG_ERR_FORMAT && !b && !strcmp(err, want), "got '%s', want '%s'", err, want);
     memset(big, ' ', 8); /* the first line blank now ("        \r"): the row is on line 2 */
-    write_file(path, big, at);
+    dfg_test_write_file(path, big, at);
     s = dfg_dataset_open(path, 50000, &b, err, sizeof(err));
     CHECK(s == DFG_OK && b, "100k ids: %s", err);
     if (b) {
@@ -280,16 +272,16 @@ static void test_file_refusals(void) {
     /* a refusal in a file names its line: CRLF and blank lines counted */
     char *path = dfg_test_tmp_path("bad.jsonl");
     const char bad[] = "{\"prompt_ids\": [1]}\r\n\r\n\r\n{\"prompt_ids\": [1], \"prompt_ids\": [2]}\r\n";
-    write_file(path, bad, sizeof(bad) - 1);
+    dfg_test_write_file(path, bad, sizeof(bad) - 1);
     CHECK(dfg_dataset_open(path, 0, &ds, err, sizeof(err)) == DFG_ERR_FORMAT && !ds, "dup in a file");
     snprintf(want, sizeof(want), "%s:4: \"prompt_ids\" appears 2 times (which one counts is ambiguous)", path);
     CHECK(!strcmp(err, want), "got '%s', want '%s'", err, want);
     /* a NUL byte in a file (getline keeps it) */
-    write_file(path, "{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1\0]}\n", 42);
+    dfg_test_write_file(path, "{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1\0]}\n", 42);
     CHECK(dfg_dataset_open(path, 0, &ds, err, sizeof(err)) == DFG_ERR_FORMAT &&
               strstr(err, ":2: holds a NUL byte at byte 17"),
           "NUL in a file: %s", err);
-    write_file(path, "\n\n", 2);
+    dfg_test_write_file(path, "\n\n", 2);
     CHECK(dfg_dataset_open(path, 0, &ds, err, sizeof(err)) == DFG_ERR_FORMAT &&
               strstr(err, ": no rows (all its 2 lines are blank)"),
           "blank file: %s", err);

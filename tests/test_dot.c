@@ -79,26 +79,10 @@ static dfg_program *long_program(int n) {
     return p;
 }
 
-static void *open_pipeline(void) {
-    char exe[PATH_MAX], path[PATH_MAX + 64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0) return NULL;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    snprintf(path, sizeof(path), "%s/gpt2_train_pipeline.so", exe);
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    CHECK(lib, "cannot load %s (build the target gpt2_train_pipeline): %s", path, dlerror());
-    return lib;
-}
-
 static dfg_program *gpt2_program(void *lib) {
-    dfg_pipeline_fn fn;
-    *(void **)&fn = dlsym(lib, "dfg_pipeline");
-    dfg_program *p = dfg_program_new("gpt2_train");
-    dfg_program_set(p, "target", "cpu");
-    dfg_status st = fn ? fn(p) : DFG_ERR_ARG;
-    CHECK(fn && st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
+    dfg_status st;
+    dfg_program *p = dfg_test_gpt2_program(lib, NULL, &st);
+    CHECK(st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
     return p;
 }
 
@@ -384,29 +368,30 @@ static void check_timeline_marks(const dfg_program *p, const char *path, const c
     agclose(g);
 }
 
-static void check_marks(const dfg_program *p, const char *what) {
+/* Writes both views of p to `file` in the temporary directory and checks them with lifetime and
+ * timeline, labelled "<what> lifetime<suffix>" and "<what> timeline<suffix>". */
+typedef void (*view_check)(const dfg_program *p, const char *path, const char *what);
+static void check_both(const dfg_program *p, const char *what, const char *file, const char *suffix,
+                       view_check lifetime, view_check timeline) {
     char err[512], label[128];
-    const char *dot = dfg_test_tmp_path("marks.dot");
-    snprintf(label, sizeof(label), "%s lifetime marks", what);
+    const char *dot = dfg_test_tmp_path(file);
+    snprintf(label, sizeof(label), "%s lifetime%s", what, suffix);
     CHECK(dfg_write_dot(p, dot, DFG_DOT_LIFETIME, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
-    check_lifetime_marks(p, dot, label);
-    snprintf(label, sizeof(label), "%s timeline marks", what);
+    lifetime(p, dot, label);
+    snprintf(label, sizeof(label), "%s timeline%s", what, suffix);
     CHECK(dfg_write_dot(p, dot, DFG_DOT_TIMELINE, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
-    check_timeline_marks(p, dot, label);
+    timeline(p, dot, label);
     unlink(dot);
+}
+
+static void check_marks(const dfg_program *p, const char *what) {
+    check_both(p, what, "marks.dot", " marks", check_lifetime_marks, check_timeline_marks);
 }
 
 /* ---------------------------------------------------------------- both views of a program */
 static void check_views(const dfg_program *p, const char *what) {
-    char label[128], err[512];
-    const char *dot = dfg_test_tmp_path("view.dot");
-    snprintf(label, sizeof(label), "%s lifetime", what);
-    CHECK(dfg_write_dot(p, dot, DFG_DOT_LIFETIME, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
-    check_lifetime(p, dot, label);
-    snprintf(label, sizeof(label), "%s timeline", what);
-    CHECK(dfg_write_dot(p, dot, DFG_DOT_TIMELINE, err, sizeof(err)) == DFG_OK, "%s: %s", label, err);
-    check_timeline(p, dot, label);
-    unlink(dot);
+    check_both(p, what, "view.dot", "", check_lifetime, check_timeline);
+    char err[512];
     const char *svg = dfg_test_tmp_path("view.svg");
     for (int mode = 0; mode < DFG_DOT_MODE_COUNT; mode++) {
         CHECK(dfg_write_svg(p, svg, (dfg_dot_mode)mode, err, sizeof(err)) == DFG_OK, "%s svg %d: %s", what, mode, err);
@@ -501,7 +486,7 @@ int main(void) {
     dfg_program *p = small_program();
     if (compile(p)) check_views(p, "small");
     dfg_program_free(p);
-    void *lib = open_pipeline();
+    void *lib = dfg_test_gpt2_pipeline();
     if (lib) {
         p = gpt2_program(lib);
         if (compile(p)) {

@@ -70,15 +70,7 @@ static const char gpt2[] =
 /* ---------------------------------------------------------------- the model directory */
 static char model_dir[300], config_path[320];
 
-static void write_bytes(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f, "cannot write %s: %s", path, strerror(errno));
-    if (!f) return;
-    CHECK(fwrite(text, 1, n, f) == n, "short write to %s", path);
-    fclose(f);
-}
-
-static void write_config(const char *json) { write_bytes(config_path, json, strlen(json)); }
+static void write_config(const char *json) { dfg_test_write_file(config_path, json, strlen(json)); }
 
 /* A program as `dfg compile` hands it over: the --set values given as "k=v" pairs. */
 static dfg_program *program_with(const char *const *sets) {
@@ -375,7 +367,7 @@ static void test_malformed_files(void) {
     expect_refused("an escaped NUL", "{\"model_type\": \"llama\", \"num_hidden_layers\\u0000\": 3}", DFG_ERR_FORMAT,
                    n_u0000);
     const char *const n_nul[] = {"NUL byte", NULL};
-    write_bytes(config_path, "{\"a\": \0}", 8);
+    dfg_test_write_file(config_path, "{\"a\": \0}", 8);
     dfg_program *p = dfg_program_new("mc");
     char err[512];
     dfg_status s = dfg_model_dir_settings(p, model_dir, err, sizeof(err));

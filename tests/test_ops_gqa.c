@@ -39,16 +39,7 @@ static float *rnd(int64_t n) {
 }
 
 /* max |y - ref| / max(max |ref|, 1); NaN when y holds a NaN (a poisoned element left unwritten) */
-static double rel_err(const float *y, const double *ref, int64_t n) {
-    double maxr = 1.0, maxd = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)y[i] - ref[i]);
-        if (isnan(d)) return NAN;
-        maxd = fmax(maxd, d);
-        maxr = fmax(maxr, fabs(ref[i]));
-    }
-    return maxd / maxr;
-}
+static double rel_err(const float *y, const double *ref, int64_t n) { return dfg_test_max_rel_err_ref(y, ref, n, 1.0); }
 
 /* ---------------------------------------------------------------- the reference */
 /* transformers' repeat_kv on a cache (B, Tmax, Hkv*D): (B, Hkv, T, D) expanded to
@@ -188,22 +179,18 @@ static void test_decode_loop(void) {
     dfg_fx_begin(&f, "gqa_decode");
     dfg_program *p = f.p;
     dfg_graph *g = f.g;
-    dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
-    dfg_tensor *kc = dfg_state(p, "kc", DFG_F32, DFG_SHAPE(B, TMAX, CKV), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
-    dfg_tensor *vc = dfg_state(p, "vc", DFG_F32, DFG_SHAPE(B, TMAX, CKV), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
-    dfg_tensor *out = dfg_state(p, "out", DFG_F32, DFG_SHAPE(B, T, C), DFG_ROLE_NONE, dfg_init_zeros());
+    const dfg_test_kv kv = dfg_test_kv_state(p, B, T, TMAX, C, CKV);
     const int32_t base[B] = {0, T}; /* row b*T + pos of the (B*T, width) tables */
-    dfg_tensor *ids = dfg_add(g, dfg_const(p, "base", DFG_I32, DFG_SHAPE(B, 1), base), pos); /* (B,1) */
+    dfg_tensor *ids = dfg_add(g, dfg_const(p, "base", DFG_I32, DFG_SHAPE(B, 1), base), kv.pos); /* (B,1) */
     dfg_tensor *tq = dfg_fx_const_f32(&f, "q", DFG_SHAPE(B * T, C), q);
     dfg_tensor *tk = dfg_fx_const_f32(&f, "k", DFG_SHAPE(B * T, CKV), k);
     dfg_tensor *tv = dfg_fx_const_f32(&f, "v", DFG_SHAPE(B * T, CKV), v);
-    dfg_slice_assign_at(g, kc, dfg_embed(g, tk, ids), 1, pos); /* (B,1,CKV) into row pos */
-    dfg_slice_assign_at(g, vc, dfg_embed(g, tv, ids), 1, pos);
-    dfg_tensor *y = dfg_attention_cached(g, dfg_embed(g, tq, ids), kc, vc, pos, H); /* (B,1,C) */
-    dfg_slice_assign_at(g, out, y, 1, pos);
-    dfg_assign(g, pos, dfg_add(g, pos, dfg_fill(g, DFG_I32, DFG_SCALAR, 1)));
+    dfg_slice_assign_at(g, kv.kc, dfg_embed(g, tk, ids), 1, kv.pos); /* (B,1,CKV) into row pos */
+    dfg_slice_assign_at(g, kv.vc, dfg_embed(g, tv, ids), 1, kv.pos);
+    dfg_tensor *y = dfg_attention_cached(g, dfg_embed(g, tq, ids), kv.kc, kv.vc, kv.pos, H); /* (B,1,C) */
+    dfg_test_kv_store(g, &kv, y);
     if (dfg_fx_create(&f, T) && dfg_fx_step(&f)) {
-        float yo[B * T * C], kv[B * TMAX * CKV];
+        float yo[B * T * C], cache[B * TMAX * CKV];
         double r[B * T * C];
         gqa_case c = {.B = B, .Tq = T, .Tmax = T, .pos = 0, .H = H, .Hkv = HKV, .D = D};
         float *kr = repeat_kv(k, B, T, HKV, H / HKV, D), *vr = repeat_kv(v, B, T, HKV, H / HKV, D);
@@ -212,8 +199,8 @@ static void test_decode_loop(void) {
         double e = rel_err(yo, r, B * T * C);
         CHECK(e < 1e-5, "decode loop on caches of %d KV heads for %d query heads vs the reference: rel err %g", HKV,
               H, e);
-        dfg_fx_read(&f, "kc", kv, sizeof(kv));
-        CHECK(kv[(1 * TMAX + 3) * CKV + 5] == k[(1 * T + 3) * CKV + 5] && kv[(1 * TMAX + T) * CKV] == 50.0f,
+        dfg_fx_read(&f, "kc", cache, sizeof(cache));
+        CHECK(cache[(1 * TMAX + 3) * CKV + 5] == k[(1 * T + 3) * CKV + 5] && cache[(1 * TMAX + T) * CKV] == 50.0f,
               "the caches hold the written rows at their own width, and 50 past them");
         free(kr), free(vr);
     }

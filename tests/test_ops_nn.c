@@ -17,18 +17,6 @@ static float *rndn(int64_t n, float std) {
     return x;
 }
 
-/* max |y - ref| / max(max |ref|, floor); NaN when y holds a NaN */
-static double rel_err(const float *y, const double *ref, int64_t n, double floor) {
-    double maxr = floor, maxd = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)y[i] - ref[i]);
-        if (isnan(d)) return NAN;
-        maxd = fmax(maxd, d);
-        maxr = fmax(maxr, fabs(ref[i]));
-    }
-    return maxd / maxr;
-}
-
 static bool contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
 /* ---------------------------------------------------------------- matmul */
@@ -95,7 +83,7 @@ static void test_matmul(void) {
                 bool ta = t & 1, tb = t & 2;
                 ref_matmul(a, b, r, batch, md->ba.rank > 0, md->bb.rank > 0, ta, tb);
                 dfg_fx_read(&f, nm[t], c, sizeof(float) * (size_t)(batch * MM * MN));
-                double e = rel_err(c, r, batch * MM * MN, 1.0);
+                double e = dfg_test_max_rel_err_ref(c, r, batch * MM * MN, 1.0);
                 CHECK(e < 1e-5, "matmul %s ta=%d tb=%d: rel err %g", md->name, ta, tb, e);
             }
             free(c), free(r);
@@ -146,7 +134,7 @@ static void test_layernorm(void) {
             for (int i = 0; i < C; i++) r[row * C + i] = (x[row * C + i] - m) / sqrt(v + eps) * w[i] + b[i];
         }
         dfg_fx_read(&f, "y", y, sizeof(y));
-        double e = rel_err(y, r, R * C, 1.0);
+        double e = dfg_test_max_rel_err_ref(y, r, R * C, 1.0);
         CHECK(e < 2e-6, "layernorm vs double reference: rel err %g", e);
         double e5 = 0;
         for (int i = 0; i < C; i++) e5 = fmax(e5, fabs(y[5 * C + i] - b[i]));
@@ -181,7 +169,7 @@ static void test_rmsnorm(void) {
         }
         dfg_fx_read(&f, "y", yv, sizeof(yv));
         dfg_fx_read(&f, "rstd", rv, sizeof(rv));
-        double e = rel_err(yv, ry, R * C, 1.0), er = rel_err(rv, rr, R, 1.0);
+        double e = dfg_test_max_rel_err_ref(yv, ry, R * C, 1.0), er = dfg_test_max_rel_err_ref(rv, rr, R, 1.0);
         printf("rmsnorm vs double reference: y rel err %.3g, rstd rel err %.3g\n", e, er);
         CHECK(e < 2e-6, "rmsnorm vs double reference: rel err %g", e);
         CHECK(er < 2e-6, "rmsnorm rstd vs double reference: rel err %g", er);
@@ -297,7 +285,7 @@ static void test_attention(void) {
         double r[B * T * C];
         ref_attention(q, k, v, B, T, C, H, r);
         dfg_fx_read(&f, "y", y, sizeof(y));
-        double e = rel_err(y, r, B * T * C, 1.0);
+        double e = dfg_test_max_rel_err_ref(y, r, B * T * C, 1.0);
         CHECK(e < 1e-5, "attention vs naive causal attention: rel err %g", e);
         /* row 0 attends only to itself: y equals v exactly up to rounding */
         double e0 = 0;
@@ -335,7 +323,7 @@ static void test_attention_prefix(void) {
         ref_attention(fq, fk, fv, N, T, C, H, r);
         for (int b = 0; b < N; b++) memcpy(want + b * TC * C, r + ((size_t)b * T + TP) * C, sizeof(double) * TC * C);
         dfg_fx_read(&f, "y", y, sizeof(y));
-        double e = rel_err(y, want, N * TC * C, 1.0);
+        double e = dfg_test_max_rel_err_ref(y, want, N * TC * C, 1.0);
         CHECK(e < 1e-5, "attention_prefix vs naive attention of the whole sequences: rel err %g", e);
         free(r);
     }
@@ -354,10 +342,8 @@ static void test_attention_cached(void) {
     dfg_fx_begin(&f, "attention_cached");
     dfg_program *p = f.p;
     dfg_graph *g = f.g;
-    dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
-    dfg_tensor *kc = dfg_state(p, "kc", DFG_F32, DFG_SHAPE(B, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
-    dfg_tensor *vc = dfg_state(p, "vc", DFG_F32, DFG_SHAPE(B, TMAX, C), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
-    dfg_tensor *out = dfg_state(p, "out", DFG_F32, DFG_SHAPE(B, T, C), DFG_ROLE_NONE, dfg_init_zeros());
+    const dfg_test_kv kv = dfg_test_kv_state(p, B, T, TMAX, C, C);
+    dfg_tensor *pos = kv.pos, *kc = kv.kc, *vc = kv.vc;
     dfg_tensor *tq = dfg_fx_const_f32(&f, "q", DFG_SHAPE(B, T, C), q), *tk = dfg_fx_const_f32(&f, "k", DFG_SHAPE(B, T, C), k),
                *tv = dfg_fx_const_f32(&f, "v", DFG_SHAPE(B, T, C), v);
     const int32_t base[B] = {0, T}; /* row b*T + pos of the (B*T, C) tables */
@@ -367,9 +353,7 @@ static void test_attention_cached(void) {
     for (int i = 0; i < 3; i++) rows[i] = dfg_embed(g, dfg_reshape(g, tabs[i], DFG_SHAPE(B * T, C)), ids); /* (B,1,C) */
     dfg_slice_assign_at(g, kc, rows[1], 1, pos);
     dfg_slice_assign_at(g, vc, rows[2], 1, pos);
-    dfg_tensor *y = dfg_attention_cached(g, rows[0], kc, vc, pos, H); /* (B,1,C) */
-    dfg_slice_assign_at(g, out, y, 1, pos);
-    dfg_assign(g, pos, dfg_add(g, pos, dfg_fill(g, DFG_I32, DFG_SCALAR, 1)));
+    dfg_test_kv_store(g, &kv, dfg_attention_cached(g, rows[0], kc, vc, pos, H)); /* (B,1,C) */
     dfg_stage_graph(p, g, T);
     /* a second stage: full causal attention on the same tensors */
     dfg_graph *g2 = dfg_graph_new(p, "full");
@@ -390,12 +374,13 @@ static void test_attention_cached(void) {
         dfg_fx_read(&f, "chunk", yc, sizeof(yc));
         dfg_fx_read(&f, "pos", &pv, sizeof(pv));
         CHECK(pv == T, "pos advanced once per run: %d, want %d", pv, T);
-        double e = rel_err(yo, r, B * T * C, 1.0), ef = rel_err(yf, r, B * T * C, 1.0);
+        double e = dfg_test_max_rel_err_ref(yo, r, B * T * C, 1.0);
+        double ef = dfg_test_max_rel_err_ref(yf, r, B * T * C, 1.0);
         CHECK(e < 1e-5, "cached attention, one token per run, vs naive causal attention: rel err %g", e);
         CHECK(ef < 1e-5, "full attention vs naive: rel err %g", ef);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < 2 * C; i++) rc[b * 2 * C + i] = r[(b * T + 3) * C + i];
-        double ec = rel_err(yc, rc, B * 2 * C, 1.0);
+        double ec = dfg_test_max_rel_err_ref(yc, rc, B * 2 * C, 1.0);
         CHECK(ec < 1e-5, "a 2-query chunk at pos 3 sees rows 0..3 and 0..4: rel err %g", ec);
         float kv[B * TMAX * C];
         dfg_fx_read(&f, "kc", kv, sizeof(kv));

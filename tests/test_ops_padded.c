@@ -84,15 +84,27 @@ static dfg_tensor *in_f32(one *o, const char *name, int64_t a, int64_t b, int64_
 }
 static dfg_tensor *in_start(one *o, int64_t rows) { return dfg_input(o->g, "start", DFG_I32, DFG_SHAPE(rows)); }
 
-/* Starts for `rows` rows of `cols` columns: row 0 starts at 0, row 1 at the last column, the rest
- * anywhere (shuffled into place, so no row index is special). */
-static void draw_starts(int32_t *s, int rows, int cols) {
+/* The backward bw's inputs from its forward f: dy uniform in [-2, 2), then f's inputs but its last
+ * (the start), f's outputs (y, lse) and f's start. */
+static void bwd_inputs(one *bw, const one *f) {
+    dfg_test_fill_uniform(bw->in[0], dfg_tensor_numel(bw->n->in[0]), -2.0f, 2.0f);
+    int j = 1;
+    for (int i = 0; i + 1 < f->n->n_in; i++, j++) memcpy(bw->in[j], f->in[i], dfg_tensor_bytes(f->n->in[i]));
+    for (int k = 0; k < f->n->n_out; k++, j++) memcpy(bw->in[j], f->out[k], dfg_tensor_bytes(f->n->out[k]));
+    memcpy(bw->in[j], f->in[f->n->n_in - 1], dfg_tensor_bytes(f->n->in[f->n->n_in - 1]));
+}
+
+/* Starts for `rows` rows of `cols` columns (malloc'd): row 0 starts at 0, row 1 at the last column,
+ * the rest anywhere (shuffled into place, so no row index is special). */
+static int32_t *draw_starts(int rows, int cols) {
+    int32_t *s = malloc(sizeof(int32_t) * (size_t)rows);
     for (int b = 0; b < rows; b++) s[b] = b == 0 ? 0 : b == 1 ? cols - 1 : dfg_test_int(0, cols - 1);
     for (int b = rows - 1; b > 0; b--) {
         int k = dfg_test_int(0, b);
         int32_t t = s[b];
         s[b] = s[k], s[k] = t;
     }
+    return s;
 }
 
 /* The worst |got - want| / (1 + |want|) over n elements of stride-1 rows; NaN counts as infinite. */
@@ -111,8 +123,7 @@ static const double TOL = 2e-6;
 /* ---------------------------------------------------------------- attention, attention_bwd */
 static void check_attention(int B, int T, int H, int D) {
     int64_t C = (int64_t)H * D, C3 = 3 * C;
-    int32_t *start = malloc(sizeof(int32_t) * (size_t)B);
-    draw_starts(start, B, T);
+    int32_t *start = draw_starts(B, T);
     dfg_attrs a = {.attention = {H}};
     one f, bw;
     one_begin(&f, "padded");
@@ -125,11 +136,7 @@ static void check_attention(int B, int T, int H, int D) {
                           dfg_input(bw.g, "lse", DFG_F32, DFG_SHAPE(B, H, T)), in_start(&bw, B)};
     ok = ok && one_alloc(&bw, dfg_node_add(bw.g, DFG_OP_ATTENTION_BWD, bin, 5, &a, 1));
     if (ok) {
-        dfg_test_fill_uniform(bw.in[0], B * T * C, -2.0f, 2.0f);
-        memcpy(bw.in[1], f.in[0], sizeof(float) * (size_t)(B * T * C3));
-        memcpy(bw.in[2], f.out[0], sizeof(float) * (size_t)(B * T * C));
-        memcpy(bw.in[3], f.out[1], sizeof(float) * (size_t)(B * H * T));
-        memcpy(bw.in[4], start, sizeof(int32_t) * (size_t)B);
+        bwd_inputs(&bw, &f);
         ok = one_ok(&bw, "attention_bwd with start");
     }
     double wy = 0.0, wl = 0.0, wd = 0.0;
@@ -178,8 +185,7 @@ static void check_attention(int B, int T, int H, int D) {
 static void check_prefix(int P, int G, int Tc, int Tp, int H, int D) {
     int n = P * G;
     int64_t C = (int64_t)H * D, C3 = 3 * C;
-    int32_t *start = malloc(sizeof(int32_t) * (size_t)P);
-    draw_starts(start, P, Tp);
+    int32_t *start = draw_starts(P, Tp);
     dfg_attrs a = {.attention = {H}};
     one f, bw;
     one_begin(&f, "padded prefix");
@@ -196,12 +202,7 @@ static void check_prefix(int P, int G, int Tc, int Tp, int H, int D) {
                           dfg_input(bw.g, "lse", DFG_F32, DFG_SHAPE(n, H, Tc)), in_start(&bw, P)};
     ok = ok && one_alloc(&bw, dfg_node_add(bw.g, DFG_OP_ATTENTION_PREFIX_BWD, bin, 6, &a, 2));
     if (ok) {
-        dfg_test_fill_uniform(bw.in[0], n * Tc * C, -2.0f, 2.0f);
-        memcpy(bw.in[1], f.in[0], sizeof(float) * (size_t)(n * Tc * C3));
-        memcpy(bw.in[2], f.in[1], sizeof(float) * (size_t)(P * Tp * C3));
-        memcpy(bw.in[3], f.out[0], sizeof(float) * (size_t)(n * Tc * C));
-        memcpy(bw.in[4], f.out[1], sizeof(float) * (size_t)(n * H * Tc));
-        memcpy(bw.in[5], start, sizeof(int32_t) * (size_t)P);
+        bwd_inputs(&bw, &f);
         ok = one_ok(&bw, "attention_prefix_bwd with start");
     }
     double wy = 0.0, wl = 0.0, wd = 0.0, wp = 0.0, pads = 0.0;
@@ -256,8 +257,7 @@ static void check_prefix(int P, int G, int Tc, int Tp, int H, int D) {
 /* ---------------------------------------------------------------- attention_cached */
 static void check_cached(int B, int Tq, int Tmax, int pos, int H, int Hkv, int D) {
     int64_t C = (int64_t)H * D, Ckv = (int64_t)Hkv * D;
-    int32_t *start = malloc(sizeof(int32_t) * (size_t)B);
-    draw_starts(start, B, Tmax);
+    int32_t *start = draw_starts(B, Tmax);
     one f;
     one_begin(&f, "padded cached");
     dfg_tensor *y = dfg_attention_cached_padded(f.g, in_f32(&f, "q", B, Tq, C), in_f32(&f, "k", B, Tmax, Ckv),

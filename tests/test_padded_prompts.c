@@ -51,28 +51,16 @@ static void check_arch(dfg_arch arch) {
     for (int r = 0; r < s.N; r++) s.start[r] = s.Lp - s.len[r / s.G];
     int P = s.P, G = s.G, N = s.N, Lp = s.Lp, Tc = s.Tc, T = s.T, V = s.V;
 
-    dfg_model_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = V, .block_size = T + 3,
-                            .ln_eps = 1e-5f, .dtype = DFG_F32, .arch = arch};
-    if (arch != DFG_ARCH_GPT2) {
-        cfg.n_kv_head = dfg_test_int(1, 2);
-        cfg.n_head = cfg.n_kv_head * dfg_test_int(1, 3);
-        cfg.head_dim = 2 * dfg_test_int(2, 6);
-        cfg.n_inner = dfg_test_int(8, 40);
-        cfg.rope_theta = dfg_test_uniform(50.0f, 1e6f);
-        cfg.tie_word_embeddings = dfg_test_int(0, 1);
-        cfg.attention_bias = dfg_test_int(0, 1);
-    }
+    dfg_model_config cfg = dfg_test_model_config(arch, V, T + 3);
     printf("%s: H=%d Hkv=%d D=%d; P=%d G=%d, prompts of", dfg_arch_name(arch), cfg.n_head,
            cfg.n_kv_head ? cfg.n_kv_head : cfg.n_head, cfg.head_dim ? cfg.head_dim : cfg.n_embd / cfg.n_head, P, G);
     for (int p = 0; p < P; p++) printf(" %d", s.len[p]);
     printf(" left-padded to %d, %d completion tokens, V=%d\n", Lp, Tc, V);
 
-    dfg_program *p = dfg_program_new("padded");
-    dfg_model *m = calloc(1, sizeof(*m));
+    dfg_program *p;
+    dfg_model *m;
     dfg_model_kv kv;
-    dfg_model_params(p, "", cfg, m);
-    dfg_model_kv_cache(p, "", m, N, T, &kv);
-    dfg_tensor *tok = dfg_state(p, "tok", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+    dfg_tensor *tok = dfg_test_model_program("padded", cfg, N, T, &p, &m, &kv);
     dfg_tensor *start = dfg_state(p, "start", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT, dfg_init_zeros());
     dfg_tensor *pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     dfg_tensor *j = dfg_state(p, "j", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
@@ -121,13 +109,7 @@ static void check_arch(dfg_arch arch) {
     o.check = true;
     o.n_threads = 2;
     CHECK(dfg_runtime_create(p, &o, &rt) == DFG_OK, "create: %s", dfg_runtime_error(rt));
-    for (int i = 0; i < m->n_params && rt; i++) { /* every norm gain and bias counts */
-        int64_t n = dfg_tensor_numel(m->params[i]);
-        float *w = malloc(sizeof(float) * (size_t)n);
-        for (int64_t e = 0; e < n; e++) w[e] = dfg_test_uniform(-0.5f, 0.5f) + (dfg_tensor_shape(m->params[i]).rank == 1);
-        dfg_runtime_write(rt, dfg_tensor_name(m->params[i]), w, sizeof(float) * (size_t)n);
-        free(w);
-    }
+    dfg_test_write_random_params(rt, m->params, m->n_params);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * T));
     for (int r = 0; r < N; r++)
         for (int t = 0; t < T; t++) /* a group's rows share their prompt; pads anything */

@@ -1,6 +1,9 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +81,17 @@ double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double fl
         if (d > maxd) maxd = d;
     }
     return maxd / maxb;
+}
+
+double dfg_test_max_rel_err_ref(const float *a, const double *ref, int64_t n, double floor) {
+    double maxr = floor, maxd = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (isnan(d)) return NAN;
+        maxd = fmax(maxd, d);
+        maxr = fmax(maxr, fabs(ref[i]));
+    }
+    return maxd / maxr;
 }
 
 /* the floats' total order: a float's bits with negatives flipped whole and non-negatives offset */
@@ -178,4 +192,90 @@ void dfg_fx_end(dfg_fx *f) {
 
 dfg_tensor *dfg_fx_const_f32(dfg_fx *f, const char *name, dfg_shape s, const float *data) {
     return dfg_const(f->p, name, DFG_F32, s, data);
+}
+
+/* ---------------------------------------------------------------- the GPT-2 pipeline module */
+void *dfg_test_gpt2_pipeline(void) {
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    const char *env = getenv("DFG_GPT2_PIPELINE");
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (env) snprintf(path, sizeof(path), "%s", env);
+    else if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(path, sizeof(path), "%s/gpt2_train_pipeline.so", exe);
+    } else snprintf(path, sizeof(path), "gpt2_train_pipeline.so");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "cannot load %s (build the target gpt2_train_pipeline): %s", path, dlerror());
+    return lib;
+}
+
+dfg_program *dfg_test_gpt2_program(void *lib, const char *const *settings, dfg_status *st) {
+    dfg_pipeline_fn fn;
+    *(void **)&fn = dlsym(lib, "dfg_pipeline");
+    dfg_program *p = dfg_program_new("gpt2_train");
+    dfg_program_set(p, "target", "cpu");
+    for (int i = 0; settings && settings[i]; i += 2) dfg_program_set(p, settings[i], settings[i + 1]);
+    *st = fn ? fn(p) : DFG_ERR_ARG;
+    return p;
+}
+
+void dfg_test_write_random_params(dfg_runtime *rt, dfg_tensor *const *params, int n) {
+    for (int i = 0; i < n && rt; i++) {
+        int64_t cnt = dfg_tensor_numel(params[i]);
+        float *w = malloc(sizeof(float) * (size_t)cnt);
+        const float gain = dfg_tensor_shape(params[i]).rank == 1;
+        for (int64_t e = 0; e < cnt; e++) w[e] = dfg_test_uniform(-0.5f, 0.5f) + gain;
+        dfg_runtime_write(rt, dfg_tensor_name(params[i]), w, sizeof(float) * (size_t)cnt);
+        free(w);
+    }
+}
+
+/* ---------------------------------------------------------------- a decode loop's state */
+dfg_test_kv dfg_test_kv_state(dfg_program *p, int64_t B, int64_t T, int64_t tmax, int64_t C, int64_t ckv) {
+    dfg_test_kv kv;
+    kv.pos = dfg_state(p, "pos", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    kv.kc = dfg_state(p, "kc", DFG_F32, DFG_SHAPE(B, tmax, ckv), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
+    kv.vc = dfg_state(p, "vc", DFG_F32, DFG_SHAPE(B, tmax, ckv), DFG_ROLE_KV_CACHE, dfg_init_constant(50));
+    kv.out = dfg_state(p, "out", DFG_F32, DFG_SHAPE(B, T, C), DFG_ROLE_NONE, dfg_init_zeros());
+    return kv;
+}
+
+void dfg_test_kv_store(dfg_graph *g, const dfg_test_kv *kv, dfg_tensor *y) {
+    dfg_slice_assign_at(g, kv->out, y, 1, kv->pos);
+    dfg_assign(g, kv->pos, dfg_add(g, kv->pos, dfg_fill(g, DFG_I32, DFG_SCALAR, 1)));
+}
+
+/* ---------------------------------------------------------------- small random models */
+dfg_model_config dfg_test_model_config(dfg_arch arch, int V, int block) {
+    dfg_model_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = V, .block_size = block,
+                            .ln_eps = 1e-5f, .dtype = DFG_F32, .arch = arch};
+    if (arch != DFG_ARCH_GPT2) {
+        cfg.n_kv_head = dfg_test_int(1, 2);
+        cfg.n_head = cfg.n_kv_head * dfg_test_int(1, 3);
+        cfg.head_dim = 2 * dfg_test_int(2, 6);
+        cfg.n_inner = dfg_test_int(8, 40);
+        cfg.rope_theta = dfg_test_uniform(50.0f, 1e6f);
+        cfg.tie_word_embeddings = dfg_test_int(0, 1);
+        cfg.attention_bias = dfg_test_int(0, 1);
+    }
+    return cfg;
+}
+
+dfg_tensor *dfg_test_model_program(const char *name, dfg_model_config cfg, int N, int T, dfg_program **p,
+                                   dfg_model **m, dfg_model_kv *kv) {
+    *p = dfg_program_new(name);
+    *m = calloc(1, sizeof(**m));
+    dfg_model_params(*p, "", cfg, *m);
+    dfg_model_kv_cache(*p, "", *m, N, T, kv);
+    return dfg_state(*p, "tok", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+}
+
+void dfg_test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f, "cannot write %s: %s", path, strerror(errno));
+    if (!f) return;
+    CHECK(fwrite(data, 1, n, f) == n, "short write to %s", path);
+    fclose(f);
 }

@@ -43,8 +43,10 @@ void dfg_test_fill_normal(float *x, int64_t n, float std);
  * element a kernel forgot to write cannot look right. */
 void dfg_test_poison(void *x, size_t bytes);
 
-/* max |a - b| / max(max |b|, floor) over n elements */
+/* max |a - b| / max(max |b|, floor) over n elements (NaN when a difference is NaN); _ref: against a
+ * reference in double */
 double dfg_test_max_rel_err(const float *a, const float *b, int64_t n, double floor);
+double dfg_test_max_rel_err_ref(const float *a, const double *ref, int64_t n, double floor);
 
 /* torch.quantile(x[m != 0], q) from its definition, written apart from ops/quantile.h: the selected
  * values sorted in the floats' total order (-0.0 before +0.0, NaNs at the ends by sign), rank
@@ -60,6 +62,42 @@ bool dfg_test_tmpdir_create(const char *prefix);
 const char *dfg_test_tmpdir(void);
 char *dfg_test_tmp_path(const char *name);
 void dfg_test_tmpdir_remove(void);
+/* Writes n bytes to path (a new file); a failure is a CHECK. */
+void dfg_test_write_file(const char *path, const void *data, size_t n);
+
+/* Writes each of the n parameters uniform values in [-0.5, 0.5), plus 1 in the rank-1 ones (norm
+ * gains near 1): not the init's ones and zeros, so that every norm gain and bias counts. */
+void dfg_test_write_random_params(dfg_runtime *rt, dfg_tensor *const *params, int n);
+
+/* ---------------------------------------------------------------- a decode loop's state
+ * The persistent tensors of a graph that decodes B sequences one token a run: pos (i32 scalar,
+ * 0), the KV caches kc and vc (B, tmax, ckv), whose rows not yet written hold 50 (which would
+ * swamp any score that read them), and out (B, T, C), the outputs. dfg_test_kv_store adds to g:
+ * y (B, 1, C) into row pos of out, and pos advanced by one. */
+typedef struct {
+    dfg_tensor *pos, *kc, *vc, *out;
+} dfg_test_kv;
+dfg_test_kv dfg_test_kv_state(dfg_program *p, int64_t B, int64_t T, int64_t tmax, int64_t C, int64_t ckv);
+void dfg_test_kv_store(dfg_graph *g, const dfg_test_kv *kv, dfg_tensor *y);
+
+/* ---------------------------------------------------------------- small random models
+ * dfg_test_model_config: a 2-layer config of arch (n_embd 16, vocabulary V, block positions):
+ * GPT-2's 2 heads, or random KV heads (1-2), query heads per KV head (1-3), head dims (4-12, so
+ * that n_head * head_dim need not be n_embd), MLP width, rope theta, tied embeddings and attention
+ * bias. dfg_test_model_program: a new program `name` with the parameters of a model of cfg (*m,
+ * allocated), its KV caches for N sequences of T (*kv) and the token table "tok" (N, T) i32, which
+ * it returns. */
+dfg_model_config dfg_test_model_config(dfg_arch arch, int V, int block);
+dfg_tensor *dfg_test_model_program(const char *name, dfg_model_config cfg, int N, int T, dfg_program **p,
+                                   dfg_model **m, dfg_model_kv *kv);
+
+/* ---------------------------------------------------------------- the GPT-2 pipeline module
+ * gpt2_train_pipeline.so, built beside the test executables (tests/cli/CMakeLists.txt), or the
+ * file $DFG_GPT2_PIPELINE names: dlopened, NULL after a failed CHECK. dfg_test_gpt2_program makes
+ * a new program "gpt2_train" for the CPU, applies the settings (name, value, ..., NULL; NULL: none)
+ * and runs the module's dfg_pipeline on it; *st is its status (the caller checks it). */
+void *dfg_test_gpt2_pipeline(void);
+dfg_program *dfg_test_gpt2_program(void *lib, const char *const *settings, dfg_status *st);
 
 /* ---------------------------------------------------------------- fixture: one program, one graph
  * A program with one graph g (named "g") and the CPU runtime made from it:

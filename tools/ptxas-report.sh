@@ -22,7 +22,7 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$nvcc" ] || { echo "ptxas-report: nvcc not found (install the CUDA toolkit)" >&2; exit 2; }
 [ ${#files[@]} -gt 0 ] || mapfile -t files < <(ls ops/cuda/*.cu)
 demangle() { if command -v c++filt >/dev/null; then c++filt; else cat; fi; }
-inc=(-I. -Igraph -Iops -Iops/nn -Ipasses -Iruntime -Iops/cuda -I/usr/include)
+inc=(-I. -Igraph -Iops -Iops/nn -Ipasses -Iruntime -Iops/cuda -Iruntime/cuda/emu -I/usr/include)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf "%-18s %-4s %5s %6s %6s %6s %7s  %s\n" file arch regs spillS spillL stack smem kernel

@@ -70,18 +70,35 @@ static void causal_block(const float *q, const float *k, const float *v, float *
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, (int)D, n, 1.0f, S, n, v, ld3, 0.0f, y, (int)C);
 }
 
+/* The sizes of an attention node whose qkv (B, T, 3C) is input q, and its start (B) or NULL (input
+ * `plain` when the node has one more), checked against T, as is the thread scratch. */
+typedef struct {
+    int64_t B, T, C, H, D;
+    float scale; /* 1 / sqrt(D) */
+    const int32_t *start;
+} att_dims;
+
+static dfg_status att_dims_of(const dfg_node *n, void *const *in, int q, int plain, dfg_cpu_ctx *ctx, att_dims *a) {
+    const dfg_shape s = n->in[q]->shape;
+    a->B = s.d[0], a->T = s.d[1], a->C = s.d[2] / 3, a->H = n->attr->attention.n_head, a->D = a->C / a->H;
+    a->scale = 1.0f / sqrtf((float)a->D);
+    dfg_status st;
+    a->start = dfg_cpu_attention_start(n, in, plain, a->T, ctx, &st);
+    if (!st && ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
+        st = dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
+    return st;
+}
+
 /* inputs qkv (B,T,3C) [, start (B)] -> y (B,T,C), lse (B,H,T) */
 dfg_status dfg_cpu_attention(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const dfg_shape s = n->in[0]->shape;
-    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
+    att_dims a;
+    dfg_status st = att_dims_of(n, in, 0, 1, ctx, &a);
+    if (st) return st;
+    const int64_t B = a.B, T = a.T, C = a.C, H = a.H, D = a.D;
     const float *qkv = in[0];         /* (B, T, 3C) */
     float *y = out[0], *lse = out[1]; /* (B, T, C), (B, H, T) */
-    float scale = 1.0f / sqrtf((float)D);
-    dfg_status st;
-    const int32_t *start = dfg_cpu_attention_start(n, in, 1, T, ctx, &st); /* (B) or NULL */
-    if (st) return st;
-    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
-        return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
+    const float scale = a.scale;
+    const int32_t *start = a.start; /* (B) or NULL */
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t b = bh / H, h = bh % H, s0 = start ? start[b] : 0;
@@ -124,16 +141,14 @@ static void causal_block_bwd(const float *q, const float *k, const float *v, con
 /* inputs dy (B,T,C), qkv (B,T,3C), y (B,T,C), lse (B,H,T) [, start (B)] -> dqkv (B,T,3C). Each
  * (b, h) owns its head's columns of dq, dk and dv, so the jobs write without races. */
 dfg_status dfg_cpu_attention_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    const dfg_shape s = n->in[1]->shape;
-    int64_t B = s.d[0], T = s.d[1], C = s.d[2] / 3, H = n->attr->attention.n_head, D = C / H;
+    att_dims a;
+    dfg_status st = att_dims_of(n, in, 1, 4, ctx, &a);
+    if (st) return st;
+    const int64_t B = a.B, T = a.T, C = a.C, H = a.H, D = a.D;
     const float *dy = in[0], *qkv = in[1], *y = in[2], *lse = in[3];
     float *dqkv = out[0];
-    float scale = 1.0f / sqrtf((float)D);
-    dfg_status st;
-    const int32_t *start = dfg_cpu_attention_start(n, in, 4, T, ctx, &st);
-    if (st) return st;
-    if (ctx->scratch_per_thread < dfg_cpu_scratch_attention(n))
-        return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
+    const float scale = a.scale;
+    const int32_t *start = a.start;
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t b = bh / H, h = bh % H, s0 = start ? start[b] : 0;

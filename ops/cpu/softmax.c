@@ -48,25 +48,8 @@ dfg_status dfg_cpu_log_softmax(const dfg_node *n, void *const *in, void *const *
     return DFG_OK;
 }
 
-/* dx = y * (dy - sum(dy * y)) */
-dfg_status dfg_cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    (void)ctx;
-    int64_t rows, v;
-    rows_of(n, &rows, &v);
-    const float *dy = in[0], *y = in[1];
-    float *dx = out[0];
-#pragma omp parallel for schedule(static) if (rows * v > 16384)
-    for (int64_t r = 0; r < rows; r++) {
-        double dot = 0.0;
-        for (int64_t j = 0; j < v; j++) dot += (double)dy[r * v + j] * y[r * v + j];
-        for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)(y[r * v + j] * ((double)dy[r * v + j] - dot));
-    }
-    return DFG_OK;
-}
-
-/* dx = dy - exp(y) * sum(dy) */
-dfg_status dfg_cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
-    (void)ctx;
+/* softmax_bwd: dx = y * (dy - sum(dy * y)); log_softmax_bwd (log): dx = dy - exp(y) * sum(dy) */
+static dfg_status softmax_bwd(const dfg_node *n, void *const *in, void *const *out, bool log) {
     int64_t rows, v;
     rows_of(n, &rows, &v);
     const float *dy = in[0], *y = in[1];
@@ -74,10 +57,27 @@ dfg_status dfg_cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *con
 #pragma omp parallel for schedule(static) if (rows * v > 16384)
     for (int64_t r = 0; r < rows; r++) {
         double s = 0.0;
-        for (int64_t j = 0; j < v; j++) s += dy[r * v + j];
-        for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)((double)dy[r * v + j] - exp((double)y[r * v + j]) * s);
+        if (log)
+            for (int64_t j = 0; j < v; j++) s += dy[r * v + j];
+        else
+            for (int64_t j = 0; j < v; j++) s += (double)dy[r * v + j] * y[r * v + j];
+        if (log)
+            for (int64_t j = 0; j < v; j++)
+                dx[r * v + j] = (float)((double)dy[r * v + j] - exp((double)y[r * v + j]) * s);
+        else
+            for (int64_t j = 0; j < v; j++) dx[r * v + j] = (float)(y[r * v + j] * ((double)dy[r * v + j] - s));
     }
     return DFG_OK;
+}
+
+dfg_status dfg_cpu_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    return softmax_bwd(n, in, out, false);
+}
+
+dfg_status dfg_cpu_log_softmax_bwd(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    return softmax_bwd(n, in, out, true);
 }
 
 /* H = -sum p log p of each row, from one online pass (dfg_row_stats) */

@@ -76,7 +76,7 @@ template <class T>
 static __device__ __forceinline__ float4 ld4(const T *row, int d, int D, bool vec) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (!row || d >= D) return v;
-    if (vec) return ld_vec4(row + d); // D % 4 == 0: the 4 are all inside
+    if (vec) return dfg_ld4(row + d); // D % 4 == 0: the 4 are all inside
     v.x = dfg_ld(row, d);
     if (d + 1 < D) v.y = dfg_ld(row, d + 1);
     if (d + 2 < D) v.z = dfg_ld(row, d + 2);
@@ -86,7 +86,7 @@ static __device__ __forceinline__ float4 ld4(const T *row, int d, int D, bool ve
 template <class T>
 static __device__ __forceinline__ void st4(T *row, int d, int D, bool vec, float4 v) {
     if (d >= D) return;
-    if (vec) return st_vec4(row + d, v);
+    if (vec) return dfg_st4(row + d, v);
     dfg_st(row, d, v.x);
     if (d + 1 < D) dfg_st(row, d + 1, v.y);
     if (d + 2 < D) dfg_st(row, d + 2, v.z);
@@ -95,6 +95,78 @@ static __device__ __forceinline__ void st4(T *row, int d, int D, bool vec, float
 static __device__ __forceinline__ float4 lds4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 static __device__ __forceinline__ float get4(const float4 &v, int e) { // e: a constant once unrolled
     return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+// This thread's part of a row of an output tile: columns tx*4 + 32k + {0..3} from o[4k ..].
+template <int DP, class T>
+static __device__ __forceinline__ void st_row(T *row, const float (&o)[DP / 8], int tx, int D, bool vec) {
+#pragma unroll
+    for (int k = 0; k < DP / 32; k++)
+        st4(row, k * 32 + tx * 4, D, vec, make_float4(o[k * 4], o[k * 4 + 1], o[k * 4 + 2], o[k * 4 + 3]));
+}
+
+// s += A^T B and dp += C^T E over the DP rows of four tiles in shared memory: this thread's 4 x 4
+// of each product (rows ty*4 .. ty*4+3: A and C (DP, la) at ty*4; columns tx*4 ..: B and E (DP, lb)).
+template <int DP>
+static __device__ __forceinline__ void two_products(float (&s)[4][4], float (&dp)[4][4], const float *A, const float *C,
+                                                    int la, const float *B, const float *E, int lb, int ty, int tx) {
+#pragma unroll 2
+    for (int d = 0; d < DP; d++) {
+        float4 a4 = lds4(A + d * la + ty * 4), c4 = lds4(C + d * la + ty * 4);
+        float4 b4 = lds4(B + d * lb + tx * 4), e4 = lds4(E + d * lb + tx * 4);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[a][e] = fmaf(get4(a4, a), get4(b4, e), s[a][e]);
+                dp[a][e] = fmaf(get4(c4, a), get4(e4, e), dp[a][e]);
+            }
+    }
+}
+
+// acc += X^T Y over R rows in shared memory: this thread's rows ty*4 .. ty*4+3 (X (R, 68) at
+// ty*4) and columns tx*4 + 32k + {0..3} (Y (R, DP)).
+template <int DP, int R>
+static __device__ __forceinline__ void acc_product(float (&acc)[4][DP / 8], const float *X, const float *Y, int ty,
+                                                   int tx) {
+#pragma unroll 2
+    for (int c = 0; c < R; c++) {
+        float4 p = lds4(X + c * 68 + ty * 4);
+#pragma unroll
+        for (int k = 0; k < DP / 32; k++) {
+            float4 v = lds4(Y + c * DP + k * 32 + tx * 4);
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[a][k * 4 + e] = fmaf(get4(p, a), get4(v, e), acc[a][k * 4 + e]);
+        }
+    }
+}
+
+// lse and delta of query rows i0 .. i0 + R - 1 of sequence b, head h, into shared memory (0 past Tc)
+template <int R>
+static __device__ __forceinline__ void load_row_stats(float *lse_s, float *dl_s, const float *lse, const float *delta,
+                                                      const att_geom &g, int b, int h, int i0) {
+    const int tid = threadIdx.x;
+    if (tid < R) {
+        long long at = ((long long)b * g.H + h) * g.Tc + i0 + tid;
+        lse_s[tid] = i0 + tid < g.Tc ? lse[at] : 0.0f;
+        dl_s[tid] = i0 + tid < g.Tc ? delta[at] : 0.0f;
+    }
+}
+
+// The backward's P = exp(S scale - lse) of a visible key (else 0), left in s, and dS = P (dP - delta) scale
+static __device__ __forceinline__ float p_and_ds(float &s, float dp, bool see, float lse, float delta, float scale) {
+    const float p = see ? expf(s * scale - lse) : 0.0f;
+    s = p;
+    return p * (dp - delta) * scale;
+}
+
+// The transpose of this thread's 4 x 4 tile t into X (ld 68): t[0..3][e] at row tx*4 + e, columns ty*4 ..
+static __device__ __forceinline__ void st_tile_t(float *X, const float (&t)[4][4], int ty, int tx) {
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        dfg_st4(X + (tx * 4 + e) * 68 + ty * 4, make_float4(t[0][e], t[1][e], t[2][e], t[3][e]));
 }
 
 // ---------------------------------------------------------------- rows of the fused tensors
@@ -226,32 +298,19 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(fwd_smem_fl
         __syncthreads(); // every K^T read: P^T takes its place
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            st_vec4(KP + (tx * 4 + (e & 3) + 32 * (e >> 2)) * 68 + ty * 4,
+            dfg_st4(KP + (tx * 4 + (e & 3) + 32 * (e >> 2)) * 68 + ty * 4,
                     make_float4(s[0][e], s[1][e], s[2][e], s[3][e]));
         __syncthreads();
-#pragma unroll 2
-        for (int c = 0; c < 64; c++) {
-            float4 p = lds4(KP + c * 68 + ty * 4);
-#pragma unroll
-            for (int k = 0; k < DP / 32; k++) {
-                float4 v = lds4(Vs + c * DP + k * 32 + tx * 4);
-#pragma unroll
-                for (int a = 0; a < 4; a++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) o[a][k * 4 + e] = fmaf(get4(p, a), get4(v, e), o[a][k * 4 + e]);
-            }
-        }
+        acc_product<DP, 64>(o, KP, Vs, ty, tx); // O += P V
     }
 #pragma unroll
     for (int a = 0; a < 4; a++) {
         float lt = row8_sum(l[a]), inv = 1.0f / lt;
         int i = q0 + ty * 4 + a;
         if (i >= g.Tc) continue;
-        T *yr = y + ((long long)b * g.Tc + i) * g.C + (long long)h * g.D;
 #pragma unroll
-        for (int k = 0; k < DP / 32; k++)
-            st4(yr, k * 32 + tx * 4, g.D, vec,
-                make_float4(o[a][k * 4] * inv, o[a][k * 4 + 1] * inv, o[a][k * 4 + 2] * inv, o[a][k * 4 + 3] * inv));
+        for (int x = 0; x < DP / 8; x++) o[a][x] *= inv;
+        st_row<DP>(y + ((long long)b * g.Tc + i) * g.C + (long long)h * g.D, o[a], tx, g.D, vec);
         if (tx == 0) lse[((long long)b * g.H + h) * g.Tc + i] = m[a] + logf(lt);
     }
 }
@@ -334,25 +393,10 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_fl
             __syncthreads(); // the previous tile's P, dS, Q and dO are read
             load_tile<T, DP, 32>(Qt, Qs, [&](int r) { return q_row(qkv, g, b, h, i0 + r); }, g.D, vec);
             load_tile<T, DP, 32>(Ot, Os, [&](int r) { return c_row(dy, g, b, h, i0 + r); }, g.D, vec);
-            if (tid < 32) {
-                long long at = ((long long)b * g.H + h) * g.Tc + i0 + tid;
-                lse_s[tid] = i0 + tid < g.Tc ? lse[at] : 0.0f;
-                dl_s[tid] = i0 + tid < g.Tc ? delta[at] : 0.0f;
-            }
+            load_row_stats<32>(lse_s, dl_s, lse, delta, g, b, h, i0);
             __syncthreads();
             float s[4][4] = {}, dp[4][4] = {};
-#pragma unroll 2
-            for (int d = 0; d < DP; d++) {
-                float4 ka = lds4(Kt + d * 68 + ty * 4), va = lds4(Vt + d * 68 + ty * 4);
-                float4 qb = lds4(Qt + d * 36 + tx * 4), ob = lds4(Ot + d * 36 + tx * 4);
-#pragma unroll
-                for (int a = 0; a < 4; a++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        s[a][e] = fmaf(get4(ka, a), get4(qb, e), s[a][e]);
-                        dp[a][e] = fmaf(get4(va, a), get4(ob, e), dp[a][e]);
-                    }
-            }
+            two_products<DP>(s, dp, Kt, Vt, 68, Qt, Ot, 36, ty, tx); // S^T = K Q^T, dP^T = V dO^T
             // P = exp(S - lse) where key j is visible to row i (lo <= j <= Tp + i); dS = P (dP - delta) scale
 #pragma unroll
             for (int a = 0; a < 4; a++)
@@ -360,16 +404,11 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_fl
                 for (int e = 0; e < 4; e++) {
                     int j = key0 + ty * 4 + a, i = i0 + tx * 4 + e, r = tx * 4 + e, c = g.Tp + i;
                     bool see = i < g.Tc && j < nkeys && att_sees(j, c, att_lo(c, st));
-                    float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
-                    s[a][e] = p;
-                    dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
+                    dp[a][e] = p_and_ds(s[a][e], dp[a][e], see, lse_s[r], dl_s[r], g.scale);
                 }
             __syncthreads(); // Q^T and dO^T are read: P and dS replace them
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                st_vec4(Ps + (tx * 4 + e) * 68 + ty * 4, make_float4(s[0][e], s[1][e], s[2][e], s[3][e]));
-                st_vec4(dSs + (tx * 4 + e) * 68 + ty * 4, make_float4(dp[0][e], dp[1][e], dp[2][e], dp[3][e]));
-            }
+            st_tile_t(Ps, s, ty, tx);
+            st_tile_t(dSs, dp, ty, tx);
             __syncthreads();
 #pragma unroll 2
             for (int r = 0; r < 32; r++) {
@@ -393,15 +432,11 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dkv_smem_fl
         int j = k0 + ty * 4 + a; // row of dst
         if (key0 + ty * 4 + a >= nkeys) continue;
         T *row = dst + ((long long)u * (prefix ? g.Tp : g.Tc) + j) * 3 * g.C + (long long)h * g.D;
+        if (prefix) // a prefix's queries get nothing
 #pragma unroll
-        for (int k = 0; k < DP / 32; k++) {
-            int d = k * 32 + tx * 4;
-            if (prefix) st4(row, d, g.D, vec, make_float4(0.0f, 0.0f, 0.0f, 0.0f)); // a prefix's queries get nothing
-            st4(row + g.C, d, g.D, vec,
-                make_float4(dk[a][k * 4], dk[a][k * 4 + 1], dk[a][k * 4 + 2], dk[a][k * 4 + 3]));
-            st4(row + 2 * g.C, d, g.D, vec,
-                make_float4(dv[a][k * 4], dv[a][k * 4 + 1], dv[a][k * 4 + 2], dv[a][k * 4 + 3]));
-        }
+            for (int k = 0; k < DP / 32; k++) st4(row, k * 32 + tx * 4, g.D, vec, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        st_row<DP>(row + g.C, dk[a], tx, g.D, vec);
+        st_row<DP>(row + 2 * g.C, dv[a], tx, g.D, vec);
     }
 }
 
@@ -433,11 +468,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
     const int st = att_start(g, b, tid == 0);
     load_tile<T, DP, 64>(Qt, nullptr, [&](int r) { return q_row(qkv, g, b, h, q0 + r); }, g.D, vec);
     load_tile<T, DP, 64>(Ot, nullptr, [&](int r) { return c_row(dy, g, b, h, q0 + r); }, g.D, vec);
-    if (tid < 64) {
-        long long at = ((long long)b * g.H + h) * g.Tc + q0 + tid;
-        lse_s[tid] = q0 + tid < g.Tc ? lse[at] : 0.0f;
-        dl_s[tid] = q0 + tid < g.Tc ? delta[at] : 0.0f;
-    }
+    load_row_stats<64>(lse_s, dl_s, lse, delta, g, b, h, q0);
     float dq[4][DP / 8] = {};
     const int kbeg = att_lo(g.Tp + q0, st), kend = g.Tp + min(q0 + 64, g.Tc);
     for (int k0 = kbeg; k0 < kend; k0 += 32) {
@@ -446,61 +477,35 @@ static __global__ void __launch_bounds__(ATT_THREADS, att_min_blocks(dq_smem_flo
         load_tile<T, DP, 32>(Vt, nullptr, [&](int r) { return kv_row(qkv, pre, g, b, h, k0 + r, 2); }, g.D, vec);
         __syncthreads();
         float s[4][4] = {}, dp[4][4] = {};
-#pragma unroll 2
-        for (int d = 0; d < DP; d++) {
-            float4 qa = lds4(Qt + d * 68 + ty * 4), oa = lds4(Ot + d * 68 + ty * 4);
-            float4 kb = lds4(Kt + d * 36 + tx * 4), vb = lds4(Vt + d * 36 + tx * 4);
-#pragma unroll
-            for (int a = 0; a < 4; a++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[a][e] = fmaf(get4(qa, a), get4(kb, e), s[a][e]);
-                    dp[a][e] = fmaf(get4(oa, a), get4(vb, e), dp[a][e]);
-                }
-        }
+        two_products<DP>(s, dp, Qt, Ot, 68, Kt, Vt, 36, ty, tx); // S = Q K^T, dP = dO V^T
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = ty * 4 + a, i = q0 + r, j = k0 + tx * 4 + e;
                 bool see = i < g.Tc && att_sees(j, g.Tp + i, att_lo(g.Tp + i, st));
-                float p = see ? expf(s[a][e] * g.scale - lse_s[r]) : 0.0f;
-                dp[a][e] = p * (dp[a][e] - dl_s[r]) * g.scale;
+                dp[a][e] = p_and_ds(s[a][e], dp[a][e], see, lse_s[r], dl_s[r], g.scale);
             }
         __syncthreads(); // V^T is read: dS^T replaces it
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            st_vec4(dSt + (tx * 4 + e) * 68 + ty * 4, make_float4(dp[0][e], dp[1][e], dp[2][e], dp[3][e]));
+        st_tile_t(dSt, dp, ty, tx);
         __syncthreads();
-#pragma unroll 2
-        for (int c = 0; c < 32; c++) {
-            float4 da = lds4(dSt + c * 68 + ty * 4);
-#pragma unroll
-            for (int k = 0; k < DP / 32; k++) {
-                float4 kv = lds4(Ks + c * DP + k * 32 + tx * 4);
-#pragma unroll
-                for (int a = 0; a < 4; a++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) dq[a][k * 4 + e] = fmaf(get4(da, a), get4(kv, e), dq[a][k * 4 + e]);
-            }
-        }
+        acc_product<DP, 32>(dq, dSt, Ks, ty, tx); // dQ += dS K
     }
 #pragma unroll
     for (int a = 0; a < 4; a++) {
         int i = q0 + ty * 4 + a;
         if (i >= g.Tc) continue;
-        T *row = dqkv + ((long long)b * g.Tc + i) * 3 * g.C + (long long)h * g.D;
-#pragma unroll
-        for (int k = 0; k < DP / 32; k++)
-            st4(row, k * 32 + tx * 4, g.D, vec,
-                make_float4(dq[a][k * 4], dq[a][k * 4 + 1], dq[a][k * 4 + 2], dq[a][k * 4 + 3]));
+        st_row<DP>(dqkv + ((long long)b * g.Tc + i) * 3 * g.C + (long long)h * g.D, dq[a], tx, g.D, vec);
     }
 }
 
 // ---------------------------------------------------------------- host side of the tiled kernels
 
-// The geometry of a node: qkv (n, Tc, 3C) after an optional prefix (P, Tp, 3C).
-static att_geom att_geometry(const dfg_tensor *qkv, const dfg_tensor *pre, int n_head) {
+// The geometry of a node: qkv (n, Tc, 3C) is input q, after the prefix (P, Tp, 3C) input p (-1:
+// none); its start is input `plain` when the node has plain + 1 inputs, reporting to ctx's flags.
+static att_geom att_geometry(const dfg_node *n, void *const *in, int q, int p, int plain, dfg_cuda_ctx *ctx) {
+    const dfg_tensor *qkv = n->in[q], *pre = p >= 0 ? n->in[p] : nullptr;
+    const int n_head = n->attr->attention.n_head;
     att_geom g;
     g.n = (int)qkv->shape.d[0];
     g.Tc = (int)qkv->shape.d[1];
@@ -511,15 +516,9 @@ static att_geom att_geometry(const dfg_tensor *qkv, const dfg_tensor *pre, int n
     g.D = (int)(g.C / n_head);
     g.scale = 1.0f / sqrtf((float)g.D);
     g.vec = 0;
-    g.start = nullptr;
-    g.flags = nullptr;
+    g.start = n->n_in > plain ? (const int32_t *)in[plain] : nullptr;
+    g.flags = ctx->flags;
     return g;
-}
-
-// The node's start (input `plain` when it has plain + 1 inputs) and the flag it reports to.
-static void att_padding(att_geom *g, const dfg_node *n, void *const *in, int plain, dfg_cuda_ctx *ctx) {
-    g->start = n->n_in > plain ? (const int32_t *)in[plain] : nullptr;
-    g->flags = ctx->flags;
 }
 
 // The padded head dim of the tiled kernels (0: D is over 128).
@@ -616,10 +615,8 @@ static bool att_via_sdpa(const dfg_node *n, void *const *in, void *const *out, d
 DFG_CUDA_LAUNCHER(attention) {
     dfg_status st;
     if (att_via_sdpa(n, in, out, ctx, &st)) return st;
-    const dfg_tensor *qkv = n->in[0];
-    att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
-    att_padding(&g, n, in, 1, ctx);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+    const att_geom g = att_geometry(n, in, 0, -1, 1, ctx);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T,
                             return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0], nullptr, g));
 }
 
@@ -628,10 +625,8 @@ DFG_CUDA_SCRATCH(attention_bwd) { return att_backward_scratch(n->in[1], n->attr-
 DFG_CUDA_LAUNCHER(attention_bwd) {
     dfg_status st;
     if (att_via_sdpa(n, in, out, ctx, &st)) return st;
-    const dfg_tensor *qkv = n->in[1];
-    att_geom g = att_geometry(qkv, nullptr, n->attr->attention.n_head);
-    att_padding(&g, n, in, 4, ctx);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+    const att_geom g = att_geometry(n, in, 1, -1, 4, ctx);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[1], T,
                             return att_backward<T>(n, ctx, (T *)out[0], nullptr, (const T *)in[0], (const T *)in[1],
                                                    nullptr, (const T *)in[2], (const float *)in[3], g));
 }

@@ -1,7 +1,7 @@
 // attention_common.cuh - what the attention kernel files share (attention.cu's tiled forward and
 // backward, attention_prefix.cu, attention_decode.cu's decoding kernels): the block size, the
-// 4-element row loads and stores of f32 and bf16 rows, the alignment rule of the vector path and
-// the launch helper that opts into large dynamic shared memory.
+// alignment rule of the 4-element vector path (common.cuh's dfg_ld4 / dfg_st4) and the launch
+// helper that opts into large dynamic shared memory.
 #ifndef DFG_CUDA_ATTENTION_COMMON_CUH
 #define DFG_CUDA_ATTENTION_COMMON_CUH
 
@@ -10,24 +10,6 @@
 namespace {
 
 constexpr int ATT_THREADS = 128;
-
-
-// ---------------------------------------------------------------- 4-element row access
-// 4 elements as one 16-byte (f32) or 8-byte (bf16) access
-static __device__ __forceinline__ float4 ld_vec4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
-static __device__ __forceinline__ float4 ld_vec4(const __nv_bfloat16 *p) {
-    uint2 u = *reinterpret_cast<const uint2 *>(p); // bf16 is the high half of an f32: widen by shifting
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
-}
-static __device__ __forceinline__ void st_vec4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
-static __device__ __forceinline__ unsigned bf16_pair(float a, float b) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
-           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
-}
-static __device__ __forceinline__ void st_vec4(__nv_bfloat16 *p, float4 v) {
-    *reinterpret_cast<uint2 *>(p) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
-}
 
 // ---------------------------------------------------------------- host side
 static inline bool aligned_for(const void *p, size_t bytes) { return !p || (uintptr_t)p % bytes == 0; }

@@ -123,7 +123,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             int r = it / W, w = it % W;
             const T *row = kb + (long long)(c0 + r) * a.Ckv;
             if (a.vec) {
-                float4 v = ld_vec4(row + 4 * w);
+                float4 v = dfg_ld4(row + 4 * w);
                 float *dst = Ks + r * a.KS + 4 * w;
                 dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
             } else {
@@ -167,7 +167,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                     }
 #pragma unroll 4
                 for (int j = sub; j < nc; j += a.NP) { // independent loads in flight: this is memory-bound
-                    float4 v = ld_vec4(vb + (long long)(c0 + j) * a.Ckv + 4 * w);
+                    float4 v = dfg_ld4(vb + (long long)(c0 + j) * a.Ckv + 4 * w);
 #pragma unroll
                     for (int g = 0; g < GM; g++)
                         if (g < nh) {

@@ -14,10 +14,8 @@
 
 // inputs qkv (n, Tc, 3C), prefix (P, Tp, 3C) [, start (P)] -> y (n, Tc, C), lse (n, H, Tc)
 DFG_CUDA_LAUNCHER(attention_prefix) {
-    const dfg_tensor *qkv = n->in[0], *pre = n->in[1];
-    att_geom g = att_geometry(qkv, pre, n->attr->attention.n_head);
-    att_padding(&g, n, in, 2, ctx);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+    const att_geom g = att_geometry(n, in, 0, 1, 2, ctx);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T,
                             return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0],
                                                   (const T *)in[1], g));
 }
@@ -27,10 +25,8 @@ DFG_CUDA_SCRATCH(attention_prefix_bwd) { return att_backward_scratch(n->in[1], n
 // inputs dy (n, Tc, C), qkv (n, Tc, 3C), prefix (P, Tp, 3C), y (n, Tc, C), lse (n, H, Tc)
 //   [, start (P)] -> dqkv (n, Tc, 3C), dprefix (P, Tp, 3C)
 DFG_CUDA_LAUNCHER(attention_prefix_bwd) {
-    const dfg_tensor *qkv = n->in[1], *pre = n->in[2];
-    att_geom g = att_geometry(qkv, pre, n->attr->attention.n_head);
-    att_padding(&g, n, in, 5, ctx);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, qkv, T,
+    const att_geom g = att_geometry(n, in, 1, 2, 5, ctx);
+    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[1], T,
                             return att_backward<T>(n, ctx, (T *)out[0], (T *)out[1], (const T *)in[0], (const T *)in[1],
                                                    (const T *)in[2], (const T *)in[3], (const float *)in[4], g));
 }

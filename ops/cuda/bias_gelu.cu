@@ -18,50 +18,20 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
-template <class T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
-template <int V, class T> __device__ __forceinline__ Vec<T, V> ldv(const T *p) {
-    return *reinterpret_cast<const Vec<T, V> *>(p);
-}
-template <int V, class T> __device__ __forceinline__ void stv(T *p, const Vec<T, V> &v) {
-    *reinterpret_cast<Vec<T, V> *>(p) = v;
-}
-
 __device__ __forceinline__ float gelu_f(float x) { return gelu_tanh::gelu(x); }
 __device__ __forceinline__ float gelu_grad(float x) { return gelu_tanh::grad(x); } // d gelu / dx
-
-// A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order; the step is
-// split once into whole rows and a remainder, so moving on needs no division.
-struct Walk {
-    int64_t r, c, n, dq, dr;
-    __device__ __forceinline__ explicit Walk(int64_t n_) : n(n_) {
-        int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = (int64_t)gridDim.x * blockDim.x;
-        r = i / n, c = i - r * n, dq = s / n, dr = s - dq * n;
-    }
-    __device__ __forceinline__ void next() {
-        c += dr, r += dq;
-        if (c >= n) c -= n, r++;
-    }
-};
 
 // y (rows, N) = gelu(x + b)
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
     bias_gelu_kernel(T *y /* (rows, N) */, const T *x /* (rows, N) */, const T *b /* (N) */, int64_t rows, int64_t N) {
-    for (Walk w(N / V); w.r < rows; w.next()) {
+    for (DfgWalk w(N / V); w.r < rows; w.next()) {
         const int64_t col = w.c * V, at = w.r * N + col;
-        Vec<T, V> vx = ldv<V>(x + at);
-        const Vec<T, V> vb = ldv<V>(b + col);
+        DfgVec<T, V> vx = dfg_ldv<V>(x + at);
+        const DfgVec<T, V> vb = dfg_ldv<V>(b + col);
 #pragma unroll
-        for (int j = 0; j < V; j++) vx.v[j] = from_f<T>(gelu_f(to_f(vx.v[j]) + to_f(vb.v[j])));
-        stv<V>(y + at, vx);
+        for (int j = 0; j < V; j++) vx.v[j] = dfg_from_f<T>(gelu_f(dfg_to_f(vx.v[j]) + dfg_to_f(vb.v[j])));
+        dfg_stv<V>(y + at, vx);
     }
 }
 
@@ -70,24 +40,23 @@ template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
     bias_gelu_bwd_kernel(T *du /* (rows, N) */, const T *dy /* (rows, N) */, const T *x /* (rows, N) */,
                          const T *b /* (N) */, int64_t rows, int64_t N) {
-    for (Walk w(N / V); w.r < rows; w.next()) {
+    for (DfgWalk w(N / V); w.r < rows; w.next()) {
         const int64_t col = w.c * V, at = w.r * N + col;
-        Vec<T, V> g = ldv<V>(dy + at);
-        const Vec<T, V> vx = ldv<V>(x + at), vb = ldv<V>(b + col);
+        DfgVec<T, V> g = dfg_ldv<V>(dy + at);
+        const DfgVec<T, V> vx = dfg_ldv<V>(x + at), vb = dfg_ldv<V>(b + col);
 #pragma unroll
-        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * gelu_grad(to_f(vx.v[j]) + to_f(vb.v[j])));
-        stv<V>(du + at, g);
+        for (int j = 0; j < V; j++)
+            g.v[j] = dfg_from_f<T>(dfg_to_f(g.v[j]) * gelu_grad(dfg_to_f(vx.v[j]) + dfg_to_f(vb.v[j])));
+        dfg_stv<V>(du + at, g);
     }
 }
-
-inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 template <class T>
 dfg_status launch_fwd(const dfg_node *n, void *y, const void *x, const void *b, int64_t rows, int64_t N,
                       dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(T);
     cudaError_t e;
-    if (N % V == 0 && aligned16(y) && aligned16(x) && aligned16(b))
+    if (N % V == 0 && dfg_aligned16(y) && dfg_aligned16(x) && dfg_aligned16(b))
         e = DFG_LAUNCH((bias_gelu_kernel<T, V>), dfg_grid_for(rows * (N / V), kThreads, ctx), kThreads, 0,
                        (cudaStream_t)ctx->stream, (T *)y, (const T *)x, (const T *)b, rows, N);
     else
@@ -101,7 +70,7 @@ dfg_status launch_bwd(const dfg_node *n, void *du, const void *dy, const void *x
                       int64_t N, dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(T);
     cudaError_t e;
-    if (N % V == 0 && aligned16(du) && aligned16(dy) && aligned16(x) && aligned16(b))
+    if (N % V == 0 && dfg_aligned16(du) && dfg_aligned16(dy) && dfg_aligned16(x) && dfg_aligned16(b))
         e = DFG_LAUNCH((bias_gelu_bwd_kernel<T, V>), dfg_grid_for(rows * (N / V), kThreads, ctx), kThreads, 0,
                        (cudaStream_t)ctx->stream, (T *)du, (const T *)dy, (const T *)x, (const T *)b, rows, N);
     else

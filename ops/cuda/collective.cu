@@ -14,7 +14,7 @@ constexpr int kThreads = 256;
 // y (count) *= s: the mean after the sum (f32 arithmetic on f32 or bf16 storage)
 template <class T>
 __global__ void scale_k(T *y, float s, int64_t count) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = dfg_thread_index(); i < count; i += dfg_grid_threads())
         dfg_st(y, i, dfg_ld(y, i) * s);
 }
 

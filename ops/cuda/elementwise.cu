@@ -23,31 +23,15 @@ constexpr int kMaxIn = 3;                   // where: cond, a, b
 constexpr int kMaxOuter = DFG_MAX_RANK - 1; // outer dims left after collapsing (cols is the last)
 
 // ---------------------------------------------------------------- element types
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
 template <bool C, class A, class B> struct pick { typedef A type; };
 template <class A, class B> struct pick<false, A, B> { typedef B type; };
 template <class A, class B> struct same { static constexpr bool value = false; };
 template <class A> struct same<A, A> { static constexpr bool value = true; };
 
-// V elements moved as one access of V * sizeof(T) bytes (16: ld.global.v4)
-template <class T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
-template <int V, class T> __device__ __forceinline__ Vec<T, V> ldv(const T *p) {
-    return *reinterpret_cast<const Vec<T, V> *>(p);
-}
-template <int V, class T> __device__ __forceinline__ void stv(T *p, const Vec<T, V> &v) {
-    *reinterpret_cast<Vec<T, V> *>(p) = v;
-}
 // V elements from column col of a row that spans the columns (cs 1), or its one value repeated
-template <int V, class T> __device__ __forceinline__ Vec<T, V> ld_bcast(const T *row, int64_t cs, int64_t col) {
-    if (cs) return ldv<V>(row + col);
-    Vec<T, V> r;
+template <int V, class T> __device__ __forceinline__ DfgVec<T, V> ld_bcast(const T *row, int64_t cs, int64_t col) {
+    if (cs) return dfg_ldv<V>(row + col);
+    DfgVec<T, V> r;
     const T s = row[0];
 #pragma unroll
     for (int j = 0; j < V; j++) r.v[j] = s;
@@ -64,48 +48,10 @@ struct Bcast {
     int64_t cs[kMaxIn];            // input k's stride along the columns: 1, or 0 (one value per row)
 };
 
-// Input K's element offset of row r. The loop is unrolled with constant indices so that the
-// plan stays in the kernel's parameter space (a run-time index would copy it to local memory);
-// a 32-bit division is a few instructions where a 64-bit one is a long subroutine.
+// Input K's element offset of row r (common.cuh: the plan stays in the kernel's parameter space)
 template <int K> __device__ __forceinline__ int64_t row_offset(const Bcast &p, int64_t r) {
-    int64_t off = 0;
-    if (p.narrow) {
-        uint32_t i = (uint32_t)r;
-#pragma unroll
-        for (int d = kMaxOuter - 1; d > 0; d--)
-            if (d < p.nd) {
-                uint32_t q = i / (uint32_t)p.dims[d];
-                off += (int64_t)(i - q * (uint32_t)p.dims[d]) * p.rs[K][d];
-                i = q;
-            }
-        return off + (int64_t)i * p.rs[K][0];
-    }
-#pragma unroll
-    for (int d = kMaxOuter - 1; d > 0; d--)
-        if (d < p.nd) {
-            int64_t q = r / p.dims[d];
-            off += (r - q * p.dims[d]) * p.rs[K][d];
-            r = q;
-        }
-    return off + r * p.rs[K][0];
+    return dfg_outer_offset(p.dims, p.rs[K], p.nd, p.narrow, r);
 }
-
-// A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order: the step is
-// split once into whole rows and a remainder, so moving on needs no division.
-struct Walk {
-    int64_t r, c, n, dq, dr;
-    __device__ __forceinline__ explicit Walk(int64_t n_) : n(n_) {
-        int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = (int64_t)gridDim.x * blockDim.x;
-        r = i / n, c = i - r * n, dq = s / n, dr = s - dq * n;
-    }
-    __device__ __forceinline__ void next() {
-        c += dr, r += dq;
-        if (c >= n) c -= n, r++;
-    }
-};
-
-__device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_threads() { return (int64_t)gridDim.x * blockDim.x; }
 
 // ---------------------------------------------------------------- binary ops
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MIN, B_MAX, B_EQ };
@@ -135,7 +81,9 @@ template <int OP> __device__ __forceinline__ int32_t bin_i(int32_t a, int32_t b)
 }
 template <int OP, class T> struct Bin { // f32, bf16, f16: f32 arithmetic; equal gives f32
     typedef typename pick<OP == B_EQ, float, T>::type Out;
-    static __device__ __forceinline__ Out apply(T a, T b) { return from_f<Out>(bin_f<OP>(to_f(a), to_f(b))); }
+    static __device__ __forceinline__ Out apply(T a, T b) {
+        return dfg_from_f<Out>(bin_f<OP>(dfg_to_f(a), dfg_to_f(b)));
+    }
 };
 template <int OP> struct Bin<OP, int32_t> {
     typedef typename pick<OP == B_EQ, float, int32_t>::type Out;
@@ -155,17 +103,17 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t nv = p.cols / V;
     if (nv > 0) {
         int64_t cur = -1, oa = 0, ob = 0;
-        for (Walk w(nv); w.r < p.rows; w.next()) {
+        for (DfgWalk w(nv); w.r < p.rows; w.next()) {
             if (w.r != cur) cur = w.r, oa = row_offset<0>(p, cur), ob = row_offset<1>(p, cur);
             const int64_t col = w.c * V;
-            Vec<T, V> va = ld_bcast<V>(a + oa, p.cs[0], col), vb = ld_bcast<V>(b + ob, p.cs[1], col);
-            Vec<O, V> vy;
+            DfgVec<T, V> va = ld_bcast<V>(a + oa, p.cs[0], col), vb = ld_bcast<V>(b + ob, p.cs[1], col);
+            DfgVec<O, V> vy;
 #pragma unroll
             for (int j = 0; j < V; j++) vy.v[j] = Bin<OP, T>::apply(va.v[j], vb.v[j]);
-            stv<V>(y + cur * p.cols + col, vy);
+            dfg_stv<V>(y + cur * p.cols + col, vy);
         }
     }
-    const int64_t t = thread_index();
+    const int64_t t = dfg_thread_index();
     if (t < tail) { // row 0, whose row offsets are 0
         const int64_t col = nv * V + t;
         y[col] = Bin<OP, T>::apply(a[col * p.cs[0]], b[col * p.cs[1]]);
@@ -207,21 +155,21 @@ template <int OP, class T, int V>
 __global__ void __launch_bounds__(kThreads) unary_kernel(T *y /* (n) */, const T *x /* (n) */, int64_t n, float p0,
                                                          float p1) {
     const int64_t nv = n / V;
-    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
-        Vec<T, V> v = ldv<V>(x + i * V);
+    for (int64_t i = dfg_thread_index(); i < nv; i += dfg_grid_threads()) {
+        DfgVec<T, V> v = dfg_ldv<V>(x + i * V);
 #pragma unroll
-        for (int j = 0; j < V; j++) v.v[j] = from_f<T>(un_f<OP>(to_f(v.v[j]), p0, p1));
-        stv<V>(y + i * V, v);
+        for (int j = 0; j < V; j++) v.v[j] = dfg_from_f<T>(un_f<OP>(dfg_to_f(v.v[j]), p0, p1));
+        dfg_stv<V>(y + i * V, v);
     }
-    const int64_t t = thread_index();
-    if (t < n - nv * V) y[nv * V + t] = from_f<T>(un_f<OP>(to_f(x[nv * V + t]), p0, p1));
+    const int64_t t = dfg_thread_index();
+    if (t < n - nv * V) y[nv * V + t] = dfg_from_f<T>(un_f<OP>(dfg_to_f(x[nv * V + t]), p0, p1));
 }
 
 // i32 affine / neg / clamp (counters): computed in double and rounded to nearest even, saturated
 template <int OP>
 __global__ void __launch_bounds__(kThreads) unary_i32_kernel(int32_t *y /* (n) */, const int32_t *x /* (n) */,
                                                              int64_t n, float p0, float p1) {
-    for (int64_t i = thread_index(); i < n; i += grid_threads()) {
+    for (int64_t i = dfg_thread_index(); i < n; i += dfg_grid_threads()) {
         double v = (double)x[i];
         if (OP == U_AFFINE) v = __dadd_rn(__dmul_rn((double)p0, v), (double)p1); // unfused, as the CPU
         else if (OP == U_NEG) v = -v;
@@ -236,14 +184,15 @@ template <int OP, class T, int V>
 __global__ void __launch_bounds__(kThreads) act_bwd_kernel(T *dx /* (n) */, const T *dy /* (n) */,
                                                            const T *x /* (n) */, int64_t n) {
     const int64_t nv = n / V;
-    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
-        Vec<T, V> g = ldv<V>(dy + i * V), v = ldv<V>(x + i * V);
+    for (int64_t i = dfg_thread_index(); i < nv; i += dfg_grid_threads()) {
+        DfgVec<T, V> g = dfg_ldv<V>(dy + i * V), v = dfg_ldv<V>(x + i * V);
 #pragma unroll
-        for (int j = 0; j < V; j++) g.v[j] = from_f<T>(to_f(g.v[j]) * act_grad<OP>(to_f(v.v[j])));
-        stv<V>(dx + i * V, g);
+        for (int j = 0; j < V; j++)
+            g.v[j] = dfg_from_f<T>(dfg_to_f(g.v[j]) * act_grad<OP>(dfg_to_f(v.v[j])));
+        dfg_stv<V>(dx + i * V, g);
     }
-    const int64_t t = thread_index(), e = nv * V + t;
-    if (t < n - nv * V) dx[e] = from_f<T>(to_f(dy[e]) * act_grad<OP>(to_f(x[e])));
+    const int64_t t = dfg_thread_index(), e = nv * V + t;
+    if (t < n - nv * V) dx[e] = dfg_from_f<T>(dfg_to_f(dy[e]) * act_grad<OP>(dfg_to_f(x[e])));
 }
 
 // ---------------------------------------------------------------- where
@@ -260,18 +209,18 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t nv = p.cols / V;
     if (nv > 0) {
         int64_t cur = -1, oc = 0, oa = 0, ob = 0;
-        for (Walk w(nv); w.r < p.rows; w.next()) {
+        for (DfgWalk w(nv); w.r < p.rows; w.next()) {
             if (w.r != cur)
                 cur = w.r, oc = row_offset<0>(p, cur), oa = row_offset<1>(p, cur), ob = row_offset<2>(p, cur);
             const int64_t col = w.c * V;
-            Vec<TC, V> vc = ld_bcast<V>(c + oc, p.cs[0], col);
-            Vec<TV, V> va = ld_bcast<V>(a + oa, p.cs[1], col), vb = ld_bcast<V>(b + ob, p.cs[2], col);
+            DfgVec<TC, V> vc = ld_bcast<V>(c + oc, p.cs[0], col);
+            DfgVec<TV, V> va = ld_bcast<V>(a + oa, p.cs[1], col), vb = ld_bcast<V>(b + ob, p.cs[2], col);
 #pragma unroll
             for (int j = 0; j < V; j++) va.v[j] = truthy(vc.v[j]) ? va.v[j] : vb.v[j];
-            stv<V>(y + cur * p.cols + col, va);
+            dfg_stv<V>(y + cur * p.cols + col, va);
         }
     }
-    const int64_t t = thread_index();
+    const int64_t t = dfg_thread_index();
     if (t < tail) {
         const int64_t col = nv * V + t;
         y[col] = truthy(c[col * p.cs[0]]) ? a[col * p.cs[1]] : b[col * p.cs[2]];
@@ -283,8 +232,8 @@ __global__ void __launch_bounds__(kThreads)
 // (bf16/f16 overflow to inf); to integers truncates toward zero and saturates, NaN -> 0; i32 to
 // a 16-bit float goes through f32 (rounded twice, as the CPU's double -> float -> bf16).
 template <class TO> struct Cvt {
-    static __device__ __forceinline__ TO from_float(float f) { return from_f<TO>(f); }
-    static __device__ __forceinline__ TO from_int(int32_t v) { return from_f<TO>(__int2float_rn(v)); }
+    static __device__ __forceinline__ TO from_float(float f) { return dfg_from_f<TO>(f); }
+    static __device__ __forceinline__ TO from_int(int32_t v) { return dfg_from_f<TO>(__int2float_rn(v)); }
 };
 template <> struct Cvt<int32_t> {
     static __device__ __forceinline__ int32_t from_float(float f) { return __float2int_rz(f); } // saturates, NaN 0
@@ -296,7 +245,7 @@ template <> struct Cvt<uint8_t> {
     }
     static __device__ __forceinline__ uint8_t from_int(int32_t v) { return v >= 255 ? 255 : v <= 0 ? 0 : (uint8_t)v; }
 };
-template <class TO, class TI> __device__ __forceinline__ TO cvt(TI x) { return Cvt<TO>::from_float(to_f(x)); }
+template <class TO, class TI> __device__ __forceinline__ TO cvt(TI x) { return Cvt<TO>::from_float(dfg_to_f(x)); }
 template <class TO> __device__ __forceinline__ TO cvt(int32_t x) { return Cvt<TO>::from_int(x); }
 template <class TO> __device__ __forceinline__ TO cvt(uint8_t x) { return Cvt<TO>::from_int((int32_t)x); }
 
@@ -304,14 +253,14 @@ template <class TO> __device__ __forceinline__ TO cvt(uint8_t x) { return Cvt<TO
 template <class TI, class TO, int V>
 __global__ void __launch_bounds__(kThreads) cast_kernel(TO *y /* (n) */, const TI *x /* (n) */, int64_t n) {
     const int64_t nv = n / V;
-    for (int64_t i = thread_index(); i < nv; i += grid_threads()) {
-        Vec<TI, V> v = ldv<V>(x + i * V);
-        Vec<TO, V> o;
+    for (int64_t i = dfg_thread_index(); i < nv; i += dfg_grid_threads()) {
+        DfgVec<TI, V> v = dfg_ldv<V>(x + i * V);
+        DfgVec<TO, V> o;
 #pragma unroll
         for (int j = 0; j < V; j++) o.v[j] = cvt<TO>(v.v[j]);
-        stv<V>(y + i * V, o);
+        dfg_stv<V>(y + i * V, o);
     }
-    const int64_t t = thread_index();
+    const int64_t t = dfg_thread_index();
     if (t < n - nv * V) y[nv * V + t] = cvt<TO>(x[nv * V + t]);
 }
 
@@ -319,23 +268,16 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(TO *y /* (n) */, const T
 template <class TO, int V>
 __global__ void __launch_bounds__(kThreads) fill_kernel(TO *y /* (n) */, int64_t n, float value) {
     const TO v = Cvt<TO>::from_float(value);
-    Vec<TO, V> o;
+    DfgVec<TO, V> o;
 #pragma unroll
     for (int j = 0; j < V; j++) o.v[j] = v;
     const int64_t nv = n / V;
-    for (int64_t i = thread_index(); i < nv; i += grid_threads()) stv<V>(y + i * V, o);
-    const int64_t t = thread_index();
+    for (int64_t i = dfg_thread_index(); i < nv; i += dfg_grid_threads()) dfg_stv<V>(y + i * V, o);
+    const int64_t t = dfg_thread_index();
     if (t < n - nv * V) y[nv * V + t] = v;
 }
 
-// dst (n) = src (n): W is an unsigned type of the common alignment (cast to the same dtype)
-template <class W>
-__global__ void __launch_bounds__(kThreads) copy_kernel(W *dst /* (n) */, const W *src /* (n) */, int64_t n) {
-    for (int64_t i = thread_index(); i < n; i += grid_threads()) dst[i] = src[i];
-}
-
 // ================================================================ host side
-inline bool aligned(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 inline cudaStream_t stream_of(const dfg_cuda_ctx *ctx) { return (cudaStream_t)ctx->stream; }
 
 // The plan reading `nin` inputs broadcast to the output shape os (see the file comment).
@@ -383,9 +325,9 @@ void plan_bcast(dfg_shape os, const dfg_tensor *const *ins, int nin, Bcast *p) {
 bool bcast_vec_ok(const Bcast &p, int v, const void *y, size_t ysz, const void *const *ins, const size_t *isz,
                   int nin) {
     if (p.rows > 1 && p.cols % v) return false;
-    if (!aligned(y, v * ysz)) return false;
+    if (!dfg_aligned(y, v * ysz)) return false;
     for (int k = 0; k < nin; k++)
-        if (p.cs[k] && !aligned(ins[k], v * isz[k])) return false;
+        if (p.cs[k] && !dfg_aligned(ins[k], v * isz[k])) return false;
     return true;
 }
 
@@ -426,7 +368,7 @@ dfg_status launch_unary(const dfg_node *n, void *y, const void *x, int64_t cnt, 
                         dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(T);
     cudaError_t e;
-    if (aligned(x, 16) && aligned(y, 16))
+    if (dfg_aligned(x, 16) && dfg_aligned(y, 16))
         e = DFG_LAUNCH((unary_kernel<OP, T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
                        (T *)y, (const T *)x, cnt, p0, p1);
     else
@@ -476,7 +418,7 @@ dfg_status launch_act_bwd(const dfg_node *n, void *dx, const void *dy, const voi
                           dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(T);
     cudaError_t e;
-    if (aligned(dx, 16) && aligned(dy, 16) && aligned(x, 16))
+    if (dfg_aligned(dx, 16) && dfg_aligned(dy, 16) && dfg_aligned(x, 16))
         e = DFG_LAUNCH((act_bwd_kernel<OP, T, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx),
                        (T *)dx, (const T *)dy, (const T *)x, cnt);
     else
@@ -531,7 +473,7 @@ dfg_status launch_cast(const dfg_node *n, void *y, const void *x, int64_t cnt, d
         return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "cast to the same dtype");
     } else {
         cudaError_t e;
-        if (aligned(x, V * sizeof(TI)) && aligned(y, V * sizeof(TO)))
+        if (dfg_aligned(x, V * sizeof(TI)) && dfg_aligned(y, V * sizeof(TO)))
             e = DFG_LAUNCH((cast_kernel<TI, TO, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0,
                            stream_of(ctx), (TO *)y, (const TI *)x, cnt);
         else
@@ -553,25 +495,11 @@ dfg_status cast_from(const dfg_node *n, void *y, const void *x, int64_t cnt, dfg
     }
 }
 
-template <class W> cudaError_t launch_copy(void *dst, const void *src, size_t bytes, dfg_cuda_ctx *ctx) {
-    int64_t cnt = (int64_t)(bytes / sizeof(W));
-    return DFG_LAUNCH(copy_kernel<W>, dfg_grid_for(cnt, kThreads, ctx), kThreads, 0, stream_of(ctx), (W *)dst,
-                      (const W *)src, cnt);
-}
-// bytes from src to dst in the widest unit that divides both addresses and the count
-cudaError_t copy_bytes(void *dst, const void *src, size_t bytes, dfg_cuda_ctx *ctx) {
-    uintptr_t g = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes;
-    if (g % 16 == 0) return launch_copy<uint4>(dst, src, bytes, ctx);
-    if (g % 4 == 0) return launch_copy<uint32_t>(dst, src, bytes, ctx);
-    if (g % 2 == 0) return launch_copy<uint16_t>(dst, src, bytes, ctx);
-    return launch_copy<uint8_t>(dst, src, bytes, ctx);
-}
-
 template <class TO>
 dfg_status launch_fill(const dfg_node *n, void *y, int64_t cnt, float value, dfg_cuda_ctx *ctx) {
     constexpr int V = 16 / sizeof(TO);
     cudaError_t e;
-    if (aligned(y, 16))
+    if (dfg_aligned(y, 16))
         e = DFG_LAUNCH((fill_kernel<TO, V>), dfg_grid_for(cnt / V, kThreads, ctx), kThreads, 0, stream_of(ctx), (TO *)y,
                        cnt, value);
     else
@@ -641,7 +569,8 @@ DFG_CUDA_LAUNCHER(cast) {
     if (cnt == 0) return DFG_OK;
     if (from == to) {
         if (out[0] == in[0]) return DFG_OK;
-        return dfg_cuda_launched(ctx, n, copy_bytes(out[0], in[0], dfg_tensor_bytes(n->out[0]), ctx), "copy_kernel");
+        return dfg_cuda_launched(ctx, n, DFG_CUDA_FN(copy_bytes)(out[0], in[0], dfg_tensor_bytes(n->out[0]), ctx),
+                                 "copy_bytes");
     }
     switch (from) {
     case DFG_F32: return cast_from<float>(n, out[0], in[0], cnt, ctx);

@@ -19,13 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
-    const int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
-    return (unsigned)(units < cap ? (units > 0 ? units : 1) : cap);
-}
-
 __device__ __forceinline__ void raise_flag(int *flags) {
     if (flags) *flags = 1; // every writer stores the same value: no atomic needed
 }
@@ -42,7 +35,7 @@ template <class W>
 __global__ __launch_bounds__(kThreads) void embed_k(const W *w /* (V, cw) */, const int32_t *ids /* (cnt) */,
                                                     W *y /* (cnt, cw) */, int64_t cnt, int64_t V, int64_t cw,
                                                     int *flags) {
-    for (int64_t g = blockIdx.x; g < cdiv(cnt, 8); g += gridDim.x) {
+    for (int64_t g = blockIdx.x; g < dfg_cdiv(cnt, 8); g += gridDim.x) {
         const int64_t i = g * 8 + threadIdx.y;
         if (i >= cnt) break;
         const int32_t id = ids[i];
@@ -57,7 +50,7 @@ __global__ __launch_bounds__(kThreads) void embed_k(const W *w /* (V, cw) */, co
 template <class E>
 __global__ __launch_bounds__(kThreads) void take_k(const E *x /* (rows, V) */, const int32_t *idx /* (rows) */,
                                                    E *y /* (rows) */, int64_t rows, int64_t V, int *flags) {
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t r = dfg_thread_index(); r < rows; r += dfg_grid_threads()) {
         const int32_t id = idx[r];
         if (id >= 0 && id < V) {
             y[r] = x[r * V + id];
@@ -75,7 +68,7 @@ template <class E, bool VEC16>
 __global__ __launch_bounds__(kThreads) void take_bwd_k(const E *dy /* (rows) */, const int32_t *idx /* (rows) */,
                                                        E *dx /* (rows, V) */, int64_t rows, int64_t V, int *flags) {
     constexpr int N = VEC16 ? 16 / (int)sizeof(E) : 1;
-    for (int64_t g = blockIdx.x; g < cdiv(rows, 8); g += gridDim.x) {
+    for (int64_t g = blockIdx.x; g < dfg_cdiv(rows, 8); g += gridDim.x) {
         const int64_t r = g * 8 + threadIdx.y;
         if (r >= rows) break;
         int64_t id = idx[r];
@@ -169,7 +162,7 @@ DFG_CUDA_LAUNCHER(embed) {
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "needs an f32 or bf16 table, i32 ids and the table's dtype out");
     if (cnt == 0 || C == 0) return DFG_OK;
     const int64_t rb = C * (int64_t)dfg_dtype_size(w->dtype);
-    const unsigned g = grid_of(cdiv(cnt, 8), ctx);
+    const unsigned g = dfg_grid_units(dfg_cdiv(cnt, 8), ctx);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     cudaError_t e;
     if (rows_of_16(rb, in[0], out[0]))
@@ -191,7 +184,7 @@ DFG_CUDA_LAUNCHER(take) {
     if (n->in[1]->dtype != DFG_I32 || n->out[0]->dtype != dt || (dt != DFG_F32 && dt != DFG_BF16))
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "needs f32 or bf16 values, i32 indices and their dtype out");
     if (rows == 0) return DFG_OK;
-    const unsigned g = grid_of(cdiv(rows, kThreads), ctx);
+    const unsigned g = dfg_grid_units(dfg_cdiv(rows, kThreads), ctx);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     cudaError_t e = dt == DFG_F32
                         ? DFG_LAUNCH((take_k<uint32_t>), g, kThreads, 0, st, (const uint32_t *)in[0],
@@ -207,7 +200,7 @@ DFG_CUDA_LAUNCHER(take_bwd) {
     if (n->in[1]->dtype != DFG_I32 || n->out[0]->dtype != dt || (dt != DFG_F32 && dt != DFG_BF16))
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "needs f32 or bf16 dy, i32 indices and dy's dtype out");
     if (rows == 0 || V == 0) return DFG_OK;
-    const unsigned g = grid_of(cdiv(rows, 8), ctx);
+    const unsigned g = dfg_grid_units(dfg_cdiv(rows, 8), ctx);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     const bool vec = rows_of_16(V * (int64_t)dfg_dtype_size(dt), out[0], out[0]);
     cudaError_t e;
@@ -234,7 +227,7 @@ DFG_CUDA_LAUNCHER(embed_bwd) {
     if (cnt > 0x7fffffff) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "more than 2^31 ids");
     if (V == 0 || C == 0) return DFG_OK;
     const int64_t CB = C < kColsPerBlock ? C : kColsPerBlock, R = rows_per_block(CB);
-    const int64_t gx = cdiv(V, R), gy = cdiv(C, CB);
+    const int64_t gx = dfg_cdiv(V, R), gy = dfg_cdiv(C, CB);
     if (gx > 0x7fffffff || gy > 65535) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "table too large for the grid");
     const dim3 grid((unsigned)gx, (unsigned)gy);
     const size_t smem = (size_t)(R * CB) * sizeof(float);

@@ -29,20 +29,6 @@ template <> struct Chunk<4> { typedef uint32_t type; };
 template <> struct Chunk<2> { typedef uint16_t type; };
 template <> struct Chunk<1> { typedef uint8_t type; };
 
-// A grid-stride walk over the items (r, c) of a (rows, n) grid in row-major order: the step is
-// split once into whole rows and a remainder, so moving on needs no division.
-struct Walk {
-    int64_t r, c, n, dq, dr;
-    __device__ __forceinline__ explicit Walk(int64_t n_) : n(n_) {
-        int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = (int64_t)gridDim.x * blockDim.x;
-        r = i / n, c = i - r * n, dq = s / n, dr = s - dq * n;
-    }
-    __device__ __forceinline__ void next() {
-        c += dr, r += dq;
-        if (c >= n) c -= n, r++;
-    }
-};
-
 // ---------------------------------------------------------------- row copies
 struct Rows {
     int64_t rows, chunks;       // the output: rows of `chunks` W-byte chunks
@@ -54,29 +40,9 @@ struct Rows {
     int64_t start_max, start_bytes; // its largest valid value, and the bytes one index moves the source
 };
 
-// The source byte offset of output row r (unrolled: the plan stays in parameter space; 32-bit
-// divisions when they do, a few instructions where a 64-bit one is a long subroutine).
+// The source byte offset of output row r (common.cuh: the plan stays in the kernel's parameter space)
 __device__ __forceinline__ int64_t src_offset(const Rows &p, int64_t r) {
-    int64_t off = 0;
-    if (p.narrow) {
-        uint32_t i = (uint32_t)r;
-#pragma unroll
-        for (int d = kMaxOuter - 1; d > 0; d--)
-            if (d < p.nd) {
-                uint32_t q = i / (uint32_t)p.dims[d];
-                off += (int64_t)(i - q * (uint32_t)p.dims[d]) * p.src_st[d];
-                i = q;
-            }
-        return off + (int64_t)i * p.src_st[0];
-    }
-#pragma unroll
-    for (int d = kMaxOuter - 1; d > 0; d--)
-        if (d < p.nd) {
-            int64_t q = r / p.dims[d];
-            off += (r - q * p.dims[d]) * p.src_st[d];
-            r = q;
-        }
-    return off + r * p.src_st[0];
+    return dfg_outer_offset(p.dims, p.src_st, p.nd, p.narrow, r);
 }
 
 // dst row r (chunks) = the source row of r. A start out of range (which the CPU kernel reports)
@@ -96,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(char *dst /* (rows, pitc
     int64_t cur = -1;
     const C *s = nullptr;
     C *d = nullptr;
-    for (Walk w(p.chunks); w.r < p.rows; w.next()) {
+    for (DfgWalk w(p.chunks); w.r < p.rows; w.next()) {
         if (w.r != cur) {
             cur = w.r;
             s = reinterpret_cast<const C *>(src + src_offset(p, cur));
@@ -114,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
                   int64_t cols) {
     int64_t cur = -1;
     T v = T();
-    for (Walk w(cols); w.r < p.rows; w.next()) {
+    for (DfgWalk w(cols); w.r < p.rows; w.next()) {
         if (w.r != cur) cur = w.r, v = src[src_offset(p, cur) / (int64_t)sizeof(T)];
         dst[cur * cols + w.c] = v;
     }

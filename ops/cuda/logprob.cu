@@ -30,90 +30,6 @@ constexpr int kVBlock = DFG_LOGPROB_V_BLOCK; // one warp's reduction block: 32 l
 static_assert(kVBlock == 256, "vblock_stats gives each of 32 lanes 8 entries of a vocabulary block");
 constexpr int kWarpRowMax = 2048; // logprob(_bwd): a warp per row up to this vocabulary, a block above
 
-// ---------------------------------------------------------------- 16-byte loads and stores as floats
-template <class T>
-struct vec16 {
-    static constexpr int n = 16 / sizeof(T); // elements per 16 bytes: 4 f32, 8 bf16
-};
-
-static __device__ __forceinline__ void load16(const float *p, float *x) {
-    float4 v = *reinterpret_cast<const float4 *>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
-// bf16 <-> f32 through the bits (a bf16 is the high half of an f32; rounding to nearest even on store)
-static __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
-static __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
-static __device__ __forceinline__ unsigned bf16_pack(float lo, float hi) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
-static __device__ __forceinline__ void load16(const __nv_bfloat16 *p, float *x) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) x[2 * i] = bf16_lo(w[i]), x[2 * i + 1] = bf16_hi(w[i]);
-}
-static __device__ __forceinline__ void store16(float *p, const float *x) {
-    *reinterpret_cast<float4 *>(p) = make_float4(x[0], x[1], x[2], x[3]);
-}
-static __device__ __forceinline__ void store16(__nv_bfloat16 *p, const float *x) {
-    *reinterpret_cast<uint4 *>(p) =
-        make_uint4(bf16_pack(x[0], x[1]), bf16_pack(x[2], x[3]), bf16_pack(x[4], x[5]), bf16_pack(x[6], x[7]));
-}
-// four values (f32: 16 bytes; bf16: 8 bytes), for the chunk gradient
-static __device__ __forceinline__ void store4(float *p, const float *x) { store16(p, x); }
-static __device__ __forceinline__ void store4(__nv_bfloat16 *p, const float *x) {
-    *reinterpret_cast<uint2 *>(p) = make_uint2(bf16_pack(x[0], x[1]), bf16_pack(x[2], x[3]));
-}
-
-// Elements of a row before its first 16-byte boundary (the row starts at an element boundary).
-template <class T>
-static __device__ __forceinline__ int64_t head_of(const T *row, int64_t v) {
-    int64_t h = (int64_t)((16 - ((uintptr_t)row & 15)) & 15) / (int64_t)sizeof(T);
-    return h < v ? h : v;
-}
-
-// Thread g of a group of G threads visits its elements of row (v), in increasing j: VEC, a scalar
-// head up to the first 16-byte boundary, 16-byte vectors, a scalar tail; else plain strided.
-// f(j, x) gets x = row[j] as float.
-template <class T, int G, bool VEC, class F>
-static __device__ __forceinline__ void row_visit(const T *row, int64_t v, int g, F f) {
-    if (!VEC) {
-        for (int64_t j = g; j < v; j += G) f(j, dfg_ld(row, j));
-        return;
-    }
-    constexpr int N = vec16<T>::n;
-    const int64_t head = head_of(row, v), nv = (v - head) / N;
-    if (g < head) f(g, dfg_ld(row, g)); // head < N <= G
-    for (int64_t q = g; q < nv; q += G) {
-        float x[N];
-        load16(row + head + q * N, x);
-#pragma unroll
-        for (int i = 0; i < N; i++) f(head + q * N + i, x[i]);
-    }
-    for (int64_t j = head + nv * N + g; j < v; j += G) f(j, dfg_ld(row, j));
-}
-
-// y[j] = f(j, x[j]) over a row, same visiting as row_visit; VEC needs x and y equally misaligned.
-template <class T, int G, bool VEC, class F>
-static __device__ __forceinline__ void row_map(const T *x, T *y, int64_t v, int g, F f) {
-    if (!VEC) {
-        for (int64_t j = g; j < v; j += G) dfg_st(y, j, f(j, dfg_ld(x, j)));
-        return;
-    }
-    constexpr int N = vec16<T>::n;
-    const int64_t head = head_of(x, v), nv = (v - head) / N;
-    if (g < head) dfg_st(y, g, f(g, dfg_ld(x, g)));
-    for (int64_t q = g; q < nv; q += G) {
-        float a[N];
-        load16(x + head + q * N, a); // read before write: y may be x
-#pragma unroll
-        for (int i = 0; i < N; i++) a[i] = f(head + q * N + i, a[i]);
-        store16(y + head + q * N, a);
-    }
-    for (int64_t j = head + nv * N + g; j < v; j += G) dfg_st(y, j, f(j, dfg_ld(x, j)));
-}
-
 // ---------------------------------------------------------------- online log-sum-exp
 // (m, l): a running max and the sum of exp(x - m). -inf entries add nothing (a masked logit); NaN
 // entries make l NaN.
@@ -143,6 +59,22 @@ static __device__ __forceinline__ void lse_warp(float &m, float &l) {
 
 static __device__ __forceinline__ void flag(int *flags) { atomicOr(flags, 1); }
 
+// A row's end: its log-sum-exp L = m + log l to *lse_out and logp = xt(tr) - L, xt(tr) the target's
+// scaled logit; NaN (and the flag) for a target outside [0, v).
+template <class F>
+static __device__ __forceinline__ void row_logp(float m, float l, const int32_t *tr_at, int64_t v, float *lse_out,
+                                                float *logp, int *flags, F xt) {
+    const float L = m + logf(l);
+    const int32_t tr = *tr_at;
+    *lse_out = L;
+    if (tr < 0 || tr >= v) {
+        flag(flags);
+        *logp = NAN;
+    } else {
+        *logp = xt(tr) - L;
+    }
+}
+
 // ---------------------------------------------------------------- logprob
 // logp = z[t] * s - lse, lse = log sum exp(z * s) per row. G threads a row (32: 8 rows a block).
 template <class T, int G>
@@ -157,7 +89,7 @@ static __global__ void __launch_bounds__(kThreads)
     const int64_t r = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
     const int g = threadIdx.x % G;
     float m = -INFINITY, l = 0.0f;
-    if (r < rows) row_visit<T, G, true>(z + r * v, v, g, [&](int64_t, float x) { lse_push(m, l, x * s); });
+    if (r < rows) dfg_row_visit<T, G, true>(z + r * v, v, g, [&](int64_t, float x) { lse_push(m, l, x * s); });
     lse_warp(m, l);
     if constexpr (G > 32) { // the block's warps, merged by warp 0
         __shared__ float wm[kThreads / 32], wl[kThreads / 32];
@@ -168,17 +100,8 @@ static __global__ void __launch_bounds__(kThreads)
         l = lane < G / 32 ? wl[lane] : 0.0f;
         if (warp == 0) lse_warp(m, l);
     }
-    if (r < rows && g == 0) {
-        const float L = m + logf(l);
-        const int32_t tr = t[r];
-        lse[r] = L;
-        if (tr < 0 || tr >= v) {
-            flag(flags);
-            logp[r] = NAN;
-        } else {
-            logp[r] = dfg_ld(z + r * v, tr) * s - L;
-        }
-    }
+    if (r < rows && g == 0)
+        row_logp(m, l, t + r, v, lse + r, logp + r, flags, [&](int32_t tr) { return dfg_ld(z + r * v, tr) * s; });
 }
 
 // dz = g s (onehot(t) - softmax(z s)), g = dy; rows with g s == 0 are 0 (as the CPU writes them).
@@ -198,7 +121,7 @@ static __global__ void __launch_bounds__(kThreads)
     const float gs = dy[r] * s, L = lse[r];
     const int32_t tr = t[r];
     if (g == 0 && (tr < 0 || tr >= v)) flag(flags);
-    row_map<T, G, VEC>(z + r * v, dz + r * v, v, g, [&](int64_t j, float x) {
+    dfg_row_map<T, G, VEC>(z + r * v, dz + r * v, v, g, [&](int64_t j, float x) {
         if (gs == 0.0f) return 0.0f;
         float d = -gs * expf(x * s - L);
         if (j == tr) d += gs;
@@ -218,8 +141,8 @@ static __device__ __forceinline__ void vblock_stats(const float *row, // (vc) on
     const int64_t j = j0 + (int64_t)(threadIdx.x & 31) * 8;
     float x[8];
     if (vec && j + 8 <= vc) {
-        load16(row + j, x);
-        load16(row + j + 4, x + 4);
+        dfg_ld16(row + j, x);
+        dfg_ld16(row + j + 4, x + 4);
 #pragma unroll
         for (int i = 0; i < 8; i++) x[i] *= s;
     } else {
@@ -313,15 +236,7 @@ static __global__ void __launch_bounds__(kThreads)
             return;
         }
         ent[r] = l == 0.0f ? 0.0f : logf(l) - a / l;
-        const float L = m + logf(l);
-        const int32_t tr = t[r];
-        run_m[r] = L;
-        if (tr < 0 || tr >= v) {
-            flag(flags);
-            logp[r] = NAN;
-        } else {
-            logp[r] = logp[r] - L;
-        }
+        row_logp(m, l, t + r, v, run_m + r, logp + r, flags, [&](int32_t) { return logp[r]; });
     }
 }
 
@@ -361,13 +276,13 @@ static __global__ void __launch_bounds__(kThreads)
     if (VEC) {
         for (int64_t q = threadIdx.x; q < vc / 4; q += kThreads) {
             float a[4];
-            load16(x + 4 * q, a); // read before write: d may be x
+            dfg_ld16(x + 4 * q, a); // read before write: d may be x
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 a[i] = grad(a[i]);
                 if (4 * q + i == tj) a[i] += g;
             }
-            store4(d + 4 * q, a);
+            dfg_st4(d + 4 * q, make_float4(a[0], a[1], a[2], a[3]));
         }
     } else {
         for (int64_t j = threadIdx.x; j < vc; j += kThreads) {
@@ -383,37 +298,36 @@ template <class T, bool VEC>
 static __global__ void __launch_bounds__(kThreads) store_f32_kernel(T *y,          // (count)
                                                                     const float *x, // (count)
                                                                     int64_t count) {
-    const int64_t stride = (int64_t)gridDim.x * kThreads;
     if (VEC) {
-        for (int64_t q = (int64_t)blockIdx.x * kThreads + threadIdx.x; q < count / 4; q += stride) {
-            float a[4];
-            load16(x + 4 * q, a);
-            store4(y + 4 * q, a);
-        }
+        for (int64_t q = dfg_thread_index(); q < count / 4; q += dfg_grid_threads())
+            dfg_st4(y + 4 * q, dfg_ld4(x + 4 * q));
     } else {
-        for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < count; i += stride) dfg_st(y, i, x[i]);
+        for (int64_t i = dfg_thread_index(); i < count; i += dfg_grid_threads()) dfg_st(y, i, x[i]);
     }
 }
 
-// y = x of one dtype, grid-stride (the accumulator when it does not arrive in place: never in a plan)
-template <class T>
-static __global__ void __launch_bounds__(kThreads) copy_kernel(T *y,        // (count)
-                                                               const T *x,  // (count)
-                                                               int64_t count) {
-    for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < count; i += (int64_t)gridDim.x * kThreads)
-        y[i] = x[i];
-}
-
 // ---------------------------------------------------------------- host: shapes, GEMMs
-bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 const void *at(const void *p, int64_t elems, size_t esz) { return (const char *)p + (size_t)elems * esz; }
 void *at(void *p, int64_t elems, size_t esz) { return (char *)p + (size_t)elems * esz; }
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 // rows and vocabulary of logits (..., V)
-void logits_dims(const dfg_tensor *z, int64_t *rows, int64_t *v) {
-    *v = z->shape.d[z->shape.rank - 1];
-    *rows = dfg_shape_numel(z->shape) / *v;
+// logprob(_bwd)'s rows of logits z (rows, v): G threads a row, G = 32 (8 rows a block) when warp
+struct lp_rows {
+    int64_t rows, v;
+    float s; // the inverse temperature
+    bool warp;
+    unsigned grid;
+};
+lp_rows lp_rows_of(const dfg_node *n, const dfg_tensor *z) {
+    lp_rows p;
+    p.v = z->shape.d[z->shape.rank - 1];
+    p.rows = dfg_shape_numel(z->shape) / p.v;
+    p.s = n->attr->logprob.inv_temp;
+    p.warp = p.v <= kWarpRowMax;
+    const int64_t rpb = p.warp ? kThreads / 32 : 1;
+    p.grid = (unsigned)((p.rows + rpb - 1) / rpb);
+    return p;
 }
 
 dfg_status check_float(dfg_cuda_ctx *ctx, const dfg_node *n, const dfg_tensor *t) {
@@ -510,46 +424,35 @@ DFG_CUDA_SCRATCH(logprob_bwd) {
 }
 
 DFG_CUDA_LAUNCHER(logprob) {
-    int64_t rows, v;
-    logits_dims(n->in[0], &rows, &v);
-    const float s = n->attr->logprob.inv_temp;
-    const bool warp_rows = v <= kWarpRowMax;
-    const int64_t rpb = warp_rows ? kThreads / 32 : 1;
-    const unsigned grid = (unsigned)((rows + rpb - 1) / rpb);
+    const lp_rows p = lp_rows_of(n, n->in[0]);
     cudaError_t e = cudaSuccess;
-    if (rows == 0) return DFG_OK;
+    if (p.rows == 0) return DFG_OK;
+#define DFG_LP_FWD(G)                                                                                              \
+    e = DFG_LAUNCH((logprob_kernel<T, G>), p.grid, kThreads, 0, (cudaStream_t)ctx->stream, (const T *)in[0],       \
+                   (const int32_t *)in[1], (float *)out[0], (float *)out[1], p.rows, p.v, p.s, ctx->flags)
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
-        if (warp_rows)
-            e = DFG_LAUNCH((logprob_kernel<T, 32>), grid, kThreads, 0, (cudaStream_t)ctx->stream, (const T *)in[0],
-                           (const int32_t *)in[1], (float *)out[0], (float *)out[1], rows, v, s, ctx->flags);
-        else
-            e = DFG_LAUNCH((logprob_kernel<T, kThreads>), grid, kThreads, 0, (cudaStream_t)ctx->stream,
-                           (const T *)in[0], (const int32_t *)in[1], (float *)out[0], (float *)out[1], rows, v, s,
-                           ctx->flags);
+        if (p.warp) DFG_LP_FWD(32);
+        else DFG_LP_FWD(kThreads);
     });
+#undef DFG_LP_FWD
     return dfg_cuda_launched(ctx, n, e, "logprob_kernel");
 }
 
 DFG_CUDA_LAUNCHER(logprob_bwd) {
-    int64_t rows, v;
-    logits_dims(n->in[1], &rows, &v);
-    const float s = n->attr->logprob.inv_temp;
-    const bool warp_rows = v <= kWarpRowMax;
-    const int64_t rpb = warp_rows ? kThreads / 32 : 1;
-    const unsigned grid = (unsigned)((rows + rpb - 1) / rpb);
+    const lp_rows p = lp_rows_of(n, n->in[1]);
     // rows of z and dz start equally far from a 16-byte boundary when their bases do
     const bool vec = ((uintptr_t)in[1] - (uintptr_t)out[0]) % 16 == 0;
     cudaError_t e = cudaSuccess;
     if (n->out[0]->dtype != n->in[1]->dtype)
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "dlogits must have the logits' dtype");
-    if (rows == 0) return DFG_OK;
+    if (p.rows == 0) return DFG_OK;
 #define DFG_LP_BWD(G, VEC)                                                                                        \
-    e = DFG_LAUNCH((logprob_bwd_kernel<T, G, VEC>), grid, kThreads, 0, (cudaStream_t)ctx->stream,                 \
+    e = DFG_LAUNCH((logprob_bwd_kernel<T, G, VEC>), p.grid, kThreads, 0, (cudaStream_t)ctx->stream,               \
                    (const float *)in[0], (const T *)in[1], (const int32_t *)in[2], (const float *)in[3], (T *)out[0], \
-                   rows, v, s, ctx->flags)
+                   p.rows, p.v, p.s, ctx->flags)
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[1], T, {
-        if (warp_rows && vec) DFG_LP_BWD(32, true);
-        else if (warp_rows) DFG_LP_BWD(32, false);
+        if (p.warp && vec) DFG_LP_BWD(32, true);
+        else if (p.warp) DFG_LP_BWD(32, false);
         else if (vec) DFG_LP_BWD(kThreads, true);
         else DFG_LP_BWD(kThreads, false);
     });
@@ -574,7 +477,7 @@ DFG_CUDA_LAUNCHER(linear_logprob) {
             const int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             if ((st = chunk_logits(ctx, n, d, in[0], in[1], r0, rc, v0, vc, ws))) return st;
             cudaError_t e = DFG_LAUNCH(lse_chunk_kernel, (unsigned)rc, kThreads, 0, (cudaStream_t)ctx->stream, ws, vc,
-                                       vc % 4 == 0 && aligned16(ws), t + r0, v0, d.v, d.s, lse + r0, run_l, run_a,
+                                       vc % 4 == 0 && dfg_aligned16(ws), t + r0, v0, d.v, d.s, lse + r0, run_l, run_a,
                                        logp + r0, ent + r0, v0 == 0, v0 + vc >= d.v, ctx->flags);
             if ((st = dfg_cuda_launched(ctx, n, e, "lse_chunk_kernel"))) return st;
         }
@@ -612,12 +515,8 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
     cudaError_t ce;
     if (acc && out[1] != acc_in) { // the accumulator's value first (a plan always passes it in place)
-        const int64_t count = d.v * d.c;
-        if (f32) ce = DFG_LAUNCH(copy_kernel<float>, dfg_grid_for(count, kThreads, ctx), kThreads, 0, stream,
-                                 (float *)dw, (const float *)acc_in, count);
-        else ce = DFG_LAUNCH(copy_kernel<__nv_bfloat16>, dfg_grid_for(count, kThreads, ctx), kThreads, 0, stream,
-                             (__nv_bfloat16 *)dw, (const __nv_bfloat16 *)acc_in, count);
-        if ((st = dfg_cuda_launched(ctx, n, ce, "copy_kernel"))) return st;
+        ce = DFG_CUDA_FN(copy_bytes)(dw, acc_in, (size_t)(d.v * d.c) * e, ctx);
+        if ((st = dfg_cuda_launched(ctx, n, ce, "copy_bytes"))) return st;
     }
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         const int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
@@ -626,7 +525,7 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
             const int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             if ((st = chunk_logits(ctx, n, d, h, w, r0, rc, v0, vc, ws))) return st;
             // ws becomes dz (f32 in place), or dz16 (bf16)
-            const bool vec = vc % 4 == 0 && aligned16(ws) && (f32 || aligned16(dz16));
+            const bool vec = vc % 4 == 0 && dfg_aligned16(ws) && (f32 || dfg_aligned16(dz16));
 #define DFG_LP_GRAD(O, VEC, DZ)                                                                                   \
     ce = ent ? DFG_LAUNCH((grad_chunk_kernel<O, VEC, true>), (unsigned)rc, kThreads, 0, stream, (const float *)ws, DZ,  \
                           vc, dy + r0, lse + r0, dent + r0, hent + r0, t + r0, v0, d.v, d.s, ctx->flags)                \
@@ -670,7 +569,7 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
         if (!f32) { // the row chunk's dh, rounded once
             const int64_t count = rc * d.c;
             __nv_bfloat16 *y = (__nv_bfloat16 *)at(dh, r0 * d.c, e);
-            const bool vec = count % 4 == 0 && (uintptr_t)y % 8 == 0 && aligned16(dh_acc);
+            const bool vec = count % 4 == 0 && (uintptr_t)y % 8 == 0 && dfg_aligned16(dh_acc);
             if (vec)
                 ce = DFG_LAUNCH((store_f32_kernel<__nv_bfloat16, true>), dfg_grid_for(count / 4, kThreads, ctx),
                                 kThreads, 0, stream, y, (const float *)dh_acc, count);

@@ -21,12 +21,12 @@ DFG_CUDA_LAUNCHER(matmul) {
 // the rows are a multiple of 4 floats and the pointers aligned.
 template <class T>
 static __global__ void bias_add_kernel(T *y, const T *x, const T *b, int64_t total, int64_t c) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = dfg_thread_index(); i < total; i += dfg_grid_threads())
         dfg_st(y, i, dfg_ld(x, i) + dfg_ld(b, i % c));
 }
 
 static __global__ void bias_add_f32x4(float4 *y, const float4 *x, const float4 *b, int64_t total4, int64_t c4) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = dfg_thread_index(); i < total4; i += dfg_grid_threads()) {
         float4 v = x[i], w = b[i % c4];
         y[i] = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
     }

@@ -10,7 +10,7 @@
 // out (n, 4): the Philox block for counter {ctr + i (64-bit), stream (64-bit)} and key.
 static __global__ void philox_stream_kernel(uint32_t *out, int64_t n, uint64_t ctr, uint64_t stream, uint32_t k0,
                                             uint32_t k1) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t i = dfg_thread_index();
     if (i >= n) return;
     dfg_philox_ctr c = dfg_philox_row_ctr(ctr + (uint64_t)i, 0);
     c.v[2] = (uint32_t)stream;

@@ -26,27 +26,6 @@ constexpr int64_t kMinRowChunk = 4096;   // elements per split of a row (a block
 constexpr int64_t kMinColChunk = 64;     // reduced-axis steps per split of a column tile
 constexpr int64_t kMaxSplits = 1024;
 
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// ---------------------------------------------------------------- 16-byte vectors
-template <class T>
-struct Vec {
-    static constexpr int n = 16 / (int)sizeof(T);
-};
-__device__ __forceinline__ void ld_vec(const float *p, int64_t i, float (&v)[4]) {
-    const float4 q = *reinterpret_cast<const float4 *>(p + i);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-__device__ __forceinline__ void ld_vec(const __nv_bfloat16 *p, int64_t i, float (&v)[8]) {
-    const uint4 q = *reinterpret_cast<const uint4 *>(p + i);
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) { // little-endian: element 2k is the low half
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
 // ---------------------------------------------------------------- what is summed
 // x[f] (and x[f] * m[f] with a mask of x's shape), VEC elements at a time from f.
 template <class T, bool MASK>
@@ -61,11 +40,11 @@ struct DenseLd {
             return MASK ? v * (double)dfg_ld(m, f) : v;
         } else {
             float a[VEC];
-            ld_vec(x, f, a);
+            dfg_ld16(x + f, a);
             double s = 0.0;
             if constexpr (MASK) {
                 float b[VEC];
-                ld_vec(m, f, b);
+                dfg_ld16(m + f, b);
 #pragma unroll
                 for (int k = 0; k < VEC; k++) s += (double)a[k] * (double)b[k];
             } else {
@@ -106,24 +85,6 @@ struct BcastLd {
     }
 };
 
-// ---------------------------------------------------------------- double reductions
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-// every thread of the block gets the sum (sh: 32 doubles; free again on return)
-__device__ __forceinline__ double block_sum_d(double v, double *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum_d(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
-    v = warp_sum_d(v);
-    __syncthreads();
-    return v;
-}
-
 // ---------------------------------------------------------------- the plan (shape only)
 enum Mode { WARP_ROWS, BLOCK_ROWS, COLUMNS };
 struct Plan {
@@ -144,22 +105,22 @@ Plan plan_for(dfg_shape s, int axis) {
     p.outs = p.outer * p.inner;
     int64_t min_chunk;
     if (p.inner == 1 && p.len <= kWarpRowMax) {
-        p.mode = WARP_ROWS, p.units = cdiv(p.outer, kWarps), p.splits = 1, p.chunk = p.len;
+        p.mode = WARP_ROWS, p.units = dfg_cdiv(p.outer, kWarps), p.splits = 1, p.chunk = p.len;
         return p;
     }
     if (p.inner == 1) p.mode = BLOCK_ROWS, p.units = p.outer, min_chunk = kMinRowChunk;
-    else p.mode = COLUMNS, p.units = cdiv(p.outs, 32), min_chunk = kMinColChunk;
+    else p.mode = COLUMNS, p.units = dfg_cdiv(p.outs, 32), min_chunk = kMinColChunk;
     int64_t splits = 1;
     if (p.units < kTargetUnits) {
-        splits = cdiv(kTargetUnits, p.units);
+        splits = dfg_cdiv(kTargetUnits, p.units);
         int64_t most = p.len / min_chunk;
         splits = splits < most ? splits : most;
         splits = splits < kMaxSplits ? splits : kMaxSplits;
         splits = splits > 1 ? splits : 1;
     }
-    p.chunk = cdiv(p.len, splits);
-    if (p.mode == BLOCK_ROWS) p.chunk = cdiv(p.chunk, 8) * 8; // split starts stay 16-byte aligned
-    p.splits = p.len ? cdiv(p.len, p.chunk) : 1;                // no empty split
+    p.chunk = dfg_cdiv(p.len, splits);
+    if (p.mode == BLOCK_ROWS) p.chunk = dfg_cdiv(p.chunk, 8) * 8; // split starts stay 16-byte aligned
+    p.splits = p.len ? dfg_cdiv(p.len, p.chunk) : 1;                // no empty split
     return p;
 }
 
@@ -178,7 +139,7 @@ __global__ __launch_bounds__(kThreads, 4) void sum_warp_rows(Ld ld, T *y /* (row
         if (r >= rows) break; // the whole warp leaves; this kernel has no block barrier
         double acc = 0.0;
         for (int64_t k = (int64_t)lane * VEC; k < len; k += 32 * VEC) acc += ld.template sum<VEC>(r * len + k);
-        acc = warp_sum_d(acc);
+        acc = dfg_warp_sum(acc);
         if (lane == 0) dfg_st(y, r, (float)(acc * scale));
     }
 }
@@ -196,7 +157,7 @@ __global__ __launch_bounds__(kThreads) void sum_block_rows(Ld ld, T *y /* (rows)
         double acc = 0.0;
         for (int64_t k = k0 + (int64_t)threadIdx.x * VEC; k < k1; k += kThreads * VEC)
             acc += ld.template sum<VEC>(r * len + k);
-        acc = block_sum_d(acc, sh);
+        acc = dfg_block_sum(acc, sh);
         if (threadIdx.x == 0) {
             if (splits == 1) dfg_st(y, r, (float)(acc * scale));
             else part[s * rows + r] = acc;
@@ -213,7 +174,7 @@ __global__ __launch_bounds__(kThreads) void sum_columns(Ld ld, T *y /* (outs) */
                                                         int64_t splits, double scale) {
     __shared__ double sh[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t tiles = cdiv(outs, 32);
+    const int64_t tiles = dfg_cdiv(outs, 32);
     for (int64_t u = blockIdx.x; u < tiles * splits; u += gridDim.x) {
         const int64_t tile = u % tiles, s = u / tiles, j = tile * 32 + tx;
         const int64_t k0 = s * chunk, k1 = k0 + chunk < len ? k0 + chunk : len;
@@ -239,19 +200,12 @@ __global__ __launch_bounds__(kThreads) void sum_columns(Ld ld, T *y /* (outs) */
 template <class T>
 __global__ __launch_bounds__(kThreads) void sum_partials(const double *part /* (splits, outs) */, T *y /* (outs) */,
                                                          int64_t outs, int64_t splits, double scale) {
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < outs; j += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t j = dfg_thread_index(); j < outs; j += dfg_grid_threads()) {
         double t = 0.0;
         for (int64_t s = 0; s < splits; s++) t += part[s * outs + j];
         dfg_st(y, j, (float)(t * scale));
     }
 }
-
-unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
-    int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
-    return (unsigned)(units < cap ? (units > 0 ? units : 1) : cap);
-}
-
-bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 // Runs the plan for one loader; vec: 16-byte loads allowed (contiguous loader, aligned rows).
 template <class T, class Ld>
@@ -262,27 +216,28 @@ dfg_status run_sum(const dfg_node *n, dfg_cuda_ctx *ctx, const Plan &p, const Ld
     if (p.splits > 1 && (!part || ctx->scratch_bytes < plan_scratch(p, sizeof(double))))
         return dfg_cuda_fail(ctx, n, DFG_ERR_ARG, "needs %zu bytes of scratch, has %zu", plan_scratch(p, sizeof(double)),
                              ctx->scratch_bytes);
-    constexpr int V = Ld::kVec ? Vec<T>::n : 1;
+    constexpr int V = Ld::kVec ? dfg_vec16<T>::n : 1;
     cudaError_t e;
     const char *k;
     if (p.mode == WARP_ROWS) {
         k = "sum_warp_rows";
-        if (vec) e = DFG_LAUNCH((sum_warp_rows<T, Ld, V>), grid_of(p.units, ctx), kThreads, 0, st, ld, y, p.outer, p.len, p.units, scale);
-        else e = DFG_LAUNCH((sum_warp_rows<T, Ld, 1>), grid_of(p.units, ctx), kThreads, 0, st, ld, y, p.outer, p.len, p.units, scale);
+        const unsigned g = dfg_grid_units(p.units, ctx);
+        if (vec) e = DFG_LAUNCH((sum_warp_rows<T, Ld, V>), g, kThreads, 0, st, ld, y, p.outer, p.len, p.units, scale);
+        else e = DFG_LAUNCH((sum_warp_rows<T, Ld, 1>), g, kThreads, 0, st, ld, y, p.outer, p.len, p.units, scale);
     } else if (p.mode == BLOCK_ROWS) {
         k = "sum_block_rows";
-        const unsigned g = grid_of(p.units * p.splits, ctx);
+        const unsigned g = dfg_grid_units(p.units * p.splits, ctx);
         if (vec) e = DFG_LAUNCH((sum_block_rows<T, Ld, V>), g, kThreads, 0, st, ld, y, part, p.outer, p.len, p.chunk, p.splits, scale);
         else e = DFG_LAUNCH((sum_block_rows<T, Ld, 1>), g, kThreads, 0, st, ld, y, part, p.outer, p.len, p.chunk, p.splits, scale);
     } else {
         k = "sum_columns";
-        e = DFG_LAUNCH((sum_columns<T, Ld>), grid_of(p.units * p.splits, ctx), dim3(32, 8), 0, st, ld, y, part, p.outs,
-                       p.len, p.inner, p.chunk, p.splits, scale);
+        e = DFG_LAUNCH((sum_columns<T, Ld>), dfg_grid_units(p.units * p.splits, ctx), dim3(32, 8), 0, st, ld, y, part,
+                       p.outs, p.len, p.inner, p.chunk, p.splits, scale);
     }
     dfg_status s = dfg_cuda_launched(ctx, n, e, k);
     if (s || p.splits == 1) return s;
-    e = DFG_LAUNCH((sum_partials<T>), grid_of(cdiv(p.outs, kThreads), ctx), kThreads, 0, st, (const double *)part, y,
-                   p.outs, p.splits, scale);
+    e = DFG_LAUNCH((sum_partials<T>), dfg_grid_units(dfg_cdiv(p.outs, kThreads), ctx), kThreads, 0, st,
+                   (const double *)part, y, p.outs, p.splits, scale);
     return dfg_cuda_launched(ctx, n, e, "sum_partials");
 }
 
@@ -296,10 +251,10 @@ DFG_CUDA_LAUNCHER(reduce) {
     const dfg_tensor *x = n->in[0];
     const Plan p = plan_for(x->shape, n->attr->reduce.axis);
     const double scale = n->op == DFG_OP_MEAN ? 1.0 / (double)p.len : 1.0;
-    const bool vec = p.mode != COLUMNS && aligned16(in[0]);
+    const bool vec = p.mode != COLUMNS && dfg_aligned16(in[0]);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, x, T, {
         const DenseLd<T, false> ld{(const T *)in[0], nullptr};
-        return run_sum<T>(n, ctx, p, ld, vec && p.len % Vec<T>::n == 0, (T *)out[0], scale);
+        return run_sum<T>(n, ctx, p, ld, vec && p.len % dfg_vec16<T>::n == 0, (T *)out[0], scale);
     });
     return DFG_OK;
 }
@@ -312,11 +267,11 @@ DFG_CUDA_LAUNCHER(masked_sum) {
     const dfg_tensor *x = n->in[0], *m = n->in[1];
     const Plan p = plan_for(x->shape, n->attr->reduce.axis);
     if (m->dtype != x->dtype) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "the mask's dtype differs from the values'");
-    const bool vec = p.mode != COLUMNS && aligned16(in[0]) && aligned16(in[1]);
+    const bool vec = p.mode != COLUMNS && dfg_aligned16(in[0]) && dfg_aligned16(in[1]);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, x, T, {
         if (dfg_shape_equal(m->shape, x->shape)) {
             const DenseLd<T, true> ld{(const T *)in[0], (const T *)in[1]};
-            return run_sum<T>(n, ctx, p, ld, vec && p.len % Vec<T>::n == 0, (T *)out[0], 1.0);
+            return run_sum<T>(n, ctx, p, ld, vec && p.len % dfg_vec16<T>::n == 0, (T *)out[0], 1.0);
         }
         // the mask's strides over x's dims (numpy broadcasting: aligned at the last dim)
         MaskIndex mi{};
@@ -368,7 +323,7 @@ __device__ __forceinline__ void thread_best(const T *row, int64_t k0, int64_t k1
             if (beats(a, (int)k, v, i)) v = a, i = (int)k;
         } else {
             float a[VEC];
-            ld_vec(row, k, a);
+            dfg_ld16(row + k, a);
 #pragma unroll
             for (int q = 0; q < VEC; q++)
                 if (beats(a[q], (int)k + q, v, i)) v = a[q], i = (int)k + q;
@@ -428,7 +383,7 @@ __global__ __launch_bounds__(kThreads) void argmax_block_rows(const T *x /* (row
 
 __global__ __launch_bounds__(kThreads) void argmax_partials(const Cand *part /* (splits, rows) */, int32_t *y /* (rows) */,
                                                             int64_t rows, int64_t splits) {
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t r = dfg_thread_index(); r < rows; r += dfg_grid_threads()) {
         Cand b = part[r];
         for (int64_t s = 1; s < splits; s++) {
             const Cand c = part[s * rows + r];
@@ -456,21 +411,22 @@ DFG_CUDA_LAUNCHER(argmax) {
     int32_t *y = (int32_t *)out[0];
     cudaError_t e = cudaSuccess;
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, x, T, {
-        constexpr int V = Vec<T>::n;
+        constexpr int V = dfg_vec16<T>::n;
         const T *xp = (const T *)in[0];
-        const bool vec = aligned16(in[0]) && p.len % V == 0;
+        const bool vec = dfg_aligned16(in[0]) && p.len % V == 0;
         if (p.mode == WARP_ROWS) {
-            if (vec) e = DFG_LAUNCH((argmax_warp_rows<T, V>), grid_of(p.units, ctx), kThreads, 0, st, xp, y, p.outer, p.len, p.units);
-            else e = DFG_LAUNCH((argmax_warp_rows<T, 1>), grid_of(p.units, ctx), kThreads, 0, st, xp, y, p.outer, p.len, p.units);
+            const unsigned g = dfg_grid_units(p.units, ctx);
+            if (vec) e = DFG_LAUNCH((argmax_warp_rows<T, V>), g, kThreads, 0, st, xp, y, p.outer, p.len, p.units);
+            else e = DFG_LAUNCH((argmax_warp_rows<T, 1>), g, kThreads, 0, st, xp, y, p.outer, p.len, p.units);
         } else {
-            const unsigned g = grid_of(p.units * p.splits, ctx);
+            const unsigned g = dfg_grid_units(p.units * p.splits, ctx);
             if (vec) e = DFG_LAUNCH((argmax_block_rows<T, V>), g, kThreads, 0, st, xp, y, part, p.outer, p.len, p.chunk, p.splits);
             else e = DFG_LAUNCH((argmax_block_rows<T, 1>), g, kThreads, 0, st, xp, y, part, p.outer, p.len, p.chunk, p.splits);
         }
     });
     dfg_status s = dfg_cuda_launched(ctx, n, e, "argmax");
     if (s || p.splits == 1) return s;
-    e = DFG_LAUNCH(argmax_partials, grid_of(cdiv(p.outer, kThreads), ctx), kThreads, 0, st, (const Cand *)part, y, p.outer,
-                   p.splits);
+    e = DFG_LAUNCH(argmax_partials, dfg_grid_units(dfg_cdiv(p.outer, kThreads), ctx), kThreads, 0, st,
+                   (const Cand *)part, y, p.outer, p.splits);
     return dfg_cuda_launched(ctx, n, e, "argmax_partials");
 }

@@ -29,8 +29,8 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(T *y /* (tokens, H, D) */, const T *x /* (tokens, H, D) */, const int32_t *pos /* (tokens) */,
                 int64_t pairs /* tokens * H * D/2 */, int64_t H, int64_t half /* D/2 */, float theta, float sign) {
-    const int64_t D = 2 * half, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < pairs; k += stride) {
+    const int64_t D = 2 * half;
+    for (int64_t k = dfg_thread_index(); k < pairs; k += dfg_grid_threads()) {
         const int64_t i = k % half, row = k / half, t = row / H; // row: (token, head)
         const float ang = (float)pos[t] * inv_freq(i, D, theta);
         const float c = cosf(ang), s = sign * sinf(ang);

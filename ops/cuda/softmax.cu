@@ -21,55 +21,9 @@
 // sums lose nothing to cancellation. A row of -inf alone has H = 0 (the CPU's), NaNs make it NaN.
 // entropy_bwd: a first read for the row's log-sum-exp (as softmax's), a second to write
 // dz = -dH p (log p + H); 0 where p is 0 (a -inf logit, and every entry of a row of -inf).
-#include "common.cuh"
+#include "rows.cuh"
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int64_t kWarpRowMax = 1024;
-
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// ---------------------------------------------------------------- 16-byte vectors (VEC elements)
-template <class T>
-struct Vec {
-    static constexpr int n = 16 / (int)sizeof(T);
-};
-__device__ __forceinline__ void ld_vec(const float *p, int64_t i, float (&v)[4]) {
-    const float4 q = *reinterpret_cast<const float4 *>(p + i);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-__device__ __forceinline__ void ld_vec(const __nv_bfloat16 *p, int64_t i, float (&v)[8]) {
-    const uint4 q = *reinterpret_cast<const uint4 *>(p + i);
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) { // little-endian: element 2k is the low half
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void st_vec(float *p, int64_t i, const float (&v)[4]) {
-    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
-    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
-}
-__device__ __forceinline__ void st_vec(__nv_bfloat16 *p, int64_t i, const float (&v)[8]) {
-    *reinterpret_cast<uint4 *>(p + i) = make_uint4(bf16x2(v[0], v[1]), bf16x2(v[2], v[3]), bf16x2(v[4], v[5]),
-                                                   bf16x2(v[6], v[7]));
-}
-template <int VEC, class T>
-__device__ __forceinline__ void ld(const T *p, int64_t i, float (&v)[VEC]) {
-    if constexpr (VEC == 1) v[0] = dfg_ld(p, i);
-    else ld_vec(p, i, v);
-}
-template <int VEC, class T>
-__device__ __forceinline__ void st(T *p, int64_t i, const float (&v)[VEC]) {
-    if constexpr (VEC == 1) dfg_st(p, i, v[0]);
-    else st_vec(p, i, v);
-}
 
 // ---------------------------------------------------------------- row reductions
 // the weight of a partial sum s taken at max m once the max is mn: 0 for m = -inf (exp(-inf + inf)
@@ -109,19 +63,18 @@ __device__ __forceinline__ void row_merge(float &m, float &s, float *sh) {
     }
 }
 
-template <bool WARP>
-__device__ __forceinline__ double row_sum(double v, double *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if constexpr (!WARP) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        if (lane == 0) sh[warp] = v;
-        __syncthreads();
-        v = lane < kWarps ? sh[lane] : 0.0;
-        __syncthreads();
-        v = row_sum<true>(v, sh);
+// (m, s) of row xr (V): its max and sum of exp(x - m) in one read (lse_push), merged over the row's
+// threads (sh: 64 floats)
+template <int VEC, bool WARP, class T>
+__device__ __forceinline__ void row_lse(const T *xr, int64_t V, const RowWalk<VEC, WARP> &w, float *sh, float &m,
+                                        float &s) {
+    float v[VEC];
+    m = -INFINITY, s = 0.0f;
+    for (int64_t i = w.i0(); i < V; i += w.di) {
+        dfg_ldn<VEC>(xr, i, v);
+        lse_push<VEC>(m, s, v);
     }
-    return v;
+    row_merge<WARP>(m, s, sh);
 }
 
 // y (rows, V) = softmax(x) or log_softmax(x) per row
@@ -129,24 +82,17 @@ template <class T, int VEC, bool WARP, bool LOG>
 __global__ __launch_bounds__(kThreads) void sm_fwd(const T *x /* (rows, V) */, T *y /* (rows, V) */, int64_t rows,
                                                    int64_t V) {
     __shared__ float sh[64];
-    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
-    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
-    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
-        if (WARP && r >= rows) break; // the whole warp; the warp variant has no block barrier
-        const T *xr = x + r * V;
-        float v[VEC], m = -INFINITY, s = 0.0f;
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(xr, i, v);
-            lse_push<VEC>(m, s, v);
-        }
-        row_merge<WARP>(m, s, sh);
+    for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
+        const int64_t r = w.row();
+        if (w.past(r)) break;
+        float m, s, v[VEC];
+        row_lse(x + r * V, V, w, sh, m, s);
         const float inv = 1.0f / s, ls = logf(s);
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(xr, i, v);
+        for (int64_t i = w.i0(); i < V; i += w.di) {
+            dfg_ldn<VEC>(x + r * V, i, v);
 #pragma unroll
             for (int k = 0; k < VEC; k++) v[k] = LOG ? (v[k] - m) - ls : expf(v[k] - m) * inv;
-            st<VEC>(y + r * V, i, v);
+            dfg_stn<VEC>(y + r * V, i, v);
         }
     }
 }
@@ -156,26 +102,24 @@ template <class T, int VEC, bool WARP, bool LOG>
 __global__ __launch_bounds__(kThreads) void sm_bwd(const T *dy /* (rows, V) */, const T *y /* (rows, V) */,
                                                    T *dx /* (rows, V) */, int64_t rows, int64_t V) {
     __shared__ double sh[32];
-    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
-    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
-    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
-        if (WARP && r >= rows) break;
+    for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
+        const int64_t r = w.row();
+        if (w.past(r)) break;
         float a[VEC], b[VEC];
         double acc = 0.0;
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(dy + r * V, i, a);
-            if constexpr (!LOG) ld<VEC>(y + r * V, i, b);
+        for (int64_t i = w.i0(); i < V; i += w.di) {
+            dfg_ldn<VEC>(dy + r * V, i, a);
+            if constexpr (!LOG) dfg_ldn<VEC>(y + r * V, i, b);
 #pragma unroll
             for (int k = 0; k < VEC; k++) acc += LOG ? (double)a[k] : (double)a[k] * b[k];
         }
         const float s = (float)row_sum<WARP>(acc, sh);
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(dy + r * V, i, a);
-            ld<VEC>(y + r * V, i, b);
+        for (int64_t i = w.i0(); i < V; i += w.di) {
+            dfg_ldn<VEC>(dy + r * V, i, a);
+            dfg_ldn<VEC>(y + r * V, i, b);
 #pragma unroll
             for (int k = 0; k < VEC; k++) a[k] = LOG ? a[k] - expf(b[k]) * s : b[k] * (a[k] - s);
-            st<VEC>(dx + r * V, i, a);
+            dfg_stn<VEC>(dx + r * V, i, a);
         }
     }
 }
@@ -252,19 +196,17 @@ template <class T, int VEC, bool WARP>
 __global__ __launch_bounds__(kThreads) void ent_fwd(const T *z /* (rows, V) */, float *h /* (rows) */, int64_t rows,
                                                     int64_t V) {
     __shared__ float sh[96];
-    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
-    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
-    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
-        if (WARP && r >= rows) break; // the whole warp; the warp variant has no block barrier
+    for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
+        const int64_t r = w.row();
+        if (w.past(r)) break;
         const T *zr = z + r * V;
         float v[VEC], m = -INFINITY, l = 0.0f, a = 0.0f;
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(zr, i, v);
+        for (int64_t i = w.i0(); i < V; i += w.di) {
+            dfg_ldn<VEC>(zr, i, v);
             ent_push<VEC>(m, l, a, v);
         }
         ent_row_merge<WARP>(m, l, a, sh);
-        if (t == 0) h[r] = l == 0.0f ? 0.0f : logf(l) - a / l; // l = 0: a row of -inf (NaN stays NaN)
+        if (w.t == 0) h[r] = l == 0.0f ? 0.0f : logf(l) - a / l; // l = 0: a row of -inf (NaN stays NaN)
     }
 }
 
@@ -274,94 +216,58 @@ __global__ __launch_bounds__(kThreads) void ent_bwd(const float *dh /* (rows) */
                                                     const float *hv /* (rows) */, T *dz /* (rows, V) */,
                                                     int64_t rows, int64_t V) {
     __shared__ float sh[64];
-    const int t = WARP ? (threadIdx.x & 31) : threadIdx.x, nt = WARP ? 32 : kThreads;
-    const int64_t per = WARP ? kWarps : 1, groups = cdiv(rows, per);
-    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        const int64_t r = g * per + (WARP ? threadIdx.x >> 5 : 0);
-        if (WARP && r >= rows) break;
-        const T *zr = z + r * V;
-        float v[VEC], m = -INFINITY, s = 0.0f;
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) { // as sm_fwd: the row's (max, sum)
-            ld<VEC>(zr, i, v);
-            lse_push<VEC>(m, s, v);
-        }
-        row_merge<WARP>(m, s, sh);
+    for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
+        const int64_t r = w.row();
+        if (w.past(r)) break;
+        float m, s, v[VEC];
+        row_lse(z + r * V, V, w, sh, m, s); // as sm_fwd: the row's (max, sum)
         // every lane takes lane 0's (m, s): nvcc may contract the merge into FMAs that make the
         // butterfly's lanes differ in the last bit, and each lane writes its own part of the row
         m = __shfl_sync(0xffffffffu, m, 0), s = __shfl_sync(0xffffffffu, s, 0);
         // log p = (x - m) - log s, not x - (m + log s): m + log s would round at the scale of m (a
         // logit of 40: 2e-6), and log p + H cancels where p is large; log s is small exactly there
         const float ls = logf(s), gd = -dh[r], H = hv[r];
-        for (int64_t i = (int64_t)t * VEC; i < V; i += (int64_t)nt * VEC) {
-            ld<VEC>(zr, i, v);
+        for (int64_t i = w.i0(); i < V; i += w.di) {
+            dfg_ldn<VEC>(z + r * V, i, v);
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 const float lp = (v[k] - m) - ls, p = expf(lp);
                 // m = -inf only in a row of -inf (all p = 0, but x - m is NaN there)
                 v[k] = m == -INFINITY || p == 0.0f ? 0.0f : gd * p * (lp + H);
             }
-            st<VEC>(dz + r * V, i, v);
+            dfg_stn<VEC>(dz + r * V, i, v);
         }
     }
 }
 
 // ---------------------------------------------------------------- host side
-unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
-    const int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
-    return (unsigned)(units < cap ? (units > 0 ? units : 1) : cap);
-}
-
-bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
-
-// kern<T, VEC, WARP, LOG>: the warp or block variant, vectorized or not
-#define SM_LAUNCH(kern, LOG, vec, rows, V, ...)                                                                    \
-    (V <= kWarpRowMax                                                                                              \
-         ? (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, true, LOG>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st,   \
-                             __VA_ARGS__)                                                                          \
-                : DFG_LAUNCH((kern<T, 1, true, LOG>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st, __VA_ARGS__)) \
-         : (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)  \
-                : DFG_LAUNCH((kern<T, 1, false, LOG>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)))
-
-// kern<T, VEC, WARP>: the warp or block variant, vectorized or not
-#define ROW_LAUNCH(kern, vec, rows, V, ...)                                                                        \
-    (V <= kWarpRowMax                                                                                              \
-         ? (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, true>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st,        \
-                             __VA_ARGS__)                                                                          \
-                : DFG_LAUNCH((kern<T, 1, true>), grid_of(cdiv(rows, kWarps), ctx), kThreads, 0, st, __VA_ARGS__))  \
-         : (vec ? DFG_LAUNCH((kern<T, Vec<T>::n, false>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)       \
-                : DFG_LAUNCH((kern<T, 1, false>), grid_of(rows, ctx), kThreads, 0, st, __VA_ARGS__)))
-
 template <bool LOG>
 dfg_status forward(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, const char *name) {
-    const dfg_shape s = n->out[0]->shape;
-    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    int64_t rows, V;
+    rows_of(n->out[0]->shape, &rows, &V);
     if (rows == 0) return DFG_OK;
     if (n->in[0]->dtype != n->out[0]->dtype) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "x and y differ in dtype");
-    cudaStream_t st = (cudaStream_t)ctx->stream;
-    cudaError_t e = cudaSuccess;
-    const bool aligned = aligned16(in[0]) && aligned16(out[0]);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
-        const bool vec = aligned && V % Vec<T>::n == 0;
-        e = SM_LAUNCH(sm_fwd, LOG, vec, rows, V, (const T *)in[0], (T *)out[0], rows, V);
+    const bool aligned = dfg_aligned16(in[0]) && dfg_aligned16(out[0]);
+    return row_launch(n, ctx, n->in[0], rows, V, aligned, name, [&](auto c, unsigned grid) {
+        typedef typename decltype(c)::type T;
+        return DFG_LAUNCH((sm_fwd<T, decltype(c)::vec, decltype(c)::warp, LOG>), grid, kThreads, 0,
+                          (cudaStream_t)ctx->stream, (const T *)in[0], (T *)out[0], rows, V);
     });
-    return dfg_cuda_launched(ctx, n, e, name);
 }
 
 template <bool LOG>
 dfg_status backward(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx, const char *name) {
-    const dfg_shape s = n->out[0]->shape;
-    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    int64_t rows, V;
+    rows_of(n->out[0]->shape, &rows, &V);
     if (rows == 0) return DFG_OK;
     if (n->in[0]->dtype != n->in[1]->dtype || n->in[0]->dtype != n->out[0]->dtype)
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "dy, y and dx differ in dtype");
-    cudaStream_t st = (cudaStream_t)ctx->stream;
-    cudaError_t e = cudaSuccess;
-    const bool aligned = aligned16(in[0]) && aligned16(in[1]) && aligned16(out[0]);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
-        const bool vec = aligned && V % Vec<T>::n == 0;
-        e = SM_LAUNCH(sm_bwd, LOG, vec, rows, V, (const T *)in[0], (const T *)in[1], (T *)out[0], rows, V);
+    const bool aligned = dfg_aligned16(in[0]) && dfg_aligned16(in[1]) && dfg_aligned16(out[0]);
+    return row_launch(n, ctx, n->in[0], rows, V, aligned, name, [&](auto c, unsigned grid) {
+        typedef typename decltype(c)::type T;
+        return DFG_LAUNCH((sm_bwd<T, decltype(c)::vec, decltype(c)::warp, LOG>), grid, kThreads, 0,
+                          (cudaStream_t)ctx->stream, (const T *)in[0], (const T *)in[1], (T *)out[0], rows, V);
     });
-    return dfg_cuda_launched(ctx, n, e, name);
 }
 
 } // namespace
@@ -373,33 +279,29 @@ DFG_CUDA_LAUNCHER(log_softmax_bwd) { return backward<true>(n, in, out, ctx, "log
 
 // z (..., V) -> H (...) f32
 DFG_CUDA_LAUNCHER(entropy) {
-    const dfg_shape s = n->in[0]->shape;
-    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    int64_t rows, V;
+    rows_of(n->in[0]->shape, &rows, &V);
     if (rows == 0) return DFG_OK;
     if (n->out[0]->dtype != DFG_F32) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "H must be f32");
-    cudaStream_t st = (cudaStream_t)ctx->stream;
-    cudaError_t e = cudaSuccess;
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
-        const bool vec = aligned16(in[0]) && V % Vec<T>::n == 0;
-        e = ROW_LAUNCH(ent_fwd, vec, rows, V, (const T *)in[0], (float *)out[0], rows, V);
+    return row_launch(n, ctx, n->in[0], rows, V, dfg_aligned16(in[0]), "entropy", [&](auto c, unsigned grid) {
+        typedef typename decltype(c)::type T;
+        return DFG_LAUNCH((ent_fwd<T, decltype(c)::vec, decltype(c)::warp>), grid, kThreads, 0,
+                          (cudaStream_t)ctx->stream, (const T *)in[0], (float *)out[0], rows, V);
     });
-    return dfg_cuda_launched(ctx, n, e, "entropy");
 }
 
 // (dH (...) f32, z (..., V), H (...) f32) -> dz (..., V) of z's dtype
 DFG_CUDA_LAUNCHER(entropy_bwd) {
-    const dfg_shape s = n->in[1]->shape;
-    const int64_t V = s.d[s.rank - 1], rows = V ? dfg_shape_numel(s) / V : 0;
+    int64_t rows, V;
+    rows_of(n->in[1]->shape, &rows, &V);
     if (rows == 0) return DFG_OK;
     if (n->in[0]->dtype != DFG_F32 || n->in[2]->dtype != DFG_F32 || n->out[0]->dtype != n->in[1]->dtype)
         return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "dH and H must be f32, dz of the logits' dtype");
-    cudaStream_t st = (cudaStream_t)ctx->stream;
-    cudaError_t e = cudaSuccess;
-    const bool aligned = aligned16(in[1]) && aligned16(out[0]);
-    DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[1], T, {
-        const bool vec = aligned && V % Vec<T>::n == 0;
-        e = ROW_LAUNCH(ent_bwd, vec, rows, V, (const float *)in[0], (const T *)in[1], (const float *)in[2],
-                       (T *)out[0], rows, V);
+    const bool aligned = dfg_aligned16(in[1]) && dfg_aligned16(out[0]);
+    return row_launch(n, ctx, n->in[1], rows, V, aligned, "entropy_bwd", [&](auto c, unsigned grid) {
+        typedef typename decltype(c)::type T;
+        return DFG_LAUNCH((ent_bwd<T, decltype(c)::vec, decltype(c)::warp>), grid, kThreads, 0,
+                          (cudaStream_t)ctx->stream, (const float *)in[0], (const T *)in[1], (const float *)in[2],
+                          (T *)out[0], rows, V);
     });
-    return dfg_cuda_launched(ctx, n, e, "entropy_bwd");
 }

@@ -24,13 +24,6 @@ constexpr int kThreads = 256;
 constexpr int64_t kChunk = 4096; // elements per block of the multi-tensor kernels (16 per thread)
 constexpr int kTable = 72;       // tensors per launch
 
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-unsigned grid_of(int64_t units, const dfg_cuda_ctx *ctx) {
-    const int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 16;
-    return (unsigned)(units < cap ? (units > 0 ? units : 1) : cap);
-}
-
 // ---------------------------------------------------------------- float dtypes chosen at run time
 // (f32, bf16 or f16 per tensor: an optimizer's moments need not have the parameter's dtype)
 __device__ __forceinline__ float ldx(const void *p, int dt, int64_t i) {
@@ -43,12 +36,6 @@ __device__ __forceinline__ void stx(void *p, int dt, int64_t i, float v) {
     else if (dt == DFG_F16) static_cast<__half *>(p)[i] = __float2half_rn(v);
     else static_cast<float *>(p)[i] = v;
 }
-__device__ __forceinline__ float ldt(const float *p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ldt(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float ldt(const __half *p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void stt(float *p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void stt(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void stt(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
 __device__ __forceinline__ void raise_flag(int *flags) {
     if (flags) *flags = 1; // every writer stores the same value: no atomic needed
@@ -76,7 +63,7 @@ __global__ __launch_bounds__(kThreads) void fill_words(W *dst /* (n) */, W v, in
 template <class S, class D>
 __global__ __launch_bounds__(kThreads) void convert(D *dst /* (n) */, const S *src /* (n) */, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        stt(dst, i, ldt(src, i));
+        dfg_st(dst, i, dfg_ld(src, i));
 }
 
 // y = a + b in float (a 16-bit sum rounds once, as the CPU's); i32 saturates as the CPU's store
@@ -88,7 +75,7 @@ __global__ __launch_bounds__(kThreads) void accumulate(T *y /* (n) */, const T *
             const int64_t s = (int64_t)a[i] + b[i];
             y[i] = (int32_t)(s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : s);
         } else {
-            stt(y, i, ldt(a, i) + ldt(b, i));
+            dfg_st(y, i, dfg_ld(a, i) + dfg_ld(b, i));
         }
     }
 }
@@ -123,13 +110,13 @@ uint32_t fill_bits(dfg_dtype dt, float v) {
 
 template <class W>
 cudaError_t launch_copy(void *dst, const void *src, int64_t words, const dfg_cuda_ctx *ctx) {
-    return DFG_LAUNCH((copy_words<W>), grid_of(cdiv(words, kThreads), ctx), kThreads, 0, (cudaStream_t)ctx->stream,
-                      (W *)dst, (const W *)src, words);
+    return DFG_LAUNCH((copy_words<W>), dfg_grid_units(dfg_cdiv(words, kThreads), ctx), kThreads, 0,
+                      (cudaStream_t)ctx->stream, (W *)dst, (const W *)src, words);
 }
 template <class W>
 cudaError_t launch_fill(void *dst, W v, int64_t words, const dfg_cuda_ctx *ctx) {
-    return DFG_LAUNCH((fill_words<W>), grid_of(cdiv(words, kThreads), ctx), kThreads, 0, (cudaStream_t)ctx->stream,
-                      (W *)dst, v, words);
+    return DFG_LAUNCH((fill_words<W>), dfg_grid_units(dfg_cdiv(words, kThreads), ctx), kThreads, 0,
+                      (cudaStream_t)ctx->stream, (W *)dst, v, words);
 }
 cudaError_t copy_bytes(void *dst, const void *src, size_t bytes, const dfg_cuda_ctx *ctx) {
     switch (word_of(bytes, dst, src)) {
@@ -142,7 +129,7 @@ cudaError_t copy_bytes(void *dst, const void *src, size_t bytes, const dfg_cuda_
 
 template <class S>
 cudaError_t launch_convert(void *dst, dfg_dtype dd, const S *src, int64_t cnt, const dfg_cuda_ctx *ctx) {
-    const unsigned g = grid_of(cdiv(cnt, kThreads), ctx);
+    const unsigned g = dfg_grid_units(dfg_cdiv(cnt, kThreads), ctx);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     if (dd == DFG_F32) return DFG_LAUNCH((convert<S, float>), g, kThreads, 0, st, (float *)dst, src, cnt);
     if (dd == DFG_BF16) return DFG_LAUNCH((convert<S, __nv_bfloat16>), g, kThreads, 0, st, (__nv_bfloat16 *)dst, src, cnt);
@@ -151,8 +138,8 @@ cudaError_t launch_convert(void *dst, dfg_dtype dd, const S *src, int64_t cnt, c
 
 template <class T>
 cudaError_t launch_accumulate(void *y, const void *a, const void *b, int64_t cnt, const dfg_cuda_ctx *ctx) {
-    return DFG_LAUNCH((accumulate<T>), grid_of(cdiv(cnt, kThreads), ctx), kThreads, 0, (cudaStream_t)ctx->stream,
-                      (T *)y, (const T *)a, (const T *)b, cnt);
+    return DFG_LAUNCH((accumulate<T>), dfg_grid_units(dfg_cdiv(cnt, kThreads), ctx), kThreads, 0,
+                      (cudaStream_t)ctx->stream, (T *)y, (const T *)a, (const T *)b, cnt);
 }
 
 bool is_float(dfg_dtype t) { return t == DFG_F32 || t == DFG_BF16 || t == DFG_F16; }
@@ -191,7 +178,7 @@ DFG_CUDA_LAUNCHER(assign) {
         switch (dst->dtype) {
         case DFG_F32:
             if (word_of(bytes, out[0], in[0]) == 16 && word_of(bytes, in[1], in[1]) == 16)
-                e = DFG_LAUNCH(accumulate_f32x4, grid_of(cdiv(cnt / 4, kThreads), ctx), kThreads, 0,
+                e = DFG_LAUNCH(accumulate_f32x4, dfg_grid_units(dfg_cdiv(cnt / 4, kThreads), ctx), kThreads, 0,
                                (cudaStream_t)ctx->stream, (float4 *)out[0], (const float4 *)in[0],
                                (const float4 *)in[1], cnt / 4);
             else e = launch_accumulate<float>(out[0], in[0], in[1], cnt, ctx);
@@ -248,7 +235,7 @@ template <class W>
 cudaError_t launch_slice(void *dst, const void *src, const int32_t *pos, int64_t start, int64_t outer, int64_t len,
                          int64_t slen, int64_t inner_bytes, const dfg_cuda_ctx *ctx) {
     const int64_t inner_w = inner_bytes / (int64_t)sizeof(W);
-    return DFG_LAUNCH((slice_assign_k<W>), grid_of(cdiv(outer * slen * inner_w, kThreads), ctx), kThreads, 0,
+    return DFG_LAUNCH((slice_assign_k<W>), dfg_grid_units(dfg_cdiv(outer * slen * inner_w, kThreads), ctx), kThreads, 0,
                       (cudaStream_t)ctx->stream, (W *)dst, (const W *)src, pos, start, outer, len, slen, inner_w,
                       ctx->flags);
 }
@@ -307,6 +294,17 @@ __device__ __forceinline__ int tensor_of(const TensorTable &t, int64_t c) {
     return lo;
 }
 
+// Node-wide chunk c of a launch's table: elements [i0, i1) of tensor k
+struct Chunk {
+    int k;
+    int64_t i0, i1;
+    __device__ __forceinline__ Chunk(const TensorTable &t, int64_t c) : k(tensor_of(t, c)) {
+        const int64_t n = t.numel[k];
+        i0 = (c - t.first[k]) * kChunk;
+        i1 = i0 + kChunk < n ? i0 + kChunk : n;
+    }
+};
+
 __device__ __forceinline__ int dt_of(uint32_t dts, int i) { return (int)(dts >> (8 * i) & 0xff); }
 
 // Fills tables of kTable tensors and calls launch(table, chunks) for each; tensor i has numel(i)
@@ -328,7 +326,7 @@ dfg_status for_tables(int count, Numel numel, int nptr, Ptr ptr, Dt dt, Launch l
                 vec = vec && dt(a + k, j) == DFG_F32 && (uintptr_t)t.ptr[j][k] % 16 == 0;
             }
             if (vec) t.dt[k] |= kVec4;
-            c += cdiv(t.numel[k], kChunk);
+            c += dfg_cdiv(t.numel[k], kChunk);
         }
         t.first[t.count] = c;
         if (c > chunk0) {
@@ -375,10 +373,9 @@ __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ Tens
     if (!sh_ok) return; // the whole block
     const float step_size = sh_step, bc2_sqrt = sh_bc2;
     for (int64_t u = blockIdx.x; u < chunks; u += gridDim.x) {
-        const int64_t c = t.first[0] + u;
-        const int k = tensor_of(t, c);
-        const int64_t i0 = (c - t.first[k]) * kChunk, n = t.numel[k];
-        const int64_t i1 = i0 + kChunk < n ? i0 + kChunk : n;
+        const Chunk ch(t, t.first[0] + u);
+        const int k = ch.k;
+        const int64_t i0 = ch.i0, i1 = ch.i1;
         void *P = t.ptr[0][k], *M = t.ptr[2][k], *V = t.ptr[3][k];
         const void *G = t.ptr[1][k];
         const uint32_t dts = t.dt[k];
@@ -431,7 +428,7 @@ DFG_CUDA_LAUNCHER(adamw) {
     auto dt = [&](int i, int j) { return n->in[1 + 4 * i + j]->dtype; };
     auto numel = [&](int i) { return dfg_shape_numel(n->in[1 + 4 * i]->shape); };
     return for_tables(np, numel, 4, ptr, dt, [&](const TensorTable &t, int64_t chunks) {
-        cudaError_t e = DFG_LAUNCH(adamw_k, grid_of(chunks, ctx), kThreads, 0, (cudaStream_t)ctx->stream, t,
+        cudaError_t e = DFG_LAUNCH(adamw_k, dfg_grid_units(chunks, ctx), kThreads, 0, (cudaStream_t)ctx->stream, t,
                                    (const int32_t *)in[0], ctx->flags, h, chunks);
         return dfg_cuda_launched(ctx, n, e, "adamw");
     });
@@ -440,28 +437,14 @@ DFG_CUDA_LAUNCHER(adamw) {
 // ---------------------------------------------------------------- clip_grad_norm
 namespace {
 
-__device__ __forceinline__ double block_sum_d(double v, double *sh /* 32 */) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    return v;
-}
-
 // part[c] = the sum of squares of chunk c (double, as the CPU), a block per chunk
 __global__ __launch_bounds__(kThreads) void clip_sumsq(const __grid_constant__ TensorTable t,
                                                        double *part /* (chunks of the node) */, int64_t chunks) {
     __shared__ double sh[32];
     for (int64_t u = blockIdx.x; u < chunks; u += gridDim.x) {
-        const int64_t c = t.first[0] + u;
-        const int k = tensor_of(t, c);
-        const int64_t i0 = (c - t.first[k]) * kChunk, n = t.numel[k];
-        const int64_t i1 = i0 + kChunk < n ? i0 + kChunk : n;
+        const Chunk ch(t, t.first[0] + u);
+        const int k = ch.k;
+        const int64_t i0 = ch.i0, i1 = ch.i1;
         const void *G = t.ptr[0][k];
         const int dt = dt_of(t.dt[k], 0);
         double acc = 0.0;
@@ -477,8 +460,8 @@ __global__ __launch_bounds__(kThreads) void clip_sumsq(const __grid_constant__ T
             const double g = ldx(G, dt, i);
             acc += g * g;
         }
-        acc = block_sum_d(acc, sh);
-        if (threadIdx.x == 0) part[c] = acc;
+        acc = dfg_block_sum(acc, sh);
+        if (threadIdx.x == 0) part[t.first[0] + u] = acc;
     }
 }
 
@@ -492,7 +475,7 @@ __global__ __launch_bounds__(kThreads) void clip_norm(const double *part /* (chu
     __shared__ double sh[32];
     double acc = 0.0;
     for (int64_t c = threadIdx.x; c < chunks; c += kThreads) acc += part[c];
-    acc = block_sum_d(acc, sh);
+    acc = dfg_block_sum(acc, sh);
     if (threadIdx.x == 0) {
         const double nv = sqrt(acc), coef = (double)max_norm / (nv + 1e-6);
         *norm = (float)nv;
@@ -510,10 +493,9 @@ __global__ __launch_bounds__(kThreads) void clip_scale(const __grid_constant__ T
                                                        const float *scale /* () */, int64_t chunks) {
     const float s = *scale;
     for (int64_t u = blockIdx.x; u < chunks; u += gridDim.x) {
-        const int64_t c = t.first[0] + u;
-        const int k = tensor_of(t, c);
-        const int64_t i0 = (c - t.first[k]) * kChunk, n = t.numel[k];
-        const int64_t i1 = i0 + kChunk < n ? i0 + kChunk : n;
+        const Chunk ch(t, t.first[0] + u);
+        const int k = ch.k;
+        const int64_t i0 = ch.i0, i1 = ch.i1;
         const void *G = t.ptr[0][k];
         void *Y = t.ptr[1][k];
         int64_t i = i0 + threadIdx.x;
@@ -530,7 +512,7 @@ __global__ __launch_bounds__(kThreads) void clip_scale(const __grid_constant__ T
 
 int64_t clip_chunks(const dfg_node *n) {
     int64_t c = 0;
-    for (int i = 0; i < n->n_in; i++) c += cdiv(dfg_shape_numel(n->in[i]->shape), kChunk);
+    for (int i = 0; i < n->n_in; i++) c += dfg_cdiv(dfg_shape_numel(n->in[i]->shape), kChunk);
     return c;
 }
 
@@ -556,7 +538,7 @@ DFG_CUDA_LAUNCHER(clip_grad_norm) {
     auto ptr = [&](int i, int j) -> void * { return j == 0 ? in[i] : out[1 + i]; };
     auto dt = [&](int i, int j) { return j == 0 ? n->in[i]->dtype : n->out[1 + i]->dtype; };
     dfg_status s = for_tables(n->n_in, numel, 2, ptr, dt, [&](const TensorTable &t, int64_t c) {
-        cudaError_t e = DFG_LAUNCH(clip_sumsq, grid_of(c, ctx), kThreads, 0, st, t, part, c);
+        cudaError_t e = DFG_LAUNCH(clip_sumsq, dfg_grid_units(c, ctx), kThreads, 0, st, t, part, c);
         return dfg_cuda_launched(ctx, n, e, "clip_sumsq");
     });
     if (s) return s;
@@ -564,7 +546,7 @@ DFG_CUDA_LAUNCHER(clip_grad_norm) {
                                n->attr->clip.max_norm, ctx->flags);
     if ((s = dfg_cuda_launched(ctx, n, e, "clip_norm"))) return s;
     return for_tables(n->n_in, numel, 2, ptr, dt, [&](const TensorTable &t, int64_t c) {
-        cudaError_t e2 = DFG_LAUNCH(clip_scale, grid_of(c, ctx), kThreads, 0, st, t, (const float *)scale, c);
+        cudaError_t e2 = DFG_LAUNCH(clip_scale, dfg_grid_units(c, ctx), kThreads, 0, st, t, (const float *)scale, c);
         return dfg_cuda_launched(ctx, n, e2, "clip_scale");
     });
 }

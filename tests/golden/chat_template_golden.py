@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 
+import golden_common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
 PREPARE = os.path.join(SRC, "tools", "prepare_prompts.py")
@@ -122,12 +124,8 @@ TEXTS = ["What is 2+2?", "  spaced  ", "日本語"]  # --chat: text prompts as o
 
 
 def unavailable(why):
-    """A library missing: a skip, or a failure when DFG_REQUIRE_HF=1."""
-    if os.environ.get("DFG_REQUIRE_HF") == "1":
-        print(f"chat_template_golden: FAIL: {why} (DFG_REQUIRE_HF=1: run tools/deps.sh --test)")
-        sys.exit(1)
-    print(f"chat_template_golden: SKIP: {why}")
-    sys.exit(77)
+    """A library missing: a skip, or a failure when DFG_REQUIRE_HF=1 (golden_common.py)."""
+    golden_common.unavailable("chat_template_golden", why)
 
 
 def write_tokenizer(tk, d):

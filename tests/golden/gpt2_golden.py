@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from golden_common import run_seed
+
 try:
     import numpy as np
     import torch
@@ -309,11 +311,8 @@ def main():
     ap.add_argument("--workdir", required=True, help="directory for the exchanged safetensors files")
     ap.add_argument("--config", action="append", help="run only these configurations (default: all)")
     a = ap.parse_args()
-    env = os.environ.get("DFG_TEST_SEED", "")
-    try:
-        seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
-    except ValueError:
-        print(f"gpt2_golden: FAIL: DFG_TEST_SEED={env!r} is not an integer")
+    seed = run_seed("gpt2_golden")
+    if seed is None:
         return 1
     print(f"gpt2_golden: seed {seed} (replay with DFG_TEST_SEED={seed}); torch {torch.__version__}, "
           f"tolerance {TOL:g} per tensor")

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+from golden_common import run_seed
 from gpt2_golden import np, torch, st_read, st_write, random_weights, checkpoint_tensors, gpt2_logits, rel_err
 
 TOL = 1e-4
@@ -556,11 +557,8 @@ def main():
                     help="compile for cuda (torch_dtype float32 or bfloat16) and run with dfg run --emulate-gpu")
     a = ap.parse_args()
     GPU_MODE["mode"] = a.emulate_gpu
-    env = os.environ.get("DFG_TEST_SEED", "")
-    try:
-        seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
-    except ValueError:
-        print(f"grpo_golden: FAIL: DFG_TEST_SEED={env!r} is not an integer")
+    seed = run_seed("grpo_golden")
+    if seed is None:
         return 1
     print(f"grpo_golden: seed {seed} (replay with DFG_TEST_SEED={seed}); torch {torch.__version__}, "
           f"tolerance {TOL_BF16 if a.emulate_gpu == 'bf16' else TOL:g} per tensor, "

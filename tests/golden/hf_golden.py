@@ -50,18 +50,17 @@ import subprocess
 import sys
 import time
 
+import golden_common
+from golden_common import run_seed
+
 HF_VERSION = "4.40.2"
 TOL_SELF = 1e-5  # float64 reference vs transformers' float32 forward (log-probs)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def unavailable(why):
-    """torch/transformers missing: a skip, or a failure when DFG_REQUIRE_HF=1."""
-    if os.environ.get("DFG_REQUIRE_HF") == "1":
-        print(f"hf_golden: FAIL: {why} (DFG_REQUIRE_HF=1: run tools/deps.sh --test)")
-        sys.exit(1)
-    print(f"hf_golden: SKIP: {why}")
-    sys.exit(77)
+    """torch/transformers missing: a skip, or a failure when DFG_REQUIRE_HF=1 (golden_common.py)."""
+    golden_common.unavailable("hf_golden", why)
 
 
 def import_libraries(site):
@@ -638,11 +637,8 @@ def main():
                     help="only check the reference against transformers' float32 forward (no dfg)")
     a = ap.parse_args()
     site = os.path.abspath(os.environ.get("DFG_HF_SITE") or a.hf_site)
-    env = os.environ.get("DFG_TEST_SEED", "")
-    try:
-        seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
-    except ValueError:
-        print(f"hf_golden: FAIL: DFG_TEST_SEED={env!r} is not an integer")
+    seed = run_seed("hf_golden")
+    if seed is None:
         return 1
     import_libraries(site)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -671,14 +667,7 @@ def main():
         print(f"hf_golden: reference {'agrees' if ok else 'MISMATCH'} (seed {seed})")
         return 0 if ok else 1
     results = [run_config(c, a.dfg, a.source, a.workdir, seed) for c in configs]
-    ok &= all(r[0] for r in results)
-    print("hf_golden: worst relative errors per configuration:")
-    for r in results:
-        if r[1]:
-            print("  " + r[1])
-    print(f"hf_golden: {sum(r[0] for r in results)}/{len(results)} configurations agree in {time.time() - t0:.1f}s "
-          f"(seed {seed})")
-    return 0 if ok else 1
+    return golden_common.summary("hf_golden", results, "configurations", t0, seed, ok)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from golden_common import run_seed, summary
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hf_golden as H  # noqa: E402 - its import_libraries sets up torch and transformers
@@ -184,11 +186,8 @@ def main():
     ap.add_argument("--arch", action="append", choices=ARCHS, help="run only these architectures (default: all)")
     a = ap.parse_args()
     site = os.path.abspath(os.environ.get("DFG_HF_SITE") or a.hf_site)
-    env = os.environ.get("DFG_TEST_SEED", "")
-    try:
-        seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
-    except ValueError:
-        print(f"hf_padded_golden: FAIL: DFG_TEST_SEED={env!r} is not an integer")
+    seed = run_seed("hf_padded_golden")
+    if seed is None:
         return 1
     H.import_libraries(site)
     H.torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -197,13 +196,7 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     t0 = time.time()
     results = [run_arch(arch, a.driver, a.workdir, seed) for arch in (a.arch or ARCHS)]
-    ok = all(r[0] for r in results)
-    print("hf_padded_golden: worst relative errors per architecture:")
-    for r in results:
-        print("  " + r[1])
-    print(f"hf_padded_golden: {sum(r[0] for r in results)}/{len(results)} architectures agree in {time.time() - t0:.1f}s "
-          f"(seed {seed})")
-    return 0 if ok else 1
+    return summary("hf_padded_golden", results, "architectures", t0, seed)
 
 
 if __name__ == "__main__":
