@@ -39,269 +39,11 @@
 #include "dfg.h"
 #include "dfg_nn.h"
 #include "dfg_runtime.h"
+#include "dfg_grpo_config.h"
 #include "dfg_grpo_data.h"
 #include "dfg_tasks.h"
 
-typedef struct {
-    dfg_model_config model;
-    dfg_task task;
-    dfg_dataset *ds;          /* --set dataset=PATH: prompts from a JSONL file instead of the task */
-    int64_t *ds_rows;         /* (P) the dataset rows of the current batch, for the reward */
-    int64_t all_null_steps;   /* steps with a row no reward function applied to (a run's warnings) */
-    bool padded;              /* padded_prompts: left-padded prompts, each row's start in prompt_start */
-    char rollouts_only[256];  /* why the task cannot make this plan's rollouts ("": it can) */
-    bool shuffle, truncate_left, mask_truncated;
-    int32_t eos[DFG_GRPO_MAX_EOS], pad_id;
-    int n_eos;
-    const char *reward;       /* a built-in reward's name, or "external" (--reward-cmd / --reward-lib) */
-    int n_funcs;              /* external: the reward functions (reward_funcs) and their weights */
-    char funcs[DFG_REWARD_MAX_FUNCS][68];
-    float weights[DFG_REWARD_MAX_FUNCS];
-    int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
-    int64_t R, n_gen; /* rollout_sub_batches, and the sequences each generates (N / R) */
-    int W;            /* world_size: data-parallel ranks, each with P of the W P prompts of a step */
-    int64_t bucket_bytes; /* ddp_bucket_cap_mb: the gradient all-reduce's buckets */
-    bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
-    bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
-    float temperature, beta, max_grad_norm;
-    int top_k;
-    dfg_grpo_loss_config loss;
-    dfg_grpo_scale scale;
-    dfg_adamw_config adamw;
-} grpo_config;
-
-#define GRPO_MAX_SUB_BATCHES 16 /* prefill.k and decode.k for each: the stages dfg_declare_rollout takes (64) */
-
-static int pick(dfg_program *p, const char *key, const char *value, const char *const *names, int n) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(value, names[i])) return i;
-    char list[128] = "";
-    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
-    dfg_program_fail(p, DFG_ERR_ARG, "%s must be one of %s, got '%s'", key, list, value);
-    return -1;
-}
-
-/* Where the prompts and rewards come from: dataset, shuffle_dataset, truncate_prompts, reward,
- * reward_funcs, reward_weights, eos_token_id, pad_token_id, mask_truncated_completions. */
-static dfg_status read_data_config(dfg_program *p, grpo_config *c) {
-    char err[1024];
-    const char *dataset = dfg_setting_str(p, "dataset", "");
-    c->shuffle = dfg_setting_bool(p, "shuffle_dataset", true);
-    const char *trunc = dfg_setting_str(p, "truncate_prompts", "left");
-    c->mask_truncated = dfg_setting_bool(p, "mask_truncated_completions", false);
-    c->reward = dfg_setting_str(p, "reward", *dataset ? "external" : "mixed");
-    const char *funcs = dfg_setting_str(p, "reward_funcs", "reward");
-    const char *weights = dfg_setting_str(p, "reward_weights", "");
-    char eos_default[16];
-    snprintf(eos_default, sizeof(eos_default), "%d", DFG_VOCAB_EOS);
-    const char *eos = dfg_setting_str(p, "eos_token_id", eos_default);
-    int64_t pad = dfg_setting_int(p, "pad_token_id", DFG_VOCAB_PAD);
-    if (dfg_program_status(p)) return dfg_program_status(p);
-    if (strcmp(trunc, "left") && strcmp(trunc, "error"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "truncate_prompts must be left or error, got '%s'", trunc);
-    c->truncate_left = !strcmp(trunc, "left");
-    if ((c->n_eos = dfg_grpo_parse_ids(eos, c->eos, DFG_GRPO_MAX_EOS, err, sizeof(err))) < 0)
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
-    if (!*dataset) /* a built-in task's rewards know its own EOS only, whatever a model's config says */
-        c->eos[0] = DFG_VOCAB_EOS, c->n_eos = 1;
-    if (pad < 0 || pad > INT32_MAX) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %lld is not a token id", (long long)pad);
-    c->pad_id = (int32_t)pad;
-    if (strcmp(c->reward, "external") && !dfg_reward_by_name(c->reward))
-        return dfg_program_fail(p, DFG_ERR_ARG, "reward must be one of %s or external, got '%s'", dfg_reward_names(), c->reward);
-    if (*dataset && strcmp(c->reward, "external"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "a dataset's prompts have no built-in answers: reward must be external "
-                                "(--reward-cmd or --reward-lib at run time), got '%s'", c->reward);
-    /* reward_funcs: the names the reward program declares, in its order */
-    c->n_funcs = 0;
-    const char *f = funcs;
-    for (; *f && c->n_funcs < DFG_REWARD_MAX_FUNCS; c->n_funcs++) {
-        size_t n = strcspn(f, ",");
-        if (n < 1 || n > 64) break;
-        snprintf(c->funcs[c->n_funcs], sizeof(c->funcs[0]), "%.*s", (int)n, f);
-        f += n + (f[n] == ',');
-    }
-    if (*f || c->n_funcs < 1)
-        return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be 1 .. %d names of 1 .. 64 characters separated by "
-                                "',', got '%s'", DFG_REWARD_MAX_FUNCS, funcs);
-    for (int i = 0; i < c->n_funcs; i++) c->weights[i] = 1.0f;
-    if (*weights && !dfg_grpo_parse_floats(weights, c->weights, c->n_funcs, err, sizeof(err)))
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
-    if (!strcmp(c->reward, "external")) /* the rule a run's reward program must meet, said where the names are fixed */
-        dfg_program_note(p, "reward=external: the reward program (dfg run --reward-cmd) or plugin (--reward-lib) must "
-                         "declare the functions reward_funcs=%s, in this order (tools/reward_server.py --list prints a "
-                         "module's; docs/rewards.md)", funcs);
-    if (*dataset && dfg_dataset_open(dataset, 0, &c->ds, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
-    return DFG_OK;
-}
-
-/* Every prompt id (and the EOS and pad ids) must be a row of the model's embedding. */
-static dfg_status check_dataset_vocab(dfg_program *p, const grpo_config *c) {
-    int64_t V = c->model.vocab_size;
-    for (int i = 0; i < c->n_eos; i++)
-        if (c->eos[i] >= V) return dfg_program_fail(p, DFG_ERR_ARG, "eos_token_id %d is outside the vocabulary (0 .. %lld)", c->eos[i], (long long)(V - 1));
-    if (c->pad_id >= V) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %d is outside the vocabulary (0 .. %lld)", c->pad_id, (long long)(V - 1));
-    for (int64_t r = 0; r < dfg_dataset_rows(c->ds); r++) {
-        int64_t len = 0;
-        const int32_t *ids = dfg_dataset_prompt(c->ds, r, &len);
-        for (int64_t i = 0; i < len; i++)
-            if (ids[i] >= V)
-                return dfg_program_fail(p, DFG_ERR_ARG, "%s:%lld: prompt_ids[%lld] is %d, outside the model's vocabulary (0 .. %lld)",
-                                        dfg_program_setting(p, "dataset"), (long long)dfg_dataset_line(c->ds, r), (long long)i,
-                                        ids[i], (long long)(V - 1));
-    }
-    return DFG_OK;
-}
-
-/* The built-in task (task, digits): read only without a dataset, whose plan has none. */
-static dfg_status read_task(dfg_program *p, grpo_config *c) {
-    char err[256];
-    if (c->ds) {
-        const char *given = dfg_program_setting(p, "task") ? "task" : dfg_program_setting(p, "digits") ? "digits" : NULL;
-        if (given)
-            return dfg_program_fail(p, DFG_ERR_ARG, "%s picks a built-in task, but the prompts come from the dataset "
-                                    "(drop --set %s, or drop dataset)", given, given);
-        return DFG_OK;
-    }
-    const char *task = dfg_setting_str(p, "task", "reverse");
-    int digits = (int)dfg_setting_int(p, "digits", 3);
-    if (dfg_program_status(p)) return dfg_program_status(p);
-    if (dfg_task_init(&c->task, task, digits, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
-    return DFG_OK;
-}
-
-/* padded_prompts (auto: with a dataset, or a task whose prompts are shorter than
- * max_prompt_length), and when the task cannot make this plan's rollouts: the plan then trains
- * only on rollout files (a file of left-padded rows, e.g. TRL's, needs padded_prompts=true). */
-static dfg_status read_padding(dfg_program *p, grpo_config *c, const char *padded) {
-    bool is_auto = !strcmp(padded, "auto"), yes = !strcmp(padded, "true") || !strcmp(padded, "1");
-    if (!is_auto && !yes && strcmp(padded, "false") && strcmp(padded, "0"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "padded_prompts must be auto, true or false, got '%s'", padded);
-    int64_t task_len = c->ds ? 0 : c->task.prompt_len;
-    c->padded = is_auto ? c->ds || c->Lp > task_len : yes;
-    if (c->ds && !c->padded)
-        return dfg_program_fail(p, DFG_ERR_ARG, "a dataset's prompts differ in length: they are left-padded "
-                                "(padded_prompts=false is for a built-in task)");
-    c->rollouts_only[0] = '\0';
-    if (!c->ds && (c->Lp < task_len || (c->Lp > task_len && !c->padded)))
-        snprintf(c->rollouts_only, sizeof(c->rollouts_only), "task '%s' (digits %d) has prompts of %lld tokens, %s "
-                 "max_prompt_length %lld%s", c->task.name, c->task.digits, (long long)task_len,
-                 c->Lp < task_len ? "more than" : "fewer than", (long long)c->Lp,
-                 c->Lp < task_len ? "" : ", and padded_prompts=false leaves no room for left padding");
-    return DFG_OK;
-}
-
-/* Reads every setting (recording its default in the plan) and checks the ranges. */
-static dfg_status read_config(dfg_program *p, grpo_config *c) {
-    static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"};
-    static const char *const levels[] = {"token", "sequence"};
-    static const char *const scales[] = {"group", "batch", "none"};
-    dfg_status st = read_data_config(p, c);
-    if (!st) st = read_task(p, c);
-    if (st) return st;
-    c->P = dfg_setting_int(p, "prompts_per_step", 8);
-    c->G = dfg_setting_int(p, "num_generations", 8);
-    c->Lp = dfg_setting_int(p, "max_prompt_length", c->ds ? dfg_dataset_max_prompt_len(c->ds) : c->task.prompt_len);
-    c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_answer_len + 2);
-    c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
-    c->R = dfg_setting_int(p, "rollout_sub_batches", 1);
-    int64_t world = dfg_setting_int(p, "world_size", 1);
-    double bucket_mb = dfg_setting_float(p, "ddp_bucket_cap_mb", 25.0); /* PyTorch DDP's default */
-    c->iterations = dfg_setting_int(p, "num_iterations", 1);
-    c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
-    const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
-    const char *padded = dfg_setting_str(p, "padded_prompts", "auto");
-    c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
-    c->top_k = (int)dfg_setting_int(p, "top_k", 0);
-    /* the loss: TRL GRPOConfig's names and defaults (TRL 1.9 / main of 2026-07: dapo, beta 0) */
-    c->beta = (float)dfg_setting_float(p, "beta", 0.0);
-    double eps = dfg_setting_float(p, "epsilon", 0.2);
-    c->loss.epsilon_low = (float)eps;
-    c->loss.epsilon_high = (float)dfg_setting_float(p, "epsilon_high", eps);
-    c->loss.delta = (float)dfg_setting_float(p, "delta", 0.0); /* TRL's None */
-    c->loss.sapo_temperature_pos = (float)dfg_setting_float(p, "sapo_temperature_pos", 1.0);
-    c->loss.sapo_temperature_neg = (float)dfg_setting_float(p, "sapo_temperature_neg", 1.05);
-    c->loss.top_entropy_quantile = (float)dfg_setting_float(p, "top_entropy_quantile", 1.0);
-    c->loss.entropy_coef = (float)dfg_setting_float(p, "entropy_coef", 0.0);
-    c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
-    int lt = pick(p, "loss_type", dfg_setting_str(p, "loss_type", "dapo"), loss_types, 6);
-    int lv = pick(p, "importance_sampling_level", dfg_setting_str(p, "importance_sampling_level", "token"), levels, 2);
-    int sc = pick(p, "scale_rewards", dfg_setting_str(p, "scale_rewards", "group"), scales, 3);
-    dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
-    if (dfg_program_status(p)) return dfg_program_status(p);
-    if ((st = read_padding(p, c, padded))) return st;
-    c->loss.loss_type = (dfg_grpo_loss_type)lt;
-    c->loss.is_level = (dfg_grpo_is_level)lv;
-    c->scale = (dfg_grpo_scale)sc;
-    if (world < 1 || world > 4096 || c->P % world)
-        return dfg_program_fail(p, DFG_ERR_ARG, "world_size %lld must divide prompts_per_step %lld (whole groups per "
-                                "rank) and be at most 4096", (long long)world, (long long)c->P);
-    if (!(bucket_mb > 0 && bucket_mb <= 1e6))
-        return dfg_program_fail(p, DFG_ERR_ARG, "ddp_bucket_cap_mb %g must be > 0 and at most 1e6", bucket_mb);
-    c->bucket_bytes = (int64_t)(bucket_mb * 1048576.0);
-    c->W = (int)world;
-    c->P /= world; /* from here on every size is one rank's */
-    c->N = c->P * c->G;
-    c->T = c->Lp + c->max_new;
-
-    dfg_model_config small = dfg_gpt2_config_default();
-    small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
-    small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
-    st = dfg_model_config_from_settings(p, small, &c->model);
-    if (st) return st;
-    /* dfg's 1e-3 trains the tasks' small models from scratch; a pretrained model (model=DIR) is
-     * fine-tuned, and TRL's 1e-6 is the default that does not wreck it */
-    const char *dir = dfg_program_setting(p, "model");
-    bool pretrained = dir && *dir, lr_given = dfg_program_setting(p, "learning_rate") != NULL;
-    dfg_adamw_config adamw = {.lr = pretrained ? 1e-6f : 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
-    if ((st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
-    if (pretrained && !lr_given)
-        dfg_program_note(p, "learning_rate is 1e-06 (TRL's default for fine-tuning a pretrained model; the built-in "
-                         "tasks' small models from scratch use 1e-3): --set learning_rate=... to change it");
-
-    if (c->ds && (st = check_dataset_vocab(p, c))) return st;
-    if (!c->ds && c->model.vocab_size < dfg_vocab_size())
-        return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the tasks' vocabulary (%d)",
-                                c->model.vocab_size, dfg_vocab_size());
-    if (c->P < 1 || c->G < 2 || c->N > (1 << 20))
-        return dfg_program_fail(p, DFG_ERR_ARG, "need prompts_per_step >= 1 and num_generations >= 2 (a group to "
-                                "compare), got %lld x %lld", (long long)c->P, (long long)c->G);
-    if (c->GA < 1 || c->N % c->GA)
-        return dfg_program_fail(p, DFG_ERR_ARG, "gradient_accumulation_steps %lld must divide the %lld sequences",
-                                (long long)c->GA, (long long)c->N);
-    if (c->R < 1 || c->R > GRPO_MAX_SUB_BATCHES || c->P % c->R)
-        return dfg_program_fail(p, DFG_ERR_ARG, "rollout_sub_batches %lld must divide prompts_per_step %lld (whole "
-                                "groups per sub-batch) and be at most %d", (long long)c->R, (long long)c->P,
-                                GRPO_MAX_SUB_BATCHES);
-    c->n_gen = c->N / c->R;
-    if (c->Lp < (c->ds ? 1 : 2) || c->max_new < 1 || c->T > c->model.block_size)
-        return dfg_program_fail(p, DFG_ERR_ARG, "need max_prompt_length >= 2, max_completion_length >= 1 and their "
-                                "sum <= n_positions %d", c->model.block_size);
-    if (c->iterations < 1 || c->sft_steps < 0 || !(c->temperature > 0) || c->top_k < 0 || !(c->beta >= 0) ||
-        !(c->loss.epsilon_low >= 0) || !(c->loss.epsilon_high >= 0) || !(c->max_grad_norm > 0))
-        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: num_iterations >= 1, sft_steps >= 0, temperature > 0, "
-                                "top_k >= 0, beta >= 0, epsilon(_high) >= 0 and max_grad_norm > 0 are required");
-    const dfg_grpo_loss_config *l = &c->loss;
-    if (!(l->delta >= 0) || !(l->sapo_temperature_pos > 0) || !(l->sapo_temperature_neg > 0) ||
-        !(l->top_entropy_quantile >= 0 && l->top_entropy_quantile <= 1) || !isfinite(l->entropy_coef))
-        return dfg_program_fail(p, DFG_ERR_ARG, "out of range: delta >= 0 (0: none), sapo_temperature_pos and _neg > 0, "
-                                "0 <= top_entropy_quantile <= 1 and a finite entropy_coef are required");
-    c->n_micro = c->N / c->GA;
-    bool whole_groups = c->n_micro % c->G == 0;
-    if (strcmp(share, "auto") && strcmp(share, "1") && strcmp(share, "0"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts must be auto, 1 or 0, got '%s'", share);
-    if (!strcmp(share, "1") && !whole_groups)
-        return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts=1 computes each prompt once for its group, so a "
-                                "micro-batch (%lld sequences) must hold whole groups of num_generations %lld: change "
-                                "gradient_accumulation_steps or set share_prompts=0", (long long)c->n_micro, (long long)c->G);
-    c->share_prompts = whole_groups && strcmp(share, "0");
-    c->share_forced = !strcmp(share, "1");
-    c->loss.beta = c->beta;
-    c->loss.n_total = c->N;
-    c->loss.max_completion_length = c->max_new;
-    c->loss.micro_batches = (int)c->GA;
-    c->loss.world = c->W;
-    return DFG_OK;
-}
+typedef dfg_grpo_config grpo_config;
 
 /* The loss's per-micro-batch metrics (dfg_grpo_terms), summed in train.stats over the step's
  * micro-batches and passes and logged as their mean: TRL's _compute_loss logs one value per
@@ -320,12 +62,19 @@ typedef struct {
     dfg_tensor *reward_values; /* (N, F) each row's value per reward function, NaN for None (external rewards) */
     dfg_tensor *truncated_prompts;
     dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
+    dfg_tensor *width;   /* () the batch's longest completion (length buckets: which width runs); or NULL */
+    dfg_tensor *columns; /* (max_new) 1 .. max_new: a completion column's count */
     dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
-    dfg_tensor *rng0;      /* (4) the RNG state where the rollout starts: every sub-batch starts there */
+    dfg_tensor *gen_rng;   /* (4) the rollout's draws: the state where it starts, for every sub-batch */
+    dfg_tensor *finished;  /* () 1 once every row of the sub-batch is done: decode ends (decode_early_exit) */
     dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
+    /* the sampler's log-probs against the training forward's (the first pass's, before any update) */
+    dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it */
+    dfg_grpo_sampling sampling;
+    dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
@@ -368,6 +117,21 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     if (!strcmp(c->reward, "external"))
         s->reward_values = state(p, "reward_values", DFG_F32, DFG_SHAPE(c->N, c->n_funcs), DFG_ROLE_NONE);
     s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->sampling_logp = state(p, "sampling_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    dfg_grpo_sampling_state(p, &s->sampling);
+    if (c->chunks) {
+        s->chunks = (dfg_grpo_chunks){.groups = c->P, .G = c->G, .chunks = c->chunks, .regroup = c->regroup,
+                                      .n_widths = c->n_widths, .widths = c->widths};
+        if ((st = dfg_grpo_chunk_state(p, &s->chunks))) return st;
+    }
+    if (c->n_widths > 1) {
+        if (!c->chunks) s->width = state(p, "rollout.width", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
+        float *cols = malloc(sizeof(float) * (size_t)c->max_new);
+        if (!cols) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; i < c->max_new; i++) cols[i] = (float)(i + 1);
+        s->columns = dfg_const(p, "rollout.columns", DFG_F32, DFG_SHAPE(c->max_new), cols);
+        free(cols);
+    }
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->sft_steps > 0) {
@@ -378,9 +142,11 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->pos = state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
     s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(c->n_gen), DFG_ROLE_ROLLOUT);
     s->rng = state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG);
-    if (c->R > 1) s->rng0 = state(p, "gen.rng0", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE);
-    if (c->GA > 1 && c->beta != 0.0f) s->ref_micro = state(p, "ref.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
-    if (c->GA > 1 && c->iterations > 1) s->old_micro = state(p, "old.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
+    s->gen_rng = state(p, "gen.rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE);
+    if (c->early_exit) s->finished = state(p, "gen.finished", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    bool loops = c->GA > 1 || c->chunks; /* the scoring passes run in micro-batches or chunks */
+    if (loops && c->beta != 0.0f) s->ref_micro = state(p, "ref.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
+    if (loops && c->iterations > 1) s->old_micro = state(p, "old.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
     s->micro = state(p, "train.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
@@ -395,8 +161,8 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
         dfg_set_scope(p, s->kv.k[l], first, last);
         dfg_set_scope(p, s->kv.v[l], first, last);
     }
-    dfg_tensor *gen[4] = {s->cur_tok, s->pos, s->done, s->rng0};
-    for (int i = 0; i < 4; i++)
+    dfg_tensor *gen[5] = {s->cur_tok, s->pos, s->done, s->gen_rng, s->finished};
+    for (int i = 0; i < 5; i++)
         if (gen[i]) dfg_set_scope(p, gen[i], first, last);
     return dfg_program_status(p);
 }
@@ -434,9 +200,15 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
     dfg_assign(g, s->cur_tok, dfg_slice(g, tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
     dfg_assign_fill(g, s->done, 0.0f);
-    if (k == 0) dfg_assign_fill(g, s->mask, 0.0f);
-    /* every sub-batch draws from where the rollout starts: the row index tells the rows apart */
-    if (s->rng0) dfg_assign(g, k == 0 ? s->rng0 : s->rng, k == 0 ? s->rng : s->rng0);
+    if (s->finished) dfg_assign_fill(g, s->finished, 0.0f);
+    if (k == 0) { /* what decode writes, as no column written yet */
+        dfg_assign_fill(g, s->mask, 0.0f), dfg_assign_fill(g, s->sampling_logp, 0.0f);
+        dfg_grpo_sampling_start(g, &s->sampling);
+    }
+    /* every sub-batch draws from where the rollout starts (the row index tells the rows apart);
+     * the step's stream moves on by the whole loop's draws, however early decode ends */
+    dfg_assign(g, s->gen_rng, s->rng);
+    if (k == c->R - 1) dfg_rng_advance(g, s->rng, c->max_new);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
@@ -448,10 +220,12 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_tensor *h = dfg_model_decode(g, s->policy, &kv, s->cur_tok, s->pos); /* (n_gen, 1, C) */
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                  /* (n_gen, 1, V) */
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {s->tokens, s->mask, s->done, s->cur_tok, s->pos, s->rng, (int64_t)k * c->n_gen,
-                          dfg_grpo_rank_row0(g, c->W, c->N)};
+    dfg_grpo_rollout r = {.tokens = s->tokens, .mask = s->mask, .done = s->done, .token = s->cur_tok, .pos = s->pos,
+                          .rng = s->gen_rng, .row0 = (int64_t)k * c->n_gen, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
+                          .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
     dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
+    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
+    return st || !s->finished ? st : dfg_stage_until(p, name, s->finished);
 }
 
 /* ---------------------------------------------------------------- scoring */
@@ -479,6 +253,13 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     if (s->old_micro) dfg_assign_fill(g, s->old_micro, 0.0f);
     dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
     dfg_tensor *len = dfg_sum(g, scored, 1);                           /* (N) */
+    if (c->chunks) /* each row's last counted column: the chunks' order and widths */
+        dfg_grpo_chunk_plan(g, &s->chunks, dfg_take(g, dfg_mul(g, scored, s->columns), dfg_argmax(g, dfg_mul(g, scored, s->columns))));
+    if (s->width) { /* the last column any row's mask counts, over the whole batch: the width to run */
+        dfg_tensor *last = dfg_reshape(g, dfg_mul(g, scored, s->columns), DFG_SHAPE(-1));
+        dfg_tensor *w = dfg_reshape(g, dfg_take(g, last, dfg_argmax(g, last)), DFG_SHAPE(1));
+        dfg_assign(g, s->width, dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR));
+    }
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
     dfg_tensor *generated = dfg_sum(g, len, 0);
     dfg_tensor *active = generated;
@@ -505,11 +286,13 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-/* Log-probs of the completion tokens of tok (n, T) under model m, as (n, max_new): entry j scores
- * position Lp + j. With share_prompts the prompt positions are computed once per group. start:
- * the rows' first prompt columns (n) for left-padded prompts, or NULL. */
+/* Log-probs of the first W completion tokens of tok (n, T) under model m, as (n, W): entry j
+ * scores position Lp + j; the model runs on the Lp + W columns alone (a length bucket). With
+ * share_prompts the prompt positions are computed once per group. start: the rows' first prompt
+ * columns (n) for left-padded prompts, or NULL. */
 static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok,
-                                   dfg_tensor *start, dfg_tensor **entropy) {
+                                   dfg_tensor *start, int64_t W, dfg_tensor **entropy) {
+    if (W < c->max_new) tok = dfg_slice(g, tok, 1, 0, c->Lp + W);
     if (c->share_prompts) {
         dfg_tensor *group_start = NULL; /* (n/G) the first row's of each group: the group shares its prompt */
         if (start) {
@@ -518,61 +301,93 @@ static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg
                                       DFG_SHAPE(n / c->G));
         }
         return dfg_grpo_completion_logp_entropy(g, m, group_prompts(g, tok, c->G, c->Lp),
-                                                dfg_slice(g, tok, 1, c->Lp, c->max_new), c->temperature, group_start, entropy);
+                                                dfg_slice(g, tok, 1, c->Lp, W), c->temperature, group_start, entropy);
     }
     dfg_tensor *lp = dfg_grpo_token_logp_entropy(g, m, tok, c->temperature, start, entropy);
-    if (entropy) *entropy = dfg_slice(g, *entropy, 1, c->Lp - 1, c->max_new);
-    return dfg_slice(g, lp, 1, c->Lp - 1, c->max_new);
+    if (entropy) *entropy = dfg_slice(g, *entropy, 1, c->Lp - 1, W);
+    return dfg_slice(g, lp, 1, c->Lp - 1, W);
 }
 
-/* (n, T) from the completions' log-probs (n, max_new) and mask: each scored token at its own
- * position, 0 on the prompt and wherever the mask is 0, as the dump and the old/ref copies keep them. */
+/* (n, T) from the completions' log-probs (n, W) and mask: each scored token at its own position,
+ * 0 on the prompt, wherever the mask is 0 and past the width, as the dump and the old/ref copies
+ * keep them. */
 static dfg_tensor *padded(dfg_graph *g, const grpo_config *c, dfg_tensor *lp, dfg_tensor *mask) {
-    int64_t n = dfg_tensor_shape(lp).d[0];
-    return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(n, c->Lp), 0.0f), dfg_mul(g, lp, mask)}, 2, 1);
+    int64_t n = dfg_tensor_shape(lp).d[0], W = dfg_tensor_shape(lp).d[1];
+    dfg_tensor *parts[3] = {dfg_fill(g, DFG_F32, DFG_SHAPE(n, c->Lp), 0.0f), dfg_mul(g, lp, mask),
+                            W < c->max_new ? dfg_fill(g, DFG_F32, DFG_SHAPE(n, c->max_new - W), 0.0f) : NULL};
+    return dfg_concat(g, parts, W < c->max_new ? 3 : 2, 1);
 }
 
-/* rows [row0, row0 + n) of x along axis 0, then the completion's columns Lp .. T-1 when scored */
-static dfg_tensor *rows(dfg_graph *g, const grpo_config *c, dfg_tensor *x, dfg_tensor *row0, int64_t n, bool scored) {
-    dfg_tensor *r = dfg_slice_at(g, x, 0, row0, n);
-    return scored ? dfg_slice(g, r, 1, c->Lp, c->max_new) : r;
+/* The rows of x one run of a scoring or training pass takes: micro-batch `micro` (an i32
+ * scalar; NULL: the whole batch), or with length chunks the chunk at place `micro` of the
+ * order; then, with a width W, the completion's first W columns (Lp .. Lp + W - 1). */
+static dfg_tensor *pass_rows(dfg_graph *g, const grpo_config *c, const grpo_state *s, dfg_tensor *x, dfg_tensor *micro,
+                             int64_t W) {
+    if (c->chunks) return dfg_grpo_chunk_rows(g, &s->chunks, x, micro, c->Lp, W);
+    dfg_tensor *r = micro ? dfg_slice_at(g, x, 0, dfg_scale(g, micro, (float)c->n_micro), c->n_micro) : x;
+    return W ? dfg_slice(g, r, 1, c->Lp, W) : r;
+}
+
+/* dst's rows of that run = src */
+static void pass_write(dfg_graph *g, const grpo_config *c, const grpo_state *s, dfg_tensor *dst, dfg_tensor *src,
+                       dfg_tensor *micro) {
+    if (c->chunks) dfg_grpo_chunk_write(g, &s->chunks, dst, src, micro);
+    else if (micro) dfg_slice_assign_at(g, dst, src, 0, dfg_scale(g, micro, (float)c->n_micro));
+    else dfg_assign(g, dst, src);
+}
+
+/* Length buckets: bucket b's copy of stage `base` is "base[w]" for the width w, the widest keeps
+ * `base`; it runs when the batch's longest completion is over the narrower width and within its. */
+static void bucket_stage(char *buf, size_t len, const char *base, const grpo_config *c, int b) {
+    if (b == c->n_widths - 1) snprintf(buf, len, "%s", base);
+    else snprintf(buf, len, "%s[%lld]", base, (long long)c->widths[b]);
+}
+
+/* Stages graph g as bucket b's copy of a pass: a run per micro-batch, or per chunk (those of
+ * this width, dfg_stage_runs); without chunks the copy runs when the batch's width is its. */
+static dfg_status stage_pass(dfg_program *p, const grpo_config *c, const grpo_state *s, dfg_graph *g, const char *name,
+                             int b) {
+    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)(c->chunks ? c->chunks : c->GA));
+    if (st) return st;
+    if (c->chunks) return dfg_stage_runs(p, name, s->chunks.runs[b]);
+    if (!s->width) return DFG_OK;
+    return dfg_stage_when(p, name, s->width, b == 0 ? -1.0 : (double)c->widths[b - 1], (double)c->widths[b]);
 }
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs, one
- * training micro-batch per run (gradient_accumulation_steps runs; micro counts them). */
-static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *name,
-                                   const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro) {
+ * training micro-batch per run (gradient_accumulation_steps runs; micro counts them); bucket b's
+ * copy. */
+static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *base,
+                                   const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro, int b) {
+    char name[48];
+    int64_t W = c->widths[b];
+    bucket_stage(name, sizeof(name), base, c, b);
     dfg_graph *g = dfg_graph_new(p, name);
-    if (c->GA == 1) {
-        dfg_tensor *mask = dfg_slice(g, s->mask, 1, c->Lp, c->max_new);
-        dfg_assign(g, dst, padded(g, c, completion_logp(g, c, m, s->tokens, s->start, NULL), mask));
-        return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    }
-    int64_t n = c->n_micro;
-    dfg_tensor *row0 = dfg_scale(g, micro, (float)n); /* i32: this micro-batch's first row */
-    dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
-    dfg_tensor *start = s->start ? rows(g, c, s->start, row0, n, false) : NULL;
-    dfg_slice_assign_at(g, dst, padded(g, c, completion_logp(g, c, m, tok, start, NULL), mask), 0, row0);
-    dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->GA);
+    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, micro, 0), *mask = pass_rows(g, c, s, s->mask, micro, W);
+    dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, micro, 0) : NULL;
+    pass_write(g, c, s, dst, padded(g, c, completion_logp(g, c, m, tok, start, W, NULL), mask), micro);
+    if (micro) dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
+    return stage_pass(p, c, s, g, name, b);
 }
 
 /* ---------------------------------------------------------------- training */
-static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
-    char name[32];
-    snprintf(name, sizeof(name), "train.%d", k);
+/* Pass k's micro-batch loop of bucket b: the loss and its gradients over the first W completion
+ * columns (W = widths[b]; the columns past it are masked out in this step's batch). */
+static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int b) {
+    char base[32], name[48];
+    int64_t W = c->widths[b];
+    snprintf(base, sizeof(base), "train.%d", k);
+    bucket_stage(name, sizeof(name), base, c, b);
     dfg_graph *g = dfg_graph_new(p, name);
-    int64_t n = c->n_micro;
-    dfg_tensor *row0 = dfg_scale(g, s->micro, (float)n); /* i32: this micro-batch's first row */
-    dfg_tensor *tok = rows(g, c, s->tokens, row0, n, false), *mask = rows(g, c, s->mask, row0, n, true);
-    dfg_tensor *start = s->start ? rows(g, c, s->start, row0, n, false) : NULL; /* (n) */
-    dfg_tensor *entropy = NULL;                                                /* (n, max_new) */
-    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, &entropy); /* (n, max_new) */
+    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, s->micro, 0), *mask = pass_rows(g, c, s, s->mask, s->micro, W);
+    dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, s->micro, 0) : NULL; /* (n) */
+    dfg_tensor *entropy = NULL;                                                   /* (n, W) */
+    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, W, &entropy); /* (n, W) */
     dfg_grpo_inputs in = {
         .logp = logp,
-        .old_logp = s->old_logp ? rows(g, c, s->old_logp, row0, n, true) : NULL,
-        .ref_logp = c->beta != 0.0f ? rows(g, c, s->ref_logp, row0, n, true) : NULL,
-        .advantages = rows(g, c, s->advantages, row0, n, false),
+        .old_logp = s->old_logp ? pass_rows(g, c, s, s->old_logp, s->micro, W) : NULL,
+        .ref_logp = c->beta != 0.0f ? pass_rows(g, c, s, s->ref_logp, s->micro, W) : NULL,
+        .advantages = pass_rows(g, c, s, s->advantages, s->micro, 0),
         .mask = mask,
         .active_tokens = s->active,
         .entropy = entropy,
@@ -585,20 +400,24 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
      * backward as soon as its layers' gradients are final */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)s->policy->n_params);
-    dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, c->bucket_bytes);
+    if (!c->chunks) dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, c->bucket_bytes); /* chunks: in update */
     dfg_accumulate(g, s->acc_loss, t.loss);
     dfg_accumulate(g, s->acc_kl, t.kl_sum);
     dfg_tensor *stats[GRPO_STATS] = {t.entropy,        t.clip_low_mean,    t.clip_low_min,    t.clip_high_mean,
                                      t.clip_high_max,  t.clip_region_mean, t.cispo_clip_ratio};
     for (int i = 0; i < GRPO_STATS; i++) /* (1) each; 0 where the loss type has no such metric */
         stats[i] = stats[i] ? dfg_reshape(g, stats[i], DFG_SHAPE(1)) : dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f);
-    dfg_accumulate(g, s->acc_stats, dfg_concat(g, stats, GRPO_STATS, 0));
+    dfg_tensor *per = dfg_concat(g, stats, GRPO_STATS, 0); /* (GRPO_STATS) this micro-batch's means */
+    /* sorted chunks are no micro-batches of TRL's: their token means weighted by their tokens give
+     * the batch's token means, TRL's values for gradient_accumulation_steps 1 */
+    dfg_accumulate(g, s->acc_stats, c->chunks && c->regroup ? dfg_mul(g, per, dfg_reshape(g, t.tokens, DFG_SHAPE(1))) : per);
     dfg_accumulate(g, s->acc_tokens, t.tokens);
     if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
-        dfg_slice_assign_at(g, s->logp, padded(g, c, dfg_detach(g, logp), mask), 0, row0);
+        pass_write(g, c, s, s->logp, padded(g, c, dfg_detach(g, logp), mask), s->micro);
+        dfg_grpo_sampling_compare(g, &s->sampling, dfg_detach(g, logp), pass_rows(g, c, s, s->sampling_logp, s->micro, W), mask);
     }
     dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->GA);
+    return stage_pass(p, c, s, g, name, b);
 }
 
 static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) {
@@ -624,7 +443,8 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     int n = s->policy->n_params;
     bool last = k == c->iterations - 1;
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
-    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n); /* averaged over the ranks in train.k already */
+    memcpy(grads, s->grads, sizeof(*grads) * (size_t)n); /* averaged over the ranks in train.k already, */
+    if (c->chunks) dfg_nn_allreduce_grads(g, grads, n, c->W, c->bucket_bytes); /* or here after the chunks */
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
     dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
     if (st) return st;
@@ -637,26 +457,34 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     }
     /* the loss's statistics, averaged over micro-batches and passes, then over the ranks as TRL's
      * gather does: the mean of the means, the least of the minima, the largest of the maxima */
-    dfg_tensor *avg = last ? dfg_scale(g, s->acc_stats, 1.0f / (float)(c->GA * c->iterations)) : NULL;
+    dfg_tensor *avg = !last ? NULL
+                      : c->chunks && c->regroup ? per_token(g, s->acc_stats, s->acc_tokens) /* every pass's tokens */
+                                                : dfg_scale(g, s->acc_stats, 1.0f / (float)(c->GA * c->iterations));
     dfg_tensor *by[3] = {dfg_grpo_world_reduce(g, avg, DFG_COLL_MEAN, c->W), NULL, NULL};
     if (last && c->W > 1) by[1] = dfg_allreduce(g, avg, DFG_COLL_MIN, c->W), by[2] = dfg_allreduce(g, avg, DFG_COLL_MAX, c->W);
     for (int i = 0; last && i < GRPO_STATS; i++) {
         dfg_tensor *v = i == 2 && by[1] ? by[1] : i == 4 && by[2] ? by[2] : by[0]; /* clip low_min, high_max */
         if (logs_stat(c, i)) dfg_metric(g, grpo_stats[i], dfg_reshape(g, dfg_slice(g, v, 0, i, 1), DFG_SCALAR));
     }
-    if (k == 0) dfg_metric(g, "grad_norm", norm);
+    if (k == 0) {
+        dfg_metric(g, "grad_norm", norm);
+        dfg_grpo_sampling_metrics(g, &s->sampling, c->W);
+    }
     dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_tokens, s->acc_stats};
     for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-/* The supervised warm-up: one step on the right answers (teacher forcing). */
+/* The supervised warm-up: one step on the right answers (teacher forcing), over the columns an
+ * answer and its EOS can reach (the task's longest answer bounds them: the rest is padding). */
 static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "sft");
-    dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->T - 1);
-    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, s->sft_tokens, 1.0f, s->start); /* the task's rows' padding */
-    dfg_tensor *tokens = dfg_sum(g, dfg_reshape(g, mask, DFG_SHAPE(-1)), 0);
-    dfg_tensor *loss = dfg_neg(g, per_token(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), tokens));
+    int64_t W = c->task.max_answer_len + 1 < c->max_new ? c->task.max_answer_len + 1 : c->max_new;
+    dfg_tensor *tokens = dfg_slice(g, s->sft_tokens, 1, 0, c->Lp + W);            /* (N, Lp + W) */
+    dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->Lp + W - 1);           /* (N, Lp + W - 1) */
+    dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, tokens, 1.0f, s->start); /* the task's rows' padding */
+    dfg_tensor *scored = dfg_sum(g, dfg_reshape(g, mask, DFG_SHAPE(-1)), 0);
+    dfg_tensor *loss = dfg_neg(g, per_token(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), scored));
     dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);
     if (st) return st;
     int n = s->policy->n_params;
@@ -670,6 +498,36 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
+/* With a warm-up, the supervised steps come first and every GRPO stage (each length bucket's
+ * copy too) runs only after them. */
+static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
+    char name[48], base[32];
+    dfg_status st = dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
+    for (int k = 0; k < c->R && !st; k++) {
+        rollout_stage(name, sizeof(name), "prefill", c, k);
+        if (!(st = dfg_stage_steps(p, name, c->sft_steps, -1))) {
+            rollout_stage(name, sizeof(name), "decode", c, k);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+    }
+    if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
+    if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
+    for (int k = -2; k < c->iterations && !st; k++) { /* -2: ref, -1: old, then train.k and update.k */
+        if ((k == -2 && c->beta == 0.0f) || (k == -1 && c->iterations == 1)) continue;
+        if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
+        else snprintf(base, sizeof(base), "train.%d", k);
+        for (int b = 0; b < c->n_widths && !st; b++) {
+            bucket_stage(name, sizeof(name), base, c, b);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+        if (k >= 0 && !st) {
+            snprintf(name, sizeof(name), "update.%d", k);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+    }
+    return st;
+}
+
 /* ---------------------------------------------------------------- the program */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s);
 
@@ -681,42 +539,17 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
         if (!(st = build_prefill(p, c, s, k))) st = build_decode(p, c, s, k);
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
-    if (!st && c->beta != 0.0f) st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro);
-    if (!st && c->iterations > 1) st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp, s->old_micro);
-    for (int k = 0; k < c->iterations && !st; k++)
-        if (!(st = build_train(p, c, s, k))) st = build_update(p, c, s, k);
-    if (st) return st;
-    if (c->sft_steps > 0) { /* the warm-up's steps, then GRPO's */
-        static const char *const grpo_stages[] = {"reward", "advantages", "ref", "old"};
-        dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
-        for (int k = 0; k < c->R; k++) {
-            char name[32];
-            rollout_stage(name, sizeof(name), "prefill", c, k);
-            dfg_stage_steps(p, name, c->sft_steps, -1);
-            rollout_stage(name, sizeof(name), "decode", c, k);
-            dfg_stage_steps(p, name, c->sft_steps, -1);
-        }
-        for (size_t i = 0; i < sizeof(grpo_stages) / sizeof(grpo_stages[0]); i++)
-            if (strcmp(grpo_stages[i], "ref") || c->beta != 0.0f)
-                if (strcmp(grpo_stages[i], "old") || c->iterations > 1) dfg_stage_steps(p, grpo_stages[i], c->sft_steps, -1);
-        for (int k = 0; k < c->iterations; k++) {
-            char name[32];
-            snprintf(name, sizeof(name), "train.%d", k);
-            dfg_stage_steps(p, name, c->sft_steps, -1);
-            snprintf(name, sizeof(name), "update.%d", k);
-            dfg_stage_steps(p, name, c->sft_steps, -1);
-        }
+    for (int b = 0; b < c->n_widths && !st && c->beta != 0.0f; b++)
+        st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro, b);
+    for (int b = 0; b < c->n_widths && !st && c->iterations > 1; b++)
+        st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp, s->old_micro, b);
+    for (int k = 0; k < c->iterations && !st; k++) {
+        for (int b = 0; b < c->n_widths && !st; b++) st = build_train(p, c, s, k, b);
+        if (!st) st = build_update(p, c, s, k);
     }
-    return declare(p, c, s);
-}
-
-/* Does every gradient_accumulation_steps train the same step? Not with bnpo (a token mean per
- * micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus normalised
- * per micro-batch (all but dapo and cispo): TRL computes those per micro-batch too. */
-static bool ga_keeps_math(const grpo_config *c) {
-    const dfg_grpo_loss_config *l = &c->loss;
-    bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO;
-    return l->loss_type != DFG_GRPO_LOSS_BNPO && l->top_entropy_quantile >= 1.0f && (per_active || l->entropy_coef == 0.0f);
+    if (st) return st;
+    if (c->sft_steps > 0) st = gate_after_sft(p, c);
+    return st ? st : declare(p, c, s);
 }
 
 /* The divisors d of n in ascending order, up to `most`, whose n / d is a multiple of `unit`; at
@@ -733,9 +566,9 @@ static int divisors(int64_t n, int64_t most, int64_t unit, int64_t *out) {
 static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
     int64_t v[DFG_MAX_FIT_VALUES];
     int n;
-    if (ga_keeps_math(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
+    if (dfg_grpo_split_free(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
         dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
-    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, GRPO_MAX_SUB_BATCHES, 1, v), true);
+    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, DFG_GRPO_MAX_SUB_BATCHES, 1, v), true);
     static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
     /* c->P is one rank's: prompts_per_step stays a multiple of world_size */
     const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1}, unit[] = {c->W, 1, 1};
@@ -749,8 +582,8 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[3 + 2 * GRPO_MAX_SUB_BATCHES];
-    char names[2 * GRPO_MAX_SUB_BATCHES][32];
+    const char *stages[3 + 2 * DFG_GRPO_MAX_SUB_BATCHES];
+    char names[2 * DFG_GRPO_MAX_SUB_BATCHES][32];
     int n = 0;
     stages[n++] = "data";
     if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
@@ -765,7 +598,8 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
     if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
-    static const char *const dumps[][2] = {{"logp", "logp"},           {"ref_logp", "ref_logp"},
+    static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logp", "sampling_logp"},
+                                           {"completion_mask", "completion_mask"}, {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
                                            {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
     for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
@@ -790,7 +624,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
 
 dfg_status dfg_pipeline(dfg_program *p) {
     grpo_config c = {0};
-    dfg_status st = read_config(p, &c);
+    dfg_status st = dfg_grpo_read_config(p, &c);
     if (st) {
         dfg_dataset_free(c.ds);
         return st;
@@ -813,7 +647,7 @@ void grpo_host_release(void *user);
 dfg_status grpo_host_init(dfg_program *p, void **user) {
     grpo_config *c = calloc(1, sizeof(*c));
     if (!c) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    dfg_status st = read_config(p, c); /* nothing about the task: with --rollouts it never runs */
+    dfg_status st = dfg_grpo_read_config(p, c); /* nothing about the task: with --rollouts it never runs */
     if (!st && c->ds && !(c->ds_rows = calloc((size_t)c->P, sizeof(int64_t))))
         st = dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     if (st) {

@@ -180,6 +180,23 @@ DFG_API dfg_status dfg_stage_host(dfg_program *p, const char *name, const char *
 /* The stage runs only in steps first..last (counted from 0; last < 0: no end), e.g. a supervised
  * warm-up before the RL stages take over. Memory is planned as if every stage ran. */
 DFG_API dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last);
+/* Work that follows the real lengths, with memory still planned for the worst case:
+ * dfg_stage_until: a repeated graph stage ends early: after each run the scalar `flag` (an f32
+ * or i32 STATE, which the stage's graph writes) is read, and a nonzero value ends the stage's
+ * runs for this step (decode, once every row has ended). A stage whose nodes run on its last
+ * repeat only (dfg_allreduce_last) cannot end early. On a device the runs go in captured chunks
+ * with one read of the flag between chunks.
+ * dfg_stage_when: the stage runs in a step only when the scalar `value` (an f32 or i32 STATE an
+ * earlier stage wrote) is in (lo, hi]: one of several copies of a stage built for widths (length
+ * buckets), the one that holds the batch.
+ * dfg_stage_runs: a repeated graph stage runs `count` times this step (a scalar STATE an earlier
+ * stage wrote, clamped to 0 .. its repeat): of several copies of a loop built for widths, each
+ * runs the chunks of the batch its width holds. The runs of such a stage are the same graph (a
+ * device captures one and replays it); stages that end early or run a variable count may not
+ * hold collectives (ranks could run them a different number of times). */
+DFG_API dfg_status dfg_stage_until(dfg_program *p, const char *stage, dfg_tensor *flag);
+DFG_API dfg_status dfg_stage_runs(dfg_program *p, const char *stage, dfg_tensor *count);
+DFG_API dfg_status dfg_stage_when(dfg_program *p, const char *stage, dfg_tensor *value, double lo, double hi);
 
 /* ---------------------------------------------------------------- declarations
  * What a pipeline tells the tools that run its program (the dfg tool, or an application): stored

@@ -110,6 +110,10 @@ typedef struct {
     int repeat;       /* GRAPH: runs per step */
     char *symbol;     /* HOST: function name */
     int64_t first_step, last_step; /* dfg_stage_steps: runs in steps first..last (last < 0: no end) */
+    dfg_tensor *until;              /* dfg_stage_until: a nonzero scalar after a run ends the runs; or NULL */
+    dfg_tensor *when;               /* dfg_stage_when: the stage runs when when_lo < value <= when_hi; or NULL */
+    double when_lo, when_hi;
+    dfg_tensor *runs;               /* dfg_stage_runs: this step's run count (at most repeat); or NULL */
 } dfg_stage;
 
 typedef struct {

@@ -1,4 +1,5 @@
 /* program.c - programs: the tensor table, persistent tensors, stages and the sticky error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,8 +248,65 @@ static dfg_stage *stage_new(dfg_program *p) {
         return NULL;
     }
     dfg_stage *s = &p->stages[p->n_stages++];
-    s->first_step = 0, s->last_step = -1; /* every step */
+    *s = (dfg_stage){.first_step = 0, .last_step = -1}; /* every step, every run */
     return s;
+}
+
+/* The stage named `name`, or NULL with the program's error set (`what` names the call). */
+static dfg_stage *stage_named(dfg_program *p, const char *name, const char *what) {
+    for (int i = 0; name && i < p->n_stages; i++)
+        if (!strcmp(p->stages[i].name, name)) return &p->stages[i];
+    dfg_program_err(p, DFG_ERR_ARG, "%s: no stage named '%s'", what, name ? name : "(null)");
+    return NULL;
+}
+
+/* A scalar (one element) persistent STATE of dtype f32 or i32: what the runtime reads between runs. */
+static bool scalar_state(const dfg_program *p, const dfg_tensor *t) {
+    return t && t->id >= 0 && t->id < p->n_tensors && p->tensors[t->id] == t && t->kind == DFG_STATE &&
+           dfg_shape_numel(t->shape) == 1 && (t->dtype == DFG_F32 || t->dtype == DFG_I32);
+}
+
+/* The stage a run rule (`what`: stage_until, _when, _runs) goes on, once `t` (its `role`: flag,
+ * value, count) is checked; NULL with the program's error set. Until and runs repeat a graph. */
+static dfg_stage *rule_stage(dfg_program *p, const char *stage, const dfg_tensor *t, const char *what,
+                             const char *role, bool repeats) {
+    if (p->status || dfg_program_sealed(p, what)) return NULL;
+    dfg_stage *s = stage_named(p, stage, what);
+    if (!s) return NULL;
+    if (repeats && s->kind != DFG_STAGE_GRAPH) {
+        dfg_program_err(p, DFG_ERR_ARG, "%s '%s': a host stage runs once a step", what, stage);
+        return NULL;
+    }
+    if (!scalar_state(p, t)) {
+        dfg_program_err(p, DFG_ERR_ARG, "%s '%s': the %s must be a scalar f32 or i32 STATE of this program", what, stage,
+                        role);
+        return NULL;
+    }
+    return s;
+}
+
+dfg_status dfg_stage_until(dfg_program *p, const char *stage, dfg_tensor *flag) {
+    if (!p) return DFG_ERR_ARG;
+    dfg_stage *s = rule_stage(p, stage, flag, "stage_until", "flag", true);
+    if (s) s->until = flag;
+    return p->status;
+}
+
+dfg_status dfg_stage_when(dfg_program *p, const char *stage, dfg_tensor *value, double lo, double hi) {
+    if (!p) return DFG_ERR_ARG;
+    dfg_stage *s = rule_stage(p, stage, value, "stage_when", "value", false);
+    if (!s) return p->status;
+    if (!(lo < hi) || isnan(lo) || isnan(hi))
+        return dfg_program_err(p, DFG_ERR_ARG, "stage_when '%s': (%g, %g] is not a range", stage, lo, hi);
+    s->when = value, s->when_lo = lo, s->when_hi = hi;
+    return DFG_OK;
+}
+
+dfg_status dfg_stage_runs(dfg_program *p, const char *stage, dfg_tensor *count) {
+    if (!p) return DFG_ERR_ARG;
+    dfg_stage *s = rule_stage(p, stage, count, "stage_runs", "count", true);
+    if (s) s->runs = count;
+    return p->status;
 }
 
 dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last) {

@@ -119,6 +119,9 @@ DFG_API dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng
  * caller restores the rng state between sub-batches); NULL = 0, exactly dfg_sample. */
 DFG_API dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0,
                                     float temperature, int top_k);
+/* Advances rng's counter by n in place, as n dfg_sample calls would: a decode loop that ends
+ * early leaves the stream where the whole loop would have. */
+DFG_API dfg_tensor *dfg_rng_advance(dfg_graph *g, dfg_tensor *rng, int64_t n);
 
 /* ---------------------------------------------------------------- writes to persistent tensors */
 /* dst = src; a float src of another float dtype is converted (round to nearest even) */

@@ -86,6 +86,16 @@ dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) 
     return DFG_OK;
 }
 
+/* rng (4) -> rng with its counter advanced by n, in place: the draws of n sample calls skipped */
+dfg_status dfg_infer_rng_advance(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
+    const dfg_tensor *rng = n->in[0];
+    if (rng->dtype != DFG_I32 || !dfg_shape_equal(rng->shape, DFG_SHAPE(4)))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rng must be an i32 STATE of shape (4)");
+    if (n->attr->rng_advance.n < 0) return dfg_node_fail(g, n, DFG_ERR_ARG, "cannot advance by %lld", (long long)n->attr->rng_advance.n);
+    out[0] = (dfg_out_spec){DFG_I32, rng->shape, 0, true};
+    return DFG_OK;
+}
+
 dfg_cost dfg_cost_sample(const dfg_node *n) { return dfg_cost_io(n, 10.0 * (double)dfg_shape_numel(n->in[0]->shape)); }
 
 dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids) {
@@ -106,6 +116,11 @@ dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, d
 
 dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k) {
     return dfg_sample_rows(g, logits, rng, NULL, temperature, top_k);
+}
+
+dfg_tensor *dfg_rng_advance(dfg_graph *g, dfg_tensor *rng, int64_t n) {
+    dfg_attrs a = {.rng_advance = {n}};
+    return dfg_op_out(g, DFG_OP_RNG_ADVANCE, &rng, 1, &a);
 }
 
 static dfg_tensor *scatter(dfg_graph *g, dfg_op op, dfg_tensor *dy, dfg_tensor *idx, int64_t vocab) {

@@ -31,6 +31,20 @@ static dfg_status verify_stages(dfg_program *p) {
                                          p->stages[s].graph->name, r, s);
         }
     }
+    for (int s = 0; s < p->n_stages; s++) { /* a variable number of runs: each run is the same graph */
+        const dfg_stage *st = &p->stages[s];
+        const char *how = st->until ? "ends early (stage_until)" : "runs a count of times (stage_runs)";
+        for (int i = 0; (st->until || st->runs) && i < st->graph->n_nodes; i++) {
+            const dfg_node *n = st->graph->nodes[i];
+            if (dfg_node_is_late_allreduce(n))
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: stage '%s' %s, but node '%s' runs on its last repeat "
+                                       "only, which it may never reach", st->name, how, n->name);
+            /* the ranks' counts may differ; rank only reads this process's index, it waits for no one */
+            if (dfg_op_flag(n->op, DFG_OPF_COLLECTIVE) && n->op != DFG_OP_RANK)
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: stage '%s' %s, but node '%s' (%s) is a collective, which "
+                                       "every rank must run equally often", st->name, how, n->name, dfg_op_name(n->op));
+        }
+    }
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
         if (!t->scope_first) continue;
@@ -38,6 +52,15 @@ static dfg_status verify_stages(dfg_program *p) {
         if (a < 0 || b < 0 || a > b)
             return dfg_program_err(p, DFG_ERR_ARG, "verify: the scope of '%s' (%s .. %s) does not name two stages in order",
                                      t->name, t->scope_first, t->scope_last);
+    }
+    for (int s = 0; s < p->n_stages; s++) { /* what decides a stage's runs is read when the stage runs */
+        const dfg_stage *st = &p->stages[s];
+        const dfg_tensor *by[3] = {st->until, st->when, st->runs};
+        for (int k = 0; k < 3; k++)
+            if (by[k] && by[k]->scope_first &&
+                (s < stage_by_name(p, by[k]->scope_first) || s > stage_by_name(p, by[k]->scope_last)))
+                return dfg_program_err(p, DFG_ERR_ARG, "verify: stage '%s' runs by '%s', which lives only in stages %s .. %s",
+                                       st->name, by[k]->name, by[k]->scope_first, by[k]->scope_last);
     }
     return DFG_OK;
 }

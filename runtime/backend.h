@@ -26,7 +26,8 @@ typedef struct {
     void *(*alloc_host)(void *state, size_t bytes);
     void (*free_host)(void *state, void *ptr);
     /* Stage graphs (NULL on backends without them): the nodes exec'ed between capture_begin and
-     * capture_end become stage `stage`'s graph (nothing runs); replay runs it. */
+     * capture_end become graph `stage` (nothing runs); replay runs it. Slots 0 .. 2 n_stages - 1:
+     * a stage's graph, and the last chunk of a stage that ends early (runtime/step.c). */
     dfg_status (*capture_begin)(void *state, int stage, char *err, size_t len);
     dfg_status (*capture_end)(void *state, int stage, char *err, size_t len);
     dfg_status (*replay)(void *state, int stage, char *err, size_t len);

@@ -132,6 +132,12 @@ DFG_API dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emula
  * (a host stage such as the reward failed first), so the trained state is the last good step's
  * apart from counters the step advanced (RNG and data positions, which the caller may restore). */
 DFG_API bool dfg_runtime_params_intact(const dfg_runtime *rt);
+/* The plan's stages (i in 0 .. count-1) and how many times stage i ran in the last step: 0 when
+ * it did not (its step range, or a dfg_stage_when condition left it out), its repeat, or fewer
+ * for a stage that ended early (dfg_stage_until; with graph replay, whole chunks of runs). */
+DFG_API int dfg_runtime_stage_count(const dfg_runtime *rt);
+DFG_API const char *dfg_runtime_stage_name(const dfg_runtime *rt, int i);
+DFG_API int dfg_runtime_stage_runs(const dfg_runtime *rt, int i);
 /* Milliseconds the last step spent in stage `name` (host stages included); -1 when it did not run. */
 DFG_API double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name);
 /* Bytes of the arena the runtime allocated (one allocation for every tensor). */

@@ -75,10 +75,10 @@ static dfg_status scan_program(dfg_runtime *rt) {
         if (p->tensors[i]->role == DFG_ROLE_METRIC && p->tensors[i]->kind == DFG_STATE)
             rt->metrics[rt->n_metrics++] = p->tensors[i];
     rt->metric_stage = malloc(sizeof(int) * (size_t)(rt->n_metrics ? rt->n_metrics : 1));
-    rt->stage_ran = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(bool));
+    rt->stage_runs = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(int));
     rt->stage_updates = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(bool));
     rt->stage_ms = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(double));
-    if (!rt->metric_stage || !rt->stage_ran || !rt->stage_updates || !rt->stage_ms)
+    if (!rt->metric_stage || !rt->stage_runs || !rt->stage_updates || !rt->stage_ms)
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
     for (int m = 0; m < rt->n_metrics; m++) rt->metric_stage[m] = metric_writer(p, rt->metrics[m]);
     for (int s = 0; s < p->n_stages; s++) rt->stage_updates[s] = stage_updates(&p->stages[s]);
@@ -207,7 +207,8 @@ dfg_status dfg_runtime_create(dfg_program *p, const dfg_run_options *opt, dfg_ru
     if (rt->opt.n_threads <= 0) rt->opt.n_threads = omp_get_max_threads(); /* what "all cores" means here */
     st = rt->be->create(p, &rt->opt, &rt->be_state, rt->error, sizeof(rt->error));
     if (st) return rt->status = st;
-    rt->captured = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*rt->captured));
+    /* a graph per stage, and a second for a stage that ends early (its last, shorter chunk) */
+    rt->captured = calloc((size_t)(p->n_stages ? 2 * p->n_stages : 1), sizeof(*rt->captured));
     if (!rt->captured) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory");
     if ((st = scan_program(rt)) || (st = resolve_host_stages(rt)) || (st = start_host_state(rt, p)) ||
         (st = dfg_rt_staging_create(rt)))
@@ -234,142 +235,10 @@ void dfg_runtime_free(dfg_runtime *rt) {
     free(rt->skip);
     free(rt->metrics);
     free(rt->metric_stage);
-    free(rt->stage_ran);
+    free(rt->stage_runs);
     free(rt->stage_updates);
     free(rt->stage_ms);
     free(rt);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A device call the host waits on: its time counts as device time, not host time. */
-static dfg_status waited(dfg_runtime *rt, dfg_status (*fn)(void *, char *, size_t), char *why, size_t len) {
-    double t0 = now_s();
-    dfg_status st = fn(rt->be_state, why, len);
-    rt->wait_s += now_s() - t0;
-    return st;
-}
-
-/* Check mode around one plan step: the sticky error is set by check.c. */
-#define CHECKED(call)                                   \
-    do {                                                \
-        if (rt->check) {                                \
-            dfg_status check_st_ = (call);              \
-            if (check_st_) return check_st_;            \
-        }                                               \
-    } while (0)
-
-/* Every node of stage si, `repeat` times, through the backend (or, while a stage is captured,
- * into its graph). */
-static dfg_status exec_stage(dfg_runtime *rt, int si) {
-    const dfg_stage *s = &rt->p->stages[si];
-    const dfg_graph *g = s->graph;
-    char why[768];
-    for (int r = 0; r < s->repeat; r++) {
-        if (!g->n_nodes) { /* an empty graph still has its plan step: lifetimes begin and end there */
-            CHECKED(dfg_check_before(rt, si, r, 0));
-            CHECKED(dfg_check_after(rt, si, r, 0));
-        }
-        for (int i = 0; i < g->n_nodes; i++) {
-            const dfg_node *n = g->nodes[i];
-            if (!dfg_node_runs_on(n, r, s->repeat)) continue; /* a gradient bucket before the last micro-batch */
-            CHECKED(dfg_check_before(rt, si, r, i));
-            for (int j = 0; j < n->n_in; j++) rt->in_ptrs[j] = dfg_rt_ptr(rt, n->in[j]);
-            for (int k = 0; k < n->n_out; k++) rt->out_ptrs[k] = dfg_rt_ptr(rt, n->out[k]);
-            why[0] = '\0';
-            dfg_status st = rt->be->exec(rt->be_state, n, rt->in_ptrs, rt->out_ptrs, why, sizeof(why));
-            if (st)
-                return dfg_rt_fail(rt, st, true, "step %lld, stage '%s' (run %d of %d): %s", (long long)rt->step + 1, s->name,
-                                   r + 1, s->repeat, why[0] ? why : dfg_status_name(st));
-            CHECKED(dfg_check_after(rt, si, r, i));
-        }
-    }
-    return DFG_OK;
-}
-
-/* On a backend with graphs the stage is captured once (every repeat unrolled: decode's steps are
- * one graph) and replayed; check mode and opt.eager run node by node. Kernels' bad-value flags
- * are read after the stage. */
-static dfg_status run_graph(dfg_runtime *rt, int si) {
-    const char *name = rt->p->stages[si].name;
-    char why[768] = "";
-    dfg_status st = DFG_OK;
-    if (rt->be->capture_begin && !rt->check && !rt->opt.eager) {
-        if (!rt->captured[si]) {
-            st = rt->be->capture_begin(rt->be_state, si, why, sizeof(why));
-            if (!st) st = exec_stage(rt, si);
-            dfg_status end = rt->be->capture_end(rt->be_state, si, why + strlen(why), sizeof(why) - strlen(why));
-            if (st) return st;
-            if (end)
-                return dfg_rt_fail(rt, end, true, "step %lld, stage '%s': capturing it as a graph failed: %s",
-                                   (long long)rt->step + 1, name, why);
-            rt->captured[si] = true;
-        }
-        st = rt->be->replay(rt->be_state, si, why, sizeof(why));
-    } else {
-        st = exec_stage(rt, si);
-        if (st) return st;
-    }
-    if (!st && rt->be->check_flags) st = waited(rt, rt->be->check_flags, why, sizeof(why));
-    if (st) return dfg_rt_fail(rt, st, true, "step %lld, stage '%s': %s", (long long)rt->step + 1, name, why);
-    return DFG_OK;
-}
-
-static dfg_status run_host(dfg_runtime *rt, int si) {
-    dfg_host_ctx ctx = {rt, si};
-    CHECKED(dfg_check_before(rt, si, 0, 0));
-    rt->error[0] = '\0';
-    if (!rt->be->host_memory) { /* the host reads what the device wrote */
-        double t0 = now_s();
-        dfg_status sy = rt->be->sync(rt->be_state);
-        rt->wait_s += now_s() - t0;
-        if (sy) return dfg_rt_fail(rt, sy, true, "step %lld, before host stage '%s': the device failed (%s)",
-                                   (long long)rt->step + 1, rt->p->stages[si].name, dfg_status_name(sy));
-    }
-    rt->in_host_stage = true;
-    dfg_status st = rt->host[si](&ctx);
-    rt->in_host_stage = false;
-    dfg_status flushed = rt->be->host_memory ? DFG_OK : dfg_rt_staging_flush(rt);
-    if (!st) st = flushed;
-    if (st && !rt->error[0]) dfg_rt_fail(rt, st, true, "step %lld, host stage '%s' failed: %s", (long long)rt->step + 1,
-                                         rt->p->stages[si].name, dfg_status_name(st));
-    if (st) rt->status = st;
-    if (!st) CHECKED(dfg_check_after(rt, si, 0, 0));
-    return st;
-}
-
-dfg_status dfg_runtime_step(dfg_runtime *rt) {
-    if (!rt) return DFG_ERR_ARG;
-    if (rt->status) return rt->status;
-    CHECKED(dfg_check_step_begin(rt));
-    rt->step_t0 = now_s();
-    rt->wait_s = 0;
-    rt->updated = false;
-    for (int s = 0; s < rt->p->n_stages; s++) rt->stage_ran[s] = false, rt->stage_ms[s] = -1.0;
-    for (int s = 0; s < rt->p->n_stages; s++) {
-        const dfg_stage *stage = &rt->p->stages[s];
-        if (rt->skip[s] || rt->step < stage->first_step || (stage->last_step >= 0 && rt->step > stage->last_step))
-            continue;
-        double t0 = now_s();
-        rt->updated = rt->updated || rt->stage_updates[s]; /* set before: a failure inside may have written */
-        dfg_status st = stage->kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
-        rt->stage_ms[s] = 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
-        if (st) return st;
-        rt->stage_ran[s] = true;
-    }
-    double t_sync = now_s();
-    dfg_status st = rt->be->sync(rt->be_state);
-    rt->wait_s += now_s() - t_sync;
-    if (st) return dfg_rt_fail(rt, st, true, "step %lld: device synchronisation failed", (long long)rt->step + 1);
-    rt->last_step_ms = 1e3 * (now_s() - rt->step_t0);
-    rt->last_wait_ms = 1e3 * rt->wait_s;
-    CHECKED(dfg_check_step_end(rt));
-    rt->step++;
-    return DFG_OK;
 }
 
 /* ---------------------------------------------------------------- tensor access */
@@ -441,7 +310,7 @@ const char *dfg_runtime_metric_name(const dfg_runtime *rt, int i) {
 
 bool dfg_runtime_metric_updated(const dfg_runtime *rt, int i) {
     if (!rt || i < 0 || i >= rt->n_metrics || rt->step == 0) return false;
-    return rt->metric_stage[i] < 0 || rt->stage_ran[rt->metric_stage[i]];
+    return rt->metric_stage[i] < 0 || rt->stage_runs[rt->metric_stage[i]] > 0;
 }
 
 bool dfg_runtime_metric_nullable(const dfg_runtime *rt, int i) {
@@ -466,6 +335,16 @@ void *dfg_host_service(dfg_host_ctx *ctx, const char *name) {
     return NULL;
 }
 bool dfg_runtime_params_intact(const dfg_runtime *rt) { return rt && !rt->updated; }
+int dfg_runtime_stage_count(const dfg_runtime *rt) { return rt ? rt->p->n_stages : 0; }
+
+const char *dfg_runtime_stage_name(const dfg_runtime *rt, int i) {
+    return rt && i >= 0 && i < rt->p->n_stages ? rt->p->stages[i].name : NULL;
+}
+
+int dfg_runtime_stage_runs(const dfg_runtime *rt, int i) {
+    return rt && i >= 0 && i < rt->p->n_stages ? rt->stage_runs[i] : 0;
+}
+
 double dfg_runtime_stage_ms(const dfg_runtime *rt, const char *name) {
     for (int s = 0; rt && name && s < rt->p->n_stages; s++)
         if (!strcmp(rt->p->stages[s].name, name)) return rt->stage_ms[s];

@@ -28,14 +28,14 @@ struct dfg_runtime {
     bool *skip;                 /* [stage] switched off with dfg_runtime_skip_stage */
     const dfg_tensor **metrics;
     int *metric_stage;          /* [metric] the stage that writes it; -1: none found */
-    bool *stage_ran;            /* [stage] ran during the last step */
+    int *stage_runs;            /* [stage] its runs in the last step (0: it did not run; host stages 1) */
     bool *stage_updates;        /* [stage] writes a PARAM or an optimizer state */
     double *stage_ms;           /* [stage] its time in the last step */
     bool updated;               /* this step ran a stage_updates stage */
     int n_metrics;
     int64_t step;
     dfg_check *check; /* DFG_CHECK=1 or opt.check; NULL otherwise */
-    bool *captured;   /* [stage] its graph exists (backends with graphs) */
+    bool *captured;   /* [2 x stage] its graphs exist (backends with graphs; step.c's slots) */
     double wait_s;    /* this step: seconds blocked on the device (synchronisation, flag reads) */
     double last_wait_ms, last_step_ms, step_t0;
     /* host stages on a device backend see tensors through pinned staging (staging.c) */

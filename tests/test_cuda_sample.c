@@ -10,7 +10,8 @@
  * memory; random, and near INT32_MAX so row0 + r passes 2^31). Beyond the harness: logits
  * starting one element past an aligned address (the scalar loads), a NaN row sets the device
  * flag, and the emulated kernel on rows [row0, row0 + n) of a batch with row0 draws the CPU's
- * whole-batch tokens for those rows. */
+ * whole-batch tokens for those rows. rng_advance (a decode loop's skipped draws) moves the
+ * counter as the CPU: by 0, 1, a few, past the low word's carry and by more than 2^32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,6 @@
 #include "cuda_harness.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cuda/cuda.h"
-#include "runtime/cuda/emu/simt/dfg_simt_ctl.h"
 
 typedef enum { LOGITS_UNIFORM, LOGITS_TIES, LOGITS_MASKED, LOGITS_WIDE } logits_kind;
 
@@ -87,13 +87,9 @@ static void check_sample(const sample_case *k, int repeats) {
  * CPU on the same values; a NaN at (nan_row, 3) when nan_row >= 0: the flag must be set and the
  * other rows' tokens still the CPU's. */
 static void check_direct(sample_case k, int shift, int64_t nan_row) {
-    dfg_program *p = dfg_program_new("direct");
-    dfg_node *n = build_sample(dfg_graph_new(p, "g"), DFG_F32, &k);
-    CHECK(n != NULL, "direct sample node: %s", dfg_program_error(p));
-    if (!n) {
-        dfg_program_free(p);
-        return;
-    }
+    dfg_program *p;
+    dfg_node *n = cuda_node_alone(build_sample, &k, DFG_F32, "direct sample", &p);
+    if (!n) return;
     int64_t cnt = k.rows * k.v;
     float *src = malloc(sizeof(float) * (size_t)cnt), *blk = malloc(sizeof(float) * (size_t)(cnt + shift + 4));
     float *x = blk + shift;
@@ -103,23 +99,13 @@ static void check_direct(sample_case k, int shift, int64_t nan_row) {
     memcpy(x, src, sizeof(float) * (size_t)cnt);
     int32_t *tok_cpu = malloc(sizeof(int32_t) * (size_t)k.rows), *tok_gpu = malloc(sizeof(int32_t) * (size_t)k.rows);
     /* the CPU, row by row where a NaN would stop it: rows alone then give its tokens */
-    char err[1024] = "";
-    dfg_cpu_ctx cctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    cctx.scratch_per_thread = dfg_cpu_scratch_bytes(n);
-    cctx.scratch = malloc(cctx.scratch_per_thread);
     memcpy(rng_cpu, rng, sizeof(rng));
-    dfg_status st = dfg_cpu_kernels[DFG_OP_SAMPLE](n, (void *[]){src, rng_cpu}, (void *[]){tok_cpu, rng_cpu}, &cctx);
-    CHECK(st == DFG_OK, "CPU sample: %s", err);
-    free(cctx.scratch);
+    cuda_run_cpu("CPU sample", n, (void *[]){src, rng_cpu}, (void *[]){tok_cpu, rng_cpu});
     if (nan_row >= 0) x[nan_row * k.v + 3] = NAN;
-    int flags = 0;
-    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
     memcpy(rng_gpu, rng, sizeof(rng));
     dfg_test_poison(tok_gpu, sizeof(int32_t) * (size_t)k.rows);
-    dfg_simt_set_seed(5);
-    st = dfg_emu_kernels[DFG_OP_SAMPLE](n, (void *[]){x, rng_gpu}, (void *[]){tok_gpu, rng_gpu}, &ctx);
-    dfg_simt_set_seed(0);
-    CHECK(st == DFG_OK, "emulated sample: %s", err);
+    const int flags =
+        cuda_run_emulated("emulated sample", n, (void *[]){x, rng_gpu}, (void *[]){tok_gpu, rng_gpu}, 132, 5);
     int differ = 0;
     for (int64_t r = 0; r < k.rows; r++) differ += r != nan_row && tok_cpu[r] != tok_gpu[r];
     CHECK(differ == 0, "sample V %lld shifted %d: %d of %lld rows drew another token than the CPU", (long long)k.v, shift,
@@ -150,20 +136,13 @@ static void check_rows(sample_case k, int64_t row0, int64_t n) {
     fill_sample(0, whole->in[0], x, cnt, &k);
     fill_sample(1, whole->in[1], rng, 4, &k);
     int32_t *tok_cpu = malloc(sizeof(int32_t) * (size_t)k.rows), *tok_gpu = malloc(sizeof(int32_t) * (size_t)n);
-    char err[1024] = "";
-    dfg_cpu_ctx cctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
-    cctx.scratch_per_thread = dfg_cpu_scratch_bytes(whole);
-    cctx.scratch = malloc(cctx.scratch_per_thread);
     memcpy(rng_cpu, rng, sizeof(rng));
-    dfg_status st = dfg_cpu_kernels[DFG_OP_SAMPLE](whole, (void *[]){x, rng_cpu}, (void *[]){tok_cpu, rng_cpu}, &cctx);
-    CHECK(st == DFG_OK, "CPU sample: %s", err);
-    free(cctx.scratch);
-    int flags = 0;
-    dfg_cuda_ctx ctx = {.flags = &flags, .gemm = dfg_cuda_gemm_interpret, .sm_count = 132, .err = err, .err_len = sizeof(err)};
+    cuda_run_cpu("CPU sample", whole, (void *[]){x, rng_cpu}, (void *[]){tok_cpu, rng_cpu});
     memcpy(rng_gpu, rng, sizeof(rng));
     dfg_test_poison(tok_gpu, sizeof(int32_t) * (size_t)n);
-    st = dfg_emu_kernels[DFG_OP_SAMPLE](part, (void *[]){x + row0 * k.v, rng_gpu, &r0}, (void *[]){tok_gpu, rng_gpu}, &ctx);
-    CHECK(st == DFG_OK && flags == 0, "emulated sample: %s (flags %d)", err, flags);
+    const int flags = cuda_run_emulated("emulated sample", part, (void *[]){x + row0 * k.v, rng_gpu, &r0},
+                                        (void *[]){tok_gpu, rng_gpu}, 132, 0);
+    CHECK(flags == 0, "emulated sample: flags %d", flags);
     int differ = 0;
     for (int64_t r = 0; r < n; r++) differ += tok_gpu[r] != tok_cpu[row0 + r];
     CHECK(differ == 0, "sample rows [%lld, %lld) of %lld, V %lld: %d rows drew another token than the whole batch's",
@@ -173,12 +152,35 @@ static void check_rows(sample_case k, int64_t row0, int64_t n) {
     dfg_program_free(p), dfg_program_free(q);
 }
 
-int main(void) {
-    dfg_test_init("test_cuda_sample");
-    if (!cuda_emulator_built()) {
-        cuda_report("test_cuda_sample");
-        return DFG_TEST_SKIP;
+/* ---------------------------------------------------------------- rng_advance */
+static dfg_node *build_advance(dfg_graph *g, dfg_dtype dt, void *user) {
+    (void)dt;
+    dfg_tensor *rng = dfg_state(g->program, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
+    dfg_tensor *out = dfg_rng_advance(g, rng, *(const int64_t *)user);
+    return dfg_graph_status(g) ? NULL : out->producer;
+}
+
+/* a random key and counter, the low word sometimes about to carry */
+static void fill_advance(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
+    (void)slot, (void)t, (void)n, (void)user;
+    int32_t *s = data;
+    for (int i = 0; i < 4; i++) s[i] = (int32_t)(uint32_t)dfg_test_u64();
+    if (dfg_test_int(0, 1)) s[2] = -1 - dfg_test_int(0, 3);
+}
+
+static void check_advance(void) {
+    static const int64_t by[] = {0, 1, 7, 256, 4294967295LL, 4294967296LL + 5};
+    for (size_t i = 0; i < sizeof(by) / sizeof(by[0]); i++) {
+        char label[64];
+        snprintf(label, sizeof(label), "rng_advance by %lld", (long long)by[i]);
+        cuda_case c = {.label = label, .build = build_advance, .user = (void *)&by[i], .fill = fill_advance, .seeds = 1};
+        cuda_check(&c);
     }
+}
+
+int main(void) {
+    if (!cuda_test_begin("test_cuda_sample")) return DFG_TEST_SKIP;
+    check_advance();
     const sample_case cases[] = {
         /* greedy */
         {16, 50, 0.0f, 0, LOGITS_UNIFORM, false, false},   {16, 33, -1.0f, 5, LOGITS_TIES, false, false},
@@ -209,6 +211,5 @@ int main(void) {
     check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false}, 13, 9);
     check_rows((sample_case){40, 260, 0.8f, 7, LOGITS_UNIFORM, false, false}, 32, 8);
     check_rows((sample_case){24, 4096, 1.3f, 0, LOGITS_MASKED, false, false}, 5, 19);
-    cuda_report("test_cuda_sample");
-    return dfg_test_finish();
+    return cuda_test_end();
 }

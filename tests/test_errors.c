@@ -3,6 +3,7 @@
  * and the user's debug names; later builder calls return a poison tensor and add nothing; the
  * program and the runtime report the first error. Runs under ASan+UBSan in CI, so every case
  * here is also a memory-safety check of the failure path. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -565,8 +566,49 @@ static void test_runtime_errors(void) {
     dfg_program_free(p);
 }
 
+/* ---------------------------------------------------------------- run rules of stages */
+/* stage_until, stage_when, stage_runs: a wrong tensor or stage is one named error, nothing set */
+static void test_stage_rules(void) {
+    struct {
+        int rule; /* 0 until, 1 when, 2 runs */
+        const char *stage, *tensor;
+        double lo, hi;
+        const char *want;
+    } cases[] = {
+        {0, "host", "flag", 0, 0, "stage_until 'host': a host stage runs once a step"},
+        {2, "host", "flag", 0, 0, "stage_runs 'host': a host stage runs once a step"},
+        {0, "loop", "wide", 0, 0, "stage_until 'loop': the flag must be a scalar f32 or i32 STATE"},
+        {2, "loop", "weight", 0, 0, "stage_runs 'loop': the count must be a scalar f32 or i32 STATE"},
+        {1, "loop", "half", 0, 0, "stage_when 'loop': the value must be a scalar f32 or i32 STATE"},
+        {1, "loop", "flag", 2, 1, "stage_when 'loop': (2, 1] is not a range"},
+        {1, "loop", "flag", NAN, 1, "is not a range"},
+        {0, "nowhere", "flag", 0, 0, "nowhere"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dfg_program *p = dfg_program_new("rules");
+        dfg_state(p, "flag", DFG_F32, DFG_SHAPE(1), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+        dfg_state(p, "wide", DFG_I32, DFG_SHAPE(2), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+        dfg_state(p, "half", DFG_BF16, DFG_SHAPE(1), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+        dfg_param(p, "weight", DFG_F32, DFG_SHAPE(1), dfg_init_normal(0, 1));
+        dfg_tensor *flag = dfg_find(p, "flag");
+        dfg_graph *g = dfg_graph_new(p, "loop");
+        dfg_assign(g, flag, dfg_scale(g, flag, 2.0f));
+        dfg_stage_host(p, "host", "some_symbol");
+        dfg_stage_graph(p, g, 4);
+        dfg_tensor *t = dfg_find(p, cases[i].tensor);
+        dfg_status st = cases[i].rule == 0   ? dfg_stage_until(p, cases[i].stage, t)
+                        : cases[i].rule == 1 ? dfg_stage_when(p, cases[i].stage, t, cases[i].lo, cases[i].hi)
+                                             : dfg_stage_runs(p, cases[i].stage, t);
+        CHECK(st == DFG_ERR_ARG && contains(dfg_program_error(p), cases[i].want), "case %zu: %s, '%s'", i,
+              dfg_status_name(st), dfg_program_error(p));
+        CHECK(!p->stages[1].until && !p->stages[1].when && !p->stages[1].runs, "case %zu: a refused rule was set", i);
+        dfg_program_free(p);
+    }
+}
+
 int main(void) {
     dfg_test_init("test_errors");
+    test_stage_rules();
     test_shape_message();
     test_more_mismatches();
     test_null();

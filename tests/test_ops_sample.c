@@ -4,7 +4,8 @@
  * them as often as their renormalised probability says, the empirical distribution of 20000
  * draws matches softmax(logits / T), NaN logits fail with DFG_ERR_NUMERIC, and a sub-batch of
  * rows [row0, row0 + n) sampled with dfg_sample_rows draws exactly the whole batch's tokens for
- * those rows (from the same RNG state). */
+ * those rows (from the same RNG state). dfg_rng_advance(n) leaves the stream where n calls
+ * would: the next call draws what the (n+1)-th would (64-bit carry too). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,6 +343,55 @@ static void test_sub_batch(void) {
     dfg_fx_end(&f);
 }
 
+/* ---------------------------------------------------------------- rng_advance */
+static void test_rng_advance(void) {
+    enum { R = 16, V = 40, SKIP = 5 };
+    float *x = malloc(sizeof(float) * R * V);
+    dfg_test_fill_normal(x, R * V, 0.5f);
+    dfg_fx f;
+    dfg_fx_begin(&f, "rng_advance");
+    dfg_tensor *lg = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x);
+    dfg_tensor *a = rng_state(&f, "a"), *b = rng_state(&f, "b");
+    for (int i = 0; i < SKIP; i++) dfg_sample(f.g, lg, a, 1.0f, 0); /* SKIP draws made and dropped */
+    dfg_output(f.g, dfg_sample(f.g, lg, a, 1.0f, 0), "drawn");
+    dfg_rng_advance(f.g, b, SKIP);                                  /* ... or skipped */
+    dfg_output(f.g, dfg_sample(f.g, lg, b, 1.0f, 0), "skipped");
+    if (dfg_fx_create(&f, 1)) {
+        int32_t key[4], start[4];
+        dfg_fx_read(&f, "a", key, sizeof(key));
+        for (int trial = 0; trial < 2; trial++) { /* from a random counter, then one that carries */
+            start[0] = key[0], start[1] = key[1];
+            start[2] = trial ? -3 : dfg_test_int(0, 1 << 30), start[3] = trial ? 41 : dfg_test_int(0, 9);
+            dfg_fx_write(&f, "a", start, sizeof(start));
+            dfg_fx_write(&f, "b", start, sizeof(start));
+            int32_t drawn[R], skipped[R], sa[4], sb[4];
+            dfg_test_poison(drawn, sizeof(drawn));
+            dfg_test_poison(skipped, sizeof(skipped));
+            if (!dfg_fx_step(&f)) break;
+            dfg_fx_read(&f, "drawn", drawn, sizeof(drawn));
+            dfg_fx_read(&f, "skipped", skipped, sizeof(skipped));
+            dfg_fx_read(&f, "a", sa, sizeof(sa));
+            dfg_fx_read(&f, "b", sb, sizeof(sb));
+            CHECK(memcmp(drawn, skipped, sizeof(drawn)) == 0, "trial %d: the draw after advancing by %d differs from the "
+                  "draw after %d calls", trial, SKIP, SKIP);
+            CHECK(memcmp(sa, sb, sizeof(sa)) == 0, "trial %d: rng after advance + call (%d %d) != after %d calls (%d %d)",
+                  trial, sb[3], sb[2], SKIP + 1, sa[3], sa[2]);
+            uint64_t c0 = (uint64_t)(uint32_t)start[2] | (uint64_t)(uint32_t)start[3] << 32;
+            uint64_t c1 = (uint64_t)(uint32_t)sb[2] | (uint64_t)(uint32_t)sb[3] << 32;
+            CHECK(c1 == c0 + SKIP + 1 && sb[0] == key[0] && sb[1] == key[1], "trial %d: counter %llu -> %llu", trial,
+                  (unsigned long long)c0, (unsigned long long)c1);
+        }
+    }
+    dfg_fx_end(&f);
+    /* a state of another shape is refused, naming the op */
+    dfg_fx_begin(&f, "rng_advance_bad");
+    dfg_rng_advance(f.g, dfg_state(f.p, "r3", DFG_I32, DFG_SHAPE(3), DFG_ROLE_RNG, dfg_init_zeros()), 1);
+    CHECK(dfg_graph_status(f.g) == DFG_ERR_SHAPE && strstr(dfg_graph_error(f.g), "rng_advance"), "bad rng: %s",
+          dfg_graph_error(f.g));
+    dfg_fx_end(&f);
+    free(x);
+}
+
 int main(void) {
     dfg_test_init("test_ops_sample");
     test_greedy();
@@ -350,5 +400,6 @@ int main(void) {
     test_distribution();
     test_nan();
     test_sub_batch();
+    test_rng_advance();
     return dfg_test_finish();
 }

@@ -24,36 +24,15 @@
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- the GPT-2 pipeline module */
-static void *open_pipeline(void) {
-    char exe[PATH_MAX], path[PATH_MAX + 64];
-    const char *env = getenv("DFG_GPT2_PIPELINE");
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (env) snprintf(path, sizeof(path), "%s", env);
-    else if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(path, sizeof(path), "%s/gpt2_train_pipeline.so", exe);
-    } else snprintf(path, sizeof(path), "gpt2_train_pipeline.so");
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    CHECK(lib, "cannot load %s (build the target gpt2_train_pipeline): %s", path, dlerror());
-    return lib;
-}
-
 /* A small GPT-2 training program (1 layer, short rows) with some settings overridden. */
 static dfg_program *gpt2_program(void *lib) {
-    dfg_pipeline_fn fn;
-    *(void **)&fn = dlsym(lib, "dfg_pipeline");
-    dfg_program *p = dfg_program_new("gpt2_train");
-    dfg_program_set(p, "target", "cpu");
-    dfg_program_set(p, "n_layer", "1");
-    dfg_program_set(p, "seq", "16");
-    dfg_program_set(p, "batch", "4");
-    dfg_status st = fn ? fn(p) : DFG_ERR_ARG;
+    static const char *const settings[] = {"n_layer", "1", "seq", "16", "batch", "4", NULL};
+    dfg_status st;
+    dfg_program *p = dfg_test_gpt2_program(lib, settings, &st);
     /* the host writes the mask in stage 'data' and 'train' reads it: a scope that changes nothing
      * in the run but must survive the file */
     if (!st) st = dfg_set_scope(p, dfg_find(p, "mask"), "data", "train");
-    CHECK(fn && st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
+    CHECK(st == DFG_OK && !dfg_program_status(p), "pipeline: %s", dfg_program_error(p));
     return p;
 }
 
@@ -165,6 +144,8 @@ static void check_programs_equal(const dfg_program *a, const dfg_program *b, con
                     sa->first_step == sb->first_step && sa->last_step == sb->last_step;
         if (sa->kind == DFG_STAGE_GRAPH) same = same && sa->graph->id == sb->graph->id;
         else same = same && !strcmp(sa->symbol, sb->symbol);
+        same = same && id_of(sa->until) == id_of(sb->until) && id_of(sa->when) == id_of(sb->when) &&
+               id_of(sa->runs) == id_of(sb->runs) && sa->when_lo == sb->when_lo && sa->when_hi == sb->when_hi;
         CHECK(same, "%s: stage %d '%s' differs", what, s, sa->name);
     }
 }
@@ -192,49 +173,102 @@ static tags tags_of(const dfg_program *p) {
     return t;
 }
 
-static void test_tiny_round_trip(void) {
-    dfg_program *p = tiny_program();
+/* p saved with tiny_info() and loaded back as "<what>.dfg": the load must equal p and save again to
+ * the same bytes (n); check(p, q, back, n) adds the test's own facts. Frees p. */
+typedef void (*loaded_fn)(const dfg_program *p, dfg_program *q, const dfg_plan_info *back, size_t n);
+static void round_trip(dfg_program *p, const char *what, loaded_fn check) {
     dfg_plan_info info = tiny_info(), back;
     size_t n, n2;
     unsigned char *b = serialize(p, &info, &n);
     dfg_program *q = NULL;
-    char err[512];
-    dfg_status st = dfg_plan_parse(b, n, "tiny.dfg", &q, &back, err, sizeof(err));
-    CHECK(st == DFG_OK, "tiny: %s", err);
+    char err[512], file[64];
+    snprintf(file, sizeof(file), "%s.dfg", what);
+    dfg_status st = dfg_plan_parse(b, n, file, &q, &back, err, sizeof(err));
+    CHECK(st == DFG_OK, "%s: %s", what, err);
     if (q) {
-        check_programs_equal(p, q, "tiny");
-        tags tp = tags_of(p), tq = tags_of(q);
-        CHECK(tp.grads == 1 && tp.scoped == 1 && tp.backward > 2 && tp.grad_wrt > 2 && tp.grad_of > 2 && tp.init_from == 1,
-              "tiny: built with %d grads, %d scopes, %d backward nodes, %d/%d gradient links, %d copies", tp.grads,
-              tp.scoped, tp.backward, tp.grad_wrt, tp.grad_of, tp.init_from);
-        CHECK(!memcmp(&tq, &tp, sizeof(tp)), "tiny: tags lost");
-        CHECK(back.target == DFG_TARGET_CPU && !strcmp(back.source, "tiny.c") &&
-                  !strcmp(back.dfg_version, DFG_VERSION_STRING),
-              "tiny: info fields");
-        dfg_options o = dfg_plan_options(&back);
-        CHECK(back.align == 128 && !back.no_reuse && back.keep_order && o.align == 128 && o.keep_order && !o.no_reuse &&
-                  o.target == DFG_TARGET_CPU && back.no_fuse && o.no_fuse && back.memory_budget == (int64_t)3 << 32 &&
-                  o.memory_budget == back.memory_budget && back.memory_min && o.memory_min,
-              "tiny: compile options (align %zu, no_reuse %d, keep_order %d, no_fuse %d, memory budget %lld, memory_min %d)",
-              back.align, back.no_reuse, back.keep_order, back.no_fuse, (long long)back.memory_budget, back.memory_min);
-        CHECK(back.host_lib_size == sizeof(fake_lib) && !memcmp(back.host_lib, fake_lib, sizeof(fake_lib)), "tiny: host lib");
+        check_programs_equal(p, q, what);
+        check(p, q, &back, n);
         unsigned char *b2 = serialize(q, &info, &n2);
-        CHECK(n2 == n && !memcmp(b, b2, n), "tiny: saving the loaded program gives other bytes");
+        CHECK(n2 == n && !memcmp(b, b2, n), "%s: saving the loaded program gives other bytes", what);
         free(b2);
-        dfg_plan_info neg = info;
-        neg.memory_budget = -1;
-        void *b3 = NULL;
-        size_t n3 = 0;
-        st = dfg_plan_serialize(q, &neg, &b3, &n3, err, sizeof(err));
-        CHECK(st == DFG_ERR_ARG && strstr(err, "memory budget -1 is negative") && !b3, "tiny: a negative budget: %d '%s'",
-              st, err);
-        free(b3);
     }
     dfg_program_free(q);
     dfg_plan_info_free(&back);
     free(b);
     dfg_program_free(p);
 }
+
+static void tiny_loaded(const dfg_program *p, dfg_program *q, const dfg_plan_info *back, size_t n) {
+    (void)n;
+    tags tp = tags_of(p), tq = tags_of(q);
+    CHECK(tp.grads == 1 && tp.scoped == 1 && tp.backward > 2 && tp.grad_wrt > 2 && tp.grad_of > 2 && tp.init_from == 1,
+          "tiny: built with %d grads, %d scopes, %d backward nodes, %d/%d gradient links, %d copies", tp.grads,
+          tp.scoped, tp.backward, tp.grad_wrt, tp.grad_of, tp.init_from);
+    CHECK(!memcmp(&tq, &tp, sizeof(tp)), "tiny: tags lost");
+    CHECK(back->target == DFG_TARGET_CPU && !strcmp(back->source, "tiny.c") &&
+              !strcmp(back->dfg_version, DFG_VERSION_STRING),
+          "tiny: info fields");
+    dfg_options o = dfg_plan_options(back);
+    CHECK(back->align == 128 && !back->no_reuse && back->keep_order && o.align == 128 && o.keep_order && !o.no_reuse &&
+              o.target == DFG_TARGET_CPU && back->no_fuse && o.no_fuse && back->memory_budget == (int64_t)3 << 32 &&
+              o.memory_budget == back->memory_budget && back->memory_min && o.memory_min,
+          "tiny: compile options (align %zu, no_reuse %d, keep_order %d, no_fuse %d, memory budget %lld, "
+          "memory_min %d)",
+          back->align, back->no_reuse, back->keep_order, back->no_fuse, (long long)back->memory_budget,
+          back->memory_min);
+    CHECK(back->host_lib_size == sizeof(fake_lib) && !memcmp(back->host_lib, fake_lib, sizeof(fake_lib)),
+          "tiny: host lib");
+    dfg_plan_info neg = tiny_info();
+    neg.memory_budget = -1;
+    void *b3 = NULL;
+    size_t n3 = 0;
+    char err[512];
+    dfg_status st = dfg_plan_serialize(q, &neg, &b3, &n3, err, sizeof(err));
+    CHECK(st == DFG_ERR_ARG && strstr(err, "memory budget -1 is negative") && !b3, "tiny: a negative budget: %d '%s'",
+          st, err);
+    free(b3);
+}
+
+static void test_tiny_round_trip(void) { round_trip(tiny_program(), "tiny", tiny_loaded); }
+
+/* Stages whose run count is decided at run time: a loop that ends on a flag, copies of a stage
+ * for widths (the one whose range holds a value runs), and a loop that runs a counted number of
+ * times. The references and the range's bounds must survive the round trip. */
+static dfg_program *staged_program(void) {
+    dfg_program *p = dfg_program_new("staged");
+    dfg_tensor *len = dfg_state(p, "len", DFG_F32, DFG_SHAPE(1), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+    dfg_tensor *count = dfg_state(p, "count", DFG_I32, DFG_SHAPE(1), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+    dfg_tensor *done = dfg_state(p, "done", DFG_F32, DFG_SHAPE(1), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+    dfg_tensor *acc = dfg_state(p, "acc", DFG_F32, DFG_SHAPE(4), DFG_ROLE_ROLLOUT, dfg_init_zeros());
+    dfg_graph *loop = dfg_graph_new(p, "loop");
+    dfg_assign(loop, acc, dfg_scale(loop, acc, 0.5f));
+    dfg_assign(loop, done, dfg_scale(loop, done, 2.0f));
+    dfg_graph *narrow = dfg_graph_new(p, "narrow");
+    dfg_assign(narrow, acc, dfg_scale(narrow, acc, 3.0f));
+    dfg_graph *chunks = dfg_graph_new(p, "chunks");
+    dfg_assign(chunks, acc, dfg_scale(chunks, acc, 1.5f));
+    dfg_stage_host(p, "lengths", "staged_lengths");
+    dfg_stage_graph(p, loop, 8);
+    dfg_stage_graph(p, narrow, 1);
+    dfg_stage_graph(p, chunks, 4);
+    dfg_stage_until(p, "loop", done);
+    dfg_stage_when(p, "narrow", len, -0.25, 16.5); /* bounds that are not integers */
+    dfg_stage_runs(p, "chunks", count);
+    CHECK(!dfg_program_status(p), "staged program: %s", dfg_program_error(p));
+    return p;
+}
+
+static void staged_loaded(const dfg_program *p, dfg_program *q, const dfg_plan_info *back, size_t n) {
+    (void)back, (void)n;
+    CHECK(q->n_stages == 4 && q->stages[1].until && !strcmp(q->stages[1].until->name, "done") && q->stages[2].when &&
+              !strcmp(q->stages[2].when->name, "len") && q->stages[2].when_lo == -0.25 &&
+              q->stages[2].when_hi == 16.5 && q->stages[3].runs && !strcmp(q->stages[3].runs->name, "count") &&
+              !q->stages[1].when && !q->stages[1].runs && !q->stages[3].until,
+          "staged: run rules lost (%d stages)", q->n_stages);
+    CHECK(p->stages[1].until && p->stages[2].when && p->stages[3].runs, "staged: built without its run rules");
+}
+
+static void test_staged_round_trip(void) { round_trip(staged_program(), "staged", staged_loaded); }
 
 /* The attention ops with and without their optional start (left padding), forward and backward:
  * a node's input count is the builder's (-1 in ops.def), so the file must carry it. */
@@ -258,48 +292,33 @@ static dfg_program *padded_program(void) {
     return p;
 }
 
-static void test_padded_round_trip(void) {
-    dfg_program *p = padded_program();
-    dfg_plan_info info = tiny_info(), back;
-    size_t n, n2;
-    unsigned char *b = serialize(p, &info, &n);
-    dfg_program *q = NULL;
-    char err[512];
-    dfg_status st = dfg_plan_parse(b, n, "padded.dfg", &q, &back, err, sizeof(err));
-    CHECK(st == DFG_OK, "padded: %s", err);
-    if (q) {
-        check_programs_equal(p, q, "padded");
-        int with[DFG_OP_COUNT] = {0};
-        const dfg_graph *g = q->graphs[0];
-        for (int i = 0; i < g->n_nodes; i++) {
-            const dfg_node *nd = g->nodes[i];
-            int plain = -1; /* the op's inputs without a start */
-            switch (nd->op) {
-            case DFG_OP_ATTENTION: plain = 1; break;
-            case DFG_OP_ATTENTION_PREFIX: plain = 2; break;
-            case DFG_OP_ATTENTION_BWD:
-            case DFG_OP_ATTENTION_CACHED: plain = 4; break;
-            case DFG_OP_ATTENTION_PREFIX_BWD: plain = 5; break;
-            default: break;
-            }
-            if (plain >= 0 && nd->n_in == plain + 1 && nd->in[plain]->dtype == DFG_I32) with[nd->op]++;
+static void padded_loaded(const dfg_program *p, dfg_program *q, const dfg_plan_info *back, size_t n) {
+    (void)p, (void)back;
+    int with[DFG_OP_COUNT] = {0};
+    const dfg_graph *g = q->graphs[0];
+    for (int i = 0; i < g->n_nodes; i++) {
+        const dfg_node *nd = g->nodes[i];
+        int plain = -1; /* the op's inputs without a start */
+        switch (nd->op) {
+        case DFG_OP_ATTENTION: plain = 1; break;
+        case DFG_OP_ATTENTION_PREFIX: plain = 2; break;
+        case DFG_OP_ATTENTION_BWD:
+        case DFG_OP_ATTENTION_CACHED: plain = 4; break;
+        case DFG_OP_ATTENTION_PREFIX_BWD: plain = 5; break;
+        default: break;
         }
-        CHECK(with[DFG_OP_ATTENTION] == 1 && with[DFG_OP_ATTENTION_BWD] == 1 && with[DFG_OP_ATTENTION_PREFIX] == 1 &&
-                  with[DFG_OP_ATTENTION_PREFIX_BWD] == 1 && with[DFG_OP_ATTENTION_CACHED] == 1,
-              "padded: the loaded program's attention nodes with a start: %d %d %d %d %d", with[DFG_OP_ATTENTION],
-              with[DFG_OP_ATTENTION_BWD], with[DFG_OP_ATTENTION_PREFIX], with[DFG_OP_ATTENTION_PREFIX_BWD],
-              with[DFG_OP_ATTENTION_CACHED]);
-        unsigned char *b2 = serialize(q, &info, &n2);
-        CHECK(n2 == n && !memcmp(b, b2, n), "padded: saving the loaded program gives other bytes");
-        free(b2);
-        printf("padded: attention, attention_bwd, attention_prefix(_bwd), attention_cached with a start saved and "
-               "loaded (%zu bytes, identical when saved again)\n", n);
+        if (plain >= 0 && nd->n_in == plain + 1 && nd->in[plain]->dtype == DFG_I32) with[nd->op]++;
     }
-    dfg_program_free(q);
-    dfg_plan_info_free(&back);
-    free(b);
-    dfg_program_free(p);
+    CHECK(with[DFG_OP_ATTENTION] == 1 && with[DFG_OP_ATTENTION_BWD] == 1 && with[DFG_OP_ATTENTION_PREFIX] == 1 &&
+              with[DFG_OP_ATTENTION_PREFIX_BWD] == 1 && with[DFG_OP_ATTENTION_CACHED] == 1,
+          "padded: the loaded program's attention nodes with a start: %d %d %d %d %d", with[DFG_OP_ATTENTION],
+          with[DFG_OP_ATTENTION_BWD], with[DFG_OP_ATTENTION_PREFIX], with[DFG_OP_ATTENTION_PREFIX_BWD],
+          with[DFG_OP_ATTENTION_CACHED]);
+    printf("padded: attention, attention_bwd, attention_prefix(_bwd), attention_cached with a start saved and "
+           "loaded (%zu bytes, identical when saved again)\n", n);
 }
+
+static void test_padded_round_trip(void) { round_trip(padded_program(), "padded", padded_loaded); }
 
 /* Runs p for `steps` steps; returns every metric of every step and, at the end, the bytes of
  * every persistent tensor, concatenated. */
@@ -450,29 +469,31 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
         expect_refused(b, n, want, label);
     }
     memcpy(b, plan, n);
-    b[8] = 9; /* format version */
-    expect_refused(b, n, "format version 9 is newer than this dfg (8)", "future version");
+    b[8] = 10; /* format version */
+    expect_refused(b, n, "format version 10 is newer than this dfg (9)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (8)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (9)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (8) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (9) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     b[8] = 3; /* the format before stage step ranges */
-    expect_refused(b, n, "format version 3 is older than this dfg's (8) and lacks stage step ranges", "version 3");
+    expect_refused(b, n, "format version 3 is older than this dfg's (9) and lacks stage step ranges", "version 3");
     b[8] = 4; /* the format before the plan section */
-    expect_refused(b, n, "format version 4 is older than this dfg's (8) and lacks the schedule and memory plan",
+    expect_refused(b, n, "format version 4 is older than this dfg's (9) and lacks the schedule and memory plan",
                    "version 4");
     b[8] = 5; /* the format before attributes were stored field by field */
-    expect_refused(b, n, "format version 5 is older than this dfg's (8) and lacks op attributes stored field by field",
+    expect_refused(b, n, "format version 5 is older than this dfg's (9) and lacks op attributes stored field by field",
                    "version 5");
     b[8] = 6; /* the format before the entropy and quantile ops */
-    expect_refused(b, n, "format version 6 is older than this dfg's (8) and lacks the entropy and quantile ops",
+    expect_refused(b, n, "format version 6 is older than this dfg's (9) and lacks the entropy and quantile ops",
                    "version 6");
     b[8] = 7; /* the format before nullable metrics and rollouts-only plans */
-    expect_refused(b, n, "format version 7 is older than this dfg's (8) and lacks metrics that may have no value",
+    expect_refused(b, n, "format version 7 is older than this dfg's (9) and lacks metrics that may have no value",
                    "version 7");
+    b[8] = 8; /* the format before stages that end early or run on a condition */
+    expect_refused(b, n, "format version 8 is older than this dfg's (9) and lacks stages that end early", "version 8");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");
@@ -741,6 +762,7 @@ static void test_plan_section(const unsigned char *plan, size_t n) {
 int main(void) {
     dfg_test_init("test_planfile");
     test_tiny_round_trip();
+    test_staged_round_trip();
     test_padded_round_trip();
     test_semantic_damage();
     dfg_program *tiny = tiny_program();
@@ -755,7 +777,7 @@ int main(void) {
     free(tiny_plan);
     dfg_program_free(tiny);
 
-    void *lib = open_pipeline();
+    void *lib = dfg_test_gpt2_pipeline();
     if (!lib) return dfg_test_finish();
     unsigned char *plan = NULL;
     size_t plan_len = 0;

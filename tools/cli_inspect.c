@@ -43,13 +43,16 @@ static void usage(FILE *f) {
                "           {name, bytes} (null when none), max_bytes (most at any step), max_step,\n"
                "           max_stage (null when never live), why (one sentence)}},\n"
                "           largest_temp {name, dtype, shape [dims], bytes} (null when none),\n"
-               "           flops (one step, without recompute), fused {logprob, linear_logprob,\n"
-               "           bias_gelu: rewrites by the fuse pass}, remat {recomputed_nodes (copies\n"
+               "           flops (one step, every stage at all its runs, without recompute),\n"
+               "           fused {logprob, linear_logprob, bias_gelu: rewrites by the fuse pass},\n"
+               "           remat {recomputed_nodes (copies\n"
                "           added to recompute activations in the backward), extra_flops (their\n"
                "           flops, not in flops)}, n_nodes (after dce; recomputed copies included),\n"
                "           n_nodes_removed (by dce), n_inplace (outputs placed in an input's bytes),\n"
                "           placement (ordering),\n"
-               "           stages [{name, kind (\"graph\"|\"host\"), graph, function, nodes, repeat,\n"
+               "           stages [{name, kind (\"graph\"|\"host\"), graph, function, nodes, repeat, runs\n"
+               "           (\"fixed\", or \"until\" a flag, a \"count\", \"when\" a condition: see dfg_stage_runs),\n"
+               "           runs_by (the tensor that decides, when not fixed),\n"
                "           flops (without recompute), bytes_moved (read + written by its kernels, all\n"
                "           runs), peak_live_bytes (most live at one of its steps), first_step,\n"
                "           last_step}]\n");
@@ -204,6 +207,17 @@ static cJSON *json_data_parallel(const inspection *in) {
     return o;
 }
 
+/* A graph stage's runs per step: N, or 1-N (until), 0-N (a count), 0|N (a condition). */
+static const char *runs_str(const dfg_stage *st, char *buf, size_t len) {
+    snprintf(buf, len, st->until ? "1-%d" : st->runs ? "0-%d" : st->when ? "0|%d" : "%d", st->repeat);
+    return buf;
+}
+
+/* How many times the stage runs: "fixed", or what decides (dfg_stage_until / _runs / _when). */
+static const char *runs_rule(const dfg_stage *st) {
+    return st->until ? "until" : st->runs ? "count" : st->when ? "when" : "fixed";
+}
+
 /* ---------------------------------------------------------------- the table */
 static void print_totals(const inspection *in) {
     const dfg_report *r = in->r;
@@ -262,7 +276,11 @@ static void print_work(const inspection *in) {
                dfg_shape_str(r->largest_temp->shape, shape, sizeof(shape)),
                dfg_bytes_str((double)r->largest_temp_bytes, a, sizeof(a)));
     else printf("largest temp  (none)\n");
-    printf("flops         %.4g GFLOP per step%s\n", r->flops * 1e-9, r->recomputed_nodes ? ", without recompute" : "");
+    bool by_data = false; /* stages whose runs the step's data decides: the sum is an upper bound */
+    for (int s = 0; s < in->p->n_stages; s++)
+        by_data = by_data || in->p->stages[s].until || in->p->stages[s].when || in->p->stages[s].runs;
+    printf("flops         %.4g GFLOP per step%s%s\n", r->flops * 1e-9, r->recomputed_nodes ? ", without recompute" : "",
+           by_data ? ", every stage at all its runs (an upper bound: the data decides some stages' runs)" : "");
     char line[256];
     printf("fused         %s\n", in->info->no_fuse ? "none (compiled with --no-fuse)" : cli_fused_str(r, line, sizeof(line)));
     printf("recomputed    %s\n", cli_remat_str(r, in->info->memory_min ? 1 : in->info->memory_budget, line, sizeof(line)));
@@ -278,10 +296,11 @@ static void print_stages(const inspection *in) {
     const dfg_program *p = in->p;
     printf("stages        %-3s %-16s %-6s %7s %6s %12s %10s %10s  %s\n", "#", "name", "kind", "nodes", "runs", "GFLOP",
            "moved", "peak live", "steps");
+    int rules = 0;
     for (int s = 0; s < p->n_stages; s++) {
         const dfg_stage *st = &p->stages[s];
         int a = in->plan->stage_step[s], b = in->plan->stage_step[s + 1] - 1;
-        char steps[48], moved[32], live[32];
+        char steps[48], moved[32], live[32], runs[24];
         if (a == b) snprintf(steps, sizeof(steps), "%d", a);
         else snprintf(steps, sizeof(steps), "%d-%d", a, b);
         dfg_bytes_str(in->stage[s].peak_live_bytes, live, sizeof(live));
@@ -289,10 +308,14 @@ static void print_stages(const inspection *in) {
             printf("              %-3d %-16s %-6s %7s %6d %12s %10s %10s  %s (function %s)\n", s + 1, st->name, "host",
                    "-", 1, "-", "-", live, steps, st->symbol);
         else
-            printf("              %-3d %-16s %-6s %7d %6d %12.4g %10s %10s  %s\n", s + 1, st->name, "graph",
-                   st->graph->n_nodes, st->repeat, stage_flops(st) * 1e-9,
+            printf("              %-3d %-16s %-6s %7d %6s %12.4g %10s %10s  %s\n", s + 1, st->name, "graph",
+                   st->graph->n_nodes, runs_str(st, runs, sizeof(runs)), stage_flops(st) * 1e-9,
                    dfg_bytes_str(in->stage[s].bytes_moved, moved, sizeof(moved)), live, steps);
+        rules += st->until || st->when || st->runs;
     }
+    if (rules) /* what the planned memory covers: the largest of them, whichever runs */
+        printf("              runs: 1-N ends once its flag is set, 0-N as many as a count says, 0|N on a "
+               "condition (length buckets: each copy is planned; GFLOP and moved are for N runs)\n");
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -312,6 +335,9 @@ static cJSON *json_stages(const inspection *in) {
         else cJSON_AddStringToObject(o, "function", st->symbol);
         cJSON_AddNumberToObject(o, "nodes", graph ? st->graph->n_nodes : 0);
         cJSON_AddNumberToObject(o, "repeat", st->repeat);
+        cJSON_AddStringToObject(o, "runs", runs_rule(st));
+        const dfg_tensor *by = st->until ? st->until : st->runs ? st->runs : st->when;
+        if (by) cJSON_AddStringToObject(o, "runs_by", by->name);
         cJSON_AddNumberToObject(o, "flops", stage_flops(st));
         cJSON_AddNumberToObject(o, "bytes_moved", in->stage[s].bytes_moved);
         cJSON_AddNumberToObject(o, "peak_live_bytes", (double)in->stage[s].peak_live_bytes);

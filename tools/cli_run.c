@@ -259,6 +259,16 @@ static int write_jsonl(run_state *s, int64_t step, double ms, double tokens) {
         ok = ok && add_number(o, "reward_ms", dfg_runtime_stage_ms(s->rt, "reward"), "%.3f");
     ok = ok && add_number(o, "tokens_per_s", tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : NAN, "%.1f");
     ok = ok && add_number(o, "arena_bytes", (double)dfg_runtime_arena_bytes(s->rt), "%.0f");
+    /* which stages ran, how often (a length bucket's stage, how far decode went) and for how
+     * long (on a device: the host's time to launch them, device time only where it waited) */
+    cJSON *runs = ok ? cJSON_AddObjectToObject(o, "stage_runs") : NULL, *times = NULL;
+    ok = ok && runs && (times = cJSON_AddObjectToObject(o, "stage_ms"));
+    for (int i = 0; ok && i < dfg_runtime_stage_count(s->rt); i++) {
+        const char *name = dfg_runtime_stage_name(s->rt, i);
+        if (dfg_runtime_stage_runs(s->rt, i) <= 0) continue;
+        ok = cJSON_AddNumberToObject(runs, name, dfg_runtime_stage_runs(s->rt, i)) != NULL &&
+             add_number(times, name, dfg_runtime_stage_ms(s->rt, name), "%.3f");
+    }
     char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!line) return cli_error(CMD, CLI_FAILED, "%s: out of memory", s->a->metrics);

@@ -78,6 +78,52 @@ void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *trun
  * A function with no value on any row has none (NaN, as TRL logs it): nullable metrics
  * (dfg_metric_nullable), so such a step goes on. */
 void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const char (*names)[68]);
+/* The sampler's log-probs against the training forward's, TRL's sampling/ metrics:
+ * sampling_logp_difference/mean and /max (|logp - sampling_logp| over the scored tokens) and
+ * importance_sampling_ratio/min, /mean and /max (exp(logp - sampling_logp)). dfg samples and
+ * trains with one engine, so the loss is not corrected by the ratio; the metrics show how far
+ * the decode kernels' reduction order moves it from 1. The state (dfg_grpo_sampling_state):
+ * `sampled` is 1 once a step's rollout starts (_start, in prefill) and 0 after the metrics (a
+ * --rollouts step has no sampler: its metrics are none); _compare adds a micro-batch's logp,
+ * sampling, mask (n, W) to the sums and extremes; _metrics logs them over every rank's scored
+ * tokens (0 with no scored token, as TRL). */
+typedef struct {
+    dfg_tensor *sampled; /* () */
+    dfg_tensor *sum;     /* (3) |difference|, ratio, scored tokens: summed */
+    dfg_tensor *max;     /* (2) the same: largest */
+    dfg_tensor *min;     /* (1) the least ratio */
+} dfg_grpo_sampling;
+dfg_status dfg_grpo_sampling_state(dfg_program *p, dfg_grpo_sampling *s);
+void dfg_grpo_sampling_start(dfg_graph *g, const dfg_grpo_sampling *s);
+void dfg_grpo_sampling_compare(dfg_graph *g, const dfg_grpo_sampling *s, dfg_tensor *logp, dfg_tensor *sampling,
+                               dfg_tensor *mask);
+void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world);
+
+/* Length-sorted chunks (grpo_chunks.c, length_chunks): the batch's `groups` groups of G rows in
+ * `chunks` chunks of groups / chunks groups, processed narrowest first. _state makes the order
+ * (chunks.order: the groups in processing order) and each width's chunk count (chunks.runs[w],
+ * for dfg_stage_runs); _plan computes them from each row's width (N) (the last column its mask
+ * counts), sorting the groups by width (regroup; else each chunk keeps its groups and the chunks
+ * are sorted); _rows gathers chunk `chunk`'s rows (i32 scalar: its place in the order) of x (N,
+ * ...), columns col0 .. col0 + cols - 1 of axis 1 when cols > 0; _write puts src (rows of a
+ * chunk, ...) back into dst (N, ...) at its groups' rows. */
+#define DFG_GRPO_MAX_CHUNK_GROUPS 256
+#define DFG_GRPO_MAX_WIDTHS 8 /* length_buckets */
+typedef struct {
+    int64_t groups, G, chunks;
+    bool regroup;
+    int n_widths;
+    const int64_t *widths;  /* narrowest first */
+    dfg_tensor *order;      /* (groups) i32 */
+    dfg_tensor *runs[DFG_GRPO_MAX_WIDTHS]; /* () per width */
+    dfg_tensor *before, *index; /* constants of the sort */
+} dfg_grpo_chunks;
+dfg_status dfg_grpo_chunk_state(dfg_program *p, dfg_grpo_chunks *ck);
+void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *row_width);
+dfg_tensor *dfg_grpo_chunk_rows(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *x, dfg_tensor *chunk, int64_t col0,
+                                int64_t cols);
+void dfg_grpo_chunk_write(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *dst, dfg_tensor *src, dfg_tensor *chunk);
+
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank
  * stacked in rank order (x itself for world 1), and x reduced over the ranks (x itself for world

@@ -98,7 +98,7 @@ dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_
             int32_t *t = (int32_t *)tok.data + r * T;
             for (int64_t i = 0; i < Lp - len; i++) t[i] = o->pad_id;
             memcpy(t + Lp - len, ids, sizeof(int32_t) * (size_t)len);
-            memset(t + Lp, 0, sizeof(int32_t) * (size_t)(T - Lp));
+            for (int64_t i = Lp; i < T; i++) t[i] = o->pad_id; /* as a finished row's tokens */
             ((int32_t *)start.data)[r] = (int32_t)(Lp - len);
         }
     }

@@ -4,6 +4,8 @@
 #include "dfg_grpo_data.h"
 #include "dfg_nn.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 
 /* ---------------------------------------------------------------- metrics */
@@ -50,6 +52,66 @@ void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const ch
             dfg_metric_nullable(g, name, dfg_reshape(g, dfg_slice(g, k ? std : mean, 0, f, 1), DFG_SCALAR));
         }
     }
+}
+
+/* ---------------------------------------------------------------- sampling against training */
+dfg_status dfg_grpo_sampling_state(dfg_program *p, dfg_grpo_sampling *s) {
+    s->sampled = dfg_state(p, "gen.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    s->sum = dfg_state(p, "train.sampling_sum", DFG_F32, DFG_SHAPE(3), DFG_ROLE_NONE, dfg_init_zeros());
+    s->max = dfg_state(p, "train.sampling_max", DFG_F32, DFG_SHAPE(2), DFG_ROLE_NONE, dfg_init_zeros());
+    s->min = dfg_state(p, "train.sampling_min", DFG_F32, DFG_SHAPE(1), DFG_ROLE_NONE, dfg_init_zeros());
+    return dfg_program_status(p);
+}
+
+void dfg_grpo_sampling_start(dfg_graph *g, const dfg_grpo_sampling *s) {
+    dfg_assign_fill(g, s->sampled, 1.0f);
+    dfg_assign_fill(g, s->sum, 0.0f);
+    dfg_assign_fill(g, s->max, 0.0f);
+    dfg_assign_fill(g, s->min, FLT_MAX); /* any ratio is less */
+}
+
+/* the largest element of x, as (1) */
+static dfg_tensor *largest(dfg_graph *g, dfg_tensor *x) {
+    dfg_tensor *flat = dfg_reshape(g, x, DFG_SHAPE(-1));
+    return dfg_reshape(g, max_of(g, flat), DFG_SHAPE(1));
+}
+
+static dfg_tensor *total(dfg_graph *g, dfg_tensor *x) {
+    return dfg_reshape(g, dfg_sum(g, dfg_reshape(g, x, DFG_SHAPE(-1)), 0), DFG_SHAPE(1));
+}
+
+void dfg_grpo_sampling_compare(dfg_graph *g, const dfg_grpo_sampling *s, dfg_tensor *logp, dfg_tensor *sampling,
+                               dfg_tensor *mask) {
+    dfg_tensor *diff = dfg_sub(g, logp, sampling);                                 /* (n, W) */
+    dfg_tensor *delta = dfg_mul(g, dfg_maximum(g, diff, dfg_neg(g, diff)), mask); /* |diff|, 0 off the mask */
+    dfg_tensor *ratio = dfg_exp(g, diff);
+    dfg_tensor *scored = dfg_mul(g, ratio, mask); /* > 0 on scored tokens, 0 elsewhere */
+    dfg_accumulate(g, s->sum, dfg_concat(g, (dfg_tensor *[]){total(g, delta), total(g, scored), total(g, mask)}, 3, 0));
+    dfg_tensor *most = dfg_concat(g, (dfg_tensor *[]){largest(g, delta), largest(g, scored)}, 2, 0);
+    dfg_assign(g, s->max, dfg_maximum(g, s->max, most));
+    dfg_tensor *off = dfg_where(g, mask, ratio, dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX)); /* unscored: never least */
+    dfg_assign(g, s->min, dfg_minimum(g, s->min, dfg_neg(g, largest(g, dfg_neg(g, off)))));
+}
+
+void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world) {
+    static const char *const names[5] = {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+                                         "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+                                         "sampling/importance_sampling_ratio/max"};
+    dfg_tensor *none = dfg_fill(g, DFG_F32, DFG_SCALAR, NAN), *zero = dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f);
+    dfg_tensor *sums = dfg_grpo_world_reduce(g, s->sum, DFG_COLL_SUM, world); /* (3) every rank's */
+    dfg_tensor *tokens = dfg_reshape(g, dfg_slice(g, sums, 0, 2, 1), DFG_SHAPE(1));
+    dfg_tensor *mean = dfg_div(g, dfg_slice(g, sums, 0, 0, 2), dfg_maximum(g, tokens, dfg_fill(g, DFG_F32, DFG_SHAPE(1), 1.0f)));
+    dfg_tensor *most = dfg_grpo_world_reduce(g, s->max, DFG_COLL_MAX, world);
+    dfg_tensor *mine = dfg_reshape(g, dfg_slice(g, s->sum, 0, 2, 1), DFG_SCALAR); /* this rank's scored tokens */
+    dfg_tensor *least = dfg_where(g, dfg_equal(g, mine, zero), dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX),
+                                  dfg_reshape(g, s->min, DFG_SCALAR)); /* a rank with none takes no part */
+    least = dfg_grpo_world_reduce(g, least, DFG_COLL_MIN, world);
+    least = dfg_where(g, dfg_equal(g, dfg_reshape(g, tokens, DFG_SCALAR), zero), zero, least); /* none anywhere: 0 */
+    dfg_tensor *v[5] = {dfg_slice(g, mean, 0, 0, 1), dfg_slice(g, most, 0, 0, 1), least, dfg_slice(g, mean, 0, 1, 1),
+                        dfg_slice(g, most, 0, 1, 1)};
+    for (int i = 0; i < 5; i++)
+        dfg_metric_nullable(g, names[i], dfg_where(g, s->sampled, dfg_reshape(g, v[i], DFG_SCALAR), none));
+    dfg_assign_fill(g, s->sampled, 0.0f);
 }
 
 /* ---------------------------------------------------------------- data parallel */

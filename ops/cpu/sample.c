@@ -182,3 +182,13 @@ dfg_status dfg_cpu_sample(const dfg_node *n, void *const *in, void *const *out, 
     rng_out[2] = (int32_t)(uint32_t)ctr, rng_out[3] = (int32_t)(uint32_t)(ctr >> 32);
     return DFG_OK;
 }
+
+dfg_status dfg_cpu_rng_advance(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
+    (void)ctx;
+    const int32_t *rng = in[0]; /* (4): key lo, key hi, counter lo, counter hi */
+    int32_t *rng_out = out[0];  /* (4), the same bytes */
+    uint64_t ctr = ((uint64_t)(uint32_t)rng[2] | ((uint64_t)(uint32_t)rng[3] << 32)) + (uint64_t)n->attr->rng_advance.n;
+    rng_out[0] = rng[0], rng_out[1] = rng[1];
+    rng_out[2] = (int32_t)(uint32_t)ctr, rng_out[3] = (int32_t)(uint32_t)(ctr >> 32);
+    return DFG_OK;
+}

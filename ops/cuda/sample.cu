@@ -62,49 +62,13 @@ static __device__ __forceinline__ double weight(float z, float thr, float m, dou
 }
 
 // ---------------------------------------------------------------- loads
-static __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
-static __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
-
-template <class T>
-struct vec16 {
-    static constexpr int n = 16 / sizeof(T);
-};
-static __device__ __forceinline__ void load16(const float *p, float *x) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
-static __device__ __forceinline__ void load16(const __nv_bfloat16 *p, float *x) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) x[2 * i] = bf16_lo(w[i]), x[2 * i + 1] = bf16_hi(w[i]);
-}
-
-// Every thread of the block visits its elements of row (v) in increasing j: a scalar head up to
-// the first 16-byte boundary, 16-byte vectors, a scalar tail. f(j, x), x = row[j] as float.
-template <class T, class F>
-static __device__ __forceinline__ void row_visit(const T *row, int64_t v, F f) {
-    constexpr int N = vec16<T>::n;
-    int64_t head = (int64_t)((16 - ((uintptr_t)row & 15)) & 15) / (int64_t)sizeof(T);
-    if (head > v) head = v;
-    const int64_t nv = (v - head) / N;
-    if (threadIdx.x < head) f((int64_t)threadIdx.x, dfg_ld(row, threadIdx.x));
-    for (int64_t q = threadIdx.x; q < nv; q += kThreads) {
-        float x[N];
-        load16(row + head + q * N, x);
-#pragma unroll
-        for (int i = 0; i < N; i++) f(head + q * N + i, x[i]);
-    }
-    for (int64_t j = head + nv * N + threadIdx.x; j < v; j += kThreads) f(j, dfg_ld(row, j));
-}
-
 // The 8 logits of a lane's slot (tokens j .. j+7) as floats; valid[i]: j + i < v. VEC: the row is
 // 16-byte aligned and v a multiple of the vector (the values are the same either way).
 template <class T, bool VEC>
 static __device__ __forceinline__ void lane_logits(const T *row, int64_t j, int64_t v, float *x) {
     if (VEC && j + kPerLane <= v) {
-        load16(row + j, x);
-        if (vec16<T>::n == 4) load16(row + j + 4, x + 4);
+        dfg_ld16(row + j, x);
+        if (dfg_vec16<T>::n == 4) dfg_ld16(row + j + 4, x + 4);
         return;
     }
 #pragma unroll
@@ -149,7 +113,7 @@ static __device__ __forceinline__ float kth_largest(const T *row, int64_t v, int
     for (int shift = 24; shift >= 0; shift -= 8) {
         hist[threadIdx.x] = 0; // 256 threads, 256 bins
         __syncthreads();
-        row_visit(row, v, [&](int64_t, float x) {
+        dfg_row_visit<T, kThreads, true>(row, v, (int)threadIdx.x, [&](int64_t, float x) {
             const unsigned key = order_key(x);
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         });
@@ -209,7 +173,7 @@ static __global__ void __launch_bounds__(kThreads)
     float bv = -INFINITY;
     int64_t bi = INT64_MAX;
     bool nan = false;
-    row_visit(row, v, [&](int64_t j, float x) {
+    dfg_row_visit<T, kThreads, true>(row, v, (int)threadIdx.x, [&](int64_t j, float x) {
         if (x != x) nan = true;
         else argmax_merge(bv, bi, x, j);
     });
@@ -303,11 +267,12 @@ static __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// rng_out = rng with the 64-bit counter + 1, after every row read rng (they may be one tensor)
+// rng_out = rng with the 64-bit counter + by, after every row read rng (they may be one tensor)
 static __global__ void __launch_bounds__(32) rng_advance_kernel(const int32_t *rng, // (4)
-                                                                int32_t *rng_out) { // (4)
+                                                                int32_t *rng_out,   // (4)
+                                                                uint64_t by) {
     if (threadIdx.x != 0) return;
-    const uint64_t ctr = ((uint64_t)(uint32_t)rng[2] | ((uint64_t)(uint32_t)rng[3] << 32)) + 1;
+    const uint64_t ctr = ((uint64_t)(uint32_t)rng[2] | ((uint64_t)(uint32_t)rng[3] << 32)) + by;
     rng_out[0] = rng[0], rng_out[1] = rng[1];
     rng_out[2] = (int32_t)(uint32_t)ctr, rng_out[3] = (int32_t)(uint32_t)(ctr >> 32);
 }
@@ -334,7 +299,7 @@ DFG_CUDA_LAUNCHER(sample) {
                              (long long)v);
     if (rows > 0) {
         DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
-            const bool vec = v % vec16<T>::n == 0 && (uintptr_t)in[0] % 16 == 0;
+            const bool vec = v % dfg_vec16<T>::n == 0 && (uintptr_t)in[0] % 16 == 0;
             if (vec) {
                 if (smem > 48u * 1024u) e = DFG_SET_MAX_DYNAMIC_SMEM((sample_kernel<T, true>), smem);
                 if (e == cudaSuccess)
@@ -352,6 +317,13 @@ DFG_CUDA_LAUNCHER(sample) {
         dfg_status st = dfg_cuda_launched(ctx, n, e, "sample_kernel");
         if (st) return st;
     }
-    e = DFG_LAUNCH(rng_advance_kernel, 1, 32, 0, stream, (const int32_t *)in[1], (int32_t *)out[1]);
+    e = DFG_LAUNCH(rng_advance_kernel, 1, 32, 0, stream, (const int32_t *)in[1], (int32_t *)out[1], (uint64_t)1);
+    return dfg_cuda_launched(ctx, n, e, "rng_advance_kernel");
+}
+
+// RNG_ADVANCE: the counter moves on by n draws, in place (a decode loop that ended early)
+DFG_CUDA_LAUNCHER(rng_advance) {
+    const cudaError_t e = DFG_LAUNCH(rng_advance_kernel, 1, 32, 0, (cudaStream_t)ctx->stream, (const int32_t *)in[0],
+                                     (int32_t *)out[0], (uint64_t)n->attr->rng_advance.n);
     return dfg_cuda_launched(ctx, n, e, "rng_advance_kernel");
 }

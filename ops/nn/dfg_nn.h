@@ -286,12 +286,19 @@ typedef struct {
     /* i32 scalar or NULL: added to row0 for the draws only (a data-parallel rank's first row in the
      * whole batch, so that its rows draw as they would in one process) */
     dfg_tensor *draw_row0;
+    int32_t pad;          /* the token a row gets after its EOS (transformers' pad_token_id there too) */
+    dfg_tensor *finished; /* f32 scalar or NULL: set to 1 once every row is done (a decode loop's end) */
+    /* (N, T) f32 or NULL: each written token's log-prob under logits / temperature over the whole
+     * vocabulary (what training computes; 0 where the row was done): the sampler's log-probs */
+    dfg_tensor *logp;
 } dfg_grpo_rollout;
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
- * temperature <= 0 is greedy), writes the token at position pos + 1 with its mask (1 - done),
- * marks sequences that produced any of the n_eos ids eos[] (1 .. DFG_GRPO_MAX_EOS; a model's
- * config may name several, e.g. Llama 3's) as done, and advances token and pos. Ids are compared
- * in f32: exact below 2^24. */
+ * temperature <= 0 is greedy), writes the token at position pos + 1 (pad in a row already done)
+ * with its mask (1 - done), marks sequences that produced any of the n_eos ids eos[] (1 ..
+ * DFG_GRPO_MAX_EOS; a model's config may name several, e.g. Llama 3's) as done, and advances
+ * token and pos. Ids are compared in f32: exact below 2^24. A step after every row is done
+ * writes pad and mask 0 only: a loop that stops there (dfg_stage_until on `finished`) leaves the
+ * tensors a full loop would, when the completion columns start as pad. */
 #define DFG_GRPO_MAX_EOS 8
 DFG_API dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
                                 int top_k, const int32_t *eos, int n_eos);

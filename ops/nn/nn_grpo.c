@@ -249,13 +249,23 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
     write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next);
+    if (r->logp) { /* the sampled token's log-prob at the temperature training applies */
+        dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
+        if (temperature > 0.0f && temperature != 1.0f) z = dfg_scale(g, z, 1.0f / temperature);
+        dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
+        write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next);
+    }
+    tok = dfg_where(g, dfg_reshape(g, r->done, DFG_SHAPE(N, 1)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->pad), tok);
     write_rows_at(g, r->tokens, tok, r->row0, next);
     dfg_tensor *is_eos = NULL; /* (N, 1) f32: 1 when tok is any of the EOS ids */
     for (int i = 0; i < n_eos; i++) {
         dfg_tensor *hit = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos[i]));
         is_eos = is_eos ? dfg_maximum(g, is_eos, hit) : hit;
     }
-    dfg_assign(g, r->done, dfg_maximum(g, r->done, dfg_reshape(g, is_eos, DFG_SHAPE(N))));
+    dfg_tensor *done = dfg_maximum(g, r->done, dfg_reshape(g, is_eos, DFG_SHAPE(N))); /* (N) */
+    dfg_assign(g, r->done, done);
+    if (r->finished) /* every row done: the sum of N ones, exact in f32 */
+        dfg_assign(g, r->finished, dfg_equal(g, dfg_sum(g, done, 0), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)N)));
     dfg_assign(g, r->token, tok);
     dfg_assign(g, r->pos, next);
     return dfg_graph_status(g);

@@ -25,8 +25,8 @@ typedef struct {
     dfg_device_workspace ws; /* the workspace after the arena: the largest node scratch, the GEMM's */
     size_t arena_bytes; /* of the last alloc: the workspace follows it */
     char *base;         /* the one device allocation */
-    int n_stages;
-    void **graphs;      /* [stage] its graph once captured */
+    int n_slots;
+    void **graphs;      /* [slot] its graph once captured: a stage's, or the last chunk of one that ends early */
     dfg_comm *comm;     /* a data-parallel run's device communicator (ctx.comm); NULL alone */
 } cuda_state;
 
@@ -77,8 +77,8 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg
     dfg_status s = check_kernels(d, p, &st->ws, err, len);
     int sm = 0;
     if (!s) s = d->open(&st->dev, &sm, st->desc, sizeof(st->desc), err, len);
-    st->n_stages = p->n_stages;
-    st->graphs = calloc((size_t)(p->n_stages ? p->n_stages : 1), sizeof(*st->graphs));
+    st->n_slots = 2 * p->n_stages; /* a graph per stage, and the last chunk of one that ends early */
+    st->graphs = calloc((size_t)(st->n_slots ? st->n_slots : 1), sizeof(*st->graphs));
     if (!s && !st->graphs) s = (snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM);
     if (s) {
         if (st->dev) d->close(st->dev);
@@ -109,7 +109,7 @@ static void destroy(void *state) {
     cuda_state *st = state;
     if (!st) return;
     if (st->comm) st->d->comm_close(st->comm);
-    for (int s = 0; s < st->n_stages; s++)
+    for (int s = 0; s < st->n_slots; s++)
         if (st->graphs[s]) st->d->graph_destroy(st->dev, st->graphs[s]);
     st->d->close(st->dev);
     free(st->graphs);
@@ -188,7 +188,7 @@ static void free_host(void *state, void *ptr) {
 
 static dfg_status capture_begin(void *state, int stage, char *err, size_t len) {
     cuda_state *st = state;
-    if (stage < 0 || stage >= st->n_stages || st->graphs[stage])
+    if (stage < 0 || stage >= st->n_slots || st->graphs[stage])
         return snprintf(err, len, "stage %d is captured already", stage), DFG_ERR_STATE;
     return st->d->capture_begin(st->dev, err, len);
 }
@@ -202,7 +202,7 @@ static dfg_status capture_end(void *state, int stage, char *err, size_t len) {
 
 static dfg_status replay(void *state, int stage, char *err, size_t len) {
     cuda_state *st = state;
-    if (stage < 0 || stage >= st->n_stages || !st->graphs[stage])
+    if (stage < 0 || stage >= st->n_slots || !st->graphs[stage])
         return snprintf(err, len, "stage %d has no graph", stage), DFG_ERR_STATE;
     return st->d->graph_launch(st->dev, st->graphs[stage], err, len);
 }

@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 8
+ * ---------------------------------------------------------------- format, version 9
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (8) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (9) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -41,7 +41,10 @@
  *               bytes, as info says)
  *   A ref is a tensor id + 1, 0 for none.
  *   5 stages    u32 n | n x (u8 kind (0 graph, 1 host) | str name | graph: u32 graph index,
- *               u32 repeat | host: str function symbol | i64 first step | i64 last step (-1: no end))
+ *               u32 repeat | host: str function symbol | i64 first step | i64 last step (-1: no end)
+ *               | u32 ref of the flag that ends its runs (dfg_stage_until; 0: none) | u32 ref of
+ *               the value it runs on (dfg_stage_when; 0: none) | f64 low end | f64 high end | u32
+ *               ref of its run count (dfg_stage_runs; 0: none))
  *   6 hostlib   the pipeline's shared object, byte for byte
  *   7 plan      what dfg compile planned: the schedule and the memory plan of the COMPILED
  *               program (compiling adds tensors for fused and recomputed nodes, so its tensor ids
@@ -62,7 +65,9 @@
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
  * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
  * step ranges; version 4 lacked the plan section; version 5 stored attributes raw; version 6
- * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans. Their files are refused with a request to
+ * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans; version 8
+ * lacked stages that end early, run on a condition or a count of times (dfg_stage_until,
+ * dfg_stage_when, dfg_stage_runs). Their files are refused with a request to
  * re-run dfg compile rather than read: a lost scope or budget would silently give a different
  * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
  * from its pipeline in seconds.
@@ -95,7 +100,7 @@
 #include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 8u
+#define DFG_PLAN_VERSION 9u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

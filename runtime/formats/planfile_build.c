@@ -293,6 +293,17 @@ static void build_tensors_and_nodes(builder *b) {
     link_tensors(b);
 }
 
+/* A declaration's tensor ref: a tensor of the rebuilt program, or NULL (with the reader's error
+ * set) for a ref out of range; 0 is no tensor. */
+static dfg_tensor *decl_tensor(builder *b, uint32_t ref, const char *what) {
+    if (ref == 0) return NULL;
+    if (ref > (uint32_t)b->p->n_tensors) {
+        dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: %s names tensor %u of %d", what, ref - 1, b->p->n_tensors);
+        return NULL;
+    }
+    return b->p->tensors[ref - 1];
+}
+
 static void build_stages(builder *b) {
     dfg_plan_reader *r = b->r;
     for (uint32_t i = 0; i < r->n_stages && !r->status; i++) {
@@ -308,19 +319,12 @@ static void build_stages(builder *b) {
             dfg_stage_graph(b->p, b->graphs[s->graph], (int)s->repeat);
         }
         if (s->first_step != 0 || s->last_step != -1) dfg_stage_steps(b->p, s->name, s->first_step, s->last_step);
+        if (s->until && !r->status) dfg_stage_until(b->p, s->name, decl_tensor(b, s->until, "a stage's end flag"));
+        if (s->when && !r->status)
+            dfg_stage_when(b->p, s->name, decl_tensor(b, s->when, "a stage's condition"), s->when_lo, s->when_hi);
+        if (s->runs && !r->status) dfg_stage_runs(b->p, s->name, decl_tensor(b, s->runs, "a stage's run count"));
         construction_ok(b, "stages");
     }
-}
-
-/* A declaration's tensor ref: a tensor of the rebuilt program, or NULL (with the reader's error
- * set) for a ref out of range; 0 is no tensor. */
-static dfg_tensor *decl_tensor(builder *b, uint32_t ref, const char *what) {
-    if (ref == 0) return NULL;
-    if (ref > (uint32_t)b->p->n_tensors) {
-        dfg_reader_err(b->r, DFG_ERR_FORMAT, "invalid plan: %s names tensor %u of %d", what, ref - 1, b->p->n_tensors);
-        return NULL;
-    }
-    return b->p->tensors[ref - 1];
 }
 
 /* The pipeline's declarations, made again through dfg_host_state and dfg_declare_*: they check

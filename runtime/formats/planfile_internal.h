@@ -56,6 +56,8 @@ typedef struct {
     const char *name, *symbol;
     uint32_t graph, repeat;
     int64_t first_step, last_step;
+    uint32_t until, when, runs; /* refs, 0: none */
+    double when_lo, when_hi;
 } dfg_plan_stage_rec;
 
 typedef struct {

@@ -302,6 +302,12 @@ static void read_stages(dfg_plan_reader *r, cursor *c) {
         }
         s->first_step = (int64_t)get_u64(c, "a stage's first step");
         s->last_step = (int64_t)get_u64(c, "a stage's last step");
+        s->until = get_u32(c, "a stage's end flag");
+        s->when = get_u32(c, "a stage's condition");
+        uint64_t lo = get_u64(c, "a stage's condition's low end"), hi = get_u64(c, "a stage's condition's high end");
+        memcpy(&s->when_lo, &lo, sizeof(lo));
+        memcpy(&s->when_hi, &hi, sizeof(hi));
+        s->runs = get_u32(c, "a stage's run count");
     }
     end_of_section(c);
 }
@@ -442,7 +448,9 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 4 ? "the schedule and memory plan"
                               : version == 5 ? "op attributes stored field by field and the pipeline's declarations"
                               : version == 6 ? "the entropy and quantile ops and linear_logprob's entropy output"
-                                             : "metrics that may have no value and plans that train only on rollout files");
+                              : version == 7 ? "metrics that may have no value and plans that train only on rollout files"
+                                             : "stages that end early or run on a condition (decode's early end, length "
+                                               "buckets)");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

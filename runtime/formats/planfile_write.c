@@ -48,6 +48,11 @@ static void put_le(wbuf *w, uint64_t v, int bytes) {
 static void put_u8(wbuf *w, unsigned v) { put_le(w, v, 1); }
 static void put_u32(wbuf *w, uint32_t v) { put_le(w, v, 4); }
 static void put_u64(wbuf *w, uint64_t v) { put_le(w, v, 8); }
+static void put_f64(wbuf *w, double d) {
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof(bits));
+    put_u64(w, bits);
+}
 static void put_f32(wbuf *w, float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
@@ -252,6 +257,11 @@ static void write_stages(wbuf *w, const dfg_program *p) {
         }
         put_u64(w, (uint64_t)st->first_step);
         put_u64(w, (uint64_t)st->last_step);
+        put_u32(w, ref(st->until));
+        put_u32(w, ref(st->when));
+        put_f64(w, st->when ? st->when_lo : 0.0);
+        put_f64(w, st->when ? st->when_hi : 0.0);
+        put_u32(w, ref(st->runs));
     }
     section_end(w, at);
 }

@@ -6,7 +6,7 @@
                                  header order), leaving out names that start with any PREFIX;
                                  exit 3 listing the tensors that differ
   st_tool.py get F NAME          tensor NAME's values, space-separated (i32 or f32)
-  st_tool.py close A B RTOL [--except PREFIX]
+  st_tool.py close A B RTOL [--except PREFIX]...
                                  tensors of A and B (f32, bf16 or f16 in either) agree: the same
                                  names and shapes, and per tensor max|a - b| <= RTOL * max|a|
                                  (integer tensors equal); prints the worst tensor; exit 3 when
@@ -66,12 +66,12 @@ def values(t):
     return list(struct.unpack("<%d%s" % (len(raw) // size, code), raw))
 
 
-def close(a, b, rtol, skip=None):
+def close(a, b, rtol, skip=()):
     ta, _ = read(a)
     tb, _ = read(b)
     if skip:
-        ta = {k: v for k, v in ta.items() if not k.startswith(skip)}
-        tb = {k: v for k, v in tb.items() if not k.startswith(skip)}
+        ta = {k: v for k, v in ta.items() if not k.startswith(tuple(skip))}
+        tb = {k: v for k, v in tb.items() if not k.startswith(tuple(skip))}
     if set(ta) != set(tb):
         print("names differ: %s" % ", ".join(sorted(set(ta) ^ set(tb))[:10]))
         return 3
@@ -245,7 +245,7 @@ def main(argv):
         print(" ".join("%g" % v for v in values(read(argv[2])[0][argv[3]])))
         return 0
     if cmd == "close":
-        return close(argv[2], argv[3], float(argv[4]), argv[6] if len(argv) > 6 and argv[5] == "--except" else None)
+        return close(argv[2], argv[3], float(argv[4]), [argv[i + 1] for i in range(5, len(argv) - 1) if argv[i] == "--except"])
     if cmd == "update":
         opt = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None
         return update(argv[2], argv[3], argv[4], float(argv[5]), opt("--from"), opt("--prefix") or "")

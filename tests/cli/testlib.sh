@@ -10,7 +10,7 @@
 #   same_step A B WHAT [MODE]  two GRPO runs' metrics (JSONL) trained the same steps
 testlib_begin() {
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/dfg-$1-XXXXXX")
-  trap 'rm -rf "$WORK"' EXIT
+  [ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
   cd "$WORK" || exit 1
   failures=0
 }
@@ -33,7 +33,9 @@ jget() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($
 # rewards and completion lengths exactly (the same tokens were sampled), the rest within 1e-4.
 # entropy and the clip ratios are TRL's per-micro-batch means averaged over the micro-batches, so
 # they are logged differently when the micro-batches differ (the loss, gradients and updates are
-# not): they are compared only between plans with the same micro-batches.
+# not): they are compared only between plans with the same micro-batches. The sampling-vs-training
+# log-prob differences are rounding noise whose bits depend on the plan's reduction order: both
+# runs' must be under 1e-5, not equal.
 same_step() {
   if python3 - "$1" "$2" "$4" >cmp.txt 2>&1 <<'PY'
 import json, sys
@@ -46,6 +48,9 @@ assert len(a) == len(b) > 0, (len(a), len(b))
 for x, y in zip(a, b):
     for k, v in x.items():
         if k in skip or not isinstance(v, (int, float)): continue
+        if k.startswith("sampling/sampling_logp_difference/"):
+            if max(abs(v), abs(y[k])) > 1e-5: bad.append("step %s %s: %r vs %r (over 1e-5)" % (x["step"], k, v, y[k]))
+            continue
         exact = k.startswith("reward") or k.startswith("completions/") or k == "frac_reward_zero_std"
         err = abs(v - y[k]) / max(abs(v), 1e-3)
         worst = max(worst, 0 if exact else err)

@@ -14,6 +14,15 @@ OUT/<date>-<host>-<config>.json and .md.
          fixed  one rollout batch made once (by grpo_torch.py from its initial model), and each
                 step trains on it: dfg run --rollouts R; grpo_torch.py --mode fixed --rollouts R
 
+The `varlen` config (varlen.py has that half) measures completions of variable length: a
+policy warm-started by dfg's sft_steps (the same weights loaded by every process), completions
+that end at their EOS, and three programs alternating: dfg with its defaults (decode early exit,
+length buckets), torch as TRL (generate() stops when every row has ended; every pass at the
+batch's longest completion) and dfg's fixed-shape plan (decode_early_exit=false,
+length_buckets=1). Its results add the real completion lengths and tokens/s, each step's FLOPs
+(dfg: `dfg inspect --json` x stage_runs) against the machine's sgemm peak (measured once per
+harness run), dfg's stage times and its sampling-vs-training log-prob difference.
+
 --device cuda runs on the GPU instead: dfg's plan compiled with --target cuda and run by
 `dfg run` on the GPU, against grpo_torch.py --device cuda eager and with torch.compile, three
 programs alternating; device memory instead of RSS (bench_gpu.py has that half).
@@ -34,6 +43,7 @@ import tempfile
 import time
 
 import bench_gpu
+import varlen
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -65,12 +75,21 @@ CONFIGS = {
     "qwen2.5-0.5b": dict(settings=dict(model="tools/bench/models/qwen2.5-0.5b", digits=4, prompts_per_step=2,
                                        num_generations=4, beta=0.04),
                          steps=2, warmup=1, runs=2, min_free_gib=14),
+    # variable completion lengths: the main job's model on `reverse` with 60 digits (answer + EOS:
+    # 61 tokens, ~24 % of max_completion_length 256), warm-started by 200 SFT steps of dfg at lr
+    # 1e-3; the measured steps train at 1e-6 (TRL's default for a pretrained policy) so that the
+    # length distribution stays the warm start's. loss grpo with beta 0.04, as grpo_torch.py's
+    "varlen": dict(settings=dict(n_layer=2, n_head=4, n_embd=64, vocab_size=15, n_positions=317, digits=60,
+                                 max_completion_length=256, prompts_per_step=8, num_generations=8, beta=0.04,
+                                 loss_type="grpo", learning_rate=1e-6),
+                   steps=6, warmup=1, runs=3, varlen=dict(sft_steps=200, sft_learning_rate=1e-3)),
 }
 
 
 def lengths(s):
-    """examples/grpo.c, task reverse: prompt = digits + 1 ('='), completion = answer + 2."""
-    Lp, Lc = s["digits"] + 1, s["digits"] + 2
+    """examples/grpo.c, task reverse: prompt = digits + 1 ('='), completion = answer + 2 unless
+    max_completion_length says otherwise."""
+    Lp, Lc = s["digits"] + 1, s.get("max_completion_length", s["digits"] + 2)
     return Lp, Lc
 
 
@@ -183,7 +202,7 @@ def torch_args(s, threads, seed, dev=None):
     """grpo_torch.py's command line; dev: None on the CPU, else (dtype, compile mode or None)."""
     a = [sys.executable, os.path.join(HERE, "grpo_torch.py")]
     for k in ("model", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
-              "num_generations", "beta"):
+              "num_generations", "beta", "max_completion_length", "learning_rate"):
         if k in s:
             a += [f"--{k}", str(s[k])]
     a += ["--threads", str(threads), "--seed", str(seed)]
@@ -218,17 +237,34 @@ def parse_jsonl(path):
     return rows
 
 
+def measured_quietly(a, label, measure, discarded, tags):
+    """measure() -> (result, summary line), again (at most a.retries times) while other processes
+    took more than a.max_background % of the CPUs during it; each discarded result, with tags, goes
+    to discarded. Returns the kept result."""
+    for attempt in range(a.retries + 1):
+        print(f"  {label} ...", end="", flush=True)
+        m, line = measure()
+        print(f" {line}", flush=True)
+        if m["background_cpu_pct"] <= a.max_background or attempt == a.retries:
+            return m
+        print(f"    (other processes took {m['background_cpu_pct']}% of the CPUs: run again)", flush=True)
+        discarded.append(dict(m, **tags))
+
+
 def stats(xs):
     return dict(min=min(xs), median=statistics.median(xs), max=max(xs)) if xs else None
 
 
-def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
+def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup, vx=None):
+    """One process of impl (dfg, torch, on the GPU torch.compile; varlen: dfg-fixed too, and vx
+    holds the warm start's weights and the fixed-shape plan)."""
     tag = f"{cfg_name}-{mode}-{impl}-{r}"
     out, err = os.path.join(work, tag + ".out"), os.path.join(work, tag + ".err")
-    if impl == "dfg":
+    if impl.startswith("dfg"):
         metrics = os.path.join(work, tag + ".jsonl")
-        cmd = [a.dfg, "run", plan, "--steps", str(steps), "--threads", str(a.threads), "--seed", str(a.seed),
-               "--metrics", metrics]
+        cmd = [a.dfg, "run", vx["fixed_plan"] if impl == "dfg-fixed" else plan, "--steps", str(steps),
+               "--threads", str(a.threads), "--seed", str(a.seed), "--metrics", metrics]
+        cmd += ["--weights", vx["weights"]] if vx else []
         # on the GPU the header's `device memory:` line is read: not quiet, one step line at the end
         cmd += ["--every", str(steps)] if a.device == "cuda" else ["--quiet"]
         if mode == "fixed":
@@ -239,11 +275,12 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
                ["--mode", mode, "--steps", str(steps), "--warmup", str(warmup)])
         if mode == "fixed":
             cmd += ["--rollouts", rollouts]
+        cmd += ["--stop-at-eos", "--weights", vx["weights"]] if vx else []
         env = torch_env(a.torch_blas)
     m = run_measured(cmd, env, out, err, a.quiet_wait)
     if m["rc"] != 0:
         sys.exit(f"bench: {impl} failed (exit {m['rc']}): {' '.join(cmd)}\n{tail(err)}{tail(out)}")
-    if impl == "dfg":
+    if impl.startswith("dfg"):
         rows = [x for x in parse_jsonl(metrics) if x.get("step", 0) > warmup]
         ms = [x["ms"] for x in rows]
         m["arena_bytes"] = rows[-1].get("arena_bytes") if rows else None
@@ -264,6 +301,8 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup):
             bench_gpu.add_device(m, impl, out, summary)
     if not ms:
         sys.exit(f"bench: {impl} reported no timed steps ({steps} steps, {warmup} warm-up)")
+    if vx:
+        varlen.per_run(m, impl, rows, s, vx)
     m.update(step_ms=ms, median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), cmd=cmd)
     return m
 
@@ -290,22 +329,41 @@ def bench_config(cfg_name, a, work):
     d = os.path.join(work, cfg_name)
     os.makedirs(d, exist_ok=True)
     plan = os.path.join(d, "plan.dfg")
-    cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", plan]
-    for k, v in s.items():
-        cmd += ["--set", f"{k}={v}"]
-    for kv in a.dfg_set:  # dfg-only settings (e.g. share_prompts=0): torch's step does not change
-        cmd += ["--set", kv]
-    if a.device == "cuda":
-        cmd += ["--target", "cuda"] + (["--set", "torch_dtype=float32"] if a.dtype == "f32" else [])
-    r = sh(cmd, cwd=ROOT)
-    if r.returncode:
-        sys.exit(f"bench: dfg compile failed:\n{r.stdout}{r.stderr}")
-    compile_log = r.stdout.strip().splitlines()
+
+    def compile_plan(path, overrides=None):
+        """examples/grpo.c with the config's settings (updated by overrides) and --dfg-set."""
+        cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", path]
+        for k, v in dict(s, **(overrides or {})).items():
+            cmd += ["--set", f"{k}={v}"]
+        for kv in a.dfg_set:  # dfg-only settings (e.g. share_prompts=0): torch's step does not change
+            cmd += ["--set", kv]
+        if a.device == "cuda":
+            cmd += ["--target", "cuda"] + (["--set", "torch_dtype=float32"] if a.dtype == "f32" else [])
+        r = sh(cmd, cwd=ROOT)
+        if r.returncode:
+            sys.exit(f"bench: dfg compile failed:\n{r.stdout}{r.stderr}")
+        return r.stdout.strip().splitlines()
+
+    compile_log = compile_plan(plan)
     ident = dfg_identity(a.dfg)
     result = dict(config=cfg_name, settings=s, prompt_len=Lp, completion_len=Lc, sequences=N,
                   completion_tokens_per_step=tokens_per_step, steps=steps, warmup=warmup, runs=runs,
                   dfg_settings=list(a.dfg_set), dfg_compile=compile_log, modes={})
-    for mode in a.modes:
+    impls, vx, modes = a.impls, None, a.modes
+    if cfg.get("varlen"):  # varlen.py: the warm start, the fixed-shape plan, three programs, full steps only
+        if a.device == "cuda":
+            sys.exit("bench: the varlen config is for the CPU")
+        modes = ["full"]
+        vx = varlen.prepare(a, s, cfg, d, compile_plan, run_measured)
+        vx["stage_flops"], arenas = {}, {}
+        for impl, p in (("dfg", plan), ("dfg-fixed", vx["fixed_plan"])):
+            vx["stage_flops"][impl], arenas[impl] = varlen.stage_flops_per_run(a.dfg, p)
+        impls = varlen.IMPLS
+        result.update(warm_start=vx["warm_start"], dfg_fixed_settings=varlen.FIXED_SETTINGS,
+                      dfg_stage_gflop_per_run={k: {n: f * 1e-9 for n, f in v.items()} for k, v in vx["stage_flops"].items()},
+                      planned_arena_bytes=arenas, sgemm_peak=a.sgemm_peak,
+                      sgemm_peak_gflops=(a.sgemm_peak or {}).get("gflops"))
+    for mode in modes:
         rollouts = None
         if mode == "fixed":
             rollouts = os.path.join(d, "rollouts.safetensors")
@@ -314,21 +372,17 @@ def bench_config(cfg_name, a, work):
             rr = sh(mk, env=torch_env(a.torch_blas), cwd=ROOT)
             if rr.returncode:
                 sys.exit(f"bench: making the fixed rollouts failed:\n{rr.stdout}{rr.stderr}")
-        per, discarded = {impl: [] for impl in a.impls}, []
+        per, discarded = {impl: [] for impl in impls}, []
         for i in range(runs):
-            for impl in a.impls:
-                for attempt in range(a.retries + 1):
-                    print(f"  {cfg_name} {mode} run {i + 1}/{runs} {impl} ({steps} steps, {warmup} warm-up) ...",
-                          end="", flush=True)
-                    m = one_run(impl, cfg_name, mode, s, a, d, i, plan, rollouts, steps, warmup)
+            for impl in impls:
+                def measure():
+                    m = one_run(impl, cfg_name, mode, s, a, d, i, plan, rollouts, steps, warmup, vx)
                     dev = f", device {m['device_bytes'] / 2**20:.1f} MiB" if a.device == "cuda" else ""
-                    print(f" {m['median_ms']:.2f} ms/step, peak RSS {m['peak_rss_bytes'] / 2**20:.1f} MiB{dev}, "
-                          f"background {m['background_cpu_pct']}% CPU", flush=True)
-                    if m["background_cpu_pct"] <= a.max_background or attempt == a.retries:
-                        break
-                    print(f"    (other processes took {m['background_cpu_pct']}% of the CPUs: run again)", flush=True)
-                    discarded.append(dict(m, impl=impl, run=i))
-                per[impl].append(m)
+                    return m, (f"{m['median_ms']:.2f} ms/step, peak RSS {m['peak_rss_bytes'] / 2**20:.1f} MiB{dev}, "
+                               f"background {m['background_cpu_pct']}% CPU")
+
+                label = f"{cfg_name} {mode} run {i + 1}/{runs} {impl} ({steps} steps, {warmup} warm-up)"
+                per[impl].append(measured_quietly(a, label, measure, discarded, dict(impl=impl, run=i)))
         summary = {"discarded_runs": discarded}
         for impl, ms in per.items():
             med = [m["median_ms"] for m in ms]
@@ -339,7 +393,7 @@ def bench_config(cfg_name, a, work):
                 background_cpu_pct=stats([m["background_cpu_pct"] for m in ms]),
                 runs=ms)
         dm, dr = summary["dfg"]["step_ms"]["median"], summary["dfg"]["peak_rss_mb"]["median"]
-        for o in a.impls[1:]:  # torch, and on the GPU torch.compile (keys ..._torch_compile)
+        for o in impls[1:]:  # torch, and on the GPU torch.compile (keys ..._torch_compile); varlen: dfg-fixed
             k = bench_gpu.suffix(o)
             summary[f"speedup{k}_ms_over_dfg_ms"] = summary[o]["step_ms"]["median"] / dm
             summary[f"rss_ratio_dfg_over{k}"] = dr / summary[o]["peak_rss_mb"]["median"]
@@ -348,6 +402,8 @@ def bench_config(cfg_name, a, work):
             summary[bench_gpu.pair_key(o)] = stats([t["median_ms"] / d["median_ms"] for d, t in zip(per["dfg"], per[o])])
         if a.device == "cuda":
             bench_gpu.summarize(summary, per, stats)
+        if vx:
+            varlen.summarize(summary, per, s, stats, result["sgemm_peak_gflops"])
         result["modes"][mode] = summary
     after = dfg_identity(a.dfg)
     result["dfg_binary"] = ident
@@ -396,6 +452,7 @@ def main():
     ap.add_argument("--steps", type=int, help="steps per process, warm-up included (default per config)")
     ap.add_argument("--warmup", type=int, help="first steps not timed (default per config)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sft-steps", type=int, help="varlen: the warm start's SFT steps (default 200)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dfg", default=os.path.join(ROOT, "build", "dfg"))
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -455,6 +512,13 @@ def main():
     if a.device == "cuda":
         print(f"on the GPU: {gpu['name']} (driver {gpu['driver']}, CUDA {gpu['cuda_driver']}), torch's CUDA "
               f"{tinfo.get('cuda')}, {a.dtype}, torch.compile mode {a.compile_mode}", flush=True)
+    a.sgemm_peak = None
+    if any(CONFIGS[c].get("varlen") for c in a.configs):  # once per harness run, before the runs
+        a.sgemm_peak = varlen.sgemm_peak(a.dfg, a.threads, wait_quiet, a.quiet_wait)
+        common["sgemm_peak"] = a.sgemm_peak
+        print(f"sgemm peak: {a.sgemm_peak.get('gflops')} GFLOP/s ({a.sgemm_peak.get('n')}^3, {a.threads} threads, "
+              f"{a.sgemm_peak.get('library')}){' ' + a.sgemm_peak['error'] if 'error' in a.sgemm_peak else ''}",
+              flush=True)
     os.makedirs(a.out, exist_ok=True)
     results = []
     try:
@@ -481,6 +545,10 @@ def main():
                     f.write(f"GPU: {gpu['name']}, driver {gpu['driver']}, CUDA {gpu['cuda_driver']} (driver), torch's "
                             f"CUDA {tinfo.get('cuda')}; {a.dtype}; torch.compile mode {a.compile_mode}.\n\n")
                     f.write(bench_gpu.table([res], fmt3) + "\n\n" + notes(res) + "\n\n" + bench_gpu.NOTE + "\n")
+                elif res.get("warm_start"):
+                    f.write(varlen.table(res, fmt3) + "\n\nWhere dfg's step goes (mean ms per step over the timed "
+                            "steps, from stage_ms; runs per step from stage_runs):\n\n" + varlen.stage_table(res) +
+                            "\n\n" + varlen.notes(res) + "\n")
                 else:
                     f.write(table([res]) + "\n\n" + notes(res) + "\n")
             print(f"wrote {stem}.json and .md", flush=True)
@@ -491,10 +559,15 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
     if results:
         print()
-        print(bench_gpu.table(results, fmt3) if a.device == "cuda" else table(results))
-        print()
+        fixed = [r for r in results if not r.get("warm_start")]
+        if fixed:
+            print(bench_gpu.table(fixed, fmt3) if a.device == "cuda" else table(fixed))
+            print()
+            for res in fixed:
+                print(notes(res))
         for res in results:
-            print(notes(res))
+            if res.get("warm_start"):
+                print(f"{res['config']}:\n{varlen.table(res, fmt3)}\n\n{varlen.stage_table(res)}\n\n{varlen.notes(res)}")
 
 
 if __name__ == "__main__":

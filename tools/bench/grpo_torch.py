@@ -41,6 +41,36 @@ gives them to TRL (the prefill's last position; the completion positions when sc
 log_softmax + gather over the whole vocabulary. The reference model is a frozen deep copy.
 --model leaves --n_layer .. --vocab_size unused; n_positions is max_position_embeddings.
 
+--stop-at-eos (the `varlen` config of bench.py): generation as transformers' generate() and so
+TRL do it: a row that has sampled its EOS gets the pad id (0) from then on, and the decode loop
+ends once every row has ended (at max_completion_length at the latest); the completions are as
+wide as the batch's longest one, so the reference and policy passes score Lp + that width, not
+Lp + max_completion_length (TRL pads to the batch's longest completion). Without it the loop
+decodes exactly max_completion_length tokens, dfg's fixed-shape plan (the default, what the
+other configs measure). --max_completion_length L (default digits + 2) sets the longest.
+
+--weights FILE.safetensors: the initial policy (and reference) weights from a safetensors file
+with Hugging Face GPT-2 names, as `dfg run --save` writes them (wte.weight, wpe.weight,
+h.{l}.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/mlp.c_proj.{weight,bias}, ln_f.*, with or
+without the `transformer.` prefix; Conv1D weights are (in, out) and are transposed into
+nn.Linear's (out, in); the attn.bias buffers are skipped). Every parameter must be there with
+its shape. Built-in GPT-2 only.
+
+Per step the JSON line also carries the completions' real lengths (`lengths`: per row, the
+tokens up to and including EOS, as the completion mask counts them; `len_mean`, `len_max`), the
+generated width (`width`) and `flops`: the model FLOPs of the positions this step computes,
+counted as dfg's op cost rules count them (ops/matmul.c, ops/attention.c, ops/logprob.c), for
+the built-in GPT-2 with L layers, width C, vocabulary V, N rows, prompt Lp, width W:
+  per token and layer, the four linear layers   24 C^2          (2 * in * out each)
+  causal attention over T positions, per layer  2 N T^2 C      (half of dense QK^T + PV)
+  one cached decode token at context t          4 N t C        (QK^T + PV over t positions)
+  lm_head + log_softmax of a scored position    2 C V + 10 V   (prefill/decode: 2 C V, last position)
+  prefill N x Lp; W - 1 decode forwards (the last sampled token is not fed back); each scoring
+  pass (reference when beta != 0, policy) N x (Lp + W) with lm_head on the W completion
+  positions; the policy's backward 2x its forward. Layer norms, GELU, softmax, sampling, the
+  loss and AdamW are not counted (dfg's counter includes them; for these models they are a
+  few percent).
+
 --device cuda: the models, the optimizer state and every tensor of the step on the GPU (the
 prompts are drawn on the CPU, as on the CPU run, and copied; the reward stays plain Python on
 the completions copied back, as TRL's reward functions are). The initial weights are made on
@@ -86,6 +116,11 @@ def parse_args(argv=None):
     ap.add_argument("--vocab_size", type=int, default=TASK_VOCAB)
     ap.add_argument("--n_positions", type=int, default=0, help="default: prompt + completion length (as dfg)")
     ap.add_argument("--digits", type=int, default=3)
+    ap.add_argument("--max_completion_length", type=int, default=0, help="default: digits + 2 (as dfg)")
+    ap.add_argument("--stop-at-eos", action="store_true", help="generate() semantics: pad after EOS, stop when "
+                    "every row has ended, score and train at the batch's longest completion")
+    ap.add_argument("--weights", help="initial weights: a safetensors file with Hugging Face GPT-2 names "
+                    "(dfg run --save)")
     ap.add_argument("--prompts_per_step", type=int, default=8)
     ap.add_argument("--num_generations", type=int, default=8)
     ap.add_argument("--steps", type=int, default=100, help="steps run in all (the first --warmup are not reported)")
@@ -306,9 +341,11 @@ def last_logits(model, idx, caches, pos, temperature):
 
 
 @torch.no_grad()
-def generate(model, prompts, max_new, temperature, fwd=last_logits, cache_dtype=torch.float32):
+def generate(model, prompts, max_new, temperature, fwd=last_logits, cache_dtype=torch.float32, stop_at_eos=False):
     """Samples max_new tokens after each prompt with a KV cache: (N, max_new) token ids. fwd is
-    last_logits or its torch.compile'd version."""
+    last_logits or its torch.compile'd version. stop_at_eos: as transformers' generate(), a row
+    that has sampled EOS gets PAD from then on and the loop ends once every row has ended:
+    (N, W) with W the longest completion (max_new if a row never ended)."""
     N, Lp = prompts.shape
     cfg = model.h[0]
     C = model.wte.embedding_dim
@@ -318,10 +355,16 @@ def generate(model, prompts, max_new, temperature, fwd=last_logits, cache_dtype=
     caches = [(torch.empty(N, H, T, C // H, dtype=cache_dtype, device=dev),
                torch.empty(N, H, T, C // H, dtype=cache_dtype, device=dev)) for _ in model.h]
     out = torch.empty(N, max_new, dtype=torch.long, device=dev)
+    finished = torch.zeros(N, 1, dtype=torch.bool, device=dev)
     logits = fwd(model, prompts, caches, 0, temperature)  # prefill the whole prompt
     for i in range(max_new):
         tok = torch.multinomial(F.softmax(logits, dim=-1), 1)  # (N, 1)
+        if stop_at_eos:  # generate(): next = next * unfinished + pad * (1 - unfinished)
+            tok = tok.masked_fill(finished, PAD)
+            finished |= tok == EOS
         out[:, i] = tok[:, 0]
+        if stop_at_eos and bool(finished.all()):  # generate()'s stopping criteria: every row has ended
+            return out[:, :i + 1]
         if i + 1 < max_new:
             logits = fwd(model, tok, caches, Lp + i, temperature)
     return out
@@ -373,7 +416,8 @@ def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a, logp_fn=token_log
 
 
 # ---------------------------------------------------------------- safetensors (dfg's rollout files)
-ST_DTYPES = {"I32": (torch.int32, 4), "F32": (torch.float32, 4), "I64": (torch.int64, 8)}
+ST_DTYPES = {"I32": (torch.int32, 4), "F32": (torch.float32, 4), "I64": (torch.int64, 8),
+             "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2)}
 TORCH_ST = {torch.int32: "I32", torch.float32: "F32", torch.int64: "I64"}
 
 
@@ -406,6 +450,65 @@ def st_read(path):
         lo, hi = e["data_offsets"]
         out[name] = torch.frombuffer(bytearray(data[8 + n + lo:8 + n + hi]), dtype=dt).view(e["shape"]).clone()
     return out
+
+
+# ---------------------------------------------------------------- dfg's saved weights (--weights)
+def gpt2_hf_name(name):
+    """This file's GPT-2 parameter name -> (Hugging Face GPT-2's name, whether its weight is a
+    Conv1D (in, out) to transpose into nn.Linear's (out, in))."""
+    parts = name.split(".")
+    if parts[0] != "h":
+        return name, False
+    l, rest = parts[1], ".".join(parts[2:])
+    hf = {"c_attn": "attn.c_attn", "c_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp_proj": "mlp.c_proj"}
+    mod, leaf = rest.rsplit(".", 1)
+    if mod in hf:
+        return f"h.{l}.{hf[mod]}.{leaf}", leaf == "weight"
+    return name, False
+
+
+def load_gpt2_weights(model, path):
+    """Sets every parameter of the built-in GPT-2 from a safetensors file with Hugging Face
+    GPT-2 names (dfg run --save); returns how many tensors were set."""
+    t = st_read(path)
+    t = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in t.items()}
+    used = set()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            hf, conv1d = gpt2_hf_name(name)
+            if hf not in t:
+                sys.exit(f"grpo_torch: {path} has no '{hf}' (for {name})")
+            w = t[hf].float()
+            if conv1d:
+                w = w.t()
+            if tuple(w.shape) != tuple(p.shape):
+                sys.exit(f"grpo_torch: {path}: '{hf}' is {tuple(t[hf].shape)}, the model's {name} needs "
+                         f"{tuple(p.shape)}{' transposed' if conv1d else ''}")
+            p.copy_(w)
+            used.add(hf)
+    extra = [k for k in t if k not in used and not k.endswith(("attn.bias", "attn.masked_bias")) and k != "lm_head.weight"]
+    if extra:
+        sys.exit(f"grpo_torch: {path} has tensors the GPT-2 here does not use: {', '.join(sorted(extra)[:8])}")
+    return len(used)
+
+
+# ---------------------------------------------------------------- model FLOPs of a step (built-in GPT-2)
+def step_flops(L, C, V, N, Lp, W, beta, rollout):
+    """The model FLOPs of one step as dfg's op cost rules count them (see the module docstring):
+    prefill and W - 1 decode forwards (rollout), a reference pass (beta != 0) and the policy's
+    forward + backward (3x) over N rows of Lp + W tokens with W scored positions each."""
+    lin = 24 * C * C  # c_attn 3C^2, c_proj C^2, c_fc 4C^2, mlp proj 4C^2; 2 flops a multiply-add
+
+    def full(T, scored):
+        return L * (lin * N * T + 2 * N * T * T * C) + N * scored * (2 * C * V + 10 * V)
+
+    f = 0
+    if rollout:
+        f += L * (lin * N * Lp + 2 * N * Lp * Lp * C) + 2 * N * C * V  # prefill, logits of the last position
+        for i in range(W - 1):  # the token at position Lp + i, attending to Lp + i + 1 positions
+            f += L * (lin * N + 4 * N * (Lp + i + 1) * C) + 2 * N * C * V
+    score = full(Lp + W, W)
+    return f + (score if beta != 0.0 else 0) + 3 * score
 
 
 # ---------------------------------------------------------------- main
@@ -451,11 +554,13 @@ def main(a):
         logp_fn = torch.compile(token_logp, mode=a.compile_mode)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    Lp, max_new = a.digits + 1, a.digits + 2  # examples/grpo.c: the task's prompt, its answer + 2
+    Lp, max_new = a.digits + 1, a.max_completion_length or a.digits + 2  # examples/grpo.c's defaults
     T = Lp + max_new
     P, G = a.prompts_per_step, a.num_generations
     hf_version = None
     if a.model:  # a transformers model from config.json (random weights)
+        if a.stop_at_eos or a.weights:
+            sys.exit("grpo_torch: --stop-at-eos and --weights are for the built-in GPT-2, not --model")
         if a.compile:
             sys.exit("grpo_torch: --compile is for the built-in GPT-2, not --model")
         policy, hf_version = load_hf(a.model, a.hf_site)
@@ -476,13 +581,16 @@ def main(a):
         logp_fn = HF.token_logp
     else:
         policy = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
+        if a.weights:
+            load_gpt2_weights(policy, a.weights)
         ref = None
         if a.beta != 0.0:
             ref = GPT2(a.n_layer, a.n_head, a.n_embd, a.vocab_size, n_positions)
             ref.load_state_dict(policy.state_dict())  # the frozen initial policy
             ref.requires_grad_(False)
             ref.to(dev)
-        gen = lambda m, prompts: generate(m, prompts, max_new, a.temperature, fwd, cache_dtype)  # noqa: E731
+        gen = lambda m, prompts: generate(m, prompts, max_new, a.temperature, fwd, cache_dtype,  # noqa: E731
+                                          a.stop_at_eos)
     policy.to(dev)  # made on the CPU from the seed, so the weights are a CPU run's
     opt = torch.optim.AdamW(policy.parameters(), lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
@@ -496,6 +604,13 @@ def main(a):
         tokens = torch.cat([prompts, completions], dim=1)
         return tokens, torch.cat([torch.zeros(P * G, Lp, device=dev), mask], dim=1), rewards
 
+    def padded(tokens, mask):
+        """A rollout narrower than T (--stop-at-eos) padded to T columns: dfg's --rollouts format."""
+        pad = T - tokens.size(1)
+        return F.pad(tokens, (0, pad), value=PAD), F.pad(mask, (0, pad), value=0.0)
+
+    if a.mode == "fixed" and a.stop_at_eos:
+        sys.exit("grpo_torch: --stop-at-eos is for --mode full (fixed rollouts have a fixed width)")
     fixed = None
     if a.mode == "fixed":
         if a.rollouts:
@@ -518,7 +633,8 @@ def main(a):
             tokens, full_mask, rewards = rollout()
             if step == 1 and a.save_rollouts:
                 tw = time.perf_counter()
-                st_write(a.save_rollouts, {"tokens": tokens.int(), "completion_mask": full_mask, "rewards": rewards})
+                tk, mk = padded(tokens, full_mask)
+                st_write(a.save_rollouts, {"tokens": tk.int(), "completion_mask": mk, "rewards": rewards})
                 t0 += time.perf_counter() - tw  # the write is no part of the step's time
         else:
             tokens, full_mask, rewards = fixed
@@ -527,13 +643,19 @@ def main(a):
         ms = 1e3 * (time.perf_counter() - t0)
         if step > a.warmup:
             times.append(ms)
+            W = tokens.size(1) - Lp  # the completions' width: the longest one with --stop-at-eos
+            lengths = full_mask[:, Lp:].sum(1).round().int().tolist()  # real tokens, EOS included
+            flops = None if a.model else step_flops(a.n_layer, a.n_embd, vocab_size, P * G, Lp, W, a.beta,
+                                                    fixed is None)
             print(json.dumps({"step": step, "ms": round(ms, 3), "reward": round(rewards.mean().item(), 6),
-                              "loss": round(loss, 6)}), flush=True)
+                              "loss": round(loss, 6), "width": W, "len_mean": sum(lengths) / len(lengths),
+                              "len_max": max(lengths), "lengths": lengths, "flops": flops}), flush=True)
     times.sort()
     med = times[len(times) // 2] if len(times) % 2 else (sum(times[len(times) // 2 - 1:len(times) // 2 + 1]) / 2 if times else None)
     summary = {"summary": True, "mode": a.mode, "steps": a.steps, "warmup": a.warmup, "timed_steps": len(times),
                "median_ms": med, "threads": a.threads, "torch": torch.__version__,
-               "sequences": P * G, "prompt_len": Lp, "completion_len": max_new,
+               "sequences": P * G, "prompt_len": Lp, "completion_len": max_new, "stop_at_eos": a.stop_at_eos,
+               "weights": a.weights,
                "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
                "model": a.model or "gpt2 (built in)", "transformers": hf_version,
                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

@@ -4,7 +4,8 @@
  * Uses: embedding, layernorm, causal attention and their backward, a repeated stage that slices
  * its micro-batch at a run-time row (dfg_slice_at of a counter STATE), dfg_backward_accumulate
  * into persistent gradient buffers, an update stage (clipping, AdamW with f32 masters when the
- * target is cuda and the weights bf16, buffer resets) that runs from step 1 on, a scoped INPUT.
+ * target is cuda and the weights bf16, buffer resets) that runs from step 1 on, a scoped INPUT,
+ * and a run count (dfg_stage_runs: the micro-batches to run, which the update stage sets).
  * Stages: micro x M, update. */
 #include <string.h>
 
@@ -30,6 +31,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
     dfg_nn_grad_buffers(p, params, NP, "", grads);
     dfg_tensor *micro = dfg_state(p, "micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     dfg_tensor *acc = dfg_state(p, "acc_loss", DFG_F32, DFG_SCALAR, DFG_ROLE_METRIC, dfg_init_zeros());
+    dfg_tensor *runs = dfg_state(p, "micro_runs", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
 
     dfg_graph *g = dfg_graph_new(p, "micro");
     dfg_tensor *tokens = dfg_input(g, "tokens", DFG_I32, DFG_SHAPE(B, T + 1)); /* (B, T+1) */
@@ -45,6 +47,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
     dfg_accumulate(g, acc, loss);
     dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
     dfg_stage_graph(p, g, (int)M);
+    dfg_stage_runs(p, "micro", runs);
 
     dfg_graph *u = dfg_graph_new(p, "update");
     dfg_tensor *norm = dfg_clip_grad_norm(u, grads, NP, 0.5f);
@@ -55,6 +58,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
     for (int i = 0; i < NP; i++) dfg_assign_fill(u, grads[i], 0.0f);
     dfg_assign_fill(u, micro, 0.0f);
     dfg_assign_fill(u, acc, 0.0f);
+    dfg_assign_fill(u, runs, (float)M);
     dfg_stage_graph(p, u, 1);
     dfg_stage_steps(p, "update", 1, -1);
     return dfg_program_status(p);

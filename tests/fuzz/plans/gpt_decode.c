@@ -11,7 +11,7 @@
 #include "dfg_nn.h"
 
 typedef struct {
-    dfg_tensor *tokens, *rng, *pos, *tok;
+    dfg_tensor *tokens, *rng, *pos, *tok, *done;
 } rollout;
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
@@ -39,17 +39,23 @@ static void decode(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, c
     dfg_assign(g, r->tok, next);
     dfg_assign(g, r->pos, dfg_add_scalar(g, r->pos, 1.0f));
     dfg_slice_assign_at(g, r->tokens, next, 1, r->pos);
+    /* ends early once the first row draws token 0 (a stage's end flag in the file) */
+    dfg_tensor *first = dfg_reshape(g, dfg_cast(g, dfg_slice(g, next, 0, 0, 1), DFG_F32), DFG_SHAPE(1)); /* (1) */
+    dfg_assign(g, r->done, dfg_equal(g, first, dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f)));
     dfg_stage_graph(p, g, repeat);
+    dfg_stage_until(p, "decode", r->done);
 }
 
 /* The frozen copy's mean log-prob of the generated rows (no gradients). */
 static void score(dfg_program *p, const dfg_model *ref, const rollout *r, int64_t T) {
+    (void)T;
     dfg_graph *g = dfg_graph_new(p, "score");
     dfg_tensor *logp = dfg_grpo_token_logp(g, ref, r->tokens, 1.0f, NULL); /* (N, T-1) */
     dfg_tensor *mean = dfg_mean(g, dfg_mean(g, logp, 1), 0);
     dfg_metric(g, "ref_logp", mean);
     dfg_output(g, dfg_slice(g, r->tokens, 1, 0, T), "generated");
     dfg_stage_graph(p, g, 1);
+    dfg_stage_when(p, "score", r->done, -1.0, 1.0); /* a condition (always true here) */
 }
 
 dfg_status dfg_pipeline(dfg_program *p) {
@@ -67,6 +73,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
         .rng = state(p, "rollout.rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG),
         .pos = state(p, "rollout.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT),
         .tok = state(p, "rollout.tok", DFG_I32, DFG_SHAPE(N, 1), DFG_ROLE_ROLLOUT),
+        .done = state(p, "rollout.done", DFG_F32, DFG_SHAPE(1), DFG_ROLE_ROLLOUT),
     };
     static const int32_t eos_ids[2] = {0, 1};
     dfg_const(p, "eos_ids", DFG_I32, DFG_SHAPE(2), eos_ids);

@@ -1,0 +1,75 @@
+/* dfg_grpo_config.h - the GRPO pipeline's settings (examples/grpo.c), typed: read once by the
+ * pipeline when it builds the program and again by its host state when a run starts, with the
+ * same checks (examples/tasks/grpo_config.c). TRL GRPOConfig's and Hugging Face config.json's
+ * names; README's settings table (docs/pipeline.md) lists them. */
+#ifndef DFG_GRPO_CONFIG_H
+#define DFG_GRPO_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dfg_dataset.h"
+#include "dfg_grpo_data.h"
+#include "dfg_nn.h"
+#include "dfg_reward.h"
+#include "dfg_tasks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DFG_GRPO_MAX_SUB_BATCHES 16 /* prefill.k and decode.k for each: the stages dfg_declare_rollout takes (64) */
+
+typedef struct {
+    dfg_model_config model;
+    dfg_task task;
+    dfg_dataset *ds;          /* --set dataset=PATH: prompts from a JSONL file instead of the task */
+    int64_t *ds_rows;         /* (P) the dataset rows of the current batch, for the reward */
+    int64_t all_null_steps;   /* steps with a row no reward function applied to (a run's warnings) */
+    bool padded;              /* padded_prompts: left-padded prompts, each row's start in prompt_start */
+    char rollouts_only[256];  /* why the task cannot make this plan's rollouts ("": it can) */
+    bool shuffle, truncate_left, mask_truncated;
+    int32_t eos[DFG_GRPO_MAX_EOS], pad_id;
+    int n_eos;
+    const char *reward;       /* a built-in reward's name, or "external" (--reward-cmd / --reward-lib) */
+    int n_funcs;              /* external: the reward functions (reward_funcs) and their weights */
+    char funcs[DFG_REWARD_MAX_FUNCS][68];
+    float weights[DFG_REWARD_MAX_FUNCS];
+    int64_t P, G, N, Lp, max_new, T, GA, n_micro, iterations, sft_steps;
+    int64_t R, n_gen; /* rollout_sub_batches, and the sequences each generates (N / R) */
+    /* length_buckets: the completion widths the scoring and training stages are built for, the
+     * widest max_new; a step runs the narrowest that holds its batch's completions */
+    int n_widths;
+    bool early_exit; /* decode_early_exit: decode ends when every row is done */
+    /* length_chunks: with several widths, the scoring and training passes take the batch in
+     * `chunks` chunks of chunk_groups whole groups, the narrowest first, each at the narrowest
+     * width that holds it; regroup: the groups sorted by their longest completion (the loss does
+     * not depend on how the batch is split), else the chunks are gradient_accumulation_steps'
+     * micro-batches in their order of width. chunks 0: off (micro-batches of n_micro rows). */
+    int64_t chunks, chunk_groups;
+    bool regroup;
+    int64_t widths[DFG_GRPO_MAX_WIDTHS];
+    int W;            /* world_size: data-parallel ranks, each with P of the W P prompts of a step */
+    int64_t bucket_bytes; /* ddp_bucket_cap_mb: the gradient all-reduce's buckets */
+    bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */
+    bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
+    float temperature, beta, max_grad_norm;
+    int top_k;
+    dfg_grpo_loss_config loss;
+    dfg_grpo_scale scale;
+    dfg_adamw_config adamw;
+} dfg_grpo_config;
+
+/* Reads every setting of p (recording each default in the plan), checks the ranges and opens
+ * the dataset when there is one (c->ds: the caller frees it with dfg_dataset_free); on failure
+ * the program's error says why. */
+dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
+/* Whether any split of the batch into micro-batches trains the same step: not with bnpo (a token
+ * mean per micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus
+ * normalised per micro-batch (all but dapo and cispo): TRL computes those per micro-batch. */
+bool dfg_grpo_split_free(const dfg_grpo_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

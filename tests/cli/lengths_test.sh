@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# lengths_test.sh - GRPO pays for the tokens that exist (issue 31): decode ends once every row has
+# its EOS (decode_early_exit), and scoring and training run at the narrowest length bucket that
+# holds the batch (length_buckets). Both must change nothing but the work done:
+#   usage: lengths_test.sh /path/to/dfg /path/to/source-tree
+# For GPT-2, Llama and Qwen3 policies (tiny, warm-started by a supervised run so that completions
+# end early), on the CPU and on the emulated GPU (--emulate-gpu, float32: decode's chunks of runs
+# between flag reads, captured graphs per bucket), three steps of
+#   - the default plan (early exit, auto buckets: widths 12 and 24 of max_completion_length 24,
+#     and auto length_chunks: the training pass in 8 chunks of one group, sorted by length) and
+#   - the fixed-shape plan (decode_early_exit=false length_buckets=1)
+# dump the same log-probs (policy, sampler), advantages, loss, gradient norm and metrics within
+# 1e-6 of each tensor's largest value (other summation orders: chunks, narrower widths), and the
+# same weights within 1e-5 (three AdamW updates turn those orders into relative differences of
+# ~1e-6 in small updates). The metrics JSONL's stage_runs must show that the default plan did end decode
+# early and train at the narrower width (else the comparison proves nothing), and the fixed plan
+# that it did not. The sampler's log-probs equal the training forward's within 1e-5 (f32).
+set -u
+DFG=$1
+SRC=$2
+ST=("python3" "$SRC/tests/cli/st_tool.py")
+. "$(dirname "$0")/testlib.sh"
+testlib_begin lengths-test
+check() { local what=$1; shift; if "$@" >check.txt 2>&1; then ok "$what: $(tail -1 check.txt)"; else cat check.txt; fail "$what"; fi; }
+
+declare -A ARCH
+ARCH[gpt2]="--set n_embd=64"
+ARCH[llama]="--set model_type=llama --set hidden_size=64 --set num_hidden_layers=2 --set num_attention_heads=4
+             --set num_key_value_heads=2 --set intermediate_size=128"
+ARCH[qwen3]="--set model_type=qwen3 --set hidden_size=64 --set num_hidden_layers=2 --set num_attention_heads=4
+             --set num_key_value_heads=2 --set intermediate_size=128 --set head_dim=16"
+COMMON=(--set max_completion_length=24 --set adam_epsilon=1e-3)
+FIXED=(--set decode_early_exit=false --set length_buckets=1)
+# the dumps hold the weights too: compared on their own, at 1e-5 (three AdamW updates turn the
+# gradient sums' other order over chunks into relative differences of ~1e-6 in small updates)
+WEIGHTS=(--except h. --except wte --except wpe --except ln_f --except model. --except lm_head)
+
+# stage_runs over the steps of a metrics file: did decode stop early / the narrow bucket train?
+runs_check() { # FILE EXPECT(early|fixed)
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+decode = [l["stage_runs"].get("decode", 0) for l in lines]
+narrow = sum(1 for l in lines if "train.0[12]" in l["stage_runs"])
+wide = sum(1 for l in lines if "train.0" in l["stage_runs"])
+print(f"decode runs per step {decode}, narrow-bucket steps {narrow}, full-width steps {wide}")
+if sys.argv[2] == "early":
+    assert min(decode) < 24, "decode never ended early"
+    assert narrow >= 1, "the narrow bucket never trained"
+else:
+    assert decode == [24] * len(lines) and narrow == 0 and wide == len(lines), "the fixed plan changed shape"
+PY
+}
+
+# compare A B WHAT: two plans' 3 steps from the same weights: dumps within 1e-6, weights 1e-5
+compare() {
+  check "$3: the same dumps (log-probs, sampler's, advantages, loss, grad norm, metrics; 1e-6)" \
+    "${ST[@]}" close "$1.safetensors" "$2.safetensors" 1e-6 "${WEIGHTS[@]}"
+  check "$3: the same weights after 3 steps (1e-5)" "${ST[@]}" close "$1_w.safetensors" "$2_w.safetensors" 1e-5
+}
+steps3() { # PLAN WEIGHTS [--emulate-gpu]: 3 steps, metrics, dump and weights as PLAN.*
+  run "$DFG" run "$1.dfg" --weights "$2" --steps 3 --threads 1 "${@:3}" --metrics "$1.jsonl" --dump "$1.safetensors" \
+    --save "$1_w.safetensors"
+  expect_rc 0 "3 GRPO steps, plan $1 ${*:3}"
+}
+
+for arch in gpt2 llama qwen3; do
+  # a warm start: 80 supervised steps teach the answers' length (EOS after ~5 tokens)
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" --set sft_steps=80 -o sft_$arch.dfg
+  run "$DFG" run sft_$arch.dfg --steps 80 --threads 1 --save w_$arch.safetensors
+  expect_rc 0 "$arch: the supervised warm start"
+  for target in cpu cuda; do
+    dev=() tgt=(--target "$target")
+    [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
+    # shellcheck disable=SC2086
+    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${tgt[@]}" -o real.dfg
+    # shellcheck disable=SC2086
+    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${FIXED[@]}" "${tgt[@]}" -o fixed.dfg
+    expect_rc 0 "$arch $target: compile the fixed-shape plan"
+    steps3 real w_$arch.safetensors "${dev[@]}"
+    steps3 fixed w_$arch.safetensors "${dev[@]}"
+    check "$arch $target: the default plan ends decode early and trains the narrow bucket" runs_check real.jsonl early
+    check "$arch $target: the fixed plan runs every decode step at full width" runs_check fixed.jsonl fixed
+    compare fixed real "$arch $target"
+    check "$arch $target: the sampler's log-probs = the training forward's (1e-5)" python3 - real.jsonl <<'PY'
+import json, sys
+d = [json.loads(l)["sampling/sampling_logp_difference/max"] for l in open(sys.argv[1])]
+print(f"max |logp - sampling_logp| per step: {d}")
+assert all(v is not None and v <= 1e-5 for v in d), d
+PY
+    check "$arch $target: the sampling/ metrics of the last step, recomputed from its dump" \
+      python3 - real.jsonl real.safetensors "$SRC/tests/cli" <<'PY'
+import json, math, sys
+sys.path.insert(0, sys.argv[3])
+import st_tool
+m = [json.loads(l) for l in open(sys.argv[1])][-1]
+t, _ = st_tool.read(sys.argv[2])
+lp, sp, mask = (st_tool.values(t[k]) for k in ("logp", "sampling_logp", "completion_mask"))
+on = [(a, b) for a, b, w in zip(lp, sp, mask) if w]
+diff, ratio = [abs(a - b) for a, b in on], [math.exp(a - b) for a, b in on]
+want = {"sampling_logp_difference/mean": sum(diff) / len(on), "sampling_logp_difference/max": max(diff),
+        "importance_sampling_ratio/min": min(ratio), "importance_sampling_ratio/mean": sum(ratio) / len(on),
+        "importance_sampling_ratio/max": max(ratio)}
+bad = {k: (m["sampling/" + k], v) for k, v in want.items() if abs(m["sampling/" + k] - v) > 1e-6 * max(1, abs(v))}
+print(f"{len(on)} scored tokens: {', '.join(f'{k} {v:.3g}' for k, v in want.items())}")
+assert not bad, bad
+PY
+  done
+done
+# a loss whose math depends on the micro-batches (bnpo: a token mean per micro-batch): the chunks
+# are gradient_accumulation_steps' micro-batches, unsorted, run narrowest first
+BNPO=(--set loss_type=bnpo --set gradient_accumulation_steps=4)
+# shellcheck disable=SC2086
+run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" -o bnpo.dfg
+# shellcheck disable=SC2086
+run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" "${FIXED[@]}" -o bnpo_fixed.dfg
+expect_rc 0 "bnpo with 4 micro-batches: compile"
+steps3 bnpo w_gpt2.safetensors
+steps3 bnpo_fixed w_gpt2.safetensors
+check "bnpo: the micro-batches ran at their own widths" python3 - bnpo.jsonl <<'PY'
+import json, sys
+runs = [json.loads(l)["stage_runs"] for l in open(sys.argv[1])]
+print(f"train runs per step: {[{k: v for k, v in r.items() if k.startswith('train')} for r in runs]}")
+assert all(sum(v for k, v in r.items() if k.startswith("train.0")) == 4 for r in runs), "4 micro-batches a step"
+assert any("train.0[12]" in r for r in runs), "no micro-batch at the narrow width"
+PY
+compare bnpo_fixed bnpo "bnpo, 4 micro-batches as chunks"
+testlib_end
