@@ -75,6 +75,7 @@ typedef struct {
     dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it */
     dfg_grpo_sampling sampling;
     dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
+    dfg_grpo_tail tail;     /* decode_tail: the loop's end on the live rows alone */
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
@@ -152,18 +153,30 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_stats = state(p, "train.stats", DFG_F32, DFG_SHAPE(GRPO_STATS), DFG_ROLE_NONE);
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
     char first[32], last[32];
     rollout_stage(first, sizeof(first), "prefill", c, 0);
     rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
+    const char *kv_last = c->tail ? "decode.compact" : last, *gen_last = c->tail ? "decode.merge" : last;
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
-        dfg_set_scope(p, s->kv.k[l], first, last);
-        dfg_set_scope(p, s->kv.v[l], first, last);
+        dfg_set_scope(p, s->kv.k[l], first, kv_last);
+        dfg_set_scope(p, s->kv.v[l], first, kv_last);
+        if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", "decode.tail");
+        if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", "decode.tail");
     }
     dfg_tensor *gen[5] = {s->cur_tok, s->pos, s->done, s->gen_rng, s->finished};
     for (int i = 0; i < 5; i++)
-        if (gen[i]) dfg_set_scope(p, gen[i], first, last);
+        if (gen[i]) dfg_set_scope(p, gen[i], first, gen_last);
+    if (c->tail) {
+        const dfg_grpo_tail *t = &s->tail;
+        dfg_tensor *rows[10] = {t->rows, t->back, t->tokens, t->mask, t->logp, t->done, t->token, t->kv.start, t->finished};
+        for (int i = 0; i < 10; i++)
+            if (rows[i]) dfg_set_scope(p, rows[i], "decode.compact", "decode.merge");
+        dfg_set_scope(p, t->go, "decode", "decode.merge");
+        dfg_set_scope(p, t->stop, "decode", "decode");
+    }
     return dfg_program_status(p);
 }
 
@@ -224,8 +237,41 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
                           .rng = s->gen_rng, .row0 = (int64_t)k * c->n_gen, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
                           .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
     dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
+    dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, s->pos, s->finished) : s->finished;
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
-    return st || !s->finished ? st : dfg_stage_until(p, name, s->finished);
+    return st || !end ? st : dfg_stage_until(p, name, end);
+}
+
+/* decode_tail: once few rows are live, they move to an n-row batch (decode.compact), decode
+ * there until they end (decode.tail: each draws as its batch row), and go back (decode.merge).
+ * The three run only in a step whose batch loop ended that way (tail.go). */
+static dfg_status build_decode_tail(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    const dfg_grpo_tail *t = &s->tail;
+    dfg_grpo_tail_from batch = {.tokens = s->tokens, .mask = s->mask, .logp = s->sampling_logp, .done = s->done,
+                                .token = s->cur_tok};
+    dfg_graph *g = dfg_graph_new(p, "decode.compact");
+    dfg_grpo_tail_gather(g, t, &s->kv, &batch);
+    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    g = dfg_graph_new(p, "decode.tail");
+    /* a run past the last column (the loop's chunks overshoot) writes nothing: its cache row is
+     * the last one's, never read again */
+    dfg_tensor *pos = dfg_cast(g, dfg_minimum(g, dfg_cast(g, s->pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR,
+                                                                                      (float)(c->T - 2))), DFG_I32);
+    dfg_tensor *h = dfg_model_decode(g, s->policy, &t->kv, t->token, pos);
+    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);
+    if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
+    dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token, .pos = s->pos,
+                          .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N), .draw_rows = t->rows,
+                          .pad = c->pad_id, .finished = t->finished, .logp = t->logp, .last_col = c->T - 1};
+    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
+    if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
+    if (!st) st = dfg_stage_until(p, "decode.tail", t->finished);
+    g = dfg_graph_new(p, "decode.merge");
+    dfg_grpo_tail_scatter(g, t, &batch);
+    if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    for (int i = 0; i < 3 && !st; i++)
+        st = dfg_stage_when(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", t->go, 0.5, 1.5);
+    return st;
 }
 
 /* ---------------------------------------------------------------- scoring */
@@ -510,6 +556,8 @@ static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
             st = dfg_stage_steps(p, name, c->sft_steps, -1);
         }
     }
+    for (int i = 0; i < 3 && !st && c->tail; i++)
+        st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
     for (int k = -2; k < c->iterations && !st; k++) { /* -2: ref, -1: old, then train.k and update.k */
@@ -537,6 +585,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
     for (int k = 0; k < c->R && !st; k++)
         if (!(st = build_prefill(p, c, s, k))) st = build_decode(p, c, s, k);
+    if (!st && c->tail) st = build_decode_tail(p, c, s);
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
     for (int b = 0; b < c->n_widths && !st && c->beta != 0.0f; b++)
@@ -582,7 +631,7 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[3 + 2 * DFG_GRPO_MAX_SUB_BATCHES];
+    const char *stages[6 + 2 * DFG_GRPO_MAX_SUB_BATCHES];
     char names[2 * DFG_GRPO_MAX_SUB_BATCHES][32];
     int n = 0;
     stages[n++] = "data";
@@ -592,6 +641,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         rollout_stage(names[2 * k + 1], sizeof(names[0]), "decode", c, k);
         stages[n++] = names[2 * k], stages[n++] = names[2 * k + 1];
     }
+    if (c->tail) stages[n++] = "decode.compact", stages[n++] = "decode.tail", stages[n++] = "decode.merge";
     stages[n++] = "reward";
     /* left-padded prompts (padded_prompts): a rollout says where each row's prompt starts
      * (prompt_start, or an attention_mask the CLI turns into it; neither: no padding) */

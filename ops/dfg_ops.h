@@ -116,7 +116,9 @@ DFG_API dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng
 /* dfg_sample for a sub-batch: row0 is an i32 scalar (rank 0 or one element), the batch index of
  * the logits' first row, so row r draws what row row0 + r of the whole batch would draw from the
  * same rng state (generating in sub-batches then reproduces the whole batch's tokens, when the
- * caller restores the rng state between sub-batches); NULL = 0, exactly dfg_sample. */
+ * caller restores the rng state between sub-batches); NULL = 0, exactly dfg_sample. row0 may
+ * instead hold one i32 per row: each row's batch index (rows gathered from the batch, e.g. the
+ * rows still generating, draw what they would in the whole batch). */
 DFG_API dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0,
                                     float temperature, int top_k);
 /* Advances rng's counter by n in place, as n dfg_sample calls would: a decode loop that ends

@@ -64,8 +64,9 @@ dfg_status dfg_infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out)
 }
 
 /* logits (..., V), rng (4) [, row0: i32 scalar, the batch index of the logits' first row (a
- * sub-batch of rows [row0, row0 + rows) draws what the whole batch draws for those rows)] ->
- * tokens (...), rng advanced in place */
+ * sub-batch of rows [row0, row0 + rows) draws what the whole batch draws for those rows), or
+ * i32 (rows): each row's batch index (rows gathered from anywhere in the batch)] -> tokens
+ * (...), rng advanced in place */
 dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != 2 && n->n_in != 3)
         return dfg_node_fail(g, n, DFG_ERR_ARG, "takes logits and rng, or 3 inputs with row0; got %d", n->n_in);
@@ -75,10 +76,12 @@ dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) 
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rng must be an i32 STATE of shape (4)");
     if (n->n_in == 3) {
         const dfg_tensor *r0 = n->in[2];
-        if (r0->dtype != DFG_I32 || dfg_shape_numel(r0->shape) != 1) {
+        int64_t rows = dfg_shape_numel(x->shape) / (x->shape.d[x->shape.rank - 1] ? x->shape.d[x->shape.rank - 1] : 1);
+        if (r0->dtype != DFG_I32 || (dfg_shape_numel(r0->shape) != 1 && dfg_shape_numel(r0->shape) != rows)) {
             char buf[96];
-            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "row0 '%s' must be an i32 scalar (rank 0 or one element); got %s %s",
-                                 r0->name, dfg_dtype_name(r0->dtype), dfg_shape_str(r0->shape, buf, sizeof(buf)));
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "row0 '%s' must be an i32 scalar (rank 0 or one element) or hold "
+                                 "one index per row (%lld); got %s %s", r0->name, (long long)rows,
+                                 dfg_dtype_name(r0->dtype), dfg_shape_str(r0->shape, buf, sizeof(buf)));
         }
     }
     out[0] = (dfg_out_spec){DFG_I32, drop_last(x->shape), -1, false};

@@ -211,12 +211,16 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
         bool runs = false;
         dfg_status st = stage_runs(rt, s, &runs);
         if (st) return st;
-        if (!runs) continue;
+        if (!runs) {
+            if (rt->check) dfg_check_stage_end(rt, s);
+            continue;
+        }
         double t0 = now_s();
         rt->updated = rt->updated || rt->stage_updates[s]; /* set before: a failure inside may have written */
         st = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
         rt->stage_ms[s] = 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
         if (st) return st;
+        if (rt->check) dfg_check_stage_end(rt, s);
         if (!rt->stage_runs[s] && !rt->p->stages[s].runs)
             rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
     }

@@ -7,7 +7,8 @@
  * 16-byte vector (the vectorized lane loads); logits with many ties (top-k's threshold shared
  * by several tokens, the first maximum), masked (-inf) entries, all -inf rows; f32 and bf16;
  * the 3-input form (dfg_sample_rows: row0, the batch index of the first row, read from device
- * memory; random, and near INT32_MAX so row0 + r passes 2^31). Beyond the harness: logits
+ * memory; random, and near INT32_MAX so row0 + r passes 2^31; or one index per row, the rows
+ * of a batch gathered in any order). Beyond the harness: logits
  * starting one element past an aligned address (the scalar loads), a NaN row sets the device
  * flag, and the emulated kernel on rows [row0, row0 + n) of a batch with row0 draws the CPU's
  * whole-batch tokens for those rows. rng_advance (a decode loop's skipped draws) moves the
@@ -28,14 +29,14 @@ typedef struct {
     int top_k;
     logits_kind kind;
     bool rank3; /* logits (2, rows / 2, V) */
-    bool row0;  /* the 3-input form: dfg_sample_rows with an i32 scalar row0 (input 2) */
+    int row0;   /* the 3-input form, dfg_sample_rows: 1 an i32 scalar row0 (input 2), 2 one row index a row */
 } sample_case;
 
 static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
     const sample_case *k = user;
     dfg_shape s = k->rank3 ? DFG_SHAPE(2, k->rows / 2, k->v) : DFG_SHAPE(k->rows, k->v);
     dfg_tensor *rng = dfg_state(g->program, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
-    dfg_tensor *row0 = k->row0 ? dfg_input(g, "row0", DFG_I32, DFG_SCALAR) : NULL;
+    dfg_tensor *row0 = k->row0 ? dfg_input(g, "row0", DFG_I32, k->row0 == 2 ? DFG_SHAPE(k->rows) : DFG_SCALAR) : NULL;
     dfg_tensor *tok = dfg_sample_rows(g, dfg_input(g, "logits", dt, s), rng, row0, k->temperature, k->top_k);
     return dfg_graph_status(g) ? NULL : tok->producer;
 }
@@ -46,8 +47,9 @@ static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
 static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const sample_case *k = user;
     if (slot == 2) {
-        int32_t *r0 = data;
-        r0[0] = dfg_test_int(0, 3) == 0 ? INT32_MAX - dfg_test_int(0, 2) : dfg_test_int(1, 100000);
+        int32_t *r0 = data; /* per row: any indices, in any order, repeats allowed */
+        for (int64_t i = 0; i < n; i++)
+            r0[i] = dfg_test_int(0, 3) == 0 ? INT32_MAX - dfg_test_int(0, 2) : dfg_test_int(1, 100000);
         return;
     }
     if (slot == 1) {
@@ -74,7 +76,7 @@ static void check_sample(const sample_case *k, int repeats) {
     static const char *kinds[] = {"uniform", "ties", "masked", "wide"};
     char label[160];
     snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d %s%s%s", (long long)k->rows, (long long)k->v,
-             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "", k->row0 ? " row0" : "");
+             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "", k->row0 == 2 ? " row per row" : k->row0 ? " row0" : "");
     for (int i = 0; i < repeats; i++) { /* fresh logits and RNG state each time */
         cuda_case c = {.label = label, .build = build_sample, .user = (void *)k, .fill = fill_sample, .bf16 = true,
                        .seeds = 1};
@@ -121,7 +123,7 @@ static void check_direct(sample_case k, int shift, int64_t nan_row) {
  * CPU's 2-input kernel on the whole batch: the same tokens for those rows, the same RNG state. */
 static void check_rows(sample_case k, int64_t row0, int64_t n) {
     sample_case ks = k;
-    ks.rows = n, ks.row0 = true;
+    ks.rows = n, ks.row0 = 1;
     dfg_program *p = dfg_program_new("whole"), *q = dfg_program_new("part"); /* each has its "rng" */
     dfg_node *whole = build_sample(dfg_graph_new(p, "g"), DFG_F32, &k);
     dfg_node *part = build_sample(dfg_graph_new(q, "g"), DFG_F32, &ks);
@@ -201,6 +203,9 @@ int main(void) {
         {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, true},    {16, 300, 0.8f, 0, LOGITS_UNIFORM, false, true},
         {16, 1000, 1.0f, 20, LOGITS_TIES, false, true},    {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, true},
         {12, 5003, 0.8f, 0, LOGITS_MASKED, false, true},   {8, 33, 0.0f, 0, LOGITS_UNIFORM, false, true},
+        /* row0 with one batch index per row (rows gathered from the batch) */
+        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, 2},       {16, 1000, 1.0f, 20, LOGITS_TIES, false, 2},
+        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, 2},      {12, 5003, 0.8f, 0, LOGITS_MASKED, false, 2},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_sample(&cases[i], cases[i].v > 5003 ? 1 : 3);
     check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false, false}, 1, -1);

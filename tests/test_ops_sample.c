@@ -284,6 +284,8 @@ static void test_sub_batch(void) {
     dfg_tensor *row0 = dfg_input(f.g, "row0", DFG_I32, DFG_SCALAR);
     dfg_tensor *row0_1 = dfg_input(f.g, "row0_1", DFG_I32, DFG_SHAPE(1)); /* one element of rank 1: also a scalar */
     dfg_tensor *sub = dfg_slice_at(f.g, lg, 0, row0, N);
+    dfg_tensor *ids = dfg_input(f.g, "ids", DFG_I32, DFG_SHAPE(N)); /* rows gathered in any order */
+    dfg_tensor *picked = dfg_embed(f.g, lg, ids);                    /* (N, V) rows ids[r] */
     char name[32];
     for (int i = 0; i < NV; i++) {
         snprintf(name, sizeof(name), "rng_full%d", i);
@@ -296,11 +298,16 @@ static void test_sub_batch(void) {
         /* the last variant reads row0 from the (1)-shaped copy */
         dfg_output(f.g, dfg_sample_rows(f.g, sub, rs, i == NV - 1 ? row0_1 : row0, var[i].temperature, var[i].top_k),
                    name);
+        snprintf(name, sizeof(name), "rng_ids%d", i);
+        dfg_tensor *ri = rng_state(&f, name);
+        snprintf(name, sizeof(name), "ids%d", i);
+        dfg_output(f.g, dfg_sample_rows(f.g, picked, ri, ids, var[i].temperature, var[i].top_k), name);
     }
     if (dfg_fx_create(&f, 1)) {
         float x[R * V];
         int32_t full[R], part[N], st_full[4], st_sub[4];
-        int compared = 0, differ = 0, rng_differ = 0;
+        int compared = 0, differ = 0, rng_differ = 0, id_differ = 0;
+        int32_t id[N], part_ids[N];
         for (int t = 0; t < TRIALS; t++)
             for (int q = 0; q < n_row0; q++) {
                 dfg_test_fill_normal(x, R * V, 0.7f); /* fresh logits each step */
@@ -312,10 +319,14 @@ static void test_sub_batch(void) {
                 dfg_fx_write(&f, "logits", x, sizeof(x));
                 dfg_fx_write(&f, "row0", &r0, sizeof(r0));
                 dfg_fx_write(&f, "row0_1", &r0, sizeof(r0));
+                for (int r = 0; r < N; r++) id[r] = dfg_test_int(0, R - 1); /* any rows, repeats allowed */
+                dfg_fx_write(&f, "ids", id, sizeof(id));
                 for (int i = 0; i < NV; i++) {
                     snprintf(name, sizeof(name), "rng_full%d", i);
                     dfg_fx_write(&f, name, st, sizeof(st));
                     snprintf(name, sizeof(name), "rng_sub%d", i);
+                    dfg_fx_write(&f, name, st, sizeof(st));
+                    snprintf(name, sizeof(name), "rng_ids%d", i);
                     dfg_fx_write(&f, name, st, sizeof(st));
                 }
                 if (!dfg_fx_step(&f)) break;
@@ -325,6 +336,9 @@ static void test_sub_batch(void) {
                     snprintf(name, sizeof(name), "sub%d", i);
                     dfg_fx_read(&f, name, part, sizeof(part));
                     for (int r = 0; r < N; r++, compared++) differ += part[r] != full[r0 + r];
+                    snprintf(name, sizeof(name), "ids%d", i);
+                    dfg_fx_read(&f, name, part_ids, sizeof(part_ids));
+                    for (int r = 0; r < N; r++) id_differ += part_ids[r] != full[id[r]];
                     snprintf(name, sizeof(name), "rng_full%d", i);
                     dfg_fx_read(&f, name, st_full, sizeof(st_full));
                     snprintf(name, sizeof(name), "rng_sub%d", i);
@@ -339,6 +353,8 @@ static void test_sub_batch(void) {
         CHECK(differ == 0, "%d of %d sub-batch rows drew another token than the whole batch's row row0 + r", differ,
               compared);
         CHECK(rng_differ == 0, "%d sub-batch calls left the RNG state other than the whole batch's call", rng_differ);
+        CHECK(id_differ == 0, "%d of %d gathered rows (one row index each) drew another token than their whole-batch "
+              "row", id_differ, compared);
     }
     dfg_fx_end(&f);
 }

@@ -49,15 +49,25 @@ static void print_settings(const dfg_program *p) {
 }
 
 static void print_stages(const dfg_program *p) {
+    int width = 12, digits = p->n_stages >= 10 ? 2 : 1; /* the names and numbers in one column */
+    for (int s = 0; s < p->n_stages; s++)
+        if ((int)strlen(p->stages[s].name) > width) width = (int)strlen(p->stages[s].name);
     for (int s = 0; s < p->n_stages; s++) {
         const dfg_stage *st = &p->stages[s];
-        printf("%-9s %d. %-12s ", s ? "" : "stages", s + 1, st->name);
+        printf("%-9s %*d. %-*s ", s ? "" : "stages", digits, s + 1, width, st->name);
         if (st->kind == DFG_STAGE_HOST) {
             printf("host function %s\n", st->symbol);
             continue;
         }
         printf("graph '%s', %d nodes", st->graph->name, st->graph->n_nodes);
-        if (st->repeat > 1) printf(", runs %d times", st->repeat);
+        if (st->repeat > 1) printf(", runs %s%d times", st->until || st->runs ? "at most " : "", st->repeat);
+        if (st->until) printf(", until '%s' is set", st->until->name);
+        if (st->runs) printf(", '%s' times", st->runs->name);
+        if (st->when) printf(", when '%s' is in (%g, %g]", st->when->name, st->when_lo, st->when_hi);
+        if (st->first_step > 0 || st->last_step >= 0) {
+            printf(", in steps %lld..", (long long)st->first_step + 1);
+            if (st->last_step >= 0) printf("%lld", (long long)st->last_step + 1);
+        }
         printf("\n");
     }
 }

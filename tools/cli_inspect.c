@@ -207,9 +207,12 @@ static cJSON *json_data_parallel(const inspection *in) {
     return o;
 }
 
-/* A graph stage's runs per step: N, or 1-N (until), 0-N (a count), 0|N (a condition). */
+/* A graph stage's runs per step: N, or 1-N (until), 0-N (a count), 0|N (a condition), 0|1-N
+ * (a condition, then until). */
 static const char *runs_str(const dfg_stage *st, char *buf, size_t len) {
-    snprintf(buf, len, st->until ? "1-%d" : st->runs ? "0-%d" : st->when ? "0|%d" : "%d", st->repeat);
+    const char *rule = st->until ? "1-%d" : st->runs ? "0-%d" : st->when ? "0|%d" : "%d";
+    if (st->when && st->until) rule = "0|1-%d"; /* on a condition, then until its flag */
+    snprintf(buf, len, rule, st->repeat);
     return buf;
 }
 
@@ -315,7 +318,7 @@ static void print_stages(const inspection *in) {
     }
     if (rules) /* what the planned memory covers: the largest of them, whichever runs */
         printf("              runs: 1-N ends once its flag is set, 0-N as many as a count says, 0|N on a "
-               "condition (length buckets: each copy is planned; GFLOP and moved are for N runs)\n");
+               "condition (length buckets, the decode tail: each is planned; GFLOP and moved are for N runs)\n");
 }
 
 /* ---------------------------------------------------------------- JSON */

@@ -22,6 +22,7 @@
 #include "dfg_dataset.h"
 #include "dfg_reward.h"
 #include "dfg_runtime.h"
+#include "dfg_nn.h"
 #include "dfg_ops.h"
 
 #ifdef __cplusplus
@@ -123,6 +124,35 @@ void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *ro
 dfg_tensor *dfg_grpo_chunk_rows(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *x, dfg_tensor *chunk, int64_t col0,
                                 int64_t cols);
 void dfg_grpo_chunk_write(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *dst, dfg_tensor *src, dfg_tensor *chunk);
+
+/* The decode loop's tail on the live rows (grpo_tail.c, decode_tail). _state makes the n-row
+ * copies of the rollout (tail.*, caches "tail.kv.<l>.k/v" like kv's) and gen.stop; _switch, in
+ * the batch decode graph after its step, sets tail.go (1: at most n rows are live, at least one,
+ * and a column is left) and gen.stop = max(finished, go), the batch loop's end flag; _gather
+ * (its own stage, when go) takes the live rows first, then finished ones up to n, into the tail
+ * with their caches; _scatter (after the tail's loop) writes the tail's rows of tokens, mask and
+ * logp back. The tail's loop draws with tail.rows (each row's batch index) and ends on
+ * tail.finished. */
+typedef struct {
+    dfg_tensor *tokens, *mask, *logp; /* (N, T): logp NULL without sampling log-probs */
+    dfg_tensor *done;                 /* (N) f32 */
+    dfg_tensor *token;                /* (N, 1) i32 */
+} dfg_grpo_tail_from;
+typedef struct {
+    int64_t N, n, T;
+    dfg_model_kv kv;           /* (n, Tkv, Ckv) caches, start (n) when the prompts are left-padded */
+    dfg_tensor *rows;          /* (n) i32 each tail row's batch row */
+    dfg_tensor *back;          /* (N) i32 each batch row's source in concat(tail rows, batch rows) */
+    dfg_tensor *tokens, *mask, *logp, *done, *token; /* the tail's rollout, as dfg_grpo_tail_from's at n rows */
+    dfg_tensor *finished, *go, *stop; /* () f32 */
+    dfg_tensor *upto, *index;  /* constants: (N, N) 1 where j <= i; (N) 0 .. N-1 */
+} dfg_grpo_tail;
+dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
+                               int64_t T, bool logp, dfg_grpo_tail *t);
+dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *pos,
+                                 dfg_tensor *finished);
+void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from);
+void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_grpo_tail_from *to);
 
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank

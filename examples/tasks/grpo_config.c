@@ -128,6 +128,25 @@ static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, const char *p
     return DFG_OK;
 }
 
+/* decode_tail: auto (N / 8 rows, for N >= 16) or a row count below N; 0 (or a plan whose decode
+ * runs every step, or in sub-batches) has none */
+static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, const char *tail) {
+    char *end = NULL;
+    bool automatic = !strcmp(tail, "auto");
+    long n = automatic ? (c->N >= 16 ? (long)(c->N / 8) : 0) : strtol(tail, &end, 10);
+    if (!automatic && (end == tail || *end || n < 0 || n >= c->N))
+        return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail must be auto or 0 .. %lld (below the %lld rows a rank "
+                                "decodes), got '%s'", (long long)(c->N - 1), (long long)c->N, tail);
+    if (n > 0 && (!c->early_exit || c->R > 1)) {
+        if (!automatic)
+            return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true and "
+                                    "rollout_sub_batches=1", n);
+        n = 0;
+    }
+    c->tail = n;
+    return DFG_OK;
+}
+
 /* length_buckets: how many completion widths the scoring and training stages are built for,
  * halving from max_completion_length (auto: down to 8 tokens, at most 6 widths; 1: the full
  * width only, as before). Memory is planned for the widest; a step runs the narrowest that holds
@@ -216,6 +235,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     /* the decode loop ends once every row has its EOS, as generate() does (false: always
      * max_completion_length steps, the fixed-shape loop; the tokens are the same) */
     c->early_exit = dfg_setting_bool(p, "decode_early_exit", true);
+    /* the decode loop's tail: when at most this many rows still generate, the rest of the loop
+     * runs on them alone (auto: an eighth of the batch, from 16 rows; 0: never) */
+    const char *tail = dfg_setting_str(p, "decode_tail", "auto");
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
     const char *padded = dfg_setting_str(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
@@ -251,6 +273,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
     if ((st = read_widths(p, c, buckets))) return st;
+    if ((st = read_tail(p, c, tail))) return st;
 
     dfg_model_config small = dfg_gpt2_config_default();
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();

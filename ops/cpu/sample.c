@@ -2,7 +2,8 @@
  * Row r of a call draws u = uniform(philox(key, {counter, row0 + r})) and picks the first token
  * whose running sum of kept weights exp((z - max) / T) passes u * total; the call then advances
  * the counter by one. row0 (the optional third input, else 0) is the batch index of the call's
- * first row: a sub-batch then draws exactly the numbers the whole batch draws for its rows.
+ * first row: a sub-batch then draws exactly the numbers the whole batch draws for its rows; with
+ * one element per row it is each row's batch index instead (rows gathered from the batch).
  *
  * The CUDA kernel (ops/cuda/sample.cu) must pick the same tokens, so every floating-point step
  * here is one a GPU does bit for bit: the weights come from sample_exp (IEEE-exact +, -, *, /
@@ -165,14 +166,16 @@ dfg_status dfg_cpu_sample(const dfg_node *n, void *const *in, void *const *out, 
     int64_t v = xs.d[xs.rank - 1], rows = dfg_shape_numel(xs) / v;
     const float *logits = in[0];           /* (rows, V) */
     const int32_t *rng = in[1];            /* (4): key lo, key hi, counter lo, counter hi */
-    const int64_t row0 = n->n_in > 2 ? *(const int32_t *)in[2] : 0; /* () the batch index of row 0 */
+    const int32_t *row0 = n->n_in > 2 ? in[2] : NULL; /* () the batch index of row 0, or (rows) each row's */
+    const bool per_row = row0 && rows > 1 && dfg_shape_numel(n->in[2]->shape) == rows;
     int32_t *tok = out[0], *rng_out = out[1];
     uint32_t k0 = (uint32_t)rng[0], k1 = (uint32_t)rng[1];
     uint64_t ctr = (uint64_t)(uint32_t)rng[2] | ((uint64_t)(uint32_t)rng[3] << 32);
     if (ctx->scratch_per_thread < dfg_cpu_scratch_sample(n))
         return dfg_cpu_fail(ctx, n, DFG_ERR_RUNTIME, "scratch of %zu bytes is too small", ctx->scratch_per_thread);
     for (int64_t r = 0; r < rows; r++) {
-        dfg_philox_ctr c = dfg_philox4x32(dfg_philox_row_ctr(ctr, (uint64_t)(row0 + r)), k0, k1);
+        int64_t row = per_row ? row0[r] : (row0 ? row0[0] : 0) + r;
+        dfg_philox_ctr c = dfg_philox4x32(dfg_philox_row_ctr(ctr, (uint64_t)row), k0, k1);
         tok[r] = sample_row(logits + r * v, v, n->attr->sample.temperature, n->attr->sample.top_k,
                             dfg_philox_uniform(c.v[0]), ctx->scratch);
         if (tok[r] < 0) return dfg_cpu_fail(ctx, n, DFG_ERR_NUMERIC, "row %lld of the logits holds a NaN", (long long)r);

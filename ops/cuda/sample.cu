@@ -15,7 +15,8 @@
 //
 // Row r draws its uniform at Philox position {counter, row0 + r}: row0 (the node's optional third
 // input, read from device memory so a replayed CUDA Graph sees its current value; nullptr: 0) is
-// the batch index of the call's first row, as on the CPU.
+// the batch index of the call's first row, as on the CPU; with one element per row, each row's
+// batch index (rows gathered from anywhere in the batch).
 //
 // A block of 256 threads per row: pass 1 the argmax (first index of the max) and a NaN check;
 // top-k: 4 histogram passes; pass 2 the block sums (warp per block, 16-byte loads when the rows
@@ -155,7 +156,8 @@ template <class T, bool VEC>
 static __global__ void __launch_bounds__(kThreads)
     sample_kernel(const T *logits,       // (rows, V)
                   const int32_t *rng,    // (4) key lo, key hi, counter lo, counter hi
-                  const int32_t *row0,   // () the batch index of row 0, or nullptr (0)
+                  const int32_t *row0,   // () the batch index of row 0, (rows) each row's, or nullptr (0)
+                  bool per_row,          // row0 holds one index per row
                   int32_t *tok,          // (rows)
                   int64_t v, float temp, double inv_t, int top_k,
                   int *flags) {          // (1) set on a row holding a NaN (its token: 0)
@@ -213,7 +215,7 @@ static __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
         double total = 0.0;
         for (int64_t b = 0; b < nb; b++) run[b] = total = __dadd_rn(total, run[b]);
-        const int64_t row = (row0 ? (int64_t)*row0 : 0) + r; // as the CPU: (uint64_t)(row0 + r)
+        const int64_t row = per_row ? (int64_t)row0[r] : (row0 ? (int64_t)*row0 : 0) + r; // as the CPU
         const dfg_philox_ctr c = dfg_philox4x32(
             dfg_philox_row_ctr((uint64_t)(uint32_t)rng[2] | ((uint64_t)(uint32_t)rng[3] << 32), (uint64_t)row),
             (uint32_t)rng[0], (uint32_t)rng[1]);
@@ -293,6 +295,7 @@ DFG_CUDA_LAUNCHER(sample) {
     const size_t smem = sizeof(double) * (size_t)((v + kBlock - 1) / kBlock);
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
     const int32_t *row0 = n->n_in > 2 ? (const int32_t *)in[2] : nullptr;
+    const bool per_row = row0 && rows > 1 && dfg_shape_numel(n->in[2]->shape) == rows;
     cudaError_t e = cudaSuccess;
     if (smem > 200u * 1024u)
         return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "a vocabulary of %lld is beyond the kernel's shared memory",
@@ -304,13 +307,13 @@ DFG_CUDA_LAUNCHER(sample) {
                 if (smem > 48u * 1024u) e = DFG_SET_MAX_DYNAMIC_SMEM((sample_kernel<T, true>), smem);
                 if (e == cudaSuccess)
                     e = DFG_LAUNCH((sample_kernel<T, true>), (unsigned)rows, kThreads, smem, stream, (const T *)in[0],
-                                   (const int32_t *)in[1], row0, (int32_t *)out[0], v, temp, inv_t, top_k,
+                                   (const int32_t *)in[1], row0, per_row, (int32_t *)out[0], v, temp, inv_t, top_k,
                                    ctx->flags);
             } else {
                 if (smem > 48u * 1024u) e = DFG_SET_MAX_DYNAMIC_SMEM((sample_kernel<T, false>), smem);
                 if (e == cudaSuccess)
                     e = DFG_LAUNCH((sample_kernel<T, false>), (unsigned)rows, kThreads, smem, stream, (const T *)in[0],
-                                   (const int32_t *)in[1], row0, (int32_t *)out[0], v, temp, inv_t, top_k,
+                                   (const int32_t *)in[1], row0, per_row, (int32_t *)out[0], v, temp, inv_t, top_k,
                                    ctx->flags);
             }
         });

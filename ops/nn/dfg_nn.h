@@ -291,6 +291,13 @@ typedef struct {
     /* (N, T) f32 or NULL: each written token's log-prob under logits / temperature over the whole
      * vocabulary (what training computes; 0 where the row was done): the sampler's log-probs */
     dfg_tensor *logp;
+    /* (n) i32 or NULL: each row's index in the whole batch, for its draws (rows gathered from the
+     * batch: the rows still generating, decoded apart); draw_row0 is added to each */
+    dfg_tensor *draw_rows;
+    /* > 0: the last column a step may write. A step at pos = last_col writes nothing and leaves
+     * pos there, and `finished` is set once pos reaches it: a loop whose run count is not bounded
+     * by the columns left (dfg_stage_until in chunks) cannot write past them */
+    int64_t last_col;
 } dfg_grpo_rollout;
 /* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
  * temperature <= 0 is greedy), writes the token at position pos + 1 (pad in a row already done)

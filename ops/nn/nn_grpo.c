@@ -215,14 +215,16 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
 }
 
 /* Writes src (n, 1) into column col (an i32 scalar read at run time) of rows row0 .. row0+n-1 of
- * dst (N, T): the whole column is read, the rows replaced, and the column written back. */
-static void write_rows_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int64_t row0, dfg_tensor *col) {
+ * dst (N, T): the whole column is read, the rows replaced, and the column written back. With
+ * `ok` (an f32 scalar) 0 the column keeps what it held. */
+static void write_rows_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int64_t row0, dfg_tensor *col, dfg_tensor *ok) {
     int64_t n = dfg_tensor_shape(src).d[0], all = dfg_tensor_shape(dst).d[0];
+    dfg_tensor *now = dfg_slice_at(g, dst, 1, col, 1); /* (N, 1) */
+    if (ok) src = dfg_where(g, ok, src, row0 || n != all ? dfg_slice(g, now, 0, row0, n) : now);
     if (n == all) {
         dfg_slice_assign_at(g, dst, src, 1, col);
         return;
     }
-    dfg_tensor *now = dfg_slice_at(g, dst, 1, col, 1); /* (N, 1) */
     dfg_tensor *parts[3];
     int k = 0;
     if (row0 > 0) parts[k++] = dfg_slice(g, now, 0, 0, row0);
@@ -243,20 +245,30 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
                                 "of the %lld sequences", (long long)r->row0, (long long)(r->row0 + N - 1), (long long)all);
     dfg_tensor *draw0 = r->row0 || N != all || r->draw_row0 ? dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0) : NULL;
     if (r->draw_row0) draw0 = dfg_add(g, draw0, r->draw_row0);
+    if (r->draw_rows) draw0 = draw0 ? dfg_add(g, r->draw_rows, draw0) : r->draw_rows; /* (N) each row's */
     dfg_tensor *tok = draw0 ? dfg_sample_rows(g, logits, r->rng, draw0, temperature, top_k) /* (N, 1) i32 */
                             : dfg_sample(g, logits, r->rng, temperature, top_k);
     dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f); /* where it goes */
+    dfg_tensor *ok = NULL, *at_end = NULL; /* last_col: 1 while a column is left, 1 once none is */
+    if (r->last_col > 0) {
+        dfg_tensor *last = dfg_fill(g, DFG_F32, DFG_SCALAR, (float)r->last_col);
+        dfg_tensor *pos = dfg_cast(g, r->pos, DFG_F32);
+        ok = dfg_affine(g, dfg_equal(g, pos, last), -1.0f, 1.0f);
+        dfg_tensor *next_f = dfg_minimum(g, dfg_add_scalar(g, pos, 1.0f), last);
+        at_end = dfg_equal(g, next_f, last);
+        next = dfg_cast(g, next_f, DFG_I32);
+    }
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
-    write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next);
+    write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next, ok);
     if (r->logp) { /* the sampled token's log-prob at the temperature training applies */
         dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
         if (temperature > 0.0f && temperature != 1.0f) z = dfg_scale(g, z, 1.0f / temperature);
         dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
-        write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next);
+        write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next, ok);
     }
     tok = dfg_where(g, dfg_reshape(g, r->done, DFG_SHAPE(N, 1)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->pad), tok);
-    write_rows_at(g, r->tokens, tok, r->row0, next);
+    write_rows_at(g, r->tokens, tok, r->row0, next, ok);
     dfg_tensor *is_eos = NULL; /* (N, 1) f32: 1 when tok is any of the EOS ids */
     for (int i = 0; i < n_eos; i++) {
         dfg_tensor *hit = dfg_equal(g, tok, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)eos[i]));
@@ -264,8 +276,10 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     }
     dfg_tensor *done = dfg_maximum(g, r->done, dfg_reshape(g, is_eos, DFG_SHAPE(N))); /* (N) */
     dfg_assign(g, r->done, done);
-    if (r->finished) /* every row done: the sum of N ones, exact in f32 */
-        dfg_assign(g, r->finished, dfg_equal(g, dfg_sum(g, done, 0), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)N)));
+    if (r->finished) { /* every row done: the sum of N ones, exact in f32 (or no column left) */
+        dfg_tensor *all_done = dfg_equal(g, dfg_sum(g, done, 0), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)N));
+        dfg_assign(g, r->finished, at_end ? dfg_maximum(g, all_done, at_end) : all_done);
+    }
     dfg_assign(g, r->token, tok);
     dfg_assign(g, r->pos, next);
     return dfg_graph_status(g);

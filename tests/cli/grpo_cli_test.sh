@@ -31,7 +31,7 @@ has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "
 run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg --set beta=0.04 # a KL-penalised run: kl is a metric
 expect_rc 0 "compile examples/grpo.c"
 run "$DFG" info grpo.dfg
-expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, reward" \
+expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, decode.compact, decode.tail, decode.merge, reward" \
   "the plan says what a rollout holds (dfg_declare_rollout)"
 expect_in out.txt "groups of 8 rows of tokens share their first 4 tokens" "and which rows share a prompt"
 cp out.txt info.txt
@@ -326,7 +326,7 @@ expect_rc 2 "--dump on a plan that declares no dumps"
 
 run "$DFG" run grpo.dfg --rollouts r.safetensors --dump d.safetensors --save w.safetensors --threads 1
 expect_rc 0 "--rollouts R --dump OUT"
-expect_in out.txt "stages data, prefill, decode, reward skipped" "the rollout stages are skipped"
+expect_in out.txt "stages data, prefill, decode, decode.compact, decode.tail, decode.merge, reward skipped" "the rollout stages are skipped"
 expect_in out.txt "dumped step 1 to d.safetensors" "the dump is written"
 # the pipeline's dump declarations (dfg info lists them) name the values; the issue's five must be there
 dumped=$(grep '^dump ' info.txt | sed 's/^dump *dfg run --dump writes every parameter and //; s/ ([^)]*)//g' | tr ',' '\n' | tr -d ' ')

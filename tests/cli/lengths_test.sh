@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # lengths_test.sh - GRPO pays for the tokens that exist (issue 31): decode ends once every row has
-# its EOS (decode_early_exit), and scoring and training run at the narrowest length bucket that
-# holds the batch (length_buckets). Both must change nothing but the work done:
+# its EOS (decode_early_exit), once at most 8 rows are live the rest of the loop runs on them
+# alone (decode_tail), and scoring and training run at the narrowest length bucket that holds
+# the batch (length_buckets). All must change nothing but the work done:
 #   usage: lengths_test.sh /path/to/dfg /path/to/source-tree
 # For GPT-2, Llama and Qwen3 policies (tiny, warm-started by a supervised run so that completions
 # end early), on the CPU and on the emulated GPU (--emulate-gpu, float32: decode's chunks of runs
 # between flag reads, captured graphs per bucket), three steps of
-#   - the default plan (early exit, auto buckets: widths 12 and 24 of max_completion_length 24,
+#   - the default plan (early exit, the tail on 8 rows, auto buckets: widths 12 and 24 of max_completion_length 24,
 #     and auto length_chunks: the training pass in 8 chunks of one group, sorted by length) and
 #   - the fixed-shape plan (decode_early_exit=false length_buckets=1)
 # dump the same log-probs (policy, sampler), advantages, loss, gradient norm and metrics within
 # 1e-6 of each tensor's largest value (other summation orders: chunks, narrower widths), and the
 # same weights within 1e-5 (three AdamW updates turn those orders into relative differences of
 # ~1e-6 in small updates). The metrics JSONL's stage_runs must show that the default plan did end decode
-# early and train at the narrower width (else the comparison proves nothing), and the fixed plan
-# that it did not. The sampler's log-probs equal the training forward's within 1e-5 (f32).
+# early, run the tail and train at the narrower width (else the comparison proves nothing), and
+# the fixed plan that it did not. The sampler's log-probs equal the training forward's within 1e-5
+# (f32). An untrained policy with decode_tail=40 runs the tail to the last column (on the emulated
+# GPU its chunks overshoot it) and still equals the fixed plan.
 set -u
 DFG=$1
 SRC=$2
@@ -43,12 +46,16 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 decode = [l["stage_runs"].get("decode", 0) for l in lines]
 narrow = sum(1 for l in lines if "train.0[12]" in l["stage_runs"])
 wide = sum(1 for l in lines if "train.0" in l["stage_runs"])
-print(f"decode runs per step {decode}, narrow-bucket steps {narrow}, full-width steps {wide}")
+tail = [l["stage_runs"].get("decode.tail", 0) for l in lines]
+print(f"decode runs per step {decode} (then on the live rows alone {tail}), narrow-bucket steps {narrow}, "
+      f"full-width steps {wide}")
 if sys.argv[2] == "early":
     assert min(decode) < 24, "decode never ended early"
+    assert max(tail) > 0, "the decode loop's tail never ran on the live rows alone"
     assert narrow >= 1, "the narrow bucket never trained"
 else:
-    assert decode == [24] * len(lines) and narrow == 0 and wide == len(lines), "the fixed plan changed shape"
+    assert decode == [24] * len(lines) and narrow == 0 and wide == len(lines) and max(tail) == 0, \
+        "the fixed plan changed shape"
 PY
 }
 
@@ -126,4 +133,32 @@ assert all(sum(v for k, v in r.items() if k.startswith("train.0")) == 4 for r in
 assert any("train.0[12]" in r for r in runs), "no micro-batch at the narrow width"
 PY
 compare bnpo_fixed bnpo "bnpo, 4 micro-batches as chunks"
+# the tail to the last column: an untrained policy rambles, and with decode_tail=40 of the 64
+# rows the tail takes over early and runs to max_completion_length (21: on the emulated GPU the
+# batch loop ends after 8 or 16 runs, and the tail's chunks of 8 runs overshoot the last column;
+# those runs must write nothing)
+RAMBLE=(--set max_completion_length=21 --set adam_epsilon=1e-3)
+for target in cpu cuda; do
+  dev=() tgt=(--target "$target")
+  [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" --set decode_tail=40 -o ramble.dfg
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" "${FIXED[@]}" -o ramble_fixed.dfg
+  expect_rc 0 "untrained, decode_tail=40, $target: compile"
+  for plan in ramble ramble_fixed; do
+    run "$DFG" run $plan.dfg --steps 3 --threads 1 "${dev[@]}" --metrics $plan.jsonl --dump $plan.safetensors \
+      --save ${plan}_w.safetensors
+    expect_rc 0 "3 steps of $plan $target"
+  done
+  check "untrained $target: the tail reached the last column" python3 - ramble.jsonl <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+runs = [(l["stage_runs"].get("decode", 0), l["stage_runs"].get("decode.tail", 0)) for l in lines]
+clipped = [l["completions/clipped_ratio"] for l in lines]
+print(f"decode and tail runs per step {runs}, rows without EOS by 21 {clipped}")
+assert any(d + t >= 21 and t > 0 for d, t in runs) and max(clipped) > 0, "no tail ran to the last column"
+PY
+  compare ramble_fixed ramble "untrained, the tail to the last column, $target"
+done
 testlib_end

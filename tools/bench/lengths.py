@@ -100,11 +100,12 @@ def report(res):
     s = res["plans"]
     f3 = lambda x: f"{x['median']:.1f} [{x['min']:.1f}-{x['max']:.1f}]"  # noqa: E731
     lines = ["| plan | GRPO step ms, median [min-max of runs] | mean [min-max of runs] | completion length mean / max | "
-             "steps with a completion > 16 | decode runs per step | reward | arena MiB | peak RSS MiB | background CPU % |",
+             "steps with a completion > 16 | decode runs per step (batch + tail) | reward | arena MiB | peak RSS MiB | background CPU % |",
              "|" + "---|" * 10]
     for name, x in s.items():
         lines.append(f"| {name} | {f3(x['median_ms'])} | {f3(x['mean_ms'])} | {x['len_mean']:.2f} / {x['len_max']:.0f} | "
-                     f"{x['steps_longer_than_cut']} of {x['grpo_steps']} | {x['stage_runs_mean'].get('decode', 0):.1f} | "
+                     f"{x['steps_longer_than_cut']} of {x['grpo_steps']} | {x['stage_runs_mean'].get('decode', 0):.1f} + "
+                     f"{x['stage_runs_mean'].get('decode.tail', 0):.1f} | "
                      f"{x['reward_mean']:.3f} | {x['arena_mb']:.1f} | {x['peak_rss_mb']['median']:.1f} | "
                      f"{x['background_cpu_pct']['max']:.0f} |")
     r = res["ratios"]

@@ -136,13 +136,16 @@ def prepare(a, s, cfg, d, compile_plan, run_measured):
                                 sft_loss_last10=statistics.mean(losses[-10:]), cmd=cmd))
 
 
-def decode_overcount(s, runs):
-    """The FLOPs dfg's cost rule adds to `runs` decode runs by counting each token's attention
-    over the whole cache (Tmax = Lp + max_completion_length) instead of its Lp + i + 1 rows."""
+def decode_overcount(s, runs, tail_runs=0):
+    """The FLOPs dfg's cost rule adds to `runs` decode runs of the batch, then `tail_runs` of its
+    tail (decode_tail auto: N / 8 rows), by counting each token's attention over the whole cache
+    (Tmax = Lp + max_completion_length) instead of its Lp + i + 1 rows."""
     L, C, N = s["n_layer"], s["n_embd"], s["prompts_per_step"] * s["num_generations"]
     Lp = s["digits"] + 1
     T = Lp + s["max_completion_length"]
-    return sum(L * 4 * N * C * (T - (Lp + i + 1)) for i in range(runs))
+    n = N // 8 if N >= 16 else 0
+    return (sum(L * 4 * N * C * (T - (Lp + i + 1)) for i in range(runs)) +
+            sum(L * 4 * n * C * max(T - (Lp + i + 1), 0) for i in range(runs, runs + tail_runs)))
 
 
 # ---------------------------------------------------------------- one run's steps
@@ -164,8 +167,8 @@ def per_run(m, impl, rows, s, vx):
         f = sum(per.get(k, 0.0) * v for k, v in runs.items())
         steps.append(dict(ms=x["ms"], len_mean=x["completions/mean_length"], len_max=x["completions/max_length"],
                           len_min=x["completions/min_length"], tokens=x["completions/mean_length"] * N,
-                          rows_at_max=x["completions/clipped_ratio"], width=runs.get("decode"), flops=f,
-                          flops_model=f - decode_overcount(s, runs.get("decode", 0)),
+                          rows_at_max=x["completions/clipped_ratio"], width=runs.get("decode", 0) + runs.get("decode.tail", 0), flops=f,
+                          flops_model=f - decode_overcount(s, runs.get("decode", 0), runs.get("decode.tail", 0)),
                           logp_diff_mean=x.get("sampling/sampling_logp_difference/mean"),
                           logp_diff_max=x.get("sampling/sampling_logp_difference/max"),
                           stage_runs=runs, stage_ms=x.get("stage_ms") or {}))
@@ -264,14 +267,14 @@ def table(res, fmt3):
 def stage_table(res):
     sm = res["modes"]["full"]
     cols = ("prefill", "decode", "ref", "train", "update", "host")
-    lines = ["| impl | step ms (mean) | " + " | ".join(cols) + " | decode runs per step | scoring/training runs per "
+    lines = ["| impl | step ms (mean) | " + " | ".join(cols) + " | decode runs per step (batch + tail) | scoring/training runs per "
              "step by width |", "|" + "---|" * (len(cols) + 4)]
     for impl in ("dfg", "dfg-fixed"):
         x = sm[impl]
         g, r = x["stage_ms_mean"], x["stage_runs_mean"]
         widths = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.items()) if k.startswith("train"))
         lines.append(f"| {impl} | {x['step_ms_mean']:.0f} | " + " | ".join(f"{g.get(c, 0.0):.0f}" for c in cols) +
-                     f" | {r.get('decode', 0):.1f} | {widths} |")
+                     f" | {r.get('decode', 0):.1f} + {r.get('decode.tail', 0):.1f} | {widths} |")
     return "\n".join(lines)
 
 

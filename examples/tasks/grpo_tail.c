@@ -1,0 +1,128 @@
+/* grpo_tail.c - the decode loop's tail on the rows still generating (examples/grpo.c,
+ * decode_tail): once at most n of the batch's N rows have not written their EOS, the batch
+ * decode ends (its end flag), the live rows (and, to fill n, some finished ones) are gathered
+ * with their KV caches into an n-row batch (dfg_grpo_tail_gather), a copy of the decode graph
+ * built for n rows runs until those end, and their rows are written back
+ * (dfg_grpo_tail_scatter). Each gathered row draws as its row of the whole batch (the sampler's
+ * per-row indices), so the tokens are the full loop's: a rambling row costs n rows' decode, not
+ * N. Written with dfg's public DSL only. */
+#include "dfg_grpo_data.h"
+#include "dfg_nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s) {
+    return dfg_state(p, name, dt, s, DFG_ROLE_ROLLOUT, dfg_init_zeros());
+}
+
+dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
+                               int64_t T, bool logp, dfg_grpo_tail *t) {
+    t->N = N, t->n = n, t->T = T;
+    int64_t tkv = dfg_tensor_shape(kv->k[0]).d[1];
+    dfg_status st = dfg_model_kv_cache(p, "tail.", m, n, tkv, &t->kv);
+    if (st) return st;
+    t->rows = state(p, "tail.rows", DFG_I32, DFG_SHAPE(n));
+    t->back = state(p, "tail.back", DFG_I32, DFG_SHAPE(N));
+    t->tokens = state(p, "tail.tokens", DFG_I32, DFG_SHAPE(n, T));
+    t->mask = state(p, "tail.mask", DFG_F32, DFG_SHAPE(n, T));
+    t->logp = logp ? state(p, "tail.sampling_logp", DFG_F32, DFG_SHAPE(n, T)) : NULL;
+    t->done = state(p, "tail.done", DFG_F32, DFG_SHAPE(n));
+    t->token = state(p, "tail.token", DFG_I32, DFG_SHAPE(n, 1));
+    t->kv.start = kv->start ? state(p, "tail.prompt_start", DFG_I32, DFG_SHAPE(n)) : NULL;
+    t->finished = state(p, "tail.finished", DFG_F32, DFG_SCALAR);
+    t->go = state(p, "tail.go", DFG_F32, DFG_SCALAR);
+    t->stop = state(p, "gen.stop", DFG_F32, DFG_SCALAR);
+    float *upto = calloc((size_t)(N * N), sizeof(float)), *idx = malloc(sizeof(float) * (size_t)N);
+    if (!upto || !idx) {
+        free(upto), free(idx);
+        return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < N; i++) {
+        idx[i] = (float)i;
+        for (int64_t j = 0; j <= i; j++) upto[i * N + j] = 1.0f;
+    }
+    t->upto = dfg_const(p, "tail.upto", DFG_F32, DFG_SHAPE(N, N), upto);
+    t->index = dfg_const(p, "tail.index", DFG_F32, DFG_SHAPE(N), idx);
+    free(upto), free(idx);
+    return dfg_program_status(p);
+}
+
+dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *pos,
+                                 dfg_tensor *finished) {
+    dfg_tensor *live = dfg_sum(g, dfg_affine(g, done, -1.0f, 1.0f), 0); /* rows not done: exact in f32 */
+    dfg_tensor *few = dfg_equal(g, dfg_minimum(g, live, dfg_fill(g, DFG_F32, DFG_SCALAR, (float)t->n)), live);
+    dfg_tensor *some = dfg_affine(g, dfg_equal(g, live, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)), -1.0f, 1.0f);
+    /* a column is left to write: pos (the last written) before T - 1 */
+    dfg_tensor *left = dfg_affine(g, dfg_equal(g, dfg_cast(g, pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)(t->T - 1))),
+                                  -1.0f, 1.0f);
+    dfg_tensor *go = dfg_mul(g, dfg_mul(g, few, some), left);
+    dfg_assign(g, t->go, go);
+    dfg_assign(g, t->stop, dfg_maximum(g, finished, go));
+    return t->stop;
+}
+
+/* x (N, ...) -> the rows `rows` (n) i32 of it, (n, ...) of x's dtype (i32 through f32: exact
+ * below 2^24, token ids and positions) */
+static dfg_tensor *rows_of(dfg_graph *g, dfg_tensor *x, dfg_tensor *rows) {
+    dfg_shape s = dfg_tensor_shape(x);
+    int64_t N = s.d[0], rest = dfg_tensor_numel(x) / N;
+    dfg_dtype dt = dfg_tensor_dtype(x);
+    dfg_tensor *table = dfg_reshape(g, dt == DFG_I32 ? dfg_cast(g, x, DFG_F32) : x, DFG_SHAPE(N, rest));
+    dfg_tensor *out = dfg_embed(g, table, rows); /* (n, rest) */
+    s.d[0] = dfg_tensor_shape(rows).d[0];
+    out = dfg_reshape(g, out, s);
+    return dt == DFG_I32 ? dfg_cast(g, out, DFG_I32) : out;
+}
+
+void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from) {
+    int64_t N = t->N, n = t->n;
+    dfg_tensor *alive = dfg_affine(g, from->done, -1.0f, 1.0f); /* (N) */
+    dfg_tensor *live = dfg_sum(g, alive, 0);
+    /* each row's slot: the live rows first, in order, then the finished ones (a permutation) */
+    dfg_tensor *live_upto = dfg_reshape(g, dfg_matmul(g, t->upto, dfg_reshape(g, alive, DFG_SHAPE(N, 1)), false, false),
+                                        DFG_SHAPE(N)); /* live rows at or before each row */
+    dfg_tensor *dead_upto = dfg_sub(g, dfg_add_scalar(g, t->index, 1.0f), live_upto);
+    dfg_tensor *slot = dfg_where(g, alive, dfg_add_scalar(g, live_upto, -1.0f),
+                                 dfg_add(g, live, dfg_add_scalar(g, dead_upto, -1.0f)));
+    float *slots = malloc(sizeof(float) * (size_t)n);
+    if (!slots) {
+        dfg_program_fail(dfg_graph_program(g), DFG_ERR_NOMEM, "out of memory");
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) slots[i] = (float)i;
+    dfg_tensor *want = dfg_const(dfg_graph_program(g), "tail.slots", DFG_F32, DFG_SHAPE(n, 1), slots);
+    free(slots);
+    dfg_tensor *pick = dfg_equal(g, dfg_reshape(g, slot, DFG_SHAPE(1, N)), want); /* (n, N) one 1 a row */
+    dfg_tensor *rows = dfg_cast(g, dfg_reshape(g, dfg_matmul(g, pick, dfg_reshape(g, t->index, DFG_SHAPE(N, 1)), false, false),
+                                               DFG_SHAPE(n)), DFG_I32);
+    dfg_assign(g, t->rows, rows);
+    /* where each batch row's final values come from in concat(tail rows, batch rows) */
+    dfg_tensor *in_tail = dfg_sum(g, pick, 0); /* (N) */
+    dfg_tensor *back = dfg_add(g, dfg_mul(g, in_tail, slot),
+                               dfg_mul(g, dfg_affine(g, in_tail, -1.0f, 1.0f), dfg_add_scalar(g, t->index, (float)n)));
+    dfg_assign(g, t->back, dfg_cast(g, back, DFG_I32));
+    for (int l = 0; l < kv->n_layer; l++) {
+        dfg_assign(g, t->kv.k[l], rows_of(g, kv->k[l], rows));
+        dfg_assign(g, t->kv.v[l], rows_of(g, kv->v[l], rows));
+    }
+    dfg_assign(g, t->tokens, rows_of(g, from->tokens, rows));
+    dfg_assign(g, t->mask, rows_of(g, from->mask, rows));
+    if (t->logp) dfg_assign(g, t->logp, rows_of(g, from->logp, rows));
+    dfg_assign(g, t->done, rows_of(g, from->done, rows));
+    dfg_assign(g, t->token, rows_of(g, from->token, rows));
+    if (t->kv.start) dfg_assign(g, t->kv.start, rows_of(g, kv->start, rows));
+    dfg_assign_fill(g, t->finished, 0.0f);
+}
+
+/* dst (N, T) = its rows with the tail's written back: row r from concat(src, dst)[back[r]] */
+static void merge(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *dst, dfg_tensor *src) {
+    dfg_tensor *both = dfg_concat(g, (dfg_tensor *[]){src, dst}, 2, 0); /* (n + N, T) */
+    dfg_assign(g, dst, rows_of(g, both, t->back));
+}
+
+void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_grpo_tail_from *to) {
+    merge(g, t, to->tokens, t->tokens);
+    merge(g, t, to->mask, t->mask);
+    if (t->logp) merge(g, t, to->logp, t->logp);
+}
