@@ -124,6 +124,11 @@ void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *ro
 dfg_tensor *dfg_grpo_chunk_rows(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *x, dfg_tensor *chunk, int64_t col0,
                                 int64_t cols);
 void dfg_grpo_chunk_write(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *dst, dfg_tensor *src, dfg_tensor *chunk);
+/* The stable ascending sort of key (n) f32, on the device: rank (n) f32, each entry's place
+ * (equal keys in index order), and at (n, n) f32, 1 where entry i is at place r ([r][i]).
+ * before: (n, n) 1 where j < i; index: (n) 0 .. n-1 (constants). */
+void dfg_grpo_stable_sort(dfg_graph *g, dfg_tensor *key, dfg_tensor *before, dfg_tensor *index, dfg_tensor **rank,
+                          dfg_tensor **at);
 
 /* The decode loop's tail on the live rows (grpo_tail.c, decode_tail). _state makes the n-row
  * copies of the rollout (tail.*, caches "tail.kv.<l>.k/v" like kv's) and gen.stop; _switch, in
@@ -145,7 +150,7 @@ typedef struct {
     dfg_tensor *back;          /* (N) i32 each batch row's source in concat(tail rows, batch rows) */
     dfg_tensor *tokens, *mask, *logp, *done, *token; /* the tail's rollout, as dfg_grpo_tail_from's at n rows */
     dfg_tensor *finished, *go, *stop; /* () f32 */
-    dfg_tensor *upto, *index;  /* constants: (N, N) 1 where j <= i; (N) 0 .. N-1 */
+    dfg_tensor *before, *index; /* constants: (N, N) 1 where j < i; (N) 0 .. N-1 */
 } dfg_grpo_tail;
 dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
                                int64_t T, bool logp, dfg_grpo_tail *t);

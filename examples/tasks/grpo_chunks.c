@@ -45,6 +45,16 @@ static dfg_tensor *less(dfg_graph *g, dfg_tensor *a, dfg_tensor *b) {
 /* the largest along the last axis: x (..., k) -> (...) */
 static dfg_tensor *row_max(dfg_graph *g, dfg_tensor *x) { return dfg_take(g, x, dfg_argmax(g, x)); }
 
+void dfg_grpo_stable_sort(dfg_graph *g, dfg_tensor *key, dfg_tensor *before, dfg_tensor *index, dfg_tensor **rank,
+                          dfg_tensor **at) {
+    int64_t n = dfg_tensor_numel(key);
+    dfg_tensor *ki = dfg_reshape(g, key, DFG_SHAPE(n, 1)), *kj = dfg_reshape(g, key, DFG_SHAPE(1, n));
+    /* rank i: the entries before it, by key then by index (n, n) -> (n) */
+    dfg_tensor *ahead = dfg_add(g, less(g, kj, ki), dfg_mul(g, dfg_equal(g, kj, ki), before));
+    *rank = dfg_sum(g, ahead, 1);
+    *at = dfg_equal(g, dfg_reshape(g, *rank, DFG_SHAPE(1, n)), dfg_reshape(g, index, DFG_SHAPE(n, 1)));
+}
+
 void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *row_width) {
     int64_t n = ck->groups, C = ck->chunks, per = n / C;
     dfg_tensor *gw = row_max(g, dfg_reshape(g, row_width, DFG_SHAPE(n, ck->G))); /* (n) a group's width */
@@ -52,11 +62,9 @@ void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *ro
     dfg_tensor *key = gw;
     if (!ck->regroup) key = dfg_reshape(g, dfg_expand(g, dfg_reshape(g, row_max(g, dfg_reshape(g, gw, DFG_SHAPE(C, per))),
                                                                      DFG_SHAPE(C, 1)), DFG_SHAPE(C, per)), DFG_SHAPE(n));
-    dfg_tensor *ki = dfg_reshape(g, key, DFG_SHAPE(n, 1)), *kj = dfg_reshape(g, key, DFG_SHAPE(1, n));
-    /* rank i: the groups before it, by key then by index (n, n) -> (n) */
-    dfg_tensor *ahead = dfg_add(g, less(g, kj, ki), dfg_mul(g, dfg_equal(g, kj, ki), ck->before));
-    dfg_tensor *rank = dfg_reshape(g, dfg_sum(g, ahead, 1), DFG_SHAPE(1, n));
-    dfg_tensor *at = dfg_equal(g, rank, dfg_reshape(g, ck->index, DFG_SHAPE(n, 1))); /* (n, n): [r][i] rank_i == r */
+    dfg_tensor *rank, *at; /* at (n, n): [r][i] rank_i == r */
+    dfg_grpo_stable_sort(g, key, ck->before, ck->index, &rank, &at);
+    dfg_tensor *kj = dfg_reshape(g, key, DFG_SHAPE(1, n));
     dfg_tensor *order = dfg_sum(g, dfg_mul(g, at, dfg_reshape(g, ck->index, DFG_SHAPE(1, n))), 1); /* (n) group at r */
     dfg_assign(g, ck->order, dfg_cast(g, order, DFG_I32));
     /* a chunk's width: its last (widest) group's in the sorted order */

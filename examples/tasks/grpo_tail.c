@@ -33,18 +33,18 @@ dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_mod
     t->finished = state(p, "tail.finished", DFG_F32, DFG_SCALAR);
     t->go = state(p, "tail.go", DFG_F32, DFG_SCALAR);
     t->stop = state(p, "gen.stop", DFG_F32, DFG_SCALAR);
-    float *upto = calloc((size_t)(N * N), sizeof(float)), *idx = malloc(sizeof(float) * (size_t)N);
-    if (!upto || !idx) {
-        free(upto), free(idx);
+    float *before = calloc((size_t)(N * N), sizeof(float)), *idx = malloc(sizeof(float) * (size_t)N);
+    if (!before || !idx) {
+        free(before), free(idx);
         return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < N; i++) {
         idx[i] = (float)i;
-        for (int64_t j = 0; j <= i; j++) upto[i * N + j] = 1.0f;
+        for (int64_t j = 0; j < i; j++) before[i * N + j] = 1.0f;
     }
-    t->upto = dfg_const(p, "tail.upto", DFG_F32, DFG_SHAPE(N, N), upto);
+    t->before = dfg_const(p, "tail.before", DFG_F32, DFG_SHAPE(N, N), before);
     t->index = dfg_const(p, "tail.index", DFG_F32, DFG_SHAPE(N), idx);
-    free(upto), free(idx);
+    free(before), free(idx);
     return dfg_program_status(p);
 }
 
@@ -77,28 +77,16 @@ static dfg_tensor *rows_of(dfg_graph *g, dfg_tensor *x, dfg_tensor *rows) {
 
 void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from) {
     int64_t N = t->N, n = t->n;
-    dfg_tensor *alive = dfg_affine(g, from->done, -1.0f, 1.0f); /* (N) */
-    dfg_tensor *live = dfg_sum(g, alive, 0);
-    /* each row's slot: the live rows first, in order, then the finished ones (a permutation) */
-    dfg_tensor *live_upto = dfg_reshape(g, dfg_matmul(g, t->upto, dfg_reshape(g, alive, DFG_SHAPE(N, 1)), false, false),
-                                        DFG_SHAPE(N)); /* live rows at or before each row */
-    dfg_tensor *dead_upto = dfg_sub(g, dfg_add_scalar(g, t->index, 1.0f), live_upto);
-    dfg_tensor *slot = dfg_where(g, alive, dfg_add_scalar(g, live_upto, -1.0f),
-                                 dfg_add(g, live, dfg_add_scalar(g, dead_upto, -1.0f)));
-    float *slots = malloc(sizeof(float) * (size_t)n);
-    if (!slots) {
-        dfg_program_fail(dfg_graph_program(g), DFG_ERR_NOMEM, "out of memory");
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) slots[i] = (float)i;
-    dfg_tensor *want = dfg_const(dfg_graph_program(g), "tail.slots", DFG_F32, DFG_SHAPE(n, 1), slots);
-    free(slots);
-    dfg_tensor *pick = dfg_equal(g, dfg_reshape(g, slot, DFG_SHAPE(1, N)), want); /* (n, N) one 1 a row */
-    dfg_tensor *rows = dfg_cast(g, dfg_reshape(g, dfg_matmul(g, pick, dfg_reshape(g, t->index, DFG_SHAPE(N, 1)), false, false),
-                                               DFG_SHAPE(n)), DFG_I32);
+    /* the live rows first, in order, then the finished ones: a stable sort by done; the tail
+     * takes the first n places */
+    dfg_tensor *slot, *at; /* (N) each row's place; (N, N) [place][row] */
+    dfg_grpo_stable_sort(g, from->done, t->before, t->index, &slot, &at);
+    dfg_tensor *order = dfg_sum(g, dfg_mul(g, at, dfg_reshape(g, t->index, DFG_SHAPE(1, N))), 1); /* (N) row at a place */
+    dfg_tensor *rows = dfg_cast(g, dfg_slice(g, order, 0, 0, n), DFG_I32);
     dfg_assign(g, t->rows, rows);
     /* where each batch row's final values come from in concat(tail rows, batch rows) */
-    dfg_tensor *in_tail = dfg_sum(g, pick, 0); /* (N) */
+    dfg_tensor *last = dfg_fill(g, DFG_F32, DFG_SCALAR, (float)(n - 1));
+    dfg_tensor *in_tail = dfg_equal(g, dfg_minimum(g, slot, last), slot); /* (N) place < n */
     dfg_tensor *back = dfg_add(g, dfg_mul(g, in_tail, slot),
                                dfg_mul(g, dfg_affine(g, in_tail, -1.0f, 1.0f), dfg_add_scalar(g, t->index, (float)n)));
     dfg_assign(g, t->back, dfg_cast(g, back, DFG_I32));
