@@ -275,12 +275,14 @@ check "the checkpoint holds the last step printed ($(last_step si.txt))" \
 run "$DFG" run grpo.dfg --resume si --steps 1 --threads 1
 expect_rc 0 "--resume after SIGINT"
 
-# a second SIGINT stops at once; the checkpoint on disk stays whole. Steps of ~0.8 s here, and
-# the signals come right after the step-1 checkpoint appears, so both land inside step 2.
-run "$DFG" compile "$SRC/examples/grpo.c" --set prompts_per_step=64 --set n_embd=192 -o slow.dfg
-"$DFG" run slow.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir si2 >si2.txt 2>si2.err &
+# a second SIGINT stops at once; the checkpoint on disk stays whole. Both signals land inside
+# step 2 whatever the machine's speed: its reward program holds the step open (toy_reward.py's
+# gate) until the test is done with it.
+run "$DFG" compile "$SRC/examples/grpo.c" --set reward=external --set reward_funcs=digits,short -o slow.dfg
+TOY_REWARD_GATE=$WORK/gate "$DFG" run slow.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir si2 \
+  --reward-cmd "python3 $SRC/tests/cli/toy_reward.py gate 2" >si2.txt 2>si2.err &
 bg_pid=$!
-wait_for test -e si2/checkpoint.safetensors
+wait_for test -e "$WORK/gate.waiting"
 kill -INT "$bg_pid"
 # the second only once the first was handled: two SIGINTs pending at once are delivered as one
 # (a loaded machine can hold the process off the CPU for longer than any fixed pause)
@@ -290,9 +292,10 @@ wait "$bg_pid"
 rc=$?
 bg_pid=
 expect_rc 130 "two SIGINTs"
+touch "$WORK/gate" # the reward program, if still there, answers and sees dfg gone
 expect_in si2.err "interrupted again" "the second SIGINT stops without saving"
 check "the checkpoint on disk is step 1's" [ "$(ckpt_step si2/checkpoint.safetensors)" = 1 ]
-run "$DFG" run slow.dfg --resume si2 --steps 0
+run "$DFG" run slow.dfg --resume si2 --steps 0 --reward-cmd "python3 $SRC/tests/cli/toy_reward.py"
 expect_rc 0 "the checkpoint left by a double SIGINT loads"
 
 # ---------------------------------------------------------------- fixed rollouts and --dump

@@ -19,6 +19,9 @@ From step STEP on (default 3) it misbehaves as MODE says:
   nan      answers a raw NaN (Python's json.dumps default), which is not JSON
   kill-dfg  kills the dfg process that started it with SIGKILL (a data-parallel rank that dies)
   stop-dfg  stops the dfg process that started it with SIGSTOP (a rank that hangs), then answers
+  gate     creates the file $TOY_REWARD_GATE.waiting, then holds its answer until the file
+           $TOY_REWARD_GATE exists (at most 120 s; it gives up at once when dfg is gone): a step
+           that a test holds open for as long as it needs
 The data-parallel modes act only in the rank $TOY_REWARD_RANK (default 1) of an mpirun run
 ($OMPI_COMM_WORLD_RANK), from step STEP on.
 Each request is also appended to $TOY_REWARD_LOG when set (one line: step and row count)."""
@@ -55,6 +58,13 @@ for line in sys.stdin:
                 with open("/proc/%d/stat" % dfg) as st:
                     dfg = int(st.read().rsplit(")", 1)[1].split()[1])
         os.kill(dfg, signal.SIGKILL if mode == "kill-dfg" else signal.SIGSTOP)
+    if step >= bad_step and mode == "gate":
+        gate, parent = os.environ["TOY_REWARD_GATE"], os.getppid()
+        open(gate + ".waiting", "w").close()
+        for _ in range(1200):
+            if os.path.exists(gate) or os.getppid() != parent:
+                break
+            time.sleep(0.1)
     if step >= bad_step:
         if mode == "die":
             sys.exit(3)
