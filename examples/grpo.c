@@ -68,6 +68,10 @@ typedef struct {
     dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
     dfg_tensor *gen_rng;   /* (4) the rollout's draws: the state where it starts, for every sub-batch */
     dfg_tensor *finished;  /* () 1 once every row of the sub-batch is done: decode ends (decode_early_exit) */
+    /* batch_invariant with num_iterations > 1: 1 from prefill to the last update when this step
+     * sampled its rollout (the old log-probs are the sampler's, no old stage), 0 with --rollouts */
+    dfg_tensor *sampled;
+    dfg_tensor *old_width; /* () the width the old stage's buckets run on: -2 (none) when sampled */
     dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
@@ -135,6 +139,10 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     }
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    if (c->iterations > 1 && c->invariant) {
+        s->sampled = state(p, "rollout.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+        if (s->width) s->old_width = state(p, "old.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    }
     if (c->sft_steps > 0) {
         s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
         s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -217,6 +225,7 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
     if (k == 0) { /* what decode writes, as no column written yet */
         dfg_assign_fill(g, s->mask, 0.0f), dfg_assign_fill(g, s->sampling_logp, 0.0f);
         dfg_grpo_sampling_start(g, &s->sampling);
+        if (s->sampled) dfg_assign_fill(g, s->sampled, 1.0f);
     }
     /* every sub-batch draws from where the rollout starts (the row index tells the rows apart);
      * the step's stream moves on by the whole loop's draws, however early decode ends */
@@ -306,6 +315,9 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         dfg_tensor *w = dfg_reshape(g, dfg_take(g, last, dfg_argmax(g, last)), DFG_SHAPE(1));
         dfg_assign(g, s->width, dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR));
     }
+    if (s->old_width) /* bucket runs on this; -2 is in no bucket's range */
+        dfg_assign(g, s->old_width, dfg_sub(g, dfg_mul(g, s->width, dfg_affine(g, s->sampled, -1.0f, 1.0f)),
+                                            dfg_scale(g, s->sampled, 2.0f)));
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
     dfg_tensor *generated = dfg_sum(g, len, 0);
     dfg_tensor *active = generated;
@@ -314,6 +326,10 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         dfg_assign(g, s->mask, dfg_mul(g, s->mask, keep));
         active = dfg_sum(g, dfg_mul(g, len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
     }
+    /* batch_invariant: the sampler's log-probs are the policy's before this step's update, bit
+     * for bit, laid out as the old stage writes them (0 where the mask is); the old stage runs
+     * instead only on a rollout that was not sampled here (--rollouts) */
+    if (c->invariant && s->old_logp) dfg_assign(g, s->old_logp, dfg_mul(g, s->sampling_logp, s->mask));
     /* dapo and cispo divide by the whole batch's active tokens; each rank's loss is its share of
      * the mean the gradient all-reduce takes, so it divides by their mean over the ranks */
     dfg_assign(g, s->active, c->W > 1 ? dfg_allreduce(g, active, DFG_COLL_MEAN, c->W) : active);
@@ -392,12 +408,15 @@ static void bucket_stage(char *buf, size_t len, const char *base, const grpo_con
 /* Stages graph g as bucket b's copy of a pass: a run per micro-batch, or per chunk (those of
  * this width, dfg_stage_runs); without chunks the copy runs when the batch's width is its. */
 static dfg_status stage_pass(dfg_program *p, const grpo_config *c, const grpo_state *s, dfg_graph *g, const char *name,
-                             int b) {
+                             int b, bool old) {
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)(c->chunks ? c->chunks : c->GA));
     if (st) return st;
-    if (c->chunks) return dfg_stage_runs(p, name, s->chunks.runs[b]);
-    if (!s->width) return DFG_OK;
-    return dfg_stage_when(p, name, s->width, b == 0 ? -1.0 : (double)c->widths[b - 1], (double)c->widths[b]);
+    bool skips = old && s->sampled; /* batch_invariant: no old pass over a rollout this step sampled */
+    if (c->chunks && (st = dfg_stage_runs(p, name, s->chunks.runs[b]))) return st;
+    if (!c->chunks && s->width)
+        return dfg_stage_when(p, name, skips ? s->old_width : s->width, b == 0 ? -1.0 : (double)c->widths[b - 1],
+                              (double)c->widths[b]);
+    return skips ? dfg_stage_when(p, name, s->sampled, -0.5, 0.5) : DFG_OK;
 }
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs, one
@@ -413,7 +432,7 @@ static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_st
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, micro, 0) : NULL;
     pass_write(g, c, s, dst, padded(g, c, completion_logp(g, c, m, tok, start, W, NULL), mask), micro);
     if (micro) dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
-    return stage_pass(p, c, s, g, name, b);
+    return stage_pass(p, c, s, g, name, b, !strcmp(base, "old"));
 }
 
 /* ---------------------------------------------------------------- training */
@@ -463,7 +482,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
         dfg_grpo_sampling_compare(g, &s->sampling, dfg_detach(g, logp), pass_rows(g, c, s, s->sampling_logp, s->micro, W), mask);
     }
     dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
-    return stage_pass(p, c, s, g, name, b);
+    return stage_pass(p, c, s, g, name, b, false);
 }
 
 static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) {
@@ -518,6 +537,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     }
     dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_tokens, s->acc_stats};
     for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
+    if (last && s->sampled) dfg_assign_fill(g, s->sampled, 0.0f); /* a --rollouts step next gets its old stage */
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
@@ -668,6 +688,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
             dfg_declare_dump(p, grpo_stats[i], dfg_find(p, name));
         }
     dfg_host_state(p, "grpo_host_init", "grpo_host_release");
+    if (c->invariant) dfg_declare_batch_invariant(p);
     declare_fit_knobs(p, c);
     return dfg_program_status(p);
 }

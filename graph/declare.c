@@ -103,6 +103,15 @@ dfg_status dfg_declare_rollouts_only(dfg_program *p, const char *why) {
 
 const char *dfg_program_rollouts_only(const dfg_program *p) { return p ? p->decl.rollouts_only : NULL; }
 
+dfg_status dfg_declare_batch_invariant(dfg_program *p) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_batch_invariant")) return p->status;
+    p->decl.batch_invariant = true;
+    return DFG_OK;
+}
+
+bool dfg_program_batch_invariant(const dfg_program *p) { return p && p->decl.batch_invariant; }
+
 /* A dump name becomes a safetensors key: printable, no quotes or backslashes. */
 static bool dump_name_ok(const char *s) {
     if (!s || !*s || strlen(s) > 200) return false;

@@ -229,6 +229,12 @@ DFG_API dfg_status dfg_declare_rollouts_only(dfg_program *p, const char *why);
  * anyway, under its own name) under `name`. */
 DFG_API dfg_status dfg_declare_dump(dfg_program *p, const char *name, dfg_tensor *t);
 DFG_API const char *dfg_program_rollouts_only(const dfg_program *p); /* the why, or NULL */
+/* The program's kernels must be batch-invariant: every row of a forward matmul, attention or
+ * log-prob computed in one order of its own, whatever the rows beside it, so a token's log-prob
+ * while decoding (one row against the KV cache) and in a training forward are the same float.
+ * The CPU backend has such kernels (slower than OpenBLAS's); the CUDA backend refuses the plan. */
+DFG_API dfg_status dfg_declare_batch_invariant(dfg_program *p);
+DFG_API bool dfg_program_batch_invariant(const dfg_program *p);
 
 /* `dfg fit`: an integer setting that may take any of `values` (1 to DFG_MAX_FIT_VALUES of them).
  * keeps_math true: every value trains the same step, the same loss, gradients and updates up to

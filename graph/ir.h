@@ -138,6 +138,7 @@ typedef struct {
     dfg_dump_decl *dumps;            /* dfg_declare_dump */
     int n_dumps, cap_dumps;
     char *rollouts_only;             /* dfg_declare_rollouts_only: why, or NULL */
+    bool batch_invariant;            /* dfg_declare_batch_invariant */
     dfg_fit_knob knobs[DFG_MAX_FIT_KNOBS]; /* dfg_declare_fit_knob (not stored in plans: dfg fit reads
                                               them from the program the pipeline builds) */
     int n_knobs;

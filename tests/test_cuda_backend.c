@@ -4,7 +4,8 @@
  *   - a host read, a host write or an allocation planted inside a captured stage (a backend whose
  *     exec also copies to the host, or allocates) fails the step with one message naming the step,
  *     the stage and the call -- what a GPU's stream capture would refuse;
- *   - a cuda plan's runtime holds exactly one device allocation: the arena plus the workspace. */
+ *   - a cuda plan's runtime holds exactly one device allocation: the arena plus the workspace;
+ *   - a plan declared batch-invariant is refused with one line (only the CPU has such kernels). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@
 
 /* x (8, 16) param -> h = gelu(x @ w) -> a token per row sampled from h (RNG state advanced),
  * and an accumulation into a state: several kinds of launch, an in-place write, a GEMM. */
-static dfg_program *program(void) {
+static dfg_program *program_with(bool invariant) {
     dfg_program *p = dfg_program_new("backend");
     dfg_tensor *x = dfg_param(p, "x", DFG_F32, DFG_SHAPE(8, 16), dfg_init_normal(0, 1));
     dfg_tensor *w = dfg_param(p, "w", DFG_F32, DFG_SHAPE(16, 12), dfg_init_normal(0, 0.3f));
@@ -25,10 +26,13 @@ static dfg_program *program(void) {
     dfg_accumulate(g, acc, h);
     dfg_assign(g, tok, dfg_sample(g, h, rng, 1.0f, 0));
     dfg_stage_graph(p, g, 3); /* three runs per step, unrolled into one graph */
+    if (invariant) dfg_declare_batch_invariant(p);
     dfg_options o = dfg_options_default(DFG_TARGET_CUDA);
     CHECK(!dfg_compile(p, &o), "compile: %s", dfg_program_error(p));
     return p;
 }
+
+static dfg_program *program(void) { return program_with(false); }
 
 static dfg_runtime *runtime(dfg_program *p, bool eager) {
     dfg_run_options o = dfg_run_options_default();
@@ -108,6 +112,22 @@ static void test_one_allocation(void) {
     dfg_program_free(p);
 }
 
+static void test_batch_invariant_refused(void) {
+    dfg_program *p = program_with(true);
+    dfg_run_options o = dfg_run_options_default();
+    o.target = DFG_TARGET_CUDA;
+    o.emulate_gpu = true;
+    dfg_runtime *rt = NULL;
+    dfg_status st = dfg_runtime_create(p, &o, &rt);
+    const char *why = rt ? dfg_runtime_error(rt) : "";
+    CHECK(st == DFG_ERR_UNSUPPORTED && strstr(why, "batch-invariant kernels") && strstr(why, "--target cpu") &&
+              !strchr(why, '\n'),
+          "a batch-invariant cuda plan: status %d, '%s'", (int)st, why);
+    printf("a batch-invariant plan on the cuda backend: %s\n", why);
+    dfg_runtime_free(rt);
+    dfg_program_free(p);
+}
+
 int main(void) {
     if (!cuda_test_begin("test_cuda_backend")) return DFG_TEST_SKIP;
     test_replay_equals_eager();
@@ -115,5 +135,6 @@ int main(void) {
     expect_planted("write", "a copy to the device was made inside the capture");
     expect_planted("alloc", "an allocation was made inside the capture");
     test_one_allocation();
+    test_batch_invariant_refused();
     return dfg_test_finish();
 }

@@ -7,7 +7,9 @@
  * completions over it) must give the full forward's logits at the positions that predict the
  * completion tokens. G = 1 is the ungrouped case. Every architecture is checked: GPT-2 and the
  * Llama family with random grouped-query heads, head_dim and rope_theta (its caches hold the
- * key/value heads only). */
+ * key/value heads only). In a batch-invariant plan (dfg_declare_batch_invariant) the three
+ * forms must give the same logits bit for bit: what makes decode's sampling log-probs equal to
+ * training's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +17,17 @@
 #include "dfg_nn.h"
 #include "testutil.h"
 
-static void check_arch(dfg_arch arch) {
+/* the largest relative error, or 0 only when every float is the same bits */
+static double compare(const float *a, const float *b, int64_t n, bool invariant) {
+    if (invariant) return memcmp(a, b, sizeof(float) * (size_t)n) ? dfg_test_max_rel_err(a, b, n, 1e-3) + 1e-30 : 0.0;
+    return dfg_test_max_rel_err(a, b, n, 1e-3);
+}
+
+static void check_arch(dfg_arch arch, bool invariant) {
     int P = dfg_test_int(1, 3), G = dfg_test_int(1, 3), N = P * G, Tp = dfg_test_int(1, 5), T = Tp + dfg_test_int(2, 6),
         V = dfg_test_int(7, 40);
     dfg_model_config cfg = dfg_test_model_config(arch, V, T + 3);
-    printf("%s: H=%d Hkv=%d D=%d: ", dfg_arch_name(arch), cfg.n_head, cfg.n_kv_head ? cfg.n_kv_head : cfg.n_head,
+    printf("%s%s: H=%d Hkv=%d D=%d: ", dfg_arch_name(arch), invariant ? " (batch-invariant)" : "", cfg.n_head, cfg.n_kv_head ? cfg.n_kv_head : cfg.n_head,
            cfg.head_dim ? cfg.head_dim : cfg.n_embd / cfg.n_head);
     dfg_program *p;
     dfg_model *m;
@@ -55,6 +63,7 @@ static void check_arch(dfg_arch arch) {
         dfg_model_hidden_grouped(full, m, dfg_slice(full, pr, 1, 0, Tp), dfg_slice(full, tok, 1, Tp, T - Tp), NULL);
     dfg_assign(full, grouped, dfg_model_lm_head(full, m, hg)); /* (N, T-Tp, V): positions Tp-1 .. T-2 */
     dfg_stage_graph(p, full, 1);
+    if (invariant) dfg_declare_batch_invariant(p);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));
 
     dfg_runtime *rt = NULL;
@@ -70,19 +79,19 @@ static void check_arch(dfg_arch arch) {
     CHECK(dfg_runtime_step(rt) == DFG_OK, "step: %s", dfg_runtime_error(rt));
     dfg_runtime_read(rt, "cached", a, sizeof(float) * (size_t)(N * T * V));
     dfg_runtime_read(rt, "full", b, sizeof(float) * (size_t)(N * T * V));
-    double err = dfg_test_max_rel_err(a, b, N * T * V, 1e-3);
+    double err = compare(a, b, N * T * V, invariant), tol = invariant ? 1e-300 : 1e-5; /* invariant: 0 */
     printf("P=%d G=%d Tp=%d T=%d V=%d: max rel. error of cached vs full logits %.3g\n", P, G, Tp, T, V, err);
-    CHECK(err < 1e-5, "cached decoding differs from the full forward: %.3g", err);
+    CHECK(err < tol, "cached decoding differs from the full forward: %.3g", err);
     int64_t W = (int64_t)(T - Tp) * V; /* per row: the full logits at positions Tp-1 .. T-2 */
     float *c = malloc(sizeof(float) * (size_t)(N * W));
     dfg_runtime_read(rt, "grouped", c, sizeof(float) * (size_t)(N * W));
     double gerr = 0;
     for (int r = 0; r < N; r++) {
-        double e = dfg_test_max_rel_err(c + r * W, b + ((int64_t)r * T + Tp - 1) * V, W, 1e-3);
+        double e = compare(c + r * W, b + ((int64_t)r * T + Tp - 1) * V, W, invariant);
         gerr = e > gerr ? e : gerr;
     }
     printf("max rel. error of the grouped forward vs full logits %.3g\n", gerr);
-    CHECK(gerr < 1e-5, "dfg_model_hidden_grouped differs from the full forward: %.3g", gerr);
+    CHECK(gerr < tol, "dfg_model_hidden_grouped differs from the full forward: %.3g", gerr);
     free(c);
     int32_t end = -1;
     dfg_runtime_read(rt, "pos", &end, sizeof(end));
@@ -94,6 +103,7 @@ static void check_arch(dfg_arch arch) {
 
 int main(void) {
     dfg_test_init("test_kv_decode");
-    for (int a = 0; a < DFG_ARCH_COUNT; a++) check_arch((dfg_arch)a);
+    for (int a = 0; a < DFG_ARCH_COUNT; a++) check_arch((dfg_arch)a, false);
+    for (int a = 0; a < DFG_ARCH_COUNT; a++) check_arch((dfg_arch)a, true);
     return dfg_test_finish();
 }

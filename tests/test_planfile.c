@@ -205,6 +205,7 @@ static void tiny_loaded(const dfg_program *p, dfg_program *q, const dfg_plan_inf
           "tiny: built with %d grads, %d scopes, %d backward nodes, %d/%d gradient links, %d copies", tp.grads,
           tp.scoped, tp.backward, tp.grad_wrt, tp.grad_of, tp.init_from);
     CHECK(!memcmp(&tq, &tp, sizeof(tp)), "tiny: tags lost");
+    CHECK(!dfg_program_batch_invariant(q), "tiny: loaded as batch-invariant");
     CHECK(back->target == DFG_TARGET_CPU && !strcmp(back->source, "tiny.c") &&
               !strcmp(back->dfg_version, DFG_VERSION_STRING),
           "tiny: info fields");
@@ -254,6 +255,7 @@ static dfg_program *staged_program(void) {
     dfg_stage_until(p, "loop", done);
     dfg_stage_when(p, "narrow", len, -0.25, 16.5); /* bounds that are not integers */
     dfg_stage_runs(p, "chunks", count);
+    dfg_declare_batch_invariant(p); /* the numerics survive too */
     CHECK(!dfg_program_status(p), "staged program: %s", dfg_program_error(p));
     return p;
 }
@@ -266,6 +268,7 @@ static void staged_loaded(const dfg_program *p, dfg_program *q, const dfg_plan_i
               !q->stages[1].when && !q->stages[1].runs && !q->stages[3].until,
           "staged: run rules lost (%d stages)", q->n_stages);
     CHECK(p->stages[1].until && p->stages[2].when && p->stages[3].runs, "staged: built without its run rules");
+    CHECK(dfg_program_batch_invariant(q), "staged: the batch-invariant declaration was lost");
 }
 
 static void test_staged_round_trip(void) { round_trip(staged_program(), "staged", staged_loaded); }
@@ -469,31 +472,33 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
         expect_refused(b, n, want, label);
     }
     memcpy(b, plan, n);
-    b[8] = 10; /* format version */
-    expect_refused(b, n, "format version 10 is newer than this dfg (9)", "future version");
+    b[8] = 11; /* format version */
+    expect_refused(b, n, "format version 11 is newer than this dfg (10)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (9)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (10)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (9) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (10) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     b[8] = 3; /* the format before stage step ranges */
-    expect_refused(b, n, "format version 3 is older than this dfg's (9) and lacks stage step ranges", "version 3");
+    expect_refused(b, n, "format version 3 is older than this dfg's (10) and lacks stage step ranges", "version 3");
     b[8] = 4; /* the format before the plan section */
-    expect_refused(b, n, "format version 4 is older than this dfg's (9) and lacks the schedule and memory plan",
+    expect_refused(b, n, "format version 4 is older than this dfg's (10) and lacks the schedule and memory plan",
                    "version 4");
     b[8] = 5; /* the format before attributes were stored field by field */
-    expect_refused(b, n, "format version 5 is older than this dfg's (9) and lacks op attributes stored field by field",
+    expect_refused(b, n, "format version 5 is older than this dfg's (10) and lacks op attributes stored field by field",
                    "version 5");
     b[8] = 6; /* the format before the entropy and quantile ops */
-    expect_refused(b, n, "format version 6 is older than this dfg's (9) and lacks the entropy and quantile ops",
+    expect_refused(b, n, "format version 6 is older than this dfg's (10) and lacks the entropy and quantile ops",
                    "version 6");
     b[8] = 7; /* the format before nullable metrics and rollouts-only plans */
-    expect_refused(b, n, "format version 7 is older than this dfg's (9) and lacks metrics that may have no value",
+    expect_refused(b, n, "format version 7 is older than this dfg's (10) and lacks metrics that may have no value",
                    "version 7");
     b[8] = 8; /* the format before stages that end early or run on a condition */
-    expect_refused(b, n, "format version 8 is older than this dfg's (9) and lacks stages that end early", "version 8");
+    expect_refused(b, n, "format version 8 is older than this dfg's (10) and lacks stages that end early", "version 8");
+    b[8] = 9; /* the format before batch-invariant plans */
+    expect_refused(b, n, "format version 9 is older than this dfg's (10) and lacks batch-invariant plans", "version 9");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

@@ -41,6 +41,7 @@ typedef struct {
      * widest max_new; a step runs the narrowest that holds its batch's completions */
     int n_widths;
     bool early_exit; /* decode_early_exit: decode ends when every row is done */
+    bool invariant;  /* batch_invariant: decode's log-probs equal training's bit for bit; no old stage after sampling */
     int64_t tail;    /* decode_tail: once at most this many rows are live, decode goes on with them alone; 0 off */
     /* length_chunks: with several widths, the scoring and training passes take the batch in
      * `chunks` chunks of chunk_groups whole groups, the narrowest first, each at the narrowest

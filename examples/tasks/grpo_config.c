@@ -238,6 +238,10 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     /* the decode loop's tail: when at most this many rows still generate, the rest of the loop
      * runs on them alone (auto: an eighth of the batch, from 16 rows; 0: never) */
     const char *tail = dfg_setting_str(p, "decode_tail", "auto");
+    /* batch-invariant kernels: a token's log-prob is the same float when decode samples it and
+     * when training scores it, so num_iterations > 1 takes the old log-probs from the sampler */
+    c->invariant = dfg_setting_bool(p, "batch_invariant", false);
+    bool cuda = !strcmp(dfg_setting_str(p, "target", "cpu"), "cuda");
     const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
     const char *padded = dfg_setting_str(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
@@ -259,6 +263,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
     if (dfg_program_status(p)) return dfg_program_status(p);
     if ((st = read_padding(p, c, padded))) return st;
+    if (c->invariant && cuda)
+        return dfg_program_fail(p, DFG_ERR_ARG, "batch_invariant=true needs --target cpu: the CPU kernels have the "
+                                "batch-invariant forms; cuBLASLt and cuDNN pick kernels by the shapes they are given");
     c->loss.loss_type = (dfg_grpo_loss_type)lt;
     c->loss.is_level = (dfg_grpo_is_level)lv;
     c->scale = (dfg_grpo_scale)sc;

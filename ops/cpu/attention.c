@@ -10,7 +10,10 @@
  *
  * Left padding (start s of a row): a query at column i >= s sees keys s .. i, one at i < s keys
  * 0 .. i. So the row is two independent causal attentions, over columns 0 .. s-1 (the pads) and
- * s .. T-1 (the real tokens), and forward and backward run the plain code on each block. */
+ * s .. T-1 (the real tokens), and forward and backward run the plain code on each block.
+ *
+ * In a batch-invariant plan the forwards go one query at a time through invariant.c's order
+ * instead, so a query's output is the same float in the full form and in the KV-cache form. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -60,10 +63,17 @@ const int32_t *dfg_cpu_attention_start(const dfg_node *n, void *const *in, int p
 }
 
 /* Causal attention of `len` rows among themselves: q, k, v of stride 3C, y of stride C, lse (len);
- * S: (len, len) scratch. */
+ * S: (len, len) scratch. invariant: one query at a time in invariant.c's order. */
 static void causal_block(const float *q, const float *k, const float *v, float *y, float *lse, int64_t len, int64_t C,
-                         int64_t D, float scale, float *S) {
+                         int64_t D, float scale, float *S, bool invariant) {
     if (len < 1) return;
+    if (invariant) {
+        for (int64_t t = 0; t < len; t++) {
+            dfg_cpu_kv_run keys = {k, v, t + 1, 3 * C};
+            lse[t] = dfg_cpu_attend_invariant(q + t * 3 * C, &keys, 1, D, scale, S, y + t * C);
+        }
+        return;
+    }
     int n = (int)len, ld3 = (int)(3 * C);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, (int)D, scale, q, ld3, k, ld3, 0.0f, S, n);
     for (int64_t t = 0; t < len; t++) lse[t] = dfg_cpu_softmax_row(S + t * len, t + 1, len);
@@ -104,9 +114,9 @@ dfg_status dfg_cpu_attention(const dfg_node *n, void *const *in, void *const *ou
         int64_t b = bh / H, h = bh % H, s0 = start ? start[b] : 0;
         const float *q = qkv + b * T * 3 * C + h * D; /* rows of stride 3C: q, then k at +C, v at +2C */
         float *yb = y + b * T * C + h * D, *S = dfg_cpu_thread_scratch(ctx);
-        causal_block(q, q + C, q + 2 * C, yb, lse + bh * T, s0, C, D, scale, S); /* the pads */
+        causal_block(q, q + C, q + 2 * C, yb, lse + bh * T, s0, C, D, scale, S, ctx->invariant); /* the pads */
         const float *qr = q + s0 * 3 * C;
-        causal_block(qr, qr + C, qr + 2 * C, yb + s0 * C, lse + bh * T + s0, T - s0, C, D, scale, S);
+        causal_block(qr, qr + C, qr + 2 * C, yb + s0 * C, lse + bh * T + s0, T - s0, C, D, scale, S, ctx->invariant);
     }
     return DFG_OK;
 }
@@ -192,6 +202,11 @@ dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *co
             int64_t nk = col + 1 - lo, at = (b * Tmax + lo) * Ckv + h / group * D;
             const float *k = kc + at, *v = vc + at; /* rows lo .. col, of stride Ckv */
             float *p = dfg_cpu_thread_scratch(ctx); /* (nk) */
+            if (ctx->invariant) {
+                dfg_cpu_kv_run keys = {k, v, nk, Ckv};
+                dfg_cpu_attend_invariant(q + (b * Tq + i) * C + h * D, &keys, 1, D, scale, p, y + (b * Tq + i) * C + h * D);
+                continue;
+            }
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nk, (int)D, scale, k, (int)Ckv, q + (b * Tq + i) * C + h * D,
                         1, 0.0f, p, 1);
             dfg_cpu_softmax_row(p, nk, nk);

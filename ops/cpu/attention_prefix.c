@@ -10,7 +10,10 @@
  *
  * Left-padded prefixes (start s of prefix p): its rows' queries see prefix keys s .. Tp-1, which
  * is this same computation over the prefix rows s .. Tp-1 (a prefix of Tp - s keys starting s
- * rows in); the prefix's key and value gradients of rows 0 .. s-1 are zeros. */
+ * rows in); the prefix's key and value gradients of rows 0 .. s-1 are zeros.
+ *
+ * In a batch-invariant plan the forward goes one query at a time through invariant.c's order:
+ * the prefix's keys then the row's own, the order the KV cache holds them in while decoding. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -74,6 +77,13 @@ dfg_status dfg_cpu_attention_prefix(const dfg_node *n, void *const *in, void *co
         const float *q = qkv + b * d.Tc * 3 * d.C + h * d.D, *k = q + d.C, *v = q + 2 * d.C;
         const float *kp = pre + ((b / d.G) * d0.Tp + s0) * 3 * d.C + d.C + h * d.D, *vp = kp + d.C;
         float *S = dfg_cpu_thread_scratch(ctx), *yb = y + b * d.Tc * d.C + h * d.D; /* (Tc, ld); rows of stride C */
+        if (ctx->invariant) { /* query i: the prefix's keys, then its own 0 .. i, as the KV cache holds them */
+            for (int64_t i = 0; i < d.Tc; i++) {
+                dfg_cpu_kv_run keys[2] = {{kp, vp, d.Tp, 3 * d.C}, {k, v, i + 1, 3 * d.C}};
+                lse[bh * d.Tc + i] = dfg_cpu_attend_invariant(q + i * 3 * d.C, keys, 2, d.D, d.scale, S, yb + i * d.C);
+            }
+            continue;
+        }
         scores(&d, q, k, kp, S);
         for (int64_t i = 0; i < d.Tc; i++) lse[bh * d.Tc + i] = dfg_cpu_softmax_row(S + i * d.ld, d.Tp + i + 1, d.ld);
         if (d.Tp)

@@ -19,6 +19,7 @@ typedef struct {
     char *err;            /* where a kernel writes why it failed */
     size_t err_len;
     struct dfg_comm *comm; /* the data-parallel run's communicator (ops/comm.h); NULL: one process */
+    bool invariant;        /* the plan is batch-invariant: forward GEMMs and attention in invariant.c's orders */
 } dfg_cpu_ctx;
 
 typedef dfg_status (*dfg_cpu_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx);
@@ -38,6 +39,26 @@ float dfg_cpu_softmax_row(float *s, int64_t nk, int64_t n);
  * none; every value must lie in [0, limit), else *st is the node's range error (attention.c). */
 const int32_t *dfg_cpu_attention_start(const dfg_node *n, void *const *in, int plain, int64_t limit, dfg_cpu_ctx *ctx,
                                        dfg_status *st);
+/* Batch-invariant forms (invariant.c): each output element in one order fixed by its own row and
+ * column, whatever the call's row count, threads or alignment. C (M, N) = alpha A (M, K) op(B),
+ * op(B) = B (K, N), or B^T for B (N, K) when tb; row strides lda, ldb, ldc. */
+void dfg_cpu_gemm_invariant(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float *C, int64_t ldc, int n_threads);
+/* The same orders element by element in plain C (fmaf): what a CPU without AVX2 and FMA runs, and
+ * the definition the tests hold the vector paths to. */
+void dfg_cpu_gemm_invariant_ref(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                const float *B, int64_t ldb, float *C, int64_t ldc);
+float dfg_cpu_dot_invariant(const float *a, const float *b, int64_t K); /* the NT element */
+/* A run of n keys and values, rows of `stride` floats: a query's keys come in one or two runs
+ * (a shared prefix, then its own), in order. */
+typedef struct {
+    const float *k, *v;
+    int64_t n, stride;
+} dfg_cpu_kv_run;
+/* One query q (D) against its keys in order: y (D) = softmax(scale q K^T) V, p: scratch of the
+ * keys' count; returns the scores' log-sum-exp. */
+float dfg_cpu_attend_invariant(const float *q, const dfg_cpu_kv_run *runs, int n_runs, int64_t D, float scale, float *p,
+                               float *y);
 /* Formats "<op> '<node>': <reason>" into ctx->err and returns s. */
 dfg_status dfg_cpu_fail(dfg_cpu_ctx *ctx, const dfg_node *n, dfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

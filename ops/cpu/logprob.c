@@ -1,6 +1,7 @@
 /* logprob.c - CPU kernels of the fused log-probability ops (see ops/logprob.c). Per row they
  * keep a running max and sum (online log-sum-exp), so each logit is exponentiated once; the
- * linear form gets its logits chunk by chunk from an OpenBLAS GEMM into the planned workspace. */
+ * linear form gets its logits chunk by chunk from an OpenBLAS GEMM into the planned workspace
+ * (in a batch-invariant plan the forward's from invariant.c's GEMM: decode's lm_head order). */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -94,7 +95,12 @@ static lin_dims lin_of(const dfg_node *n, const dfg_tensor *h, const dfg_tensor 
  * GEMMs always cover DFG_LOGPROB_V_BLOCK vocabulary entries (OpenBLAS's results depend on the
  * matrix shapes it is given), so every logit is the same whatever chunk size was planned. */
 static void chunk_logits(const lin_dims *d, const float *h, const float *w, int64_t r0, int64_t rc, int64_t v0,
-                         int64_t vc, float *ws) {
+                         int64_t vc, float *ws, const dfg_cpu_ctx *ctx) {
+    if (ctx) { /* batch-invariant: each logit is decode's lm_head's, whatever the row chunk */
+        dfg_cpu_gemm_invariant(d->tb, rc, vc, d->c, 1.0f, h + r0 * d->c, d->c, d->tb ? w + v0 * d->c : w + v0,
+                               d->tb ? d->c : d->v, ws, vc, ctx->n_threads);
+        return;
+    }
     for (int64_t j0 = 0; j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) {
         int64_t k = vc - j0 < DFG_LOGPROB_V_BLOCK ? vc - j0 : DFG_LOGPROB_V_BLOCK;
         if (d->tb) /* W (V, C): rows v0+j0 .. */
@@ -120,7 +126,7 @@ dfg_status dfg_cpu_linear_logprob(const dfg_node *n, void *const *in, void *cons
         for (int64_t r = 0; r < rc; r++) st[r] = (dfg_row_stats){-INFINITY, 0.0, 0.0};
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
-            chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
+            chunk_logits(&d, h, w, r0, rc, v0, vc, ws, ctx->invariant ? ctx : NULL);
 #pragma omp parallel for schedule(static) if (rc * vc > 16384)
             for (int64_t r = 0; r < rc; r++) {
                 const float *row = ws + r * vc;
@@ -156,7 +162,7 @@ dfg_status dfg_cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *
         int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
-            chunk_logits(&d, h, w, r0, rc, v0, vc, ws);
+            chunk_logits(&d, h, w, r0, rc, v0, vc, ws, NULL); /* the gradient: OpenBLAS's speed */
             /* ws becomes d logits: s * (g (onehot - p) - gh p (log p + H)) */
 #pragma omp parallel for schedule(static) if (rc * vc > 16384)
             for (int64_t r = 0; r < rc; r++) {

@@ -53,6 +53,7 @@ static dfg_status cpu_create(const dfg_program *p, const dfg_run_options *o, voi
     st->ctx.n_threads = threads;
     st->ctx.scratch_per_thread = scratch;
     st->ctx.comm = dfg_dist_comm(o->dist); /* MPI between the ranks of a data-parallel run */
+    st->ctx.invariant = p->decl.batch_invariant;
     *state = st;
     return DFG_OK;
 }

@@ -71,6 +71,9 @@ static dfg_status open_comm(cuda_state *st, const dfg_run_options *o, char *err,
 
 static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg_run_options *o, void **state, char *err,
                             size_t len) {
+    if (dfg_program_batch_invariant(p)) /* cuBLASLt picks its kernels and splits by the shapes it is given */
+        return snprintf(err, len, "cuda backend: this plan asks for batch-invariant kernels (batch_invariant), which "
+                        "only the cpu backend has; compile it for --target cpu"), DFG_ERR_UNSUPPORTED;
     cuda_state *st = calloc(1, sizeof(*st));
     if (!st) return snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM;
     st->d = d;

@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 9
+ * ---------------------------------------------------------------- format, version 10
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (9) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (10) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -60,14 +60,15 @@
  *               release symbol ("": none) | u32 n | n x str rollout stage | u32 n | n x u32 ref of
  *               a rollout tensor | u32 ref of the shared-prompt tokens | i64 shared prompt length
  *               | i64 group | u32 n | n x (str dump name | u32 ref) | str why the plan trains only
- *               on rollout files ("": it makes its own)
+ *               on rollout files ("": it makes its own) | u8 numerics (0: the backend's fastest
+ *               kernels, 1: batch-invariant ones, dfg_declare_batch_invariant)
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
  * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
  * step ranges; version 4 lacked the plan section; version 5 stored attributes raw; version 6
  * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans; version 8
  * lacked stages that end early, run on a condition or a count of times (dfg_stage_until,
- * dfg_stage_when, dfg_stage_runs). Their files are refused with a request to
+ * dfg_stage_when, dfg_stage_runs); version 9 lacked batch-invariant plans. Their files are refused with a request to
  * re-run dfg compile rather than read: a lost scope or budget would silently give a different
  * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
  * from its pipeline in seconds.
@@ -100,7 +101,7 @@
 #include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 9u
+#define DFG_PLAN_VERSION 10u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

@@ -347,6 +347,7 @@ static void build_declarations(builder *b) {
         if (!b->r->status) dfg_declare_dump(p, d->dump_names[i], t);
     }
     if (d->rollouts_only && d->rollouts_only[0] && !b->r->status) dfg_declare_rollouts_only(p, d->rollouts_only);
+    if (d->batch_invariant && !b->r->status) dfg_declare_batch_invariant(p);
     construction_ok(b, "declarations");
 }
 

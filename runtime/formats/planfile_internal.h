@@ -70,6 +70,7 @@ typedef struct {
     const char **dump_names;
     uint32_t *dumps;         /* refs */
     const char *rollouts_only; /* "" for none */
+    unsigned batch_invariant;  /* 0 or 1 */
 } dfg_plan_decl_rec;
 
 /* ---------------------------------------------------------------- the plan section */

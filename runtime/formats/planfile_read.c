@@ -333,6 +333,9 @@ static void read_declarations(dfg_plan_reader *r, cursor *c) {
         d->dumps[i] = get_u32(c, "a dump entry's tensor");
     }
     d->rollouts_only = get_str(c, MAX_NAME, "why the plan trains only on rollout files");
+    d->batch_invariant = get_u8(c, "the numerics");
+    if (d->batch_invariant > 1 && !r->status)
+        dfg_reader_err(r, DFG_ERR_FORMAT, "the numerics are %u (0: fastest kernels, 1: batch-invariant)", d->batch_invariant);
     end_of_section(c);
 }
 
@@ -449,8 +452,9 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 5 ? "op attributes stored field by field and the pipeline's declarations"
                               : version == 6 ? "the entropy and quantile ops and linear_logprob's entropy output"
                               : version == 7 ? "metrics that may have no value and plans that train only on rollout files"
-                                             : "stages that end early or run on a condition (decode's early end, length "
-                                               "buckets)");
+                              : version == 8 ? "stages that end early or run on a condition (decode's early end, length "
+                                               "buckets)"
+                                             : "batch-invariant plans");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

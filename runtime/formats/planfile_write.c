@@ -316,6 +316,7 @@ static void write_declarations(wbuf *w, const dfg_program *p) {
         put_u32(w, ref(d->dumps[i].t));
     }
     put_str(w, d->rollouts_only ? d->rollouts_only : "");
+    put_u8(w, d->batch_invariant ? 1u : 0u);
     section_end(w, at);
 }
 

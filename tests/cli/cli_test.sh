@@ -154,13 +154,13 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
 expect_rc 2 "--align 3"
 expect_in err.txt "power of two" "--align names the rule"
 
-# plans of format versions 1 to 8 are refused with what to do
-for v in 1 2 3 4 5 6 7 8; do
+# plans of format versions 1 to 9 are refused with what to do
+for v in 1 2 3 4 5 6 7 8 9; do
   cp gpt2.dfg old.dfg
   printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
   run "$DFG" inspect old.dfg
   expect_rc 2 "a version-$v plan"
-  expect_in err.txt "format version $v is older than this dfg's (9)" "a version-$v plan is named as old"
+  expect_in err.txt "format version $v is older than this dfg's (10)" "a version-$v plan is named as old"
   expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
   expect_one_line "version-$v plan"
 done
@@ -415,6 +415,12 @@ if set(d["fused"]) != {"logprob", "linear_logprob", "bias_gelu"} or d["fused"]["
 if d["no_fuse"] is not False: bad.append("no_fuse")
 print("; ".join(bad))' g124.json g124b.json "$budget")
 [ -z "$checks" ] && ok "the budgeted plan fits, recomputes <= 5% extra flops, no logits at the peak" || fail "budgeted 124M plan: $checks"
+# batch-invariant kernels are the CPU's: a cuda plan asking for them is refused at compile time
+run "$DFG" compile "$SRC/examples/grpo.c" --target cuda --set batch_invariant=true -o bi.dfg
+expect_rc 2 "batch_invariant=true with --target cuda"
+expect_in err.txt "batch_invariant=true needs --target cpu" "the refusal says what to do"
+expect_one_line "batch_invariant on cuda"
+
 # a budget that only cheap copies need, on GRPO at 4 layers x 256 wide (128 positions): 4% under
 # the unbudgeted arena. Redoing concats, GELU outputs (read in the backward only through a
 # reshape) and norms is enough; a remat that saw none of them recomputed matmuls (+2.3% flops).

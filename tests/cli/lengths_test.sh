@@ -17,7 +17,9 @@
 # early, run the tail and train at the narrower width (else the comparison proves nothing), and
 # the fixed plan that it did not. The sampler's log-probs equal the training forward's within 1e-5
 # (f32). An untrained policy with decode_tail=40 runs the tail to the last column (on the emulated
-# GPU its chunks overshoot it) and still equals the fixed plan.
+# GPU its chunks overshoot it) and still equals the fixed plan. With batch_invariant (CPU) the
+# sampler's log-probs equal the training forward's in every bit and num_iterations=2 runs no
+# old stage, except on a rollout file.
 set -u
 DFG=$1
 SRC=$2
@@ -115,6 +117,54 @@ assert not bad, bad
 PY
   done
 done
+# batch_invariant: decode and training compute each token's log-prob in one order (the CPU's
+# batch-invariant kernels), so the sampler's log-probs are the training forward's bit for bit,
+# and with num_iterations=2 they are the old log-probs: no old stage runs. Against the same plan
+# without it (OpenBLAS, the old stage computing them) the step is the same within rounding.
+INV=(--set num_iterations=2)
+for arch in gpt2 llama qwen3; do
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" --set batch_invariant=true -o inv.dfg
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" -o inv_ref.dfg
+  expect_rc 0 "$arch: compile the num_iterations=2 plans with and without batch_invariant"
+  steps3 inv w_$arch.safetensors
+  steps3 inv_ref w_$arch.safetensors
+  check "$arch batch_invariant: sampler = training forward bit for bit, no old stage" \
+    python3 - inv.jsonl inv.safetensors inv_ref.jsonl "$SRC/tests/cli" <<'PY'
+import json, struct, sys
+sys.path.insert(0, sys.argv[4])
+import st_tool
+m = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[3])]
+t, _ = st_tool.read(sys.argv[2])
+bits = lambda k: struct.unpack("<%dI" % (len(t[k][2]) // 4), t[k][2])
+lp, sp, mask = bits("logp"), bits("sampling_logp"), st_tool.values(t["completion_mask"])
+on = [i for i, w in enumerate(mask) if w]
+same = sum(lp[i] == sp[i] for i in on)
+diff = [(l["sampling/sampling_logp_difference/max"], l["sampling/importance_sampling_ratio/min"],
+         l["sampling/importance_sampling_ratio/max"]) for l in m]
+old = [[k for k in l["stage_runs"] if k.startswith("old")] for l in m]
+print(f"last step: {same} of {len(on)} scored tokens equal in every bit; (max diff, ratio min, max) per step {diff}; "
+      f"old stages run {old}; without batch_invariant: {[l['sampling/sampling_logp_difference/max'] for l in ref]}")
+assert same == len(on) > 0
+assert all(d == (0, 1, 1) for d in diff), diff
+assert not any(old), "an old stage ran although the sampler's log-probs were the old ones"
+assert all(any(k.startswith("old") for k in l["stage_runs"]) for l in ref), "the reference plan ran no old stage"
+PY
+  compare inv_ref inv "$arch batch_invariant, the sampler's log-probs as the old ones"
+done
+# a rollout file was not sampled by this step: the old stage runs
+run "$DFG" compile "$SRC/examples/grpo.c" "${INV[@]}" --set batch_invariant=true -o inv_task.dfg
+"${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
+run "$DFG" run inv_task.dfg --rollouts r.safetensors --steps 2 --threads 1 --metrics ro.jsonl
+expect_rc 0 "batch_invariant, num_iterations=2, 2 steps on a rollout file"
+check "batch_invariant on a rollout file: the old stage runs" python3 - ro.jsonl <<'PY'
+import json, sys
+runs = [json.loads(l)["stage_runs"] for l in open(sys.argv[1])]
+print(f"stage runs per step: {runs}")
+assert all(r.get("old", 0) == 1 and "decode" not in r for r in runs), runs
+PY
 # a loss whose math depends on the micro-batches (bnpo: a token mean per micro-batch): the chunks
 # are gradient_accumulation_steps' micro-batches, unsorted, run narrowest first
 BNPO=(--set loss_type=bnpo --set gradient_accumulation_steps=4)
