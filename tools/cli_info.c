@@ -85,6 +85,9 @@ static void print_declarations(const dfg_program *p) {
         for (int i = 0; i < d->n_rollout_stages; i++) printf("%s %s", i ? "," : "", d->rollout_stages[i]);
         printf("\n");
     }
+    if (d->batch_invariant)
+        printf("numerics  batch-invariant: each row's forward matmul, attention and log-prob in one order of its own "
+               "(the CPU's kernels; decode's log-probs equal training's bit for bit)\n");
     if (d->shared_tokens)
         printf("          groups of %lld rows of %s share their first %lld tokens (one prompt per group)\n",
                (long long)d->shared_group, d->shared_tokens->name, (long long)d->shared_len);

@@ -420,6 +420,9 @@ run "$DFG" compile "$SRC/examples/grpo.c" --target cuda --set batch_invariant=tr
 expect_rc 2 "batch_invariant=true with --target cuda"
 expect_in err.txt "batch_invariant=true needs --target cpu" "the refusal says what to do"
 expect_one_line "batch_invariant on cuda"
+run "$DFG" compile "$SRC/examples/grpo.c" --set batch_invariant=true -o bi.dfg
+run "$DFG" info bi.dfg
+expect_in out.txt "numerics  batch-invariant" "dfg info says a plan is batch-invariant"
 
 # a budget that only cheap copies need, on GRPO at 4 layers x 256 wide (128 positions): 4% under
 # the unbudgeted arena. Redoing concats, GELU outputs (read in the backward only through a

@@ -256,13 +256,13 @@ def stats(xs):
 
 
 def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup, vx=None):
-    """One process of impl (dfg, torch, on the GPU torch.compile; varlen: dfg-fixed too, and vx
-    holds the warm start's weights and the fixed-shape plan)."""
+    """One process of impl (dfg, torch, on the GPU torch.compile; varlen: dfg-fixed and dfg-invariant too, and vx
+    holds the warm start's weights and those plans)."""
     tag = f"{cfg_name}-{mode}-{impl}-{r}"
     out, err = os.path.join(work, tag + ".out"), os.path.join(work, tag + ".err")
     if impl.startswith("dfg"):
         metrics = os.path.join(work, tag + ".jsonl")
-        cmd = [a.dfg, "run", vx["fixed_plan"] if impl == "dfg-fixed" else plan, "--steps", str(steps),
+        cmd = [a.dfg, "run", vx["plans"].get(impl, plan) if vx else plan, "--steps", str(steps),
                "--threads", str(a.threads), "--seed", str(a.seed), "--metrics", metrics]
         cmd += ["--weights", vx["weights"]] if vx else []
         # on the GPU the header's `device memory:` line is read: not quiet, one step line at the end
@@ -356,10 +356,11 @@ def bench_config(cfg_name, a, work):
         modes = ["full"]
         vx = varlen.prepare(a, s, cfg, d, compile_plan, run_measured)
         vx["stage_flops"], arenas = {}, {}
-        for impl, p in (("dfg", plan), ("dfg-fixed", vx["fixed_plan"])):
+        for impl, p in (("dfg", plan), *vx["plans"].items()):
             vx["stage_flops"][impl], arenas[impl] = varlen.stage_flops_per_run(a.dfg, p)
         impls = varlen.IMPLS
         result.update(warm_start=vx["warm_start"], dfg_fixed_settings=varlen.FIXED_SETTINGS,
+                      dfg_invariant_settings=varlen.INVARIANT_SETTINGS,
                       dfg_stage_gflop_per_run={k: {n: f * 1e-9 for n, f in v.items()} for k, v in vx["stage_flops"].items()},
                       planned_arena_bytes=arenas, sgemm_peak=a.sgemm_peak,
                       sgemm_peak_gflops=(a.sgemm_peak or {}).get("gflops"))
@@ -393,7 +394,7 @@ def bench_config(cfg_name, a, work):
                 background_cpu_pct=stats([m["background_cpu_pct"] for m in ms]),
                 runs=ms)
         dm, dr = summary["dfg"]["step_ms"]["median"], summary["dfg"]["peak_rss_mb"]["median"]
-        for o in impls[1:]:  # torch, and on the GPU torch.compile (keys ..._torch_compile); varlen: dfg-fixed
+        for o in impls[1:]:  # torch, and on the GPU torch.compile (keys ..._torch_compile); varlen: dfg-fixed, dfg-invariant
             k = bench_gpu.suffix(o)
             summary[f"speedup{k}_ms_over_dfg_ms"] = summary[o]["step_ms"]["median"] / dm
             summary[f"rss_ratio_dfg_over{k}"] = dr / summary[o]["peak_rss_mb"]["median"]

@@ -14,7 +14,9 @@ What it adds to bench.py's measurement:
                each length-sorted chunk of groups); torch (grpo_torch.py --stop-at-eos:
                generate()'s semantics, every pass at the batch's longest completion, as TRL);
                dfg-fixed (the same plan compiled with decode_early_exit=false and
-               length_buckets=1: max_completion_length decode runs and full-width passes).
+               length_buckets=1: max_completion_length decode runs and full-width passes);
+               dfg-invariant (dfg's plan with batch_invariant=true: the batch-invariant
+               kernels, whose sampler log-probs equal training's bit for bit: their cost).
   per step     the completions' real lengths (dfg: completions/mean_length and max_length of
                --metrics; torch: its completion mask), the real tokens (mean length x rows),
                the step's FLOPs and, for dfg, stage_ms, stage_runs and the sampling-vs-training
@@ -42,8 +44,9 @@ import subprocess
 import sys
 import time
 
-IMPLS = ("dfg", "torch", "dfg-fixed")
+IMPLS = ("dfg", "torch", "dfg-fixed", "dfg-invariant")
 FIXED_SETTINGS = dict(decode_early_exit="false", length_buckets=1)
+INVARIANT_SETTINGS = dict(batch_invariant="true")
 SGEMM_N = 2048
 SGEMM_REPS = 7
 
@@ -128,9 +131,10 @@ def prepare(a, s, cfg, d, compile_plan, run_measured):
         sys.exit(f"bench: the warm start failed (exit {m['rc']}): {' '.join(cmd)}")
     losses = [json.loads(line).get("sft_loss") for line in open(metrics) if line.startswith("{")]
     print(f" {m['wall_s']:.0f} s, sft_loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
-    fixed_plan = os.path.join(d, "plan-fixed.dfg")
-    compile_plan(fixed_plan, FIXED_SETTINGS)
-    return dict(weights=weights, fixed_plan=fixed_plan,
+    plans = {"dfg-fixed": os.path.join(d, "plan-fixed.dfg"), "dfg-invariant": os.path.join(d, "plan-invariant.dfg")}
+    compile_plan(plans["dfg-fixed"], FIXED_SETTINGS)
+    compile_plan(plans["dfg-invariant"], INVARIANT_SETTINGS)
+    return dict(weights=weights, plans=plans,
                 warm_start=dict(sft_steps=vl["sft_steps"], learning_rate=vl["sft_learning_rate"], wall_s=m["wall_s"],
                                 sft_loss_first=losses[0], sft_loss_last=losses[-1],
                                 sft_loss_last10=statistics.mean(losses[-10:]), cmd=cmd))
@@ -269,7 +273,7 @@ def stage_table(res):
     cols = ("prefill", "decode", "ref", "train", "update", "host")
     lines = ["| impl | step ms (mean) | " + " | ".join(cols) + " | decode runs per step (batch + tail) | scoring/training runs per "
              "step by width |", "|" + "---|" * (len(cols) + 4)]
-    for impl in ("dfg", "dfg-fixed"):
+    for impl in ("dfg", "dfg-fixed", "dfg-invariant"):
         x = sm[impl]
         g, r = x["stage_ms_mean"], x["stage_runs_mean"]
         widths = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.items()) if k.startswith("train"))
@@ -296,10 +300,12 @@ def notes(res):
         f"EOS by {res['completion_len']} (clipped_ratio) {100 * sm['dfg']['lengths']['mean_rows_at_max']:.1f} %.",
         f"- dfg's sampling vs training log-probs (sampling/sampling_logp_difference): mean {fmt(lp['mean'])}, max "
         f"{fmt(lp['max'])} (dfg-fixed: mean {fmt(sm['dfg-fixed']['sampling_logp_difference']['mean'])}, max "
-        f"{fmt(sm['dfg-fixed']['sampling_logp_difference']['max'])}).",
+        f"{fmt(sm['dfg-fixed']['sampling_logp_difference']['max'])}; dfg-invariant: mean "
+        f"{fmt(sm['dfg-invariant']['sampling_logp_difference']['mean'])}, max "
+        f"{fmt(sm['dfg-invariant']['sampling_logp_difference']['max'])}).",
         f"- sgemm peak: {peak.get('gflops')} GFLOP/s (best of {len(peak.get('all_gflops', []))} {peak.get('n')}^3 "
         f"cblas_sgemm, {peak.get('threads')} threads, {peak.get('library')}; median {peak.get('median_gflops')}).",
-        f"- {res['runs']} alternating runs per program (dfg, torch, dfg-fixed), {res['steps']} steps each, the first "
+        f"- {res['runs']} alternating runs per program (dfg, torch, dfg-fixed, dfg-invariant), {res['steps']} steps each, the first "
         f"{res['warmup']} not timed. tok/s: the real completion tokens (up to and including EOS) of the timed steps / "
         f"their time. GFLOP: dfg's from `dfg inspect --json` x stage_runs, torch's from grpo_torch.step_flops.",
     ])
