@@ -71,7 +71,11 @@ typedef struct {
     /* batch_invariant with num_iterations > 1: 1 from prefill to the last update when this step
      * sampled its rollout (the old log-probs are the sampler's, no old stage), 0 with --rollouts */
     dfg_tensor *sampled;
-    dfg_tensor *old_width; /* () the width the old stage's buckets run on: -2 (none) when sampled */
+    dfg_tensor *prompt_width; /* () prompt buckets: the batch's longest prompt, which prefill copy runs */
+    /* () the value the scoring and training copies' when-rules read (NULL: none needs one): with
+     * chunks the batch's prompt bucket pb, else pb * PASS_KEY + the completion width; old_key
+     * for the old stage, -2 (no copy's range) when the step sampled its rollout */
+    dfg_tensor *pass_key, *old_key;
     dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
@@ -88,6 +92,17 @@ static void rollout_stage(char *buf, size_t len, const char *base, const grpo_co
     if (c->R == 1) snprintf(buf, len, "%s", base);
     else snprintf(buf, len, "%s.%d", base, k);
 }
+
+/* Prefill of sub-batch k at prompt bucket pb: the widest keeps the rollout name, a narrower one
+ * is "prefill[p16]". */
+static void prefill_stage(char *buf, size_t len, const grpo_config *c, int k, int pb) {
+    rollout_stage(buf, len, "prefill", c, k);
+    size_t n = strlen(buf);
+    if (pb < c->n_pwidths - 1) snprintf(buf + n, len - n, "[p%lld]", (long long)c->pwidths[pb]);
+}
+
+/* pass_key = pb * PASS_KEY + width: PASS_KEY above any width, so each copy's range holds one pair */
+#define PASS_KEY 1048576.0
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
     return dfg_state(p, name, dt, s, role, dfg_init_zeros());
@@ -139,9 +154,11 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     }
     s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->iterations > 1 && c->invariant) {
-        s->sampled = state(p, "rollout.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-        if (s->width) s->old_width = state(p, "old.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    if (c->iterations > 1 && c->invariant) s->sampled = state(p, "rollout.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    if (c->n_pwidths > 1) s->prompt_width = state(p, "prompt.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+    if ((!c->chunks && c->n_widths > 1) || c->n_pwidths > 1 || s->sampled) {
+        s->pass_key = state(p, "pass.key", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
+        if (s->sampled) s->old_key = state(p, "old.key", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     }
     if (c->sft_steps > 0) {
         s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -164,8 +181,8 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
-    char first[32], last[32];
-    rollout_stage(first, sizeof(first), "prefill", c, 0);
+    char first[48], last[32];
+    prefill_stage(first, sizeof(first), c, 0, 0);
     rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
     const char *kv_last = c->tail ? "decode.compact" : last, *gen_last = c->tail ? "decode.merge" : last;
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
@@ -208,15 +225,27 @@ static dfg_model_kv sub_batch_kv(dfg_graph *g, const grpo_config *c, const grpo_
     return kv;
 }
 
-static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
-    char name[32];
-    rollout_stage(name, sizeof(name), "prefill", c, k);
+/* prompt buckets: the batch's longest prompt (its pad columns left out), for prefill's copies */
+static dfg_status build_prompt_width(dfg_program *p, const grpo_config *c, grpo_state *s) {
+    dfg_graph *g = dfg_graph_new(p, "prompts");
+    dfg_tensor *need = dfg_affine(g, dfg_cast(g, s->start, DFG_F32), -1.0f, (float)c->Lp); /* (N) Lp - start */
+    dfg_assign(g, s->prompt_width, dfg_reshape(g, dfg_take(g, need, dfg_argmax(g, need)), DFG_SCALAR));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+/* Prefill of sub-batch k, over the prompt's last pwidths[pb] columns (prompt bucket pb). */
+static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int pb) {
+    char name[48];
+    prefill_stage(name, sizeof(name), c, k, pb);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tokens = gen_rows(g, c, s->tokens, k); /* (n_gen, T) */
     dfg_model_kv kv = sub_batch_kv(g, c, s, k);
+    int64_t Wp = c->pwidths[pb]; /* the prompt columns Lp - Wp .. Lp - 1: every row's real ones */
+    kv.col0 = c->Lp - Wp;
     /* every prompt token but the last goes into the cache; the last one starts the decoding */
-    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, tokens, c->G, c->Lp - 1) /* (n_gen/G, Lp-1) */
-                                           : dfg_slice(g, tokens, 1, 0, c->Lp - 1);   /* (n_gen, Lp-1) */
+    dfg_tensor *window = dfg_slice(g, tokens, 1, kv.col0, Wp - 1);                   /* (n_gen, Wp-1) */
+    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, window, c->G, Wp - 1) /* (n_gen/G, Wp-1) */
+                                           : window;
     dfg_model_prefill(g, s->policy, &kv, prompts);
     dfg_assign(g, s->cur_tok, dfg_slice(g, tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
@@ -231,7 +260,9 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
      * the step's stream moves on by the whole loop's draws, however early decode ends */
     dfg_assign(g, s->gen_rng, s->rng);
     if (k == c->R - 1) dfg_rng_advance(g, s->rng, c->max_new);
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    if (st || c->n_pwidths == 1) return st;
+    return dfg_stage_when(p, name, s->prompt_width, pb == 0 ? 0.0 : (double)c->pwidths[pb - 1], (double)Wp);
 }
 
 static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
@@ -296,6 +327,27 @@ static dfg_tensor *truncated_rows(dfg_graph *g, const grpo_config *c, const grpo
     return dfg_mul(g, full, dfg_affine(g, is_eos, -1.0f, 1.0f));
 }
 
+/* The keys the scoring and training copies run on (pass_key, old_key): the batch's prompt bucket
+ * (the narrowest width that holds every rank's longest prompt) and completion width. */
+static void assign_pass_keys(dfg_graph *g, const grpo_config *c, grpo_state *s) {
+    dfg_tensor *pb = dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f);
+    if (c->n_pwidths > 1) {
+        dfg_tensor *need = dfg_affine(g, dfg_cast(g, s->start, DFG_F32), -1.0f, (float)c->Lp); /* (N) Lp - start */
+        dfg_tensor *w = dfg_reshape(g, dfg_take(g, need, dfg_argmax(g, need)), DFG_SHAPE(1));
+        w = dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR);
+        for (int i = 0; i < c->n_pwidths - 1; i++) /* + 1 for each narrower width it exceeds (integers: 0 or 1) */
+            pb = dfg_add(g, pb, dfg_clamp(g, dfg_add_scalar(g, w, -(float)c->pwidths[i]), 0.0f, 1.0f));
+    }
+    dfg_tensor *key = pb;
+    if (!c->chunks) /* the completion width too (runs picks it with chunks) */
+        key = dfg_add(g, dfg_scale(g, pb, (float)PASS_KEY),
+                      s->width ? s->width : dfg_fill(g, DFG_F32, DFG_SCALAR, (float)c->max_new));
+    dfg_assign(g, s->pass_key, key);
+    if (s->old_key) /* -2 when sampled: in no copy's range */
+        dfg_assign(g, s->old_key, dfg_sub(g, dfg_mul(g, key, dfg_affine(g, s->sampled, -1.0f, 1.0f)),
+                                          dfg_scale(g, s->sampled, 2.0f)));
+}
+
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     /* data parallel: every rank sees the whole batch's rewards and lengths (TRL gathers them too),
@@ -315,9 +367,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         dfg_tensor *w = dfg_reshape(g, dfg_take(g, last, dfg_argmax(g, last)), DFG_SHAPE(1));
         dfg_assign(g, s->width, dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR));
     }
-    if (s->old_width) /* bucket runs on this; -2 is in no bucket's range */
-        dfg_assign(g, s->old_width, dfg_sub(g, dfg_mul(g, s->width, dfg_affine(g, s->sampled, -1.0f, 1.0f)),
-                                            dfg_scale(g, s->sampled, 2.0f)));
+    if (s->pass_key) assign_pass_keys(g, c, s);
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
     dfg_tensor *generated = dfg_sum(g, len, 0);
     dfg_tensor *active = generated;
@@ -349,12 +399,14 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
 }
 
 /* Log-probs of the first W completion tokens of tok (n, T) under model m, as (n, W): entry j
- * scores position Lp + j; the model runs on the Lp + W columns alone (a length bucket). With
- * share_prompts the prompt positions are computed once per group. start: the rows' first prompt
- * columns (n) for left-padded prompts, or NULL. */
+ * scores position Lp + j; the model runs on the columns Lp - pwidths[pb] .. Lp + W - 1 alone
+ * (a prompt bucket and a length bucket). With share_prompts the prompt positions are computed
+ * once per group. start: the rows' first prompt columns (n) for left-padded prompts, or NULL. */
 static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg_model *m, dfg_tensor *tok,
-                                   dfg_tensor *start, int64_t W, dfg_tensor **entropy) {
-    if (W < c->max_new) tok = dfg_slice(g, tok, 1, 0, c->Lp + W);
+                                   dfg_tensor *start, int pb, int64_t W, dfg_tensor **entropy) {
+    int64_t Lp = c->pwidths[pb], c0 = c->Lp - Lp; /* the pad columns before c0 hold no row's prompt */
+    if (c0 || W < c->max_new) tok = dfg_slice(g, tok, 1, c0, Lp + W);
+    if (start && c0) start = dfg_cast(g, dfg_add_scalar(g, dfg_cast(g, start, DFG_F32), -(float)c0), DFG_I32);
     if (c->share_prompts) {
         dfg_tensor *group_start = NULL; /* (n/G) the first row's of each group: the group shares its prompt */
         if (start) {
@@ -362,12 +414,12 @@ static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg
             group_start = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(n / c->G, c->G)), 1, 0, 1),
                                       DFG_SHAPE(n / c->G));
         }
-        return dfg_grpo_completion_logp_entropy(g, m, group_prompts(g, tok, c->G, c->Lp),
-                                                dfg_slice(g, tok, 1, c->Lp, W), c->temperature, group_start, entropy);
+        return dfg_grpo_completion_logp_entropy(g, m, group_prompts(g, tok, c->G, Lp), dfg_slice(g, tok, 1, Lp, W),
+                                                c->temperature, group_start, entropy);
     }
     dfg_tensor *lp = dfg_grpo_token_logp_entropy(g, m, tok, c->temperature, start, entropy);
-    if (entropy) *entropy = dfg_slice(g, *entropy, 1, c->Lp - 1, W);
-    return dfg_slice(g, lp, 1, c->Lp - 1, W);
+    if (entropy) *entropy = dfg_slice(g, *entropy, 1, Lp - 1, W);
+    return dfg_slice(g, lp, 1, Lp - 1, W);
 }
 
 /* (n, T) from the completions' log-probs (n, W) and mask: each scored token at its own position,
@@ -398,56 +450,64 @@ static void pass_write(dfg_graph *g, const grpo_config *c, const grpo_state *s, 
     else dfg_assign(g, dst, src);
 }
 
-/* Length buckets: bucket b's copy of stage `base` is "base[w]" for the width w, the widest keeps
- * `base`; it runs when the batch's longest completion is over the narrower width and within its. */
-static void bucket_stage(char *buf, size_t len, const char *base, const grpo_config *c, int b) {
-    if (b == c->n_widths - 1) snprintf(buf, len, "%s", base);
-    else snprintf(buf, len, "%s[%lld]", base, (long long)c->widths[b]);
+/* Buckets: the copy of stage `base` for prompt bucket pb and completion width b is "base[w]" for
+ * a narrower completion width w, "base[pP]" for a narrower prompt width P, "base[pP,w]" for both;
+ * the widest keeps `base`. It runs when the batch's longest prompt and completion are over the
+ * narrower widths and within its own. */
+static void bucket_stage(char *buf, size_t len, const char *base, const grpo_config *c, int pb, int b) {
+    bool wide_p = pb == c->n_pwidths - 1, wide_c = b == c->n_widths - 1;
+    long long P = (long long)c->pwidths[pb], w = (long long)c->widths[b];
+    if (wide_p && wide_c) snprintf(buf, len, "%s", base);
+    else if (wide_p) snprintf(buf, len, "%s[%lld]", base, w);
+    else if (wide_c) snprintf(buf, len, "%s[p%lld]", base, P);
+    else snprintf(buf, len, "%s[p%lld,%lld]", base, P, w);
 }
 
-/* Stages graph g as bucket b's copy of a pass: a run per micro-batch, or per chunk (those of
- * this width, dfg_stage_runs); without chunks the copy runs when the batch's width is its. */
+/* Stages graph g as the (pb, b) copy of a pass: a run per micro-batch, or per chunk (those of
+ * width b, dfg_stage_runs), when the batch's prompt bucket is pb and, without chunks, its
+ * completion width is b's (pass_key). The old stage reads old_key: batch_invariant skips it
+ * after a step that sampled its rollout. */
 static dfg_status stage_pass(dfg_program *p, const grpo_config *c, const grpo_state *s, dfg_graph *g, const char *name,
-                             int b, bool old) {
+                             int pb, int b, bool old) {
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)(c->chunks ? c->chunks : c->GA));
     if (st) return st;
-    bool skips = old && s->sampled; /* batch_invariant: no old pass over a rollout this step sampled */
     if (c->chunks && (st = dfg_stage_runs(p, name, s->chunks.runs[b]))) return st;
-    if (!c->chunks && s->width)
-        return dfg_stage_when(p, name, skips ? s->old_width : s->width, b == 0 ? -1.0 : (double)c->widths[b - 1],
-                              (double)c->widths[b]);
-    return skips ? dfg_stage_when(p, name, s->sampled, -0.5, 0.5) : DFG_OK;
+    dfg_tensor *key = old && s->old_key ? s->old_key : s->pass_key;
+    if (!key) return DFG_OK;
+    if (c->chunks) return dfg_stage_when(p, name, key, pb - 0.5, pb + 0.5);
+    double at = pb * PASS_KEY;
+    return dfg_stage_when(p, name, key, at + (b == 0 ? -1.0 : (double)c->widths[b - 1]), at + (double)c->widths[b]);
 }
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs, one
  * training micro-batch per run (gradient_accumulation_steps runs; micro counts them); bucket b's
  * copy. */
 static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_state *s, const char *base,
-                                   const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro, int b) {
+                                   const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro, int pb, int b) {
     char name[48];
     int64_t W = c->widths[b];
-    bucket_stage(name, sizeof(name), base, c, b);
+    bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tok = pass_rows(g, c, s, s->tokens, micro, 0), *mask = pass_rows(g, c, s, s->mask, micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, micro, 0) : NULL;
-    pass_write(g, c, s, dst, padded(g, c, completion_logp(g, c, m, tok, start, W, NULL), mask), micro);
+    pass_write(g, c, s, dst, padded(g, c, completion_logp(g, c, m, tok, start, pb, W, NULL), mask), micro);
     if (micro) dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
-    return stage_pass(p, c, s, g, name, b, !strcmp(base, "old"));
+    return stage_pass(p, c, s, g, name, pb, b, !strcmp(base, "old"));
 }
 
 /* ---------------------------------------------------------------- training */
 /* Pass k's micro-batch loop of bucket b: the loss and its gradients over the first W completion
  * columns (W = widths[b]; the columns past it are masked out in this step's batch). */
-static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int b) {
+static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int pb, int b) {
     char base[32], name[48];
     int64_t W = c->widths[b];
     snprintf(base, sizeof(base), "train.%d", k);
-    bucket_stage(name, sizeof(name), base, c, b);
+    bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tok = pass_rows(g, c, s, s->tokens, s->micro, 0), *mask = pass_rows(g, c, s, s->mask, s->micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, s->micro, 0) : NULL; /* (n) */
     dfg_tensor *entropy = NULL;                                                   /* (n, W) */
-    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, W, &entropy); /* (n, W) */
+    dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, pb, W, &entropy); /* (n, W) */
     dfg_grpo_inputs in = {
         .logp = logp,
         .old_logp = s->old_logp ? pass_rows(g, c, s, s->old_logp, s->micro, W) : NULL,
@@ -482,7 +542,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
         dfg_grpo_sampling_compare(g, &s->sampling, dfg_detach(g, logp), pass_rows(g, c, s, s->sampling_logp, s->micro, W), mask);
     }
     dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
-    return stage_pass(p, c, s, g, name, b, false);
+    return stage_pass(p, c, s, g, name, pb, b, false);
 }
 
 static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) {
@@ -569,12 +629,14 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
 static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
     char name[48], base[32];
     dfg_status st = dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
+    if (!st && c->n_pwidths > 1) st = dfg_stage_steps(p, "prompts", c->sft_steps, -1);
     for (int k = 0; k < c->R && !st; k++) {
-        rollout_stage(name, sizeof(name), "prefill", c, k);
-        if (!(st = dfg_stage_steps(p, name, c->sft_steps, -1))) {
-            rollout_stage(name, sizeof(name), "decode", c, k);
+        for (int pb = 0; pb < c->n_pwidths && !st; pb++) {
+            prefill_stage(name, sizeof(name), c, k, pb);
             st = dfg_stage_steps(p, name, c->sft_steps, -1);
         }
+        rollout_stage(name, sizeof(name), "decode", c, k);
+        if (!st) st = dfg_stage_steps(p, name, c->sft_steps, -1);
     }
     for (int i = 0; i < 3 && !st && c->tail; i++)
         st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
@@ -584,8 +646,8 @@ static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
         if ((k == -2 && c->beta == 0.0f) || (k == -1 && c->iterations == 1)) continue;
         if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
         else snprintf(base, sizeof(base), "train.%d", k);
-        for (int b = 0; b < c->n_widths && !st; b++) {
-            bucket_stage(name, sizeof(name), base, c, b);
+        for (int i = 0; i < c->n_pwidths * c->n_widths && !st; i++) {
+            bucket_stage(name, sizeof(name), base, c, i / c->n_widths, i % c->n_widths);
             st = dfg_stage_steps(p, name, c->sft_steps, -1);
         }
         if (k >= 0 && !st) {
@@ -602,18 +664,22 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
+    if (!st && c->n_pwidths > 1) st = build_prompt_width(p, c, s);
     if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
-    for (int k = 0; k < c->R && !st; k++)
-        if (!(st = build_prefill(p, c, s, k))) st = build_decode(p, c, s, k);
+    for (int k = 0; k < c->R && !st; k++) {
+        for (int pb = 0; pb < c->n_pwidths && !st; pb++) st = build_prefill(p, c, s, k, pb);
+        if (!st) st = build_decode(p, c, s, k);
+    }
     if (!st && c->tail) st = build_decode_tail(p, c, s);
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
-    for (int b = 0; b < c->n_widths && !st && c->beta != 0.0f; b++)
-        st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro, b);
-    for (int b = 0; b < c->n_widths && !st && c->iterations > 1; b++)
-        st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp, s->old_micro, b);
+    int copies = c->n_pwidths * c->n_widths; /* copy i: prompt bucket i / n_widths, completion width i % n_widths */
+    for (int i = 0; i < copies && !st && c->beta != 0.0f; i++)
+        st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro, i / c->n_widths, i % c->n_widths);
+    for (int i = 0; i < copies && !st && c->iterations > 1; i++)
+        st = build_logp_stage(p, c, s, "old", s->policy, s->old_logp, s->old_micro, i / c->n_widths, i % c->n_widths);
     for (int k = 0; k < c->iterations && !st; k++) {
-        for (int b = 0; b < c->n_widths && !st; b++) st = build_train(p, c, s, k, b);
+        for (int i = 0; i < copies && !st; i++) st = build_train(p, c, s, k, i / c->n_widths, i % c->n_widths);
         if (!st) st = build_update(p, c, s, k);
     }
     if (st) return st;
@@ -651,15 +717,19 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[6 + 2 * DFG_GRPO_MAX_SUB_BATCHES];
-    char names[2 * DFG_GRPO_MAX_SUB_BATCHES][32];
-    int n = 0;
+    const char *stages[7 + DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES];
+    char names[DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES][48];
+    int n = 0, used = 0;
     stages[n++] = "data";
+    if (c->n_pwidths > 1) stages[n++] = "prompts";
     if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
     for (int k = 0; k < c->R; k++) {
-        rollout_stage(names[2 * k], sizeof(names[0]), "prefill", c, k);
-        rollout_stage(names[2 * k + 1], sizeof(names[0]), "decode", c, k);
-        stages[n++] = names[2 * k], stages[n++] = names[2 * k + 1];
+        for (int pb = 0; pb < c->n_pwidths; pb++) { /* one prompt bucket with sub-batches (read_pwidths) */
+            prefill_stage(names[used], sizeof(names[0]), c, k, pb);
+            stages[n++] = names[used++];
+        }
+        rollout_stage(names[used], sizeof(names[0]), "decode", c, k);
+        stages[n++] = names[used++];
     }
     if (c->tail) stages[n++] = "decode.compact", stages[n++] = "decode.tail", stages[n++] = "decode.merge";
     stages[n++] = "reward";

@@ -63,7 +63,7 @@ static void print_stages(const dfg_program *p) {
         if (st->repeat > 1) printf(", runs %s%d times", st->until || st->runs ? "at most " : "", st->repeat);
         if (st->until) printf(", until '%s' is set", st->until->name);
         if (st->runs) printf(", '%s' times", st->runs->name);
-        if (st->when) printf(", when '%s' is in (%g, %g]", st->when->name, st->when_lo, st->when_hi);
+        if (st->when) printf(", when '%s' is in (%.10g, %.10g]", st->when->name, st->when_lo, st->when_hi);
         if (st->first_step > 0 || st->last_step >= 0) {
             printf(", in steps %lld..", (long long)st->first_step + 1);
             if (st->last_step >= 0) printf("%lld", (long long)st->last_step + 1);

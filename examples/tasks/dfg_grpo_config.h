@@ -18,6 +18,7 @@
 extern "C" {
 #endif
 
+#define DFG_GRPO_MAX_PWIDTHS 4 /* prompt_buckets */
 #define DFG_GRPO_MAX_SUB_BATCHES 16 /* prefill.k and decode.k for each: the stages dfg_declare_rollout takes (64) */
 
 typedef struct {
@@ -51,6 +52,11 @@ typedef struct {
     int64_t chunks, chunk_groups;
     bool regroup;
     int64_t widths[DFG_GRPO_MAX_WIDTHS];
+    /* prompt_buckets: with left-padded prompts, the prompt widths prefill and the scoring and
+     * training stages are built for (narrowest first, the widest max_prompt_length); a step runs
+     * the narrowest that holds its batch's longest prompt, leaving out the leading pad columns */
+    int n_pwidths;
+    int64_t pwidths[DFG_GRPO_MAX_PWIDTHS];
     int W;            /* world_size: data-parallel ranks, each with P of the W P prompts of a step */
     int64_t bucket_bytes; /* ddp_bucket_cap_mb: the gradient all-reduce's buckets */
     bool share_prompts; /* compute each group's prompt once (needs groups whole in a micro-batch) */

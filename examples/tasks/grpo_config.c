@@ -167,6 +167,28 @@ static dfg_status read_widths(dfg_program *p, dfg_grpo_config *c, const char *bu
     return DFG_OK;
 }
 
+/* prompt_buckets (auto, or a count; 1: off): the prompt widths, halvings of max_prompt_length
+ * (auto: down to 16, at most 3, for left-padded prompts in one rollout batch; else 1). */
+static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, const char *buckets) {
+    char *end = NULL;
+    bool automatic = !strcmp(buckets, "auto");
+    long n = automatic ? (c->padded && c->R == 1 ? 3 : 1) : strtol(buckets, &end, 10);
+    if (!automatic && (end == buckets || *end || n < 1 || n > DFG_GRPO_MAX_PWIDTHS))
+        return dfg_program_fail(p, DFG_ERR_ARG, "prompt_buckets must be auto or 1 .. %d, got '%s'", DFG_GRPO_MAX_PWIDTHS,
+                                buckets);
+    if (n > 1 && (!c->padded || c->R > 1))
+        return dfg_program_fail(p, DFG_ERR_ARG, "prompt_buckets=%ld needs left-padded prompts (a dataset, or "
+                                "padded_prompts) and rollout_sub_batches=1", n);
+    int64_t w[DFG_GRPO_MAX_PWIDTHS], k = 0, floor = automatic ? 16 : 2; /* 2: a prompt token for prefill, one for decode */
+    for (int64_t x = c->Lp; k < n && x >= 1 && (k == 0 || x >= floor); x = (x + 1) / 2) {
+        if (k && x == w[k - 1]) break;
+        w[k++] = x;
+    }
+    c->n_pwidths = (int)k;
+    for (int i = 0; i < k; i++) c->pwidths[i] = w[k - 1 - i]; /* narrowest first */
+    return DFG_OK;
+}
+
 bool dfg_grpo_split_free(const dfg_grpo_config *c) {
     const dfg_grpo_loss_config *l = &c->loss;
     bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO;
@@ -231,6 +253,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
     const char *buckets = dfg_setting_str(p, "length_buckets", "auto");
+    /* the prompt's columns likewise: left-padded prompts run at the narrowest width that holds
+     * the batch's longest (auto: halvings of max_prompt_length down to 16, at most 3) */
+    const char *pbuckets = dfg_setting_str(p, "prompt_buckets", "auto");
     const char *chunks = dfg_setting_str(p, "length_chunks", "auto");
     /* the decode loop ends once every row has its EOS, as generate() does (false: always
      * max_completion_length steps, the fixed-shape loop; the tokens are the same) */
@@ -280,6 +305,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
     if ((st = read_widths(p, c, buckets))) return st;
+    if ((st = read_pwidths(p, c, pbuckets))) return st;
     if ((st = read_tail(p, c, tail))) return st;
 
     dfg_model_config small = dfg_gpt2_config_default();

@@ -174,6 +174,10 @@ typedef struct {
     dfg_tensor *k[DFG_MODEL_MAX_LAYERS], *v[DFG_MODEL_MAX_LAYERS]; /* (N, Tmax, Hkv*D) each */
     int n_layer;
     dfg_tensor *start; /* (N) i32 or NULL: the rows' first real column (left padding) */
+    /* dfg_model_prefill: the column its tokens' first one stands at (0: the first). A prompt
+     * bucket narrower than the prompt columns leaves out the leading pads: the caches' rows
+     * stay the columns, and start stays the row's column (>= col0 for every row). */
+    int64_t col0;
 } dfg_model_kv;
 
 /* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the

@@ -2,7 +2,9 @@
  * prompt that fills the caches, and one-position decode steps that append to them. Left-padded
  * prompts (kv->start, each cache row's first real column): positions count from it and attention
  * skips the pads (the prompts' own with dfg_attention_padded, the decode steps' with
- * dfg_attention_cached_padded); the pads' keys and values still go to the caches, unread. */
+ * dfg_attention_cached_padded); the pads' keys and values still go to the caches, unread. A
+ * prefill given the columns from kv->col0 on (a prompt bucket) writes cache rows col0 .. on;
+ * the rows before are never read (each row's real columns start at or after col0). */
 #include <stdio.h>
 
 #include "dfg_nn.h"
@@ -28,7 +30,7 @@ typedef struct {
     const dfg_model_kv *kv;
     int layer;
     dfg_tensor *pos;   /* decode: the position (i32 scalar); prefill: NULL */
-    dfg_tensor *start; /* the attention's rows' start: prefill (P), decode (N); NULL: no padding */
+    dfg_tensor *start; /* the attention's rows' start among its columns: prefill (P), decode (N); NULL: no padding */
 } cache_ctx;
 
 /* Prefill attention: causal attention over the prompts, their keys and values copied into the
@@ -45,7 +47,7 @@ static dfg_tensor *prefill_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *po
         if (N != P) /* (P, 1, Tp, W) -> (P, G, Tp, W) */
             part = dfg_reshape(g, dfg_expand(g, dfg_reshape(g, part, DFG_SHAPE(P, 1, Tp, W)), DFG_SHAPE(P, N / P, Tp, W)),
                                DFG_SHAPE(N, Tp, W));
-        dfg_slice_assign(g, kv ? c->kv->v[c->layer] : c->kv->k[c->layer], part, 1, 0); /* rows 0 .. Tp-1 */
+        dfg_slice_assign(g, kv ? c->kv->v[c->layer] : c->kv->k[c->layer], part, 1, c->kv->col0); /* rows col0 .. */
     }
     c->layer++;
     return dfg_nn_attention_out(g, dfg_attention_padded(g, qkv, c->start, cfg->n_head), blk);
@@ -83,11 +85,18 @@ dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_
     dfg_shape ts = dfg_tensor_shape(tokens);
     int64_t B = ts.rank == 2 ? ts.d[0] : 0, T = ts.rank == 2 ? ts.d[1] : 0;
     dfg_tensor *x, *pos = NULL, *start = kv->start ? prompt_start(g, kv, B) : NULL;
+    if (kv->col0 && !start) { /* leaving columns out is for the pads of left-padded rows alone */
+        dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_model_prefill: col0 %lld needs the rows' start",
+                         (long long)kv->col0);
+        return NULL;
+    }
     if (start) /* positions from each prompt's first real column (GPT-2: wpe read at them) */
-        x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions_from(g, start, 0, T));
+        x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions_from(g, start, kv->col0, T));
     else if (m->wpe) x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (P, Tp, C) */
     else x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions(g, B, 0, T));
     if (m->wpe) pos = NULL; /* added already */
+    if (start && kv->col0) /* the attention's start among the columns given */
+        start = dfg_cast(g, dfg_add_scalar(g, dfg_cast(g, start, DFG_F32), -(float)kv->col0), DFG_I32);
     cache_ctx c = {kv, 0, NULL, start};
     return blocks(g, m, x, pos, &c, prefill_attention);
 }

@@ -19,7 +19,8 @@
 # (f32). An untrained policy with decode_tail=40 runs the tail to the last column (on the emulated
 # GPU its chunks overshoot it) and still equals the fixed plan. With batch_invariant (CPU) the
 # sampler's log-probs equal the training forward's in every bit and num_iterations=2 runs no
-# old stage, except on a rollout file.
+# old stage, except on a rollout file. A dataset's left-padded prompts run prefill, scoring and
+# training at the narrowest prompt width that holds the batch's (prompt_buckets).
 set -u
 DFG=$1
 SRC=$2
@@ -165,6 +166,63 @@ runs = [json.loads(l)["stage_runs"] for l in open(sys.argv[1])]
 print(f"stage runs per step: {runs}")
 assert all(r.get("old", 0) == 1 and "decode" not in r for r in runs), runs
 PY
+# prompt buckets: a dataset's prompts are left-padded to its longest (34 tokens here); a batch
+# whose prompts are all short runs prefill, scoring and training on the last 17 prompt columns
+# (prompt_buckets auto: 17 and 34). Unshuffled rows: step 1's eight prompts have 3-5 tokens,
+# step 2's 33, step 3's are mixed. Against prompt_buckets=1 (every step at 34 columns): the same
+# dumps and weights (1e-6, 1e-5) for every architecture, CPU and emulated GPU; with
+# batch_invariant (CPU) the dumps are the same floats.
+python3 - "$SRC/examples/tasks/digits/make_dataset.py" <<'PY' >/dev/null 2>&1
+import subprocess, sys
+rows = {}
+for d, n in ((1, 8), (2, 8), (3, 8), (32, 12)):
+    subprocess.run([sys.executable, sys.argv[1], "--task", "reverse", "--digits", str(d), "--rows", str(n), "--seed", str(d),
+                    "-o", f"p{d}.jsonl"], check=True)
+    rows[d] = open(f"p{d}.jsonl").read().splitlines()
+short = [r for i in range(8) for r in (rows[1][i], rows[2][i], rows[3][i])]
+out = short[:8] + rows[32][:8] + short[8:12] + rows[32][8:12]
+open("pb.jsonl", "w").write("\n".join(out) + "\n")
+PY
+cc -shared -fPIC -O2 -I "$SRC/runtime/host" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
+PB=(--set dataset=pb.jsonl --set shuffle_dataset=false --set reward_funcs=exact,partial,format --set max_completion_length=8
+    --set adam_epsilon=1e-3)
+pb_runs() { # FILE: the prompt buckets each step ran
+  python3 - "$1" <<'PY'
+import json, sys
+runs = [json.loads(l)["stage_runs"] for l in open(sys.argv[1])]
+kinds = [sorted(k for k in r if k.startswith(("prefill", "train.0"))) for r in runs]
+print(f"prefill and train copies per step: {kinds}")
+assert kinds[0] == ["prefill[p17]", "train.0[p17]"] and kinds[1] == ["prefill", "train.0"], kinds
+PY
+}
+for arch in gpt2 llama qwen3; do
+  for target in cpu cuda; do
+    dev=() tgt=(--target "$target")
+    [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
+    # shellcheck disable=SC2086
+    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" -o pbk.dfg
+    # shellcheck disable=SC2086
+    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" --set prompt_buckets=1 -o pb1.dfg
+    expect_rc 0 "$arch $target: compile the dataset plans with and without prompt buckets"
+    for plan in pbk pb1; do
+      run "$DFG" run $plan.dfg --steps 3 --threads 1 "${dev[@]}" --reward-lib ./digits_plugin.so --metrics $plan.jsonl \
+        --dump $plan.safetensors --save ${plan}_w.safetensors
+      expect_rc 0 "3 steps of $plan $arch $target"
+    done
+    check "$arch $target: short prompts ran at 17 columns, long ones at 34" pb_runs pbk.jsonl
+    compare pb1 pbk "$arch $target prompt buckets"
+  done
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true -o pbk.dfg
+  # shellcheck disable=SC2086
+  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true --set prompt_buckets=1 -o pb1.dfg
+  for plan in pbk pb1; do
+    run "$DFG" run $plan.dfg --steps 1 --threads 1 --reward-lib ./digits_plugin.so --dump $plan.safetensors
+    expect_rc 0 "1 batch-invariant step of $plan $arch"
+  done
+  check "$arch batch_invariant: the narrow prompt bucket's dumps are the full width's floats" \
+    "${ST[@]}" same pb1.safetensors pbk.safetensors --except h. --except wte --except wpe --except ln_f --except model. --except lm_head
+done
 # a loss whose math depends on the micro-batches (bnpo: a token mean per micro-batch): the chunks
 # are gradient_accumulation_steps' micro-batches, unsorted, run narrowest first
 BNPO=(--set loss_type=bnpo --set gradient_accumulation_steps=4)
