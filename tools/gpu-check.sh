@@ -5,7 +5,7 @@
 # into tools/bench/results/<date>-gpu-check-<host>.md (GPU, driver, CUDA, the dfg commit, one
 # line per step, details and the tails of failing logs).
 #
-#   tools/gpu-check.sh [--build-dir DIR] [--reuse-build] [--skip c,d,e,f,g] [--python PY]
+#   tools/gpu-check.sh [--build-dir DIR] [--reuse-build] [--skip c,d,e,f,g,h] [--python PY]
 #                      [--bench-modes full,fixed] [--out DIR]
 #
 # Each step prints PASS, FAIL or SKIP with what it saw; a failed step does not stop the later
@@ -45,6 +45,14 @@
 #      asserts no speed). SKIP when PY (--python, default python3) has no CUDA PyTorch
 #      (Debian's python3-torch is CPU-only: install a CUDA build, e.g. in a venv, and pass
 #      --python venv/bin/python).
+#   h. decode at Qwen2.5-0.5B shape (issue 31's GPU goal, in part): the GRPO plan with Qwen2.5-0.5B's
+#      shapes (24 layers, 896 wide, 14/2 heads, vocab 151936, tied head), bf16, untrained (it
+#      writes no EOS, so decode runs max_completion_length 256 runs on 64 rows at 61 + 1..256
+#      columns of context) for 3 steps; decode tokens/s over steps 2-3 (stage_ms and stage_runs
+#      of --metrics) against the floor of reading the bf16 weights and each row's KV cache once
+#      per run at the device's copy bandwidth (a cudaMemcpy of 1 GiB device to device, built
+#      here with nvcc). PASS: it ran and printed the figures (it measures, it asserts no speed).
+#      Not here yet: the step against PyTorch at this shape (grpo_torch.py builds GPT-2 only).
 #
 # Logs of every step stay in a directory under $TMPDIR (printed at the end).
 set -u
@@ -98,6 +106,59 @@ sub_fail() {
   { echo "### $1: FAIL, the last 60 lines of $(basename "$3")"; echo; echo '```'; tail -60 "$3"; echo '```'; echo; } >>"$DETAILS"
 }
 header() { echo; echo "==> $1"; }
+
+# h_decode: step h (its header above says what it measures)
+h_decode() {
+  local plan=$LOGS/qwen05.dfg log=$LOGS/qwen05_run.log bw
+  local q=(--set model_type=qwen2 --set hidden_size=896 --set num_hidden_layers=24 --set num_attention_heads=14
+           --set num_key_value_heads=2 --set intermediate_size=4864 --set vocab_size=151936 --set tie_word_embeddings=true
+           --set rope_theta=1000000 --set max_position_embeddings=32768 --set digits=60
+           --set max_completion_length=256 --set prompts_per_step=8 --set num_generations=8)
+  cat >"$LOGS/bw.cu" <<'CU'
+#include <cstdio>
+#include <cuda_runtime.h>
+int main() { /* device-to-device copy bandwidth (read + write) of 1 GiB, best of 10 */
+    size_t n = (size_t)1 << 30; void *a, *b; cudaEvent_t s, e; float ms, best = 1e30f;
+    if (cudaMalloc(&a, n) || cudaMalloc(&b, n)) return 1;
+    cudaEventCreate(&s); cudaEventCreate(&e);
+    for (int i = 0; i < 11; i++) {
+        cudaEventRecord(s); cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice); cudaEventRecord(e); cudaEventSynchronize(e);
+        cudaEventElapsedTime(&ms, s, e); if (i && ms < best) best = ms;
+    }
+    printf("%.1f\n", 2.0 * n / (best * 1e-3) * 1e-9); return 0;
+}
+CU
+  if ! nvcc -O2 -o "$LOGS/bw" "$LOGS/bw.cu" >"$LOGS/bw.log" 2>&1 || ! bw=$("$LOGS/bw" 2>>"$LOGS/bw.log"); then
+    verdict "h. decode" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
+  fi
+  if ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda "${q[@]}" -o "$plan" >"$LOGS/qwen05_compile.log" 2>&1; then
+    verdict "h. decode" FAIL "dfg compile of the Qwen2.5-0.5B-shape plan failed" "$LOGS/qwen05_compile.log"; return
+  fi
+  if ! "$DFG" run "$plan" --steps 3 --metrics "$LOGS/qwen05.jsonl" --every 1 >"$log" 2>&1; then
+    verdict "h. decode" FAIL "the Qwen2.5-0.5B-shape run failed" "$log"; return
+  fi
+  local text
+  if ! text=$(python3 - "$LOGS/qwen05.jsonl" "$bw" <<'PY' 2>&1
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])][1:]  # step 1 captures the graphs
+bw = float(sys.argv[2]) * 1e9
+L, C, H, Hkv, D, I, V, N, Lp = 24, 896, 14, 2, 64, 4864, 151936, 64, 61
+weights = 2 * (V * C + L * (C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * I + 2 * C + H * D + 2 * Hkv * D) + C)
+runs = sum(s["stage_runs"].get("decode", 0) for s in steps)
+ms = sum(s["stage_ms"].get("decode", 0.0) for s in steps)
+per = runs // len(steps)
+kv = sum(N * L * 2 * Hkv * D * 2 * (Lp + i + 1) for i in range(per)) * len(steps)  # bf16 keys and values read
+floor_ms = (weights * runs + kv) / bw * 1e3
+print(f"{runs} decode runs of {N} rows in {ms:.0f} ms: {N * runs / (ms * 1e-3):.0f} tokens/s, {ms / runs:.3f} ms a run; "
+      f"floor {floor_ms / runs:.3f} ms a run (bf16 weights {weights / 2**20:.0f} MiB + KV caches, at {bw * 1e-9:.0f} GB/s "
+      f"copy bandwidth): {100 * floor_ms / ms:.0f}% of it; step {sum(s['ms'] for s in steps) / len(steps):.0f} ms")
+PY
+  ); then
+    verdict "h. decode" FAIL "reading the run's metrics failed: $text" "$log"; return
+  fi
+  verdict "h. decode" PASS "$text"
+  { echo "### h. decode at Qwen2.5-0.5B shape"; echo; echo '```'; grep -E "^(device memory|step |[0-9]+ steps in)" "$log"; echo '```'; echo; } >>"$DETAILS"
+}
 
 # ---------------------------------------------------------------- a. a GPU is here
 header "a. GPU present"
@@ -385,6 +446,12 @@ PY
       verdict "g. benchmark" PASS "torch $tinfo; $ratios; results ${json%.json}.{json,md}"
       { echo "### g. benchmark ($(basename "${json%.json}").md)"; echo; sed '1,/^$/d' "${json%.json}.md"; echo; } >>"$DETAILS"
     fi
+  fi
+
+  # -------------------------------------------------------------- h. decode at Qwen2.5-0.5B shape
+  header "h. decode tokens/s at Qwen2.5-0.5B shape against the bandwidth floor"
+  if skipped h; then verdict "h. decode" SKIP "--skip h"; else
+    h_decode
   fi
 fi
 
