@@ -166,10 +166,10 @@ runs = [json.loads(l)["stage_runs"] for l in open(sys.argv[1])]
 print(f"stage runs per step: {runs}")
 assert all(r.get("old", 0) == 1 and "decode" not in r for r in runs), runs
 PY
-# prompt buckets: a dataset's prompts are left-padded to its longest (34 tokens here); a batch
+# prompt buckets: a dataset's prompts are left-padded to its longest (33 tokens here); a batch
 # whose prompts are all short runs prefill, scoring and training on the last 17 prompt columns
-# (prompt_buckets auto: 17 and 34). Unshuffled rows: step 1's eight prompts have 3-5 tokens,
-# step 2's 33, step 3's are mixed. Against prompt_buckets=1 (every step at 34 columns): the same
+# (prompt_buckets auto: 17 and 33). Unshuffled rows: step 1's eight prompts have 2-4 tokens,
+# step 2's 33, step 3's are mixed. Against prompt_buckets=1 (every step at 33 columns): the same
 # dumps and weights (1e-6, 1e-5) for every architecture, CPU and emulated GPU; with
 # batch_invariant (CPU) the dumps are the same floats.
 python3 - "$SRC/examples/tasks/digits/make_dataset.py" <<'PY' >/dev/null 2>&1
@@ -209,7 +209,7 @@ for arch in gpt2 llama qwen3; do
         --dump $plan.safetensors --save ${plan}_w.safetensors
       expect_rc 0 "3 steps of $plan $arch $target"
     done
-    check "$arch $target: short prompts ran at 17 columns, long ones at 34" pb_runs pbk.jsonl
+    check "$arch $target: short prompts ran at 17 columns, long ones at 33" pb_runs pbk.jsonl
     compare pb1 pbk "$arch $target prompt buckets"
   done
   # shellcheck disable=SC2086
