@@ -225,9 +225,10 @@ static const char *runs_rule(const dfg_stage *st) {
 static void print_totals(const inspection *in) {
     const dfg_report *r = in->r;
     char a[32], b[32];
-    printf("plan          %s: program '%s', target %s, alignment %zu B%s%s%s\n", in->path, in->p->name,
+    printf("plan          %s: program '%s', target %s, alignment %zu B%s%s%s%s\n", in->path, in->p->name,
            dfg_target_name(r->target), r->align, in->info->no_reuse ? ", no reuse" : "",
-           in->info->keep_order ? ", build order kept" : "", in->info->no_fuse ? ", no fusion" : "");
+           in->info->keep_order ? ", build order kept" : "", in->info->no_fuse ? ", no fusion" : "",
+           dfg_program_batch_invariant(in->p) ? ", batch-invariant kernels" : "");
     printf("arena         %12s  %s\n", dfg_bytes_str((double)r->arena_bytes, a, sizeof(a)),
            r->target == DFG_TARGET_CUDA ? "the run's tensors (its device workspace follows it: below)" : "what the run allocates");
     printf("lower bound   %12s  arena / lower bound = %.3f\n", dfg_bytes_str((double)r->lower_bound_bytes, a, sizeof(a)),
@@ -397,6 +398,7 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddBoolToObject(o, "keep_order", in->info->keep_order);
     cJSON_AddBoolToObject(o, "no_fuse", in->info->no_fuse);
     cJSON_AddBoolToObject(o, "memory_min", in->info->memory_min);
+    cJSON_AddBoolToObject(o, "batch_invariant", dfg_program_batch_invariant(in->p));
     if (in->info->memory_budget > 0) cJSON_AddNumberToObject(o, "memory_budget", (double)in->info->memory_budget);
     else cJSON_AddNullToObject(o, "memory_budget");
     cJSON_AddNumberToObject(o, "arena_bytes", (double)r->arena_bytes);

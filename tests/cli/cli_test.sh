@@ -423,6 +423,10 @@ expect_one_line "batch_invariant on cuda"
 run "$DFG" compile "$SRC/examples/grpo.c" --set batch_invariant=true -o bi.dfg
 run "$DFG" info bi.dfg
 expect_in out.txt "numerics  batch-invariant" "dfg info says a plan is batch-invariant"
+run "$DFG" inspect bi.dfg
+expect_in out.txt "batch-invariant kernels" "dfg inspect says so too"
+run "$DFG" inspect bi.dfg --json
+[ "$(jget out.txt 'd["batch_invariant"]')" = True ] && ok "inspect --json: batch_invariant true" || fail "inspect --json batch_invariant"
 
 # a budget that only cheap copies need, on GRPO at 4 layers x 256 wide (128 positions): 4% under
 # the unbudgeted arena. Redoing concats, GELU outputs (read in the backward only through a
