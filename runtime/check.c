@@ -345,12 +345,16 @@ static void deaths(dfg_runtime *rt, int si, int run, int step) {
 
 /* After a stage's runs of a step, or when it did not run: every buffer whose lifetime ends in
  * the stage dies if it is still live. A stage that ended early (dfg_stage_until) had no last
- * run, and a skipped one (its condition, its step range) none, so deaths() did not see them. */
-void dfg_check_stage_end(dfg_runtime *rt, int si) {
+ * run, and a skipped one (its condition, its step range) none, so deaths() did not see them.
+ * A skipped stage's scope starts still happen: a scoped tensor whose first stage is one of
+ * several copies (prompt buckets' prefill) is born there whichever copy runs. */
+void dfg_check_stage_end(dfg_runtime *rt, int si, bool ran) {
     const dfg_check *c = rt->check;
-    for (int step = c->plan->stage_step[si]; step < c->plan->stage_step[si + 1]; step++)
+    for (int step = c->plan->stage_step[si]; step < c->plan->stage_step[si + 1]; step++) {
+        if (!ran) births(rt, step);
         for (int k = c->death_start[step]; k < c->death_start[step + 1]; k++)
             if (c->b[c->death[k]].live) ck_kill(rt, c->death[k], step);
+    }
 }
 
 /* ---------------------------------------------------------------- around kernels */

@@ -212,7 +212,7 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
         dfg_status st = stage_runs(rt, s, &runs);
         if (st) return st;
         if (!runs) {
-            if (rt->check) dfg_check_stage_end(rt, s);
+            if (rt->check) dfg_check_stage_end(rt, s, false);
             continue;
         }
         double t0 = now_s();
@@ -220,7 +220,7 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
         st = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
         rt->stage_ms[s] = 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
         if (st) return st;
-        if (rt->check) dfg_check_stage_end(rt, s);
+        if (rt->check) dfg_check_stage_end(rt, s, true);
         if (!rt->stage_runs[s] && !rt->p->stages[s].runs)
             rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
     }

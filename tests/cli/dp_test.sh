@@ -119,6 +119,27 @@ expect_rc 0 "mpirun -n 2 on the dataset, 5 steps (into the second epoch)"
 close one_ds.safetensors two_ds.safetensors "2 ranks on a dataset"
 same_step one_ds.jsonl two_ds.jsonl "2 ranks on a dataset (each its share of every batch)" other
 
+# prompt buckets: each rank's prefill runs at its own prompts' width, the passes at the widest
+# rank's (their gradients meet in collectives); 1-digit prompts (2 tokens) then 3-digit ones (4)
+python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 1 --rows 8 --seed 1 -o r1.jsonl 2>/dev/null
+cat r1.jsonl r3.jsonl >pb.jsonl
+PB=(--set dataset=pb.jsonl --set shuffle_dataset=false --set prompt_buckets=2 --set reward_funcs=exact,partial,format
+    --set max_completion_length=6)
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${PB[@]}" -o one_pb.dfg
+run "$DFG" compile "$G" "${SMALL[@]}" "${LIN[@]}" "${PB[@]}" --set world_size=2 -o two_pb.dfg
+run "$DFG" run one_pb.dfg --steps 3 --threads 1 --reward-lib ./digits_plugin.so --save one_pb.safetensors
+run "${MPI[@]}" "$DFG" run two_pb.dfg --steps 3 --threads 1 --reward-lib ./digits_plugin.so --metrics two_pb.jsonl \
+  --save two_pb.safetensors
+expect_rc 0 "mpirun -n 2 with prompt buckets, 3 steps"
+close one_pb.safetensors two_pb.safetensors "2 ranks with prompt buckets"
+python3 - two_pb.jsonl >check.txt 2>&1 <<'PY'
+import json, sys
+runs = [sorted(k for k in json.loads(l)["stage_runs"] if k.startswith(("prefill", "train"))) for l in open(sys.argv[1])]
+print(runs)
+assert runs[0] == ["prefill[p2]", "train.0[p2]"] and "train.0" in runs[-1], runs
+PY
+[ $? = 0 ] && ok "2 ranks: short prompts ran at 2 columns, then the full width ($(cat check.txt))" || fail "prompt buckets under mpirun: $(cat check.txt)"
+
 # ---------------------------------------------------------------- checkpoints: rank 0 writes, resume continues
 run "${MPI[@]}" "$DFG" run two.dfg --steps 4 --threads 1 --save straight.safetensors
 run "${MPI[@]}" "$DFG" run two.dfg --steps 2 --threads 1 --checkpoint-dir ck

@@ -211,6 +211,10 @@ for arch in gpt2 llama qwen3; do
     done
     check "$arch $target: short prompts ran at 17 columns, long ones at 33" pb_runs pbk.jsonl
     compare pb1 pbk "$arch $target prompt buckets"
+    # the checking mode (poisoned lifetimes) over the copies: the caches' scope begins in
+    # whichever prefill copy runs
+    run env DFG_CHECK=1 "$DFG" run pbk.dfg --steps 3 --threads 1 "${dev[@]}" --reward-lib ./digits_plugin.so
+    expect_rc 0 "$arch $target: DFG_CHECK=1 over the prompt buckets (the narrow copy, then the full width)"
   done
   # shellcheck disable=SC2086
   run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true -o pbk.dfg
