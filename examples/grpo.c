@@ -243,9 +243,9 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
     int64_t Wp = c->pwidths[pb]; /* the prompt columns Lp - Wp .. Lp - 1: every row's real ones */
     kv.col0 = c->Lp - Wp;
     /* every prompt token but the last goes into the cache; the last one starts the decoding */
-    dfg_tensor *window = dfg_slice(g, tokens, 1, kv.col0, Wp - 1);                   /* (n_gen, Wp-1) */
-    dfg_tensor *prompts = c->share_prompts ? group_prompts(g, window, c->G, Wp - 1) /* (n_gen/G, Wp-1) */
-                                           : window;
+    dfg_tensor *prompts = c->share_prompts /* (n_gen/G, Wp-1) or (n_gen, Wp-1) */
+                              ? group_prompts(g, kv.col0 ? dfg_slice(g, tokens, 1, kv.col0, Wp - 1) : tokens, c->G, Wp - 1)
+                              : dfg_slice(g, tokens, 1, kv.col0, Wp - 1);
     dfg_model_prefill(g, s->policy, &kv, prompts);
     dfg_assign(g, s->cur_tok, dfg_slice(g, tokens, 1, c->Lp - 1, 1));
     dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
