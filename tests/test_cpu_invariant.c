@@ -1,7 +1,7 @@
 /* test_cpu_invariant.c - the batch-invariant CPU kernels (ops/cpu/invariant.c) keep their
  * promise: a row's result does not depend on the rows beside it.
  *   - GEMM, both layouts (B as (K, N) and as (N, K)), random sizes with every tail of the tiles:
- *     the vector path equals the plain-C definition bit for bit; any slice of rows (a decode
+ *     each vector path this CPU has (AVX2, AVX-512) equals the plain-C definition bit for bit; any slice of rows (a decode
  *     step's one row, a chunk) computed alone equals the same rows of the whole call, at any
  *     thread count and any row offset; and the values are those of a float64 product (1e-5).
  *   - one query's attention: its keys in one run or split in two anywhere (a shared prefix, then
@@ -15,7 +15,7 @@
 
 static bool same_bits(const float *a, const float *b, int64_t n) { return !memcmp(a, b, sizeof(float) * (size_t)n); }
 
-static void check_gemm(bool tb) {
+static void check_gemm(bool tb, int level) {
     int64_t M = dfg_test_int(1, 70), N = dfg_test_int(1, 90), K = dfg_test_int(1, 300);
     int64_t lda = K + dfg_test_int(0, 3), ldb = (tb ? K : N) + dfg_test_int(0, 3), ldc = N + dfg_test_int(0, 3);
     float alpha = dfg_test_int(0, 1) ? 1.0f : dfg_test_uniform(0.1f, 2.0f);
@@ -28,8 +28,8 @@ static void check_gemm(bool tb) {
     memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
     dfg_cpu_gemm_invariant(tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, dfg_test_int(1, 4));
     dfg_cpu_gemm_invariant_ref(tb, M, N, K, alpha, A, lda, B, ldb, R, ldc);
-    CHECK(same_bits(C, R, M * ldc), "%s M=%lld N=%lld K=%lld: the vector path differs from the definition",
-          tb ? "NT" : "NN", (long long)M, (long long)N, (long long)K);
+    CHECK(same_bits(C, R, M * ldc), "%s M=%lld N=%lld K=%lld: the path of level %d differs from the definition",
+          tb ? "NT" : "NN", (long long)M, (long long)N, (long long)K, level);
     /* rows r0 .. r0+m-1 alone, written to another buffer at row 0 */
     for (int trial = 0; trial < 4; trial++) {
         int64_t r0 = dfg_test_int(0, (int)M - 1), m = dfg_test_int(1, (int)(M - r0));
@@ -51,8 +51,8 @@ static void check_gemm(bool tb) {
             err = e > err ? e : err;
         }
     CHECK(err < 1e-5, "%s: error %.3g against float64 (relative to the sum of |terms|)", tb ? "NT" : "NN", err);
-    printf("%s M=%lld N=%lld K=%lld: bits equal to the definition and row by row; error %.2g\n", tb ? "NT" : "NN",
-           (long long)M, (long long)N, (long long)K, err);
+    printf("%s level %d M=%lld N=%lld K=%lld: bits equal to the definition and row by row; error %.2g\n", tb ? "NT" : "NN",
+           level, (long long)M, (long long)N, (long long)K, err);
     free(A), free(B), free(C), free(R), free(S);
 }
 
@@ -95,7 +95,13 @@ static void check_attend(void) {
 
 int main(void) {
     dfg_test_init("test_cpu_invariant");
-    for (int i = 0; i < 6; i++) check_gemm(i % 2 == 1);
-    for (int i = 0; i < 6; i++) check_attend();
+    int best = dfg_cpu_invariant_isa(-1);
+    printf("this CPU's invariant kernels: level %d (0 plain C, 1 AVX2, 2 AVX-512)\n", best);
+    for (int level = best; level >= 0; level--) { /* each path this machine can run */
+        CHECK(dfg_cpu_invariant_isa(level) == level, "level %d not taken", level);
+        for (int i = 0; i < 6; i++) check_gemm(i % 2 == 1, level);
+        for (int i = 0; i < 3; i++) check_attend();
+    }
+    dfg_cpu_invariant_isa(-1);
     return dfg_test_finish();
 }

@@ -49,6 +49,10 @@ void dfg_cpu_gemm_invariant(bool tb, int64_t M, int64_t N, int64_t K, float alph
 void dfg_cpu_gemm_invariant_ref(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                 const float *B, int64_t ldb, float *C, int64_t ldc);
 float dfg_cpu_dot_invariant(const float *a, const float *b, int64_t K); /* the NT element */
+/* The instruction set they use (0 plain C, 1 AVX2, 2 AVX-512; what the machine has by default):
+ * `level` caps it (tests compare every path with the definition), < 0 restores the default;
+ * returns the level now in use. */
+int dfg_cpu_invariant_isa(int level);
 /* A run of n keys and values, rows of `stride` floats: a query's keys come in one or two runs
  * (a shared prefix, then its own), in order. */
 typedef struct {
