@@ -73,7 +73,7 @@ typedef struct {
     dfg_tensor *sampled;
     dfg_tensor *prompt_width; /* () prompt buckets: the batch's longest prompt, which prefill copy runs */
     /* () the value the scoring and training copies' when-rules read (NULL: none needs one): with
-     * chunks the batch's prompt bucket pb, else pb * PASS_KEY + the completion width; old_key
+     * chunks the batch's prompt bucket pb, else pb * DFG_GRPO_PASS_KEY + the completion width; old_key
      * for the old stage, -2 (no copy's range) when the step sampled its rollout */
     dfg_tensor *pass_key, *old_key;
     dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
@@ -87,22 +87,6 @@ typedef struct {
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
-/* The rollout's stage names: "prefill" and "decode", or "prefill.k" and "decode.k" for sub-batch k. */
-static void rollout_stage(char *buf, size_t len, const char *base, const grpo_config *c, int k) {
-    if (c->R == 1) snprintf(buf, len, "%s", base);
-    else snprintf(buf, len, "%s.%d", base, k);
-}
-
-/* Prefill of sub-batch k at prompt bucket pb: the widest keeps the rollout name, a narrower one
- * is "prefill[p16]". */
-static void prefill_stage(char *buf, size_t len, const grpo_config *c, int k, int pb) {
-    rollout_stage(buf, len, "prefill", c, k);
-    size_t n = strlen(buf);
-    if (pb < c->n_pwidths - 1) snprintf(buf + n, len - n, "[p%lld]", (long long)c->pwidths[pb]);
-}
-
-/* pass_key = pb * PASS_KEY + width: PASS_KEY above any width, so each copy's range holds one pair */
-#define PASS_KEY 1048576.0
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
     return dfg_state(p, name, dt, s, role, dfg_init_zeros());
@@ -182,8 +166,8 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
     char first[48], last[32];
-    prefill_stage(first, sizeof(first), c, 0, 0);
-    rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
+    dfg_grpo_prefill_stage(first, sizeof(first), c, 0, 0);
+    dfg_grpo_rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
     const char *kv_last = c->tail ? "decode.compact" : last, *gen_last = c->tail ? "decode.merge" : last;
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
         dfg_set_scope(p, s->kv.k[l], first, kv_last);
@@ -225,18 +209,17 @@ static dfg_model_kv sub_batch_kv(dfg_graph *g, const grpo_config *c, const grpo_
     return kv;
 }
 
-/* prompt buckets: the batch's longest prompt (its pad columns left out), for prefill's copies */
+/* prompt buckets: the rank's longest prompt (its pad columns left out), for prefill's copies */
 static dfg_status build_prompt_width(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "prompts");
-    dfg_tensor *need = dfg_affine(g, dfg_cast(g, s->start, DFG_F32), -1.0f, (float)c->Lp); /* (N) Lp - start */
-    dfg_assign(g, s->prompt_width, dfg_reshape(g, dfg_take(g, need, dfg_argmax(g, need)), DFG_SCALAR));
+    dfg_assign(g, s->prompt_width, dfg_grpo_longest_prompt(g, c, s->start, 1));
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
 /* Prefill of sub-batch k, over the prompt's last pwidths[pb] columns (prompt bucket pb). */
 static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int pb) {
     char name[48];
-    prefill_stage(name, sizeof(name), c, k, pb);
+    dfg_grpo_prefill_stage(name, sizeof(name), c, k, pb);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tokens = gen_rows(g, c, s->tokens, k); /* (n_gen, T) */
     dfg_model_kv kv = sub_batch_kv(g, c, s, k);
@@ -267,7 +250,7 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
 
 static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
     char name[32];
-    rollout_stage(name, sizeof(name), "decode", c, k);
+    dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_model_kv kv = sub_batch_kv(g, c, s, k);
     dfg_tensor *h = dfg_model_decode(g, s->policy, &kv, s->cur_tok, s->pos); /* (n_gen, 1, C) */
@@ -327,27 +310,6 @@ static dfg_tensor *truncated_rows(dfg_graph *g, const grpo_config *c, const grpo
     return dfg_mul(g, full, dfg_affine(g, is_eos, -1.0f, 1.0f));
 }
 
-/* The keys the scoring and training copies run on (pass_key, old_key): the batch's prompt bucket
- * (the narrowest width that holds every rank's longest prompt) and completion width. */
-static void assign_pass_keys(dfg_graph *g, const grpo_config *c, grpo_state *s) {
-    dfg_tensor *pb = dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f);
-    if (c->n_pwidths > 1) {
-        dfg_tensor *need = dfg_affine(g, dfg_cast(g, s->start, DFG_F32), -1.0f, (float)c->Lp); /* (N) Lp - start */
-        dfg_tensor *w = dfg_reshape(g, dfg_take(g, need, dfg_argmax(g, need)), DFG_SHAPE(1));
-        w = dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR);
-        for (int i = 0; i < c->n_pwidths - 1; i++) /* + 1 for each narrower width it exceeds (integers: 0 or 1) */
-            pb = dfg_add(g, pb, dfg_clamp(g, dfg_add_scalar(g, w, -(float)c->pwidths[i]), 0.0f, 1.0f));
-    }
-    dfg_tensor *key = pb;
-    if (!c->chunks) /* the completion width too (runs picks it with chunks) */
-        key = dfg_add(g, dfg_scale(g, pb, (float)PASS_KEY),
-                      s->width ? s->width : dfg_fill(g, DFG_F32, DFG_SCALAR, (float)c->max_new));
-    dfg_assign(g, s->pass_key, key);
-    if (s->old_key) /* -2 when sampled: in no copy's range */
-        dfg_assign(g, s->old_key, dfg_sub(g, dfg_mul(g, key, dfg_affine(g, s->sampled, -1.0f, 1.0f)),
-                                          dfg_scale(g, s->sampled, 2.0f)));
-}
-
 static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "advantages");
     /* data parallel: every rank sees the whole batch's rewards and lengths (TRL gathers them too),
@@ -367,7 +329,13 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
         dfg_tensor *w = dfg_reshape(g, dfg_take(g, last, dfg_argmax(g, last)), DFG_SHAPE(1));
         dfg_assign(g, s->width, dfg_reshape(g, dfg_grpo_world_reduce(g, w, DFG_COLL_MAX, c->W), DFG_SCALAR));
     }
-    if (s->pass_key) assign_pass_keys(g, c, s);
+    if (s->pass_key) { /* which scoring and training copies run; the old stage's none when sampled (-2) */
+        dfg_tensor *key = dfg_grpo_pass_key(g, c, s->start, s->width);
+        dfg_assign(g, s->pass_key, key);
+        if (s->old_key)
+            dfg_assign(g, s->old_key, dfg_sub(g, dfg_mul(g, key, dfg_affine(g, s->sampled, -1.0f, 1.0f)),
+                                              dfg_scale(g, s->sampled, 2.0f)));
+    }
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
     dfg_tensor *generated = dfg_sum(g, len, 0);
     dfg_tensor *active = generated;
@@ -450,19 +418,6 @@ static void pass_write(dfg_graph *g, const grpo_config *c, const grpo_state *s, 
     else dfg_assign(g, dst, src);
 }
 
-/* Buckets: the copy of stage `base` for prompt bucket pb and completion width b is "base[w]" for
- * a narrower completion width w, "base[pP]" for a narrower prompt width P, "base[pP,w]" for both;
- * the widest keeps `base`. It runs when the batch's longest prompt and completion are over the
- * narrower widths and within its own. */
-static void bucket_stage(char *buf, size_t len, const char *base, const grpo_config *c, int pb, int b) {
-    bool wide_p = pb == c->n_pwidths - 1, wide_c = b == c->n_widths - 1;
-    long long P = (long long)c->pwidths[pb], w = (long long)c->widths[b];
-    if (wide_p && wide_c) snprintf(buf, len, "%s", base);
-    else if (wide_p) snprintf(buf, len, "%s[%lld]", base, w);
-    else if (wide_c) snprintf(buf, len, "%s[p%lld]", base, P);
-    else snprintf(buf, len, "%s[p%lld,%lld]", base, P, w);
-}
-
 /* Stages graph g as the (pb, b) copy of a pass: a run per micro-batch, or per chunk (those of
  * width b, dfg_stage_runs), when the batch's prompt bucket is pb and, without chunks, its
  * completion width is b's (pass_key). The old stage reads old_key: batch_invariant skips it
@@ -474,9 +429,9 @@ static dfg_status stage_pass(dfg_program *p, const grpo_config *c, const grpo_st
     if (c->chunks && (st = dfg_stage_runs(p, name, s->chunks.runs[b]))) return st;
     dfg_tensor *key = old && s->old_key ? s->old_key : s->pass_key;
     if (!key) return DFG_OK;
-    if (c->chunks) return dfg_stage_when(p, name, key, pb - 0.5, pb + 0.5);
-    double at = pb * PASS_KEY;
-    return dfg_stage_when(p, name, key, at + (b == 0 ? -1.0 : (double)c->widths[b - 1]), at + (double)c->widths[b]);
+    double lo, hi;
+    dfg_grpo_pass_range(c, pb, b, &lo, &hi);
+    return dfg_stage_when(p, name, key, lo, hi);
 }
 
 /* A no-grad pass over every sequence: the reference model's or the policy's log-probs, one
@@ -486,7 +441,7 @@ static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_st
                                    const dfg_model *m, dfg_tensor *dst, dfg_tensor *micro, int pb, int b) {
     char name[48];
     int64_t W = c->widths[b];
-    bucket_stage(name, sizeof(name), base, c, pb, b);
+    dfg_grpo_bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tok = pass_rows(g, c, s, s->tokens, micro, 0), *mask = pass_rows(g, c, s, s->mask, micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, micro, 0) : NULL;
@@ -502,7 +457,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     char base[32], name[48];
     int64_t W = c->widths[b];
     snprintf(base, sizeof(base), "train.%d", k);
-    bucket_stage(name, sizeof(name), base, c, pb, b);
+    dfg_grpo_bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
     dfg_tensor *tok = pass_rows(g, c, s, s->tokens, s->micro, 0), *mask = pass_rows(g, c, s, s->mask, s->micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, s->micro, 0) : NULL; /* (n) */
@@ -632,10 +587,10 @@ static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
     if (!st && c->n_pwidths > 1) st = dfg_stage_steps(p, "prompts", c->sft_steps, -1);
     for (int k = 0; k < c->R && !st; k++) {
         for (int pb = 0; pb < c->n_pwidths && !st; pb++) {
-            prefill_stage(name, sizeof(name), c, k, pb);
+            dfg_grpo_prefill_stage(name, sizeof(name), c, k, pb);
             st = dfg_stage_steps(p, name, c->sft_steps, -1);
         }
-        rollout_stage(name, sizeof(name), "decode", c, k);
+        dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
         if (!st) st = dfg_stage_steps(p, name, c->sft_steps, -1);
     }
     for (int i = 0; i < 3 && !st && c->tail; i++)
@@ -647,7 +602,7 @@ static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
         if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
         else snprintf(base, sizeof(base), "train.%d", k);
         for (int i = 0; i < c->n_pwidths * c->n_widths && !st; i++) {
-            bucket_stage(name, sizeof(name), base, c, i / c->n_widths, i % c->n_widths);
+            dfg_grpo_bucket_stage(name, sizeof(name), base, c, i / c->n_widths, i % c->n_widths);
             st = dfg_stage_steps(p, name, c->sft_steps, -1);
         }
         if (k >= 0 && !st) {
@@ -725,10 +680,10 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     if (c->sft_steps > 0) stages[n++] = "sft"; /* the warm-up trains on made data: no rollout to replace */
     for (int k = 0; k < c->R; k++) {
         for (int pb = 0; pb < c->n_pwidths; pb++) { /* one prompt bucket with sub-batches (read_pwidths) */
-            prefill_stage(names[used], sizeof(names[0]), c, k, pb);
+            dfg_grpo_prefill_stage(names[used], sizeof(names[0]), c, k, pb);
             stages[n++] = names[used++];
         }
-        rollout_stage(names[used], sizeof(names[0]), "decode", c, k);
+        dfg_grpo_rollout_stage(names[used], sizeof(names[0]), "decode", c, k);
         stages[n++] = names[used++];
     }
     if (c->tail) stages[n++] = "decode.compact", stages[n++] = "decode.tail", stages[n++] = "decode.merge";

@@ -77,6 +77,28 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
  * normalised per micro-batch (all but dapo and cispo): TRL computes those per micro-batch. */
 bool dfg_grpo_split_free(const dfg_grpo_config *c);
 
+/* ---------------------------------------------------------------- stage copies (grpo_buckets.c)
+ * The rollout's stage names: "prefill" and "decode", or "prefill.k" and "decode.k" for sub-batch k. */
+void dfg_grpo_rollout_stage(char *buf, size_t len, const char *base, const dfg_grpo_config *c, int k);
+/* Prefill of sub-batch k at prompt bucket pb: the widest keeps the rollout name, a narrower one
+ * is "prefill[p16]". */
+void dfg_grpo_prefill_stage(char *buf, size_t len, const dfg_grpo_config *c, int k, int pb);
+/* The copy of stage `base` for prompt bucket pb and completion width b: "base[w]" for a narrower
+ * completion width w, "base[pP]" for a narrower prompt width P, "base[pP,w]" for both; the widest
+ * keeps `base`. */
+void dfg_grpo_bucket_stage(char *buf, size_t len, const char *base, const dfg_grpo_config *c, int pb, int b);
+/* () f32 the longest prompt of the rows, start (N) i32 their first prompt columns: max(Lp - start),
+ * over the W ranks when W > 1 (a collective). */
+dfg_tensor *dfg_grpo_longest_prompt(dfg_graph *g, const dfg_grpo_config *c, dfg_tensor *start, int W);
+/* () f32 the value the scoring and training copies' run rules read: with chunks the batch's prompt
+ * bucket pb (its chunks' run counts pick the completion width), else pb * DFG_GRPO_PASS_KEY + the
+ * completion width (width: the batch's, () f32, or NULL for max_completion_length). start: the
+ * rows' prompt starts, read with prompt buckets only. */
+#define DFG_GRPO_PASS_KEY 1048576.0 /* above any width: each copy's range holds one (pb, width) pair */
+dfg_tensor *dfg_grpo_pass_key(dfg_graph *g, const dfg_grpo_config *c, dfg_tensor *start, dfg_tensor *width);
+/* The range (lo, hi] of that key in which copy (pb, b) runs. */
+void dfg_grpo_pass_range(const dfg_grpo_config *c, int pb, int b, double *lo, double *hi);
+
 #ifdef __cplusplus
 }
 #endif
