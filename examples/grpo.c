@@ -87,7 +87,6 @@ typedef struct {
     dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
 } grpo_state;
 
-
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
     return dfg_state(p, name, dt, s, role, dfg_init_zeros());
 }
@@ -374,7 +373,7 @@ static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg
                                    dfg_tensor *start, int pb, int64_t W, dfg_tensor **entropy) {
     int64_t Lp = c->pwidths[pb], c0 = c->Lp - Lp; /* the pad columns before c0 hold no row's prompt */
     if (c0 || W < c->max_new) tok = dfg_slice(g, tok, 1, c0, Lp + W);
-    if (start && c0) start = dfg_cast(g, dfg_add_scalar(g, dfg_cast(g, start, DFG_F32), -(float)c0), DFG_I32);
+    if (start) start = dfg_nn_start_from(g, start, c0);
     if (c->share_prompts) {
         dfg_tensor *group_start = NULL; /* (n/G) the first row's of each group: the group shares its prompt */
         if (start) {

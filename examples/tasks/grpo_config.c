@@ -151,19 +151,26 @@ static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, const char *tail
  * halving from max_completion_length (auto: down to 8 tokens, at most 6 widths; 1: the full
  * width only, as before). Memory is planned for the widest; a step runs the narrowest that holds
  * its batch (TRL pads to the batch's longest completion; this pads to at most twice it). */
+/* Up to n halvings of top (rounded up), none below floor after the first, distinct, into out
+ * narrowest first; returns how many. */
+static int halvings(int64_t top, long n, int64_t floor, int64_t *out) {
+    int64_t w[DFG_GRPO_MAX_WIDTHS];
+    int k = 0;
+    for (int64_t x = top; k < n && k < DFG_GRPO_MAX_WIDTHS && x >= 1 && (k == 0 || x >= floor); x = (x + 1) / 2) {
+        if (k && x == w[k - 1]) break;
+        w[k++] = x;
+    }
+    for (int i = 0; i < k; i++) out[i] = w[k - 1 - i];
+    return k;
+}
+
 static dfg_status read_widths(dfg_program *p, dfg_grpo_config *c, const char *buckets) {
     char *end = NULL;
     long n = strcmp(buckets, "auto") ? strtol(buckets, &end, 10) : 6;
     if (strcmp(buckets, "auto") && (end == buckets || *end || n < 1 || n > DFG_GRPO_MAX_WIDTHS))
         return dfg_program_fail(p, DFG_ERR_ARG, "length_buckets must be auto or 1 .. %d, got '%s'", DFG_GRPO_MAX_WIDTHS,
                                 buckets);
-    int64_t w[DFG_GRPO_MAX_WIDTHS], k = 0, floor = strcmp(buckets, "auto") ? 1 : 8;
-    for (int64_t x = c->max_new; k < n && x >= 1 && (k == 0 || x >= floor); x = (x + 1) / 2) {
-        if (k && x == w[k - 1]) break;
-        w[k++] = x;
-    }
-    c->n_widths = (int)k;
-    for (int i = 0; i < k; i++) c->widths[i] = w[k - 1 - i]; /* narrowest first */
+    c->n_widths = halvings(c->max_new, n, strcmp(buckets, "auto") ? 1 : 8, c->widths);
     return DFG_OK;
 }
 
@@ -182,13 +189,8 @@ static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, const char *b
     if (n > 1 && (!c->padded || c->R > 1))
         return dfg_program_fail(p, DFG_ERR_ARG, "prompt_buckets=%ld needs left-padded prompts (a dataset, or "
                                 "padded_prompts) and rollout_sub_batches=1", n);
-    int64_t w[DFG_GRPO_MAX_PWIDTHS], k = 0, floor = automatic ? 16 : 2; /* 2: a prompt token for prefill, one for decode */
-    for (int64_t x = c->Lp; k < n && x >= 1 && (k == 0 || x >= floor); x = (x + 1) / 2) {
-        if (k && x == w[k - 1]) break;
-        w[k++] = x;
-    }
-    c->n_pwidths = (int)k;
-    for (int i = 0; i < k; i++) c->pwidths[i] = w[k - 1 - i]; /* narrowest first */
+    /* floor 2: a prompt token for prefill, one for decode */
+    c->n_pwidths = halvings(c->Lp, n, automatic ? 16 : 2, c->pwidths);
     return DFG_OK;
 }
 

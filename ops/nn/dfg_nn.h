@@ -163,6 +163,8 @@ DFG_API dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int
 DFG_API dfg_tensor *dfg_nn_positions_from(dfg_graph *g, dfg_tensor *start /* (B) i32 */, int64_t col0, int64_t T);
 /* The same for one column read at run time: col an i32 scalar -> (B, 1) i32 max(col - start[b], 0). */
 DFG_API dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start /* (B) i32 */, dfg_tensor *col);
+/* The rows' start (B) i32 among the columns from col0 on: start - col0 (every start >= col0). */
+DFG_API dfg_tensor *dfg_nn_start_from(dfg_graph *g, dfg_tensor *start /* (B) i32 */, int64_t col0);
 /* tokens (...) at positions pos (tokens' shape) -> the first block's input (..., C): the token
  * embeddings, plus GPT-2's learned position embeddings (T > block_size fails naming wpe). */
 DFG_API dfg_tensor *dfg_model_embed(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens, dfg_tensor *pos);

@@ -95,8 +95,7 @@ dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_
     else if (m->wpe) x = dfg_add(g, dfg_embed(g, m->wte, tokens), dfg_slice(g, m->wpe, 0, 0, T)); /* (P, Tp, C) */
     else x = dfg_model_embed(g, m, tokens, pos = dfg_nn_positions(g, B, 0, T));
     if (m->wpe) pos = NULL; /* added already */
-    if (start && kv->col0) /* the attention's start among the columns given */
-        start = dfg_cast(g, dfg_add_scalar(g, dfg_cast(g, start, DFG_F32), -(float)kv->col0), DFG_I32);
+    if (start) start = dfg_nn_start_from(g, start, kv->col0); /* the attention's start among the columns given */
     cache_ctx c = {kv, 0, NULL, start};
     return blocks(g, m, x, pos, &c, prefill_attention);
 }

@@ -150,6 +150,11 @@ dfg_tensor *dfg_nn_positions_from(dfg_graph *g, dfg_tensor *start, int64_t col0,
     return shifted(g, dfg_cast(g, dfg_nn_positions(g, 1, col0, T), DFG_F32), start);
 }
 
+dfg_tensor *dfg_nn_start_from(dfg_graph *g, dfg_tensor *start, int64_t col0) {
+    if (!col0) return start;
+    return dfg_cast(g, dfg_add_scalar(g, dfg_cast(g, start, DFG_F32), -(float)col0), DFG_I32); /* columns < 2^24 */
+}
+
 dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start, dfg_tensor *col) {
     return shifted(g, dfg_reshape(g, dfg_cast(g, col, DFG_F32), DFG_SHAPE(1, 1)), start);
 }
