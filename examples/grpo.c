@@ -84,7 +84,7 @@ typedef struct {
     dfg_grpo_sampling sampling;
     dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
     dfg_grpo_tail tail;     /* decode_tail: the loop's end on the live rows alone */
-    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
 } grpo_state;
 
 static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
@@ -94,7 +94,8 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
 static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s) {
     int64_t N = c->N, T = c->T;
     dfg_status st = dfg_model_params(p, "", c->model, s->policy);
-    if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
+    if (!st && c->beta != 0.0f && c->model.lora.r > 0) dfg_model_adapter_off(s->policy, s->ref); /* the base: no copy */
+    else if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
         st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
     if (!st) st = dfg_model_kv_cache(p, "", s->policy, c->n_gen, T, &s->kv);
     if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
@@ -477,7 +478,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     if (st) return st;
     /* data parallel: the whole batch's gradient, a bucket reduced during the last micro-batch's
      * backward as soon as its layers' gradients are final */
-    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)s->policy->n_params);
     if (!c->chunks) dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, c->bucket_bytes); /* chunks: in update */
     dfg_accumulate(g, s->acc_loss, t.loss);
@@ -521,7 +522,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_graph *g = dfg_graph_new(p, name);
     int n = s->policy->n_params;
     bool last = k == c->iterations - 1;
-    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n); /* averaged over the ranks in train.k already, */
     if (c->chunks) dfg_nn_allreduce_grads(g, grads, n, c->W, c->bucket_bytes); /* or here after the chunks */
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
@@ -568,7 +569,7 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     dfg_status st = dfg_backward_accumulate(g, loss, s->policy->params, s->policy->n_params, s->grads);
     if (st) return st;
     int n = s->policy->n_params;
-    dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n);
     dfg_nn_allreduce_grads(g, grads, n, c->W, c->bucket_bytes);
     dfg_clip_grad_norm(g, grads, n, c->max_grad_norm);
@@ -666,6 +667,8 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
         for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x * unit[i];
         if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
     }
+    /* the model's own state: adapters on a frozen base (TRL's usual LoRA rank 16) */
+    if (c->model.lora.r == 0) dfg_declare_fit_knob(p, "lora_r", (int64_t[]){16}, 1, false);
 }
 
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state

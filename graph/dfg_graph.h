@@ -66,6 +66,8 @@ typedef enum {
     DFG_ROLE_ROLLOUT,   /* generated tokens, masks, rewards, advantages */
     DFG_ROLE_RNG,       /* random-number-generator counters */
     DFG_ROLE_METRIC,    /* scalars the runtime reports after each step */
+    DFG_ROLE_BASE_MODEL, /* a parameter-efficient policy's frozen base weights (LoRA): no gradient,
+                            no optimizer state; a Hugging Face checkpoint fills them */
     DFG_ROLE_COUNT
 } dfg_role;
 

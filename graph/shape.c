@@ -28,7 +28,8 @@ static const char *const kind_names[DFG_KIND_COUNT] = {
 static const char *const role_names[DFG_ROLE_COUNT] = {
     [DFG_ROLE_NONE] = "none",         [DFG_ROLE_PARAM] = "param",     [DFG_ROLE_GRAD] = "grad",
     [DFG_ROLE_OPTIM] = "optimizer",   [DFG_ROLE_REF_MODEL] = "ref_model", [DFG_ROLE_KV_CACHE] = "kv_cache",
-    [DFG_ROLE_ROLLOUT] = "rollout",   [DFG_ROLE_RNG] = "rng",         [DFG_ROLE_METRIC] = "metric"};
+    [DFG_ROLE_ROLLOUT] = "rollout",   [DFG_ROLE_RNG] = "rng",         [DFG_ROLE_METRIC] = "metric",
+    [DFG_ROLE_BASE_MODEL] = "base_model"};
 
 const char *dfg_status_name(dfg_status s) { return (unsigned)s < DFG_STATUS_COUNT ? status_names[s] : "?"; }
 const char *dfg_dtype_name(dfg_dtype t) { return (unsigned)t < DFG_DTYPE_COUNT ? dtype_names[t] : "?"; }

@@ -46,7 +46,8 @@ DFG_API bool dfg_is_compiled(const dfg_program *p);
 
 /* What the bytes live at the peak are for. */
 typedef enum {
-    DFG_CAT_PARAMS,
+    DFG_CAT_PARAMS,     /* trained weights (a LoRA policy's: its adapters) */
+    DFG_CAT_BASE_MODEL, /* frozen base weights (LoRA) */
     DFG_CAT_GRADS,
     DFG_CAT_OPTIMIZER,
     DFG_CAT_REF_MODEL,

@@ -80,6 +80,7 @@ static dfg_category category_of(const dfg_tensor *t, const bool *logits) {
         case DFG_ROLE_GRAD: return DFG_CAT_GRADS;
         case DFG_ROLE_OPTIM: return DFG_CAT_OPTIMIZER;
         case DFG_ROLE_REF_MODEL: return DFG_CAT_REF_MODEL;
+        case DFG_ROLE_BASE_MODEL: return DFG_CAT_BASE_MODEL;
         case DFG_ROLE_KV_CACHE: return DFG_CAT_KV_CACHE;
         default: return t->kind == DFG_PARAM ? DFG_CAT_PARAMS : DFG_CAT_OTHER;
         }

@@ -77,7 +77,7 @@ const dfg_remat_result *dfg_program_remat(const dfg_program *p) { return p && p-
 
 const char *dfg_category_name(dfg_category c) {
     static const char *const names[DFG_CAT_COUNT] = {
-        [DFG_CAT_PARAMS] = "params",         [DFG_CAT_GRADS] = "grads",   [DFG_CAT_OPTIMIZER] = "optimizer",
+        [DFG_CAT_PARAMS] = "params",         [DFG_CAT_BASE_MODEL] = "base_model",         [DFG_CAT_GRADS] = "grads",   [DFG_CAT_OPTIMIZER] = "optimizer",
         [DFG_CAT_REF_MODEL] = "ref_model",   [DFG_CAT_KV_CACHE] = "kv_cache", [DFG_CAT_ACTIVATIONS] = "activations",
         [DFG_CAT_LOGITS] = "logits",         [DFG_CAT_WORKSPACE] = "workspace", [DFG_CAT_OTHER] = "other"};
     return (unsigned)c < DFG_CAT_COUNT ? names[c] : "?";

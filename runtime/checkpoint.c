@@ -15,6 +15,7 @@
 #include "formats/weights_dir.h"
 
 #define CKPT_PREFIX "transformer."
+#define CKPT_PEFT_PREFIX "base_model.model." /* PEFT's names: the PeftModel around the HF model */
 #define CKPT_MAX_LISTED 4 /* missing names listed in one message */
 
 /* ---------------------------------------------------------------- matching file names to tensors */
@@ -30,8 +31,10 @@ static bool ckpt_is_skipped_buffer(const char *name) {
     return ckpt_ends_with(s, ".attn.bias") || ckpt_ends_with(s, ".attn.masked_bias") || strcmp(s, "lm_head.weight") == 0;
 }
 
-/* The PARAM or STATE a file name loads into: the exact name, else without "transformer.". */
+/* The PARAM or STATE a file name loads into: the exact name, else without "transformer.", after
+ * PEFT's "base_model.model." (an adapter file's names). */
 static const dfg_tensor *ckpt_match(const dfg_program *p, const char *name) {
+    if (!strncmp(name, CKPT_PEFT_PREFIX, strlen(CKPT_PEFT_PREFIX))) name += strlen(CKPT_PEFT_PREFIX);
     const dfg_tensor *t = dfg_find(p, name);
     if ((!t || (t->kind != DFG_PARAM && t->kind != DFG_STATE)) && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0)
         t = dfg_find(p, name + strlen(CKPT_PREFIX));
@@ -53,14 +56,33 @@ static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st
     return DFG_OK;
 }
 
+/* What a load is for: a model's weights (a LoRA plan's frozen base, else its PARAMs) or a PEFT
+ * adapter (a LoRA plan's PARAMs). */
+typedef enum { CKPT_MODEL, CKPT_ADAPTER } ckpt_kind;
+
+static bool ckpt_lora_plan(const dfg_program *p) {
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
+    return false;
+}
+
+/* The tensors a strict load must fill. */
+static bool ckpt_required(const dfg_tensor *t, ckpt_kind kind, bool lora) {
+    if (kind == CKPT_MODEL && lora) return t->role == DFG_ROLE_BASE_MODEL;
+    return t->kind == DFG_PARAM;
+}
+
 /* Pairs every tensor of one file with its program tensor (target[i], NULL when skipped) and
  * applies the strict rules. owner[t->id] remembers which file tensor claimed t (over all the
  * files of a directory), to refuse two. */
-static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safetensors *st, bool strict,
+static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safetensors *st, bool strict, ckpt_kind kind,
                             const dfg_tensor **target, const dfg_st_tensor **owner) {
     for (int i = 0; i < dfg_st_count(st); i++) {
         const dfg_st_tensor *f = dfg_st_get(st, i);
         const dfg_tensor *t = ckpt_match(rt->p, f->name);
+        if (t && kind == CKPT_ADAPTER && t->kind != DFG_PARAM)
+            return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensor '%s' is no adapter of the plan (it names '%s')", path,
+                               f->name, t->name);
         target[i] = t;
         if (!t) {
             if (strict && !ckpt_is_skipped_buffer(f->name))
@@ -78,14 +100,17 @@ static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safeten
     return DFG_OK;
 }
 
-/* With strict, every PARAM must have come from the file; lists the first few missing. */
-static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const dfg_st_tensor **owner, bool sharded) {
+/* With strict, every required tensor (ckpt_required) must have come from the file; lists the
+ * first few missing. */
+static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const dfg_st_tensor **owner, bool sharded,
+                                     ckpt_kind kind) {
     const dfg_program *p = rt->p;
     char list[512] = "";
     int missing = 0;
+    bool lora = ckpt_lora_plan(p);
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
-        if (t->kind != DFG_PARAM || owner[t->id]) continue;
+        if (!ckpt_required(t, kind, lora) || owner[t->id]) continue;
         if (++missing <= CKPT_MAX_LISTED) {
             size_t n = strlen(list);
             snprintf(list + n, sizeof(list) - n, "%s'%s'", missing > 1 ? ", " : "", t->name);
@@ -94,7 +119,8 @@ static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const df
     if (!missing) return DFG_OK;
     if (missing > CKPT_MAX_LISTED)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), " and %d more", missing - CKPT_MAX_LISTED);
-    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d param%s missing from the %s (strict load): %s", path, missing,
+    const char *what = kind == CKPT_ADAPTER ? "adapter" : lora ? "base weight" : "param";
+    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d %s%s missing from the %s (strict load): %s", path, missing, what,
                        missing > 1 ? "s" : "", sharded ? "shards" : "file", list);
 }
 
@@ -145,12 +171,12 @@ static dfg_status ckpt_apply(dfg_runtime *rt, const char *path, const dfg_safete
 
 /* Plans every file of the set against the program (target[i] for the i-th tensor over all
  * files in order), then, with nothing refused, sets the tensors. */
-static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_set *w, bool strict,
+static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_set *w, bool strict, ckpt_kind kind,
                                 const dfg_tensor **target, const dfg_st_tensor **owner, int *n_loaded) {
     dfg_status s = DFG_OK;
     for (int f = 0, at = 0; f < w->n && !s; at += dfg_st_count(w->files[f].st), f++)
-        s = ckpt_plan(rt, w->files[f].path, w->files[f].st, strict, target + at, owner);
-    if (!s && strict) s = ckpt_check_missing(rt, w->sharded ? path : w->files[0].path, owner, w->sharded);
+        s = ckpt_plan(rt, w->files[f].path, w->files[f].st, strict, kind, target + at, owner);
+    if (!s && strict) s = ckpt_check_missing(rt, w->sharded ? path : w->files[0].path, owner, w->sharded, kind);
     for (int f = 0, at = 0; f < w->n && !s; at += dfg_st_count(w->files[f].st), f++)
         s = ckpt_apply(rt, w->files[f].path, w->files[f].st, target + at, n_loaded);
     /* copies that start from a loaded tensor follow it, unless the file set them too */
@@ -161,7 +187,7 @@ static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_
     return s;
 }
 
-dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded) {
+static dfg_status ckpt_load(dfg_runtime *rt, const char *path, bool strict, ckpt_kind kind, int *n_loaded) {
     if (n_loaded) *n_loaded = 0;
     if (!rt) return DFG_ERR_ARG;
     if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
@@ -174,11 +200,19 @@ dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool 
     const dfg_tensor **target = calloc((size_t)(n ? n : 1), sizeof(*target));
     const dfg_st_tensor **owner = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*owner));
     if (!target || !owner) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
-    else s = ckpt_load_set(rt, path, &w, strict, target, owner, n_loaded);
+    else s = ckpt_load_set(rt, path, &w, strict, kind, target, owner, n_loaded);
     free(target);
     free(owner);
     dfg_wd_close(&w);
     return s;
+}
+
+dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded) {
+    return ckpt_load(rt, path, strict, CKPT_MODEL, n_loaded);
+}
+
+dfg_status dfg_rt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded) {
+    return ckpt_load(rt, path, true, CKPT_ADAPTER, n_loaded);
 }
 
 /* ---------------------------------------------------------------- saving */

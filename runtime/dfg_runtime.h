@@ -198,6 +198,17 @@ DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *pat
  * files (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt, chat_template.jinja, ...),
  * so that the directory loads as a whole model. Each file is written atomically. */
 DFG_API dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
+/* LoRA plans (a policy with frozen base weights, role base_model, and adapters as its PARAMs;
+ * runtime/lora_io.c), in PEFT's format:
+ * dfg_runtime_load_adapter reads DIR/adapter_config.json (peft_type LORA; its r, lora_alpha and
+ * use_rslora must be the plan's lora_r, lora_alpha and use_rslora) and DIR/adapter_model.safetensors
+ * (PEFT's names, "base_model.model.<module>.lora_A.weight"; every adapter of the plan and nothing
+ * else); dfg_runtime_save_adapter writes the same two files (atomically) for
+ * PeftModel.from_pretrained; dfg_runtime_save_merged writes the base with every adapter merged
+ * into its weight (W + scale B A, as merge_and_unload) as dfg_runtime_save_model_dir does. */
+DFG_API dfg_status dfg_runtime_load_adapter(dfg_runtime *rt, const char *dir, int *n_loaded);
+DFG_API dfg_status dfg_runtime_save_adapter(dfg_runtime *rt, const char *dir);
+DFG_API dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
 /* The files the last dfg_runtime_save_model_dir copied from the source model directory, ", "
  * between them; "" when none (a model made from settings alone). */
 DFG_API const char *dfg_runtime_saved_copies(const dfg_runtime *rt);

@@ -93,7 +93,7 @@ static cJSON *source_config(const dfg_runtime *rt) {
 }
 
 /* Writes text to path atomically (temp file in the same directory, fsync, rename). */
-static dfg_status write_atomic(dfg_runtime *rt, const char *path, const char *text) {
+dfg_status dfg_rt_write_text(dfg_runtime *rt, const char *path, const char *text) {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
@@ -126,7 +126,7 @@ static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
     cJSON_Delete(o);
     if (!text) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    dfg_status s = write_atomic(rt, path, text);
+    dfg_status s = dfg_rt_write_text(rt, path, text);
     free(text);
     return s;
 }
@@ -262,7 +262,7 @@ static dfg_status write_shards(dfg_runtime *rt, const char *dir, const dfg_st_te
     if (!s && n_shards > 1) {
         char *text = cJSON_Print(index);
         snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
-        s = text ? write_atomic(rt, path, text) : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+        s = text ? dfg_rt_write_text(rt, path, text) : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
         free(text);
     }
     cJSON_Delete(index);
@@ -270,24 +270,35 @@ static dfg_status write_shards(dfg_runtime *rt, const char *dir, const dfg_st_te
     return s;
 }
 
-dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes) {
-    if (!rt) return DFG_ERR_ARG;
+dfg_status dfg_rt_make_dir(dfg_runtime *rt, const char *dir) {
     rt->saved_copies[0] = 0;
     if (!dir || !*dir) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: directory is empty");
     if (mkdir(dir, 0755) && access(dir, W_OK))
         return dfg_rt_fail(rt, DFG_ERR_IO, false, "save: cannot create or write the directory %s", dir);
-    dfg_st_tensor *ts = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*ts));
-    char *host = NULL;
-    int n = 0;
-    dfg_status s = ts ? dfg_rt_gather(rt, false, ts, &n, &host) : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-    if (!s && n == 0) s = dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: the program has no parameters");
-    if (!s) s = write_shards(rt, dir, ts, n, max_shard_bytes ? max_shard_bytes : (size_t)5e9);
+    return DFG_OK;
+}
+
+dfg_status dfg_rt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st_tensor *ts, int n, size_t max_shard_bytes) {
+    if (n == 0) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: the program has no parameters");
+    dfg_status s = write_shards(rt, dir, ts, n, max_shard_bytes ? max_shard_bytes : (size_t)5e9);
     if (!s) {
         /* a failed copy still leaves config.json next to the weights; the save reports the copy */
         dfg_status copied = copy_source_files(rt, dir);
         s = write_config(rt, dir, ts[0].dtype);
         if (!s) s = copied;
     }
+    return s;
+}
+
+dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes) {
+    if (!rt) return DFG_ERR_ARG;
+    dfg_status s = dfg_rt_make_dir(rt, dir);
+    if (s) return s;
+    dfg_st_tensor *ts = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*ts));
+    char *host = NULL;
+    int n = 0;
+    s = ts ? dfg_rt_gather(rt, false, ts, &n, &host) : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    if (!s) s = dfg_rt_write_model_dir(rt, dir, ts, n, max_shard_bytes);
     free(ts);
     free(host);
     return s;

@@ -65,6 +65,14 @@ static inline void *dfg_rt_ptr(const dfg_runtime *rt, const dfg_tensor *t) {
 /* Downloads every PARAM (and, with with_state, every STATE) into one host buffer *host (the
  * caller frees it) and describes them in ts (room for the program's tensor count), *n of them. */
 dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host);
+/* model_export.c: text written atomically (temp file, fsync, rename); dir created when missing;
+ * ts (n, their names Hugging Face's) written as a model directory: the weights (sharded above
+ * max_shard_bytes, 0: 5 GB), the source's tokenizer and generation files, config.json. */
+dfg_status dfg_rt_write_text(dfg_runtime *rt, const char *path, const char *text);
+dfg_status dfg_rt_make_dir(dfg_runtime *rt, const char *dir);
+dfg_status dfg_rt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st_tensor *ts, int n, size_t max_shard_bytes);
+/* checkpoint.c: a PEFT adapter file into a LoRA plan's adapters, strictly both ways. */
+dfg_status dfg_rt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded);
 /* A persistent or output tensor by name, or NULL with the runtime's message set. */
 const dfg_tensor *dfg_rt_lookup(dfg_runtime *rt, const char *name);
 

@@ -13,7 +13,8 @@
 static bool stageable(const dfg_tensor *t) {
     if (t->kind == DFG_TEMP || t->kind == DFG_PARAM || t->kind == DFG_CONST) return false;
     switch (t->role) {
-    case DFG_ROLE_GRAD: case DFG_ROLE_OPTIM: case DFG_ROLE_REF_MODEL: case DFG_ROLE_KV_CACHE: return false;
+    case DFG_ROLE_GRAD: case DFG_ROLE_OPTIM: case DFG_ROLE_REF_MODEL: case DFG_ROLE_BASE_MODEL:
+    case DFG_ROLE_KV_CACHE: return false;
     default: return true;
     }
 }

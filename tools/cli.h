@@ -89,6 +89,8 @@ char *cli_memory_summary(const dfg_report *r, char *buf, size_t len);
 extern const char *const cli_fused_kinds[3];
 /* "2 linear_logprob, 24 bias_gelu" or "none" */
 char *cli_fused_str(const dfg_report *r, char *buf, size_t len);
+/* "124 M parameters", or for a LoRA plan "1.09 M trained parameters (LoRA adapters) on a 494 M base" */
+char *cli_params_str(const dfg_program *p, char *buf, size_t len);
 /* "67 nodes, +3.8% flops (5.77e10)"; "none" under a budget met without recompute; "no budget" */
 char *cli_remat_str(const dfg_report *r, int64_t budget, char *buf, size_t len);
 

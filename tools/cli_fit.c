@@ -67,7 +67,7 @@ typedef enum { MODE_GIVEN, MODE_PROBE, MODE_REMAT, MODE_MIN } fit_mode;
  * state (weights, their gradients, the optimizer's state, a reference model), which no setting
  * fit knows of changes, and the rest (inputs, rollout buffers, RNG and metric state). */
 typedef struct {
-    int64_t weights, grads, optim, ref, other, total;
+    int64_t weights, grads, optim, ref, base, other, total; /* base: a LoRA plan's frozen base model */
     int64_t n_params; /* the trained parameters (values) */
 } persistent_parts;
 
@@ -254,13 +254,14 @@ static persistent_parts persistent_of(const dfg_program *p) {
         case DFG_ROLE_GRAD: s.grads += b; break;
         case DFG_ROLE_OPTIM: s.optim += b; break;
         case DFG_ROLE_REF_MODEL: s.ref += b; break;
+        case DFG_ROLE_BASE_MODEL: s.base += b; break;
         default:
             if (t->kind == DFG_PARAM) s.weights += b;
             else s.other += b;
         }
         if (t->kind == DFG_PARAM && t->role != DFG_ROLE_REF_MODEL) s.n_params += dfg_shape_numel(t->shape);
     }
-    s.total = s.weights + s.grads + s.optim + s.ref + s.other;
+    s.total = s.weights + s.grads + s.optim + s.ref + s.base + s.other;
     if (r && s.total != (int64_t)r->persistent_bytes) { /* the report's sum is the plan's: keep it, the rest as "other" */
         s.other += (int64_t)r->persistent_bytes - s.total;
         s.total = (int64_t)r->persistent_bytes;
@@ -271,7 +272,7 @@ static persistent_parts persistent_of(const dfg_program *p) {
 /* The model's state: what no setting of batch, length, micro-batches, rollout sub-batches or
  * remat shrinks (a knob that keeps the math, or a batch or length, does not change which weights
  * are trained nor how: their gradients and optimizer state stay; the reference model too). */
-static int64_t model_state(const persistent_parts *s) { return s->weights + s->grads + s->optim + s->ref; }
+static int64_t model_state(const persistent_parts *s) { return s->weights + s->grads + s->optim + s->ref + s->base; }
 
 /* On cuda the budget is the device's: the arena and the workspace that follows it in the same
  * allocation (this build's GPU device layer sizes it; without one, the emulated device's, which
@@ -539,14 +540,35 @@ static int64_t math_value_that_fits(fit_ctx *f, const fit_knob *m, int *rc) {
     return -1;
 }
 
+/* The math knobs that shrink the model's state itself (a pipeline declares them: examples/grpo.c
+ * offers lora_r=16 to a fully trained policy, load_in_4bit to a LoRA one): each tried on its own,
+ * and the first value that fits named. CLI_NO_FIT, or an error's exit code. */
+static bool is_state_knob(const char *setting) { return !strcmp(setting, "lora_r") || !strcmp(setting, "load_in_4bit"); }
+
+static int state_knobs_that_fit(fit_ctx *f) {
+    int rc = 0;
+    for (int i = 0; i < f->n_math && !rc; i++) {
+        if (!is_state_knob(f->math[i].setting)) continue;
+        int64_t v = math_value_that_fits(f, &f->math[i], &rc);
+        if (v >= 0)
+            fprintf(stderr, "dfg fit: with %s=%lld this would fit (%s; it changes what is trained: compile with --set "
+                            "%s=%lld to choose it)\n", f->math[i].setting, (long long)v,
+                    !strcmp(f->math[i].setting, "lora_r") ? "LoRA adapters on a frozen base instead of every weight"
+                                                          : "the frozen base in 4-bit NF4",
+                    f->math[i].setting, (long long)v);
+    }
+    return rc ? rc : CLI_NO_FIT;
+}
+
 /* "weights 1.84 GiB, gradients 1.84 GiB, optimizer state 3.68 GiB, inputs and rollout buffers
  * 12.2 KiB": the parts there are. */
 static void parts_str(const persistent_parts *s, char *buf, size_t len) {
-    const char *name[] = {"weights", "gradients", "optimizer state", "the reference model", "inputs and rollout buffers"};
-    const int64_t v[] = {s->weights, s->grads, s->optim, s->ref, s->other};
+    const char *name[] = {"weights", "gradients", "optimizer state", "the reference model", "the frozen base model",
+                          "inputs and rollout buffers"};
+    const int64_t v[] = {s->weights, s->grads, s->optim, s->ref, s->base, s->other};
     size_t at = 0;
     buf[0] = '\0';
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         char b[32];
         if (v[i] > 0)
             at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s %s", at ? ", " : "", name[i],
@@ -586,11 +608,12 @@ static void print_shrinkers(const fit_ctx *f, const persistent_parts *s) {
 
 /* The persistent tensors no setting shrinks are over the budget on their own: nothing can fit,
  * whatever the search would try, so fit says so after compiling the program as given alone. */
-static int persistent_over(const fit_ctx *f, const candidate *c) {
+static int persistent_over(fit_ctx *f, const candidate *c) {
     char b[32], per[32], st[32], parts[400], knobs[2 * DFG_MAX_FIT_KNOBS * 130 + 1] = ""; /* every name fits */
     size_t at = 0;
     for (int i = 0; i < f->n_knobs; i++) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->knob[i].setting);
-    for (int i = 0; i < f->n_math; i++) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->math[i].setting);
+    for (int i = 0; i < f->n_math; i++)
+        if (!is_state_knob(f->math[i].setting)) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->math[i].setting);
     print_table(f, NULL);
     fflush(stdout); /* the table, then the message */
     parts_str(&c->parts, parts, sizeof(parts));
@@ -602,7 +625,7 @@ static int persistent_over(const fit_ctx *f, const candidate *c) {
                     "so nothing was searched\n",
             b, per, parts, st, knobs);
     print_shrinkers(f, &c->parts);
-    return CLI_NO_FIT;
+    return state_knobs_that_fit(f);
 }
 
 static int nothing_fits(fit_ctx *f, candidate *c) {

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
                "           library_bytes, largest_node}, null for a cpu plan or a device this build\n"
                "           lacks}, n_steps, peak_step,\n"
                "           peak_stage, peak_node (null at a host stage), peak_op,\n"
-               "           peak_breakdown {params, grads, optimizer, ref_model, kv_cache,\n"
+               "           peak_breakdown {params, base_model, grads, optimizer, ref_model, kv_cache,\n"
                "           activations, logits, workspace, other: bytes live at the peak},\n"
                "           categories {the same names: {peak_bytes, peak_tensors, largest_at_peak\n"
                "           {name, bytes} (null when none), max_bytes (most at any step), max_step,\n"

@@ -267,14 +267,12 @@ void cli_print_notes(const dfg_program *p) {
 
 /* "compiled gpt2.dfg: ..." and the settings, so the log of a compile says what was built. */
 static void print_summary(const dfg_program *p, const char *out, size_t plan_bytes, const char *target) {
-    int64_t n_params = 0, nodes = 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
+    int64_t nodes = 0;
     for (int g = 0; g < p->n_graphs; g++) nodes += p->graphs[g]->n_nodes;
-    char sb[32];
-    printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %.3g %s parameters\n", out,
+    char sb[32], pb[96];
+    printf("wrote %s (%s): program '%s' for %s, %d stage%s, %lld nodes, %s\n", out,
            dfg_bytes_str((double)plan_bytes, sb, sizeof(sb)), p->name, target, p->n_stages, p->n_stages == 1 ? "" : "s",
-           (long long)nodes, (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6), n_params >= 1000000000 ? "B" : "M");
+           (long long)nodes, cli_params_str(p, pb, sizeof(pb)));
     printf("settings:");
     for (int i = 0; i < p->n_settings; i++) printf(" %s=%s", p->settings[i].key, p->settings[i].value);
     printf("\n");

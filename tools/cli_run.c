@@ -124,13 +124,9 @@ static int stop_signal(const run_state *s) {
 }
 
 static void print_header(const run_args *r, const dfg_program *p, dfg_runtime *rt, uint64_t seed) {
-    char sb[32];
-    int64_t n_params = 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i]->kind == DFG_PARAM) n_params += dfg_shape_numel(p->tensors[i]->shape);
-    cli_say("%s: program '%s', %d stage%s, %.3g %s parameters, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
-           p->n_stages == 1 ? "" : "s", (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6),
-           n_params >= 1000000000 ? "B" : "M",
+    char sb[32], pb[96];
+    cli_say("%s: program '%s', %d stage%s, %s, arena %s, seed %" PRIu64, r->plan, p->name, p->n_stages,
+           p->n_stages == 1 ? "" : "s", cli_params_str(p, pb, sizeof(pb)),
            dfg_bytes_str((double)dfg_runtime_arena_bytes(rt), sb, sizeof(sb)), seed);
     if (r->target == DFG_TARGET_CPU) {
         int threads = dfg_runtime_threads(rt);
@@ -498,6 +494,11 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
             return cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(s->rt));
         cli_say("loaded %d tensors from %s\n", n_loaded, a->weights);
     }
+    if (a->adapter) {
+        if (dfg_runtime_load_adapter(s->rt, a->adapter, &n_loaded))
+            return cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(s->rt));
+        cli_say("loaded the adapter from %s (%d tensors)\n", a->adapter, n_loaded);
+    }
     if (ckpt) {
         if ((rc = cli_ckpt_restore(s->rt, ckpt, ckpt_path, ckpt_step))) return rc;
         cli_say("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
@@ -521,6 +522,13 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
             return cli_error(CMD, CLI_FAILED, "out of memory");
     }
     return CLI_OK;
+}
+
+/* A LoRA plan: frozen base weights (role base_model), adapters as the PARAMs. */
+static bool is_lora(const dfg_program *p) {
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
+    return false;
 }
 
 /* After the last step (or an interrupt): the checkpoint, --save, --dump. */
@@ -551,11 +559,17 @@ static int finish(run_state *s) {
         struct stat sb;
         size_t n = strlen(a->save);
         bool dir = a->save[n - 1] == '/' || (stat(a->save, &sb) == 0 && S_ISDIR(sb.st_mode));
-        dfg_status st = dir ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
-                            : dfg_runtime_save_safetensors(s->rt, a->save, false);
+        bool lora = is_lora(dfg_runtime_program(s->rt)), adapter = dir && lora && !a->merge;
+        dfg_status st = adapter   ? dfg_runtime_save_adapter(s->rt, a->save)
+                        : a->merge ? dfg_runtime_save_merged(s->rt, a->save, (size_t)a->max_shard)
+                        : dir      ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
+                                   : dfg_runtime_save_safetensors(s->rt, a->save, false);
         if (st) return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        const char *copies = dir ? dfg_runtime_saved_copies(s->rt) : "";
-        if (!dir) cli_say("saved the parameters to %s\n", a->save);
+        const char *copies = dir && !adapter ? dfg_runtime_saved_copies(s->rt) : "";
+        if (adapter) cli_say("saved the adapter to %s (PEFT's adapter_config.json and adapter_model.safetensors)\n", a->save);
+        else if (a->merge) cli_say("saved the policy merged into its base to %s (a Hugging Face model directory%s%s)\n",
+                                   a->save, *copies ? "; copied from the source: " : "", copies);
+        else if (!dir) cli_say("saved the %s to %s\n", lora ? "adapters" : "parameters", a->save);
         else cli_say("saved the parameters to %s (a Hugging Face model directory%s%s)\n", a->save,
                      *copies ? "; copied from the source: " : "", copies);
     }

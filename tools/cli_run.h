@@ -8,10 +8,12 @@
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
     const char *reward_cmd, *reward_lib;
+    const char *adapter; /* --adapter: a PEFT adapter directory (LoRA plans) */
     double reward_timeout;
     int64_t steps, seed, threads, every, save_every;
     int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
+    bool merge; /* --merge: --save DIR/ writes a LoRA policy merged into its base */
     dfg_target target; /* the plan's */
     bool seed_given;
     double collective_timeout; /* --collective-timeout: seconds (data-parallel runs) */

@@ -8,7 +8,8 @@
 #define CMD "run"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--save OUT.safetensors|DIR/]\n"
+    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--adapter DIR]\n"
+               "                     [--save OUT.safetensors|DIR/ [--merge]]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
@@ -26,6 +27,17 @@ static void usage(FILE *f) {
                "                 in '/' (or an existing directory) is written as a Hugging Face model\n"
                "                 directory that transformers loads: config.json and model.safetensors, in\n"
                "                 shards with model.safetensors.index.json above --max-shard-size (5GB)\n"
+               "LoRA plans (compiled with --set lora_r=R; docs/lora.md):\n"
+               "  --weights DIR  the base model (every base weight must be there; load_in_4bit plans\n"
+               "                 quantise it to NF4 as it loads); the adapters start as PEFT's do\n"
+               "  --adapter DIR  start from a PEFT adapter (adapter_config.json, adapter_model.safetensors):\n"
+               "                 its r, alpha and target modules must be the plan's\n"
+               "  --save DIR/    write the trained adapter as PEFT's save_pretrained does (what\n"
+               "                 PeftModel.from_pretrained loads); --save OUT.safetensors the adapters alone\n"
+               "  --merge        with --save DIR/: the base with the adapters merged into its weights, a\n"
+               "                 Hugging Face model directory (merge_and_unload)\n"
+               "  --resume D     with --weights DIR: a LoRA checkpoint holds the adapters and their\n"
+               "                 optimizer state, not the base\n"
                "  --seed S       seed of parameter initialisation, RNG streams and host stages (default:\n"
                "                 the checkpoint's with --resume, else the plan's setting 'seed', else 1234)\n"
                "  --threads N    CPU threads (default: all cores)\n"
@@ -105,7 +117,7 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
         {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
         {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
-        {"--collective-timeout", true}, {NULL, false}};
+        {"--collective-timeout", true}, {"--adapter", true}, {"--merge", false}, {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
@@ -123,6 +135,8 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
             r->emulate_gpu = true;
         } else if (!strcmp(opt, "--eager")) {
             r->eager = true;
+        } else if (!strcmp(opt, "--merge")) {
+            r->merge = true;
         } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
             r->quiet = true;
         } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
@@ -155,6 +169,7 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
                                : !strcmp(opt, "--dump") ? &r->dump
                                : !strcmp(opt, "--reward-cmd") ? &r->reward_cmd
                                : !strcmp(opt, "--reward-lib") ? &r->reward_lib
+                               : !strcmp(opt, "--adapter") ? &r->adapter
                                                          : &r->metrics;
             if (!*val) return cli_error(CMD, CLI_USAGE, "%s needs a path, got ''", opt);
             *dst = val;
@@ -165,8 +180,11 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         usage(stderr);
         return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
     }
-    if (r->weights && r->resume)
-        return cli_error(CMD, CLI_USAGE, "--weights and --resume both set the parameters; give one");
+    if (r->adapter && r->resume)
+        return cli_error(CMD, CLI_USAGE, "--adapter and --resume both set the adapters; give one");
+    if (r->merge && (!r->save || r->save[strlen(r->save) - 1] != '/'))
+        return cli_error(CMD, CLI_USAGE, "--merge writes a LoRA policy merged into its base as a model directory: it "
+                         "needs --save DIR/ (ending in '/')");
     if (r->reward_cmd && r->reward_lib)
         return cli_error(CMD, CLI_USAGE, "--reward-cmd and --reward-lib both give the reward; give one");
     if (r->dump && r->steps == 0)

@@ -1,5 +1,5 @@
 /* cli_run_ckpt.c - dfg run's checkpoints: every PARAM and STATE (policy, reference model,
- * optimizer moments, RNG counters, ...) in DIR/checkpoint.safetensors, with the steps done and the
+ * optimizer moments, RNG counters, ...; not a LoRA plan's frozen base) in DIR/checkpoint.safetensors, with the steps done and the
  * seed in the metadata, written atomically (dfg_st_write: temp file, fsync, rename, fsync of the
  * directory), so that a checkpoint file is always a whole one: a run killed while writing leaves
  * the previous checkpoint and a hidden temp file that --resume never reads.
@@ -51,7 +51,11 @@ int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names
     return CLI_FAILED;
 }
 
-static bool ckpt_saved(const dfg_tensor *t) { return t->kind == DFG_PARAM || t->kind == DFG_STATE; }
+/* A LoRA plan's frozen base weights stay out: they are the --weights the run started from (a
+ * resumed run loads them the same way), so a checkpoint holds the adapters and their state. */
+static bool ckpt_saved(const dfg_tensor *t) {
+    return (t->kind == DFG_PARAM || t->kind == DFG_STATE) && t->role != DFG_ROLE_BASE_MODEL;
+}
 
 /* mkdir -p */
 static int make_dirs(const char *dir) {

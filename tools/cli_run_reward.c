@@ -1,9 +1,11 @@
 /* cli_run_reward.c - what a plan needs of dfg run before it starts: the reward its plan was
  * built for (a reward program or plugin, opened here and handed to the host stages as the
- * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), or rollout files. */
+ * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), rollout files, and the
+ * weights a LoRA plan's frozen base comes from. */
 #include <stdio.h>
 #include <string.h>
 
+#include "../graph/ir.h"
 #include "cli_run.h"
 
 #define CMD "run"
@@ -33,8 +35,26 @@ static int check_rollouts_only(const run_args *r, const dfg_program *p) {
     return CLI_OK;
 }
 
+/* A LoRA plan (frozen base weights, role base_model) takes --adapter and --merge; its checkpoints
+ * leave the base out, so --resume needs --weights for it. Any other plan's checkpoint holds every
+ * parameter, and --weights beside it would be overwritten. */
+static int check_lora(const run_args *r, const dfg_program *p) {
+    bool lora = false;
+    for (int i = 0; i < p->n_tensors && !lora; i++) lora = p->tensors[i]->role == DFG_ROLE_BASE_MODEL;
+    if (!lora && (r->adapter || r->merge))
+        return cli_error(CMD, CLI_USAGE, "%s: %s needs a LoRA plan (dfg compile ... --set lora_r=R); this one trains "
+                         "every weight", r->plan, r->adapter ? "--adapter" : "--merge");
+    if (!lora && r->weights && r->resume)
+        return cli_error(CMD, CLI_USAGE, "--weights and --resume both set the parameters; give one");
+    if (lora && r->resume && !r->weights)
+        return cli_error(CMD, CLI_USAGE, "%s: a LoRA checkpoint holds the adapters and their optimizer state, not the "
+                         "base model: give it with --weights DIR as the run that wrote the checkpoint did", r->plan);
+    return CLI_OK;
+}
+
 int cli_run_check_plan(const run_args *r, const dfg_program *p) {
     int rc = check_reward_source(r, p);
+    if (!rc) rc = check_lora(r, p);
     return rc ? rc : check_rollouts_only(r, p);
 }
 

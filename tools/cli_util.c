@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../graph/ir.h"
 #include "cli.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
@@ -231,4 +232,25 @@ void cli_rss_reset_peak(void) {
     if (!f) return;
     fputs("5", f);
     fclose(f);
+}
+
+static const char *count_unit(double n, double *v) {
+    if (n >= 1e9) return *v = n / 1e9, "B";
+    if (n >= 1e6 || n < 1e3) return *v = n / 1e6, "M";
+    return *v = n / 1e3, "k";
+}
+
+char *cli_params_str(const dfg_program *p, char *buf, size_t len) {
+    int64_t trained = 0, base = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind == DFG_PARAM) trained += dfg_shape_numel(t->shape);
+        else if (t->role == DFG_ROLE_BASE_MODEL) base += dfg_shape_numel(t->shape);
+    }
+    double a, b;
+    const char *ua = count_unit((double)trained, &a), *ub = count_unit((double)base, &b);
+    if (base) snprintf(buf, len, "%.3g %s trained parameters (LoRA adapters) on a %.3g %s base", a, ua, b, ub);
+    else snprintf(buf, len, "%.3g %s parameters", (double)trained / (trained >= 1000000000 ? 1e9 : 1e6),
+                  trained >= 1000000000 ? "B" : "M");
+    return buf;
 }

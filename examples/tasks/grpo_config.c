@@ -317,6 +317,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
     small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
     st = dfg_model_config_from_settings(p, small, &c->model);
+    if (!st) st = dfg_lora_config_from_settings(p, c->model.arch, &c->model.lora); /* PEFT's LoRA, QLoRA */
     if (st) return st;
     /* dfg's 1e-3 trains the tasks' small models from scratch; a pretrained model (model=DIR) is
      * fine-tuned, and TRL's 1e-6 is the default that does not wreck it */

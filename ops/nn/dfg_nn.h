@@ -44,6 +44,30 @@ DFG_API dfg_status dfg_metric_nullable(dfg_graph *g, const char *name, dfg_tenso
  * biases, Qwen3 drops them and RMS-normalises every query and key head before the rotation. */
 typedef enum { DFG_ARCH_GPT2, DFG_ARCH_LLAMA, DFG_ARCH_QWEN2, DFG_ARCH_QWEN3, DFG_ARCH_COUNT } dfg_arch;
 
+/* Parameter-efficient fine-tuning (ops/nn/nn_lora.c), as PEFT's LoraConfig and bitsandbytes'
+ * BitsAndBytesConfig name it. With r > 0 every weight of the model is frozen (a STATE of role
+ * BASE_MODEL under its Hugging Face name: no gradient, no optimizer state, no master copy) and
+ * each targeted linear y = x W^T + b gains y += scale (x A^T) B^T with trained adapters A (r, in)
+ * and B (out, r), named "<module>.lora_A.weight" and "<module>.lora_B.weight" (module: the Hugging
+ * Face module path, e.g. "model.layers.0.self_attn.q_proj", "h.0.attn.c_attn"), initialised as
+ * PEFT does: A kaiming-uniform U(-1/sqrt(in), 1/sqrt(in)), B zeros. The model's params are then
+ * the adapters alone; dfg_model_adapter_off gives the base model (a reference model for free). */
+#define DFG_LORA_TARGETS_MAX 256
+typedef struct {
+    int r;          /* lora_r: the adapters' rank; 0: no adapters, every weight trains */
+    float alpha;    /* lora_alpha: scale = alpha / r, or alpha / sqrt(r) with rslora */
+    bool rslora;    /* use_rslora */
+    /* lora_target_modules: comma-separated module names, each matching a module whose path is
+     * the name or ends in "." + the name (PEFT's rule), or "all-linear" (every linear of the
+     * blocks: PEFT leaves out the output layer); empty: PEFT's default for the architecture
+     * (q_proj,v_proj; GPT-2's c_attn) */
+    char targets[DFG_LORA_TARGETS_MAX];
+    /* load_in_4bit: the frozen linears of the blocks are stored as NF4 (blocks of 64, an f32
+     * absmax each; bnb_4bit_use_double_quant: the absmax values 8-bit, blocks of 256) and
+     * dequantised where they are read */
+    bool load_in_4bit, double_quant;
+} dfg_lora_config;
+
 typedef struct {
     int n_layer, n_head, n_embd, vocab_size, block_size; /* block_size: the positions (n_positions) */
     float ln_eps;                                         /* layer_norm_epsilon / rms_norm_eps */
@@ -57,7 +81,31 @@ typedef struct {
     bool tie_word_embeddings; /* the Llama family's lm_head is embed_tokens (GPT-2's always is) */
     bool attention_bias;      /* q/k/v projection biases (Qwen2; Llama's attention_bias, which adds o_proj's) */
     bool qk_norm;             /* per-head RMSNorm of queries and keys (Qwen3) */
+    dfg_lora_config lora;     /* zero: a fully trained model */
 } dfg_model_config;
+
+/* The linears of a block an adapter (and 4-bit storage) can sit on. */
+typedef enum {
+    DFG_LIN_Q, DFG_LIN_K, DFG_LIN_V, DFG_LIN_O,   /* Llama: q/k/v/o_proj; GPT-2: attn.c_proj is O */
+    DFG_LIN_GATE, DFG_LIN_UP, DFG_LIN_DOWN,       /* Llama: mlp.gate/up/down_proj */
+    DFG_LIN_C_ATTN, DFG_LIN_C_FC, DFG_LIN_MLP_PROJ, /* GPT-2: attn.c_attn, mlp.c_fc, mlp.c_proj */
+    DFG_LIN_COUNT
+} dfg_linear_slot;
+
+/* One LoRA adapter: y += scale (x A^T) B^T. */
+typedef struct {
+    dfg_tensor *a, *b; /* (r, in), (out, r) PARAMs */
+    float scale;       /* alpha / r (alpha / sqrt(r) with rslora) */
+} dfg_lora_adapter;
+
+/* A linear's weight stored as NF4 (load_in_4bit): STATEs of role BASE_MODEL named after the
+ * weight, "<weight>.nf4" (out, in/2) u8 two codes a byte and "<weight>.absmax" (blocks) f32, or
+ * with double quantisation "<weight>.absmax_q" (blocks) u8, "<weight>.absmax2" f32 and
+ * "<weight>.absmax_offset" () f32. A Hugging Face checkpoint's "<weight>" fills them quantised. */
+typedef struct {
+    dfg_tensor *packed, *absmax, *absmax_q, *absmax2, *offset;
+    dfg_shape shape; /* the weight's: (out, in), or GPT-2's Conv1D (in, out) */
+} dfg_nf4_weight;
 
 typedef struct {
     dfg_tensor *ln_1_w, *ln_1_b;         /* (C): ln_1 / input_layernorm (b: GPT-2 only) */
@@ -70,10 +118,14 @@ typedef struct {
     dfg_tensor *c_fc_w, *c_fc_b;         /* GPT-2: (C, 4C), (4C) */
     dfg_tensor *mlp_proj_w, *mlp_proj_b; /* GPT-2: (4C, C), (C) */
     dfg_tensor *gate_w, *up_w, *down_w;  /* Llama: (I, C), (I, C), (C, I) */
+    dfg_lora_adapter lora[DFG_LIN_COUNT]; /* adapters by slot (a == NULL: none) */
+    dfg_nf4_weight nf4[DFG_LIN_COUNT];    /* 4-bit weights by slot (packed == NULL: the weight itself) */
 } dfg_model_block;
 
 #define DFG_MODEL_PARAMS_PER_BLOCK 12
 #define DFG_MODEL_MAX_LAYERS 128
+/* the most params a model has: every weight (4 + 12 a block), or two adapters a linear */
+#define DFG_MODEL_MAX_PARAMS (2 * DFG_LIN_COUNT * DFG_MODEL_MAX_LAYERS)
 
 typedef struct {
     dfg_model_config cfg;         /* resolved: no derived field left 0 */
@@ -82,7 +134,9 @@ typedef struct {
     dfg_tensor *ln_f_w, *ln_f_b;  /* (C): ln_f / model.norm (b: GPT-2 only) */
     dfg_tensor *lm_head;          /* (V, C) an untied lm_head, or NULL */
     dfg_model_block h[DFG_MODEL_MAX_LAYERS];
-    dfg_tensor *params[4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS]; /* all, in HF order */
+    /* the trained tensors, in HF order: every weight, or with LoRA the adapters (A, B of each
+     * adapted linear, layer by layer) */
+    dfg_tensor *params[DFG_MODEL_MAX_PARAMS];
     int n_params;
 } dfg_model;
 
@@ -115,6 +169,17 @@ DFG_API dfg_status dfg_adamw_config_from_settings(dfg_program *p, dfg_adamw_conf
  * comes from dfg_model_frozen below), with Hugging Face's init: weights N(0, 0.02) (GPT-2's
  * residual projections N(0, 0.02/sqrt(2L))), biases 0, norm weights 1. */
 DFG_API dfg_status dfg_model_params(dfg_program *p, const char *prefix, dfg_model_config cfg, dfg_model *out);
+/* PEFT's settings (lora_r, lora_alpha, lora_dropout: 0 only, lora_target_modules, use_rslora) and
+ * bitsandbytes' (load_in_4bit, bnb_4bit_quant_type: nf4 only, bnb_4bit_use_double_quant) for a
+ * model of architecture arch; out-of-range values are a program error naming the setting. */
+DFG_API dfg_status dfg_lora_config_from_settings(dfg_program *p, dfg_arch arch, dfg_lora_config *out);
+/* m's base model: the same tensors with every adapter switched off (PEFT's disable_adapter()),
+ * the reference model of a LoRA policy at no memory cost. */
+DFG_API void dfg_model_adapter_off(const dfg_model *m, dfg_model *out);
+/* The Hugging Face module path of a block's linear: "model.layers.3.self_attn.q_proj",
+ * "h.3.attn.c_attn"; false when the architecture has no such linear. */
+DFG_API bool dfg_model_linear_path(const dfg_model_config *cfg, int layer, dfg_linear_slot slot, char *buf, size_t len);
+
 /* The same tensors for a frozen copy of the model (GRPO's reference model): STATEs of role
  * REF_MODEL, named prefix + HF name (e.g. "ref.wte.weight"), with the same init specs. Not
  * PARAMs, because a frozen copy is not trained: it is not counted as parameters, `dfg run

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dfg_nn.h"
+#include "nn_internal.h"
 
 /* ---------------------------------------------------------------- parameters */
 typedef struct {
@@ -17,11 +17,13 @@ typedef struct {
     const char *prefix;
     dfg_dtype dt;
     bool frozen; /* STATEs of role REF_MODEL instead of PARAMs */
+    bool base;   /* LoRA: STATEs of role BASE_MODEL, the adapters being the params */
 } param_ctx;
 
 static dfg_tensor *param(param_ctx *c, const char *name, dfg_shape s, dfg_init init) {
     char full[256];
     snprintf(full, sizeof(full), "%s%s", c->prefix, name);
+    if (c->base) return dfg_state(c->p, full, c->dt, s, DFG_ROLE_BASE_MODEL, init);
     dfg_tensor *t = c->frozen ? dfg_state(c->p, full, c->dt, s, DFG_ROLE_REF_MODEL, init)
                               : dfg_param(c->p, full, c->dt, s, init);
     if (t && c->m->n_params < (int)(sizeof(c->m->params) / sizeof(c->m->params[0]))) c->m->params[c->m->n_params++] = t;
@@ -36,6 +38,16 @@ static dfg_tensor *block_param(param_ctx *c, const char *where, int layer, const
     return param(c, nm, s, init);
 }
 
+/* A block's linear weight, and its adapter when LoRA targets it: GPT-2's Conv1D weights are
+ * (in, out), nn.Linear's (out, in) */
+static dfg_tensor *linear_param(param_ctx *c, const char *where, int layer, const char *name, dfg_linear_slot slot,
+                                dfg_shape s, dfg_init init) {
+    dfg_tensor *w = block_param(c, where, layer, name, s, init);
+    bool conv1d = c->m->cfg.arch == DFG_ARCH_GPT2;
+    if (w && c->base) dfg_lora_add(c->p, c->m, layer, slot, conv1d ? s.d[0] : s.d[1], conv1d ? s.d[1] : s.d[0]);
+    return w;
+}
+
 static void gpt2_params(param_ctx *c, const dfg_model_config *cfg) {
     dfg_model *m = c->m;
     int64_t C = cfg->n_embd, V = cfg->vocab_size, I = cfg->n_inner;
@@ -47,15 +59,15 @@ static void gpt2_params(param_ctx *c, const dfg_model_config *cfg) {
         dfg_model_block *b = &m->h[l];
         b->ln_1_w = block_param(c, "h", l, "ln_1.weight", DFG_SHAPE(C), one);
         b->ln_1_b = block_param(c, "h", l, "ln_1.bias", DFG_SHAPE(C), zero);
-        b->c_attn_w = block_param(c, "h", l, "attn.c_attn.weight", DFG_SHAPE(C, 3 * C), w);
+        b->c_attn_w = linear_param(c, "h", l, "attn.c_attn.weight", DFG_LIN_C_ATTN, DFG_SHAPE(C, 3 * C), w);
         b->c_attn_b = block_param(c, "h", l, "attn.c_attn.bias", DFG_SHAPE(3 * C), zero);
-        b->attn_proj_w = block_param(c, "h", l, "attn.c_proj.weight", DFG_SHAPE(C, C), proj);
+        b->attn_proj_w = linear_param(c, "h", l, "attn.c_proj.weight", DFG_LIN_O, DFG_SHAPE(C, C), proj);
         b->attn_proj_b = block_param(c, "h", l, "attn.c_proj.bias", DFG_SHAPE(C), zero);
         b->ln_2_w = block_param(c, "h", l, "ln_2.weight", DFG_SHAPE(C), one);
         b->ln_2_b = block_param(c, "h", l, "ln_2.bias", DFG_SHAPE(C), zero);
-        b->c_fc_w = block_param(c, "h", l, "mlp.c_fc.weight", DFG_SHAPE(C, I), w);
+        b->c_fc_w = linear_param(c, "h", l, "mlp.c_fc.weight", DFG_LIN_C_FC, DFG_SHAPE(C, I), w);
         b->c_fc_b = block_param(c, "h", l, "mlp.c_fc.bias", DFG_SHAPE(I), zero);
-        b->mlp_proj_w = block_param(c, "h", l, "mlp.c_proj.weight", DFG_SHAPE(I, C), proj);
+        b->mlp_proj_w = linear_param(c, "h", l, "mlp.c_proj.weight", DFG_LIN_MLP_PROJ, DFG_SHAPE(I, C), proj);
         b->mlp_proj_b = block_param(c, "h", l, "mlp.c_proj.bias", DFG_SHAPE(C), zero);
     }
     m->ln_f_w = param(c, "ln_f.weight", DFG_SHAPE(C), one);
@@ -74,13 +86,13 @@ static void llama_params(param_ctx *c, const dfg_model_config *cfg) {
     for (int l = 0; l < cfg->n_layer; l++) {
         dfg_model_block *b = &m->h[l];
         b->ln_1_w = block_param(c, at, l, "input_layernorm.weight", DFG_SHAPE(C), one);
-        b->q_w = block_param(c, at, l, "self_attn.q_proj.weight", DFG_SHAPE(Q, C), w);
+        b->q_w = linear_param(c, at, l, "self_attn.q_proj.weight", DFG_LIN_Q, DFG_SHAPE(Q, C), w);
         if (cfg->attention_bias) b->q_b = block_param(c, at, l, "self_attn.q_proj.bias", DFG_SHAPE(Q), zero);
-        b->k_w = block_param(c, at, l, "self_attn.k_proj.weight", DFG_SHAPE(KV, C), w);
+        b->k_w = linear_param(c, at, l, "self_attn.k_proj.weight", DFG_LIN_K, DFG_SHAPE(KV, C), w);
         if (cfg->attention_bias) b->k_b = block_param(c, at, l, "self_attn.k_proj.bias", DFG_SHAPE(KV), zero);
-        b->v_w = block_param(c, at, l, "self_attn.v_proj.weight", DFG_SHAPE(KV, C), w);
+        b->v_w = linear_param(c, at, l, "self_attn.v_proj.weight", DFG_LIN_V, DFG_SHAPE(KV, C), w);
         if (cfg->attention_bias) b->v_b = block_param(c, at, l, "self_attn.v_proj.bias", DFG_SHAPE(KV), zero);
-        b->attn_proj_w = block_param(c, at, l, "self_attn.o_proj.weight", DFG_SHAPE(C, Q), w);
+        b->attn_proj_w = linear_param(c, at, l, "self_attn.o_proj.weight", DFG_LIN_O, DFG_SHAPE(C, Q), w);
         if (cfg->attention_bias && cfg->arch == DFG_ARCH_LLAMA) /* Llama's attention_bias covers o_proj too */
             b->attn_proj_b = block_param(c, at, l, "self_attn.o_proj.bias", DFG_SHAPE(C), zero);
         if (cfg->qk_norm) {
@@ -88,9 +100,9 @@ static void llama_params(param_ctx *c, const dfg_model_config *cfg) {
             b->k_norm_w = block_param(c, at, l, "self_attn.k_norm.weight", DFG_SHAPE(D), one);
         }
         b->ln_2_w = block_param(c, at, l, "post_attention_layernorm.weight", DFG_SHAPE(C), one);
-        b->gate_w = block_param(c, at, l, "mlp.gate_proj.weight", DFG_SHAPE(I, C), w);
-        b->up_w = block_param(c, at, l, "mlp.up_proj.weight", DFG_SHAPE(I, C), w);
-        b->down_w = block_param(c, at, l, "mlp.down_proj.weight", DFG_SHAPE(C, I), w);
+        b->gate_w = linear_param(c, at, l, "mlp.gate_proj.weight", DFG_LIN_GATE, DFG_SHAPE(I, C), w);
+        b->up_w = linear_param(c, at, l, "mlp.up_proj.weight", DFG_LIN_UP, DFG_SHAPE(I, C), w);
+        b->down_w = linear_param(c, at, l, "mlp.down_proj.weight", DFG_LIN_DOWN, DFG_SHAPE(C, I), w);
     }
     m->ln_f_w = param(c, "model.norm.weight", DFG_SHAPE(C), one);
     if (!cfg->tie_word_embeddings) m->lm_head = param(c, "lm_head.weight", DFG_SHAPE(V, C), w);
@@ -99,13 +111,18 @@ static void llama_params(param_ctx *c, const dfg_model_config *cfg) {
 static dfg_status make_params(dfg_program *p, const char *prefix, dfg_model_config cfg, bool frozen, dfg_model *out) {
     if (!p || !out) return DFG_ERR_ARG;
     cfg = dfg_model_config_resolve(cfg);
+    if (frozen) cfg.lora = (dfg_lora_config){0}; /* a frozen copy has nothing to adapt */
     *out = (dfg_model){.cfg = cfg};
     bool bad = cfg.n_layer < 1 || cfg.n_layer > DFG_MODEL_MAX_LAYERS || cfg.n_head < 1 || cfg.n_embd < 1 ||
                cfg.vocab_size < 1 || cfg.block_size < 1 || !(cfg.ln_eps > 0) || cfg.arch < 0 ||
                cfg.arch >= DFG_ARCH_COUNT || cfg.n_kv_head < 1 || cfg.n_head % cfg.n_kv_head || cfg.head_dim < 1 ||
                (cfg.arch == DFG_ARCH_GPT2 ? cfg.n_embd % cfg.n_head != 0 : (cfg.head_dim % 2 || !(cfg.rope_theta > 0)));
     if (bad) return dfg_program_status(p) ? dfg_program_status(p) : DFG_ERR_ARG;
-    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype, frozen};
+    bool lora = cfg.lora.r > 0;
+    if (lora && (dfg_lora_check_targets(p, &cfg) || (prefix && prefix[0])))
+        return dfg_program_status(p) ? dfg_program_status(p)
+                                     : dfg_program_fail(p, DFG_ERR_ARG, "a LoRA model's weights keep their Hugging Face names (prefix '')");
+    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype, frozen, lora};
     if (cfg.arch == DFG_ARCH_GPT2) gpt2_params(&c, &cfg);
     else llama_params(&c, &cfg);
     return dfg_program_status(p);
@@ -125,10 +142,16 @@ dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor
     return b ? dfg_bias_add(g, y, b) : y;
 }
 
-/* nn.Linear: x (..., in) @ w^T, w (out, in), + b (out) */
-static dfg_tensor *linear_t(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b) {
-    dfg_tensor *y = dfg_matmul(g, x, w, false, true);
-    return b ? dfg_bias_add(g, y, b) : y;
+/* A block's nn.Linear: x (..., in) @ w^T, w (out, in), + b (out), + its adapter's share */
+static dfg_tensor *linear_t(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk, dfg_linear_slot slot, dfg_tensor *w,
+                            dfg_tensor *b) {
+    return dfg_lora_linear(g, x, w, b, &blk->lora[slot], false);
+}
+
+/* A GPT-2 block's Conv1D: x (..., in) @ w, w (in, out), + b (out), + its adapter's share */
+static dfg_tensor *conv1d(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk, dfg_linear_slot slot, dfg_tensor *w,
+                          dfg_tensor *b) {
+    return dfg_lora_linear(g, x, w, b, &blk->lora[slot], true);
 }
 
 dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps) {
@@ -200,9 +223,9 @@ dfg_nn_qkv dfg_nn_qkv_project(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, cons
         return a;
     }
     int64_t D = cfg->head_dim;
-    dfg_tensor *q = linear_t(g, x, blk->q_w, blk->q_b); /* (..., H*D) */
-    dfg_tensor *k = linear_t(g, x, blk->k_w, blk->k_b); /* (..., Hkv*D) */
-    dfg_tensor *v = linear_t(g, x, blk->v_w, blk->v_b); /* (..., Hkv*D) */
+    dfg_tensor *q = linear_t(g, x, blk, DFG_LIN_Q, blk->q_w, blk->q_b); /* (..., H*D) */
+    dfg_tensor *k = linear_t(g, x, blk, DFG_LIN_K, blk->k_w, blk->k_b); /* (..., Hkv*D) */
+    dfg_tensor *v = linear_t(g, x, blk, DFG_LIN_V, blk->v_w, blk->v_b); /* (..., Hkv*D) */
     if (cfg->qk_norm) { /* Qwen3 normalises each head, then rotates it */
         q = head_norm(g, q, blk->q_norm_w, D, cfg->ln_eps);
         k = head_norm(g, k, blk->k_norm_w, D, cfg->ln_eps);
@@ -228,7 +251,7 @@ static dfg_tensor *repeat_kv(dfg_graph *g, dfg_tensor *kv, const dfg_model_confi
 dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
                               const dfg_model_config *cfg, dfg_nn_qkv *parts) {
     if (cfg->arch == DFG_ARCH_GPT2) {
-        dfg_tensor *qkv = dfg_nn_linear(g, x, blk->c_attn_w, blk->c_attn_b); /* (..., 3C) */
+        dfg_tensor *qkv = conv1d(g, x, blk, DFG_LIN_C_ATTN, blk->c_attn_w, blk->c_attn_b); /* (..., 3C) */
         int axis = dfg_tensor_shape(qkv).rank - 1;
         int64_t C = cfg->n_embd;
         if (parts)
@@ -243,18 +266,19 @@ dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, cons
 }
 
 dfg_tensor *dfg_nn_attention_out(dfg_graph *g, dfg_tensor *y, const dfg_model_block *blk) {
-    if (blk->c_attn_w) return dfg_nn_linear(g, y, blk->attn_proj_w, blk->attn_proj_b); /* GPT-2's c_proj */
-    return linear_t(g, y, blk->attn_proj_w, blk->attn_proj_b);                      /* o_proj */
+    if (blk->c_attn_w) return conv1d(g, y, blk, DFG_LIN_O, blk->attn_proj_w, blk->attn_proj_b); /* GPT-2's c_proj */
+    return linear_t(g, y, blk, DFG_LIN_O, blk->attn_proj_w, blk->attn_proj_b);                 /* o_proj */
 }
 
 /* x (..., C) -> (..., C): GPT-2's c_fc, GELU, c_proj; the Llama family's down(silu(gate) * up) */
 static dfg_tensor *mlp(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk) {
     if (blk->c_fc_w) {
-        dfg_tensor *h = dfg_gelu(g, dfg_nn_linear(g, x, blk->c_fc_w, blk->c_fc_b)); /* (..., I) */
-        return dfg_nn_linear(g, h, blk->mlp_proj_w, blk->mlp_proj_b);
+        dfg_tensor *h = dfg_gelu(g, conv1d(g, x, blk, DFG_LIN_C_FC, blk->c_fc_w, blk->c_fc_b)); /* (..., I) */
+        return conv1d(g, h, blk, DFG_LIN_MLP_PROJ, blk->mlp_proj_w, blk->mlp_proj_b);
     }
-    dfg_tensor *h = dfg_mul(g, dfg_silu(g, linear_t(g, x, blk->gate_w, NULL)), linear_t(g, x, blk->up_w, NULL));
-    return linear_t(g, h, blk->down_w, NULL);
+    dfg_tensor *h = dfg_mul(g, dfg_silu(g, linear_t(g, x, blk, DFG_LIN_GATE, blk->gate_w, NULL)),
+                            linear_t(g, x, blk, DFG_LIN_UP, blk->up_w, NULL)); /* (..., I) */
+    return linear_t(g, h, blk, DFG_LIN_DOWN, blk->down_w, NULL);
 }
 
 dfg_tensor *dfg_nn_block_with(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,

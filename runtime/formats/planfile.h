@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 10
+ * ---------------------------------------------------------------- format, version 11
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (10) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (11) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -68,7 +68,8 @@
  * step ranges; version 4 lacked the plan section; version 5 stored attributes raw; version 6
  * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans; version 8
  * lacked stages that end early, run on a condition or a count of times (dfg_stage_until,
- * dfg_stage_when, dfg_stage_runs); version 9 lacked batch-invariant plans. Their files are refused with a request to
+ * dfg_stage_when, dfg_stage_runs); version 9 lacked batch-invariant plans; version 10 lacked the base_model role (LoRA's frozen
+ * base weights) and NF4 dequantisation. Their files are refused with a request to
  * re-run dfg compile rather than read: a lost scope or budget would silently give a different
  * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
  * from its pipeline in seconds.
@@ -101,7 +102,7 @@
 #include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 10u
+#define DFG_PLAN_VERSION 11u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

@@ -454,7 +454,8 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 7 ? "metrics that may have no value and plans that train only on rollout files"
                               : version == 8 ? "stages that end early or run on a condition (decode's early end, length "
                                                "buckets)"
-                                             : "batch-invariant plans");
+                              : version == 9 ? "batch-invariant plans"
+                                             : "LoRA's frozen base weights and NF4 dequantisation");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

@@ -106,7 +106,7 @@ d = json.load(open(sys.argv[1])); bad = []
 if not d["arena_bytes"] >= d["lower_bound_bytes"] > 0: bad.append("arena < lower bound")
 if not d["naive_bytes"] >= d["arena_bytes"]: bad.append("naive < arena")
 if sum(d["peak_breakdown"].values()) != d["lower_bound_bytes"]: bad.append("breakdown does not sum to the lower bound")
-if set(d["peak_breakdown"]) != {"params", "grads", "optimizer", "ref_model", "kv_cache", "activations", "logits", "workspace", "other"}: bad.append("categories")
+if set(d["peak_breakdown"]) != {"params", "base_model", "grads", "optimizer", "ref_model", "kv_cache", "activations", "logits", "workspace", "other"}: bad.append("categories")
 t = d["largest_temp"]; n = 1
 for x in t["shape"]: n *= x
 if t["dtype"] != "f32" or n * 4 != t["bytes"]: bad.append("largest_temp bytes vs shape")
@@ -154,13 +154,13 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --align 3
 expect_rc 2 "--align 3"
 expect_in err.txt "power of two" "--align names the rule"
 
-# plans of format versions 1 to 9 are refused with what to do
-for v in 1 2 3 4 5 6 7 8 9; do
+# plans of format versions 1 to 10 are refused with what to do
+for v in 1 2 3 4 5 6 7 8 9 10; do
   cp gpt2.dfg old.dfg
-  printf "\\x0$v" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
+  printf "\\x$(printf %02x $v)" | dd of=old.dfg bs=1 seek=8 conv=notrunc status=none
   run "$DFG" inspect old.dfg
   expect_rc 2 "a version-$v plan"
-  expect_in err.txt "format version $v is older than this dfg's (10)" "a version-$v plan is named as old"
+  expect_in err.txt "format version $v is older than this dfg's (11)" "a version-$v plan is named as old"
   expect_in err.txt "re-run dfg compile" "a version-$v plan says to recompile"
   expect_one_line "version-$v plan"
 done

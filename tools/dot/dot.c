@@ -65,7 +65,7 @@ int dfg_dot_root(const dfg_plan *plan, int tensor_id) {
 const char *dfg_dot_category_color(dfg_category c) {
     /* Tableau 10, lightened where black text must stay readable on the fill */
     static const char *const colors[DFG_CAT_COUNT] = {
-        [DFG_CAT_PARAMS] = "#8fb3d9",      [DFG_CAT_GRADS] = "#f7b267",  [DFG_CAT_OPTIMIZER] = "#c9a3c0",
+        [DFG_CAT_PARAMS] = "#8fb3d9",      [DFG_CAT_BASE_MODEL] = "#4e79a7",      [DFG_CAT_GRADS] = "#f7b267",  [DFG_CAT_OPTIMIZER] = "#c9a3c0",
         [DFG_CAT_REF_MODEL] = "#8cc084",   [DFG_CAT_KV_CACHE] = "#edc948", [DFG_CAT_ACTIVATIONS] = "#ff9da7",
         [DFG_CAT_LOGITS] = "#e15759",      [DFG_CAT_WORKSPACE] = "#bab0ac", [DFG_CAT_OTHER] = "#76b7b2"};
     return (unsigned)c < DFG_CAT_COUNT ? colors[c] : "#ffffff";

@@ -1,0 +1,283 @@
+/* lora_io.c - a LoRA plan's adapters in and out in PEFT's format, and the policy merged into its
+ * base as a Hugging Face model directory.
+ *
+ * A LoRA plan (ops/nn/nn_lora.c) keeps the model's weights as frozen STATEs of role base_model
+ * under their Hugging Face names and its adapters as PARAMs "<module>.lora_A.weight" (r, in) and
+ * "<module>.lora_B.weight" (out, r). PEFT's save_pretrained writes the same tensors as
+ * "base_model.model.<module>.lora_A.weight" (the PeftModel wraps the Hugging Face model, whose
+ * GPT-2 modules sit under "transformer.") in adapter_model.safetensors, next to
+ * adapter_config.json. The scale alpha / r (alpha / sqrt(r) with use_rslora) lives in the config,
+ * so a loaded adapter must have the plan's r, alpha and use_rslora: the same tensors under another
+ * scale would be another model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "../ops/dtype.h"
+#include "runtime_internal.h"
+#include "formats/safetensors.h"
+
+#define LORA_MAX_CONFIG (1u << 20)
+#define LORA_A ".lora_A.weight"
+#define LORA_B ".lora_B.weight"
+
+static const char *setting(const dfg_runtime *rt, const char *key, const char *def) {
+    const char *v = dfg_program_setting(rt->p, key);
+    return v ? v : def;
+}
+
+static bool is_gpt2(const dfg_runtime *rt) { return !strcmp(setting(rt, "model_type", "gpt2"), "gpt2"); }
+
+static bool lora_plan(const dfg_runtime *rt) {
+    for (int i = 0; i < rt->p->n_tensors; i++)
+        if (rt->p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
+    return false;
+}
+
+static dfg_status need_lora(dfg_runtime *rt, const char *what) {
+    if (lora_plan(rt)) return DFG_OK;
+    return dfg_rt_fail(rt, DFG_ERR_ARG, false, "%s: the plan has no adapters (compile it with --set lora_r=R)", what);
+}
+
+/* The plan's scale alpha / r, or alpha / sqrt(r) (the f32 arithmetic of ops/nn/nn_lora.c). */
+static float plan_scale(const dfg_runtime *rt) {
+    float r = (float)strtod(setting(rt, "lora_r", "0"), NULL), alpha = (float)strtod(setting(rt, "lora_alpha", "8"), NULL);
+    return !strcmp(setting(rt, "use_rslora", "false"), "true") ? alpha / sqrtf(r) : alpha / r;
+}
+
+/* ---------------------------------------------------------------- reading an adapter */
+static char *read_text(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* The config's facts that change what the tensors compute must be the plan's. */
+static dfg_status check_config(dfg_runtime *rt, const char *path, const cJSON *o) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "peft_type");
+    if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "LORA")))
+        return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: peft_type must be LORA", path);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r"), *alpha = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
+    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(alpha))
+        return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: needs the numbers r and lora_alpha", path);
+    double plan_r = strtod(setting(rt, "lora_r", "0"), NULL), plan_alpha = strtod(setting(rt, "lora_alpha", "8"), NULL);
+    if (r->valuedouble != plan_r || (float)alpha->valuedouble != (float)plan_alpha)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, false,
+                           "%s: the adapter has r=%g, lora_alpha=%g; the plan lora_r=%g, lora_alpha=%g (compile with "
+                           "those --set values)", path, r->valuedouble, alpha->valuedouble, plan_r, plan_alpha);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "use_rslora");
+    bool plan_rs = !strcmp(setting(rt, "use_rslora", "false"), "true");
+    if ((cJSON_IsTrue(rs) ? true : false) != plan_rs)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, false, "%s: use_rslora is %s in the adapter and %s in the plan", path,
+                           cJSON_IsTrue(rs) ? "true" : "false", plan_rs ? "true" : "false");
+    static const char *const unsupported[] = {"use_dora", "modules_to_save", "rank_pattern", "alpha_pattern",
+                                              "layers_to_transform"};
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, unsupported[i]);
+        bool set = v && !cJSON_IsNull(v) && !cJSON_IsFalse(v) &&
+                   !((cJSON_IsObject(v) || cJSON_IsArray(v)) && cJSON_GetArraySize(v) == 0);
+        if (set) return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: %s is set; dfg's adapters have none", path, unsupported[i]);
+    }
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(o, "bias");
+    if (bias && (!cJSON_IsString(bias) || strcmp(bias->valuestring, "none")))
+        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: bias must be \"none\" (dfg trains the adapters alone)", path);
+    return DFG_OK;
+}
+
+dfg_status dfg_runtime_load_adapter(dfg_runtime *rt, const char *dir, int *n_loaded) {
+    if (n_loaded) *n_loaded = 0;
+    if (!rt) return DFG_ERR_ARG;
+    if (!dir || !*dir) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "--adapter: the directory is empty");
+    dfg_status s = need_lora(rt, dir);
+    if (s) return s;
+    char path[4200];
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    char *text = read_text(path, LORA_MAX_CONFIG, &len);
+    if (!text) return dfg_rt_fail(rt, DFG_ERR_IO, false, "%s: cannot read it (a PEFT adapter directory has adapter_config.json)", path);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    s = o && cJSON_IsObject(o) ? check_config(rt, path, o) : dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: not a JSON object", path);
+    cJSON_Delete(o);
+    if (s) return s;
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    return dfg_rt_load_adapter_file(rt, path, n_loaded);
+}
+
+/* ---------------------------------------------------------------- downloading */
+typedef struct {
+    dfg_st_tensor *ts;
+    char **names; /* owned names (PEFT's), or NULL entries: the tensor's own */
+    char *host;
+    int n;
+} lora_set;
+
+static void set_free(lora_set *s) {
+    for (int i = 0; s->names && i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s->ts);
+    free(s->host);
+    *s = (lora_set){0};
+}
+
+static size_t aligned(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Downloads the persistent tensors of one role (PARAMs: role param) into one host buffer. */
+static dfg_status gather_role(dfg_runtime *rt, dfg_role role, lora_set *out) {
+    const dfg_program *p = rt->p;
+    size_t total = 1;
+    int n = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->kind != DFG_TEMP && p->tensors[i]->role == role) total += aligned(dfg_tensor_bytes(p->tensors[i])), n++;
+    out->ts = calloc((size_t)n + 1, sizeof(*out->ts));
+    out->names = calloc((size_t)n + 1, sizeof(*out->names));
+    out->host = malloc(total);
+    if (!out->ts || !out->names || !out->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory (%zu bytes)", total);
+    size_t off = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->kind == DFG_TEMP || t->role != role) continue;
+        size_t bytes = dfg_tensor_bytes(t);
+        dfg_status s = rt->be->download(rt->be_state, out->host + off, dfg_rt_ptr(rt, t), bytes);
+        if (s) return dfg_rt_fail(rt, s, false, "save: reading '%s' from the device failed", t->name);
+        out->ts[out->n++] = (dfg_st_tensor){.name = t->name, .dtype = t->dtype, .shape = t->shape, .data = out->host + off,
+                                            .bytes = bytes};
+        off += aligned(bytes); /* merge_one reads and writes the values in place */
+    }
+    return DFG_OK;
+}
+
+/* ---------------------------------------------------------------- writing an adapter */
+/* PEFT's target_modules as the plan names them: the list given, or for all-linear the distinct
+ * last names of the adapted modules (PEFT saves all-linear expanded too). */
+static cJSON *target_list(const lora_set *a) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; list && i < a->n; i++) {
+        const char *name = a->ts[i].name, *end = strstr(name, LORA_A);
+        if (!end) continue;
+        const char *dot = end;
+        while (dot > name && dot[-1] != '.') dot--;
+        char leaf[128];
+        snprintf(leaf, sizeof(leaf), "%.*s", (int)(end - dot), dot);
+        bool seen = false;
+        for (int k = 0; k < cJSON_GetArraySize(list) && !seen; k++) seen = !strcmp(cJSON_GetArrayItem(list, k)->valuestring, leaf);
+        if (!seen) cJSON_AddItemToArray(list, cJSON_CreateString(leaf));
+    }
+    return list;
+}
+
+static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const lora_set *a) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    const char *model = setting(rt, "model", "");
+    if (*model) cJSON_AddStringToObject(o, "base_model_name_or_path", model);
+    else cJSON_AddNullToObject(o, "base_model_name_or_path");
+    cJSON_AddStringToObject(o, "peft_type", "LORA");
+    cJSON_AddStringToObject(o, "task_type", "CAUSAL_LM");
+    cJSON_AddNumberToObject(o, "r", strtod(setting(rt, "lora_r", "0"), NULL));
+    cJSON_AddNumberToObject(o, "lora_alpha", strtod(setting(rt, "lora_alpha", "8"), NULL));
+    cJSON_AddNumberToObject(o, "lora_dropout", strtod(setting(rt, "lora_dropout", "0"), NULL));
+    cJSON_AddBoolToObject(o, "use_rslora", !strcmp(setting(rt, "use_rslora", "false"), "true"));
+    cJSON_AddBoolToObject(o, "use_dora", false);
+    cJSON_AddBoolToObject(o, "fan_in_fan_out", is_gpt2(rt)); /* GPT-2's Conv1D weights are (in, out) */
+    cJSON_AddStringToObject(o, "bias", "none");
+    cJSON_AddBoolToObject(o, "inference_mode", true);
+    cJSON_AddBoolToObject(o, "init_lora_weights", true);
+    cJSON_AddNullToObject(o, "modules_to_save");
+    cJSON_AddItemToObject(o, "target_modules", target_list(a));
+    char *text = cJSON_Print(o), path[4200];
+    cJSON_Delete(o);
+    if (!text) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    dfg_status s = dfg_rt_write_text(rt, path, text);
+    free(text);
+    return s;
+}
+
+dfg_status dfg_runtime_save_adapter(dfg_runtime *rt, const char *dir) {
+    if (!rt) return DFG_ERR_ARG;
+    dfg_status s = need_lora(rt, "save");
+    if (!s) s = dfg_rt_make_dir(rt, dir);
+    if (s) return s;
+    lora_set a = {0};
+    s = gather_role(rt, DFG_ROLE_PARAM, &a);
+    const char *prefix = is_gpt2(rt) ? "base_model.model.transformer." : "base_model.model.";
+    for (int i = 0; i < a.n && !s; i++) { /* PEFT's names */
+        size_t len = strlen(prefix) + strlen(a.ts[i].name) + 1;
+        if (!(a.names[i] = malloc(len))) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+        else snprintf(a.names[i], len, "%s%s", prefix, a.ts[i].name), a.ts[i].name = a.names[i];
+    }
+    if (!s) {
+        char path[4200], err[1024], step[32];
+        snprintf(step, sizeof(step), "%lld", (long long)rt->step);
+        const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", step};
+        snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+        s = dfg_st_write(path, a.ts, a.n, meta, 3, err, sizeof(err));
+        if (s) dfg_rt_fail(rt, s, false, "%s", err);
+    }
+    if (!s) s = write_adapter_config(rt, dir, &a);
+    set_free(&a);
+    return s;
+}
+
+/* ---------------------------------------------------------------- merging */
+static const dfg_st_tensor *find_in(const lora_set *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ts[i].name, name)) return &s->ts[i];
+    return NULL;
+}
+
+/* w += scale B A for nn.Linear's w (out, in), or (B A)^T for GPT-2's Conv1D w (in, out); in float64,
+ * rounded once into w's dtype. */
+static void merge_one(dfg_st_tensor *w, const dfg_st_tensor *a /* (r, in) */, const dfg_st_tensor *b /* (out, r) */,
+                      float scale, bool conv1d) {
+    int64_t r = a->shape.d[0], in = a->shape.d[1], out = b->shape.d[0];
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++) {
+            double d = 0;
+            for (int64_t k = 0; k < r; k++) d += dfg_load(b->data, b->dtype, o * r + k) * dfg_load(a->data, a->dtype, k * in + i);
+            int64_t at = conv1d ? i * out + o : o * in + i;
+            dfg_store((void *)w->data, w->dtype, at, dfg_load(w->data, w->dtype, at) + (double)scale * d);
+        }
+}
+
+dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_shard_bytes) {
+    if (!rt) return DFG_ERR_ARG;
+    dfg_status s = need_lora(rt, "save --merge");
+    if (!s) s = dfg_rt_make_dir(rt, dir);
+    if (s) return s;
+    lora_set base = {0}, ad = {0};
+    s = gather_role(rt, DFG_ROLE_BASE_MODEL, &base);
+    if (!s) s = gather_role(rt, DFG_ROLE_PARAM, &ad);
+    float scale = plan_scale(rt);
+    bool conv1d = is_gpt2(rt);
+    for (int i = 0; i < ad.n && !s; i++) {
+        const char *name = ad.ts[i].name, *end = strstr(name, LORA_A);
+        if (!end || end[strlen(LORA_A)]) continue;
+        char wname[512], bname[512];
+        snprintf(wname, sizeof(wname), "%.*s.weight", (int)(end - name), name);
+        snprintf(bname, sizeof(bname), "%.*s" LORA_B, (int)(end - name), name);
+        dfg_st_tensor *w = (dfg_st_tensor *)find_in(&base, wname);
+        const dfg_st_tensor *b = find_in(&ad, bname);
+        if (!w || !b)
+            s = dfg_rt_fail(rt, DFG_ERR_STATE, false, "save --merge: adapter '%s' has no %s '%s'", name, w ? "partner" : "base weight",
+                            w ? bname : wname);
+        else merge_one(w, &ad.ts[i], b, scale, conv1d);
+    }
+    if (!s) s = dfg_rt_write_model_dir(rt, dir, base.ts, base.n, max_shard_bytes);
+    set_free(&base);
+    set_free(&ad);
+    return s;
+}
