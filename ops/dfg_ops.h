@@ -108,6 +108,29 @@ DFG_API dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     
  * and dtype. head_dim even; theta > 0 (rope_theta: 10000 for Llama 2, 1e6 for Qwen2). */
 DFG_API dfg_tensor *dfg_rope(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, int head_dim, float theta);
 
+/* ---------------------------------------------------------------- NF4 weights (QLoRA, ops/nf4.c)
+ * bitsandbytes' 4-bit NormalFloat, quant_type nf4: what load_in_4bit stores a frozen weight as. */
+#define DFG_NF4_BLOCK 64      /* values per absmax (bitsandbytes blocksize 64) */
+#define DFG_NF4_DQ_BLOCK 256  /* absmax values per second-level scale (double quantisation) */
+/* NF4 dequantisation: packed (ceil(numel/2)) u8, two codes per byte, element 2j in the HIGH
+ * nibble and 2j+1 in the low one (bitsandbytes' packing); absmax (ceil(numel/64)) f32, one per
+ * block of 64 consecutive elements -> a tensor of `shape` and dtype dt (f32, bf16 or f16):
+ * element i = nf4_code[q_i] * absmax[i / 64]. */
+DFG_API dfg_tensor *dfg_nf4_dequant(dfg_graph *g, dfg_tensor *packed, dfg_tensor *absmax, dfg_shape shape, dfg_dtype dt);
+/* The same with double-quantised absmax (bnb_4bit_use_double_quant): absmax_q (ceil(numel/64))
+ * u8 codes of bitsandbytes' signed dynamic 8-bit map, absmax2 (ceil(nblocks/256)) f32, offset ()
+ * f32: absmax[b] = dynamic_map[absmax_q[b]] * absmax2[b / 256] + offset. */
+DFG_API dfg_tensor *dfg_nf4_dequant_dq(dfg_graph *g, dfg_tensor *packed, dfg_tensor *absmax_q, dfg_tensor *absmax2,
+                                       dfg_tensor *offset, dfg_shape shape, dfg_dtype dt);
+/* Host quantisers (what a weights loader calls on each f32 weight; bitsandbytes' quantize_4bit
+ * with quant_type nf4, blocksize 64): */
+DFG_API int64_t dfg_nf4_packed_bytes(int64_t numel); /* ceil(numel / 2) */
+DFG_API int64_t dfg_nf4_blocks(int64_t numel);       /* ceil(numel / 64) */
+DFG_API int64_t dfg_nf4_dq_blocks(int64_t numel);    /* ceil(dfg_nf4_blocks(numel) / 256) */
+DFG_API void dfg_nf4_quantize(const float *x /* (n) */, int64_t n, uint8_t *packed /* (ceil(n/2)) */, float *absmax /* (ceil(n/64)) */);
+DFG_API void dfg_nf4_double_quantize(const float *absmax /* (nb) */, int64_t nb, uint8_t *absmax_q /* (nb) */,
+                                     float *absmax2 /* (ceil(nb/256)) */, float *offset /* () */);
+
 /* ---------------------------------------------------------------- random sampling
  * rng: an i32 STATE of shape (4): {key_lo, key_hi, counter_lo, counter_hi}, Philox4x32-10.
  * Each call draws one uniform per row from counter and advances the counter by one, in place.

@@ -32,6 +32,7 @@ typedef enum { DFG_MEM_KEEPS, DFG_MEM_NEW_AXIS, DFG_MEM_LOGITS, DFG_MEM_LM_HEAD,
 typedef enum {
     DFG_OPF_GEMM = 1u << 0,       /* its FLOPs are matrix products (tensor-core work on cuda) */
     DFG_OPF_COLLECTIVE = 1u << 1, /* its kernel calls the communicator; its attributes are `collective` */
+    DFG_OPF_REMAKE = 1u << 2,     /* cheap to make again from persistent inputs: the backward remakes it */
 } dfg_op_flags;
 
 typedef struct {

@@ -4,12 +4,13 @@
 #include "op.h"
 
 /* the flags column's words, only while this file reads ops.def */
-#if defined(GEMM) || defined(COLLECTIVE)
+#if defined(GEMM) || defined(COLLECTIVE) || defined(REMAKE)
 #error "a macro is named like a word of ops.def's flags column"
 #endif
 #define GEMM DFG_OPF_GEMM
 #define COLLECTIVE DFG_OPF_COLLECTIVE
-#define DFG_OPF_ALL (DFG_OPF_GEMM | DFG_OPF_COLLECTIVE)
+#define REMAKE DFG_OPF_REMAKE
+#define DFG_OPF_ALL (DFG_OPF_GEMM | DFG_OPF_COLLECTIVE | DFG_OPF_REMAKE)
 #define DFG_RANDOM_PURE false
 #define DFG_RANDOM_RANDOM true
 #define DFG_CUDA_yes true
@@ -44,3 +45,4 @@ const dfg_op_info dfg_ops[DFG_OP_COUNT] = {
 
 #undef GEMM
 #undef COLLECTIVE
+#undef REMAKE
