@@ -2,8 +2,10 @@
 # deps.sh - installs the Debian packages dfg needs that are missing (nothing else).
 #   tools/deps.sh          build dependencies
 #   tools/deps.sh --test   build and test dependencies (PyTorch for the golden tests; clang with
-#                          its libFuzzer and OpenMP runtimes for the fuzz runs), and Hugging Face
-#                          transformers 4.40.2 from PyPI into .deps/hf-4.40.2 (tests/golden/hf_golden.py)
+#                          its libFuzzer and OpenMP runtimes for the fuzz runs), Hugging Face
+#                          transformers 4.40.2 from PyPI into .deps/hf-4.40.2 (tests/golden/hf_golden.py),
+#                          and PEFT 0.11.1 with accelerate 0.30.1 into .deps/peft-0.11.1
+#                          (tests/golden/peft_golden.py)
 # Runs apt-get non-interactively (through sudo when not root). Prints what it installs.
 set -euo pipefail
 
@@ -63,5 +65,26 @@ if [ "${1:-}" = "--test" ]; then
       tqdm filelock packaging regex fsspec typing_extensions
     /usr/bin/python3 -c "$hf_check" "$hf_dir"
     echo "deps: transformers 4.40.2 installed in $hf_dir"
+  fi
+fi
+
+# PEFT 0.11.1 and accelerate 0.30.1 for tests/golden/peft_golden.py (ctest golden_peft): pure Python,
+# a pair that imports with transformers 4.40.2 and Debian's torch 1.13. --no-deps as above: what
+# they import besides transformers' packages (psutil, yaml, numpy, torch) is Debian's, pulled in
+# by python3-torch. A directory of their own next to transformers' (DFG_PEFT_SITE names another;
+# ctest golden_peft reads the same variable), so that either can be reinstalled alone.
+if [ "${1:-}" = "--test" ]; then
+  peft_dir="${DFG_PEFT_SITE:-$(cd "$(dirname "$0")/.." && pwd)/.deps/peft-0.11.1}"
+  peft_check="import sys; sys.path[:0] = sys.argv[1:3]; import peft, accelerate, transformers, torch; assert (peft.__version__, accelerate.__version__) == ('0.11.1', '0.30.1'), (peft.__version__, accelerate.__version__)"
+  if /usr/bin/python3 -c "$peft_check" "$peft_dir" "$hf_dir" >/dev/null 2>&1; then
+    echo "deps: peft 0.11.1 and accelerate 0.30.1 present in $peft_dir"
+  else
+    echo "deps: installing peft 0.11.1 and accelerate 0.30.1 (PyPI, --no-deps) into $peft_dir"
+    rm -rf "$peft_dir"
+    mkdir -p "$peft_dir"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-warn-script-location \
+      --target "$peft_dir" peft==0.11.1 accelerate==0.30.1
+    /usr/bin/python3 -c "$peft_check" "$peft_dir" "$hf_dir"
+    echo "deps: peft 0.11.1 and accelerate 0.30.1 installed in $peft_dir"
   fi
 fi
