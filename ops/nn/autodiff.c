@@ -42,6 +42,33 @@ static void add_grad(ad_ctx *c, const dfg_tensor *t, dfg_tensor *d) {
     c->gr[t->id] = cur ? dfg_add(c->g, cur, d) : d;
 }
 
+/* n with the inputs that an op cheap to make again (DFG_OPF_REMAKE: NF4 dequantisation) made in
+ * the forward made again here, after the gradient reaching n exists (the `after` edge keeps the
+ * scheduler from hoisting the copy): the backward of a 4-bit linear reads a weight dequantised
+ * for it, instead of the forward's kept live from the forward to the backward, which would hold
+ * every layer's dequantised weight at once. Returns n itself when no input qualifies. */
+static const dfg_node *remade_inputs(ad_ctx *c, const dfg_node *n, dfg_tensor *const *dout, dfg_node *copy) {
+    const dfg_node *after = NULL;
+    for (int k = 0; k < n->n_out && !after; k++) after = dout[k] ? dout[k]->producer : NULL;
+    dfg_tensor **in = NULL;
+    for (int j = 0; j < n->n_in; j++) {
+        const dfg_node *src = n->in[j]->kind == DFG_TEMP ? n->in[j]->producer : NULL;
+        if (!src || !dfg_op_flag(src->op, DFG_OPF_REMAKE) || src->graph != c->g || src->n_out != 1) continue;
+        if (!in) {
+            if (!(in = dfg_arena_alloc(&c->g->program->arena, sizeof(*in) * (size_t)n->n_in))) return NULL;
+            memcpy(in, n->in, sizeof(*in) * (size_t)n->n_in);
+        }
+        dfg_node *again = dfg_node_add(c->g, src->op, src->in, src->n_in, src->attr, 1);
+        if (!again) return NULL;
+        again->after = (dfg_node *)after;
+        in[j] = again->out[0];
+    }
+    if (!in) return n;
+    *copy = *n;
+    copy->in = in;
+    return copy;
+}
+
 /* Applies node n's gradient rule and distributes the input gradients. */
 static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const *wrt_names) {
     dfg_graph *g = c->g;
@@ -62,8 +89,11 @@ static dfg_status backprop_node(ad_ctx *c, const dfg_node *n, dfg_tensor *const 
                              "is not differentiable, but lies between the loss and '%s'; compute the loss "
                              "without it or stop the gradient before it",
                              wrt_names[0]->name);
+    dfg_node remade;
+    const dfg_node *rule_n = remade_inputs(c, n, dout, &remade);
+    if (!rule_n) return g->status ? g->status : dfg_graph_err(g, DFG_ERR_NOMEM, "backward: out of memory");
     int first_new = g->n_nodes;
-    dfg_status st = info->grad(g, n, dout, need, din);
+    dfg_status st = info->grad(g, rule_n, dout, need, din);
     if (st) return st;
     /* tags that let passes find and re-differentiate this node's share of the backward graph */
     for (int i = first_new; i < g->n_nodes; i++) g->nodes[i]->grad_of = n;

@@ -38,13 +38,40 @@ static dfg_tensor *block_param(param_ctx *c, const char *where, int layer, const
     return param(c, nm, s, init);
 }
 
-/* A block's linear weight, and its adapter when LoRA targets it: GPT-2's Conv1D weights are
- * (in, out), nn.Linear's (out, in) */
+/* load_in_4bit: the weight "<where>.<layer>.<name>" (d0, d1) as NF4 STATEs of role base_model
+ * (dfg_nf4_weight): "<...>.nf4" (d0, d1/2) u8 (flat (ceil(n/2)) for an odd d1), "<...>.absmax" or,
+ * double-quantised, "<...>.absmax_q", "<...>.absmax2", "<...>.absmax_offset". Zeros until a
+ * checkpoint fills them (the loader quantises a Hugging Face weight of that name). */
+static void nf4_param(param_ctx *c, const char *where, int layer, const char *name, dfg_linear_slot slot, dfg_shape s) {
+    char nm[200];
+    int64_t n = dfg_shape_numel(s), nb = dfg_nf4_blocks(n);
+    dfg_nf4_weight *q = &c->m->h[layer].nf4[slot];
+    q->shape = s;
+    snprintf(nm, sizeof(nm), "%s.%d.%s.nf4", where, layer, name);
+    dfg_shape ps = s.d[1] % 2 ? DFG_SHAPE(dfg_nf4_packed_bytes(n)) : DFG_SHAPE(s.d[0], s.d[1] / 2);
+    q->packed = dfg_state(c->p, nm, DFG_U8, ps, DFG_ROLE_BASE_MODEL, dfg_init_zeros());
+    if (!c->m->cfg.lora.double_quant) {
+        snprintf(nm, sizeof(nm), "%s.%d.%s.absmax", where, layer, name);
+        q->absmax = dfg_state(c->p, nm, DFG_F32, DFG_SHAPE(nb), DFG_ROLE_BASE_MODEL, dfg_init_zeros());
+        return;
+    }
+    snprintf(nm, sizeof(nm), "%s.%d.%s.absmax_q", where, layer, name);
+    q->absmax_q = dfg_state(c->p, nm, DFG_U8, DFG_SHAPE(nb), DFG_ROLE_BASE_MODEL, dfg_init_zeros());
+    snprintf(nm, sizeof(nm), "%s.%d.%s.absmax2", where, layer, name);
+    q->absmax2 = dfg_state(c->p, nm, DFG_F32, DFG_SHAPE(dfg_nf4_dq_blocks(n)), DFG_ROLE_BASE_MODEL, dfg_init_zeros());
+    snprintf(nm, sizeof(nm), "%s.%d.%s.absmax_offset", where, layer, name);
+    q->offset = dfg_state(c->p, nm, DFG_F32, DFG_SCALAR, DFG_ROLE_BASE_MODEL, dfg_init_zeros());
+}
+
+/* A block's linear weight (NULL when stored as NF4: blk->nf4[slot]), and its adapter when LoRA
+ * targets it: GPT-2's Conv1D weights are (in, out), nn.Linear's (out, in) */
 static dfg_tensor *linear_param(param_ctx *c, const char *where, int layer, const char *name, dfg_linear_slot slot,
                                 dfg_shape s, dfg_init init) {
-    dfg_tensor *w = block_param(c, where, layer, name, s, init);
+    dfg_tensor *w = NULL;
+    if (c->base && c->m->cfg.lora.load_in_4bit) nf4_param(c, where, layer, name, slot, s);
+    else w = block_param(c, where, layer, name, s, init);
     bool conv1d = c->m->cfg.arch == DFG_ARCH_GPT2;
-    if (w && c->base) dfg_lora_add(c->p, c->m, layer, slot, conv1d ? s.d[0] : s.d[1], conv1d ? s.d[1] : s.d[0]);
+    if (c->base) dfg_lora_add(c->p, c->m, layer, slot, conv1d ? s.d[0] : s.d[1], conv1d ? s.d[1] : s.d[0]);
     return w;
 }
 
@@ -142,17 +169,30 @@ dfg_tensor *dfg_nn_linear(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor
     return b ? dfg_bias_add(g, y, b) : y;
 }
 
+/* The weight of a block's linear: w, or its NF4 form dequantised into x's dtype (a planned
+ * temporary that lives until the matmul reads it; the backward makes its own, ops/nn/autodiff.c) */
+static dfg_tensor *weight(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk, dfg_linear_slot slot, dfg_tensor *w) {
+    const dfg_nf4_weight *q = &blk->nf4[slot];
+    if (!q->packed) return w;
+    dfg_dtype dt = dfg_tensor_dtype(x);
+    return q->absmax_q ? dfg_nf4_dequant_dq(g, q->packed, q->absmax_q, q->absmax2, q->offset, q->shape, dt)
+                       : dfg_nf4_dequant(g, q->packed, q->absmax, q->shape, dt); /* (out, in) or Conv1D's (in, out) */
+}
+
 /* A block's nn.Linear: x (..., in) @ w^T, w (out, in), + b (out), + its adapter's share */
 static dfg_tensor *linear_t(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk, dfg_linear_slot slot, dfg_tensor *w,
                             dfg_tensor *b) {
-    return dfg_lora_linear(g, x, w, b, &blk->lora[slot], false);
+    return dfg_lora_linear(g, x, weight(g, x, blk, slot, w), b, &blk->lora[slot], false);
 }
 
 /* A GPT-2 block's Conv1D: x (..., in) @ w, w (in, out), + b (out), + its adapter's share */
 static dfg_tensor *conv1d(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk, dfg_linear_slot slot, dfg_tensor *w,
                           dfg_tensor *b) {
-    return dfg_lora_linear(g, x, w, b, &blk->lora[slot], true);
+    return dfg_lora_linear(g, x, weight(g, x, blk, slot, w), b, &blk->lora[slot], true);
 }
+
+/* GPT-2's blocks (c_attn, Conv1D) against the Llama family's, whichever form their weights take */
+static bool gpt2_block(const dfg_model_block *blk) { return blk->c_attn_w || blk->nf4[DFG_LIN_C_ATTN].packed; }
 
 dfg_tensor *dfg_nn_layernorm(dfg_graph *g, dfg_tensor *x, dfg_tensor *w, dfg_tensor *b, float eps) {
     return dfg_layernorm(g, x, w, b, eps);
@@ -266,13 +306,13 @@ dfg_tensor *dfg_nn_qkv_packed(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, cons
 }
 
 dfg_tensor *dfg_nn_attention_out(dfg_graph *g, dfg_tensor *y, const dfg_model_block *blk) {
-    if (blk->c_attn_w) return conv1d(g, y, blk, DFG_LIN_O, blk->attn_proj_w, blk->attn_proj_b); /* GPT-2's c_proj */
+    if (gpt2_block(blk)) return conv1d(g, y, blk, DFG_LIN_O, blk->attn_proj_w, blk->attn_proj_b); /* GPT-2's c_proj */
     return linear_t(g, y, blk, DFG_LIN_O, blk->attn_proj_w, blk->attn_proj_b);                 /* o_proj */
 }
 
 /* x (..., C) -> (..., C): GPT-2's c_fc, GELU, c_proj; the Llama family's down(silu(gate) * up) */
 static dfg_tensor *mlp(dfg_graph *g, dfg_tensor *x, const dfg_model_block *blk) {
-    if (blk->c_fc_w) {
+    if (gpt2_block(blk)) {
         dfg_tensor *h = dfg_gelu(g, conv1d(g, x, blk, DFG_LIN_C_FC, blk->c_fc_w, blk->c_fc_b)); /* (..., I) */
         return conv1d(g, h, blk, DFG_LIN_MLP_PROJ, blk->mlp_proj_w, blk->mlp_proj_b);
     }
