@@ -130,6 +130,10 @@ DFG_API int64_t dfg_nf4_dq_blocks(int64_t numel);    /* ceil(dfg_nf4_blocks(nume
 DFG_API void dfg_nf4_quantize(const float *x /* (n) */, int64_t n, uint8_t *packed /* (ceil(n/2)) */, float *absmax /* (ceil(n/64)) */);
 DFG_API void dfg_nf4_double_quantize(const float *absmax /* (nb) */, int64_t nb, uint8_t *absmax_q /* (nb) */,
                                      float *absmax2 /* (ceil(nb/256)) */, float *offset /* () */);
+/* The host's dequantisation, the op's arithmetic (bit for bit its f32 output): absmax (nb), or
+ * with absmax NULL the double-quantised absmax_q (nb), absmax2 (ceil(nb/256)) and offset. */
+DFG_API void dfg_nf4_dequantize(const uint8_t *packed /* (ceil(n/2)) */, const float *absmax, const uint8_t *absmax_q,
+                                const float *absmax2, float offset, int64_t n, float *out /* (n) */);
 
 /* ---------------------------------------------------------------- random sampling
  * rng: an i32 STATE of shape (4): {key_lo, key_hi, counter_lo, counter_hi}, Philox4x32-10.

@@ -32,6 +32,7 @@
 #include "nf4.h"
 #include "op.h"
 
+static const float nf4_codes[16] = {DFG_NF4_CODE_VALUES};
 static const float nf4_threshold[15] = {DFG_NF4_THRESHOLD_VALUES};
 static const float dynamic_map[256] = {DFG_NF4_DYNAMIC_MAP_VALUES};
 
@@ -120,6 +121,22 @@ void dfg_nf4_double_quantize(const float *absmax /* (nb) */, int64_t nb, uint8_t
         const float a2 = abs_max(d, len), inv = 1.0f / a2;
         absmax2[c0 / DFG_NF4_DQ_BLOCK] = a2;
         for (int64_t i = 0; i < len; i++) absmax_q[c0 + i] = dynamic_code(d[i] * inv);
+    }
+}
+
+void dfg_nf4_dequantize(const uint8_t *packed, const float *absmax, const uint8_t *absmax_q, const float *absmax2,
+                        float offset, int64_t n, float *out) {
+    for (int64_t b = 0, nb = dfg_nf4_blocks(n); b < nb; b++) {
+        float s;
+        if (absmax) s = absmax[b];
+        else { /* two statements, as the kernels round them: no FMA */
+            const float scaled = dynamic_map[absmax_q[b]] * absmax2[b / DFG_NF4_DQ_BLOCK];
+            s = scaled + offset;
+        }
+        for (int64_t i = b * DFG_NF4_BLOCK; i < n && i < (b + 1) * DFG_NF4_BLOCK; i++) {
+            const uint8_t byte = packed[i >> 1];
+            out[i] = nf4_codes[(i & 1) ? byte & 15u : byte >> 4] * s;
+        }
     }
 }
 

@@ -38,7 +38,11 @@ static const dfg_tensor *ckpt_match(const dfg_program *p, const char *name) {
     const dfg_tensor *t = dfg_find(p, name);
     if ((!t || (t->kind != DFG_PARAM && t->kind != DFG_STATE)) && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0)
         t = dfg_find(p, name + strlen(CKPT_PREFIX));
-    return t && (t->kind == DFG_PARAM || t->kind == DFG_STATE) ? t : NULL;
+    if (t && (t->kind == DFG_PARAM || t->kind == DFG_STATE)) return t;
+    /* a load_in_4bit plan's weight: its NF4 form, quantised as it loads (nf4_load.c) */
+    t = dfg_rt_nf4_for(p, name);
+    if (!t && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0) t = dfg_rt_nf4_for(p, name + strlen(CKPT_PREFIX));
+    return t;
 }
 
 static bool ckpt_is_float(dfg_dtype dt) { return dt == DFG_F32 || dt == DFG_BF16 || dt == DFG_F16; }
@@ -46,6 +50,7 @@ static bool ckpt_is_float(dfg_dtype dt) { return dt == DFG_F32 || dt == DFG_BF16
 /* A file tensor may fill t when the shapes are equal and the dtypes are equal or both float. */
 static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *t) {
     char fs[96], ts[96];
+    if (dfg_rt_nf4_packed(t) && strcmp(f->name, t->name)) return dfg_rt_nf4_check(rt, path, f, t); /* quantised */
     if (f->shape.rank != t->shape.rank || memcmp(f->shape.d, t->shape.d, sizeof(int64_t) * (size_t)f->shape.rank) != 0)
         return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' has shape %s in the file but %s in the program", path,
                            f->name, dfg_shape_str(f->shape, fs, sizeof(fs)), dfg_shape_str(t->shape, ts, sizeof(ts)));
@@ -68,7 +73,7 @@ static bool ckpt_lora_plan(const dfg_program *p) {
 
 /* The tensors a strict load must fill. */
 static bool ckpt_required(const dfg_tensor *t, ckpt_kind kind, bool lora) {
-    if (kind == CKPT_MODEL && lora) return t->role == DFG_ROLE_BASE_MODEL;
+    if (kind == CKPT_MODEL && lora) return t->role == DFG_ROLE_BASE_MODEL && !dfg_rt_nf4_part(t); /* set with its codes */
     return t->kind == DFG_PARAM;
 }
 
@@ -158,7 +163,12 @@ static dfg_status ckpt_apply(dfg_runtime *rt, const char *path, const dfg_safete
     dfg_status s = DFG_OK;
     for (int i = 0; i < dfg_st_count(st) && !s; i++) {
         if (!target[i]) continue;
-        ckpt_convert(dfg_st_get(st, i), target[i], host);
+        const dfg_st_tensor *f = dfg_st_get(st, i);
+        if (dfg_rt_nf4_packed(target[i]) && strcmp(f->name, target[i]->name)) { /* a weight to quantise */
+            if (!(s = dfg_rt_nf4_load(rt, path, f, target[i])) && n_loaded) (*n_loaded)++;
+            continue;
+        }
+        ckpt_convert(f, target[i], host);
         s = rt->be->upload(rt->be_state, dfg_rt_ptr(rt, target[i]), host, dfg_tensor_bytes(target[i]));
         /* a half-written set of weights must not be trained on */
         if (s) dfg_rt_fail(rt, s, true, "%s: uploading '%s' failed; the runtime's state is now partly loaded", path,

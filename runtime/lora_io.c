@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../ops/dfg_ops.h"
 #include "../ops/dtype.h"
 #include "runtime_internal.h"
 #include "formats/safetensors.h"
@@ -233,6 +234,60 @@ dfg_status dfg_runtime_save_adapter(dfg_runtime *rt, const char *dir) {
 }
 
 /* ---------------------------------------------------------------- merging */
+/* The part "<stem>.<part>" of base among the gathered tensors, or NULL. */
+static const dfg_st_tensor *nf4_part(const lora_set *base, const char *stem, size_t len, const char *part) {
+    char name[512];
+    snprintf(name, sizeof(name), "%.*s.%s", (int)len, stem, part);
+    for (int i = 0; i < base->n; i++)
+        if (!strcmp(base->ts[i].name, name)) return &base->ts[i];
+    return NULL;
+}
+
+/* base with every NF4 weight (load_in_4bit: "<w>.nf4" and its absmax tensors) replaced by "<w>"
+ * dequantised (the kernels' values) in dt, the dtype of the plan's other base weights. */
+static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt, lora_set *out) {
+    size_t total = 1;
+    for (int i = 0; i < base->n; i++) /* a packed weight's 2 values a byte in dt */
+        total += aligned(base->ts[i].dtype == DFG_U8 ? 2 * base->ts[i].bytes * dfg_dtype_size(dt) : base->ts[i].bytes);
+    out->ts = calloc((size_t)base->n + 1, sizeof(*out->ts));
+    out->names = calloc((size_t)base->n + 1, sizeof(*out->names));
+    out->host = malloc(total);
+    if (!out->ts || !out->names || !out->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
+    size_t off = 0;
+    for (int i = 0; i < base->n; i++) {
+        const dfg_st_tensor *t = &base->ts[i];
+        const char *nf4 = strstr(t->name, ".nf4");
+        if (strstr(t->name, ".absmax")) continue; /* read with its codes */
+        if (!nf4 || nf4[4] || t->dtype != DFG_U8) { /* a weight kept as it is */
+            memcpy(out->host + off, t->data, t->bytes);
+            out->ts[out->n] = *t, out->ts[out->n++].data = out->host + off, off += aligned(t->bytes);
+            continue;
+        }
+        size_t stem = (size_t)(nf4 - t->name);
+        const dfg_st_tensor *am = nf4_part(base, t->name, stem, "absmax"), *q = nf4_part(base, t->name, stem, "absmax_q");
+        const dfg_st_tensor *a2 = nf4_part(base, t->name, stem, "absmax2"), *o = nf4_part(base, t->name, stem, "absmax_offset");
+        if (t->shape.rank != 2 || (!am && !(q && a2 && o)))
+            return dfg_rt_fail(rt, DFG_ERR_STATE, false, "save --merge: '%s' is not a 4-bit weight this plan can rebuild", t->name);
+        dfg_shape s = DFG_SHAPE(t->shape.d[0], 2 * t->shape.d[1]);
+        int64_t n = dfg_shape_numel(s);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        if (!v) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
+        float offset = 0;
+        if (o) memcpy(&offset, o->data, sizeof(offset));
+        dfg_nf4_dequantize((const uint8_t *)t->data, am ? (const float *)am->data : NULL, q ? (const uint8_t *)q->data : NULL,
+                           a2 ? (const float *)a2->data : NULL, offset, n, v);
+        int k = out->n++;
+        if (!(out->names[k] = malloc(stem + 1))) return free(v), dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "out of memory");
+        snprintf(out->names[k], stem + 1, "%s", t->name);
+        for (int64_t e = 0; e < n; e++) dfg_store(out->host + off, dt, e, v[e]);
+        free(v);
+        size_t bytes = (size_t)n * dfg_dtype_size(dt);
+        out->ts[k] = (dfg_st_tensor){.name = out->names[k], .dtype = dt, .shape = s, .data = out->host + off, .bytes = bytes};
+        off += aligned(bytes);
+    }
+    return DFG_OK;
+}
+
 static const dfg_st_tensor *find_in(const lora_set *s, const char *name) {
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->ts[i].name, name)) return &s->ts[i];
@@ -258,8 +313,13 @@ dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_
     dfg_status s = need_lora(rt, "save --merge");
     if (!s) s = dfg_rt_make_dir(rt, dir);
     if (s) return s;
-    lora_set base = {0}, ad = {0};
-    s = gather_role(rt, DFG_ROLE_BASE_MODEL, &base);
+    lora_set packed = {0}, base = {0}, ad = {0};
+    s = gather_role(rt, DFG_ROLE_BASE_MODEL, &packed);
+    dfg_dtype dt = DFG_F32; /* the plan's weights' dtype: its adapters' */
+    for (int i = 0; i < rt->p->n_tensors; i++)
+        if (rt->p->tensors[i]->kind == DFG_PARAM) dt = rt->p->tensors[i]->dtype;
+    if (!s) s = dense_base(rt, &packed, dt, &base);
+    set_free(&packed);
     if (!s) s = gather_role(rt, DFG_ROLE_PARAM, &ad);
     float scale = plan_scale(rt);
     bool conv1d = is_gpt2(rt);

@@ -71,6 +71,14 @@ dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, in
 dfg_status dfg_rt_write_text(dfg_runtime *rt, const char *path, const char *text);
 dfg_status dfg_rt_make_dir(dfg_runtime *rt, const char *dir);
 dfg_status dfg_rt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st_tensor *ts, int n, size_t max_shard_bytes);
+/* nf4_load.c: a load_in_4bit plan's weights. packed: t is a weight's NF4 codes ("<w>.nf4"); part:
+ * t is one of its absmax tensors; for: the codes of weight name, or NULL; check: file tensor f fits
+ * them; load: quantises f into the codes and absmax tensors and uploads them. */
+bool dfg_rt_nf4_packed(const dfg_tensor *t);
+bool dfg_rt_nf4_part(const dfg_tensor *t);
+const dfg_tensor *dfg_rt_nf4_for(const dfg_program *p, const char *name);
+dfg_status dfg_rt_nf4_check(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
+dfg_status dfg_rt_nf4_load(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
 /* checkpoint.c: a PEFT adapter file into a LoRA plan's adapters, strictly both ways. */
 dfg_status dfg_rt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded);
 /* A persistent or output tensor by name, or NULL with the runtime's message set. */
