@@ -667,8 +667,10 @@ static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
         for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x * unit[i];
         if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
     }
-    /* the model's own state: adapters on a frozen base (TRL's usual LoRA rank 16) */
+    /* the model's own state: adapters on a frozen base (TRL's usual LoRA rank 16), then that
+     * base in 4 bits */
     if (c->model.lora.r == 0) dfg_declare_fit_knob(p, "lora_r", (int64_t[]){16}, 1, false);
+    else if (!c->model.lora.load_in_4bit) dfg_declare_fit_knob(p, "load_in_4bit", (int64_t[]){1}, 1, false);
 }
 
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
