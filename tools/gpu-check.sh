@@ -5,7 +5,7 @@
 # into tools/bench/results/<date>-gpu-check-<host>.md (GPU, driver, CUDA, the dfg commit, one
 # line per step, details and the tails of failing logs).
 #
-#   tools/gpu-check.sh [--build-dir DIR] [--reuse-build] [--skip c,d,e,f,g,h] [--python PY]
+#   tools/gpu-check.sh [--build-dir DIR] [--reuse-build] [--skip c,d,e,f,g,h,i] [--python PY]
 #                      [--bench-modes full,fixed] [--out DIR]
 #
 # Each step prints PASS, FAIL or SKIP with what it saw; a failed step does not stop the later
@@ -53,6 +53,13 @@
 #      per run at the device's copy bandwidth (a cudaMemcpy of 1 GiB device to device, built
 #      here with nvcc). PASS: it ran and printed the figures (it measures, it asserts no speed).
 #      Not here yet: the step against PyTorch at this shape (grpo_torch.py builds GPT-2 only).
+#   i. LoRA and QLoRA (docs/lora.md): (1) a tiny Qwen3 GRPO step on fixed rollouts, LoRA and
+#      QLoRA (4-bit, double quantisation: the nf4_dequant kernel and the remade backward weights),
+#      compiled for cuda in float32 and run on the GPU, against the same plans for the CPU: every
+#      dumped value within 1e-4 and the adapters within 1e-5 together (st_tool.py close,
+#      norm-close), from a random base dfg writes (--steps 0 --save); (2) LoRA r=16 and QLoRA
+#      on all linears at Qwen2.5-0.5B shape, bf16, 3 steps each: ms a step (steps 2-3) and the
+#      measured device memory against the plan's arena + workspace. PASS: (1) agreed and (2) ran.
 #
 # Logs of every step stay in a directory under $TMPDIR (printed at the end).
 set -u
@@ -158,6 +165,60 @@ PY
   fi
   verdict "h. decode" PASS "$text"
   { echo "### h. decode at Qwen2.5-0.5B shape"; echo; echo '```'; grep -E "^(device memory|step |[0-9]+ steps in)" "$log"; echo '```'; echo; } >>"$DETAILS"
+}
+
+i_lora() {
+  local st=(python3 "$ROOT/tests/cli/st_tool.py") shape=(--set model_type=qwen3 --set num_hidden_layers=2 --set hidden_size=64
+             --set num_attention_heads=4 --set num_key_value_heads=2 --set head_dim=16 --set intermediate_size=128)
+  local tiny=(--set model="$LOGS/lora_base" --set lora_r=8 --set lora_alpha=16 --set lora_target_modules=all-linear
+              --set beta=0.04 --set learning_rate=1e-3)
+  local worst="" f
+  # a random base written by dfg itself (a 4-bit base of zeros would test nothing)
+  if ! "${st[@]}" rollouts "$LOGS/lora_roll.safetensors" 64 9 15 7 --group 8 >"$LOGS/lora_roll.log" 2>&1 ||
+     ! "$DFG" compile "$ROOT/examples/grpo.c" "${shape[@]}" -o "$LOGS/lora_full.dfg" >>"$LOGS/lora_roll.log" 2>&1 ||
+     ! "$DFG" run "$LOGS/lora_full.dfg" --steps 0 --save "$LOGS/lora_base/" >>"$LOGS/lora_roll.log" 2>&1; then
+    verdict "i. LoRA" FAIL "the rollouts or the base model could not be made" "$LOGS/lora_roll.log"; return
+  fi
+  for f in "" "--set load_in_4bit=true --set bnb_4bit_use_double_quant=true"; do
+    local tag=lora; [ -n "$f" ] && tag=qlora
+    # shellcheck disable=SC2086
+    if ! "$DFG" compile "$ROOT/examples/grpo.c" "${tiny[@]}" $f -o "$LOGS/$tag-cpu.dfg" >"$LOGS/$tag.log" 2>&1 ||
+       ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda --set torch_dtype=float32 "${tiny[@]}" $f \
+           -o "$LOGS/$tag-gpu.dfg" >>"$LOGS/$tag.log" 2>&1 ||
+       ! "$DFG" run "$LOGS/$tag-cpu.dfg" --weights "$LOGS/lora_base" --rollouts "$LOGS/lora_roll.safetensors" \
+           --dump "$LOGS/$tag-cpu.st" >>"$LOGS/$tag.log" 2>&1 ||
+       ! "$DFG" run "$LOGS/$tag-gpu.dfg" --weights "$LOGS/lora_base" --rollouts "$LOGS/lora_roll.safetensors" \
+           --dump "$LOGS/$tag-gpu.st" >>"$LOGS/$tag.log" 2>&1; then
+      verdict "i. LoRA" FAIL "$tag: a compile or run failed" "$LOGS/$tag.log"; return
+    fi
+    # the dumped values each within 1e-4; the adapters together (Adam's first step from B = 0 is
+    # ~lr sign(g): an entry whose gradient is rounding-sized moves by a rounding-sized fraction)
+    if ! "${st[@]}" close "$LOGS/$tag-cpu.st" "$LOGS/$tag-gpu.st" 1e-4 --except model. >>"$LOGS/$tag.log" 2>&1 ||
+       ! "${st[@]}" norm-close "$LOGS/$tag-cpu.st" "$LOGS/$tag-gpu.st" 1e-5 >>"$LOGS/$tag.log" 2>&1; then
+      verdict "i. LoRA" FAIL "$tag: the GPU's step differs from the CPU's: $(tail -1 "$LOGS/$tag.log")" "$LOGS/$tag.log"; return
+    fi
+    worst="$worst$tag $(tail -1 "$LOGS/$tag.log"); "
+  done
+  local q=(--set model_type=qwen2 --set hidden_size=896 --set num_hidden_layers=24 --set num_attention_heads=14
+           --set num_key_value_heads=2 --set intermediate_size=4864 --set vocab_size=151936 --set tie_word_embeddings=true
+           --set rope_theta=1000000 --set max_position_embeddings=32768 --set digits=60 --set max_completion_length=128
+           --set prompts_per_step=8 --set num_generations=8 --set lora_r=16 --set lora_alpha=32 --set lora_target_modules=all-linear
+           --set beta=0.04)
+  local big=""
+  for f in "" "--set load_in_4bit=true --set bnb_4bit_use_double_quant=true"; do
+    local tag=lora05; [ -n "$f" ] && tag=qlora05
+    # shellcheck disable=SC2086
+    if ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda "${q[@]}" $f -o "$LOGS/$tag.dfg" >"$LOGS/$tag.log" 2>&1 ||
+       ! "$DFG" run "$LOGS/$tag.dfg" --steps 3 --metrics "$LOGS/$tag.jsonl" >>"$LOGS/$tag.log" 2>&1; then
+      verdict "i. LoRA" FAIL "$tag (Qwen2.5-0.5B shape) failed" "$LOGS/$tag.log"; return
+    fi
+    big="$big$tag: $(python3 -c '
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])][1:]
+print("%.0f ms a step" % (sum(x["ms"] for x in s) / len(s)))' "$LOGS/$tag.jsonl"), $(grep -m1 "^device memory" "$LOGS/$tag.log"); "
+  done
+  verdict "i. LoRA" PASS "tiny step GPU vs CPU: ${worst}Qwen2.5-0.5B shape: $big"
+  { echo "### i. LoRA and QLoRA"; echo; echo '```'; grep -hE "^(device memory|step |[0-9]+ steps in)" "$LOGS"/*lora05.log; echo '```'; echo; } >>"$DETAILS"
 }
 
 # ---------------------------------------------------------------- a. a GPU is here
@@ -452,6 +513,12 @@ PY
   header "h. decode tokens/s at Qwen2.5-0.5B shape against the bandwidth floor"
   if skipped h; then verdict "h. decode" SKIP "--skip h"; else
     h_decode
+  fi
+
+  # -------------------------------------------------------------- i. LoRA and QLoRA
+  header "i. LoRA and QLoRA: a tiny step on the GPU against the CPU; Qwen2.5-0.5B shape step time and memory"
+  if skipped i; then verdict "i. LoRA" SKIP "--skip i"; else
+    i_lora
   fi
 fi
 
