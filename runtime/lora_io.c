@@ -244,7 +244,8 @@ static const dfg_st_tensor *nf4_part(const lora_set *base, const char *stem, siz
 }
 
 /* base with every NF4 weight (load_in_4bit: "<w>.nf4" and its absmax tensors) replaced by "<w>"
- * dequantised (the kernels' values) in dt, the dtype of the plan's other base weights. */
+ * dequantised (the kernels' values) in dt, the dtype of the plan's other base weights, at the
+ * shape the plan's dequantisations give it (packed codes of an odd row length are flat). */
 static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt, lora_set *out) {
     size_t total = 1;
     for (int i = 0; i < base->n; i++) /* a packed weight's 2 values a byte in dt */
@@ -266,9 +267,10 @@ static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt
         size_t stem = (size_t)(nf4 - t->name);
         const dfg_st_tensor *am = nf4_part(base, t->name, stem, "absmax"), *q = nf4_part(base, t->name, stem, "absmax_q");
         const dfg_st_tensor *a2 = nf4_part(base, t->name, stem, "absmax2"), *o = nf4_part(base, t->name, stem, "absmax_offset");
-        if (t->shape.rank != 2 || (!am && !(q && a2 && o)))
+        dfg_shape s;
+        const dfg_tensor *pt = dfg_find(rt->p, t->name);
+        if (!pt || !dfg_rt_nf4_shape(rt->p, pt, &s) || (!am && !(q && a2 && o)))
             return dfg_rt_fail(rt, DFG_ERR_STATE, false, "save --merge: '%s' is not a 4-bit weight this plan can rebuild", t->name);
-        dfg_shape s = DFG_SHAPE(t->shape.d[0], 2 * t->shape.d[1]);
         int64_t n = dfg_shape_numel(s);
         float *v = malloc(sizeof(float) * (size_t)n);
         if (!v) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");

@@ -12,6 +12,7 @@
 
 #include "../ops/dfg_ops.h"
 #include "../ops/dtype.h"
+#include "../ops/op.h"
 #include "runtime_internal.h"
 
 #define NF4_PACKED ".nf4"
@@ -30,6 +31,15 @@ bool dfg_rt_nf4_part(const dfg_tensor *t) {
     if (!t || t->role != DFG_ROLE_BASE_MODEL) return false;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         if (ends_with(t->name, parts[i])) return true;
+    return false;
+}
+
+bool dfg_rt_nf4_shape(const dfg_program *p, const dfg_tensor *packed, dfg_shape *shape) {
+    for (int g = 0; g < p->n_graphs; g++) /* the dequantisations that read it record the weight's shape */
+        for (int i = 0; i < p->graphs[g]->n_nodes; i++) {
+            const dfg_node *n = p->graphs[g]->nodes[i];
+            if (n->op == DFG_OP_NF4_DEQUANT && n->in[0] == packed) return *shape = n->attr->nf4.shape, true;
+        }
     return false;
 }
 
@@ -54,8 +64,9 @@ dfg_status dfg_rt_nf4_check(dfg_runtime *rt, const char *path, const dfg_st_tens
     char fs[96], ps[96];
     int64_t n = dfg_shape_numel(f->shape);
     bool float_file = f->dtype == DFG_F32 || f->dtype == DFG_BF16 || f->dtype == DFG_F16;
+    dfg_shape w;
     bool shape_ok = dfg_shape_numel(packed->shape) == dfg_nf4_packed_bytes(n) &&
-                    (packed->shape.rank == 1 || (f->shape.rank == 2 && packed->shape.d[0] == f->shape.d[0]));
+                    (!dfg_rt_nf4_shape(rt->p, packed, &w) || dfg_shape_equal(w, f->shape));
     if (!float_file || !shape_ok)
         return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' is %s %s in the file; the plan keeps it in 4 bits as "
                            "'%s' u8 %s (load_in_4bit), which needs a float weight of that many values", path, f->name,

@@ -77,6 +77,8 @@ dfg_status dfg_rt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st
 bool dfg_rt_nf4_packed(const dfg_tensor *t);
 bool dfg_rt_nf4_part(const dfg_tensor *t);
 const dfg_tensor *dfg_rt_nf4_for(const dfg_program *p, const char *name);
+/* The weight's shape packed stands for (the plan's dequantisations record it); false: none reads it. */
+bool dfg_rt_nf4_shape(const dfg_program *p, const dfg_tensor *packed, dfg_shape *shape);
 dfg_status dfg_rt_nf4_check(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
 dfg_status dfg_rt_nf4_load(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
 /* checkpoint.c: a PEFT adapter file into a LoRA plan's adapters, strictly both ways. */

@@ -2,7 +2,7 @@
 """Golden test: dfg's LoRA GRPO step (examples/grpo.c with lora_r > 0) against Hugging Face PEFT.
 
 For each configuration (Qwen2, Llama and GPT-2 models of hf_golden.py; beta 0 and > 0; adapters on
-named modules and on all-linear with use_rslora) this script
+named modules and on all-linear with use_rslora; QLoRA, below) this script
   1. writes a random model directory with transformers (hf_golden.py's build_model, randomise,
      save_model), wraps it with PEFT 0.11.1 (get_peft_model, LoraConfig(r, lora_alpha,
      target_modules, use_rslora, lora_dropout=0)), redraws every lora_A and lora_B (a nonzero
@@ -32,6 +32,25 @@ PEFT 0.11.1's default modules (q_proj,v_proj; c_attn), and a run of it without -
 0, or one step at learning_rate 0 where dfg refuses 0 steps) saves PEFT's default initialisation:
 every lora_B zero, every lora_A within kaiming-uniform's |a| <= 1/sqrt(in_features) and spread over
 it; for a Qwen2 one, an adapter whose r differs from the plan's lora_r is refused.
+
+QLoRA (qwen2_all_4bit_kl: all-linear, beta > 0; llama_qv_4bit_dq_b0: q_proj,v_proj, double
+quantisation, beta 0; gpt2_attn_4bit_dq_kl: c_attn,c_proj, double quantisation, use_rslora, beta > 0)
+compiles with --set load_in_4bit=true [--set bnb_4bit_use_double_quant=true]: dfg stores every
+linear of the blocks (q/k/v/o/gate/up/down_proj; GPT-2's c_attn, attn.c_proj, c_fc, mlp.c_proj),
+adapted or not, as NF4, quantised as --weights loads it. The reference is the same PeftModel, but
+over a base whose block linear weights were replaced, before PEFT wraps it, by their NF4 round trip:
+bitsandbytes' quantize_4bit(nf4, blocksize 64, compress_statistics = double quantisation) and
+dequantize_4bit in nf4_golden.py's NumPy transcription (itself checked bit for bit against dfg's
+quantiser), applied to each weight tensor as stored in the file, flattened row-major (nn.Linear's
+(out, in); GPT-2's Conv1D (in, out)), as dfg quantises it. Embeddings, norms, biases and the
+lm_head stay as read. The reference model (disable_adapter()) is that quantised base, as TRL's
+reference of a 4-bit PEFT policy is. The comparisons are those above, with two differences: --merge
+is compared with merge_and_unload() of the quantised reference, and its unadapted block linears must
+be the round trip's values bit for bit (dfg writes the dequantised base); and the reference checks
+also require that exactly the block linears changed, each block of 64 on NF4's grid (code * the
+block's largest |value|), and that the round trip moves the logits by over 100 x the tolerance.
+--wrong-reference leaves the round trip out of those configurations' reference (the test's own
+test: they must fail).
 
 Before that it checks its own reference (also alone with --check-reference, no dfg): every LoRA
 layer's output in the PEFT model equals base(x) + (x @ A^T @ B^T) * scale written out here
@@ -75,7 +94,7 @@ def unavailable(why):
 def import_libraries(hf_site, peft_site):
     """numpy, torch, transformers (hf_site), peft (peft_site) and hf_golden's helpers (module H,
     whose G is grpo_golden) into globals. A missing library is a skip (golden_common.unavailable)."""
-    global np, torch, nn, transformers, peft, st_torch, H, G
+    global np, torch, nn, transformers, peft, st_torch, H, G, NF, NF4_MAP
     for k, v in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
                  ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(k, v)
@@ -110,6 +129,8 @@ def import_libraries(hf_site, peft_site):
     import hf_golden as H
     H.import_libraries(hf_site)  # succeeds: everything it imports was imported above
     G = H.G
+    import nf4_golden as NF  # bitsandbytes' quantize_4bit / dequantize_4bit in NumPy (checked against dfg there)
+    NF4_MAP = NF.create_dynamic_map()  # double quantisation's 8-bit map (signed), as bitsandbytes builds it
 
 
 # ---------------------------------------------------------------- the configurations
@@ -120,6 +141,10 @@ def import_libraries(hf_site, peft_site):
 # and its gradient are nonzero because the adapter is. init_check: also a plan without
 # lora_target_modules (PEFT 0.11.1's default targets: Llama q_proj,v_proj, GPT-2 c_attn; it has
 # none for Qwen2) run without --adapter; mismatch_check: an adapter of another r is refused.
+# QLoRA (load_in_4bit, double_quant: --set load_in_4bit=true [bnb_4bit_use_double_quant=true]):
+# every linear of the blocks is NF4, adapted or not; the reference's base has each of those
+# weights replaced by its NF4 round trip (nf4_round_trip). Odd in-features (Qwen2's and Llama's
+# down_proj, GPT-2's c_attn and c_proj) give partial blocks of 64 and dfg's flat packing.
 CONFIGS = [
     dict(name="qwen2_qv_kl", arch="qwen2", targets="q_proj,v_proj", r=4, alpha=8, loss_type="grpo", beta=0.04,
          gradient_accumulation_steps=3, mismatch_check=True),
@@ -133,8 +158,14 @@ CONFIGS = [
          gradient_accumulation_steps=1),
     dict(name="gpt2_fc_b0", arch="gpt2", targets="c_attn,c_fc", r=3, alpha=9, loss_type="grpo", beta=0.0,
          gradient_accumulation_steps=3, init_check=True),
+    dict(name="qwen2_all_4bit_kl", arch="qwen2", targets="all-linear", r=4, alpha=12, load_in_4bit=True,
+         loss_type="grpo", beta=0.04, gradient_accumulation_steps=2),
+    dict(name="llama_qv_4bit_dq_b0", arch="llama", targets="q_proj,v_proj", r=3, alpha=4, load_in_4bit=True,
+         double_quant=True, loss_type="bnpo", beta=0.0, gradient_accumulation_steps=1),
+    dict(name="gpt2_attn_4bit_dq_kl", arch="gpt2", targets="c_attn,c_proj", r=2, alpha=5, rslora=True,
+         load_in_4bit=True, double_quant=True, loss_type="dapo", beta=0.1, gradient_accumulation_steps=3),
 ]
-LORA_KEYS = ("arch", "targets", "r", "alpha", "rslora", "init_check", "mismatch_check")
+LORA_KEYS = ("arch", "targets", "r", "alpha", "rslora", "init_check", "mismatch_check", "load_in_4bit", "double_quant")
 # hf_golden.py's adam_epsilon (gradients far below it leave a float32 floor under the updates)
 HF_BASE = dict(adam_epsilon=1e-4)
 # The adapters as drawn: A like PEFT's kaiming-uniform, B ~ N(0, B_STD^2 / r), so that the adapted
@@ -149,6 +180,10 @@ def settings_of(cfg):
     s["lora_target_modules"] = cfg["targets"]
     if cfg.get("rslora"):
         s["use_rslora"] = "true"
+    if cfg.get("load_in_4bit"):
+        s["load_in_4bit"] = "true"
+        if cfg.get("double_quant"):
+            s["bnb_4bit_use_double_quant"] = "true"
     return s
 
 
@@ -205,22 +240,65 @@ def safetensors_names(path):
         return {k for k in json.loads(fh.read(n)) if k != "__metadata__"}
 
 
+# ---------------------------------------------------------------- QLoRA's base
+# --wrong-reference: the 4-bit configurations' reference keeps the base's weights as they are (no
+# NF4 round trip), to see those configurations fail (the test's own test; never the default).
+SKIP_ROUND_TRIP = [False]
+
+
+def quant_of(cfg):
+    """The NF4 form of cfg's base: None (LoRA: the weights as read), "nf4" or "nf4-dq" (double
+    quantisation)."""
+    if not cfg or not cfg.get("load_in_4bit") or SKIP_ROUND_TRIP[0]:
+        return None
+    return "nf4-dq" if cfg.get("double_quant") else "nf4"
+
+
+def nf4_round_trip(w, quant):
+    """w (a float32 array) quantised with bitsandbytes' quantize_4bit(nf4, blocksize 64,
+    compress_statistics = double quantisation) and dequantised with dequantize_4bit, in
+    nf4_golden.py's NumPy transcription: the tensor as stored, flattened row-major (nn.Linear's
+    (out, in), GPT-2's Conv1D (in, out)), as dfg quantises a weight of the file; float32 values."""
+    x = np.ascontiguousarray(w, dtype=np.float32).reshape(-1)
+    r = NF.reference(x, NF4_MAP)
+    return r["deq_dq" if quant == "nf4-dq" else "deq"].astype(np.float32).reshape(w.shape)
+
+
+def block_linears(arch, model):
+    """HF parameter name -> parameter, for the weight of every linear of the blocks (nn.Linear and
+    GPT-2's Conv1D; not the lm_head): what load_in_4bit stores as NF4."""
+    mods = expected_modules(arch, model, "all-linear")
+    return {n + ".weight": m.weight for n, m in model.named_modules() if n in mods}
+
+
+def quantise_base(arch, model, quant):
+    """model's block linears replaced, in place, by their NF4 round trip."""
+    with torch.no_grad():
+        for n, p in block_linears(arch, model).items():
+            p.copy_(torch.from_numpy(nf4_round_trip(p.detach().numpy(), quant)))
+    return model
+
+
 # ---------------------------------------------------------------- the PEFT model
 BASES = {}
 
 
-def base_model(arch, model_dir):
+def base_model(arch, model_dir, quant=None):
     """A fresh copy of the float32 model transformers reads from model_dir (read once a directory:
-    PEFT wraps the model it is given in place)."""
-    if model_dir not in BASES:
+    PEFT wraps the model it is given in place); quant ("nf4", "nf4-dq"; quant_of): its block
+    linears replaced by their NF4 round trip, as a load_in_4bit run computes with them."""
+    if not any(k[0] == model_dir for k in BASES):
         BASES.clear()
-        BASES[model_dir] = H.load_model(arch, model_dir)
-    return copy.deepcopy(BASES[model_dir])
+    if (model_dir, quant) not in BASES:
+        m = H.load_model(arch, model_dir)
+        BASES[(model_dir, quant)] = quantise_base(arch, m, quant) if quant else m
+    return copy.deepcopy(BASES[(model_dir, quant)])
 
 
 def peft_model(arch, model_dir, cfg, r=None, init=False):
-    """get_peft_model over the float32 model transformers reads from model_dir."""
-    return peft.get_peft_model(base_model(arch, model_dir), lora_config(cfg, r, init)).eval()
+    """get_peft_model over the float32 model transformers reads from model_dir (for a 4-bit cfg,
+    its NF4 round trip: the base replaced before PEFT wraps it)."""
+    return peft.get_peft_model(base_model(arch, model_dir, quant_of(cfg)), lora_config(cfg, r, init)).eval()
 
 
 def draw_adapter(model, rng):
@@ -266,7 +344,7 @@ def ref_logits_fn(model):
 def check_reference(cfg, model_dir, policy32, tokens):
     """The reference's own checks (see the module's docstring); returns whether they hold."""
     arch, ok = cfg["arch"], True
-    base = base_model(arch, model_dir)
+    base = base_model(arch, model_dir, quant_of(cfg))
     policy = copy.deepcopy(policy32).double()
     tok = torch.tensor(tokens, dtype=torch.long)
     # which modules PEFT wrapped
@@ -309,9 +387,12 @@ def check_reference(cfg, model_dir, policy32, tokens):
     e_off = float((off - plain).abs().max() / plain.abs().max())
     e_on = float((lp - plain).abs().max() / plain.abs().max())
     good = e_off <= TOL_SELF and e_on > 1e-3
-    print(f"  reference check: disable_adapter() vs the transformers model: rel.err {e_off:.2e}; adapter on "
-          f"differs by {e_on:.2e}{'' if good else '  FAIL'}")
+    nf4 = " (NF4 round trip)" if quant_of(cfg) else ""
+    print(f"  reference check: disable_adapter() vs the transformers model{nf4}: "
+          f"rel.err {e_off:.2e}; adapter on differs by {e_on:.2e}{'' if good else '  FAIL'}")
     ok &= good
+    if cfg.get("load_in_4bit"):
+        ok &= check_nf4_base(cfg, model_dir, base, tok)
     # PEFT's merge, float32
     with torch.no_grad():
         unmerged = H.logits_fn(policy32)(tok)
@@ -320,6 +401,41 @@ def check_reference(cfg, model_dir, policy32, tokens):
     good = e <= TOL_SELF_MERGE
     print(f"  reference check: merge_and_unload() vs PEFT's float32 forward: rel.err {e:.2e}{'' if good else '  FAIL'}")
     return ok & good
+
+
+def check_nf4_base(cfg, model_dir, base, tok):
+    """A 4-bit configuration's reference base (base) against the weights as read: exactly the block
+    linears changed (all of them, adapted or not); each of those, flat row-major in blocks of 64,
+    holds 4-bit values: NF4 code * the block's largest |value|; and the round trip moves the logits
+    far beyond the tolerance, so that a reference without it would fail."""
+    arch = cfg["arch"]
+    if SKIP_ROUND_TRIP[0]:
+        print("  reference check: NF4 round trip left out (--wrong-reference): the 4-bit comparisons must fail")
+        return True
+    plain = base_model(arch, model_dir)
+    want = set(block_linears(arch, plain))
+    pq = dict(base.named_parameters())
+    changed = {n for n, p in plain.named_parameters() if not torch.equal(p, pq[n])}
+    worst_grid, worst_w = 0.0, 0.0
+    for n in want:
+        v, w = pq[n].detach().numpy().astype(np.float64).reshape(-1), plain.get_parameter(n).detach().numpy()
+        blk, _ = NF.blocks_of(v, 64)
+        m = np.abs(blk).max(axis=1, keepdims=True)
+        nrm = np.divide(blk, m, out=np.zeros_like(blk), where=m > 0)
+        grid = np.abs(nrm[..., None] - NF.NF4[None, None, :]).min(axis=-1)
+        worst_grid = max(worst_grid, float(grid.max()))
+        worst_w = max(worst_w, float(np.abs(v - w.reshape(-1)).max() / np.abs(w).max()))
+    with torch.no_grad():
+        a = H.logits_fn(copy.deepcopy(base).double())(tok)
+        b = H.logits_fn(copy.deepcopy(plain).double())(tok)
+    e = float((a - b).abs().max() / b.abs().max())
+    good = changed == want and len(want) > 0 and worst_grid <= 1e-6 and e > 100 * TOL
+    print(f"  reference check: {quant_of(cfg)} round trip of {len(want)} block linears ({len(changed)} weights "
+          f"changed, each block of 64 on NF4's grid to {worst_grid:.1e}): weights move by {worst_w:.2e} of their "
+          f"largest, logits by {e:.2e}{'' if good else '  FAIL'}")
+    if changed != want:
+        print(f"    changed {sorted(changed ^ want)[:4]} against the block linears")
+    return good
 
 
 # ---------------------------------------------------------------- driving dfg
@@ -383,7 +499,7 @@ def check_saved_adapter(cfg, model_dir, saved, got, want_names):
     if float(ac.get("lora_dropout", 0.0)) != 0.0:
         problems.append(f"adapter_config.json lora_dropout = {ac.get('lora_dropout')!r}, expected 0")
     try:
-        loaded = peft.PeftModel.from_pretrained(base_model(arch, model_dir), saved)
+        loaded = peft.PeftModel.from_pretrained(base_model(arch, model_dir, quant_of(cfg)), saved)
     except Exception as e:  # noqa: BLE001 - whatever PEFT raises is the finding
         print(f"  --save {os.path.basename(saved)}/: PeftModel.from_pretrained fails: {type(e).__name__}: {e}  FAIL")
         return False
@@ -420,14 +536,14 @@ def check_merged(cfg, model_dir, adapter_dir, merged_dir, got, tokens):
     except Exception as e:  # noqa: BLE001
         print(f"  --save {os.path.basename(merged_dir)}/ --merge: transformers cannot load it: {type(e).__name__}: {e}  FAIL")
         return False
-    pm = peft.PeftModel.from_pretrained(base_model(arch, model_dir), adapter_dir)
+    pm = peft.PeftModel.from_pretrained(base_model(arch, model_dir, quant_of(cfg)), adapter_dir)
     try:
         set_adapter(arch, pm, got)
     except KeyError as e:
         print(f"  --save {os.path.basename(merged_dir)}/ --merge: the dump lacks {e}  FAIL")
         return False
     ref = pm.merge_and_unload().eval()
-    base = base_model(arch, model_dir)
+    base = base_model(arch, model_dir, quant_of(cfg))  # 4-bit: unadapted block linears as dfg dequantises them
     names = {H.dfg_name(arch, n) for n in H.tensor_names(merged_dir)}
     want_names = {H.dfg_name(arch, n) for n in H.tensor_names(model_dir) if not n.startswith("ref.")}
     if names != want_names:
@@ -448,11 +564,13 @@ def check_merged(cfg, model_dir, adapter_dir, merged_dir, got, tokens):
             if e > worst_m:
                 worst_m, worst_name = e, n
         elif not torch.equal(q, bw[n]):
-            unchanged_bad.append(n)
+            unchanged_bad.append(f"{n} (by {float((q - bw[n]).abs().max() / bw[n].abs().max()):.2e})")
     if worst_m > TOL:
         problems.append(f"merged weights differ from PEFT's merge_and_unload() by {worst_m:.2e} ({worst_name})")
     if unchanged_bad:
-        problems.append(f"{unchanged_bad[:4]} are not adapted yet differ from the base's")
+        problems.append(f"{unchanged_bad[:4]} are not adapted yet differ from the base's"
+                        + (" (block linears: its NF4 round trip's)" if quant_of(cfg) else ""))
+    nf4_kept = len(set(block_linears(arch, base)) - {n for n in bw if H.dfg_name(arch, n) in adapted})
     if merged_n != len(adapted):
         problems.append(f"{merged_n} merged weights found, {len(adapted)} adapted modules")
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -462,7 +580,10 @@ def check_merged(cfg, model_dir, adapter_dir, merged_dir, got, tokens):
     if e_logits > TOL:
         problems.append(f"logits differ from merge_and_unload()'s by {e_logits:.2e}")
     print(f"  --save {os.path.basename(merged_dir)}/ --merge: {merged_n} merged weights vs merge_and_unload(): rel.err "
-          f"{worst_m:.2e}, logits {e_logits:.2e}" + ("; " + "; ".join(problems) + "  FAIL" if problems else ""))
+          f"{worst_m:.2e}, logits {e_logits:.2e}"
+          + (f"; {nf4_kept} unadapted NF4 weights written dequantised" if cfg.get("load_in_4bit") else "")
+          + ("; " + "; ".join(problems) + "  FAIL" if problems else
+             (", bit-identical to the round trip's" if quant_of(cfg) and nf4_kept else "")))
     return not problems
 
 
@@ -577,6 +698,10 @@ def run_config(cfg, dfg, source, workdir, seed, check_only=False):
     print(f"  LoRA r={cfg['r']} alpha={cfg['alpha']} use_rslora={bool(cfg.get('rslora'))} (scale {lora_scale(cfg):g}) "
           f"targets={cfg['targets']}: {len(adapter_names) // 2} modules, "
           f"{sum(v.size for v in w.values())} adapter parameters")
+    if cfg.get("load_in_4bit"):
+        print(f"  load_in_4bit=true bnb_4bit_use_double_quant={str(bool(cfg.get('double_quant'))).lower()}: "
+              f"{len(block_linears(arch, built))} block linears NF4; reference base: their "
+              f"{quant_of(cfg) or 'NO (--wrong-reference)'} round trip")
     print("  " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "beta", "gradient_accumulation_steps", "scale_rewards",
                                                   "temperature", "learning_rate", "adam_epsilon", "weight_decay",
                                                   "max_grad_norm")))
@@ -659,7 +784,11 @@ def main():
                     help="peft's and accelerate's directory (pip --target); the environment's DFG_PEFT_SITE wins")
     ap.add_argument("--config", action="append", help="run only these configurations (default: all)")
     ap.add_argument("--check-reference", action="store_true", help="only the reference's own checks (no dfg)")
+    ap.add_argument("--wrong-reference", action="store_true",
+                    help="the test's own test: leave the NF4 round trip out of the 4-bit configurations' reference "
+                         "(they must fail)")
     a = ap.parse_args()
+    SKIP_ROUND_TRIP[0] = a.wrong_reference
     hf_site = os.path.abspath(os.environ.get("DFG_HF_SITE") or a.hf_site)
     peft_site = os.path.abspath(os.environ.get("DFG_PEFT_SITE") or a.peft_site)
     seed = run_seed(PROG)
