@@ -59,6 +59,25 @@ exactly the modules the targets name (suffix match; all-linear: every Linear/Con
 head); disable_adapter() gives the logits of the plain transformers model; merge_and_unload()
 gives PEFT's logits.
 
+--emulate-gpu f32|bf16 (grpo_golden.py's mode): every plan is compiled with --target cuda --set
+torch_dtype=float32|bfloat16 and run with dfg run --emulate-gpu --threads 1 (the CUDA backend's own
+code, its .cu kernels under the SIMT emulator, GEMMs by the cuBLAS interpreter; a few seconds a
+step for these models). In f32 everything above is checked at the CPU's tolerances. In bf16 (the
+cuda default: the frozen base and the adapters in bf16, f32 masters for the adapters) the reference
+starts from the weights dfg computes with: every base weight and every adapter rounded to the
+nearest bf16 (ties to even, grpo_golden.bf16_rounded), for QLoRA the block linears' NF4 round trip
+(f32 products code * absmax) rounded to bf16 as the dequantisation kernel writes bf16; the step is
+compared at grpo_golden's bf16 tolerances (TOL_BF16 per tensor, TOL_BF16_KL_SUMS for loss, kl and
+grad_norm, the sums of exp(ref_logp - logp)), and the updates (new - old) are not compared: a bf16
+parameter cannot show an update smaller than its rounding (the f32 masters hold it). The updated
+adapters are still compared as weights: Adam's first step is ~lr * sign(g), and a tiny gradient
+whose sign bf16 flips moves an element by up to 2 lr, ~2e-2 of GPT-2's mlp.c_proj lora_A
+(|a| <= 1/sqrt(132)), the tightest here against TOL_BF16 (1.97e-2 seen over 12 seeds). A base weight
+the dump holds must equal its bf16 rounding bit for bit. The --save, --save --merge, default-init
+and mismatched-r checks are left out in bf16 (they check the CLI's files, not the backend's
+arithmetic, and --merge's 1e-4 against merge_and_unload() does not hold for a bf16 base); f32
+keeps all of them.
+
 Exit codes: 0 all agree, 1 a mismatch or an error, 77 torch, numpy, transformers or peft cannot be
 imported (ctest: skipped) -- unless DFG_REQUIRE_HF=1, which makes that a failure (CI). The
 transformers directory is --hf-site (DFG_HF_SITE wins), PEFT's and accelerate's --peft-site
@@ -85,6 +104,28 @@ TOL = 1e-4          # as grpo_golden.py's, for every compared quantity of dfg
 TOL_SELF = 1e-12    # the float64 reference against its own written-out math
 TOL_SELF_MERGE = 1e-5  # PEFT's float32 merged model against its float32 unmerged one
 PROG = "peft_golden"
+# --emulate-gpu: None, "f32" or "bf16" (the tolerances are grpo_golden's: G.TOL_BF16, G.TOL_BF16_KL_SUMS)
+GPU = {"mode": None}
+
+
+def target_flags():
+    """dfg compile's flags for the mode: a cuda plan in float32 or bfloat16 (none on the CPU)."""
+    mode = GPU["mode"]
+    return ["--target", "cuda", "--set", "torch_dtype=" + ("float32" if mode == "f32" else "bfloat16")] if mode else []
+
+
+def run_flags():
+    """dfg run's flags for the mode: the cuda plan on the emulated GPU, one thread."""
+    return ["--emulate-gpu", "--threads", "1"] if GPU["mode"] else []
+
+
+def bf16_model_(model):
+    """model's parameters (the base's and the adapters', tied ones once) rounded to bf16 in place,
+    as a bf16 plan computes with them; returns model."""
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(torch.from_numpy(G.bf16_rounded({"w": p.detach().to(torch.float32).numpy()})["w"]).to(p.dtype))
+    return model
 
 
 def unavailable(why):
@@ -451,26 +492,28 @@ def sh(cmd, what):
 
 
 def compile_plan(dfg, source, plan, sets):
-    sh([dfg, "compile", source, "-o", plan] + sets, "dfg compile")
+    sh([dfg, "compile", source, "-o", plan] + sets + target_flags(), "dfg compile")
 
 
 def run_plan(dfg, plan, model_dir, flags):
-    return sh([dfg, "run", plan, "--weights", model_dir] + flags, "dfg run")
+    return sh([dfg, "run", plan, "--weights", model_dir] + flags + run_flags(), "dfg run")
 
 
 def check_frozen(arch, got, base_w):
     """Every base weight the dump holds is the model directory's, bit for bit; the dump's adapter
     tensors are exactly those expected (checked by the caller). Returns problems."""
-    held = [k for k in base_w if k in got]
+    held, bf16 = [k for k in base_w if k in got], GPU["mode"] == "bf16"
     changed = [k for k in held if not np.array_equal(got[k].reshape(base_w[k].shape), base_w[k])]
     if changed:
         return [f"base weights {changed[:4]} changed in the step (frozen with lora_r > 0)"]
     if held:
         print(f"  frozen: the dump holds {len(held)} of the {len(base_w)} base weights, each bit-identical to the "
-              f"directory's" + (" (--merge's unadapted weights check the rest)" if len(held) < len(base_w) else ""))
+              f"directory's" + (" (bf16-rounded)" if bf16 else "")
+              + (" (--merge's unadapted weights check the rest)" if len(held) < len(base_w) and not bf16 else ""))
     else:
-        print(f"  frozen: the dump holds none of the {len(base_w)} base weights (--merge's unadapted weights, "
-              f"bit-identical to the base's, check them)")
+        print(f"  frozen: the dump holds none of the {len(base_w)} base weights"
+              + (" (not checked in bf16, where --merge is left out)" if bf16 else
+                 " (--merge's unadapted weights, bit-identical to the base's, check them)"))
     return []
 
 
@@ -659,7 +702,8 @@ def check_mismatch(cfg, dfg, d, model_dir, rollouts):
     pm = peft_model(cfg["arch"], model_dir, cfg, r=cfg["r"] + 1)
     pm.save_pretrained(other, safe_serialization=True)
     r = subprocess.run([dfg, "run", os.path.join(d, "plan.dfg"), "--weights", model_dir, "--adapter", other,
-                        "--rollouts", rollouts, "--steps", "1"], capture_output=True, text=True, timeout=300)
+                        "--rollouts", rollouts, "--steps", "1"] + run_flags(), capture_output=True, text=True,
+                       timeout=300)
     ok = 0 < r.returncode < 128
     said = (r.stdout + r.stderr).strip().splitlines()
     print(f"  an adapter of r={cfg['r'] + 1} for a plan of lora_r={cfg['r']}: dfg run exits {r.returncode}"
@@ -706,14 +750,18 @@ def run_config(cfg, dfg, source, workdir, seed, check_only=False):
                                                   "temperature", "learning_rate", "adam_epsilon", "weight_decay",
                                                   "max_grad_norm")))
     vocab = built.config.vocab_size
-    ok = True
+    ok, bf16 = True, GPU["mode"] == "bf16"
+    if bf16:
+        base_w = G.bf16_rounded(base_w)  # what a bf16 plan holds of the base (a dumped one must be this)
     for i in range(20):  # rollouts with no ratio within 1e-5 of a clipping bound (hf_golden's rule)
         tokens, mask, rewards = H.random_rollouts(s, rng, vocab)
         if i == 0:
             ok &= check_reference(cfg, model_dir, policy32, tokens)
             if check_only:
                 return ok, None
-        policy = copy.deepcopy(policy32).double()
+        # bf16: the reference computes with the weights dfg computes with (each rounded to bf16;
+        # QLoRA's block linears are their NF4 round trip already, rounded as the dequantisation writes)
+        policy = (bf16_model_(copy.deepcopy(policy32)) if bf16 else copy.deepcopy(policy32)).double()
         params = adapter_params(arch, policy)
         if set(params) != set(w) or any(p.requires_grad is False for p in params.values()):
             print(f"[{cfg['name']}] FAIL: the PEFT model's trainable adapters are not those saved")
@@ -731,18 +779,19 @@ def run_config(cfg, dfg, source, workdir, seed, check_only=False):
     G.st_write(paths["rollouts.safetensors"], {"tokens": tokens, "completion_mask": mask, "rewards": rewards})
     sets = ["--set", f"model={model_dir}"]
     sets += [a for k, v in s.items() if k not in ("name", "ref") + H.MODEL_SETTINGS for a in ("--set", f"{k}={v}")]
-    saved, merged = os.path.join(d, "saved"), os.path.join(d, "merged")
+    saved = os.path.join(d, "saved")
     step = ["--adapter", adapter_dir, "--rollouts", paths["rollouts.safetensors"], "--steps", "1"]
     t0 = time.time()
     try:
         compile_plan(dfg, source, paths["plan.dfg"], sets)
-        log = run_plan(dfg, paths["plan.dfg"], model_dir, step + ["--dump", paths["out.safetensors"], "--save", saved + "/"])
+        log = run_plan(dfg, paths["plan.dfg"], model_dir,
+                       step + ["--dump", paths["out.safetensors"]] + ([] if bf16 else ["--save", saved + "/"]))
         got, _ = G.st_read(paths["out.safetensors"])
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"[{cfg['name']}] FAIL: {e}")
         return False, f"{cfg['name']}: dfg failed"
     t_dfg = time.time() - t0
-    good, errs = G.compare_step(want, got, w)
+    good, errs = G.compare_step(want, got, w, GPU["mode"])
     ok &= good
     extra = sorted(k for k in got if (".lora_A." in k or ".lora_B." in k) and k not in w)
     problems = check_frozen(arch, got, base_w)
@@ -751,7 +800,24 @@ def run_config(cfg, dfg, source, workdir, seed, check_only=False):
     for p in problems:
         print(f"  {p}  FAIL")
     ok &= not problems
-    ok &= check_saved_adapter(cfg, model_dir, saved, got, adapter_names)
+    if bf16:  # the module's docstring: --save, --merge, default init and mismatched r are f32's checks
+        print("  bf16: --save, --save --merge, default-init and mismatched-r checks left out")
+    else:
+        ok &= check_saved_and_merged(cfg, dfg, source, d, s, model_dir, adapter_dir, paths, step, got, adapter_names,
+                                     tokens)
+    print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
+          f"grad_norm torch {float(want['grad_norm']):.6f} dfg {float(got.get('grad_norm', np.nan)):.6f}, "
+          f"kl {float(want.get('kl', 0.0)):.6f}; dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
+    if not good:
+        print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
+    return ok, H.summary(cfg["name"], errs, w)
+
+
+def check_saved_and_merged(cfg, dfg, source, d, s, model_dir, adapter_dir, paths, step, got, adapter_names, tokens):
+    """Steps 4 and 5 of the module's docstring (SAVED/ as PEFT loads it, --save --merge against
+    merge_and_unload()) and, where the configuration asks, the default-init and mismatched-r checks."""
+    saved, merged = os.path.join(d, "saved"), os.path.join(d, "merged")
+    ok = check_saved_adapter(cfg, model_dir, saved, got, adapter_names)
     try:
         run_plan(dfg, paths["plan.dfg"], model_dir, step + ["--dump", paths["out_merge.safetensors"], "--save", merged + "/",
                                                             "--merge"])
@@ -764,12 +830,7 @@ def run_config(cfg, dfg, source, workdir, seed, check_only=False):
         ok &= check_default_init(cfg, dfg, source, model_dir, d, s, paths["rollouts.safetensors"])
     if cfg.get("mismatch_check"):
         ok &= check_mismatch(cfg, dfg, d, model_dir, paths["rollouts.safetensors"])
-    print(f"[{cfg['name']}] loss torch {float(want['loss']):+.8f} dfg {float(got.get('loss', np.nan)):+.8f}, "
-          f"grad_norm torch {float(want['grad_norm']):.6f} dfg {float(got.get('grad_norm', np.nan)):.6f}, "
-          f"kl {float(want.get('kl', 0.0)):.6f}; dfg {t_dfg:.2f}s; {'PASS' if ok else 'FAIL'}")
-    if not good:
-        print("  dfg run printed:\n" + "\n".join("  | " + line for line in log.splitlines()))
-    return ok, H.summary(cfg["name"], errs, w)
+    return ok
 
 
 def main():
@@ -787,8 +848,12 @@ def main():
     ap.add_argument("--wrong-reference", action="store_true",
                     help="the test's own test: leave the NF4 round trip out of the 4-bit configurations' reference "
                          "(they must fail)")
+    ap.add_argument("--emulate-gpu", choices=("f32", "bf16"),
+                    help="compile for cuda (torch_dtype float32 or bfloat16) and run with dfg run --emulate-gpu "
+                         "--threads 1; bf16: the reference from bf16-rounded weights, bf16's tolerances, no updates")
     a = ap.parse_args()
     SKIP_ROUND_TRIP[0] = a.wrong_reference
+    GPU["mode"] = a.emulate_gpu
     hf_site = os.path.abspath(os.environ.get("DFG_HF_SITE") or a.hf_site)
     peft_site = os.path.abspath(os.environ.get("DFG_PEFT_SITE") or a.peft_site)
     seed = run_seed(PROG)
@@ -797,8 +862,11 @@ def main():
     import_libraries(hf_site, peft_site)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     print(f"{PROG}: seed {seed} (replay with DFG_TEST_SEED={seed}); torch {torch.__version__}, transformers "
-          f"{transformers.__version__} from {hf_site}, peft {peft.__version__} from {peft_site}; tolerance {G.TOL:g} "
-          f"per tensor, {G.TOL_UPDATE:g} per update")
+          f"{transformers.__version__} from {hf_site}, peft {peft.__version__} from {peft_site}; "
+          + (f"tolerance {G.TOL_BF16:g} per tensor ({G.TOL_BF16_KL_SUMS:g} for {', '.join(G.KL_SUMS)}), no updates; "
+             f"bf16 cuda plans on the emulated GPU" if GPU["mode"] == "bf16" else
+             f"tolerance {G.TOL:g} per tensor, {G.TOL_UPDATE:g} per update"
+             + ("; f32 cuda plans on the emulated GPU" if GPU["mode"] else "")))
     if not a.check_reference and not (a.dfg and a.source):
         print(f"{PROG}: FAIL: --dfg and --source are needed (or --check-reference)")
         return 1
