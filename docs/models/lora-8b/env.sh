@@ -1,0 +1,7 @@
+Q8="--set model_type=qwen3 --set hidden_size=4096 --set num_hidden_layers=36 --set num_attention_heads=32 --set num_key_value_heads=8 --set head_dim=128 --set intermediate_size=12288 --set vocab_size=151936 --set tie_word_embeddings=false --set rms_norm_eps=1e-6 --set rope_theta=1000000 --set max_position_embeddings=40960 --set eos_token_id=151645"
+L8="--set model_type=llama --set hidden_size=4096 --set num_hidden_layers=32 --set num_attention_heads=32 --set num_key_value_heads=8 --set intermediate_size=14336 --set vocab_size=128256 --set max_position_embeddings=131072 --set rms_norm_eps=1e-5 --set rope_theta=500000 --set tie_word_embeddings=false --set head_dim=128"
+B="--set prompts_per_step=32 --set num_generations=8 --set max_prompt_length=256 --set max_completion_length=2048 --set beta=0.04"
+LORA="--set lora_r=16 --set lora_alpha=32 --set lora_target_modules=all-linear"
+Q4="--set load_in_4bit=true --set bnb_4bit_use_double_quant=true"
+U="--set prompts_per_step=1 --set num_generations=8 --set max_prompt_length=256 --set max_completion_length=20224 --set beta=0.04"
+ULORA="--set lora_r=32 --set lora_alpha=32 --set lora_target_modules=all-linear"
