@@ -75,6 +75,16 @@ CONFIGS = {
     "qwen2.5-0.5b": dict(settings=dict(model="tools/bench/models/qwen2.5-0.5b", digits=4, prompts_per_step=2,
                                        num_generations=4, beta=0.04),
                          steps=2, warmup=1, runs=2, min_free_gib=14),
+    # the same step with LoRA (r 16, alpha 32, all-linear: PEFT's semantics, TRL's usual rank): dfg's plan
+    # with lora_r/lora_alpha/lora_target_modules (a frozen base, the reference = the base with the adapters
+    # off), against grpo_torch.py --model ... --lora_r 16: transformers + peft 0.11.1 (get_peft_model with the
+    # same LoraConfig, AdamW over the adapters, the reference log-probs under disable_adapter(), as TRL).
+    # Lengths as qwen2.5-0.5b's: max_completion_length digits + 2 = 6 decoded by both; loss_type grpo in both
+    # (grpo_torch.py's; dfg's default is dapo); learning rate 1e-5 in both (no effect on the time)
+    "lora-qwen2.5-0.5b": dict(settings=dict(model="tools/bench/models/qwen2.5-0.5b", digits=4, prompts_per_step=2,
+                                            num_generations=4, beta=0.04, loss_type="grpo", learning_rate=1e-5,
+                                            lora_r=16, lora_alpha=32, lora_target_modules="all-linear"),
+                              steps=3, warmup=1, runs=3, min_free_gib=8),
     # variable completion lengths: the main job's model on `reverse` with 60 digits (answer + EOS:
     # 61 tokens, ~24 % of max_completion_length 256), warm-started by 200 SFT steps of dfg at lr
     # 1e-3; the measured steps train at 1e-6 (TRL's default for a pretrained policy) so that the
@@ -202,7 +212,8 @@ def torch_args(s, threads, seed, dev=None):
     """grpo_torch.py's command line; dev: None on the CPU, else (dtype, compile mode or None)."""
     a = [sys.executable, os.path.join(HERE, "grpo_torch.py")]
     for k in ("model", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "digits", "prompts_per_step",
-              "num_generations", "beta", "max_completion_length", "learning_rate"):
+              "num_generations", "beta", "max_completion_length", "learning_rate", "lora_r", "lora_alpha",
+              "lora_target_modules"):
         if k in s:
             a += [f"--{k}", str(s[k])]
     a += ["--threads", str(threads), "--seed", str(seed)]
@@ -285,6 +296,9 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup, 
         ms = [x["ms"] for x in rows]
         m["arena_bytes"] = rows[-1].get("arena_bytes") if rows else None
         m["reward_mean"] = statistics.mean(x["reward"] for x in rows if x.get("reward") is not None) if rows else None
+        staged = [x["stage_ms"] for x in rows if x.get("stage_ms")]
+        if staged:  # dfg's mean ms per stage over the timed steps
+            m["stage_ms_mean"] = {k: round(statistics.mean(x.get(k, 0.0) for x in staged), 3) for k in staged[0]}
         if a.device == "cuda":
             host = [x["host_ms"] for x in rows if x.get("host_ms") is not None]
             m["host_ms_median"] = statistics.median(host) if host else None
@@ -296,6 +310,8 @@ def one_run(impl, cfg_name, mode, s, a, work, r, plan, rollouts, steps, warmup, 
         ms = [x["ms"] for x in rows]
         m["blas"] = summary.get("blas")
         m["self_reported_peak_rss_bytes"] = summary.get("peak_rss_bytes")
+        m.update({k: summary.get(k) for k in ("params", "trained_params", "transformers", "peft", "lora")
+                  if summary.get(k) is not None})
         m["reward_mean"] = statistics.mean(x["reward"] for x in rows) if rows else None
         if a.device == "cuda":
             bench_gpu.add_device(m, impl, out, summary)
@@ -438,18 +454,38 @@ def table(results):
     return "\n".join(lines)
 
 
+def stage_note(res):
+    """dfg's time per stage (stage_ms of --metrics: the mean over a run's timed steps, then the median
+    over runs) in each mode, or ''."""
+    out = []
+    for mode, sm in res["modes"].items():
+        runs = [m["stage_ms_mean"] for m in sm["dfg"]["runs"] if m.get("stage_ms_mean")]
+        if not runs:
+            continue
+        per = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+        parts = ", ".join(f"{k} {v:.0f}" if v >= 10 else f"{k} {v:.2f}" for k, v in per.items() if v >= 0.005)
+        out.append(f" dfg's ms per stage ({mode}; mean over the timed steps, median of runs): {parts}.")
+    return "".join(out)
+
+
 def notes(res):
+    lora = res["settings"].get("lora_r")
     return (f"{res['config']}: {res['sequences']} sequences of {res['prompt_len']} prompt + {res['completion_len']} "
             f"completion tokens; tok/s = {res['completion_tokens_per_step']} completion positions per step "
             f"(sequences x max_completion_length, generated in `full`, trained on in `fixed`) / median step time; "
-            f"{res['runs']} alternating runs per program, {res['steps']} steps each, first {res['warmup']} not timed.")
+            f"{res['runs']} alternating runs per program, {res['steps']} steps each, first {res['warmup']} not timed."
+            + (f" LoRA r {lora}, alpha {res['settings'].get('lora_alpha')}, targets "
+               f"{res['settings'].get('lora_target_modules')}: torch is transformers + peft (get_peft_model, AdamW "
+               f"over the adapters, the reference under disable_adapter())." if lora else "")
+            + stage_note(res))
 
 
 def main():
     ap = argparse.ArgumentParser(description="dfg vs eager PyTorch on examples/grpo.c's GRPO step")
     ap.add_argument("--configs", default="tiny,small", help="comma list of: " + ", ".join(CONFIGS))
     ap.add_argument("--modes", default="full,fixed", help="comma list of: full, fixed")
-    ap.add_argument("--runs", type=int, help="alternating runs per program (default 3; gpt2-124m 1)")
+    ap.add_argument("--runs", type=int, help="alternating runs per program (default 3; gpt2-124m 1, "
+                    "qwen2.5-0.5b 2)")
     ap.add_argument("--steps", type=int, help="steps per process, warm-up included (default per config)")
     ap.add_argument("--warmup", type=int, help="first steps not timed (default per config)")
     ap.add_argument("--threads", type=int, default=2)

@@ -41,6 +41,17 @@ gives them to TRL (the prefill's last position; the completion positions when sc
 log_softmax + gather over the whole vocabulary. The reference model is a frozen deep copy.
 --model leaves --n_layer .. --vocab_size unused; n_positions is max_position_embeddings.
 
+--lora_r R (with --model; --lora_alpha A, --lora_target_modules M, dfg's --set names): LoRA as
+TRL trains with a PEFT LoraConfig: peft 0.11.1 (from --peft-site, default .deps/peft-0.11.1,
+with accelerate; `tools/deps.sh --test`) wraps the transformers model with
+get_peft_model(model, LoraConfig(r=R, lora_alpha=A, target_modules=M ("all-linear" or a comma
+list), lora_dropout=0, bias="none", task_type="CAUSAL_LM")): the base frozen, adapters A (r, in)
+and B (out, r) on each targeted linear, y += (alpha / r) x A^T B^T, PEFT's init (A kaiming-uniform,
+B zero). The rollout and the policy's log-probs run through the adapted model; there is no
+reference copy: the reference log-probs (beta != 0) are the same model under
+`with model.disable_adapter():`, as TRL computes them for a PEFT policy; the AdamW optimizer and
+clip_grad_norm_ get the adapters only (the parameters with requires_grad).
+
 --stop-at-eos (the `varlen` config of bench.py): generation as transformers' generate() and so
 TRL do it: a row that has sampled its EOS gets the pad id (0) from then on, and the decode loop
 ends once every row has ended (at max_completion_length at the latest); the completions are as
@@ -135,6 +146,14 @@ def parse_args(argv=None):
     ap.add_argument("--hf-site", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), ".deps", "hf-4.40.2"),
         help="where transformers is installed (--model; default: the repository's .deps/hf-4.40.2)")
+    ap.add_argument("--lora_r", type=int, default=0, help="--model: LoRA adapters of this rank with PEFT (0: none, "
+                    "every weight trains)")
+    ap.add_argument("--lora_alpha", type=float, default=8.0, help="LoRA scale = lora_alpha / lora_r (PEFT's default 8)")
+    ap.add_argument("--lora_target_modules", default="all-linear",
+                    help="PEFT's target_modules: all-linear or a comma-separated list of module names")
+    ap.add_argument("--peft-site", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), ".deps", "peft-0.11.1"),
+        help="where peft (and accelerate) are installed (--lora_r; default: the repository's .deps/peft-0.11.1)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dtype", choices=("f32", "bf16"), help="f32 (the default on cpu) or bf16 autocast (the default "
                     "on cuda; cuda only)")
@@ -253,6 +272,26 @@ def load_hf(directory, site):
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", torch_dtype=torch.float32)
     model.float().eval()  # config.json's torch_dtype (bfloat16) is the checkpoint's; the CPU run is fp32
     return model, transformers.__version__
+
+
+def wrap_lora(model, a):
+    """get_peft_model(model, LoraConfig(...)) with PEFT from a.peft_site: returns (the PeftModel,
+    peft's version). PEFT injects its LoRA layers into model itself, so model (the transformers
+    model) keeps working with HF's passes below, adapters on unless under disable_adapter()."""
+    if a.peft_site and os.path.isdir(a.peft_site):
+        sys.path.insert(0, a.peft_site)
+    try:
+        import warnings
+        warnings.filterwarnings("ignore", module="peft")
+        import peft
+    except ImportError as e:
+        sys.exit(f"grpo_torch: --lora_r needs peft (looked in {a.peft_site}: run tools/deps.sh --test): {e}")
+    targets = a.lora_target_modules if a.lora_target_modules == "all-linear" else a.lora_target_modules.split(",")
+    cfg = peft.LoraConfig(r=a.lora_r, lora_alpha=a.lora_alpha, target_modules=targets, lora_dropout=0.0,
+                          bias="none", task_type="CAUSAL_LM")
+    pm = peft.get_peft_model(model, cfg)
+    pm.eval()
+    return pm, peft.__version__
 
 
 class HF:
@@ -390,13 +429,16 @@ def advantages_of(rewards, G):
     return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)
 
 
-def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a, logp_fn=token_logp, amp=contextlib.nullcontext):
+def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a, logp_fn=token_logp, amp=contextlib.nullcontext,
+               ref_off=None, trained=None):
     """advantages, reference log-probs, the GRPO loss, backward, clipping and AdamW. logp_fn is
-    token_logp or its torch.compile'd version; amp() the autocast context of the forward passes."""
+    token_logp or its torch.compile'd version; amp() the autocast context of the forward passes.
+    ref_off (LoRA): a context under which policy is the reference (PEFT's disable_adapter), used
+    instead of ref; trained: the parameters clipped (default: all of policy's)."""
     adv = advantages_of(rewards, a.num_generations)
     if a.beta != 0.0:
-        with torch.no_grad(), amp():
-            ref_logp = logp_fn(ref, tokens, Lp, a.temperature)
+        with torch.no_grad(), amp(), (ref_off() if ref_off else contextlib.nullcontext()):
+            ref_logp = logp_fn(policy if ref_off else ref, tokens, Lp, a.temperature)
     with amp():
         logp = logp_fn(policy, tokens, Lp, a.temperature)
     old_logp = logp.detach()  # num_iterations 1: the ratio is 1, its gradient is not
@@ -410,7 +452,7 @@ def train_step(policy, ref, opt, tokens, mask, rewards, Lp, a, logp_fn=token_log
     loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()  # loss_type grpo
     opt.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(policy.parameters(), a.max_grad_norm)
+    torch.nn.utils.clip_grad_norm_(policy.parameters() if trained is None else trained, a.max_grad_norm)
     opt.step()
     return loss.item()
 
@@ -557,13 +599,17 @@ def main(a):
     Lp, max_new = a.digits + 1, a.max_completion_length or a.digits + 2  # examples/grpo.c's defaults
     T = Lp + max_new
     P, G = a.prompts_per_step, a.num_generations
-    hf_version = None
+    hf_version = peft_version = peft_model = None
+    if a.lora_r and not a.model:
+        sys.exit("grpo_torch: --lora_r is for --model (a transformers model wrapped by PEFT)")
     if a.model:  # a transformers model from config.json (random weights)
         if a.stop_at_eos or a.weights:
             sys.exit("grpo_torch: --stop-at-eos and --weights are for the built-in GPT-2, not --model")
         if a.compile:
             sys.exit("grpo_torch: --compile is for the built-in GPT-2, not --model")
         policy, hf_version = load_hf(a.model, a.hf_site)
+        if a.lora_r:
+            peft_model, peft_version = wrap_lora(policy, a)  # policy is the adapted model from here on
         n_positions, vocab_size = HF.n_positions(policy), HF.vocab_size(policy)
     else:
         n_positions, vocab_size = a.n_positions or T, a.vocab_size
@@ -573,7 +619,7 @@ def main(a):
         sys.exit(f"grpo_torch: vocab_size {vocab_size} is smaller than the task's vocabulary ({TASK_VOCAB})")
     if a.model:
         ref = None
-        if a.beta != 0.0:
+        if a.beta != 0.0 and not a.lora_r:  # LoRA: the reference is the policy under disable_adapter()
             ref = copy.deepcopy(policy)  # the frozen initial policy
             ref.requires_grad_(False)
             ref.to(dev)
@@ -592,7 +638,9 @@ def main(a):
         gen = lambda m, prompts: generate(m, prompts, max_new, a.temperature, fwd, cache_dtype,  # noqa: E731
                                           a.stop_at_eos)
     policy.to(dev)  # made on the CPU from the seed, so the weights are a CPU run's
-    opt = torch.optim.AdamW(policy.parameters(), lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    trained = [p for p in policy.parameters() if p.requires_grad]  # LoRA: the adapters only
+    ref_off = peft_model.disable_adapter if peft_model is not None else None
+    opt = torch.optim.AdamW(trained, lr=a.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     def rollout():
         prompts, answers = make_prompts(P, G, a.digits)
@@ -638,7 +686,7 @@ def main(a):
                 t0 += time.perf_counter() - tw  # the write is no part of the step's time
         else:
             tokens, full_mask, rewards = fixed
-        loss = train_step(policy, ref, opt, tokens, full_mask[:, Lp:], rewards, Lp, a, logp_fn, amp)
+        loss = train_step(policy, ref, opt, tokens, full_mask[:, Lp:], rewards, Lp, a, logp_fn, amp, ref_off, trained)
         sync()
         ms = 1e3 * (time.perf_counter() - t0)
         if step > a.warmup:
@@ -656,8 +704,10 @@ def main(a):
                "median_ms": med, "threads": a.threads, "torch": torch.__version__,
                "sequences": P * G, "prompt_len": Lp, "completion_len": max_new, "stop_at_eos": a.stop_at_eos,
                "weights": a.weights,
-               "params": sum(p.numel() for p in policy.parameters()), "blas": loaded_blas(),
-               "model": a.model or "gpt2 (built in)", "transformers": hf_version,
+               "params": sum(p.numel() for p in policy.parameters()),
+               "trained_params": sum(p.numel() for p in trained), "blas": loaded_blas(),
+               "model": a.model or "gpt2 (built in)", "transformers": hf_version, "peft": peft_version,
+               "lora": dict(r=a.lora_r, alpha=a.lora_alpha, target_modules=a.lora_target_modules) if a.lora_r else None,
                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if a.device == "cuda":
         sync()
