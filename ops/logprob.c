@@ -81,7 +81,9 @@ dfg_status dfg_infer_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_out_spe
  * gradient and value when the loss differentiates the entropy output too -> dhidden, dweight, workspace (rc, vc).
  * With acc (a gradient buffer of the weight's shape, PARAM/STATE), dweight is added into acc in
  * place and output 1 is acc's new value: the fuse pass makes this form from "dW, then
- * accumulate dW into the buffer", so a vocabulary-sized dW is never stored on its own. */
+ * accumulate dW into the buffer", so a vocabulary-sized dW is never stored on its own.
+ * With no_dweight (the weight is frozen: LoRA's base lm_head) there is no accumulator, dweight is
+ * a one-float stand-in nothing reads, and the kernels skip the dW GEMMs (a third of the work). */
 dfg_status dfg_infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in < 5 || n->n_in > 8)
         return dfg_node_fail(g, n, DFG_ERR_ARG, "needs 5 inputs, 7 with the entropy's gradient, one more with an accumulator");
@@ -100,7 +102,11 @@ dfg_status dfg_infer_linear_logprob_bwd(dfg_graph *g, const dfg_node *n, dfg_out
         !chunks_ok(n, dfg_shape_numel(t->shape), v))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "inconsistent shapes");
     out[0] = (dfg_out_spec){h->dtype, h->shape, -1, false};
-    out[1] = acc ? (dfg_out_spec){w->dtype, w->shape, n->n_in - 1, true} : (dfg_out_spec){w->dtype, w->shape, -1, false};
+    if (n->attr->logprob.no_dweight && acc)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "no_dweight leaves the weight's gradient out: it takes no accumulator");
+    out[1] = n->attr->logprob.no_dweight ? (dfg_out_spec){w->dtype, DFG_SHAPE(1), -1, false}
+             : acc                       ? (dfg_out_spec){w->dtype, w->shape, n->n_in - 1, true}
+                                         : (dfg_out_spec){w->dtype, w->shape, -1, false};
     out[2] = (dfg_out_spec){DFG_F32, DFG_SHAPE(n->attr->logprob.rows_chunk, n->attr->logprob.v_chunk), -1, false};
     return DFG_OK;
 }
@@ -112,14 +118,15 @@ dfg_cost dfg_cost_logprob(const dfg_node *n) {
 }
 
 /* linear_logprob: the lm_head GEMM (2 rows V C) plus the logprob work; backward recomputes the
- * logits and does two more GEMMs of that size */
+ * logits and does two more GEMMs of that size (one when the weight's gradient is left out) */
 dfg_cost dfg_cost_linear_logprob(const dfg_node *n) {
     bool bwd = n->op == DFG_OP_LINEAR_LOGPROB_BWD;
     const dfg_tensor *h = n->in[bwd ? 1 : 0], *w = n->in[bwd ? 2 : 1];
     double rows = (double)dfg_shape_numel(h->shape) / (double)h->shape.d[h->shape.rank - 1];
     double v = (double)dfg_shape_numel(w->shape) / (double)h->shape.d[h->shape.rank - 1];
     double gemm = 2.0 * (double)dfg_shape_numel(h->shape) * v;
-    return dfg_cost_io(n, (bwd ? 3.0 : 1.0) * gemm + 10.0 * rows * v);
+    double gemms = !bwd ? 1.0 : n->attr->logprob.no_dweight ? 2.0 : 3.0;
+    return dfg_cost_io(n, gemms * gemm + 10.0 * rows * v);
 }
 
 dfg_status dfg_grad_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *const *dout, const bool *need, dfg_tensor **din) {
@@ -134,7 +141,9 @@ dfg_status dfg_grad_linear_logprob(dfg_graph *g, const dfg_node *n, dfg_tensor *
     if ((!dout[0] && !dout[3]) || (!need[0] && !need[1])) return g->status;
     dfg_tensor *dlogp = dout[0] ? dout[0] : dfg_fill(g, DFG_F32, n->out[0]->shape, 0.0f);
     dfg_tensor *in[7] = {dlogp, n->in[0], n->in[1], n->in[2], n->out[1], dout[3], n->out[3]};
-    dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, dout[3] ? 7 : 5, n->attr, 3);
+    dfg_attrs a = *n->attr;
+    a.logprob.no_dweight = !need[1]; /* a frozen lm_head: no (V, C) gradient made and thrown away */
+    dfg_node *b = dfg_node_add(g, DFG_OP_LINEAR_LOGPROB_BWD, in, dout[3] ? 7 : 5, &a, 3);
     if (!b) return g->status;
     if (need[0]) din[0] = b->out[0];
     if (need[1]) din[1] = b->out[1];

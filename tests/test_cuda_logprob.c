@@ -28,6 +28,7 @@ typedef struct {
     int64_t rc, vc;          /* linear: chunks */
     bool acc;                /* linear_logprob_bwd: the accumulator (6 inputs, or 8) */
     bool ent;                /* linear_logprob_bwd: dentropy, entropy (7 inputs, or 8) */
+    bool nodw;               /* linear_logprob_bwd: no_dweight (a frozen weight: dh only) */
 } lp_case;
 
 static dfg_shape rows_shape(const lp_case *k) { return k->rank == 1 ? DFG_SHAPE(k->d0) : DFG_SHAPE(k->d0, k->d1); }
@@ -35,7 +36,7 @@ static dfg_shape with_last(const lp_case *k, int64_t last) {
     return k->rank == 1 ? DFG_SHAPE(k->d0, last) : DFG_SHAPE(k->d0, k->d1, last);
 }
 static dfg_attrs attrs_of(const lp_case *k) {
-    return (dfg_attrs){.logprob = {k->inv_temp, k->tb, k->rc, k->vc}};
+    return (dfg_attrs){.logprob = {k->inv_temp, k->tb, k->rc, k->vc, k->nodw}};
 }
 
 static dfg_node *build_logprob(dfg_graph *g, dfg_dtype dt, void *user) {
@@ -141,6 +142,7 @@ static void label_of(char *buf, size_t len, const char *op, const lp_case *k) {
     snprintf(buf, len, "%s rows%s V%lld C%lld s%g%s rc%lld vc%lld%s%s", op, rs, (long long)k->v, (long long)k->c,
              (double)k->inv_temp, k->tb ? " W(V,C)" : " W(C,V)", (long long)k->rc, (long long)k->vc,
              k->acc ? " acc" : "", k->ent ? " +entropy" : "");
+    if (k->nodw) snprintf(buf + strlen(buf), len - strlen(buf), " no_dweight");
 }
 
 static void check_case(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, const lp_case *k,
@@ -341,6 +343,47 @@ static void check_entropy_textbook(lp_case k) {
     for (int j = 0; j < 8; j++) free(src[j]);
 }
 
+/* no_dweight (a frozen lm_head): on the same inputs, dh is bit for bit the full backward's, on
+ * the emulated device and on the CPU, in f32 and bf16, and neither kernel writes the one-float
+ * stand-in for dW (it stays poisoned; a dW written there would also run past its allocation). */
+static void check_no_dweight(lp_case k) {
+    k.acc = false;
+    lp_case kn = k;
+    kn.nodw = true;
+    for (int dti = 0; dti < 2; dti++) {
+        dfg_dtype dt = dti ? DFG_BF16 : DFG_F32;
+        float *src[8];
+        sources(build_linear_bwd, &k, src);
+        direct full, nodw;
+        char what[240];
+        label_of(what, sizeof(what), "linear_logprob_bwd", &kn);
+        snprintf(what + strlen(what), sizeof(what) - strlen(what), " (%s)", dfg_dtype_name(dt));
+        if (direct_make(&full, build_linear_bwd, &k, dt, src, 0, 0, true)) {
+            if (direct_make(&nodw, build_linear_bwd, &kn, dt, src, 0, 0, true)) {
+                CHECK(dfg_tensor_numel(nodw.n->out[1]) == 1, "%s: dW's stand-in has %lld elements", what,
+                      (long long)dfg_tensor_numel(nodw.n->out[1]));
+                unsigned char poison[4];
+                dfg_test_poison(poison, sizeof(poison));
+                size_t sb = dfg_tensor_bytes(nodw.n->out[1]);
+                const int devices = dt == DFG_F32 ? 2 : 1; /* the CPU kernels are f32 */
+                for (int dev = 0; dev < devices; dev++) {
+                    bool ok = dev ? direct_cpu(&full) && direct_cpu(&nodw)
+                                  : direct_emu(&full, 0) == 0 && direct_emu(&nodw, 3) == 0;
+                    CHECK(ok, "%s: a %s run failed", what, dev ? "CPU" : "emulated");
+                    if (!ok) break;
+                    char where[280];
+                    snprintf(where, sizeof(where), "%s on the %s", what, dev ? "CPU" : "emulated device");
+                    same_output(&full, &nodw, 0, where);
+                    CHECK(memcmp(nodw.out[1], poison, sb < 4 ? sb : 4) == 0, "%s: dW's stand-in was written", where);
+                }
+                direct_free(&nodw);
+            }
+            direct_free(&full);
+        }
+        for (int j = 0; j < 8; j++) free(src[j]);
+    }
+}
+
 /* A target outside [0, V) sets the device flag (the CPU kernel refuses the node instead). */
 static void check_bad_target(dfg_node *(*build)(dfg_graph *, dfg_dtype, void *), const char *op, lp_case k,
                              int target_slot, int32_t bad) {
@@ -361,12 +404,12 @@ int main(void) {
     /* logprob, logprob_bwd: a warp per row (V <= 2048) and a block per row; V = 1 and odd
      * vocabularies (16-byte head and tail); rank-2 and rank-3 logits; temperatures */
     const lp_case rows[] = {
-        {1, 1, 0, 1, 0, 1.0f, false, 0, 0, false, false},      {1, 3, 0, 5, 0, 1.0f, false, 0, 0, false, false},
-        {1, 7, 0, 33, 0, 0.7f, false, 0, 0, false, false},     {2, 2, 3, 37, 0, 1.3f, false, 0, 0, false, false},
-        {1, 17, 0, 64, 0, 1.0f, false, 0, 0, false, false},    {1, 5, 0, 1025, 0, 1.0f, false, 0, 0, false, false},
-        {1, 9, 0, 2048, 0, 0.5f, false, 0, 0, false, false},   {1, 3, 0, 2049, 0, 1.0f, false, 0, 0, false, false},
-        {1, 4, 0, 4099, 0, 2.0f, false, 0, 0, false, false},   {2, 2, 2, 4096, 0, 1.0f, false, 0, 0, false, false},
-        {1, 2, 0, 50257, 0, 1.0f, false, 0, 0, false, false},
+        {1, 1, 0, 1, 0, 1.0f, false, 0, 0, false, false, false},      {1, 3, 0, 5, 0, 1.0f, false, 0, 0, false, false, false},
+        {1, 7, 0, 33, 0, 0.7f, false, 0, 0, false, false, false},     {2, 2, 3, 37, 0, 1.3f, false, 0, 0, false, false, false},
+        {1, 17, 0, 64, 0, 1.0f, false, 0, 0, false, false, false},    {1, 5, 0, 1025, 0, 1.0f, false, 0, 0, false, false, false},
+        {1, 9, 0, 2048, 0, 0.5f, false, 0, 0, false, false, false},   {1, 3, 0, 2049, 0, 1.0f, false, 0, 0, false, false, false},
+        {1, 4, 0, 4099, 0, 2.0f, false, 0, 0, false, false, false},   {2, 2, 2, 4096, 0, 1.0f, false, 0, 0, false, false, false},
+        {1, 2, 0, 50257, 0, 1.0f, false, 0, 0, false, false, false},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         check_case(build_logprob, "logprob", &rows[i], 0);
@@ -375,12 +418,12 @@ int main(void) {
     /* linear_logprob(_bwd): both weight layouts; row chunks that divide the rows or not (and 1);
      * v_chunk = V, blocks of 256 with and without a tail; C odd; the accumulating form */
     const lp_case lin[] = {
-        {1, 1, 0, 1, 1, 1.0f, true, 1, 1, false, false},          {1, 5, 0, 300, 7, 1.0f, true, 5, 300, false, false},
-        {1, 5, 0, 300, 7, 0.8f, false, 2, 256, false, false},     {2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, false},
-        {1, 9, 0, 1000, 16, 1.25f, false, 9, 512, true, false},   {1, 9, 0, 1000, 16, 1.0f, true, 3, 1000, false, false},
-        {1, 6, 0, 777, 5, 1.0f, false, 6, 777, true, false},      {1, 7, 0, 1024, 12, 1.0f, true, 7, 256, false, false},
-        {1, 3, 0, 5003, 8, 1.0f, true, 3, 1280, false, false},    {1, 1, 0, 257, 3, 1.0f, false, 1, 256, false, false},
-        {1, 2, 0, 66000, 2, 1.0f, true, 2, 66000, false, false}, /* more blocks than a round of the fold */
+        {1, 1, 0, 1, 1, 1.0f, true, 1, 1, false, false, false},          {1, 5, 0, 300, 7, 1.0f, true, 5, 300, false, false, false},
+        {1, 5, 0, 300, 7, 0.8f, false, 2, 256, false, false, false},     {2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, false, false},
+        {1, 9, 0, 1000, 16, 1.25f, false, 9, 512, true, false, false},   {1, 9, 0, 1000, 16, 1.0f, true, 3, 1000, false, false, false},
+        {1, 6, 0, 777, 5, 1.0f, false, 6, 777, true, false, false},      {1, 7, 0, 1024, 12, 1.0f, true, 7, 256, false, false, false},
+        {1, 3, 0, 5003, 8, 1.0f, true, 3, 1280, false, false, false},    {1, 1, 0, 257, 3, 1.0f, false, 1, 256, false, false, false},
+        {1, 2, 0, 66000, 2, 1.0f, true, 2, 66000, false, false, false}, /* more blocks than a round of the fold */
     };
     for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++) {
         check_case(build_linear, "linear_logprob", &lin[i], 1u << 2); /* the workspace is no result */
@@ -394,26 +437,34 @@ int main(void) {
      * the entropy and the accumulator */
     for (int i = 0; i < 4; i++) {
         lp_case r = {1, dfg_test_int(1, 12), 0, dfg_test_int(1, 1800), dfg_test_int(1, 20), dfg_test_uniform(0.5f, 1.5f),
-                     dfg_test_int(0, 1), 0, 0, dfg_test_int(0, 1), dfg_test_int(0, 1)};
+                     dfg_test_int(0, 1), 0, 0, dfg_test_int(0, 1), dfg_test_int(0, 1), false};
         r.rc = dfg_test_int(1, (int)r.d0);
         r.vc = r.v <= 256 || dfg_test_int(0, 2) == 0 ? r.v : 256 * dfg_test_int(1, (int)(r.v / 256));
         check_case(build_linear, "linear_logprob", &r, 1u << 2);
         check_case(build_linear_bwd, "linear_logprob_bwd", &r, 1u << 2);
     }
     /* results independent of v_chunk: bit for bit, forward and backward */
-    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.0f, true, 4, 0, false, false}, 256, 768);
-    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 0.9f, false, 6, 0, true, false}, 512, 1000);
-    check_chunk_independence((lp_case){1, 5, 0, 5003, 4, 1.0f, true, 5, 0, false, false}, 256, 5003);
-    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.1f, true, 4, 0, false, true}, 256, 1000);
-    check_chunk_independence((lp_case){1, 7, 0, 777, 6, 1.0f, false, 3, 0, true, true}, 256, 512);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.0f, true, 4, 0, false, false, false}, 256, 768);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 0.9f, false, 6, 0, true, false, false}, 512, 1000);
+    check_chunk_independence((lp_case){1, 5, 0, 5003, 4, 1.0f, true, 5, 0, false, false, false}, 256, 5003);
+    check_chunk_independence((lp_case){1, 6, 0, 1000, 8, 1.1f, true, 4, 0, false, true, false}, 256, 1000);
+    check_chunk_independence((lp_case){1, 7, 0, 777, 6, 1.0f, false, 3, 0, true, true, false}, 256, 512);
+    check_no_dweight(lin[1]);
+    check_no_dweight(lin[4]); /* W (C, V), vc 512 of 1000: a tail block */
+    check_no_dweight((lp_case){2, 2, 3, 300, 9, 1.0f, true, 4, 256, false, true, false}); /* with the entropy */
+    for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i += 3) { /* and against the CPU, dW masked */
+        lp_case e = lin[i];
+        e.acc = false, e.nodw = true, e.ent = i % 2 == 1;
+        check_case(build_linear_bwd, "linear_logprob_bwd", &e, 1u << 1 | 1u << 2);
+    }
     check_acc_not_in_place(lin[3]);
     check_acc_not_in_place(lin[4]);
-    check_acc_not_in_place((lp_case){2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, true});
+    check_acc_not_in_place((lp_case){2, 2, 3, 300, 9, 1.0f, true, 4, 256, true, true, false});
     /* the entropy output against the textbook */
     check_entropy_textbook(lin[1]);
     check_entropy_textbook(lin[4]);
     check_entropy_textbook(lin[8]);
-    check_entropy_textbook((lp_case){1, 4, 0, 600, 10, 3.0f, false, 4, 256, false, false}); /* sharper: inv_temp 3 */
+    check_entropy_textbook((lp_case){1, 4, 0, 600, 10, 3.0f, false, 4, 256, false, false, false}); /* sharper: inv_temp 3 */
     /* z and dz misaligned against each other (the scalar path); logits starting mid-vector */
     check_shifted(build_logprob_bwd, "logprob_bwd", rows[5], 0, 1);
     check_shifted(build_logprob_bwd, "logprob_bwd", rows[8], 0, 1);
@@ -426,6 +477,6 @@ int main(void) {
     check_bad_target(build_linear, "linear_logprob", lin[2], 2, -3);
     check_bad_target(build_linear_bwd, "linear_logprob_bwd", lin[2], 3, (int32_t)lin[2].v);
     check_bad_target(build_linear_bwd, "linear_logprob_bwd (+entropy)",
-                     (lp_case){1, 5, 0, 300, 7, 0.8f, false, 2, 256, true, true}, 3, -2);
+                     (lp_case){1, 5, 0, 300, 7, 0.8f, false, 2, 256, true, true, false}, 3, -2);
     return cuda_test_end();
 }

@@ -306,6 +306,7 @@ typedef struct {
     int B, T, C, V, L;
     float temp; /* 1: no scale node */
     bool accumulate;
+    bool frozen_head; /* wte (the tied lm_head) takes no gradient, as LoRA's base: no dW made */
 } gpt2_cfg;
 
 static void build_gpt2(dfg_program *p, const void *vcfg) {
@@ -332,11 +333,14 @@ static void build_gpt2(dfg_program *p, const void *vcfg) {
         dfg_nn_grad_buffers(p, m->params, m->n_params, "", buf);
         dfg_backward_accumulate(g, loss, m->params, m->n_params, buf);
     } else {
-        dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * 4];
-        if (!dfg_backward(g, loss, m->params, m->n_params, grads))
-            for (int i = 0; i < m->n_params; i++) {
+        dfg_tensor *grads[4 + DFG_MODEL_PARAMS_PER_BLOCK * 4], *wrt[4 + DFG_MODEL_PARAMS_PER_BLOCK * 4];
+        int n = 0;
+        for (int i = 0; i < m->n_params; i++)
+            if (!c->frozen_head || strcmp(dfg_tensor_name(m->params[i]), "wte.weight")) wrt[n++] = m->params[i];
+        if (!dfg_backward(g, loss, wrt, n, grads))
+            for (int i = 0; i < n; i++) {
                 char name[300];
-                snprintf(name, sizeof(name), "d.%s", dfg_tensor_name(m->params[i]));
+                snprintf(name, sizeof(name), "d.%s", dfg_tensor_name(wrt[i]));
                 dfg_output(g, grads[i], name);
             }
     }
@@ -344,18 +348,18 @@ static void build_gpt2(dfg_program *p, const void *vcfg) {
     free(m);
 }
 
-static void test_gpt2_tied(bool accumulate, float temp) {
-    gpt2_cfg c = {dfg_test_int(2, 3), dfg_test_int(5, 9), 16, 0, dfg_test_int(1, 2), temp, accumulate};
+static void test_gpt2_tied(bool accumulate, float temp, bool frozen_head) {
+    gpt2_cfg c = {dfg_test_int(2, 3), dfg_test_int(5, 9), 16, 0, dfg_test_int(1, 2), temp, accumulate, frozen_head};
     int64_t rows = (int64_t)c.B * c.T, budget = budget_for_chunks(rows, dfg_test_int(1, 2) * 256);
     int64_t vc = probe_v_chunk(rows, budget);
     c.V = vocab_with_partial_chunk(vc);
     char label[160];
-    snprintf(label, sizeof(label), "gpt2 tied B=%d T=%d V=%d L=%d temp=%g %s", c.B, c.T, c.V, c.L, temp,
-             accumulate ? "accumulate" : "backward");
+    snprintf(label, sizeof(label), "gpt2 tied B=%d T=%d V=%d L=%d temp=%g %s%s", c.B, c.T, c.V, c.L, temp,
+             accumulate ? "accumulate" : "backward", frozen_head ? " frozen head" : "");
     fcase fc = {label, build_gpt2, &c, c.V, budget, accumulate ? 2 : 1, {0, 1, c.L}};
     /* PARAMs, and the grads of 4 + 12 L params (outputs, or buffers) + logp, loss when output */
     int n_params = 4 + DFG_MODEL_PARAMS_PER_BLOCK * c.L;
-    pair r = run_pair(&fc, (accumulate ? 0 : 2) + 2 * n_params);
+    pair r = run_pair(&fc, (accumulate ? 0 : 2) + 2 * n_params - (frozen_head ? 1 : 0));
     if (r.ok) {
         const dfg_program *p = r.fu.p;
         const dfg_node *lin = check_linear(label, p, true, temp, rows, vc, c.V);
@@ -384,6 +388,13 @@ static void test_gpt2_tied(bool accumulate, float temp) {
         } else {
             CHECK(bwd5 && !bwd6, "%s: expected the 5-input linear_logprob_bwd (dfg_backward returns dW)", label);
         }
+        /* a frozen head: the backward leaves dW out (a one-float stand-in), else dW is (V, C) */
+        const dfg_node *bwd = bwd6 ? bwd6 : bwd5;
+        if (bwd)
+            CHECK(bwd->attr->logprob.no_dweight == frozen_head &&
+                      dfg_tensor_numel(bwd->out[1]) == (frozen_head ? 1 : (int64_t)c.V * c.C),
+                  "%s: linear_logprob_bwd no_dweight %d, dW of %lld elements", label, bwd->attr->logprob.no_dweight,
+                  (long long)dfg_tensor_numel(bwd->out[1]));
         if (accumulate) {
             free_pair(&r);
             return;
@@ -813,9 +824,10 @@ static void test_memory_effect(bool untied) {
 
 int main(void) {
     dfg_test_init("test_fuse");
-    test_gpt2_tied(false, 1.0f);
-    test_gpt2_tied(false, dfg_test_uniform(0.4f, 1.6f));
-    test_gpt2_tied(true, dfg_test_uniform(0.4f, 1.6f));
+    test_gpt2_tied(false, 1.0f, false);
+    test_gpt2_tied(false, dfg_test_uniform(0.4f, 1.6f), false);
+    test_gpt2_tied(true, dfg_test_uniform(0.4f, 1.6f), false);
+    test_gpt2_tied(false, dfg_test_uniform(0.4f, 1.6f), true);
     for (int v = 0; v < 5; v++) test_head(v, false);
     test_head(dfg_test_int(0, 1) ? 0 : 4, true);
     test_grpo();

@@ -156,8 +156,10 @@ dfg_status dfg_cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *
     float *dh = out[0], *dw = out[1], *ws = out[2]; /* (rows, C), W's shape (the accumulator's bytes when
                                                       * there are 6 or 8 inputs), (rc, vc) */
     if (bad_target(ctx, n, t, d.rows, d.v)) return DFG_ERR_RANGE;
+    const bool want_dw = !n->attr->logprob.no_dweight; /* else dw is a one-float stand-in */
     memset(dh, 0, sizeof(float) * (size_t)(d.rows * d.c));
-    if (n->n_in == 5 || n->n_in == 7) memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c)); /* else dw is the accumulator */
+    if (want_dw && (n->n_in == 5 || n->n_in == 7))
+        memset(dw, 0, sizeof(float) * (size_t)(d.v * d.c)); /* else dw is the accumulator */
     for (int64_t r0 = 0; r0 < d.rows; r0 += d.rc) {
         int64_t rc = d.rows - r0 < d.rc ? d.rows - r0 : d.rc;
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
@@ -190,7 +192,7 @@ dfg_status dfg_cpu_linear_logprob_bwd(const dfg_node *n, void *const *in, void *
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rc, (int)d.c, (int)k, 1.0f, ws + j0,
                                 (int)vc, w + v0 + j0, (int)d.v, 1.0f, dh + r0 * d.c, (int)d.c);
             }
-            for (int64_t j0 = 0; j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) { /* the same block shapes as above */
+            for (int64_t j0 = 0; want_dw && j0 < vc; j0 += DFG_LOGPROB_V_BLOCK) { /* the same block shapes as above */
                 int64_t k = vc - j0 < DFG_LOGPROB_V_BLOCK ? vc - j0 : DFG_LOGPROB_V_BLOCK;
                 if (d.tb) /* dW rows v0+j0 .. (k, C) += dz^T @ h_c */
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d.c, (int)rc, 1.0f, ws + j0,

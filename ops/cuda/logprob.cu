@@ -500,6 +500,7 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
     if (st) return st;
     // 5 inputs; 6: + the accumulator; 7: + dentropy, entropy; 8: both (the accumulator last)
     const bool f32 = d.ht == DFG_F32, acc = n->n_in == 6 || n->n_in == 8, ent = n->n_in >= 7;
+    const bool want_dw = !n->attr->logprob.no_dweight; // else dw is a one-float stand-in (a frozen lm_head)
     const void *acc_in = acc ? in[n->n_in - 1] : NULL;                  // W's shape
     const size_t e = dfg_dtype_size(d.ht);
     const float *dy = (const float *)in[0], *lse = (const float *)in[4]; // (rows), (rows)
@@ -514,7 +515,7 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
                               : (__nv_bfloat16 *)at(ctx->scratch, (int64_t)round256(sizeof(float) * (size_t)(d.rc * d.c)), 1);
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
     cudaError_t ce;
-    if (acc && out[1] != acc_in) { // the accumulator's value first (a plan always passes it in place)
+    if (want_dw && acc && out[1] != acc_in) { // the accumulator's value first (a plan always passes it in place)
         ce = DFG_CUDA_FN(copy_bytes)(dw, acc_in, (size_t)(d.v * d.c) * e, ctx);
         if ((st = dfg_cuda_launched(ctx, n, ce, "copy_bytes"))) return st;
     }
@@ -553,7 +554,7 @@ DFG_CUDA_LAUNCHER(linear_logprob_bwd) {
             // the tail; the first row chunk starts dW unless it accumulates into the buffer
             const float beta = r0 == 0 && !acc ? 0.0f : 1.0f;
             const int64_t full = vc / kVBlock, tail = vc % kVBlock;
-            for (int part = 0; part < 2; part++) {
+            for (int part = 0; want_dw && part < 2; part++) {
                 const int64_t j0 = part ? full * kVBlock : 0, kb = part ? tail : kVBlock, batch = part ? 1 : full;
                 if (!kb || !batch) continue;
                 const rm_operand dzb = {at(dz, j0, e), vc, kVBlock}, hc = {at(h, r0 * d.c, e), d.c, 0};
