@@ -105,6 +105,8 @@ typedef struct {
                                     else the least it could reach, the smallest budget that fits */
     int64_t persistent_bytes;    /* of which persistent tensors, which no recompute shrinks */
     int recomputed;              /* activations it recomputed to reach arena_bytes */
+    int rounds, batched_rounds;  /* planning rounds it took; of those, the ones that kept several cheap
+                                    copies at once (a program with more candidates than one round tries) */
     size_t peak[DFG_CAT_COUNT];  /* that plan's live bytes at its peak, by category */
 } dfg_remat_result;
 

@@ -32,6 +32,7 @@ typedef struct {
     dfg_node *src;  /* the forward node copied */
     int pos;        /* where the copy goes: before the first reader after the peak */
     double score;   /* flops of a copy per byte it frees at the peak */
+    int64_t freed;  /* those bytes */
 } candidate;
 
 typedef struct {
@@ -43,6 +44,8 @@ typedef struct {
     int n_red, cap_red;
     dfg_node **copy_orig, **copy_node; /* every copy made, and what it copies */
     int n_copies, cap_copies, copies_before;
+    int64_t budget; /* 0 under memory_min: as small as it gets */
+    int rounds, batched_rounds;
 } remat_ctx;
 
 /* What a trial plan costs: the arena first, then the bytes x steps all buffers hold (so that a
@@ -146,7 +149,7 @@ static int collect(const void *ctx, const dfg_program *p, const dfg_plan *trial,
             int pos = first_reader_after(g, src, peak_pos);
             if (pos < 0 || !inputs_still_valid(g, src, pos)) continue;
             double flops = segment_flops(ctx, trial, g, src, pos, 0); /* the copy and what it must redo first */
-            out[n++] = (candidate){g, src, pos, (flops + 1.0) / (double)freed};
+            out[n++] = (candidate){g, src, pos, (flops + 1.0) / (double)freed, freed};
         }
     }
     qsort(out, (size_t)n, sizeof(*out), by_score);
@@ -268,13 +271,12 @@ static dfg_node *make_copy(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, df
     return copy;
 }
 
-/* Adds the copy of cand->src before cand->pos and points the readers from there on at it. */
+/* Adds the copy of cand->src before cand->pos and points the readers from there on at it. The
+ * redirects and copies add to those of the trial begun by begin_trial, which undo takes back. */
 static dfg_node *apply(remat_ctx *c, const dfg_plan *trial, const candidate *cand) {
     dfg_graph *g = cand->g;
     dfg_node *src = cand->src;
     int pos = cand->pos;
-    c->n_red = 0;
-    c->copies_before = c->n_copies;
     dfg_node *copy = make_copy(c, trial, g, src, &pos, 0);
     if (!copy) return NULL;
     for (int i = pos; i < g->n_nodes; i++) {
@@ -290,13 +292,20 @@ static dfg_node *apply(remat_ctx *c, const dfg_plan *trial, const candidate *can
     return copy;
 }
 
-static void undo(remat_ctx *c, dfg_graph *g) {
+/* A trial starts: what undo takes back is recorded from here on. */
+static bool begin_trial(remat_ctx *c) {
+    c->n_red = 0;
+    c->copies_before = c->n_copies;
+    return save_orders(c);
+}
+
+static void undo(remat_ctx *c) {
     for (int r = c->n_red - 1; r >= 0; r--) c->red[r].node->in[c->red[r].slot] = c->red[r].old;
     restore_orders(c);
     for (int i = c->copies_before; i < c->n_copies; i++)
         for (int k = 0; k < c->copy_node[i]->n_out; k++) c->copy_node[i]->out[k]->flags |= DFG_TF_DEAD;
     c->n_copies = c->copies_before;
-    dfg_rw_refresh_views(g);
+    for (int gi = 0; gi < c->p->n_graphs; gi++) dfg_rw_refresh_views(c->p->graphs[gi]);
 }
 
 /* Copies cheaper than this (flops per byte freed: pointwise ops, norms, attention's softmax
@@ -304,9 +313,43 @@ static void undo(remat_ctx *c, dfg_graph *g) {
  * they lower the arena itself. */
 #define CHEAP_FLOPS_PER_BYTE 32.0
 
-/* One round: the first candidate whose copy makes the plan cheaper is kept. The round's plan
- * (`trial`, in `scratch`) is read while candidates are tried, so they are measured in an arena
- * of their own: measuring frees its arena first. */
+/* Later positions first, graph by graph: a copy inserted at a position moves only the nodes at
+ * and after it, so the earlier candidates' positions stay right while a batch is applied. */
+static int by_graph_then_later(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->g != y->g) return x->g->id < y->g->id ? -1 : 1;
+    return y->pos - x->pos;
+}
+
+/* The cheapest candidates (cand[0 .. n_cheap), pointwise ops and norms, which a round keeps one
+ * by one whenever they make the plan cheaper at all) tried together in one plan: a program of
+ * billions of parameters and long sequences needs hundreds of them, and planning it once per
+ * copy is what made its compile take hours. Kept when the plan gets cheaper; else taken back
+ * and the round goes on one candidate at a time. */
+static dfg_status try_cheap_batch(remat_ctx *c, const dfg_plan *trial, plan_cost cost, candidate *cand, int n_cheap,
+                                  dfg_arena *try_scratch, bool *kept) {
+    candidate *batch = malloc(sizeof(*batch) * (size_t)n_cheap);
+    if (!batch) return DFG_ERR_NOMEM;
+    memcpy(batch, cand, sizeof(*batch) * (size_t)n_cheap);
+    qsort(batch, (size_t)n_cheap, sizeof(*batch), by_graph_then_later);
+    dfg_status st = begin_trial(c) ? DFG_OK : DFG_ERR_NOMEM;
+    for (int i = 0; i < n_cheap && !st; i++)
+        if (!apply(c, trial, &batch[i])) st = dfg_program_status(c->p) ? dfg_program_status(c->p) : DFG_ERR_NOMEM;
+    free(batch);
+    if (st) return st;
+    dfg_plan t2;
+    plan_cost c2 = measure(c->p, c->o, &t2, try_scratch);
+    if (c2.arena < 0) return DFG_ERR_NOMEM;
+    *kept = c2.arena < cost.arena;
+    if (*kept) c->batched_rounds++;
+    else undo(c);
+    return DFG_OK;
+}
+
+/* One round: the cheap candidates together when there are several, else the first candidate
+ * whose copy makes the plan cheaper is kept. The round's plan (`trial`, in `scratch`) is read
+ * while candidates are tried, so they are measured in an arena of their own: measuring frees its
+ * arena first. */
 static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost, dfg_arena *scratch, bool *kept) {
     (void)scratch;
     /* every candidate is collected and sorted before the cheapest are tried: capping the
@@ -315,13 +358,20 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
     for (int gi = 0; gi < c->p->n_graphs; gi++) cap += c->p->graphs[gi]->n_nodes;
     candidate *cand = malloc(sizeof(*cand) * (size_t)(cap ? cap : 1));
     if (!cand) return DFG_ERR_NOMEM;
-    int n = collect(c, c->p, trial, cand, cap);
+    /* the batch: cheap candidates, cheapest first, while the bytes they free stay within what the
+     * plan is over the budget, so that near the budget copies are still chosen one by one */
+    int n = collect(c, c->p, trial, cand, cap), n_cheap = 0;
+    int64_t over = cost.arena - c->budget, batch_bytes = 0;
+    while (n_cheap < n && cand[n_cheap].score < CHEAP_FLOPS_PER_BYTE && batch_bytes + cand[n_cheap].freed <= over)
+        batch_bytes += cand[n_cheap++].freed;
+    bool many = n > MAX_TRIES_PER_ROUND; /* a program far larger than one round's tries */
     if (n > MAX_TRIES_PER_ROUND) n = MAX_TRIES_PER_ROUND;
     dfg_arena try_scratch = {0};
     dfg_status st = DFG_OK;
     *kept = false;
+    if (many && n_cheap >= 2) st = try_cheap_batch(c, trial, cost, cand, n_cheap, &try_scratch, kept);
     for (int i = 0; i < n && !*kept && !st; i++) {
-        if (!save_orders(c)) {
+        if (!begin_trial(c)) {
             st = DFG_ERR_NOMEM;
             break;
         }
@@ -337,7 +387,7 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
             break;
         }
         if (c2.arena < cost.arena || (cand[i].score < CHEAP_FLOPS_PER_BYTE && cheaper(c2, cost))) *kept = true;
-        else undo(c, cand[i].g);
+        else undo(c);
     }
     dfg_arena_free_all(&try_scratch);
     free(cand);
@@ -363,7 +413,7 @@ static void dominant(const size_t *peak, char *buf, size_t len) {
 dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     if ((o->memory_budget <= 0 && !o->memory_min) || o->no_remat) return DFG_OK;
     int64_t budget = o->memory_min ? 0 : o->memory_budget; /* 0 under memory_min: never met, go on while it helps */
-    remat_ctx c = {.p = p, .o = o, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
+    remat_ctx c = {.p = p, .o = o, .budget = budget, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
                    .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int))};
     dfg_arena scratch = {0};
     dfg_status st = c.orders && c.n_order ? DFG_OK : DFG_ERR_NOMEM;
@@ -374,13 +424,14 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
         if ((arena = cost.arena) < 0) st = DFG_ERR_NOMEM;
         if (st || arena <= budget) break;
         bool kept = false;
+        c.rounds++;
         if ((st = round_once(&c, &trial, cost, &scratch, &kept)) || !kept) break;
     }
     if (!st) { /* the search's result, for callers (dfg_program_remat); the message is made from it */
         dfg_remat_result *r = &p->plan->remat;
         *r = (dfg_remat_result){.ran = true, .fits = o->memory_min || arena <= budget, .budget = budget,
                                 .arena_bytes = arena, .persistent_bytes = (int64_t)trial.report.persistent_bytes,
-                                .recomputed = c.n_copies};
+                                .recomputed = c.n_copies, .rounds = c.rounds, .batched_rounds = c.batched_rounds};
         memcpy(r->peak, trial.report.peak, sizeof(r->peak));
         if (!r->fits) {
             char dom[256];

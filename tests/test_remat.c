@@ -119,7 +119,7 @@ static void build_train(dfg_program *p, const train_cfg *c) {
     dfg_tensor *logp = dfg_take(g, dfg_log_softmax(g, dfg_model_logits(g, m, tok)), tgt); /* (B, T) */
     dfg_tensor *loss = dfg_scale(g, dfg_sum(g, dfg_masked_sum(g, logp, mask, 1), 0), -1.0f / (float)(c->B * c->T));
     dfg_output(g, loss, "loss");
-    dfg_tensor *buf[4 + DFG_MODEL_PARAMS_PER_BLOCK * 8];
+    dfg_tensor *buf[4 + DFG_MODEL_PARAMS_PER_BLOCK * 16]; /* up to 16 layers */
     dfg_nn_grad_buffers(p, m->params, m->n_params, "", buf);
     dfg_backward_accumulate(g, loss, m->params, m->n_params, buf);
     dfg_adamw_config cfg = {1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f};
@@ -208,7 +208,7 @@ static int64_t v_chunk_of(const dfg_program *p) {
 
 /* With chunks_differ, the budget must also change linear_logprob's vocabulary chunk (the fuse
  * pass sizes it by the budget): results must not depend on the chunk size either. */
-static void test_training(train_cfg c, const char *label, bool chunks_differ) {
+static void test_training(train_cfg c, const char *label, bool chunks_differ, bool batched) {
     bool sample = c.sample;
     dfg_status st;
     char msg[1024];
@@ -233,6 +233,12 @@ static void test_training(train_cfg c, const char *label, bool chunks_differ) {
             r1->extra_flops, r1->flops);
         CHECK(r1->recomputed_nodes >= 3 && n_rec == r1->recomputed_nodes, "%s: %d recomputed, %d flagged nodes", label,
               r1->recomputed_nodes, n_rec);
+        /* more candidates than a round tries: cheap copies are kept several at a time (and the
+         * bit-identical runs below check what that made); a small program: one at a time */
+        const dfg_remat_result *rr = dfg_program_remat(p1);
+        printf("%s: %d planning rounds, %d kept a batch of cheap copies\n", label, rr->rounds, rr->batched_rounds);
+        CHECK(batched ? rr->batched_rounds > 0 : rr->batched_rounds == 0, "%s: %d of %d rounds batched", label,
+              rr->batched_rounds, rr->rounds);
         CHECK((int64_t)r1->arena_bytes <= budget && r1->arena_bytes < r0.arena_bytes, "%s: arena %zu, budget %lld",
               label, r1->arena_bytes, (long long)budget);
         CHECK(r1->extra_flops > 0.0, "%s: recomputes reported no extra flops", label);
@@ -466,6 +472,7 @@ static void test_124m(void) {
             CHECK((int64_t)r1->arena_bytes <= budget, "gpt2_124m: arena %zu over the budget %lld", r1->arena_bytes,
                   (long long)budget);
             CHECK(r1->recomputed_nodes > 0 && r1->extra_flops > 0.0, "gpt2_124m: nothing recomputed");
+            CHECK(dfg_program_remat(p1)->batched_rounds > 0, "gpt2_124m: no round kept a batch of cheap copies");
             CHECK(ratio <= 0.05, "gpt2_124m: extra_flops / flops = %.4f > 0.05", ratio);
             CHECK(fabs(r1->flops - r0->flops) <= 1e-9 * r0->flops, "gpt2_124m: flops changed: %.17g vs %.17g",
                   r1->flops, r0->flops);
@@ -479,10 +486,12 @@ int main(void) {
     dfg_test_init("test_remat");
     if (!dfg_test_tmpdir_create("dfg_remat")) return 1;
     test_parse_bytes();
-    test_training((train_cfg){4, 32, 32, 61, 2, 2, false}, "gpt2 train", false);
-    test_training((train_cfg){4, 32, 32, 61, 2, 2, true}, "sampled tokens", false);
+    test_training((train_cfg){4, 32, 32, 61, 2, 2, false}, "gpt2 train", false, false);
+    test_training((train_cfg){4, 32, 32, 61, 2, 2, true}, "sampled tokens", false, false);
     /* a vocabulary large enough that the budget shrinks the logprob chunk: 1531 % 256 != 0 */
-    test_training((train_cfg){4, 32, 32, 1531, 2, 2, false}, "large vocabulary", true);
+    test_training((train_cfg){4, 32, 32, 1531, 2, 2, false}, "large vocabulary", true, false);
+    /* twelve layers: more candidates at the peak than a round tries */
+    test_training((train_cfg){2, 16, 16, 61, 12, 2, false}, "twelve layers", false, true);
     test_too_small();
     test_result();
     test_124m();
