@@ -90,24 +90,45 @@ static dfg_category category_of(const dfg_tensor *t, const bool *logits) {
     return logits[t->id] ? DFG_CAT_LOGITS : DFG_CAT_ACTIVATIONS;
 }
 
+/* The embedding tables a program reads (a handful), found once: each trans_b matmul asks. */
+typedef struct {
+    const bool *table; /* [tensor id] */
+    const dfg_tensor **list;
+    int n;
+} tables;
+
 /* Is t a vocabulary-sized head: an embedding table itself (tied), or a PARAM of a table's shape
  * (an untied lm_head, (V, C) as the embedding)? */
-static bool is_head(const dfg_program *p, const bool *table, const dfg_tensor *t) {
-    if (table[t->storage->id]) return true;
+static bool is_head(const tables *tb, const dfg_tensor *t) {
+    if (tb->table[t->storage->id]) return true;
     if (t->storage->kind != DFG_PARAM || t->shape.rank != 2) return false;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (table[i] && dfg_shape_equal(p->tensors[i]->shape, t->shape)) return true;
+    for (int i = 0; i < tb->n; i++)
+        if (dfg_shape_equal(tb->list[i]->shape, t->shape)) return true;
     return false;
 }
 
 /* Logits-like tensors: the lm_head's output (a matmul against an embedding table, or against a
  * parameter of its shape: an untied head), the scatter to the vocabulary in take's backward, and
  * whatever keeps their shape through pointwise, softmax and cast ops. */
-static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
+static dfg_status mark_logits(const dfg_program *p, bool *logits, bool *table) {
+    tables tb = {table, NULL, 0};
+    int cap = 0;
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
             const dfg_node *node = p->graphs[gi]->nodes[n];
-            if (dfg_ops[node->op].mem == DFG_MEM_TABLE) table[node->in[0]->storage->id] = true;
+            if (dfg_ops[node->op].mem != DFG_MEM_TABLE || table[node->in[0]->storage->id]) continue;
+            const dfg_tensor *t = node->in[0]->storage;
+            table[t->id] = true;
+            if (tb.n == cap) {
+                cap = cap ? 2 * cap : 4;
+                const dfg_tensor **grown = realloc(tb.list, sizeof(*grown) * (size_t)cap);
+                if (!grown) {
+                    free(tb.list);
+                    return DFG_ERR_NOMEM;
+                }
+                tb.list = grown;
+            }
+            tb.list[tb.n++] = t;
         }
     for (int gi = 0; gi < p->n_graphs; gi++)
         for (int n = 0; n < p->graphs[gi]->n_nodes; n++) {
@@ -117,7 +138,7 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
             switch (dfg_ops[node->op].mem) {
             case DFG_MEM_LOGITS: mark = true; break;
             case DFG_MEM_LM_HEAD: /* hidden @ table^T */
-                mark = node->attr->matmul.trans_b && is_head(p, table, node->in[1]);
+                mark = node->attr->matmul.trans_b && is_head(&tb, node->in[1]);
                 break;
             case DFG_MEM_NEW_AXIS: case DFG_MEM_TABLE: break; /* these change what the last dim means */
             case DFG_MEM_KEEPS:
@@ -128,6 +149,8 @@ static void mark_logits(const dfg_program *p, bool *logits, bool *table) {
             }
             if (mark) logits[o->id] = true;
         }
+    free(tb.list);
+    return DFG_OK;
 }
 
 /* One buffer per storage owner that is live; views and versions join their owner's. */
@@ -165,21 +188,26 @@ static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logit
     return DFG_OK;
 }
 
+/* The buffer tensor i's bytes are in now: its own, or the one it was merged into. */
+static int root_buf(const dfg_plan *plan, int i) {
+    int b = plan->buf_of[i];
+    while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
+    return b;
+}
+
 /* Places output k of a node in the buffer of input j when j dies at that node. */
 static void try_merge(dfg_program *p, dfg_plan *plan, const dfg_node *node, int k, int step) {
     int j = dfg_op_inplace_input(node, k);
     const dfg_tensor *o = node->out[k];
-    if (j < 0 || o->storage != o || plan->buf_of[o->id] < 0 || plan->buf_of[node->in[j]->id] < 0) return;
-    int bx = plan->buf_of[node->in[j]->id], bo = plan->buf_of[o->id];
+    if (j < 0 || o->storage != o || root_buf(plan, o->id) < 0 || root_buf(plan, node->in[j]->id) < 0) return;
+    int bx = root_buf(plan, node->in[j]->id), bo = root_buf(plan, o->id);
     dfg_buf *x = &plan->bufs[bx], *y = &plan->bufs[bo];
     if (bx == bo || x->persistent || x->pinned || p->tensors[x->owner]->kind != DFG_TEMP || x->life.last != step ||
         x->bytes != y->bytes || y->merged_into >= 0)
         return;
     x->life.last = y->life.last;
     x->pinned = y->pinned;
-    y->merged_into = bx;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (plan->buf_of[i] == bo) plan->buf_of[i] = bx;
+    y->merged_into = bx; /* buf_of is pointed at bx once every merge is made (merge_inplace) */
     plan->report.n_inplace++;
 }
 
@@ -191,6 +219,9 @@ static void merge_inplace(dfg_program *p, dfg_plan *plan) {
         for (int n = 0; s >= 0 && n < g->n_nodes; n++)
             for (int k = 0; k < g->nodes[n]->n_out; k++) try_merge(p, plan, g->nodes[n], k, plan->stage_step[s] + n);
     }
+    /* every tensor at the buffer its bytes ended in (rewriting buf_of at each merge instead walked
+     * every tensor per merge: quadratic in a program of tens of thousands of nodes) */
+    for (int i = 0; i < p->n_tensors; i++) plan->buf_of[i] = root_buf(plan, i);
 }
 
 dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {
@@ -203,8 +234,8 @@ dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {
         return DFG_ERR_NOMEM;
     }
     tensor_lifetimes(p, plan);
-    mark_logits(p, logits, table);
-    st = make_buffers(p, plan, logits);
+    st = mark_logits(p, logits, table);
+    if (!st) st = make_buffers(p, plan, logits);
     if (!st && !plan->opt.no_reuse) merge_inplace(p, plan);
     free(logits), free(table);
     return st;
