@@ -49,34 +49,51 @@ static void init_rng(const dfg_tensor *t, uint64_t seed, int32_t *v) {
     v[0] = (int32_t)(uint32_t)k, v[1] = (int32_t)(uint32_t)(k >> 32), v[2] = 0, v[3] = 0;
 }
 
+/* Host staging for one upload: values are made and uploaded this many bytes at a time, so a
+ * run's peak memory is its arena plus a small buffer, not plus its largest tensor (a 0.5B model's
+ * embedding is 519 MiB in f32: a quarter of the LoRA bench's arena). */
+enum { INIT_CHUNK_BYTES = 16 << 20 };
+
+static char *at(void *p, int64_t bytes) { return (char *)p + bytes; }
+
 static dfg_status fill_tensor(dfg_runtime *rt, const dfg_tensor *t, void *host) {
-    int64_t n = dfg_shape_numel(t->shape);
-    size_t bytes = dfg_tensor_bytes(t);
-    if (t->kind == DFG_CONST) memcpy(host, t->data, bytes);
-    else if (t->kind == DFG_INPUT) memset(host, 0, bytes);
-    else if (t->role == DFG_ROLE_RNG && t->dtype == DFG_I32 && n == 4) init_rng(t, rt->opt.seed, host);
-    else {
-        uint64_t h = name_hash(t->name);
-        /* every element is a pure function of (seed, name, index): all threads, the same values
-         * (a 0.5B model's random init took a minute on one thread) */
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) dfg_store(host, t->dtype, i, init_value(t->init, rt->opt.seed, h, i));
+    const int64_t n = dfg_shape_numel(t->shape), es = (int64_t)dfg_dtype_size(t->dtype), per = INIT_CHUNK_BYTES / es;
+    if (t->role == DFG_ROLE_RNG && t->dtype == DFG_I32 && n == 4 && t->kind != DFG_CONST && t->kind != DFG_INPUT) {
+        init_rng(t, rt->opt.seed, host);
+        return rt->be->upload(rt->be_state, dfg_rt_ptr(rt, t), host, dfg_tensor_bytes(t));
     }
-    return rt->be->upload(rt->be_state, dfg_rt_ptr(rt, t), host, bytes);
+    const uint64_t h = name_hash(t->name);
+    for (int64_t i0 = 0; i0 < n; i0 += per) {
+        const int64_t m = n - i0 < per ? n - i0 : per; /* elements i0 .. i0+m */
+        if (t->kind == DFG_CONST) memcpy(host, at(t->data, i0 * es), (size_t)(m * es));
+        else if (t->kind == DFG_INPUT) memset(host, 0, (size_t)(m * es));
+        else {
+            /* every element is a pure function of (seed, name, index): all threads, the same values
+             * (a 0.5B model's random init took a minute on one thread) */
+#pragma omp parallel for schedule(static) if (m > 65536)
+            for (int64_t i = 0; i < m; i++) dfg_store(host, t->dtype, i, init_value(t->init, rt->opt.seed, h, i0 + i));
+        }
+        dfg_status st = rt->be->upload(rt->be_state, at(dfg_rt_ptr(rt, t), i0 * es), host, (size_t)(m * es));
+        if (st) return st;
+    }
+    return DFG_OK;
 }
 
-/* dst = src converted to dst's dtype (dfg_init_from), through host memory. */
+/* dst = src converted to dst's dtype (dfg_init_from), through host memory a chunk at a time. */
 dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
     const dfg_tensor *src = dst->init_from;
-    size_t sb = dfg_tensor_bytes(src), db = dfg_tensor_bytes(dst);
-    void *a = malloc(sb ? sb : 1), *b = malloc(db ? db : 1);
-    dfg_status st = a && b ? rt->be->download(rt->be_state, a, dfg_rt_ptr(rt, src), sb) : DFG_ERR_NOMEM;
-    int64_t n = dfg_shape_numel(dst->shape);
-    if (!st) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) dfg_store(b, dst->dtype, i, dfg_load(a, src->dtype, i));
+    const int64_t n = dfg_shape_numel(dst->shape), ses = (int64_t)dfg_dtype_size(src->dtype),
+                  des = (int64_t)dfg_dtype_size(dst->dtype), per = INIT_CHUNK_BYTES / (ses > des ? ses : des);
+    void *a = malloc(INIT_CHUNK_BYTES), *b = malloc(INIT_CHUNK_BYTES);
+    dfg_status st = a && b ? DFG_OK : DFG_ERR_NOMEM;
+    for (int64_t i0 = 0; i0 < n && !st; i0 += per) {
+        const int64_t m = n - i0 < per ? n - i0 : per;
+        st = rt->be->download(rt->be_state, a, at(dfg_rt_ptr(rt, src), i0 * ses), (size_t)(m * ses));
+        if (st) break;
+#pragma omp parallel for schedule(static) if (m > 65536)
+        for (int64_t i = 0; i < m; i++) dfg_store(b, dst->dtype, i, dfg_load(a, src->dtype, i));
+        st = rt->be->upload(rt->be_state, at(dfg_rt_ptr(rt, dst), i0 * des), b, (size_t)(m * des));
     }
-    if (!st) st = rt->be->upload(rt->be_state, dfg_rt_ptr(rt, dst), b, db);
     free(a), free(b);
     return st;
 }
@@ -84,11 +101,7 @@ dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
 dfg_status dfg_runtime_init_state(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     const dfg_program *p = rt->p;
-    size_t max_bytes = 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i]->kind != DFG_TEMP && dfg_tensor_bytes(p->tensors[i]) > max_bytes)
-            max_bytes = dfg_tensor_bytes(p->tensors[i]);
-    void *host = malloc(max_bytes ? max_bytes : 1);
+    void *host = malloc(INIT_CHUNK_BYTES);
     if (!host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory initialising state");
     dfg_status st = DFG_OK;
     for (int i = 0; i < p->n_tensors && !st; i++)
