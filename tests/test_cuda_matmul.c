@@ -32,6 +32,12 @@ int main(void) {
         {3, 3, 4, 6, 5, true, true},    {2, 0, 33, 17, 9, false, false}, {2, 0, 33, 17, 9, false, true},
         {2, 0, 9, 17, 33, true, false}, {0, 4, 5, 6, 7, false, false},  {0, 4, 5, 6, 7, true, true},
         {1, 1, 65, 3, 129, false, true},
+        /* the CPU's few-rows path (ops/cpu/matmul.c: invariant kernels, not OpenBLAS), checked here
+         * against the GEMM descriptor's interpreter: NT up to 32 rows, NN up to 8, with K and N of
+         * at least 64; a batch folded into 8 rows; a batch on both sides; and just past each limit */
+        {0, 0, 8, 80, 96, false, true}, {0, 0, 8, 80, 96, false, false}, {4, 0, 2, 72, 130, false, true},
+        {2, 2, 5, 70, 66, false, true}, {0, 0, 32, 64, 64, false, true}, {0, 0, 33, 64, 64, false, true},
+        {0, 0, 9, 65, 70, false, false}, {0, 0, 3, 200, 63, false, true},
     };
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++) {
         char label[160];
