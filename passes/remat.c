@@ -7,8 +7,10 @@
  * them cheapest first by the op cost table (flops per byte freed: pointwise ops and norms, then
  * attention and matmuls). Trying one means adding a copy of its producer right before its first
  * reader after the peak, pointing the later readers at the copy, and planning again; the copy is
- * kept when the arena shrinks and undone otherwise. Rounds go on until the plan fits or nothing
- * helps, in which case the pass fails with the smallest arena it reached and what fills it. Either
+ * kept when the arena shrinks and undone otherwise (in a program with more candidates than a
+ * round tries, its cheap candidates first go in together: try_cheap_batch). Rounds go on until
+ * the plan fits or nothing helps, in which case the pass fails with the smallest arena it reached
+ * and what fills it. Either
  * way the outcome is the plan's remat result (dfg_program_remat): callers such as dfg fit read
  * whether it fit and the least arena from there, not from the message.
  * Copies compute exactly what the original did, so results are bit-identical; random ops
@@ -324,7 +326,7 @@ static int by_graph_then_later(const void *a, const void *b) {
 /* The cheapest candidates (cand[0 .. n_cheap), pointwise ops and norms, which a round keeps one
  * by one whenever they make the plan cheaper at all) tried together in one plan: a program of
  * billions of parameters and long sequences needs hundreds of them, and planning it once per
- * copy is what made its compile take hours. Kept when the plan gets cheaper; else taken back
+ * copy made such a compile run for many minutes. Kept when the arena shrinks; else taken back
  * and the round goes on one candidate at a time. */
 static dfg_status try_cheap_batch(remat_ctx *c, const dfg_plan *trial, plan_cost cost, candidate *cand, int n_cheap,
                                   dfg_arena *try_scratch, bool *kept) {
