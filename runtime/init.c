@@ -49,15 +49,20 @@ static void init_rng(const dfg_tensor *t, uint64_t seed, int32_t *v) {
     v[0] = (int32_t)(uint32_t)k, v[1] = (int32_t)(uint32_t)(k >> 32), v[2] = 0, v[3] = 0;
 }
 
-/* Host staging for one upload: values are made and uploaded this many bytes at a time, so a
- * run's peak memory is its arena plus a small buffer, not plus its largest tensor (a 0.5B model's
- * embedding is 519 MiB in f32: a quarter of the LoRA bench's arena). */
+/* Host staging for one upload: values are made and uploaded at most this many bytes at a time,
+ * so a run's peak memory is its arena plus a small buffer, not plus its largest tensor (a 0.5B
+ * model's embedding is 519 MiB in f32: a quarter of the LoRA bench's arena). A program whose
+ * tensors are all smaller stages through a buffer of its largest tensor's size, as before. */
 enum { INIT_CHUNK_BYTES = 16 << 20 };
+
+static size_t staging_bytes(size_t largest) {
+    return largest < 16 ? 16 : largest < INIT_CHUNK_BYTES ? largest : INIT_CHUNK_BYTES;
+}
 
 static char *at(void *p, int64_t bytes) { return (char *)p + bytes; }
 
-static dfg_status fill_tensor(dfg_runtime *rt, const dfg_tensor *t, void *host) {
-    const int64_t n = dfg_shape_numel(t->shape), es = (int64_t)dfg_dtype_size(t->dtype), per = INIT_CHUNK_BYTES / es;
+static dfg_status fill_tensor(dfg_runtime *rt, const dfg_tensor *t, void *host, size_t host_bytes) {
+    const int64_t n = dfg_shape_numel(t->shape), es = (int64_t)dfg_dtype_size(t->dtype), per = (int64_t)host_bytes / es;
     if (t->role == DFG_ROLE_RNG && t->dtype == DFG_I32 && n == 4 && t->kind != DFG_CONST && t->kind != DFG_INPUT) {
         init_rng(t, rt->opt.seed, host);
         return rt->be->upload(rt->be_state, dfg_rt_ptr(rt, t), host, dfg_tensor_bytes(t));
@@ -82,9 +87,11 @@ static dfg_status fill_tensor(dfg_runtime *rt, const dfg_tensor *t, void *host) 
 /* dst = src converted to dst's dtype (dfg_init_from), through host memory a chunk at a time. */
 dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
     const dfg_tensor *src = dst->init_from;
+    const size_t host_bytes = staging_bytes(dfg_tensor_bytes(src) > dfg_tensor_bytes(dst) ? dfg_tensor_bytes(src)
+                                                                                           : dfg_tensor_bytes(dst));
     const int64_t n = dfg_shape_numel(dst->shape), ses = (int64_t)dfg_dtype_size(src->dtype),
-                  des = (int64_t)dfg_dtype_size(dst->dtype), per = INIT_CHUNK_BYTES / (ses > des ? ses : des);
-    void *a = malloc(INIT_CHUNK_BYTES), *b = malloc(INIT_CHUNK_BYTES);
+                  des = (int64_t)dfg_dtype_size(dst->dtype), per = (int64_t)host_bytes / (ses > des ? ses : des);
+    void *a = malloc(host_bytes), *b = malloc(host_bytes);
     dfg_status st = a && b ? DFG_OK : DFG_ERR_NOMEM;
     for (int64_t i0 = 0; i0 < n && !st; i0 += per) {
         const int64_t m = n - i0 < per ? n - i0 : per;
@@ -101,11 +108,16 @@ dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
 dfg_status dfg_runtime_init_state(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     const dfg_program *p = rt->p;
-    void *host = malloc(INIT_CHUNK_BYTES);
+    size_t largest = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->kind != DFG_TEMP && dfg_tensor_bytes(p->tensors[i]) > largest)
+            largest = dfg_tensor_bytes(p->tensors[i]);
+    const size_t host_bytes = staging_bytes(largest);
+    void *host = malloc(host_bytes);
     if (!host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "out of memory initialising state");
     dfg_status st = DFG_OK;
     for (int i = 0; i < p->n_tensors && !st; i++)
-        if (p->tensors[i]->kind != DFG_TEMP) st = fill_tensor(rt, p->tensors[i], host);
+        if (p->tensors[i]->kind != DFG_TEMP) st = fill_tensor(rt, p->tensors[i], host, host_bytes);
     for (int i = 0; i < p->n_tensors && !st; i++) /* after every source has its value */
         if (p->tensors[i]->init_from) st = dfg_rt_derive_init(rt, p->tensors[i]);
     free(host);
