@@ -188,19 +188,13 @@ static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logit
     return DFG_OK;
 }
 
-/* The buffer tensor i's bytes are in now: its own, or the one it was merged into. */
-static int root_buf(const dfg_plan *plan, int i) {
-    int b = plan->buf_of[i];
-    while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
-    return b;
-}
-
 /* Places output k of a node in the buffer of input j when j dies at that node. */
 static void try_merge(dfg_program *p, dfg_plan *plan, const dfg_node *node, int k, int step) {
     int j = dfg_op_inplace_input(node, k);
     const dfg_tensor *o = node->out[k];
-    if (j < 0 || o->storage != o || root_buf(plan, o->id) < 0 || root_buf(plan, node->in[j]->id) < 0) return;
-    int bx = root_buf(plan, node->in[j]->id), bo = root_buf(plan, o->id);
+    if (j < 0 || o->storage != o) return;
+    int bx = dfg_plan_buf_root(plan, node->in[j]->id), bo = dfg_plan_buf_root(plan, o->id);
+    if (bx < 0 || bo < 0) return;
     dfg_buf *x = &plan->bufs[bx], *y = &plan->bufs[bo];
     if (bx == bo || x->persistent || x->pinned || p->tensors[x->owner]->kind != DFG_TEMP || x->life.last != step ||
         x->bytes != y->bytes || y->merged_into >= 0)
@@ -221,7 +215,7 @@ static void merge_inplace(dfg_program *p, dfg_plan *plan) {
     }
     /* every tensor at the buffer its bytes ended in (rewriting buf_of at each merge instead walked
      * every tensor per merge: quadratic in a program of tens of thousands of nodes) */
-    for (int i = 0; i < p->n_tensors; i++) plan->buf_of[i] = root_buf(plan, i);
+    for (int i = 0; i < p->n_tensors; i++) plan->buf_of[i] = dfg_plan_buf_root(plan, i);
 }
 
 dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {

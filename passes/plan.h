@@ -46,6 +46,14 @@ struct dfg_plan {
 
 typedef struct dfg_plan dfg_plan;
 
+/* The buffer tensor i's bytes are in: its own, or the one an in-place merge put it in; -1 when
+ * it has none. */
+static inline int dfg_plan_buf_root(const dfg_plan *plan, int i) {
+    int b = plan->buf_of[i];
+    while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
+    return b;
+}
+
 /* The passes, in pipeline order (passes/<name>.c). Errors go to the program's sticky error. */
 dfg_status dfg_pass_verify(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_dce(dfg_program *p, const dfg_options *o);

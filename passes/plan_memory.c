@@ -53,8 +53,7 @@ static dfg_status check_tensors(dfg_program *p, const dfg_plan *plan) {
     for (int i = 0; i < p->n_tensors; i++) {
         dfg_span l = plan->life[i];
         if (l.first < 0) continue;
-        int b = plan->buf_of[i];
-        while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
+        int b = dfg_plan_buf_root(plan, i);
         if (b < 0 || l.first < plan->bufs[b].life.first || l.last > plan->bufs[b].life.last)
             return dfg_program_err(p, DFG_ERR_STATE, "verify_plan: '%s' (steps %d-%d) is not covered by its buffer",
                                      p->tensors[i]->name, l.first, l.last);

@@ -142,9 +142,8 @@ static int collect(const void *ctx, const dfg_program *p, const dfg_plan *trial,
             int64_t freed = 0;
             for (int k = 0; k < src->n_out; k++) {
                 const dfg_tensor *o = src->out[k];
-                int b = trial->buf_of[o->id];
+                int b = dfg_plan_buf_root(trial, o->id);
                 if (b < 0 || trial->life[o->id].last <= peak) continue;
-                while (trial->bufs[b].merged_into >= 0) b = trial->bufs[b].merged_into;
                 if (!trial->bufs[b].persistent && !trial->bufs[b].pinned) freed += trial->bufs[b].size;
             }
             if (!freed) continue;

@@ -62,8 +62,7 @@ static bool record_buffers(dfg_plan_record *rec, const dfg_program *p) {
         rec->bufs[rec->n_bufs++] = (dfg_plan_buf_rec){(uint32_t)x->owner, x->offset, x->size, x->life.first, x->life.last};
     }
     for (int i = 0; i < p->n_tensors; i++) {
-        int b = plan->buf_of[i];
-        while (b >= 0 && plan->bufs[b].merged_into >= 0) b = plan->bufs[b].merged_into;
+        int b = dfg_plan_buf_root(plan, i);
         rec->tensor_buf[i] = b >= 0 ? (uint32_t)index[b] : 0u;
         rec->tensor_bytes[i] = dfg_tensor_bytes(p->tensors[i]);
     }
