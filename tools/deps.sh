@@ -46,6 +46,24 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# pip_site WHAT DIR CHECK PACKAGE...: installs the packages (PyPI, --no-deps) into DIR unless the
+# Python code CHECK, run with DIR and $hf_dir as its arguments, passes already; it must pass after.
+pip_site() {
+  local what=$1 dir=$2 check=$3
+  shift 3
+  if /usr/bin/python3 -c "$check" "$dir" "$hf_dir" >/dev/null 2>&1; then
+    echo "deps: $what present in $dir"
+    return
+  fi
+  echo "deps: installing $what (PyPI, --no-deps) into $dir"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-warn-script-location \
+    --target "$dir" "$@"
+  /usr/bin/python3 -c "$check" "$dir" "$hf_dir"
+  echo "deps: $what installed in $dir"
+}
+
 # Hugging Face transformers for tests/golden/hf_golden.py (ctest golden_hf): 4.40.2 is the newest
 # release that imports with Debian's torch 1.13. --no-deps keeps pip away from Debian's torch and
 # numpy; the packages it needs are named instead (tokenizers 0.19 is the one binary wheel; requests
@@ -53,19 +71,10 @@ fi
 # into the system. DFG_HF_SITE names another directory (ctest golden_hf reads the same variable).
 if [ "${1:-}" = "--test" ]; then
   hf_dir="${DFG_HF_SITE:-$(cd "$(dirname "$0")/.." && pwd)/.deps/hf-4.40.2}"
-  hf_check="import sys; sys.path.insert(0, sys.argv[1]); import transformers, torch; assert transformers.__version__ == '4.40.2', transformers.__version__"
-  if /usr/bin/python3 -c "$hf_check" "$hf_dir" >/dev/null 2>&1; then
-    echo "deps: transformers 4.40.2 present in $hf_dir"
-  else
-    echo "deps: installing transformers 4.40.2 (PyPI, --no-deps) into $hf_dir"
-    rm -rf "$hf_dir"
-    mkdir -p "$hf_dir"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-warn-script-location \
-      --target "$hf_dir" transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 safetensors \
-      tqdm filelock packaging regex fsspec typing_extensions
-    /usr/bin/python3 -c "$hf_check" "$hf_dir"
-    echo "deps: transformers 4.40.2 installed in $hf_dir"
-  fi
+  pip_site "transformers 4.40.2" "$hf_dir" \
+    "import sys; sys.path.insert(0, sys.argv[1]); import transformers, torch; assert transformers.__version__ == '4.40.2', transformers.__version__" \
+    transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 safetensors tqdm filelock packaging regex fsspec \
+    typing_extensions
 fi
 
 # PEFT 0.11.1 and accelerate 0.30.1 for tests/golden/peft_golden.py (ctest golden_peft): pure Python,
@@ -75,16 +84,7 @@ fi
 # ctest golden_peft reads the same variable), so that either can be reinstalled alone.
 if [ "${1:-}" = "--test" ]; then
   peft_dir="${DFG_PEFT_SITE:-$(cd "$(dirname "$0")/.." && pwd)/.deps/peft-0.11.1}"
-  peft_check="import sys; sys.path[:0] = sys.argv[1:3]; import peft, accelerate, transformers, torch; assert (peft.__version__, accelerate.__version__) == ('0.11.1', '0.30.1'), (peft.__version__, accelerate.__version__)"
-  if /usr/bin/python3 -c "$peft_check" "$peft_dir" "$hf_dir" >/dev/null 2>&1; then
-    echo "deps: peft 0.11.1 and accelerate 0.30.1 present in $peft_dir"
-  else
-    echo "deps: installing peft 0.11.1 and accelerate 0.30.1 (PyPI, --no-deps) into $peft_dir"
-    rm -rf "$peft_dir"
-    mkdir -p "$peft_dir"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-warn-script-location \
-      --target "$peft_dir" peft==0.11.1 accelerate==0.30.1
-    /usr/bin/python3 -c "$peft_check" "$peft_dir" "$hf_dir"
-    echo "deps: peft 0.11.1 and accelerate 0.30.1 installed in $peft_dir"
-  fi
+  pip_site "peft 0.11.1 and accelerate 0.30.1" "$peft_dir" \
+    "import sys; sys.path[:0] = sys.argv[1:3]; import peft, accelerate, transformers, torch; assert (peft.__version__, accelerate.__version__) == ('0.11.1', '0.30.1'), (peft.__version__, accelerate.__version__)" \
+    peft==0.11.1 accelerate==0.30.1
 fi
