@@ -275,27 +275,31 @@ def unescape(template):
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], template)
 
 
+def next_record(reader, name, line):
+    """The next record of a CSV reader, None at the end; a malformed one is refused at its first line."""
+    try:
+        return next(reader)
+    except StopIteration:
+        return None
+    except csv.Error as e:
+        raise Refused(f"{name}:{line}: {e}")
+
+
 def read_rows(f, name, fmt):
     """Yields (line number, row dict) of the input."""
     if fmt == "csv":
         reader = csv.reader(f)
-        try:
-            header = next(reader)
-        except StopIteration:
+        header = next_record(reader, name, 1)
+        if header is None:
             return
-        except csv.Error as e:
-            raise Refused(f"{name}:1: {e}")
         dup = sorted({h for h in header if header.count(h) > 1})
         if dup:
             raise Refused(f"{name}:1: the header names column {dup[0]!r} twice")
         while True:
             start = reader.line_num + 1
-            try:
-                cells = next(reader)
-            except StopIteration:
+            cells = next_record(reader, name, start)
+            if cells is None:
                 return
-            except csv.Error as e:
-                raise Refused(f"{name}:{start}: {e}")
             if not cells:
                 continue  # a blank line
             if len(cells) != len(header):
