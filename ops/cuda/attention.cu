@@ -211,17 +211,10 @@ static __device__ __forceinline__ void load_tile(float *tt, float *rm, RowFn row
     }
 }
 
-// The max over the 8 lanes that share a row of a register tile (lanes 8k .. 8k+7 of a warp).
-static __device__ __forceinline__ float row8_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-}
-static __device__ __forceinline__ float row8_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    return v + __shfl_xor_sync(0xffffffffu, v, 4);
-}
+// The max and sum over the 8 lanes that share a row of a register tile (lanes 8k .. 8k+7 of a
+// warp), offsets 1, 2, 4
+static __device__ __forceinline__ float row8_max(float v) { return dfg_warp_reduce<8, true>(v, DfgMax()); }
+static __device__ __forceinline__ float row8_sum(float v) { return dfg_warp_reduce<8, true>(v, DfgSum()); }
 
 // ---------------------------------------------------------------- forward
 // Shared memory: Qt (DP, 68) | K^T (DP, 68), reused as P^T (64, 68) | V (64, DP).

@@ -56,27 +56,6 @@ static __device__ __forceinline__ int att_first_key(const int32_t *start, int *f
     return c >= s ? s : 0;
 }
 
-// The block-wide max (MAX) or sum of v[0 .. n-1], n <= GM, in every thread: dfg_block_max /
-// dfg_block_sum's warp reductions for each value, sharing their two barriers. red: 32 * n floats.
-template <bool MAX, int GM>
-static __device__ __forceinline__ void att_block_reduce(float (&v)[GM], int n, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-    for (int g = 0; g < GM; g++)
-        if (g < n) {
-            float x = MAX ? dfg_warp_max(v[g]) : dfg_warp_sum(v[g]);
-            if (lane == 0) red[g * 32 + warp] = x;
-        }
-    __syncthreads();
-#pragma unroll
-    for (int g = 0; g < GM; g++)
-        if (g < n) {
-            float x = lane < warps ? red[g * 32 + lane] : MAX ? -INFINITY : 0.0f;
-            v[g] = MAX ? dfg_warp_max(x) : dfg_warp_sum(x);
-        }
-    __syncthreads();
-}
-
 // Block ((b*Hkv + kv)*NG + k, query i, split s) serves the nh <= GB query heads h0 .. h0+nh-1
 // (h0 = kv*G + k*GB) that read KV head kv, over cache positions [max(s*L, lo), min((s+1)*L, pos+i+1))
 // (lo: the query's first key, att_first_key):
@@ -143,7 +122,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             }
 #pragma unroll
         for (int g = 0; g < GM; g++) mx[g] = sc[g] = tid < nc ? sc[g] * a.scale : -INFINITY;
-        att_block_reduce<true>(mx, nh, red);
+        dfg_block_reduce_each(mx, nh, red, -INFINITY, DfgMax()); // red: (GM, 32)
 #pragma unroll
         for (int g = 0; g < GM; g++) {
             float mn = fmaxf(m[g], mx[g]); // key kbeg is always seen: mn is finite
@@ -152,7 +131,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             if (g < nh && tid < nc) ps[g * a.KC + tid] = p[g];
             m[g] = mn;
         }
-        att_block_reduce<false>(p, nh, red); // its barriers also publish ps
+        dfg_block_reduce_each(p, nh, red, 0.0f, DfgSum()); // its barriers also publish ps
 #pragma unroll
         for (int g = 0; g < GM; g++) l[g] = l[g] * alpha[g] + p[g];
         for (int u = tid; u < a.NP * W; u += ATT_THREADS) {

@@ -1,9 +1,9 @@
 // common.cuh - what every kernel family file (ops/cuda/<family>.cu) shares: the emulator
 // header first (dfg_simt.h: real CUDA under nvcc, the SIMT emulator under the host compiler),
 // the launcher naming of the two builds, element loads and stores (f32 arithmetic on f32, bf16
-// and f16 storage), 16-byte vector loads and stores, the grid-stride walks, warp and block
-// reductions, grid sizing and the check after a launch. The row kernels' dispatch (a warp or a
-// block per row) is rows.cuh's.
+// and f16 storage), 16-byte vector loads and stores, the grid-stride walks, grid sizing and the
+// check after a launch. Warp and block reductions are reductions.cuh's (included here); the row
+// kernels' dispatch (a warp or a block per row) is rows.cuh's.
 //
 // Rules of a family file (so that the nvcc build and the emulated build can share a process):
 // kernels and device helpers are `static` (or in an anonymous namespace); only the launchers,
@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "cuda.h"
+#include "reductions.cuh"
 
 // dfg_cuda_<name> in the nvcc build, dfg_emu_<name> in the emulated one (cuda.h)
 #if DFG_SIMT_EMULATED
@@ -203,43 +204,6 @@ static __device__ __forceinline__ int64_t dfg_outer_offset(const int64_t (&dims)
             r = q;
         }
     return off + r * st[0];
-}
-
-// ---------------------------------------------------------------- reductions
-struct DfgSum {
-    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
-};
-struct DfgMax {
-    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-// op over the 32 lanes of a full warp, in every lane (butterfly: the same order in every lane, so
-// the result is bit-identical everywhere)
-template <class A, class Op> static __device__ __forceinline__ A dfg_warp_reduce(A v, Op op) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-template <class A> static __device__ __forceinline__ A dfg_warp_sum(A v) { return dfg_warp_reduce(v, DfgSum()); }
-static __device__ __forceinline__ float dfg_warp_max(float v) { return dfg_warp_reduce(v, DfgMax()); }
-// op over a block whose size is a multiple of 32 (at most 1024), in every thread; id: op's
-// identity; WARPS: the block's warps when the kernel fixes them (0: from blockDim). shm holds 32
-// values; a barrier at the end lets the caller reuse it at once.
-template <int WARPS = 0, class A, class Op>
-static __device__ __forceinline__ A dfg_block_reduce(A v, A *shm, A id, Op op) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = WARPS ? WARPS : (int)(blockDim.x >> 5);
-    v = dfg_warp_reduce(v, op);
-    if (lane == 0) shm[warp] = v;
-    __syncthreads();
-    v = lane < warps ? shm[lane] : id;
-    v = dfg_warp_reduce(v, op);
-    __syncthreads();
-    return v;
-}
-template <int WARPS = 0, class A> static __device__ __forceinline__ A dfg_block_sum(A v, A *shm) {
-    return dfg_block_reduce<WARPS>(v, shm, A(0), DfgSum());
-}
-static __device__ __forceinline__ float dfg_block_max(float v, float *shm) {
-    return dfg_block_reduce(v, shm, -INFINITY, DfgMax());
 }
 
 // ---------------------------------------------------------------- launch helpers

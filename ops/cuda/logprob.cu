@@ -41,21 +41,20 @@ static __device__ __forceinline__ void lse_push(float &m, float &l, float x) {
         l += expf(x - m);
     }
 }
-// Symmetric in its two pairs (the larger max first), so every lane of a butterfly holds the same bits.
-static __device__ __forceinline__ void lse_merge(float &m, float &l, float m2, float l2) {
-    if (m2 > m) {
-        float t = m;
-        m = m2, m2 = t;
-        t = l, l = l2, l2 = t;
+// a running (max m, sum l of exp(x - m)); merged symmetrically (the larger max first), so every
+// lane of a butterfly holds the same bits
+struct Lse {
+    float m, l;
+};
+struct LseMerge {
+    __device__ __forceinline__ Lse operator()(Lse a, Lse b) const {
+        if (b.m > a.m) {
+            const Lse t = a;
+            a = b, b = t;
+        }
+        return {a.m, a.l + (b.m == -INFINITY ? b.l * 0.0f : b.l * expf(b.m - a.m))};
     }
-    l = l + (m2 == -INFINITY ? l2 * 0.0f : l2 * expf(m2 - m));
-}
-static __device__ __forceinline__ void lse_warp(float &m, float &l) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
-        lse_merge(m, l, m2, l2);
-    }
-}
+};
 
 static __device__ __forceinline__ void flag(int *flags) { atomicOr(flags, 1); }
 
@@ -90,18 +89,15 @@ static __global__ void __launch_bounds__(kThreads)
     const int g = threadIdx.x % G;
     float m = -INFINITY, l = 0.0f;
     if (r < rows) dfg_row_visit<T, G, true>(z + r * v, v, g, [&](int64_t, float x) { lse_push(m, l, x * s); });
-    lse_warp(m, l);
-    if constexpr (G > 32) { // the block's warps, merged by warp 0
-        __shared__ float wm[kThreads / 32], wl[kThreads / 32];
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        if (lane == 0) wm[warp] = m, wl[warp] = l;
-        __syncthreads();
-        m = lane < G / 32 ? wm[lane] : -INFINITY;
-        l = lane < G / 32 ? wl[lane] : 0.0f;
-        if (warp == 0) lse_warp(m, l);
+    Lse a = {m, l};
+    if constexpr (G > 32) { // the block's warps
+        __shared__ Lse sh[32];
+        a = dfg_block_reduce<G / 32>(a, sh, Lse{-INFINITY, 0.0f}, LseMerge());
+    } else {
+        a = dfg_warp_reduce(a, LseMerge());
     }
     if (r < rows && g == 0)
-        row_logp(m, l, t + r, v, lse + r, logp + r, flags, [&](int32_t tr) { return dfg_ld(z + r * v, tr) * s; });
+        row_logp(a.m, a.l, t + r, v, lse + r, logp + r, flags, [&](int32_t tr) { return dfg_ld(z + r * v, tr) * s; });
 }
 
 // dz = g s (onehot(t) - softmax(z s)), g = dy; rows with g s == 0 are 0 (as the CPU writes them).

@@ -84,7 +84,8 @@ __global__ __launch_bounds__(kThreads) void norm_bwd_dx(const T *dy /* (rows, C)
                                                         const T *w /* (C) */, const float *mean /* (rows), LN */,
                                                         const float *rstd /* (rows) */, T *dx /* (rows, C) */,
                                                         int64_t rows, int64_t C) {
-    __shared__ double sh[32];
+    typedef std::conditional_t<LN, DfgSum2<double>, double> Sums; // (sum(dn),) sum(dn * norm)
+    __shared__ Sums sh[32];
     for (RowWalk<VEC, WARP> rw(rows); rw.more(); rw.next()) {
         const int64_t r = rw.row();
         if (rw.past(r)) break;
@@ -105,8 +106,12 @@ __global__ __launch_bounds__(kThreads) void norm_bwd_dx(const T *dy /* (rows, C)
                 s2 += dn * norm_of<LN>(xv[k], m, rs);
             }
         }
-        if constexpr (LN) s1 = row_sum<WARP>(s1, sh) / (double)C;
-        s2 = row_sum<WARP>(s2, sh) / (double)C;
+        if constexpr (LN) { // both sums in one reduction
+            const Sums t = row_reduce<WARP>(Sums{s1, s2}, sh, Sums{0.0, 0.0}, DfgSum());
+            s1 = t.a / (double)C, s2 = t.b / (double)C;
+        } else {
+            s2 = row_sum<WARP>(s2, sh) / (double)C;
+        }
         for (int64_t i = rw.i0(); i < C; i += rw.di) {
             load(i);
 #pragma unroll
@@ -129,7 +134,8 @@ __global__ __launch_bounds__(kThreads) void norm_bwd_dw(const T *dy /* (rows, C)
                                                         const float *rstd /* (rows) */, T *dw /* (C) */,
                                                         T *db /* (C), LN */, double *part /* (1 + LN, splits, C) */,
                                                         int64_t rows, int64_t C, int64_t chunk, int64_t splits) {
-    __shared__ double sh[LN ? 2 : 1][8][33]; // dw's, db's
+    typedef std::conditional_t<LN, DfgSum2<double>, double> Sums; // dw's (and db's)
+    __shared__ Sums sh[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t tiles = dfg_cdiv(C, 32);
     for (int64_t u = blockIdx.x; u < tiles * splits; u += gridDim.x) {
@@ -142,16 +148,13 @@ __global__ __launch_bounds__(kThreads) void norm_bwd_dw(const T *dy /* (rows, C)
                 aw += d * norm_of<LN>(dfg_ld(x, r * C + c), LN ? (double)mean[r] : 0.0, rstd[r]);
                 if constexpr (LN) ab += d;
             }
-        sh[0][ty][tx] = aw;
-        if constexpr (LN) sh[1][ty][tx] = ab;
-        __syncthreads();
+        if constexpr (LN) {
+            const Sums t = dfg_column_fold<8>(Sums{aw, ab}, sh, Sums{0.0, 0.0}, DfgSum());
+            aw = t.a, ab = t.b;
+        } else {
+            aw = dfg_column_fold<8>(aw, sh, 0.0, DfgSum());
+        }
         if (ty == 0 && c < C) {
-            aw = 0.0, ab = 0.0;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                aw += sh[0][k][tx];
-                if constexpr (LN) ab += sh[1][k][tx];
-            }
             if (splits == 1) {
                 dfg_st(dw, c, (float)aw);
                 if constexpr (LN) dfg_st(db, c, (float)ab);
@@ -160,7 +163,6 @@ __global__ __launch_bounds__(kThreads) void norm_bwd_dw(const T *dy /* (rows, C)
                 if constexpr (LN) part[(splits + s) * C + c] = ab;
             }
         }
-        __syncthreads();
     }
 }
 

@@ -23,29 +23,14 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
 // ---------------------------------------------------------------- block reductions (every thread gets the result)
-// A warp's 32-bit sum or min in one redux.sync (sm_80+), a slot per warp in sh, then every thread
-// folds the 32 slots (broadcast reads): one warp operation and two barriers a pass (the trailing
-// barrier lets the next pass reuse sh at once). A thread's count is below 2^32 (n / 1024 of them);
-// the block's total is summed in 64 bits.
+// dfg_block_fold: a warp's 32-bit sum or min in one redux.sync, a slot per warp, then every thread
+// folds the 32 slots (broadcast reads): one warp operation and two barriers a pass. A thread's
+// count is below 2^32 (n / 1024 of them); the block's total is summed in 64 bits.
 __device__ __forceinline__ unsigned long long block_sum(unsigned v, unsigned *sh) {
-    v = __reduce_add_sync(0xffffffffu, v);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    unsigned long long t = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; w++) t += sh[w];
-    __syncthreads();
-    return t;
+    return dfg_block_fold<kWarps>(v, sh, 0ull, DfgSum());
 }
 __device__ __forceinline__ unsigned block_min(unsigned v, unsigned *sh) {
-    v = __reduce_min_sync(0xffffffffu, v);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    unsigned m = sh[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; w++) m = min(m, sh[w]);
-    __syncthreads();
-    return m;
+    return dfg_block_fold<kWarps>(v, sh, 0xffffffffu, DfgMin());
 }
 
 // ---------------------------------------------------------------- one pass over the selected elements

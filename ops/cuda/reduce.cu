@@ -183,16 +183,11 @@ __global__ __launch_bounds__(kThreads) void sum_columns(Ld ld, T *y /* (outs) */
             const int64_t base = j / inner * len * inner + j % inner;
             for (int64_t k = k0 + ty; k < k1; k += 8) acc += ld.template sum<1>(base + k * inner);
         }
-        sh[ty][tx] = acc;
-        __syncthreads();
+        const double t = dfg_column_fold<8>(acc, sh, 0.0, DfgSum());
         if (ty == 0 && j < outs) {
-            double t = 0.0;
-#pragma unroll
-            for (int r = 0; r < 8; r++) t += sh[r][tx];
             if (splits == 1) dfg_st(y, j, (float)(t * scale));
             else part[s * outs + j] = t;
         }
-        __syncthreads(); // sh is rewritten by the next tile
     }
 }
 
@@ -305,14 +300,13 @@ __device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
 // the no-candidate: a NaN at an index past every row
 constexpr int kNoIndex = 0x7fffffff;
 
-__device__ __forceinline__ void warp_best(float &v, int &i) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-        if (beats(ov, oi, v, i)) v = ov, i = oi;
-    }
-}
+struct Cand {
+    float v;
+    int i;
+};
+struct Best {
+    __device__ __forceinline__ Cand operator()(Cand a, Cand b) const { return beats(b.v, b.i, a.v, a.i) ? b : a; }
+};
 
 // the best of x[k0, k1) of one row, this thread's share (VEC elements at a time from k0 + t*VEC)
 template <class T, int VEC>
@@ -341,43 +335,28 @@ __global__ __launch_bounds__(kThreads) void argmax_warp_rows(const T *x /* (rows
         float v = NAN;
         int i = kNoIndex;
         thread_best<T, VEC>(x + r * V, 0, V, lane, 32, v, i);
-        warp_best(v, i);
+        i = dfg_warp_reduce(Cand{v, i}, Best()).i;
         if (lane == 0) y[r] = i == kNoIndex ? 0 : i;
     }
 }
-
-struct Cand {
-    float v;
-    int i;
-};
 
 // a block per (row, split); one split writes y, several write part[split * rows + row]
 template <class T, int VEC>
 __global__ __launch_bounds__(kThreads) void argmax_block_rows(const T *x /* (rows, V) */, int32_t *y /* (rows) */,
                                                               Cand *part /* (splits, rows) */, int64_t rows, int64_t V,
                                                               int64_t chunk, int64_t splits) {
-    __shared__ float shv[32];
-    __shared__ int shi[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ Cand sh[32];
     for (int64_t u = blockIdx.x; u < rows * splits; u += gridDim.x) {
         const int64_t r = u / splits, s = u % splits;
         const int64_t k0 = s * chunk, k1 = k0 + chunk < V ? k0 + chunk : V;
         float v = NAN;
         int i = kNoIndex;
         thread_best<T, VEC>(x + r * V, k0, k1, threadIdx.x, kThreads, v, i);
-        warp_best(v, i);
-        if (lane == 0) shv[warp] = v, shi[warp] = i;
-        __syncthreads();
-        if (warp == 0) {
-            v = lane < kWarps ? shv[lane] : NAN;
-            i = lane < kWarps ? shi[lane] : kNoIndex;
-            warp_best(v, i);
-            if (lane == 0) {
-                if (splits == 1) y[r] = i == kNoIndex ? 0 : i;
-                else part[s * rows + r] = Cand{v, i};
-            }
+        const Cand b = dfg_block_reduce<kWarps>(Cand{v, i}, sh, Cand{NAN, kNoIndex}, Best());
+        if (threadIdx.x == 0) {
+            if (splits == 1) y[r] = b.i == kNoIndex ? 0 : b.i;
+            else part[s * rows + r] = b;
         }
-        __syncthreads();
     }
 }
 

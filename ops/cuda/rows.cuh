@@ -36,10 +36,14 @@ template <int VEC, bool WARP> struct RowWalk {
     __device__ __forceinline__ void next() { g += gridDim.x; }
 };
 
-// The sum over a row's threads, in every one of them (sh: 32 values, free again on return)
+// op over a row's threads, in every one of them (id: op's identity; sh: 32 values, free again on
+// return); row_sum: the sum
+template <bool WARP, class A, class Op> __device__ __forceinline__ A row_reduce(A v, A *sh, A id, Op op) {
+    if constexpr (WARP) return dfg_warp_reduce(v, op);
+    else return dfg_block_reduce<kWarps>(v, sh, id, op);
+}
 template <bool WARP, class A> __device__ __forceinline__ A row_sum(A v, A *sh) {
-    if constexpr (WARP) return dfg_warp_sum(v);
-    else return dfg_block_sum<kWarps>(v, sh);
+    return row_reduce<WARP>(v, sh, A(0), DfgSum());
 }
 
 // The variant launch(cfg, grid) is asked for: cfg's type T (the tensor's dtype), vec elements at a

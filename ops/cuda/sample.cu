@@ -25,6 +25,8 @@
 // after every row has read it (the state is updated in place).
 #include "common.cuh"
 
+#include <limits.h>
+
 #include "../philox.h"
 
 namespace {
@@ -91,10 +93,21 @@ static __device__ __forceinline__ double lane_weights(const T *row, int64_t j, i
 }
 
 // ---------------------------------------------------------------- block helpers
-// the block's first maximum: (value, index), larger value first, then smaller index
-static __device__ __forceinline__ void argmax_merge(float &bv, int64_t &bi, float ov, int64_t oi) {
-    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-}
+// the block's first maximum: (value, index), larger value first, then smaller index (indices fit
+// an int: the block sums' shared memory caps the vocabulary far below 2^31)
+struct Cand {
+    float v;
+    int i;
+};
+struct FirstMax {
+    __device__ __forceinline__ Cand operator()(Cand a, Cand b) const {
+        return b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a;
+    }
+};
+// the CPU's pairwise step of a lane sum: correctly rounded, never contracted
+struct AddRn {
+    __device__ __forceinline__ double operator()(double a, double b) const { return __dadd_rn(a, b); }
+};
 
 // Ascending uint order of floats (no NaN): flip the sign bit of positives, every bit of negatives.
 static __device__ __forceinline__ unsigned order_key(float x) {
@@ -162,8 +175,7 @@ static __global__ void __launch_bounds__(kThreads)
                   int64_t v, float temp, double inv_t, int top_k,
                   int *flags) {          // (1) set on a row holding a NaN (its token: 0)
     DFG_SHARED_DYNAMIC(double, run);     // (ceil(V / 256)) block sums, then running sums
-    __shared__ float s_val[kWarps];
-    __shared__ int64_t s_idx[kWarps];
+    __shared__ Cand s_best[kWarps];
     __shared__ unsigned hist[256], sel[2];
     __shared__ double s_target;
     __shared__ int64_t s_block;
@@ -172,12 +184,12 @@ static __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     // pass 1: the first maximum and any NaN
-    float bv = -INFINITY;
-    int64_t bi = INT64_MAX;
+    const FirstMax first_max;
+    Cand best = {-INFINITY, INT_MAX};
     bool nan = false;
     dfg_row_visit<T, kThreads, true>(row, v, (int)threadIdx.x, [&](int64_t j, float x) {
         if (x != x) nan = true;
-        else argmax_merge(bv, bi, x, j);
+        else best = first_max(best, Cand{x, (int)j});
     });
     if (__syncthreads_or(nan)) {
         if (threadIdx.x == 0) {
@@ -186,18 +198,10 @@ static __global__ void __launch_bounds__(kThreads)
         }
         return;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        argmax_merge(bv, bi, ov, oi);
-    }
-    if (lane == 0) s_val[warp] = bv, s_idx[warp] = bi;
-    __syncthreads();
-    bv = s_val[0], bi = s_idx[0];
-    for (int w = 1; w < kWarps; w++) argmax_merge(bv, bi, s_val[w], s_idx[w]);
-    const float m = bv;
+    best = dfg_block_fold<kWarps>(best, s_best, Cand{-INFINITY, INT_MAX}, first_max);
+    const float m = best.v;
     if (!(temp > 0.0f) || fabsf(m) == INFINITY) { // greedy; all -inf; an +inf max (as the CPU)
-        if (threadIdx.x == 0) tok[r] = (int32_t)bi;
+        if (threadIdx.x == 0) tok[r] = (int32_t)best.i;
         return;
     }
     const float thr = top_k > 0 && top_k < v ? kth_largest(row, v, top_k, hist, sel) : -INFINITY;
@@ -208,7 +212,7 @@ static __global__ void __launch_bounds__(kThreads)
         float x[kPerLane];
         double w[kPerLane];
         double s = lane_weights<T, VEC>(row, b * kBlock + lane * kPerLane, v, thr, m, inv_t, x, w);
-        for (int o = 16; o > 0; o >>= 1) s = __dadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+        s = dfg_warp_reduce(s, AddRn()); // the xor butterfly from offset 16: the CPU's halving tree
         if (lane == 0) run[b] = s;
     }
     __syncthreads();
@@ -260,11 +264,7 @@ static __global__ void __launch_bounds__(kThreads)
             tok[r] = (int32_t)pick;
         }
     } else { // rounding left no crossing lane: the block's last kept token
-        int64_t bl = last;
-        for (int o = 16; o > 0; o >>= 1) {
-            const int64_t ol = __shfl_xor_sync(0xffffffffu, bl, o);
-            bl = ol > bl ? ol : bl;
-        }
+        const int64_t bl = dfg_warp_reduce(last, DfgMax());
         if (lane == 0) tok[r] = (int32_t)(bl >= 0 ? bl : b * kBlock);
     }
 }

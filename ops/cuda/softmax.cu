@@ -42,51 +42,41 @@ __device__ __forceinline__ void lse_push(float &m, float &s, const float (&v)[VE
     }
 }
 
-// merges (m, s) over the row's threads (a warp, or the block: sh holds 64 floats)
-template <bool WARP>
-__device__ __forceinline__ void row_merge(float &m, float &s, float *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        const float mn = fmaxf(m, m2);
-        s = s * rescale(m, mn) + s2 * rescale(m2, mn);
-        m = mn;
+// a thread's, then the row's (max m, sum s of exp(x - m)); merged symmetrically (every lane of a
+// butterfly the same bits)
+struct Lse {
+    float m, s;
+};
+struct LseMerge {
+    __device__ __forceinline__ Lse operator()(Lse a, Lse b) const {
+        const float mn = fmaxf(a.m, b.m);
+        return {mn, a.s * rescale(a.m, mn) + b.s * rescale(b.m, mn)};
     }
-    if constexpr (!WARP) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        if (lane == 0) sh[warp] = m, sh[32 + warp] = s;
-        __syncthreads();
-        m = lane < kWarps ? sh[lane] : -INFINITY;
-        s = lane < kWarps ? sh[32 + lane] : 0.0f;
-        __syncthreads();
-        row_merge<true>(m, s, sh);
-    }
-}
+};
 
 // (m, s) of row xr (V): its max and sum of exp(x - m) in one read (lse_push), merged over the row's
-// threads (sh: 64 floats)
+// threads (sh: 32 pairs)
 template <int VEC, bool WARP, class T>
-__device__ __forceinline__ void row_lse(const T *xr, int64_t V, const RowWalk<VEC, WARP> &w, float *sh, float &m,
-                                        float &s) {
-    float v[VEC];
-    m = -INFINITY, s = 0.0f;
+__device__ __forceinline__ Lse row_lse(const T *xr, int64_t V, const RowWalk<VEC, WARP> &w, Lse *sh) {
+    float v[VEC], m = -INFINITY, s = 0.0f;
     for (int64_t i = w.i0(); i < V; i += w.di) {
         dfg_ldn<VEC>(xr, i, v);
         lse_push<VEC>(m, s, v);
     }
-    row_merge<WARP>(m, s, sh);
+    return row_reduce<WARP>(Lse{m, s}, sh, Lse{-INFINITY, 0.0f}, LseMerge());
 }
 
 // y (rows, V) = softmax(x) or log_softmax(x) per row
 template <class T, int VEC, bool WARP, bool LOG>
 __global__ __launch_bounds__(kThreads) void sm_fwd(const T *x /* (rows, V) */, T *y /* (rows, V) */, int64_t rows,
                                                    int64_t V) {
-    __shared__ float sh[64];
+    __shared__ Lse sh[32];
     for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
         const int64_t r = w.row();
         if (w.past(r)) break;
-        float m, s, v[VEC];
-        row_lse(x + r * V, V, w, sh, m, s);
+        float v[VEC];
+        const Lse t = row_lse(x + r * V, V, w, sh);
+        const float m = t.m, s = t.s;
         const float inv = 1.0f / s, ls = logf(s);
         for (int64_t i = w.i0(); i < V; i += w.di) {
             dfg_ldn<VEC>(x + r * V, i, v);
@@ -160,42 +150,26 @@ __device__ __forceinline__ void ent_side(float m, float l, float a, float mn, fl
     lo = e * l;
     ao = e * (a + l * d);
 }
-// Symmetric in its two triples (each side computed alone, then one commutative add), so every lane
-// of a butterfly holds the same bits.
-__device__ __forceinline__ void ent_merge(float &m, float &l, float &a, float m2, float l2, float a2) {
-    const float mn = fmaxf(m, m2);
-    float l1, a1, l2s, a2s;
-    ent_side(m, l, a, mn, l1, a1);
-    ent_side(m2, l2, a2, mn, l2s, a2s);
-    m = mn, l = l1 + l2s, a = a1 + a2s;
-}
-
-// merges (m, l, a) over the row's threads (a warp, or the block: sh holds 3 x 32 floats)
-template <bool WARP>
-__device__ __forceinline__ void ent_row_merge(float &m, float &l, float &a, float *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o),
-                    a2 = __shfl_xor_sync(0xffffffffu, a, o);
-        ent_merge(m, l, a, m2, l2, a2);
+// a thread's, then the row's (m, l, a). Merged symmetrically (each side computed alone, then one
+// commutative add), so every lane of a butterfly holds the same bits.
+struct Ent {
+    float m, l, a;
+};
+struct EntMerge {
+    __device__ __forceinline__ Ent operator()(Ent x, Ent y) const {
+        const float mn = fmaxf(x.m, y.m);
+        float l1, a1, l2, a2;
+        ent_side(x.m, x.l, x.a, mn, l1, a1);
+        ent_side(y.m, y.l, y.a, mn, l2, a2);
+        return {mn, l1 + l2, a1 + a2};
     }
-    if constexpr (!WARP) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        if (lane == 0) sh[warp] = m, sh[32 + warp] = l, sh[64 + warp] = a;
-        __syncthreads();
-        m = lane < kWarps ? sh[lane] : -INFINITY;
-        l = lane < kWarps ? sh[32 + lane] : 0.0f;
-        a = lane < kWarps ? sh[64 + lane] : 0.0f;
-        __syncthreads();
-        ent_row_merge<true>(m, l, a, sh);
-    }
-}
+};
 
 // h (rows) = -sum_j p_j log p_j, p = softmax(z) per row
 template <class T, int VEC, bool WARP>
 __global__ __launch_bounds__(kThreads) void ent_fwd(const T *z /* (rows, V) */, float *h /* (rows) */, int64_t rows,
                                                     int64_t V) {
-    __shared__ float sh[96];
+    __shared__ Ent sh[32];
     for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
         const int64_t r = w.row();
         if (w.past(r)) break;
@@ -205,8 +179,8 @@ __global__ __launch_bounds__(kThreads) void ent_fwd(const T *z /* (rows, V) */, 
             dfg_ldn<VEC>(zr, i, v);
             ent_push<VEC>(m, l, a, v);
         }
-        ent_row_merge<WARP>(m, l, a, sh);
-        if (w.t == 0) h[r] = l == 0.0f ? 0.0f : logf(l) - a / l; // l = 0: a row of -inf (NaN stays NaN)
+        const Ent e = row_reduce<WARP>(Ent{m, l, a}, sh, Ent{-INFINITY, 0.0f, 0.0f}, EntMerge());
+        if (w.t == 0) h[r] = e.l == 0.0f ? 0.0f : logf(e.l) - e.a / e.l; // l = 0: a row of -inf (NaN stays NaN)
     }
 }
 
@@ -215,15 +189,16 @@ template <class T, int VEC, bool WARP>
 __global__ __launch_bounds__(kThreads) void ent_bwd(const float *dh /* (rows) */, const T *z /* (rows, V) */,
                                                     const float *hv /* (rows) */, T *dz /* (rows, V) */,
                                                     int64_t rows, int64_t V) {
-    __shared__ float sh[64];
+    __shared__ Lse sh[32];
     for (RowWalk<VEC, WARP> w(rows); w.more(); w.next()) {
         const int64_t r = w.row();
         if (w.past(r)) break;
-        float m, s, v[VEC];
-        row_lse(z + r * V, V, w, sh, m, s); // as sm_fwd: the row's (max, sum)
-        // every lane takes lane 0's (m, s): nvcc may contract the merge into FMAs that make the
-        // butterfly's lanes differ in the last bit, and each lane writes its own part of the row
-        m = __shfl_sync(0xffffffffu, m, 0), s = __shfl_sync(0xffffffffu, s, 0);
+        float v[VEC];
+        // as sm_fwd: the row's (max, sum); every lane takes lane 0's: nvcc may contract the merge
+        // into FMAs that make the butterfly's lanes differ in the last bit, and each lane writes
+        // its own part of the row
+        const Lse t = dfg_shfl(row_lse(z + r * V, V, w, sh), 0);
+        const float m = t.m, s = t.s;
         // log p = (x - m) - log s, not x - (m + log s): m + log s would round at the scale of m (a
         // logit of 40: 2e-6), and log p + H cancels where p is large; log s is small exactly there
         const float ls = logf(s), gd = -dh[r], H = hv[r];
