@@ -42,7 +42,12 @@ DFG_API dfg_status dfg_metric_nullable(dfg_graph *g, const char *name, dfg_tenso
  * The Llama family: pre-RMSNorm blocks, rotary positions (rope_theta, rotate_half), grouped-query
  * attention (num_key_value_heads), the SwiGLU MLP down(silu(gate(x)) * up(x)); Qwen2 adds q/k/v
  * biases, Qwen3 drops them and RMS-normalises every query and key head before the rotation. */
-typedef enum { DFG_ARCH_GPT2, DFG_ARCH_LLAMA, DFG_ARCH_QWEN2, DFG_ARCH_QWEN3, DFG_ARCH_COUNT } dfg_arch;
+typedef enum {
+#define DFG_ARCH(id, type, cls, family, bias, qk_norm) DFG_ARCH_##id,
+#include "arch.def"
+#undef DFG_ARCH
+    DFG_ARCH_COUNT
+} dfg_arch;
 
 /* Parameter-efficient fine-tuning (ops/nn/nn_lora.c), as PEFT's LoraConfig and bitsandbytes'
  * BitsAndBytesConfig name it. With r > 0 every weight of the model is frozen (a STATE of role
@@ -143,6 +148,76 @@ typedef struct {
 /* The GPT-2 124M preset (L=12, H=12, C=768, V=50257, T=1024) the examples start from. */
 DFG_API dfg_model_config dfg_gpt2_config_default(void);
 DFG_API const char *dfg_arch_name(dfg_arch a); /* "gpt2", "llama", "qwen2", "qwen3" (model_type) */
+
+/* ---------------------------------------------------------------- the architecture table
+ * One row per architecture (ops/nn/arch.def) and one layout per family (ops/nn/nn_arch.c): every
+ * fact of Hugging Face's format that dfg reads or writes. config.json's reader
+ * (runtime/formats/model_config.c), the model builder (nn_config.c, nn_model.c), and the weights
+ * in and out (runtime/weights: checkpoints, model export, PEFT adapters) all read it. */
+typedef enum { DFG_FAMILY_GPT2, DFG_FAMILY_LLAMA } dfg_arch_family;
+typedef enum { DFG_ARCH_BIAS_ALL, DFG_ARCH_BIAS_CONFIG, DFG_ARCH_BIAS_QKV, DFG_ARCH_BIAS_NONE } dfg_arch_bias;
+
+/* A config.json key dfg reads into a setting of the same name. */
+typedef enum { DFG_ARCH_KEY_INT, DFG_ARCH_KEY_FLOAT, DFG_ARCH_KEY_BOOL, DFG_ARCH_KEY_IDS, DFG_ARCH_KEY_ID } dfg_arch_key_kind;
+typedef struct {
+    const char *key;
+    dfg_arch_key_kind kind;     /* INT: positive int32; FLOAT: finite, > 0; IDS: 1..8 token ids ("1,2,3"); ID: one */
+    const char *field;          /* the dfg_model_config field it fills ("n_layer"); NULL: none (token ids) */
+    bool null_skips;            /* null means "derived" (n_inner: 4 n_embd; head_dim: hidden / heads): not set */
+    const char *absent;         /* the value set when the file lacks it (the config class's default), or NULL */
+    const char *absent_as;      /* or: it takes this setting's value (num_key_value_heads) */
+    const char *from;           /* export only: written from this setting (GPT-2's n_ctx from n_positions); not read */
+} dfg_arch_key;
+
+/* A config.json value of a model dfg would compute differently: such a config is refused. */
+typedef enum {
+    DFG_ARCH_RULE_STRING, /* a string, one of `allowed` ('|'-separated) */
+    DFG_ARCH_RULE_BOOL,   /* true or false, but not `refused` */
+    DFG_ARCH_RULE_ZERO,   /* a number equal to 0 */
+    DFG_ARCH_RULE_NULL,   /* null (rope_scaling) */
+} dfg_arch_rule_kind;
+typedef struct {
+    const char *key;
+    dfg_arch_rule_kind kind;
+    const char *allowed;
+    bool refused;
+    const char *why; /* what dfg computes instead */
+} dfg_arch_rule;
+
+typedef struct {
+    dfg_arch arch;
+    const char *model_type, *hf_class;
+    dfg_arch_family family;
+    dfg_arch_bias bias;
+    bool qk_norm;
+    /* the layout: tensor names (Hugging Face's, inside the base model) and their quirks */
+    bool conv1d;              /* GPT-2's Conv1D: linear weights stored (in, out), PEFT's fan_in_fan_out */
+    bool tied_head;           /* the output head is always the embedding (no lm_head.weight to load) */
+    bool learned_positions;   /* a position embedding (pos_embed) instead of RoPE */
+    bool layernorm;           /* LayerNorm with biases instead of RMSNorm */
+    const char *hf_prefix;    /* the base model's module inside the LM-head class ("transformer."): files name tensors with it */
+    const char *embed, *pos_embed, *blocks, *norm_1, *norm_2, *final_norm, *lm_head; /* module paths */
+    const char *q_norm, *k_norm;        /* a block's per-head norms (qk_norm), under "<blocks>.N." */
+    const char *linears[DFG_LIN_COUNT]; /* a block's linear by slot, under "<blocks>.N."; NULL: none */
+    const char *buffers;      /* '|'-separated endings of file tensors that are buffers, not weights */
+    const char *lora_targets; /* PEFT's default target_modules for the architecture */
+    const char *config_extra; /* JSON object merged into a config.json written from settings alone */
+} dfg_arch_info;
+
+/* The row of architecture a; NULL when there is none. */
+DFG_API const dfg_arch_info *dfg_arch_info_of(dfg_arch a);
+/* The row whose model_type (by_class false) or hf_class (true) is name; NULL when none. */
+DFG_API const dfg_arch_info *dfg_arch_find(const char *name, bool by_class);
+/* The config.json keys architecture a reads (and an export writes back), in reading order, and
+ * the rules its configs must pass: pointers into the table, at most max; returns how many. */
+DFG_API int dfg_arch_config_keys(dfg_arch a, const dfg_arch_key **keys, int max);
+DFG_API int dfg_arch_config_rules(dfg_arch a, const dfg_arch_rule **rules, int max);
+/* The config.json key (and setting) that fills dfg_model_config's `field` in architecture a
+ * ("n_layer" in gpt2, "num_hidden_layers" in llama); NULL when a has none. */
+DFG_API const char *dfg_arch_key_for(dfg_arch a, const char *field);
+/* "GPT2LMHeadModel, LlamaForCausalLM, ..." and "gpt2, llama, ..." for messages. */
+DFG_API const char *dfg_arch_class_list(void);
+DFG_API const char *dfg_arch_type_list(void);
 /* cfg with every derived field (n_kv_head, head_dim, n_inner) filled in. */
 DFG_API dfg_model_config dfg_model_config_resolve(dfg_model_config cfg);
 

@@ -8,10 +8,6 @@
 
 #include "dfg_nn.h"
 
-static const char *const arch_names[DFG_ARCH_COUNT] = {"gpt2", "llama", "qwen2", "qwen3"};
-
-const char *dfg_arch_name(dfg_arch a) { return a >= 0 && a < DFG_ARCH_COUNT ? arch_names[a] : "?"; }
-
 dfg_model_config dfg_gpt2_config_default(void) {
     return (dfg_model_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
                               .ln_eps = 1e-5f, .dtype = DFG_F32, .arch = DFG_ARCH_GPT2, .rope_theta = 10000.0f,
@@ -22,13 +18,14 @@ dfg_model_config dfg_model_config_resolve(dfg_model_config c) {
     if (c.n_kv_head <= 0) c.n_kv_head = c.n_head;
     if (c.head_dim <= 0 && c.n_head > 0) c.head_dim = c.n_embd / c.n_head;
     if (c.n_inner <= 0) c.n_inner = 4 * c.n_embd;
-    if (c.arch == DFG_ARCH_GPT2) { /* GPT-2's head is wte; its heads split n_embd */
-        c.tie_word_embeddings = true, c.n_kv_head = c.n_head, c.head_dim = c.n_head > 0 ? c.n_embd / c.n_head : 0;
-        c.attention_bias = true, c.qk_norm = false;
-    }
-    if (c.arch == DFG_ARCH_QWEN2) c.attention_bias = true, c.qk_norm = false;
-    if (c.arch == DFG_ARCH_QWEN3) c.attention_bias = false, c.qk_norm = true;
-    if (c.arch == DFG_ARCH_LLAMA) c.qk_norm = false;
+    const dfg_arch_info *a = dfg_arch_info_of(c.arch);
+    if (!a) return c;
+    if (a->tied_head) c.tie_word_embeddings = true;
+    if (a->learned_positions) /* GPT-2's heads split n_embd, none grouped */
+        c.n_kv_head = c.n_head, c.head_dim = c.n_head > 0 ? c.n_embd / c.n_head : 0;
+    if (a->bias == DFG_ARCH_BIAS_ALL || a->bias == DFG_ARCH_BIAS_QKV) c.attention_bias = true;
+    if (a->bias == DFG_ARCH_BIAS_NONE) c.attention_bias = false;
+    c.qk_norm = a->qk_norm;
     return c;
 }
 
@@ -56,32 +53,40 @@ static int setting_i(dfg_program *p, const char *key, int def) {
     return (int)v;
 }
 
-/* GPT2Config's names */
-static void read_gpt2(dfg_program *p, dfg_model_config d, dfg_model_config *m) {
-    m->n_layer = setting_i(p, "n_layer", d.n_layer);
-    m->n_head = setting_i(p, "n_head", d.n_head);
-    m->n_embd = setting_i(p, "n_embd", d.n_embd);
-    m->vocab_size = setting_i(p, "vocab_size", d.vocab_size);
-    m->block_size = setting_i(p, "n_positions", d.block_size);
-    m->ln_eps = setting_f(p, "layer_norm_epsilon", d.ln_eps > 0 ? d.ln_eps : 1e-5f);
-    m->n_inner = setting_i(p, "n_inner", d.arch == DFG_ARCH_GPT2 ? d.n_inner : 0);
+/* The setting that fills field `f` in m's architecture (the table's config.json key). */
+static const char *key(const dfg_model_config *m, const char *f) {
+    const char *k = dfg_arch_key_for(m->arch, f);
+    return k ? k : f;
 }
 
-/* LlamaConfig's, Qwen2Config's and Qwen3Config's names; a GPT-2 default (the examples' presets)
- * stands in for the same sizes */
+/* The GPT-2 family's keys (GPT2Config's names) */
+static void read_gpt2(dfg_program *p, dfg_model_config d, dfg_model_config *m) {
+    m->n_layer = setting_i(p, key(m, "n_layer"), d.n_layer);
+    m->n_head = setting_i(p, key(m, "n_head"), d.n_head);
+    m->n_embd = setting_i(p, key(m, "n_embd"), d.n_embd);
+    m->vocab_size = setting_i(p, key(m, "vocab_size"), d.vocab_size);
+    m->block_size = setting_i(p, key(m, "block_size"), d.block_size);
+    m->ln_eps = setting_f(p, key(m, "ln_eps"), d.ln_eps > 0 ? d.ln_eps : 1e-5f);
+    m->n_inner = setting_i(p, key(m, "n_inner"), d.arch == DFG_ARCH_GPT2 ? d.n_inner : 0);
+}
+
+/* The Llama family's keys (LlamaConfig's, Qwen2Config's, Qwen3Config's names); a GPT-2 default
+ * (the examples' presets) stands in for the same sizes */
 static void read_llama(dfg_program *p, dfg_model_config d, dfg_model_config *m) {
-    m->n_layer = setting_i(p, "num_hidden_layers", d.n_layer);
-    m->n_head = setting_i(p, "num_attention_heads", d.n_head);
-    m->n_kv_head = setting_i(p, "num_key_value_heads", d.n_kv_head > 0 ? d.n_kv_head : m->n_head);
-    m->n_embd = setting_i(p, "hidden_size", d.n_embd);
-    m->head_dim = setting_i(p, "head_dim", d.head_dim > 0 ? d.head_dim : (m->n_head > 0 ? m->n_embd / m->n_head : 0));
-    m->n_inner = setting_i(p, "intermediate_size", d.n_inner > 0 ? d.n_inner : 4 * m->n_embd);
-    m->vocab_size = setting_i(p, "vocab_size", d.vocab_size);
-    m->block_size = setting_i(p, "max_position_embeddings", d.block_size);
-    m->ln_eps = setting_f(p, "rms_norm_eps", d.arch == DFG_ARCH_GPT2 ? 1e-6f : d.ln_eps);
-    m->rope_theta = setting_f(p, "rope_theta", d.rope_theta > 0 ? d.rope_theta : 10000.0f);
-    m->tie_word_embeddings = dfg_setting_bool(p, "tie_word_embeddings", d.arch == DFG_ARCH_GPT2 ? false : d.tie_word_embeddings);
-    if (m->arch == DFG_ARCH_LLAMA) m->attention_bias = dfg_setting_bool(p, "attention_bias", d.arch == DFG_ARCH_LLAMA && d.attention_bias);
+    m->n_layer = setting_i(p, key(m, "n_layer"), d.n_layer);
+    m->n_head = setting_i(p, key(m, "n_head"), d.n_head);
+    m->n_kv_head = setting_i(p, key(m, "n_kv_head"), d.n_kv_head > 0 ? d.n_kv_head : m->n_head);
+    m->n_embd = setting_i(p, key(m, "n_embd"), d.n_embd);
+    m->head_dim = setting_i(p, key(m, "head_dim"), d.head_dim > 0 ? d.head_dim : (m->n_head > 0 ? m->n_embd / m->n_head : 0));
+    m->n_inner = setting_i(p, key(m, "n_inner"), d.n_inner > 0 ? d.n_inner : 4 * m->n_embd);
+    m->vocab_size = setting_i(p, key(m, "vocab_size"), d.vocab_size);
+    m->block_size = setting_i(p, key(m, "block_size"), d.block_size);
+    m->ln_eps = setting_f(p, key(m, "ln_eps"), d.arch == DFG_ARCH_GPT2 ? 1e-6f : d.ln_eps);
+    m->rope_theta = setting_f(p, key(m, "rope_theta"), d.rope_theta > 0 ? d.rope_theta : 10000.0f);
+    m->tie_word_embeddings =
+        dfg_setting_bool(p, key(m, "tie_word_embeddings"), d.arch == DFG_ARCH_GPT2 ? false : d.tie_word_embeddings);
+    if (dfg_arch_key_for(m->arch, "attention_bias")) /* the architectures whose config says (Llama's) */
+        m->attention_bias = dfg_setting_bool(p, key(m, "attention_bias"), d.arch == m->arch && d.attention_bias);
 }
 
 /* Hugging Face's torch_dtype: bf16 weights and activations on the GPU by default (f32 masters and
@@ -99,9 +104,8 @@ static dfg_status read_dtype(dfg_program *p, dfg_model_config *m) {
 }
 
 static dfg_status check_ranges(dfg_program *p, const dfg_model_config *m) {
-    bool gpt2 = m->arch == DFG_ARCH_GPT2;
-    const char *layers = gpt2 ? "n_layer" : "num_hidden_layers", *heads = gpt2 ? "n_head" : "num_attention_heads";
-    const char *width = gpt2 ? "n_embd" : "hidden_size";
+    bool gpt2 = dfg_arch_info_of(m->arch)->learned_positions; /* GPT-2's heads split n_embd; no RoPE */
+    const char *layers = key(m, "n_layer"), *heads = key(m, "n_head"), *width = key(m, "n_embd");
     if (m->n_layer < 1 || m->n_layer > DFG_MODEL_MAX_LAYERS)
         return dfg_program_fail(p, DFG_ERR_ARG, "%s must be in 1..%d, got %d", layers, DFG_MODEL_MAX_LAYERS, m->n_layer);
     if (m->n_head < 1 || m->n_embd < 1 || (gpt2 && m->n_embd % m->n_head))
@@ -109,12 +113,12 @@ static dfg_status check_ranges(dfg_program *p, const dfg_model_config *m) {
     if (m->vocab_size < 3 || m->vocab_size > (1 << 24))
         return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size must be in 3..%d, got %d", 1 << 24, m->vocab_size);
     if (m->block_size < 1 || m->block_size > (1 << 20))
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be in 1..%d, got %d", gpt2 ? "n_positions" : "max_position_embeddings",
+        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be in 1..%d, got %d", key(m, "block_size"),
                                 1 << 20, m->block_size);
     if (!(m->ln_eps > 0))
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be > 0", gpt2 ? "layer_norm_epsilon" : "rms_norm_eps");
+        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be > 0", key(m, "ln_eps"));
     if (m->n_inner < 1 || m->n_inner > (1 << 24))
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be in 1..%d, got %d", gpt2 ? "n_inner" : "intermediate_size",
+        return dfg_program_fail(p, DFG_ERR_ARG, "%s must be in 1..%d, got %d", key(m, "n_inner"),
                                 1 << 24, m->n_inner);
     if (gpt2) return DFG_OK;
     if (m->n_kv_head < 1 || m->n_head % m->n_kv_head)
@@ -132,13 +136,11 @@ dfg_status dfg_model_config_from_settings(dfg_program *p, dfg_model_config d, df
     if (!p || !out) return DFG_ERR_ARG;
     dfg_setting_str(p, "model", ""); /* the directory config.json came from, when it did */
     const char *type = dfg_setting_str(p, "model_type", dfg_arch_name(d.arch));
+    const dfg_arch_info *a = dfg_arch_find(type, false);
+    if (!a) return dfg_program_fail(p, DFG_ERR_ARG, "model_type must be one of %s, got '%s'", dfg_arch_type_list(), type);
     dfg_model_config m = d;
-    m.arch = DFG_ARCH_COUNT;
-    for (int a = 0; a < DFG_ARCH_COUNT; a++)
-        if (!strcmp(type, arch_names[a])) m.arch = (dfg_arch)a;
-    if (m.arch == DFG_ARCH_COUNT)
-        return dfg_program_fail(p, DFG_ERR_ARG, "model_type must be gpt2, llama, qwen2 or qwen3, got '%s'", type);
-    if (m.arch == DFG_ARCH_GPT2) read_gpt2(p, d, &m);
+    m.arch = a->arch;
+    if (a->family == DFG_FAMILY_GPT2) read_gpt2(p, d, &m);
     else read_llama(p, d, &m);
     dfg_status st = read_dtype(p, &m);
     if (st || (st = dfg_program_status(p))) return st;

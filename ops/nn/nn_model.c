@@ -18,6 +18,7 @@ typedef struct {
     dfg_dtype dt;
     bool frozen; /* STATEs of role REF_MODEL instead of PARAMs */
     bool base;   /* LoRA: STATEs of role BASE_MODEL, the adapters being the params */
+    const dfg_arch_info *arch; /* the names (ops/nn/arch.def) */
 } param_ctx;
 
 static dfg_tensor *param(param_ctx *c, const char *name, dfg_shape s, dfg_init init) {
@@ -33,7 +34,7 @@ static dfg_tensor *param(param_ctx *c, const char *name, dfg_shape s, dfg_init i
 /* "<where>.<layer>.<name>": h.N. for GPT-2, model.layers.N. for the Llama family */
 static dfg_tensor *block_param(param_ctx *c, const char *where, int layer, const char *name, dfg_shape s,
                                dfg_init init) {
-    char nm[160];
+    char nm[224];
     snprintf(nm, sizeof(nm), "%s.%d.%s", where, layer, name);
     return param(c, nm, s, init);
 }
@@ -63,76 +64,98 @@ static void nf4_param(param_ctx *c, const char *where, int layer, const char *na
     q->offset = dfg_state(c->p, nm, DFG_F32, DFG_SCALAR, DFG_ROLE_BASE_MODEL, dfg_init_zeros());
 }
 
+/* "<module>.<what>" of the architecture's table (ops/nn/arch.def, nn_arch.c) */
+static dfg_tensor *named(param_ctx *c, const char *module, const char *what, dfg_shape s, dfg_init init) {
+    char nm[160];
+    snprintf(nm, sizeof(nm), "%s.%s", module, what);
+    return param(c, nm, s, init);
+}
+
+/* A block's module "<blocks>.<layer>.<module>.<what>" */
+static dfg_tensor *block_named(param_ctx *c, int layer, const char *module, const char *what, dfg_shape s, dfg_init init) {
+    char nm[128];
+    snprintf(nm, sizeof(nm), "%s.%s", module, what);
+    return block_param(c, c->arch->blocks, layer, nm, s, init);
+}
+
 /* A block's linear weight (NULL when stored as NF4: blk->nf4[slot]), and its adapter when LoRA
  * targets it: GPT-2's Conv1D weights are (in, out), nn.Linear's (out, in) */
-static dfg_tensor *linear_param(param_ctx *c, const char *where, int layer, const char *name, dfg_linear_slot slot,
-                                dfg_shape s, dfg_init init) {
+static dfg_tensor *linear_param(param_ctx *c, int layer, dfg_linear_slot slot, dfg_shape s, dfg_init init) {
+    char name[128];
+    snprintf(name, sizeof(name), "%s.weight", c->arch->linears[slot]);
     dfg_tensor *w = NULL;
-    if (c->base && c->m->cfg.lora.load_in_4bit) nf4_param(c, where, layer, name, slot, s);
-    else w = block_param(c, where, layer, name, s, init);
-    bool conv1d = c->m->cfg.arch == DFG_ARCH_GPT2;
+    if (c->base && c->m->cfg.lora.load_in_4bit) nf4_param(c, c->arch->blocks, layer, name, slot, s);
+    else w = block_param(c, c->arch->blocks, layer, name, s, init);
+    bool conv1d = c->arch->conv1d;
     if (c->base) dfg_lora_add(c->p, c->m, layer, slot, conv1d ? s.d[0] : s.d[1], conv1d ? s.d[1] : s.d[0]);
     return w;
 }
 
+/* A block's linear's bias "<blocks>.<layer>.<linear>.bias" */
+static dfg_tensor *linear_bias(param_ctx *c, int layer, dfg_linear_slot slot, dfg_shape s) {
+    return block_named(c, layer, c->arch->linears[slot], "bias", s, dfg_init_zeros());
+}
+
 static void gpt2_params(param_ctx *c, const dfg_model_config *cfg) {
+    const dfg_arch_info *a = c->arch;
     dfg_model *m = c->m;
     int64_t C = cfg->n_embd, V = cfg->vocab_size, I = cfg->n_inner;
     dfg_init w = dfg_init_normal(0.0f, 0.02f), zero = dfg_init_zeros(), one = dfg_init_ones();
     dfg_init proj = dfg_init_normal(0.0f, 0.02f / sqrtf(2.0f * (float)cfg->n_layer)); /* GPT-2's residual scaling */
-    m->wte = param(c, "wte.weight", DFG_SHAPE(V, C), w);
-    m->wpe = param(c, "wpe.weight", DFG_SHAPE(cfg->block_size, C), dfg_init_normal(0.0f, 0.01f));
+    m->wte = named(c, a->embed, "weight", DFG_SHAPE(V, C), w);
+    m->wpe = named(c, a->pos_embed, "weight", DFG_SHAPE(cfg->block_size, C), dfg_init_normal(0.0f, 0.01f));
     for (int l = 0; l < cfg->n_layer; l++) {
         dfg_model_block *b = &m->h[l];
-        b->ln_1_w = block_param(c, "h", l, "ln_1.weight", DFG_SHAPE(C), one);
-        b->ln_1_b = block_param(c, "h", l, "ln_1.bias", DFG_SHAPE(C), zero);
-        b->c_attn_w = linear_param(c, "h", l, "attn.c_attn.weight", DFG_LIN_C_ATTN, DFG_SHAPE(C, 3 * C), w);
-        b->c_attn_b = block_param(c, "h", l, "attn.c_attn.bias", DFG_SHAPE(3 * C), zero);
-        b->attn_proj_w = linear_param(c, "h", l, "attn.c_proj.weight", DFG_LIN_O, DFG_SHAPE(C, C), proj);
-        b->attn_proj_b = block_param(c, "h", l, "attn.c_proj.bias", DFG_SHAPE(C), zero);
-        b->ln_2_w = block_param(c, "h", l, "ln_2.weight", DFG_SHAPE(C), one);
-        b->ln_2_b = block_param(c, "h", l, "ln_2.bias", DFG_SHAPE(C), zero);
-        b->c_fc_w = linear_param(c, "h", l, "mlp.c_fc.weight", DFG_LIN_C_FC, DFG_SHAPE(C, I), w);
-        b->c_fc_b = block_param(c, "h", l, "mlp.c_fc.bias", DFG_SHAPE(I), zero);
-        b->mlp_proj_w = linear_param(c, "h", l, "mlp.c_proj.weight", DFG_LIN_MLP_PROJ, DFG_SHAPE(I, C), proj);
-        b->mlp_proj_b = block_param(c, "h", l, "mlp.c_proj.bias", DFG_SHAPE(C), zero);
+        b->ln_1_w = block_named(c, l, a->norm_1, "weight", DFG_SHAPE(C), one);
+        b->ln_1_b = block_named(c, l, a->norm_1, "bias", DFG_SHAPE(C), zero);
+        b->c_attn_w = linear_param(c, l, DFG_LIN_C_ATTN, DFG_SHAPE(C, 3 * C), w);
+        b->c_attn_b = linear_bias(c, l, DFG_LIN_C_ATTN, DFG_SHAPE(3 * C));
+        b->attn_proj_w = linear_param(c, l, DFG_LIN_O, DFG_SHAPE(C, C), proj);
+        b->attn_proj_b = linear_bias(c, l, DFG_LIN_O, DFG_SHAPE(C));
+        b->ln_2_w = block_named(c, l, a->norm_2, "weight", DFG_SHAPE(C), one);
+        b->ln_2_b = block_named(c, l, a->norm_2, "bias", DFG_SHAPE(C), zero);
+        b->c_fc_w = linear_param(c, l, DFG_LIN_C_FC, DFG_SHAPE(C, I), w);
+        b->c_fc_b = linear_bias(c, l, DFG_LIN_C_FC, DFG_SHAPE(I));
+        b->mlp_proj_w = linear_param(c, l, DFG_LIN_MLP_PROJ, DFG_SHAPE(I, C), proj);
+        b->mlp_proj_b = linear_bias(c, l, DFG_LIN_MLP_PROJ, DFG_SHAPE(C));
     }
-    m->ln_f_w = param(c, "ln_f.weight", DFG_SHAPE(C), one);
-    m->ln_f_b = param(c, "ln_f.bias", DFG_SHAPE(C), zero);
+    m->ln_f_w = named(c, a->final_norm, "weight", DFG_SHAPE(C), one);
+    m->ln_f_b = named(c, a->final_norm, "bias", DFG_SHAPE(C), zero);
 }
 
 /* LlamaPreTrainedModel._init_weights: linear and embedding weights N(0, initializer_range 0.02),
  * biases 0, RMSNorm weights 1 */
 static void llama_params(param_ctx *c, const dfg_model_config *cfg) {
+    const dfg_arch_info *a = c->arch;
     dfg_model *m = c->m;
     int64_t C = cfg->n_embd, V = cfg->vocab_size, I = cfg->n_inner, D = cfg->head_dim;
     int64_t Q = cfg->n_head * D, KV = cfg->n_kv_head * D;
-    dfg_init w = dfg_init_normal(0.0f, 0.02f), zero = dfg_init_zeros(), one = dfg_init_ones();
-    const char *at = "model.layers";
-    m->wte = param(c, "model.embed_tokens.weight", DFG_SHAPE(V, C), w);
+    dfg_init w = dfg_init_normal(0.0f, 0.02f), one = dfg_init_ones();
+    /* Llama's attention_bias covers o_proj too; Qwen2's biases are q/k/v's */
+    bool o_bias = cfg->attention_bias && a->bias == DFG_ARCH_BIAS_CONFIG;
+    m->wte = named(c, a->embed, "weight", DFG_SHAPE(V, C), w);
     for (int l = 0; l < cfg->n_layer; l++) {
         dfg_model_block *b = &m->h[l];
-        b->ln_1_w = block_param(c, at, l, "input_layernorm.weight", DFG_SHAPE(C), one);
-        b->q_w = linear_param(c, at, l, "self_attn.q_proj.weight", DFG_LIN_Q, DFG_SHAPE(Q, C), w);
-        if (cfg->attention_bias) b->q_b = block_param(c, at, l, "self_attn.q_proj.bias", DFG_SHAPE(Q), zero);
-        b->k_w = linear_param(c, at, l, "self_attn.k_proj.weight", DFG_LIN_K, DFG_SHAPE(KV, C), w);
-        if (cfg->attention_bias) b->k_b = block_param(c, at, l, "self_attn.k_proj.bias", DFG_SHAPE(KV), zero);
-        b->v_w = linear_param(c, at, l, "self_attn.v_proj.weight", DFG_LIN_V, DFG_SHAPE(KV, C), w);
-        if (cfg->attention_bias) b->v_b = block_param(c, at, l, "self_attn.v_proj.bias", DFG_SHAPE(KV), zero);
-        b->attn_proj_w = linear_param(c, at, l, "self_attn.o_proj.weight", DFG_LIN_O, DFG_SHAPE(C, Q), w);
-        if (cfg->attention_bias && cfg->arch == DFG_ARCH_LLAMA) /* Llama's attention_bias covers o_proj too */
-            b->attn_proj_b = block_param(c, at, l, "self_attn.o_proj.bias", DFG_SHAPE(C), zero);
+        b->ln_1_w = block_named(c, l, a->norm_1, "weight", DFG_SHAPE(C), one);
+        b->q_w = linear_param(c, l, DFG_LIN_Q, DFG_SHAPE(Q, C), w);
+        if (cfg->attention_bias) b->q_b = linear_bias(c, l, DFG_LIN_Q, DFG_SHAPE(Q));
+        b->k_w = linear_param(c, l, DFG_LIN_K, DFG_SHAPE(KV, C), w);
+        if (cfg->attention_bias) b->k_b = linear_bias(c, l, DFG_LIN_K, DFG_SHAPE(KV));
+        b->v_w = linear_param(c, l, DFG_LIN_V, DFG_SHAPE(KV, C), w);
+        if (cfg->attention_bias) b->v_b = linear_bias(c, l, DFG_LIN_V, DFG_SHAPE(KV));
+        b->attn_proj_w = linear_param(c, l, DFG_LIN_O, DFG_SHAPE(C, Q), w);
+        if (o_bias) b->attn_proj_b = linear_bias(c, l, DFG_LIN_O, DFG_SHAPE(C));
         if (cfg->qk_norm) {
-            b->q_norm_w = block_param(c, at, l, "self_attn.q_norm.weight", DFG_SHAPE(D), one);
-            b->k_norm_w = block_param(c, at, l, "self_attn.k_norm.weight", DFG_SHAPE(D), one);
+            b->q_norm_w = block_named(c, l, a->q_norm, "weight", DFG_SHAPE(D), one);
+            b->k_norm_w = block_named(c, l, a->k_norm, "weight", DFG_SHAPE(D), one);
         }
-        b->ln_2_w = block_param(c, at, l, "post_attention_layernorm.weight", DFG_SHAPE(C), one);
-        b->gate_w = linear_param(c, at, l, "mlp.gate_proj.weight", DFG_LIN_GATE, DFG_SHAPE(I, C), w);
-        b->up_w = linear_param(c, at, l, "mlp.up_proj.weight", DFG_LIN_UP, DFG_SHAPE(I, C), w);
-        b->down_w = linear_param(c, at, l, "mlp.down_proj.weight", DFG_LIN_DOWN, DFG_SHAPE(C, I), w);
+        b->ln_2_w = block_named(c, l, a->norm_2, "weight", DFG_SHAPE(C), one);
+        b->gate_w = linear_param(c, l, DFG_LIN_GATE, DFG_SHAPE(I, C), w);
+        b->up_w = linear_param(c, l, DFG_LIN_UP, DFG_SHAPE(I, C), w);
+        b->down_w = linear_param(c, l, DFG_LIN_DOWN, DFG_SHAPE(C, I), w);
     }
-    m->ln_f_w = param(c, "model.norm.weight", DFG_SHAPE(C), one);
-    if (!cfg->tie_word_embeddings) m->lm_head = param(c, "lm_head.weight", DFG_SHAPE(V, C), w);
+    m->ln_f_w = named(c, a->final_norm, "weight", DFG_SHAPE(C), one);
+    if (!cfg->tie_word_embeddings) m->lm_head = named(c, a->lm_head, "weight", DFG_SHAPE(V, C), w);
 }
 
 static dfg_status make_params(dfg_program *p, const char *prefix, dfg_model_config cfg, bool frozen, dfg_model *out) {
@@ -149,8 +172,8 @@ static dfg_status make_params(dfg_program *p, const char *prefix, dfg_model_conf
     if (lora && (dfg_lora_check_targets(p, &cfg) || (prefix && prefix[0])))
         return dfg_program_status(p) ? dfg_program_status(p)
                                      : dfg_program_fail(p, DFG_ERR_ARG, "a LoRA model's weights keep their Hugging Face names (prefix '')");
-    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype, frozen, lora};
-    if (cfg.arch == DFG_ARCH_GPT2) gpt2_params(&c, &cfg);
+    param_ctx c = {p, out, prefix ? prefix : "", cfg.dtype, frozen, lora, dfg_arch_info_of(cfg.arch)};
+    if (c.arch->family == DFG_FAMILY_GPT2) gpt2_params(&c, &cfg);
     else llama_params(&c, &cfg);
     return dfg_program_status(p);
 }

@@ -1,13 +1,9 @@
 /* errline.c - one-line messages about an untrusted file (see errline.h). */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "errline.h"
 
@@ -32,38 +28,6 @@ const char *dfg_errline_quote(const char *s, char *buf, size_t max) {
     }
     buf[n] = '\0';
     return buf;
-}
-
-dfg_status dfg_errline_read_file(const dfg_errline *c, const char *path, size_t max, const char *what, char **text,
-                                 size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dfg_errline_fail(c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    dfg_status s = DFG_OK;
-    if (fstat(fd, &sb) != 0) s = dfg_errline_fail(c, DFG_ERR_IO, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) s = dfg_errline_fail(c, DFG_ERR_IO, "not a regular file");
-    else if ((uint64_t)sb.st_size > max)
-        s = dfg_errline_fail(c, DFG_ERR_FORMAT, "%lld bytes, more than the %zu-byte limit of %s", (long long)sb.st_size,
-                             max, what);
-    size_t n = s ? 0 : (size_t)sb.st_size, got = 0;
-    char *b = s ? NULL : malloc(n + 1);
-    if (!s && !b) s = dfg_errline_fail(c, DFG_ERR_NOMEM, "cannot allocate %zu bytes to read it", n);
-    while (!s && got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            s = dfg_errline_fail(c, DFG_ERR_IO, "read failed after %zu of %zu bytes: %s", got, n,
-                                 r == 0 ? "the file shrank" : strerror(errno));
-        else got += (size_t)r;
-    }
-    close(fd);
-    if (s) {
-        free(b);
-        return s;
-    }
-    b[n] = '\0';
-    *text = b, *len = n;
-    return DFG_OK;
 }
 
 dfg_status dfg_errline_scan_json(const dfg_errline *c, const char *t, size_t n, size_t max_values, bool refuse_u0000) {

@@ -1,6 +1,6 @@
 /* errline.h - one-line messages about an untrusted file, shared by its readers (safetensors,
  * a sharded model's index, config.json): "<label>: <what>", with any text taken from the file
- * made safe to print on one line. */
+ * made safe to print on one line. Reading the file itself is fileio.h's dfg_file_read. */
 #ifndef DFG_ERRLINE_H
 #define DFG_ERRLINE_H
 
@@ -22,12 +22,6 @@ dfg_status dfg_errline_fail(const dfg_errline *c, dfg_status s, const char *fmt,
 /* Text from the file as it can appear in a one-line message, in buf (max + 4 bytes): control
  * bytes become '?', text longer than max bytes is cut at a UTF-8 boundary and marked "...". */
 const char *dfg_errline_quote(const char *s, char *buf, size_t max);
-
-/* Reads the whole regular file at path into *text (NUL-terminated; the caller frees it) and
- * *len, refusing one over max bytes before allocating; `what` names the file in that message
- * ("an index": "... more than the 33554432-byte limit of an index"). */
-dfg_status dfg_errline_read_file(const dfg_errline *c, const char *path, size_t max, const char *what, char **text,
-                                 size_t *len);
 
 /* Before cJSON builds a tree of untrusted JSON text t (n bytes): no NUL byte (no valid JSON holds
  * one), with refuse_u0000 no NUL character written as \u0000 either (cJSON's strings end there),

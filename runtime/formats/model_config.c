@@ -24,13 +24,15 @@
 #include <cjson/cJSON.h>
 
 #include "dfg_formats.h"
+#include "dfg_nn.h"
 #include "errline.h"
+#include "fileio.h"
 #include "model_config.h"
 
 #define MC_MAX_JSON_VALUES (1 << 18) /* real configs hold ~30-200; bounds cJSON's tree (~64 B a value) */
 #define MC_QUOTE_MAX 80
 #define MC_SHOW_MAX (MC_QUOTE_MAX + 8)
-#define MC_MAX_STAGED 24
+#define MC_MAX_STAGED (MC_MAX_TABLE + 1)
 #define MC_VALUE_MAX 96
 
 typedef dfg_errline mc_ctx;
@@ -69,104 +71,10 @@ static const char *mc_show(const cJSON *v, char buf[MC_SHOW_MAX]) {
     return buf;
 }
 
-/* ---------------------------------------------------------------- what dfg reads */
-
-typedef enum { MC_GPT2 = 1, MC_LLAMA = 2, MC_QWEN2 = 4, MC_QWEN3 = 8 } mc_arch;
-#define MC_LLAMA_LIKE (MC_LLAMA | MC_QWEN2 | MC_QWEN3)
-#define MC_ARCH_LIST "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
-
-/* The model classes dfg runs: the class transformers names in 'architectures', its 'model_type',
- * and the value of dfg's setting model_type. */
-typedef struct {
-    const char *cls, *type;
-    mc_arch arch;
-} mc_arch_info;
-static const mc_arch_info mc_archs[] = {
-    {"GPT2LMHeadModel", "gpt2", MC_GPT2},
-    {"LlamaForCausalLM", "llama", MC_LLAMA},
-    {"Qwen2ForCausalLM", "qwen2", MC_QWEN2},
-    {"Qwen3ForCausalLM", "qwen3", MC_QWEN3},
-};
-#define MC_N_ARCHS (int)(sizeof(mc_archs) / sizeof(mc_archs[0]))
-
-/* MC_IDS: token ids, one integer or a list of 1 .. 8 (eos_token_id: Llama 3 names three), as
- * "1,2,3"; MC_ID: one id (a list gives its first) */
-typedef enum { MC_INT, MC_FLOAT, MC_BOOL, MC_IDS, MC_ID } mc_kind;
-
-/* A key copied into a setting of the same name (Hugging Face's names are dfg's). */
-typedef struct {
-    const char *key;
-    mc_kind kind;
-    unsigned archs;
-    bool null_skips;        /* null means "derived" (n_inner: 4*n_embd; head_dim: hidden/heads): not set */
-    const char *absent;     /* the value set when the file lacks the key (the config class's default) */
-    const char *absent_as;  /* or: the key takes this setting's value (num_key_value_heads) */
-} mc_key;
-
-static const mc_key mc_keys[] = {
-    /* GPT2Config */
-    {"n_layer", MC_INT, MC_GPT2, false, NULL, NULL},
-    {"n_head", MC_INT, MC_GPT2, false, NULL, NULL},
-    {"n_embd", MC_INT, MC_GPT2, false, NULL, NULL},
-    {"vocab_size", MC_INT, MC_GPT2, false, NULL, NULL},
-    {"n_positions", MC_INT, MC_GPT2, false, NULL, NULL},
-    {"layer_norm_epsilon", MC_FLOAT, MC_GPT2, false, NULL, NULL},
-    {"n_inner", MC_INT, MC_GPT2, true, NULL, NULL},
-    /* LlamaConfig, Qwen2Config, Qwen3Config */
-    {"hidden_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"num_hidden_layers", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"num_attention_heads", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    /* absent or null: as many key/value heads as query heads (no grouping), as the configs do */
-    {"num_key_value_heads", MC_INT, MC_LLAMA_LIKE, true, NULL, "num_attention_heads"},
-    {"intermediate_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"head_dim", MC_INT, MC_LLAMA_LIKE, true, NULL, NULL},
-    {"vocab_size", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"max_position_embeddings", MC_INT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"rms_norm_eps", MC_FLOAT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"rope_theta", MC_FLOAT, MC_LLAMA_LIKE, false, NULL, NULL},
-    {"tie_word_embeddings", MC_BOOL, MC_LLAMA_LIKE, false, "false", NULL},
-    {"attention_bias", MC_BOOL, MC_LLAMA, false, "false", NULL},
-    /* every architecture: the token ids generation stops at and pads with (null: not set) */
-    {"eos_token_id", MC_IDS, MC_GPT2 | MC_LLAMA_LIKE, true, NULL, NULL},
-    {"pad_token_id", MC_ID, MC_GPT2 | MC_LLAMA_LIKE, true, NULL, NULL},
-};
-#define MC_N_KEYS (int)(sizeof(mc_keys) / sizeof(mc_keys[0]))
-
-/* A key whose value dfg does not compute: the config is refused rather than run as another
- * model. An absent key is the config class's default, which dfg computes. */
-typedef enum {
-    MC_RULE_STRING, /* a string, one of `allowed` ('|'-separated) */
-    MC_RULE_BOOL,   /* true or false, but not `refused` */
-    MC_RULE_ZERO,   /* a number equal to 0 */
-    MC_RULE_NULL,   /* null (rope_scaling) */
-} mc_rule_kind;
-
-typedef struct {
-    const char *key;
-    unsigned archs;
-    mc_rule_kind kind;
-    const char *allowed;
-    bool refused;
-    const char *why; /* what dfg computes instead */
-} mc_rule;
-
-static const mc_rule mc_rules[] = {
-    {"activation_function", MC_GPT2, MC_RULE_STRING, "gelu_new|gelu_pytorch_tanh", false,
-     "dfg's GPT-2 MLP uses the tanh GELU: \"gelu_new\" or \"gelu_pytorch_tanh\""},
-    {"tie_word_embeddings", MC_GPT2, MC_RULE_BOOL, NULL, false, "dfg's GPT-2 output head is tied to wte"},
-    {"scale_attn_weights", MC_GPT2, MC_RULE_BOOL, NULL, false, "dfg's attention scales scores by 1/sqrt(head size)"},
-    {"scale_attn_by_inverse_layer_idx", MC_GPT2, MC_RULE_BOOL, NULL, true,
-     "dfg's GPT-2 attention does not scale scores by the layer index"},
-    {"hidden_act", MC_LLAMA_LIKE, MC_RULE_STRING, "silu", false, "dfg's Llama/Qwen MLP is SwiGLU: \"silu\" only"},
-    {"rope_scaling", MC_LLAMA_LIKE, MC_RULE_NULL, NULL, false, "dfg runs plain RoPE with rope_theta, no scaled RoPE"},
-    {"mlp_bias", MC_LLAMA_LIKE, MC_RULE_BOOL, NULL, true, "dfg's Llama/Qwen MLP has no biases"},
-    {"use_sliding_window", MC_QWEN2 | MC_QWEN3, MC_RULE_BOOL, NULL, true,
-     "dfg's attention is full causal attention, no sliding window"},
-    /* Qwen3's q/k/v/o projections take their bias from this key (Qwen2's always have one) */
-    {"attention_bias", MC_QWEN3, MC_RULE_BOOL, NULL, true, "dfg's Qwen3 attention has no biases"},
-    {"attention_dropout", MC_LLAMA_LIKE, MC_RULE_ZERO, NULL, false, "dfg runs without dropout"},
-};
-#define MC_N_RULES (int)(sizeof(mc_rules) / sizeof(mc_rules[0]))
+/* ---------------------------------------------------------------- what dfg reads
+ * The architectures, the keys each reads and the rules its configs must pass are the
+ * architecture table's (ops/nn/arch.def, nn_arch.c). */
+#define MC_MAX_TABLE 64 /* keys or rules of one architecture */
 
 /* The settings a config makes, checked and formatted, before any is set on the program. */
 typedef struct {
@@ -218,21 +126,16 @@ static dfg_status mc_get(const mc_ctx *c, const cJSON *root, const char *key, co
     return DFG_OK;
 }
 
-static const mc_arch_info *mc_arch_by(const char *name, bool by_class) {
-    for (int i = 0; i < MC_N_ARCHS; i++)
-        if (!strcmp(name, by_class ? mc_archs[i].cls : mc_archs[i].type)) return &mc_archs[i];
-    return NULL;
-}
-
 static dfg_status mc_unsupported(const mc_ctx *c, const char *name) {
     char q[MC_QUOTE_MAX + 4];
-    return mc_fail(c, DFG_ERR_UNSUPPORTED, "architecture '%s' is not supported (dfg runs " MC_ARCH_LIST ")", mc_quote(name, q));
+    return mc_fail(c, DFG_ERR_UNSUPPORTED, "architecture '%s' is not supported (dfg runs %s)", mc_quote(name, q),
+                   dfg_arch_class_list());
 }
 
 /* The model class: architectures[0] (what transformers saved), else model_type. When both name
  * a class dfg knows, they must agree: AutoModelForCausalLM picks the class by model_type, other
  * readers by architectures. */
-static dfg_status mc_arch_of(const mc_ctx *c, const cJSON *root, const mc_arch_info **out) {
+static dfg_status mc_arch_of(const mc_ctx *c, const cJSON *root, const dfg_arch_info **out) {
     const cJSON *archs, *type;
     char v[MC_SHOW_MAX];
     dfg_status s = mc_get(c, root, "architectures", &archs);
@@ -240,33 +143,33 @@ static dfg_status mc_arch_of(const mc_ctx *c, const cJSON *root, const mc_arch_i
     if (s) return s;
     if (type && !cJSON_IsNull(type) && !cJSON_IsString(type))
         return mc_fail(c, DFG_ERR_FORMAT, "'model_type' must be a string, got %s", mc_show(type, v));
-    const mc_arch_info *by_type = type && cJSON_IsString(type) ? mc_arch_by(type->valuestring, false) : NULL;
+    const dfg_arch_info *by_type = type && cJSON_IsString(type) ? dfg_arch_find(type->valuestring, false) : NULL;
     if (archs && !cJSON_IsNull(archs)) {
         const cJSON *first = cJSON_IsArray(archs) ? archs->child : NULL;
         if (!first || !cJSON_IsString(first))
             return mc_fail(c, DFG_ERR_FORMAT, "'architectures' must be a list of model class names, got %s",
                            first ? "a list whose first item is not a string" : mc_show(archs, v));
-        if (!(*out = mc_arch_by(first->valuestring, true))) return mc_unsupported(c, first->valuestring);
+        if (!(*out = dfg_arch_find(first->valuestring, true))) return mc_unsupported(c, first->valuestring);
         if (by_type && by_type != *out)
             return mc_fail(c, DFG_ERR_FORMAT, "'architectures' names %s but 'model_type' is \"%s\" (which model is it?)",
-                           (*out)->cls, by_type->type);
+                           (*out)->hf_class, by_type->model_type);
         return DFG_OK;
     }
     if (!type || cJSON_IsNull(type))
         return mc_fail(c, DFG_ERR_FORMAT, "neither 'architectures' nor 'model_type' says which model this is "
-                       "(dfg runs " MC_ARCH_LIST ")");
+                       "(dfg runs %s)", dfg_arch_class_list());
     if (!(*out = by_type)) return mc_unsupported(c, type->valuestring);
     return DFG_OK;
 }
 
 /* One refusal rule against the file's value (absent: the default, which dfg computes). */
-static dfg_status mc_check_rule(const mc_ctx *c, const cJSON *root, const mc_rule *r) {
+static dfg_status mc_check_rule(const mc_ctx *c, const cJSON *root, const dfg_arch_rule *r) {
     const cJSON *x;
     char v[MC_SHOW_MAX];
     dfg_status s = mc_get(c, root, r->key, &x);
     if (s || !x) return s;
     switch (r->kind) {
-    case MC_RULE_STRING: {
+    case DFG_ARCH_RULE_STRING: {
         if (!cJSON_IsString(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a string, got %s", r->key, mc_show(x, v));
         size_t n = strlen(x->valuestring);
         for (const char *a = r->allowed; *a;) { /* walk the '|'-separated names */
@@ -276,15 +179,15 @@ static dfg_status mc_check_rule(const mc_ctx *c, const cJSON *root, const mc_rul
         }
         break;
     }
-    case MC_RULE_BOOL:
+    case DFG_ARCH_RULE_BOOL:
         if (!cJSON_IsBool(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be true or false, got %s", r->key, mc_show(x, v));
         if (cJSON_IsTrue(x) != r->refused) return DFG_OK;
         break;
-    case MC_RULE_ZERO:
+    case DFG_ARCH_RULE_ZERO:
         if (!cJSON_IsNumber(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a number, got %s", r->key, mc_show(x, v));
         if (x->valuedouble == 0.0) return DFG_OK;
         break;
-    case MC_RULE_NULL: {
+    case DFG_ARCH_RULE_NULL: {
         if (cJSON_IsNull(x)) return DFG_OK;
         /* name the scaling: {"rope_type": "llama3", ...}, or "type" in older files */
         const cJSON *t = cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "rope_type") : NULL;
@@ -300,31 +203,31 @@ static dfg_status mc_check_rule(const mc_ctx *c, const cJSON *root, const mc_rul
 
 /* The value of a copied key as setting text, type-checked: integers positive and within int32
  * (every one is a size or a count), floats finite and positive (epsilons, rope_theta). */
-static dfg_status mc_format_key(const mc_ctx *c, const mc_key *k, const cJSON *x, char out[MC_VALUE_MAX]) {
+static dfg_status mc_format_key(const mc_ctx *c, const dfg_arch_key *k, const cJSON *x, char out[MC_VALUE_MAX]) {
     char v[MC_SHOW_MAX];
     switch (k->kind) {
-    case MC_INT: {
+    case DFG_ARCH_KEY_INT: {
         double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
         if (!(d > 0 && d <= INT32_MAX && d == floor(d)))
             return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a positive integer, got %s", k->key, mc_show(x, v));
         snprintf(out, MC_VALUE_MAX, "%lld", (long long)d);
         return DFG_OK;
     }
-    case MC_FLOAT: {
+    case DFG_ARCH_KEY_FLOAT: {
         double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
         if (!(d > 0 && isfinite(d)))
             return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be a positive number, got %s", k->key, mc_show(x, v));
         mc_format_double(d, out, MC_VALUE_MAX);
         return DFG_OK;
     }
-    case MC_BOOL:
+    case DFG_ARCH_KEY_BOOL:
         if (!cJSON_IsBool(x)) return mc_fail(c, DFG_ERR_FORMAT, "'%s' must be true or false, got %s", k->key, mc_show(x, v));
         snprintf(out, MC_VALUE_MAX, "%s", cJSON_IsTrue(x) ? "true" : "false");
-        return DFG_OK;    case MC_IDS:
-    case MC_ID: {
+        return DFG_OK;    case DFG_ARCH_KEY_IDS:
+    case DFG_ARCH_KEY_ID: {
         int n = cJSON_IsArray(x) ? cJSON_GetArraySize(x) : 1, len = 0;
         bool ok = n >= 1 && n <= 8;
-        for (int i = 0; ok && i < (k->kind == MC_ID ? 1 : n); i++) {
+        for (int i = 0; ok && i < (k->kind == DFG_ARCH_KEY_ID ? 1 : n); i++) {
             const cJSON *e = cJSON_IsArray(x) ? cJSON_GetArrayItem(x, i) : x;
             double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
             ok = d >= 0 && d <= INT32_MAX && d == floor(d);
@@ -347,19 +250,21 @@ static const char *mc_effective(const dfg_program *p, const mc_staged *st, const
 }
 
 static void mc_stage(mc_staged *st, const char *key, const char *value) {
-    if (st->n == MC_MAX_STAGED) return; /* cannot happen: at most 1 + MC_N_KEYS entries */
+    if (st->n == MC_MAX_STAGED) return; /* cannot happen: at most 1 + MC_MAX_TABLE entries */
     st->s[st->n].key = key;
     snprintf(st->s[st->n].value, MC_VALUE_MAX, "%s", value);
     st->n++;
 }
 
 /* Stages every key of the tables for the architecture that the user did not set. */
-static dfg_status mc_stage_keys(const mc_ctx *c, const dfg_program *p, const cJSON *root, const mc_arch_info *a,
+static dfg_status mc_stage_keys(const mc_ctx *c, const dfg_program *p, const cJSON *root, const dfg_arch_info *a,
                                 mc_staged *st) {
-    if (!dfg_program_setting(p, "model_type")) mc_stage(st, "model_type", a->type);
-    for (int i = 0; i < MC_N_KEYS; i++) {
-        const mc_key *k = &mc_keys[i];
-        if (!(k->archs & a->arch) || dfg_program_setting(p, k->key)) continue;
+    if (!dfg_program_setting(p, "model_type")) mc_stage(st, "model_type", a->model_type);
+    const dfg_arch_key *keys[MC_MAX_TABLE];
+    int n = dfg_arch_config_keys(a->arch, keys, MC_MAX_TABLE);
+    for (int i = 0; i < n; i++) {
+        const dfg_arch_key *k = keys[i];
+        if (k->from || dfg_program_setting(p, k->key)) continue; /* export-only, or the user's */
         const cJSON *x;
         dfg_status s = mc_get(c, root, k->key, &x);
         if (s) return s;
@@ -380,10 +285,11 @@ static dfg_status mc_stage_keys(const mc_ctx *c, const dfg_program *p, const cJS
 
 /* Every check, then every setting: nothing is set unless the whole config is accepted. */
 static dfg_status mc_settings_from_tree(const mc_ctx *c, dfg_program *p, const cJSON *root) {
-    const mc_arch_info *a = NULL;
+    const dfg_arch_info *a = NULL;
+    const dfg_arch_rule *rules[MC_MAX_TABLE];
     dfg_status s = mc_arch_of(c, root, &a);
-    for (int i = 0; !s && i < MC_N_RULES; i++)
-        if (mc_rules[i].archs & a->arch) s = mc_check_rule(c, root, &mc_rules[i]);
+    int n = s ? 0 : dfg_arch_config_rules(a->arch, rules, MC_MAX_TABLE);
+    for (int i = 0; !s && i < n; i++) s = mc_check_rule(c, root, rules[i]);
     mc_staged st = {.n = 0};
     if (!s) s = mc_stage_keys(c, p, root, a, &st);
     for (int i = 0; !s && i < st.n; i++)
@@ -415,7 +321,7 @@ dfg_status dfg_mc_settings_from_text(dfg_program *p, const char *text, size_t le
 static dfg_status mc_read_file(const mc_ctx *c, const char *path, char **text, size_t *len) {
     if (access(path, F_OK) != 0 && errno == ENOENT)
         return mc_fail(c, DFG_ERR_IO, "missing (a Hugging Face model directory holds its config.json)");
-    return dfg_errline_read_file(c, path, DFG_MC_MAX_BYTES, "a config.json", text, len);
+    return dfg_file_read(path, c->label, DFG_MC_MAX_BYTES, "a config.json", text, len, c->err, c->err_len);
 }
 
 dfg_status dfg_model_dir_settings(dfg_program *p, const char *dir, char *err, size_t err_len) {

@@ -24,6 +24,7 @@
 #include <uthash.h>
 
 #include "errline.h"
+#include "fileio.h"
 #include "safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -434,52 +435,15 @@ dfg_status dfg_st_parse(const void *bytes, size_t len, dfg_safetensors **out, ch
     return st_open_bytes(&c, copy, len, out);
 }
 
-/* Reads a whole regular file into a new buffer. */
-static dfg_status st_read_file(const st_ctx *c, const char *path, unsigned char **buf, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_fail(c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return st_fail(c, DFG_ERR_IO, "cannot stat: %s", strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return st_fail(c, DFG_ERR_IO, "not a regular file");
-    }
-    size_t n = (size_t)sb.st_size, got = 0;
-    unsigned char *b = malloc(n ? n : 1);
-    if (!b) {
-        close(fd);
-        return st_fail(c, DFG_ERR_NOMEM, "cannot allocate %zu bytes to read the file", n);
-    }
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            close(fd);
-            free(b);
-            return st_fail(c, DFG_ERR_IO, "read failed after %zu of %zu bytes: %s", got, n,
-                           r == 0 ? "the file shrank" : strerror(e));
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    *buf = b, *len = n;
-    return DFG_OK;
-}
-
 dfg_status dfg_st_open(const char *path, dfg_safetensors **out, char *err, size_t err_len) {
     st_ctx c = {path ? path : "(null)", err, err_len};
     if (!out) return st_fail(&c, DFG_ERR_ARG, "out is NULL");
     *out = NULL;
     if (!path) return st_fail(&c, DFG_ERR_ARG, "path is NULL");
-    unsigned char *b = NULL;
+    char *b = NULL;
     size_t n = 0;
-    dfg_status s = st_read_file(&c, path, &b, &n);
-    return s ? s : st_open_bytes(&c, b, n, out);
+    dfg_status s = dfg_file_read(path, NULL, SIZE_MAX, "a safetensors file", &b, &n, err, err_len);
+    return s ? s : st_open_bytes(&c, (unsigned char *)b, n, out);
 }
 
 int dfg_st_count(const dfg_safetensors *st) { return st ? st->n : 0; }
@@ -645,70 +609,23 @@ static dfg_status st_build_header(const st_ctx *c, const dfg_st_tensor *ts, int 
 
 /* ---------------------------------------------------------------- writer: the file */
 
-static dfg_status st_write_all(const st_ctx *c, int fd, const void *p, size_t n, const char *tmp) {
-    const char *q = p;
-    while (n) {
-        ssize_t w = write(fd, q, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return st_fail(c, DFG_ERR_IO, "writing '%s' failed: %s", tmp, w < 0 ? strerror(errno) : "no progress");
-        q += w, n -= (size_t)w;
-    }
-    return DFG_OK;
-}
-
-/* The file's contents: length field, header, each tensor's bytes in order. */
-static dfg_status st_write_contents(const st_ctx *c, int fd, const st_buf *h, const dfg_st_tensor *ts, int n,
-                                    const char *tmp) {
+/* The file's contents, written atomically (fileio.h): length field, header, each tensor's bytes
+ * in order. */
+static dfg_status st_write_atomic(const st_ctx *c, const char *path, const st_buf *h, const dfg_st_tensor *ts, int n) {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->n >> (8 * i));
-    dfg_status s = st_write_all(c, fd, len8, 8, tmp);
-    if (!s) s = st_write_all(c, fd, h->p, h->n, tmp);
+    dfg_file_out f;
+    dfg_status s = dfg_file_begin(&f, path, c->err, c->err_len);
+    if (s) return s;
+    s = dfg_file_put(&f, len8, 8, c->err, c->err_len);
+    if (!s) s = dfg_file_put(&f, h->p, h->n, c->err, c->err_len);
     for (int i = 0; i < n && !s; i++)
-        if (ts[i].bytes) s = st_write_all(c, fd, ts[i].data, ts[i].bytes, tmp);
-    if (!s && fsync(fd) != 0) s = st_fail(c, DFG_ERR_IO, "fsync of '%s' failed: %s", tmp, strerror(errno));
-    return s;
-}
-
-/* Makes the rename durable; filesystems that cannot fsync a directory (EINVAL) are accepted. */
-static dfg_status st_sync_dir(const st_ctx *c, const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(c, DFG_ERR_IO, "cannot open directory '%s' to sync it: %s", dir, strerror(errno));
-    int r = fsync(fd), e = errno;
-    close(fd);
-    if (r != 0 && e != EINVAL) return st_fail(c, DFG_ERR_IO, "fsync of directory '%s' failed: %s", dir, strerror(e));
-    return DFG_OK;
-}
-
-/* temp file in the target's directory (rename is atomic only within one filesystem) */
-static dfg_status st_write_atomic(const st_ctx *c, const char *path, const st_buf *h, const dfg_st_tensor *ts, int n) {
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) : 0;
-    const char *base = slash ? slash + 1 : path;
-    char *dir = malloc(dlen + 2), *tmp = malloc(dlen + strlen(base) + 16);
-    if (!dir || !tmp) {
-        free(dir), free(tmp);
-        return st_fail(c, DFG_ERR_NOMEM, "out of memory");
+        if (ts[i].bytes) s = dfg_file_put(&f, ts[i].data, ts[i].bytes, c->err, c->err_len);
+    if (s) {
+        dfg_file_abort(&f);
+        return s;
     }
-    if (slash) memcpy(dir, path, dlen), dir[dlen] = '\0';
-    else strcpy(dir, ".");
-    if (slash && dlen == 0) strcpy(dir, "/");
-    sprintf(tmp, "%s/.%s.XXXXXX", dir, base);
-    dfg_status s = DFG_OK;
-    int fd = mkstemp(tmp);
-    if (fd < 0) s = st_fail(c, DFG_ERR_IO, "cannot create a temporary file in '%s': %s", dir, strerror(errno));
-    else {
-        struct stat old;
-        /* mkstemp makes the file 0600; keep the mode of the file being replaced */
-        (void)fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644);
-        s = st_write_contents(c, fd, h, ts, n, tmp);
-        if (close(fd) != 0 && !s) s = st_fail(c, DFG_ERR_IO, "closing '%s' failed: %s", tmp, strerror(errno));
-        if (!s && rename(tmp, path) != 0) s = st_fail(c, DFG_ERR_IO, "cannot rename '%s' into place: %s", tmp, strerror(errno));
-        if (s) unlink(tmp);
-        else s = st_sync_dir(c, dir);
-    }
-    free(dir);
-    free(tmp);
-    return s;
+    return dfg_file_commit(&f, c->err, c->err_len);
 }
 
 dfg_status dfg_st_write(const char *path, const dfg_st_tensor *tensors, int n, const char *const *meta_kv, int n_meta,

@@ -24,6 +24,7 @@
 #include <uthash.h>
 
 #include "errline.h"
+#include "fileio.h"
 #include "weights_dir.h"
 
 #define WD_MAX_INDEX_BYTES (32u << 20) /* real indexes are ~100 KB (9 MB for a 90k-tensor MoE) */
@@ -85,7 +86,7 @@ static void wd_index_free(wd_index *ix) {
 
 /* Reads the whole index file, refusing one larger than any real index before allocating. */
 static dfg_status wd_read_index(const wd_ctx *c, const char *path, char **text, size_t *len) {
-    return dfg_errline_read_file(c, path, WD_MAX_INDEX_BYTES, "an index", text, len);
+    return dfg_file_read(path, c->label, WD_MAX_INDEX_BYTES, "an index", text, len, c->err, c->err_len);
 }
 
 /* No NUL byte (no valid JSON holds one) and a bounded number of JSON values: every value but

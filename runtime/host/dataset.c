@@ -7,19 +7,17 @@
  * not one allocation each: the ids of every prompt back to back, the field texts (each the
  * line's object without prompt_ids, printed compact and NUL-terminated) back to back, and a
  * table of offsets. Every refusal is one line "<file>:<line>: <what>" through errline. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 
 #include <cjson/cJSON.h>
 
 #include "dataset.h"
 #include "dfg_runtime.h"
 #include "../formats/errline.h"
+#include "../formats/fileio.h"
 
 _Static_assert(sizeof(size_t) >= 8, "a prompt dataset may be 4 GiB");
 _Static_assert(DFG_DATASET_MAX_BYTES / 19 < INT32_MAX, "the order is int32: fewer rows than that");
@@ -363,41 +361,18 @@ dfg_status dfg_dataset_from_text(const char *text, size_t len, const char *label
     return ds_end(&r, s, out);
 }
 
+/* The whole file through the one reader (runtime/formats/fileio.h), then parsed as text. */
 dfg_status dfg_dataset_open(const char *path, int64_t vocab_size, dfg_dataset **out, char *err, size_t err_len) {
     if (err && err_len) err[0] = '\0';
     dfg_errline c = {path && *path ? path : "prompt dataset", err, err_len};
     dfg_status s = ds_check_args(&c, path, vocab_size, out);
     if (s) return s;
-    FILE *f = fopen(path, "rbe");
-    if (!f) return dfg_errline_fail(&c, DFG_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) s = dfg_errline_fail(&c, DFG_ERR_IO, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) s = dfg_errline_fail(&c, DFG_ERR_IO, "not a regular file");
-    else if ((uint64_t)sb.st_size > DFG_DATASET_MAX_BYTES)
-        s = dfg_errline_fail(&c, DFG_ERR_FORMAT, "%lld bytes, more than the %zu-byte limit of a prompt dataset",
-                             (long long)sb.st_size, DFG_DATASET_MAX_BYTES);
-    ds_reader r = {.path = path, .err = err, .err_len = err_len};
-    if (!s) s = ds_begin(&r, path, vocab_size, err, err_len);
-    char *buf = NULL;
-    size_t cap = 0, total = 0;
-    int64_t line = 0;
-    while (!s) {
-        errno = 0;
-        ssize_t got = getline(&buf, &cap, f);
-        if (got < 0) {
-            if (!feof(f))
-                s = dfg_errline_fail(&c, errno == ENOMEM ? DFG_ERR_NOMEM : DFG_ERR_IO, "read failed after line %lld: %s",
-                                     (long long)line, strerror(errno ? errno : EIO));
-            break;
-        }
-        if ((total += (size_t)got) > DFG_DATASET_MAX_BYTES) /* it grew while being read */
-            s = dfg_errline_fail(&c, DFG_ERR_FORMAT, "more than the %zu-byte limit of a prompt dataset",
-                                 DFG_DATASET_MAX_BYTES);
-        else s = ds_add_line(&r, buf, (size_t)got - (buf[got - 1] == '\n'), ++line);
-    }
-    free(buf);
-    fclose(f);
-    return ds_end(&r, s, out);
+    char *text = NULL;
+    size_t len = 0;
+    s = dfg_file_read(path, NULL, DFG_DATASET_MAX_BYTES, "a prompt dataset", &text, &len, err, err_len);
+    if (!s) s = dfg_dataset_from_text(text, len, path, vocab_size, out, err, err_len);
+    free(text);
+    return s;
 }
 
 /* ---------------------------------------------------------------- access */
