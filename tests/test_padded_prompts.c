@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "dfg_nn.h"
+#include "golden/padded_stages.h"
 #include "testutil.h"
 
 static const float TEMP = 0.7f;
@@ -68,13 +69,9 @@ static void check_arch(dfg_arch arch) {
     kv.start = start;
 
     /* (a), (b) and the reference: each row's real tokens alone, unpadded */
+    const padded_dims d = {.P = P, .G = G, .N = N, .T = T, .Lp = Lp, .Tc = Tc, .V = V};
     dfg_graph *g = dfg_graph_new(p, "score");
-    dfg_tensor *la = dfg_grpo_token_logp(g, m, tok, TEMP, start); /* (N, T-1): column t predicts t+1 */
-    dfg_output(g, dfg_slice(g, la, 1, Lp - 1, Tc), "a");
-    dfg_tensor *prompts = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *pstart = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(P, G)), 1, 0, 1), DFG_SHAPE(P));
-    dfg_output(g, dfg_grpo_completion_logp(g, m, dfg_slice(g, prompts, 1, 0, Lp), dfg_slice(g, tok, 1, Lp, Tc), TEMP, pstart),
-               "b");
+    padded_scores(g, m, tok, start, d, TEMP, "a", "b"); /* (N, Tc): column t predicts t+1 */
     dfg_tensor **ref = malloc(sizeof(*ref) * (size_t)N);
     for (int r = 0; r < N; r++) { /* columns start .. T-1 of row r: its prompt's len tokens, then its completion */
         int st = s.start[r], L = s.len[r / G];
@@ -85,23 +82,7 @@ static void check_arch(dfg_arch arch) {
     dfg_stage_graph(p, g, 1);
 
     /* (c) prefill of the padded prompts (each into its G cache rows), then Tc - 1 decode steps */
-    dfg_graph *pre = dfg_graph_new(p, "prefill");
-    dfg_tensor *pp = dfg_reshape(pre, dfg_slice(pre, dfg_reshape(pre, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *h = dfg_model_prefill(pre, m, &kv, dfg_slice(pre, pp, 1, 0, Lp)); /* (P, Lp, C) */
-    dfg_tensor *last = dfg_model_lm_head(pre, m, dfg_slice(pre, h, 1, Lp - 1, 1)); /* (P, 1, V): completion token 0 */
-    last = dfg_reshape(pre, dfg_expand(pre, dfg_reshape(pre, last, DFG_SHAPE(P, 1, 1, V)), DFG_SHAPE(P, G, 1, V)),
-                       DFG_SHAPE(N, 1, V));
-    dfg_slice_assign(pre, cached, last, 1, 0);
-    dfg_assign_fill(pre, pos, (float)Lp);
-    dfg_assign_fill(pre, j, 1.0f);
-    dfg_stage_graph(p, pre, 1);
-    dfg_graph *dec = dfg_graph_new(p, "decode"); /* position Lp + k - 1 predicts completion token k */
-    dfg_tensor *t1 = dfg_slice_at(dec, tok, 1, pos, 1);
-    dfg_tensor *logit = dfg_model_lm_head(dec, m, dfg_model_decode(dec, m, &kv, t1, pos)); /* (N, 1, V) */
-    dfg_slice_assign_at(dec, cached, logit, 1, j);
-    dfg_assign(dec, pos, dfg_add_scalar(dec, pos, 1.0f));
-    dfg_assign(dec, j, dfg_add_scalar(dec, j, 1.0f));
-    dfg_stage_graph(p, dec, Tc - 1);
+    padded_prefill_decode(p, m, &kv, tok, cached, pos, j, d);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));
 
     dfg_runtime *rt = NULL;

@@ -12,7 +12,6 @@
  * WORKDIR/dfg_out.safetensors. Any failure prints one line and exits 1.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +21,10 @@
 #include "dfg_runtime.h"
 #include "safetensors.h"
 
-#define MAX_OUT (2 + 4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS)
+#define GOLDEN_DRIVER "gpt2_dump"
+#include "golden_dump.h"
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "gpt2_dump: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return 1;
-}
+#define MAX_OUT (2 + 4 + DFG_MODEL_PARAMS_PER_BLOCK * DFG_MODEL_MAX_LAYERS)
 
 /* A positive integer from the weights' metadata; 0 when absent or malformed. */
 static int meta_int(const dfg_safetensors *st, const char *key) {

@@ -13,7 +13,6 @@
  * b, absmax2 1 and offset 0, so element 64 b is map[b] * 1 + 0 = map[b]: the map dfg dequantises
  * with, whatever table it keeps, for the test to compare with bitsandbytes' create_dynamic_map.
  * Any failure prints one line and exits 1. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +20,8 @@
 #include "dfg.h"
 #include "dfg_runtime.h"
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "nf4_dump: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return 1;
-}
+#define GOLDEN_DRIVER "nf4_dump"
+#include "golden_dump.h"
 
 static bool write_file(const char *out, const char *name, const void *data, size_t bytes) {
     char path[4096];

@@ -16,7 +16,6 @@
  * Any failure prints one line and exits 1. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +25,9 @@
 #include "dfg_runtime.h"
 #include "safetensors.h"
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "padded_logp: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return 1;
-}
+#define GOLDEN_DRIVER "padded_logp"
+#include "golden_dump.h"
+#include "padded_stages.h"
 
 /* A number from the batch's metadata; NAN when absent or malformed. */
 static double meta_num(const dfg_safetensors *st, const char *key) {
@@ -72,33 +64,11 @@ static dfg_program *build(const char *dir, int64_t N, int64_t T, int64_t Lp, int
     dfg_tensor *cached = dfg_state(p, OUTS[2], DFG_F32, DFG_SHAPE(N, Tc, V), DFG_ROLE_NONE, dfg_init_zeros());
     kv.start = start;
 
+    const padded_dims d = {.P = P, .G = G, .N = N, .T = T, .Lp = Lp, .Tc = Tc, .V = V};
     dfg_graph *g = dfg_graph_new(p, "score");
-    dfg_output(g, dfg_slice(g, dfg_grpo_token_logp(g, m, tok, temp, start), 1, Lp - 1, Tc), OUTS[0]);
-    dfg_tensor *prompts = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *pstart = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(P, G)), 1, 0, 1), DFG_SHAPE(P));
-    dfg_output(g,
-               dfg_grpo_completion_logp(g, m, dfg_slice(g, prompts, 1, 0, Lp), dfg_slice(g, tok, 1, Lp, Tc), temp, pstart),
-               OUTS[1]);
+    padded_scores(g, m, tok, start, d, temp, OUTS[0], OUTS[1]);
     dfg_stage_graph(p, g, 1);
-
-    dfg_graph *pre = dfg_graph_new(p, "prefill"); /* the prompts' last column predicts completion token 0 */
-    dfg_tensor *pp = dfg_reshape(pre, dfg_slice(pre, dfg_reshape(pre, tok, DFG_SHAPE(P, G, T)), 1, 0, 1), DFG_SHAPE(P, T));
-    dfg_tensor *h = dfg_model_prefill(pre, m, &kv, dfg_slice(pre, pp, 1, 0, Lp));
-    dfg_tensor *last = dfg_model_lm_head(pre, m, dfg_slice(pre, h, 1, Lp - 1, 1)); /* (P, 1, V) */
-    last = dfg_reshape(pre, dfg_expand(pre, dfg_reshape(pre, last, DFG_SHAPE(P, 1, 1, V)), DFG_SHAPE(P, G, 1, V)),
-                       DFG_SHAPE(N, 1, V));
-    dfg_slice_assign(pre, cached, last, 1, 0);
-    dfg_assign_fill(pre, pos, (float)Lp);
-    dfg_assign_fill(pre, j, 1.0f);
-    dfg_stage_graph(p, pre, 1);
-    if (Tc > 1) {
-        dfg_graph *dec = dfg_graph_new(p, "decode"); /* column Lp + k - 1 predicts completion token k */
-        dfg_tensor *logit = dfg_model_lm_head(dec, m, dfg_model_decode(dec, m, &kv, dfg_slice_at(dec, tok, 1, pos, 1), pos));
-        dfg_slice_assign_at(dec, cached, logit, 1, j);
-        dfg_assign(dec, pos, dfg_add_scalar(dec, pos, 1.0f));
-        dfg_assign(dec, j, dfg_add_scalar(dec, j, 1.0f));
-        dfg_stage_graph(p, dec, (int)(Tc - 1));
-    }
+    padded_prefill_decode(p, m, &kv, tok, cached, pos, j, d);
     if (dfg_program_status(p)) {
         fail("building: %s", dfg_program_error(p));
         return NULL;
