@@ -5,7 +5,8 @@
  *   dfg_ops.h      the op builders                                    (ops/)
  *   dfg_nn.h       autodiff, metrics, GPT-2, training helpers, GRPO   (ops/nn/)
  *   dfg_passes.h   compiling: targets, options, the memory report     (passes/)
- *   dfg_runtime.h  running: runtimes, host stages, checkpoints        (runtime/)
+ *   dfg_runtime.h  running: runtimes, host stages, data parallel      (runtime/)
+ *   dfg_weights.h  weights, checkpoints, adapters in and out           (runtime/weights/)
  *   dfg_dataset.h  prompt datasets (JSONL) and their epoch order       (runtime/)
  */
 #ifndef DFG_H
@@ -16,6 +17,7 @@
 #include "dfg_nn.h"
 #include "dfg_passes.h"
 #include "dfg_runtime.h"
+#include "dfg_weights.h"
 #include "dfg_dataset.h"
 #include "dfg_formats.h"
 #include "dfg_reward.h"

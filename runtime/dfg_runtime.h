@@ -1,5 +1,5 @@
 /* dfg_runtime.h - running a program: runtime objects, tensor access by name, host stages,
- * checkpoints. A runtime is an opaque handle; every call returns a dfg_status and leaves a
+ * data-parallel runs (weights and checkpoints in and out: runtime/weights/dfg_weights.h). A runtime is an opaque handle; every call returns a dfg_status and leaves a
  * message in dfg_runtime_error() when it fails. */
 #ifndef DFG_RUNTIME_H
 #define DFG_RUNTIME_H
@@ -87,6 +87,14 @@ DFG_API dfg_status dfg_runtime_buffer(dfg_runtime *rt, const char *name, dfg_buf
 /* Copies exactly the tensor's bytes in or out; a size mismatch is an error. */
 DFG_API dfg_status dfg_runtime_write(dfg_runtime *rt, const char *name, const void *data, size_t bytes);
 DFG_API dfg_status dfg_runtime_read(dfg_runtime *rt, const char *name, void *data, size_t bytes);
+/* Sets a tensor that starts as a converted copy of another (dfg_init_from) from that tensor's
+ * present value: after a load set the source, its copies follow (runtime/weights). */
+DFG_API dfg_status dfg_runtime_follow_init(dfg_runtime *rt, const char *name);
+/* Records a one-line message for dfg_runtime_error() and returns s; with sticky, later steps
+ * refuse to run (the state is half-updated: a load that failed after writing some tensors).
+ * For the layers that work on a runtime through its public calls (runtime/weights). */
+DFG_API dfg_status dfg_runtime_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Metrics (dfg_metric) in creation order, read after a step. */
 DFG_API int dfg_runtime_metric_count(const dfg_runtime *rt);
@@ -176,42 +184,6 @@ static inline uint64_t dfg_host_rand(uint64_t *state) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-
-/* ---------------------------------------------------------------- checkpoints (safetensors)
- * Loading matches file tensors to PARAM/STATE names, also after stripping a "transformer."
- * prefix; GPT-2's attn.bias / attn.masked_bias buffers and a tied lm_head.weight are skipped.
- * f32/bf16/f16 values convert to the tensor's dtype. With `strict`, every PARAM must be found
- * and every other file tensor must be known; *n_loaded (may be NULL) counts the tensors set.
- * path is a safetensors file or a model directory as transformers' save_pretrained writes it:
- * DIR/model.safetensors, else DIR/model.safetensors.index.json and the shards its weight_map
- * names, loaded as if they were one file. Each shard must hold exactly the tensors the index
- * maps to it, and shard names must be files in DIR. Every file is checked before any tensor is
- * set: a refused file or directory leaves the runtime as it was, with a one-line message. */
-DFG_API dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool strict, int *n_loaded);
-/* Writes every PARAM (and every STATE when with_state), atomically: temp file, fsync, rename. */
-DFG_API dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state);
-/* Writes the PARAMs as a Hugging Face model directory that transformers' from_pretrained loads
- * (created when missing): config.json (the source model's, from the setting "model", else one
- * made from the model settings; torch_dtype set to the parameters' dtype) and model.safetensors,
- * or shards of at most max_shard_bytes (0: 5 GB, save_pretrained's default) with
- * model.safetensors.index.json, and the source directory's generation_config.json and tokenizer
- * files (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt, chat_template.jinja, ...),
- * so that the directory loads as a whole model. Each file is written atomically. */
-DFG_API dfg_status dfg_runtime_save_model_dir(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
-/* LoRA plans (a policy with frozen base weights, role base_model, and adapters as its PARAMs;
- * runtime/lora_io.c), in PEFT's format:
- * dfg_runtime_load_adapter reads DIR/adapter_config.json (peft_type LORA; its r, lora_alpha and
- * use_rslora must be the plan's lora_r, lora_alpha and use_rslora) and DIR/adapter_model.safetensors
- * (PEFT's names, "base_model.model.<module>.lora_A.weight"; every adapter of the plan and nothing
- * else); dfg_runtime_save_adapter writes the same two files (atomically) for
- * PeftModel.from_pretrained; dfg_runtime_save_merged writes the base with every adapter merged
- * into its weight (W + scale B A, as merge_and_unload) as dfg_runtime_save_model_dir does. */
-DFG_API dfg_status dfg_runtime_load_adapter(dfg_runtime *rt, const char *dir, int *n_loaded);
-DFG_API dfg_status dfg_runtime_save_adapter(dfg_runtime *rt, const char *dir);
-DFG_API dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_shard_bytes);
-/* The files the last dfg_runtime_save_model_dir copied from the source model directory, ", "
- * between them; "" when none (a model made from settings alone). */
-DFG_API const char *dfg_runtime_saved_copies(const dfg_runtime *rt);
 
 /* ---------------------------------------------------------------- data-parallel runs
  * `mpirun -n W dfg run P.dfg`: one process per device, each a rank of the run, all running the

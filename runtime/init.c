@@ -105,6 +105,16 @@ dfg_status dfg_rt_derive_init(dfg_runtime *rt, const dfg_tensor *dst) {
     return st;
 }
 
+dfg_status dfg_runtime_follow_init(dfg_runtime *rt, const char *name) {
+    if (!rt) return DFG_ERR_ARG;
+    const dfg_tensor *t = dfg_rt_lookup(rt, name);
+    if (!t) return DFG_ERR_ARG;
+    if (!t->init_from) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "'%s' is no copy of another tensor (dfg_init_from)", t->name);
+    dfg_status st = dfg_rt_derive_init(rt, t);
+    if (st) dfg_rt_fail(rt, st, true, "setting '%s' from '%s' failed", t->name, t->init_from->name);
+    return st;
+}
+
 dfg_status dfg_runtime_init_state(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     const dfg_program *p = rt->p;

@@ -2,6 +2,7 @@
  * walks the stages of a step, node by node, through the backend. */
 #include <dlfcn.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,8 @@ dfg_run_options dfg_run_options_default(void) {
     return (dfg_run_options){.target = DFG_TARGET_CPU, .n_threads = 0, .seed = 1234, .host_lib = NULL, .check = false};
 }
 
-dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...) {
+dfg_status dfg_runtime_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...) {
+    if (!rt) return s;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(rt->error, sizeof(rt->error), fmt, ap);

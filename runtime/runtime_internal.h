@@ -4,7 +4,6 @@
 
 #include "backend.h"
 #include "../passes/memplan.h"
-#include "formats/safetensors.h"
 
 /* The checking mode (runtime/check.c): per-buffer liveness and checksums along the plan's
  * timeline, poison in dead bytes. NULL in a runtime without DFG_CHECK. */
@@ -47,7 +46,6 @@ struct dfg_runtime {
     int n_staged;
     dfg_status status; /* sticky: a failed step leaves the state half-updated */
     char error[1024];
-    char saved_copies[256]; /* the files the last model-directory save copied from the source's, ", " between */
 };
 
 struct dfg_host_ctx {
@@ -55,34 +53,12 @@ struct dfg_host_ctx {
     int stage;
 };
 
-/* Records a message (and returns s); with sticky, later steps refuse to run. */
-dfg_status dfg_rt_fail(dfg_runtime *rt, dfg_status s, bool sticky, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Records a message (and returns s); with sticky, later steps refuse to run (dfg_runtime_fail). */
+#define dfg_rt_fail dfg_runtime_fail
 /* The arena address of tensor t. */
 static inline void *dfg_rt_ptr(const dfg_runtime *rt, const dfg_tensor *t) {
     return rt->arena + rt->plan.offset[t->id];
 }
-/* Downloads every PARAM (and, with with_state, every STATE) into one host buffer *host (the
- * caller frees it) and describes them in ts (room for the program's tensor count), *n of them. */
-dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host);
-/* model_export.c: text written atomically (temp file, fsync, rename); dir created when missing;
- * ts (n, their names Hugging Face's) written as a model directory: the weights (sharded above
- * max_shard_bytes, 0: 5 GB), the source's tokenizer and generation files, config.json. */
-dfg_status dfg_rt_write_text(dfg_runtime *rt, const char *path, const char *text);
-dfg_status dfg_rt_make_dir(dfg_runtime *rt, const char *dir);
-dfg_status dfg_rt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st_tensor *ts, int n, size_t max_shard_bytes);
-/* nf4_load.c: a load_in_4bit plan's weights. packed: t is a weight's NF4 codes ("<w>.nf4"); part:
- * t is one of its absmax tensors; for: the codes of weight name, or NULL; check: file tensor f fits
- * them; load: quantises f into the codes and absmax tensors and uploads them. */
-bool dfg_rt_nf4_packed(const dfg_tensor *t);
-bool dfg_rt_nf4_part(const dfg_tensor *t);
-const dfg_tensor *dfg_rt_nf4_for(const dfg_program *p, const char *name);
-/* The weight's shape packed stands for (the plan's dequantisations record it); false: none reads it. */
-bool dfg_rt_nf4_shape(const dfg_program *p, const dfg_tensor *packed, dfg_shape *shape);
-dfg_status dfg_rt_nf4_check(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
-dfg_status dfg_rt_nf4_load(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *packed);
-/* checkpoint.c: a PEFT adapter file into a LoRA plan's adapters, strictly both ways. */
-dfg_status dfg_rt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded);
 /* A persistent or output tensor by name, or NULL with the runtime's message set. */
 const dfg_tensor *dfg_rt_lookup(dfg_runtime *rt, const char *name);
 

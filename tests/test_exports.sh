@@ -12,7 +12,7 @@ src="$2"
 exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDRBVW]$/ {print $3}' | sort -u)
 # the public headers: every dfg*.h of the layers' directories (docs/ARCHITECTURE.md), and planfile.h
 declared=$(cd "$src" && grep -ho '^DFG_API[^;]*' graph/dfg*.h ops/dfg*.h ops/nn/dfg*.h passes/dfg*.h runtime/dfg*.h \
-           runtime/formats/dfg*.h runtime/formats/planfile.h runtime/host/dfg*.h | grep -o 'dfg_[a-z0-9_]*(' | head -100000 | tr -d '(' |
+           runtime/formats/dfg*.h runtime/formats/planfile.h runtime/weights/dfg*.h runtime/host/dfg*.h | grep -o 'dfg_[a-z0-9_]*(' | head -100000 | tr -d '(' |
            grep -v '^dfg_pipeline$' | sort -u)
 fail=0
 foreign=$(grep -v '^dfg_' <<<"$exported" || true)

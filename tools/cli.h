@@ -12,6 +12,7 @@
 #include "../runtime/formats/planfile.h"
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/host/dfg_reward.h"
+#include "../runtime/weights/dfg_weights.h"
 #include "dot/dfg_dot.h"
 
 /* Exit codes: what a script can rely on. CLI_NO_FIT: dfg fit found no plan within the budget. */

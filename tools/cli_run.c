@@ -565,8 +565,10 @@ static int finish(run_state *s) {
                         : dir      ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
                                    : dfg_runtime_save_safetensors(s->rt, a->save, false);
         if (st) return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        const char *copies = dir && !adapter ? dfg_runtime_saved_copies(s->rt) : "";
-        if (adapter) cli_say("saved the adapter to %s (PEFT's adapter_config.json and adapter_model.safetensors)\n", a->save);
+        char copied[256];
+        const char *copies = dir ? dfg_weights_copied_files(dfg_runtime_program(s->rt), adapter, copied, sizeof(copied)) : "";
+        if (adapter) cli_say("saved the adapter to %s (PEFT's adapter_config.json, adapter_model.safetensors and README.md%s%s)\n",
+                             a->save, *copies ? "; copied from the base: " : "", copies);
         else if (a->merge) cli_say("saved the policy merged into its base to %s (a Hugging Face model directory%s%s)\n",
                                    a->save, *copies ? "; copied from the source: " : "", copies);
         else if (!dir) cli_say("saved the %s to %s\n", lora ? "adapters" : "parameters", a->save);

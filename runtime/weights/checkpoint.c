@@ -9,39 +9,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/dtype.h"
-#include "runtime_internal.h"
-#include "formats/safetensors.h"
-#include "formats/weights_dir.h"
+#include "../../ops/dtype.h"
+#include "../formats/weights_dir.h"
+#include "weights_internal.h"
 
-#define CKPT_PREFIX "transformer."
 #define CKPT_PEFT_PREFIX "base_model.model." /* PEFT's names: the PeftModel around the HF model */
 #define CKPT_MAX_LISTED 4 /* missing names listed in one message */
 
 /* ---------------------------------------------------------------- matching file names to tensors */
 
-static bool ckpt_ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
+/* name without an architecture's module prefix ("transformer."), or NULL when it has none */
+static const char *ckpt_unprefixed(const char *name, int arch) {
+    const char *pre = dfg_arch_info_of((dfg_arch)arch)->hf_prefix;
+    return *pre && !strncmp(name, pre, strlen(pre)) ? name + strlen(pre) : NULL;
 }
 
-/* GPT-2 buffers that are not weights: the causal masks, and lm_head.weight (tied to wte). */
+/* A file tensor that is no weight: an architecture's buffer (GPT-2's causal masks) or its tied
+ * head, which the embedding already is. */
 static bool ckpt_is_skipped_buffer(const char *name) {
-    const char *s = strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 ? name + strlen(CKPT_PREFIX) : name;
-    return ckpt_ends_with(s, ".attn.bias") || ckpt_ends_with(s, ".attn.masked_bias") || strcmp(s, "lm_head.weight") == 0;
+    for (int a = 0; a < DFG_ARCH_COUNT; a++) {
+        const dfg_arch_info *info = dfg_arch_info_of((dfg_arch)a);
+        const char *s = ckpt_unprefixed(name, a) ? ckpt_unprefixed(name, a) : name;
+        for (const char *b = info->buffers; *b;) { /* the '|'-separated endings */
+            size_t k = strcspn(b, "|"), n = strlen(s);
+            if (k && n >= k && !strncmp(s + n - k, b, k)) return true;
+            b += k + (b[k] == '|');
+        }
+        char head[64];
+        snprintf(head, sizeof(head), "%s.weight", info->lm_head);
+        if (info->tied_head && !strcmp(s, head)) return true;
+    }
+    return false;
 }
 
-/* The PARAM or STATE a file name loads into: the exact name, else without "transformer.", after
- * PEFT's "base_model.model." (an adapter file's names). */
+static bool ckpt_persistent(const dfg_tensor *t) { return t && (t->kind == DFG_PARAM || t->kind == DFG_STATE); }
+
+/* The PARAM or STATE a file name loads into: the exact name, else without an architecture's
+ * prefix, after PEFT's "base_model.model." (an adapter file's names); or a load_in_4bit plan's
+ * weight in its NF4 form, quantised as it loads (nf4_load.c). */
 static const dfg_tensor *ckpt_match(const dfg_program *p, const char *name) {
     if (!strncmp(name, CKPT_PEFT_PREFIX, strlen(CKPT_PEFT_PREFIX))) name += strlen(CKPT_PEFT_PREFIX);
     const dfg_tensor *t = dfg_find(p, name);
-    if ((!t || (t->kind != DFG_PARAM && t->kind != DFG_STATE)) && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0)
-        t = dfg_find(p, name + strlen(CKPT_PREFIX));
-    if (t && (t->kind == DFG_PARAM || t->kind == DFG_STATE)) return t;
-    /* a load_in_4bit plan's weight: its NF4 form, quantised as it loads (nf4_load.c) */
-    t = dfg_rt_nf4_for(p, name);
-    if (!t && strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0) t = dfg_rt_nf4_for(p, name + strlen(CKPT_PREFIX));
+    for (int a = 0; a < DFG_ARCH_COUNT && !ckpt_persistent(t); a++)
+        if (ckpt_unprefixed(name, a)) t = dfg_find(p, ckpt_unprefixed(name, a));
+    if (ckpt_persistent(t)) return t;
+    t = dfg_wt_nf4_for(p, name);
+    for (int a = 0; a < DFG_ARCH_COUNT && !t; a++)
+        if (ckpt_unprefixed(name, a)) t = dfg_wt_nf4_for(p, ckpt_unprefixed(name, a));
     return t;
 }
 
@@ -50,13 +64,13 @@ static bool ckpt_is_float(dfg_dtype dt) { return dt == DFG_F32 || dt == DFG_BF16
 /* A file tensor may fill t when the shapes are equal and the dtypes are equal or both float. */
 static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st_tensor *f, const dfg_tensor *t) {
     char fs[96], ts[96];
-    if (dfg_rt_nf4_packed(t) && strcmp(f->name, t->name)) return dfg_rt_nf4_check(rt, path, f, t); /* quantised */
+    if (dfg_wt_nf4_packed(t) && strcmp(f->name, t->name)) return dfg_wt_nf4_check(rt, path, f, t); /* quantised */
     if (f->shape.rank != t->shape.rank || memcmp(f->shape.d, t->shape.d, sizeof(int64_t) * (size_t)f->shape.rank) != 0)
-        return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' has shape %s in the file but %s in the program", path,
+        return dfg_wt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' has shape %s in the file but %s in the program", path,
                            f->name, dfg_shape_str(f->shape, fs, sizeof(fs)), dfg_shape_str(t->shape, ts, sizeof(ts)));
     bool ok = f->dtype == t->dtype || (ckpt_is_float(f->dtype) && ckpt_is_float(t->dtype));
     if (!ok)
-        return dfg_rt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' is %s in the file and cannot load into the program's %s",
+        return dfg_wt_fail(rt, DFG_ERR_SHAPE, false, "%s: tensor '%s' is %s in the file and cannot load into the program's %s",
                            path, f->name, f->dtype_name, dfg_dtype_name(t->dtype));
     return DFG_OK;
 }
@@ -65,15 +79,9 @@ static dfg_status ckpt_check_fit(dfg_runtime *rt, const char *path, const dfg_st
  * adapter (a LoRA plan's PARAMs). */
 typedef enum { CKPT_MODEL, CKPT_ADAPTER } ckpt_kind;
 
-static bool ckpt_lora_plan(const dfg_program *p) {
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
-    return false;
-}
-
 /* The tensors a strict load must fill. */
 static bool ckpt_required(const dfg_tensor *t, ckpt_kind kind, bool lora) {
-    if (kind == CKPT_MODEL && lora) return t->role == DFG_ROLE_BASE_MODEL && !dfg_rt_nf4_part(t); /* set with its codes */
+    if (kind == CKPT_MODEL && lora) return t->role == DFG_ROLE_BASE_MODEL && !dfg_wt_nf4_part(t); /* set with its codes */
     return t->kind == DFG_PARAM;
 }
 
@@ -84,19 +92,19 @@ static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safeten
                             const dfg_tensor **target, const dfg_st_tensor **owner) {
     for (int i = 0; i < dfg_st_count(st); i++) {
         const dfg_st_tensor *f = dfg_st_get(st, i);
-        const dfg_tensor *t = ckpt_match(rt->p, f->name);
+        const dfg_tensor *t = ckpt_match(dfg_runtime_program(rt), f->name);
         if (t && kind == CKPT_ADAPTER && t->kind != DFG_PARAM)
-            return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensor '%s' is no adapter of the plan (it names '%s')", path,
+            return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensor '%s' is no adapter of the plan (it names '%s')", path,
                                f->name, t->name);
         target[i] = t;
         if (!t) {
             if (strict && !ckpt_is_skipped_buffer(f->name))
-                return dfg_rt_fail(rt, DFG_ERR_FORMAT, false,
+                return dfg_wt_fail(rt, DFG_ERR_FORMAT, false,
                                    "%s: tensor '%s' matches no param or state of the program (strict load)", path, f->name);
             continue;
         }
         if (owner[t->id])
-            return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensors '%s' and '%s' both load into '%s'", path,
+            return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: tensors '%s' and '%s' both load into '%s'", path,
                                owner[t->id]->name, f->name, t->name);
         owner[t->id] = f;
         dfg_status s = ckpt_check_fit(rt, path, f, t);
@@ -109,10 +117,10 @@ static dfg_status ckpt_plan(dfg_runtime *rt, const char *path, const dfg_safeten
  * first few missing. */
 static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const dfg_st_tensor **owner, bool sharded,
                                      ckpt_kind kind) {
-    const dfg_program *p = rt->p;
+    const dfg_program *p = dfg_runtime_program(rt);
     char list[512] = "";
     int missing = 0;
-    bool lora = ckpt_lora_plan(p);
+    bool lora = dfg_wt_lora_plan(p);
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
         if (!ckpt_required(t, kind, lora) || owner[t->id]) continue;
@@ -125,7 +133,7 @@ static dfg_status ckpt_check_missing(dfg_runtime *rt, const char *path, const df
     if (missing > CKPT_MAX_LISTED)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), " and %d more", missing - CKPT_MAX_LISTED);
     const char *what = kind == CKPT_ADAPTER ? "adapter" : lora ? "base weight" : "param";
-    return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d %s%s missing from the %s (strict load): %s", path, missing, what,
+    return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: %d %s%s missing from the %s (strict load): %s", path, missing, what,
                        missing > 1 ? "s" : "", sharded ? "shards" : "file", list);
 }
 
@@ -159,19 +167,19 @@ static dfg_status ckpt_apply(dfg_runtime *rt, const char *path, const dfg_safete
     for (int i = 0; i < dfg_st_count(st); i++)
         if (target[i] && dfg_tensor_bytes(target[i]) > max_bytes) max_bytes = dfg_tensor_bytes(target[i]);
     void *host = malloc(max_bytes);
-    if (!host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory (%zu bytes) loading", path, max_bytes);
+    if (!host) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory (%zu bytes) loading", path, max_bytes);
     dfg_status s = DFG_OK;
     for (int i = 0; i < dfg_st_count(st) && !s; i++) {
         if (!target[i]) continue;
         const dfg_st_tensor *f = dfg_st_get(st, i);
-        if (dfg_rt_nf4_packed(target[i]) && strcmp(f->name, target[i]->name)) { /* a weight to quantise */
-            if (!(s = dfg_rt_nf4_load(rt, path, f, target[i])) && n_loaded) (*n_loaded)++;
+        if (dfg_wt_nf4_packed(target[i]) && strcmp(f->name, target[i]->name)) { /* a weight to quantise */
+            if (!(s = dfg_wt_nf4_load(rt, path, f, target[i])) && n_loaded) (*n_loaded)++;
             continue;
         }
         ckpt_convert(f, target[i], host);
-        s = rt->be->upload(rt->be_state, dfg_rt_ptr(rt, target[i]), host, dfg_tensor_bytes(target[i]));
+        s = dfg_runtime_write(rt, target[i]->name, host, dfg_tensor_bytes(target[i]));
         /* a half-written set of weights must not be trained on */
-        if (s) dfg_rt_fail(rt, s, true, "%s: uploading '%s' failed; the runtime's state is now partly loaded", path,
+        if (s) dfg_wt_fail(rt, s, true, "%s: uploading '%s' failed; the runtime's state is now partly loaded", path,
                            target[i]->name);
         else if (n_loaded) (*n_loaded)++;
     }
@@ -190,9 +198,10 @@ static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_
     for (int f = 0, at = 0; f < w->n && !s; at += dfg_st_count(w->files[f].st), f++)
         s = ckpt_apply(rt, w->files[f].path, w->files[f].st, target + at, n_loaded);
     /* copies that start from a loaded tensor follow it, unless the file set them too */
-    for (int i = 0; i < rt->p->n_tensors && !s; i++) {
-        const dfg_tensor *t = rt->p->tensors[i];
-        if (t->init_from && owner[t->init_from->id] && !owner[i]) s = dfg_rt_derive_init(rt, t);
+    const dfg_program *p = dfg_runtime_program(rt);
+    for (int i = 0; i < p->n_tensors && !s; i++) {
+        const dfg_tensor *t = p->tensors[i];
+        if (t->init_from && owner[t->init_from->id] && !owner[i]) s = dfg_runtime_follow_init(rt, t->name);
     }
     return s;
 }
@@ -200,16 +209,17 @@ static dfg_status ckpt_load_set(dfg_runtime *rt, const char *path, const dfg_wd_
 static dfg_status ckpt_load(dfg_runtime *rt, const char *path, bool strict, ckpt_kind kind, int *n_loaded) {
     if (n_loaded) *n_loaded = 0;
     if (!rt) return DFG_ERR_ARG;
-    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
+    if (!path) return dfg_wt_fail(rt, DFG_ERR_ARG, false, "load: path is NULL");
     char err[1024];
     dfg_wd_set w;
     dfg_status s = dfg_wd_open(path, &w, err, sizeof(err));
-    if (s) return dfg_rt_fail(rt, s, false, "%s", err);
+    if (s) return dfg_wt_fail(rt, s, false, "%s", err);
     int n = 0;
     for (int f = 0; f < w.n; f++) n += dfg_st_count(w.files[f].st);
     const dfg_tensor **target = calloc((size_t)(n ? n : 1), sizeof(*target));
-    const dfg_st_tensor **owner = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*owner));
-    if (!target || !owner) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
+    int n_tensors = dfg_runtime_program(rt)->n_tensors;
+    const dfg_st_tensor **owner = calloc((size_t)(n_tensors ? n_tensors : 1), sizeof(*owner));
+    if (!target || !owner) s = dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "%s: out of memory", path);
     else s = ckpt_load_set(rt, path, &w, strict, kind, target, owner, n_loaded);
     free(target);
     free(owner);
@@ -221,55 +231,79 @@ dfg_status dfg_runtime_load_safetensors(dfg_runtime *rt, const char *path, bool 
     return ckpt_load(rt, path, strict, CKPT_MODEL, n_loaded);
 }
 
-dfg_status dfg_rt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded) {
+dfg_status dfg_wt_load_adapter_file(dfg_runtime *rt, const char *path, int *n_loaded) {
     return ckpt_load(rt, path, true, CKPT_ADAPTER, n_loaded);
 }
 
 /* ---------------------------------------------------------------- saving */
 
-static bool ckpt_saved(const dfg_tensor *t, bool with_state) {
-    return t->kind == DFG_PARAM || (with_state && t->kind == DFG_STATE);
+static size_t ckpt_aligned(size_t n) { return (n + 15) & ~(size_t)15; }
+
+void dfg_wt_set_free(dfg_wt_set *s) {
+    for (int i = 0; s->names && i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s->ts);
+    free(s->host);
+    *s = (dfg_wt_set){0};
 }
 
-/* Downloads every saved tensor into one host buffer and describes it for the writer. */
-dfg_status dfg_rt_gather(dfg_runtime *rt, bool with_state, dfg_st_tensor *ts, int *n, char **host) {
-    const dfg_program *p = rt->p;
+dfg_status dfg_wt_gather(dfg_runtime *rt, dfg_wt_pick pick, const void *arg, dfg_wt_set *out) {
+    const dfg_program *p = dfg_runtime_program(rt);
     size_t total = 1;
+    int n = 0;
+    *out = (dfg_wt_set){0};
     for (int i = 0; i < p->n_tensors; i++)
-        if (ckpt_saved(p->tensors[i], with_state)) total += dfg_tensor_bytes(p->tensors[i]);
-    *host = malloc(total);
-    if (!*host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory (%zu bytes)", total);
+        if (ckpt_persistent(p->tensors[i]) && pick(p->tensors[i], arg)) total += ckpt_aligned(dfg_tensor_bytes(p->tensors[i])), n++;
+    out->ts = calloc((size_t)n + 1, sizeof(*out->ts));
+    out->names = calloc((size_t)n + 1, sizeof(*out->names));
+    out->host = malloc(total);
+    if (!out->ts || !out->names || !out->host) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory (%zu bytes)", total);
     size_t off = 0;
-    *n = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
-        if (!ckpt_saved(t, with_state)) continue;
+        if (!ckpt_persistent(t) || !pick(t, arg)) continue;
         size_t bytes = dfg_tensor_bytes(t);
-        dfg_status s = rt->be->download(rt->be_state, *host + off, dfg_rt_ptr(rt, t), bytes);
-        if (s) return dfg_rt_fail(rt, s, false, "save: reading '%s' from the device failed", t->name);
-        ts[(*n)++] = (dfg_st_tensor){.name = t->name, .dtype = t->dtype, .dtype_name = NULL, .shape = t->shape,
-                                     .data = *host + off, .bytes = bytes};
-        off += bytes;
+        if (dfg_runtime_read(rt, t->name, out->host + off, bytes))
+            return dfg_wt_fail(rt, DFG_ERR_IO, false, "save: reading '%s' from the device failed: %s", t->name,
+                               dfg_runtime_error(rt));
+        out->ts[out->n++] = (dfg_st_tensor){.name = t->name, .dtype = t->dtype, .shape = t->shape, .data = out->host + off,
+                                            .bytes = bytes};
+        off += ckpt_aligned(bytes); /* lora_io.c's merge reads and writes the values in place */
     }
     return DFG_OK;
 }
 
+dfg_status dfg_wt_write_tensors(dfg_runtime *rt, const char *path, const dfg_st_tensor *ts, int n) {
+    char step[32], err[1024];
+    snprintf(step, sizeof(step), "%" PRId64, dfg_runtime_steps_done(rt));
+    const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", step};
+    dfg_status s = dfg_st_write(path, ts, n, meta, 3, err, sizeof(err));
+    return s ? dfg_wt_fail(rt, s, false, "%s", err) : DFG_OK;
+}
+
+static bool ckpt_saved(const dfg_tensor *t, const void *with_state) {
+    return t->kind == DFG_PARAM || (*(const bool *)with_state && t->kind == DFG_STATE);
+}
+
 dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool with_state) {
     if (!rt) return DFG_ERR_ARG;
-    if (!path) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "save: path is NULL");
-    dfg_st_tensor *ts = calloc((size_t)(rt->p->n_tensors ? rt->p->n_tensors : 1), sizeof(*ts));
-    char *host = NULL;
-    int n = 0;
-    dfg_status s = ts ? dfg_rt_gather(rt, with_state, ts, &n, &host)
-                      : dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-    if (!s) {
-        char step[32], err[1024];
-        snprintf(step, sizeof(step), "%" PRId64, rt->step);
-        const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", step};
-        s = dfg_st_write(path, ts, n, meta, 3, err, sizeof(err));
-        if (s) dfg_rt_fail(rt, s, false, "%s", err);
-    }
-    free(ts);
-    free(host);
+    if (!path) return dfg_wt_fail(rt, DFG_ERR_ARG, false, "save: path is NULL");
+    dfg_wt_set set;
+    dfg_status s = dfg_wt_gather(rt, ckpt_saved, &with_state, &set);
+    if (!s) s = dfg_wt_write_tensors(rt, path, set.ts, set.n);
+    dfg_wt_set_free(&set);
     return s;
+}
+
+/* ---------------------------------------------------------------- the plan's architecture */
+
+const dfg_arch_info *dfg_wt_arch(const dfg_program *p) {
+    const dfg_arch_info *a = dfg_arch_find(dfg_program_setting(p, "model_type"), false);
+    return a ? a : dfg_arch_info_of(DFG_ARCH_GPT2);
+}
+
+bool dfg_wt_lora_plan(const dfg_program *p) {
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
+    return false;
 }

@@ -16,31 +16,26 @@
 
 #include <cjson/cJSON.h>
 
-#include "../ops/dfg_ops.h"
-#include "../ops/dtype.h"
-#include "runtime_internal.h"
-#include "formats/safetensors.h"
+#include "../../ops/dfg_ops.h"
+#include "../../ops/dtype.h"
+#include "../formats/fileio.h"
+#include "weights_internal.h"
 
 #define LORA_MAX_CONFIG (1u << 20)
 #define LORA_A ".lora_A.weight"
 #define LORA_B ".lora_B.weight"
 
 static const char *setting(const dfg_runtime *rt, const char *key, const char *def) {
-    const char *v = dfg_program_setting(rt->p, key);
+    const char *v = dfg_program_setting(dfg_runtime_program(rt), key);
     return v ? v : def;
 }
 
-static bool is_gpt2(const dfg_runtime *rt) { return !strcmp(setting(rt, "model_type", "gpt2"), "gpt2"); }
-
-static bool lora_plan(const dfg_runtime *rt) {
-    for (int i = 0; i < rt->p->n_tensors; i++)
-        if (rt->p->tensors[i]->role == DFG_ROLE_BASE_MODEL) return true;
-    return false;
-}
+/* GPT-2's Conv1D weights are (in, out): PEFT's fan_in_fan_out, and a merge adds (B A)^T */
+static bool conv1d(const dfg_runtime *rt) { return dfg_wt_arch(dfg_runtime_program(rt))->conv1d; }
 
 static dfg_status need_lora(dfg_runtime *rt, const char *what) {
-    if (lora_plan(rt)) return DFG_OK;
-    return dfg_rt_fail(rt, DFG_ERR_ARG, false, "%s: the plan has no adapters (compile it with --set lora_r=R)", what);
+    if (dfg_wt_lora_plan(dfg_runtime_program(rt))) return DFG_OK;
+    return dfg_wt_fail(rt, DFG_ERR_ARG, false, "%s: the plan has no adapters (compile it with --set lora_r=R)", what);
 }
 
 /* The plan's scale alpha / r, or alpha / sqrt(r) (the f32 arithmetic of ops/nn/nn_lora.c). */
@@ -50,38 +45,23 @@ static float plan_scale(const dfg_runtime *rt) {
 }
 
 /* ---------------------------------------------------------------- reading an adapter */
-static char *read_text(const char *path, size_t max, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf || n > max) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* The config's facts that change what the tensors compute must be the plan's. */
 static dfg_status check_config(dfg_runtime *rt, const char *path, const cJSON *o) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "peft_type");
     if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "LORA")))
-        return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: peft_type must be LORA", path);
+        return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: peft_type must be LORA", path);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r"), *alpha = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
     if (!cJSON_IsNumber(r) || !cJSON_IsNumber(alpha))
-        return dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: needs the numbers r and lora_alpha", path);
+        return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: needs the numbers r and lora_alpha", path);
     double plan_r = strtod(setting(rt, "lora_r", "0"), NULL), plan_alpha = strtod(setting(rt, "lora_alpha", "8"), NULL);
     if (r->valuedouble != plan_r || (float)alpha->valuedouble != (float)plan_alpha)
-        return dfg_rt_fail(rt, DFG_ERR_ARG, false,
+        return dfg_wt_fail(rt, DFG_ERR_ARG, false,
                            "%s: the adapter has r=%g, lora_alpha=%g; the plan lora_r=%g, lora_alpha=%g (compile with "
                            "those --set values)", path, r->valuedouble, alpha->valuedouble, plan_r, plan_alpha);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "use_rslora");
     bool plan_rs = !strcmp(setting(rt, "use_rslora", "false"), "true");
     if ((cJSON_IsTrue(rs) ? true : false) != plan_rs)
-        return dfg_rt_fail(rt, DFG_ERR_ARG, false, "%s: use_rslora is %s in the adapter and %s in the plan", path,
+        return dfg_wt_fail(rt, DFG_ERR_ARG, false, "%s: use_rslora is %s in the adapter and %s in the plan", path,
                            cJSON_IsTrue(rs) ? "true" : "false", plan_rs ? "true" : "false");
     static const char *const unsupported[] = {"use_dora", "modules_to_save", "rank_pattern", "alpha_pattern",
                                               "layers_to_transform"};
@@ -89,81 +69,46 @@ static dfg_status check_config(dfg_runtime *rt, const char *path, const cJSON *o
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, unsupported[i]);
         bool set = v && !cJSON_IsNull(v) && !cJSON_IsFalse(v) &&
                    !((cJSON_IsObject(v) || cJSON_IsArray(v)) && cJSON_GetArraySize(v) == 0);
-        if (set) return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: %s is set; dfg's adapters have none", path, unsupported[i]);
+        if (set) return dfg_wt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: %s is set; dfg's adapters have none", path, unsupported[i]);
     }
     const cJSON *bias = cJSON_GetObjectItemCaseSensitive(o, "bias");
     if (bias && (!cJSON_IsString(bias) || strcmp(bias->valuestring, "none")))
-        return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: bias must be \"none\" (dfg trains the adapters alone)", path);
+        return dfg_wt_fail(rt, DFG_ERR_UNSUPPORTED, false, "%s: bias must be \"none\" (dfg trains the adapters alone)", path);
     return DFG_OK;
 }
 
 dfg_status dfg_runtime_load_adapter(dfg_runtime *rt, const char *dir, int *n_loaded) {
     if (n_loaded) *n_loaded = 0;
     if (!rt) return DFG_ERR_ARG;
-    if (!dir || !*dir) return dfg_rt_fail(rt, DFG_ERR_ARG, false, "--adapter: the directory is empty");
+    if (!dir || !*dir) return dfg_wt_fail(rt, DFG_ERR_ARG, false, "--adapter: the directory is empty");
     dfg_status s = need_lora(rt, dir);
     if (s) return s;
-    char path[4200];
+    char path[4200], err[1024], *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
-    char *text = read_text(path, LORA_MAX_CONFIG, &len);
-    if (!text) return dfg_rt_fail(rt, DFG_ERR_IO, false, "%s: cannot read it (a PEFT adapter directory has adapter_config.json)", path);
+    if ((s = dfg_file_read(path, NULL, LORA_MAX_CONFIG, "an adapter_config.json", &text, &len, err, sizeof(err))))
+        return dfg_wt_fail(rt, s, false, "%s (a PEFT adapter directory has adapter_config.json)", err);
     cJSON *o = cJSON_ParseWithLength(text, len);
     free(text);
-    s = o && cJSON_IsObject(o) ? check_config(rt, path, o) : dfg_rt_fail(rt, DFG_ERR_FORMAT, false, "%s: not a JSON object", path);
+    s = o && cJSON_IsObject(o) ? check_config(rt, path, o) : dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: not a JSON object", path);
     cJSON_Delete(o);
     if (s) return s;
     snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
-    return dfg_rt_load_adapter_file(rt, path, n_loaded);
+    return dfg_wt_load_adapter_file(rt, path, n_loaded);
 }
 
-/* ---------------------------------------------------------------- downloading */
-typedef struct {
-    dfg_st_tensor *ts;
-    char **names; /* owned names (PEFT's), or NULL entries: the tensor's own */
-    char *host;
-    int n;
-} lora_set;
+/* ---------------------------------------------------------------- reading tensors out */
+static bool has_role(const dfg_tensor *t, const void *role) { return t->role == *(const dfg_role *)role; }
 
-static void set_free(lora_set *s) {
-    for (int i = 0; s->names && i < s->n; i++) free(s->names[i]);
-    free(s->names);
-    free(s->ts);
-    free(s->host);
-    *s = (lora_set){0};
-}
-
-static size_t aligned(size_t n) { return (n + 15) & ~(size_t)15; }
-
-/* Downloads the persistent tensors of one role (PARAMs: role param) into one host buffer. */
-static dfg_status gather_role(dfg_runtime *rt, dfg_role role, lora_set *out) {
-    const dfg_program *p = rt->p;
-    size_t total = 1;
-    int n = 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i]->kind != DFG_TEMP && p->tensors[i]->role == role) total += aligned(dfg_tensor_bytes(p->tensors[i])), n++;
-    out->ts = calloc((size_t)n + 1, sizeof(*out->ts));
-    out->names = calloc((size_t)n + 1, sizeof(*out->names));
-    out->host = malloc(total);
-    if (!out->ts || !out->names || !out->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory (%zu bytes)", total);
-    size_t off = 0;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const dfg_tensor *t = p->tensors[i];
-        if (t->kind == DFG_TEMP || t->role != role) continue;
-        size_t bytes = dfg_tensor_bytes(t);
-        dfg_status s = rt->be->download(rt->be_state, out->host + off, dfg_rt_ptr(rt, t), bytes);
-        if (s) return dfg_rt_fail(rt, s, false, "save: reading '%s' from the device failed", t->name);
-        out->ts[out->n++] = (dfg_st_tensor){.name = t->name, .dtype = t->dtype, .shape = t->shape, .data = out->host + off,
-                                            .bytes = bytes};
-        off += aligned(bytes); /* merge_one reads and writes the values in place */
-    }
-    return DFG_OK;
+/* The persistent tensors of one role (PARAMs: role param), read into host memory. */
+static dfg_status gather_role(dfg_runtime *rt, dfg_role role, dfg_wt_set *out) {
+    return dfg_wt_gather(rt, has_role, &role, out);
 }
 
 /* ---------------------------------------------------------------- writing an adapter */
 /* PEFT's target_modules as the plan names them: the list given, or for all-linear the distinct
  * last names of the adapted modules (PEFT saves all-linear expanded too). */
-static cJSON *target_list(const lora_set *a) {
+static cJSON *target_list(const dfg_wt_set *a) {
     cJSON *list = cJSON_CreateArray();
     for (int i = 0; list && i < a->n; i++) {
         const char *name = a->ts[i].name, *end = strstr(name, LORA_A);
@@ -179,9 +124,9 @@ static cJSON *target_list(const lora_set *a) {
     return list;
 }
 
-static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const lora_set *a) {
+static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const dfg_wt_set *a) {
     cJSON *o = cJSON_CreateObject();
-    if (!o) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    if (!o) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     const char *model = setting(rt, "model", "");
     if (*model) cJSON_AddStringToObject(o, "base_model_name_or_path", model);
     else cJSON_AddNullToObject(o, "base_model_name_or_path");
@@ -192,7 +137,7 @@ static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const l
     cJSON_AddNumberToObject(o, "lora_dropout", strtod(setting(rt, "lora_dropout", "0"), NULL));
     cJSON_AddBoolToObject(o, "use_rslora", !strcmp(setting(rt, "use_rslora", "false"), "true"));
     cJSON_AddBoolToObject(o, "use_dora", false);
-    cJSON_AddBoolToObject(o, "fan_in_fan_out", is_gpt2(rt)); /* GPT-2's Conv1D weights are (in, out) */
+    cJSON_AddBoolToObject(o, "fan_in_fan_out", conv1d(rt));
     cJSON_AddStringToObject(o, "bias", "none");
     cJSON_AddBoolToObject(o, "inference_mode", true);
     cJSON_AddBoolToObject(o, "init_lora_weights", true);
@@ -200,9 +145,9 @@ static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const l
     cJSON_AddItemToObject(o, "target_modules", target_list(a));
     char *text = cJSON_Print(o), path[4200];
     cJSON_Delete(o);
-    if (!text) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    if (!text) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
-    dfg_status s = dfg_rt_write_text(rt, path, text);
+    dfg_status s = dfg_wt_write_text(rt, path, text);
     free(text);
     return s;
 }
@@ -210,32 +155,33 @@ static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const l
 dfg_status dfg_runtime_save_adapter(dfg_runtime *rt, const char *dir) {
     if (!rt) return DFG_ERR_ARG;
     dfg_status s = need_lora(rt, "save");
-    if (!s) s = dfg_rt_make_dir(rt, dir);
+    if (!s) s = dfg_wt_make_dir(rt, dir);
     if (s) return s;
-    lora_set a = {0};
+    dfg_wt_set a = {0};
     s = gather_role(rt, DFG_ROLE_PARAM, &a);
-    const char *prefix = is_gpt2(rt) ? "base_model.model.transformer." : "base_model.model.";
-    for (int i = 0; i < a.n && !s; i++) { /* PEFT's names */
+    char prefix[128]; /* PEFT's names: the PeftModel around the class, whose base model may be a module of it */
+    snprintf(prefix, sizeof(prefix), "base_model.model.%s", dfg_wt_arch(dfg_runtime_program(rt))->hf_prefix);
+    for (int i = 0; i < a.n && !s; i++) {
         size_t len = strlen(prefix) + strlen(a.ts[i].name) + 1;
-        if (!(a.names[i] = malloc(len))) s = dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+        if (!(a.names[i] = malloc(len))) s = dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
         else snprintf(a.names[i], len, "%s%s", prefix, a.ts[i].name), a.ts[i].name = a.names[i];
     }
-    if (!s) {
-        char path[4200], err[1024], step[32];
-        snprintf(step, sizeof(step), "%lld", (long long)rt->step);
-        const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.step", step};
-        snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
-        s = dfg_st_write(path, a.ts, a.n, meta, 3, err, sizeof(err));
-        if (s) dfg_rt_fail(rt, s, false, "%s", err);
-    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    if (!s) s = dfg_wt_write_tensors(rt, path, a.ts, a.n);
     if (!s) s = write_adapter_config(rt, dir, &a);
-    set_free(&a);
+    dfg_wt_set_free(&a);
+    /* what a trainer's save_model leaves beside the adapter: the model card and the tokenizer */
+    if (!s) s = dfg_wt_write_adapter_card(rt, dir);
+    if (!s) s = dfg_wt_copy_source_files(rt, dir, true);
     return s;
 }
 
 /* ---------------------------------------------------------------- merging */
+static size_t aligned(size_t n) { return (n + 15) & ~(size_t)15; }
+
 /* The part "<stem>.<part>" of base among the gathered tensors, or NULL. */
-static const dfg_st_tensor *nf4_part(const lora_set *base, const char *stem, size_t len, const char *part) {
+static const dfg_st_tensor *nf4_part(const dfg_wt_set *base, const char *stem, size_t len, const char *part) {
     char name[512];
     snprintf(name, sizeof(name), "%.*s.%s", (int)len, stem, part);
     for (int i = 0; i < base->n; i++)
@@ -246,14 +192,14 @@ static const dfg_st_tensor *nf4_part(const lora_set *base, const char *stem, siz
 /* base with every NF4 weight (load_in_4bit: "<w>.nf4" and its absmax tensors) replaced by "<w>"
  * dequantised (the kernels' values) in dt, the dtype of the plan's other base weights, at the
  * shape the plan's dequantisations give it (packed codes of an odd row length are flat). */
-static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt, lora_set *out) {
+static dfg_status dense_base(dfg_runtime *rt, const dfg_wt_set *base, dfg_dtype dt, dfg_wt_set *out) {
     size_t total = 1;
     for (int i = 0; i < base->n; i++) /* a packed weight's 2 values a byte in dt */
         total += aligned(base->ts[i].dtype == DFG_U8 ? 2 * base->ts[i].bytes * dfg_dtype_size(dt) : base->ts[i].bytes);
     out->ts = calloc((size_t)base->n + 1, sizeof(*out->ts));
     out->names = calloc((size_t)base->n + 1, sizeof(*out->names));
     out->host = malloc(total);
-    if (!out->ts || !out->names || !out->host) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
+    if (!out->ts || !out->names || !out->host) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
     size_t off = 0;
     for (int i = 0; i < base->n; i++) {
         const dfg_st_tensor *t = &base->ts[i];
@@ -268,18 +214,18 @@ static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt
         const dfg_st_tensor *am = nf4_part(base, t->name, stem, "absmax"), *q = nf4_part(base, t->name, stem, "absmax_q");
         const dfg_st_tensor *a2 = nf4_part(base, t->name, stem, "absmax2"), *o = nf4_part(base, t->name, stem, "absmax_offset");
         dfg_shape s;
-        const dfg_tensor *pt = dfg_find(rt->p, t->name);
-        if (!pt || !dfg_rt_nf4_shape(rt->p, pt, &s) || (!am && !(q && a2 && o)))
-            return dfg_rt_fail(rt, DFG_ERR_STATE, false, "save --merge: '%s' is not a 4-bit weight this plan can rebuild", t->name);
+        const dfg_tensor *pt = dfg_find(dfg_runtime_program(rt), t->name);
+        if (!pt || !dfg_wt_nf4_shape(dfg_runtime_program(rt), pt, &s) || (!am && !(q && a2 && o)))
+            return dfg_wt_fail(rt, DFG_ERR_STATE, false, "save --merge: '%s' is not a 4-bit weight this plan can rebuild", t->name);
         int64_t n = dfg_shape_numel(s);
         float *v = malloc(sizeof(float) * (size_t)n);
-        if (!v) return dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
+        if (!v) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save --merge: out of memory");
         float offset = 0;
         if (o) memcpy(&offset, o->data, sizeof(offset));
         dfg_nf4_dequantize((const uint8_t *)t->data, am ? (const float *)am->data : NULL, q ? (const uint8_t *)q->data : NULL,
                            a2 ? (const float *)a2->data : NULL, offset, n, v);
         int k = out->n++;
-        if (!(out->names[k] = malloc(stem + 1))) return free(v), dfg_rt_fail(rt, DFG_ERR_NOMEM, false, "out of memory");
+        if (!(out->names[k] = malloc(stem + 1))) return free(v), dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "out of memory");
         snprintf(out->names[k], stem + 1, "%s", t->name);
         for (int64_t e = 0; e < n; e++) dfg_store(out->host + off, dt, e, v[e]);
         free(v);
@@ -290,7 +236,7 @@ static dfg_status dense_base(dfg_runtime *rt, const lora_set *base, dfg_dtype dt
     return DFG_OK;
 }
 
-static const dfg_st_tensor *find_in(const lora_set *s, const char *name) {
+static const dfg_st_tensor *find_in(const dfg_wt_set *s, const char *name) {
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->ts[i].name, name)) return &s->ts[i];
     return NULL;
@@ -313,18 +259,19 @@ static void merge_one(dfg_st_tensor *w, const dfg_st_tensor *a /* (r, in) */, co
 dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_shard_bytes) {
     if (!rt) return DFG_ERR_ARG;
     dfg_status s = need_lora(rt, "save --merge");
-    if (!s) s = dfg_rt_make_dir(rt, dir);
+    if (!s) s = dfg_wt_make_dir(rt, dir);
     if (s) return s;
-    lora_set packed = {0}, base = {0}, ad = {0};
+    dfg_wt_set packed = {0}, base = {0}, ad = {0};
     s = gather_role(rt, DFG_ROLE_BASE_MODEL, &packed);
+    const dfg_program *p = dfg_runtime_program(rt);
     dfg_dtype dt = DFG_F32; /* the plan's weights' dtype: its adapters' */
-    for (int i = 0; i < rt->p->n_tensors; i++)
-        if (rt->p->tensors[i]->kind == DFG_PARAM) dt = rt->p->tensors[i]->dtype;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->kind == DFG_PARAM) dt = p->tensors[i]->dtype;
     if (!s) s = dense_base(rt, &packed, dt, &base);
-    set_free(&packed);
+    dfg_wt_set_free(&packed);
     if (!s) s = gather_role(rt, DFG_ROLE_PARAM, &ad);
     float scale = plan_scale(rt);
-    bool conv1d = is_gpt2(rt);
+    bool conv = conv1d(rt);
     for (int i = 0; i < ad.n && !s; i++) {
         const char *name = ad.ts[i].name, *end = strstr(name, LORA_A);
         if (!end || end[strlen(LORA_A)]) continue;
@@ -334,12 +281,12 @@ dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_
         dfg_st_tensor *w = (dfg_st_tensor *)find_in(&base, wname);
         const dfg_st_tensor *b = find_in(&ad, bname);
         if (!w || !b)
-            s = dfg_rt_fail(rt, DFG_ERR_STATE, false, "save --merge: adapter '%s' has no %s '%s'", name, w ? "partner" : "base weight",
+            s = dfg_wt_fail(rt, DFG_ERR_STATE, false, "save --merge: adapter '%s' has no %s '%s'", name, w ? "partner" : "base weight",
                             w ? bname : wname);
-        else merge_one(w, &ad.ts[i], b, scale, conv1d);
+        else merge_one(w, &ad.ts[i], b, scale, conv);
     }
-    if (!s) s = dfg_rt_write_model_dir(rt, dir, base.ts, base.n, max_shard_bytes);
-    set_free(&base);
-    set_free(&ad);
+    if (!s) s = dfg_wt_write_model_dir(rt, dir, base.ts, base.n, max_shard_bytes);
+    dfg_wt_set_free(&base);
+    dfg_wt_set_free(&ad);
     return s;
 }
