@@ -95,8 +95,8 @@ int cli_pipeline_compile_so(const cli_pipeline *c, const char *so_path) {
     const char *cc = getenv("DFG_CC");
     if (!cc || !*cc) cc = DFG_C_COMPILER;
     /* the public headers' directories (CMakeLists.txt DFG_PUBLIC_DIRS) and the example tasks' */
-    static const char *const dirs[] = {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/host",
-                                       "examples/tasks"};
+    static const char *const dirs[] = {"graph",   "ops",          "ops/nn",          "passes",        "runtime/formats",
+                                       "runtime", "runtime/weights", "runtime/host", "examples/tasks"};
     enum { N_DIRS = sizeof(dirs) / sizeof(dirs[0]) };
     char inc[N_DIRS][4200];
     const char *argv[N_DIRS + 12];
