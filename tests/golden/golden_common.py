@@ -1,6 +1,7 @@
 """golden_common.py - what the golden tests (tests/golden/*_golden.py) share: the run's seed, fresh
-each run unless DFG_TEST_SEED replays one, and the rule for a library that cannot be imported: a
-skip (exit 77, ctest: skipped), or a failure when DFG_REQUIRE_HF=1 (tools/test.sh, CI)."""
+each run unless DFG_TEST_SEED replays one, the configurations a run's --config names, and the rule
+for a library that cannot be imported: a skip (exit 77, ctest: skipped), or a failure when
+DFG_REQUIRE_HF=1 (tools/test.sh, CI)."""
 import os
 import sys
 import time
@@ -15,6 +16,15 @@ def run_seed(prog):
     except ValueError:
         print(f"{prog}: FAIL: DFG_TEST_SEED={env!r} is not an integer")
         return None
+
+
+def chosen_configs(prog, configs, names):
+    """The configurations named (all when names is empty); None, after prog's FAIL line, when none is."""
+    chosen = [c for c in configs if not names or c["name"] in names]
+    if not chosen:
+        print(f"{prog}: FAIL: no configuration named {names}")
+        return None
+    return chosen
 
 
 def unavailable(prog, why):

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import golden_common
 from golden_common import run_seed
 
 try:
@@ -321,9 +322,8 @@ def main():
     if not os.access(a.driver, os.X_OK):
         print(f"gpt2_golden: FAIL: driver {a.driver} is not an executable")
         return 1
-    configs = [c for c in CONFIGS if not a.config or c["name"] in a.config]
-    if not configs:
-        print(f"gpt2_golden: FAIL: no configuration named {a.config}")
+    configs = golden_common.chosen_configs("gpt2_golden", CONFIGS, a.config)
+    if configs is None:
         return 1
     results = [run_config(c, a.driver, a.workdir, seed) for c in configs]
     ok = all(results)

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+import golden_common
 from golden_common import run_seed
 from gpt2_golden import np, torch, st_read, st_write, random_weights, checkpoint_tensors, gpt2_logits, rel_err
 
@@ -573,9 +574,8 @@ def main():
           f"{'; cuda plans on the emulated GPU in ' + a.emulate_gpu if a.emulate_gpu else ''}")
     torch.manual_seed(seed)
     os.makedirs(a.workdir, exist_ok=True)
-    configs = [c for c in CONFIGS if not a.config or c["name"] in a.config]
-    if not configs:
-        print(f"grpo_golden: FAIL: no configuration named {a.config}")
+    configs = golden_common.chosen_configs("grpo_golden", CONFIGS, a.config)
+    if configs is None:
         return 1
     results = [run_config(c, a.dfg, a.source, a.workdir, seed) for c in configs]
     ok = all(results)

@@ -58,13 +58,14 @@ TOL_SELF = 1e-5  # float64 reference vs transformers' float32 forward (log-probs
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def unavailable(why):
+def unavailable(why, prog="hf_golden"):
     """torch/transformers missing: a skip, or a failure when DFG_REQUIRE_HF=1 (golden_common.py)."""
-    golden_common.unavailable("hf_golden", why)
+    golden_common.unavailable(prog, why)
 
 
-def import_libraries(site):
-    """Imports numpy, torch, transformers (from site) and the shared golden helpers into globals."""
+def import_libraries(site, prog="hf_golden"):
+    """Imports numpy, torch, transformers (from site) and the shared golden helpers into globals;
+    what is missing is prog's skip (peft_golden.py imports through here too)."""
     global np, torch, nn, transformers, st_torch, G
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -75,18 +76,18 @@ def import_libraries(site):
         import torch
         from torch import nn
     except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-        unavailable(f"/usr/bin/python3 cannot import torch and numpy ({e})")
+        unavailable(prog=prog, why=f"/usr/bin/python3 cannot import torch and numpy ({e})")
     if not os.path.isdir(site):
-        unavailable(f"no transformers directory {site}")
+        unavailable(prog=prog, why=f"no transformers directory {site}")
     sys.path.insert(0, site)
     try:
         import transformers
         import safetensors.torch as st_torch
         from transformers.models.qwen2 import modeling_qwen2  # noqa: F401
     except Exception as e:  # noqa: BLE001
-        unavailable(f"cannot import transformers from {site} ({type(e).__name__}: {e})")
+        unavailable(prog=prog, why=f"cannot import transformers from {site} ({type(e).__name__}: {e})")
     if transformers.__version__ != HF_VERSION:
-        unavailable(f"{site} holds transformers {transformers.__version__}, not {HF_VERSION}")
+        unavailable(prog=prog, why=f"{site} holds transformers {transformers.__version__}, not {HF_VERSION}")
     transformers.utils.logging.disable_progress_bar()
     sys.path.insert(0, HERE)
     import grpo_golden as G  # after torch: gpt2_golden exits 77 without it
@@ -644,9 +645,8 @@ def main():
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     print(f"hf_golden: seed {seed} (replay with DFG_TEST_SEED={seed}); torch {torch.__version__}, transformers "
           f"{transformers.__version__} from {site}; tolerance {G.TOL:g} per tensor, {G.TOL_UPDATE:g} per update")
-    configs = [c for c in CONFIGS if not a.config or c["name"] in a.config]
-    if not configs:
-        print(f"hf_golden: FAIL: no configuration named {a.config}")
+    configs = golden_common.chosen_configs("hf_golden", CONFIGS, a.config)
+    if configs is None:
         return 1
     os.makedirs(a.workdir, exist_ok=True)
     t0 = time.time()

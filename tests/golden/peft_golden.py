@@ -136,27 +136,13 @@ def import_libraries(hf_site, peft_site):
     """numpy, torch, transformers (hf_site), peft (peft_site) and hf_golden's helpers (module H,
     whose G is grpo_golden) into globals. A missing library is a skip (golden_common.unavailable)."""
     global np, torch, nn, transformers, peft, st_torch, H, G, NF, NF4_MAP
-    for k, v in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
-                 ("TOKENIZERS_PARALLELISM", "false")):
-        os.environ.setdefault(k, v)
-    try:
-        import numpy as np
-        import torch
-        from torch import nn
-    except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-        unavailable(f"/usr/bin/python3 cannot import torch and numpy ({e})")
-    for what, site in (("transformers", hf_site), ("peft", peft_site)):
-        if not os.path.isdir(site):
-            unavailable(f"no {what} directory {site}")
-    sys.path.insert(0, peft_site)
-    sys.path.insert(0, hf_site)
-    try:
-        import transformers
-        import safetensors.torch as st_torch
-    except Exception as e:  # noqa: BLE001
-        unavailable(f"cannot import transformers from {hf_site} ({type(e).__name__}: {e})")
-    if transformers.__version__ != HF_VERSION:
-        unavailable(f"{hf_site} holds transformers {transformers.__version__}, not {HF_VERSION}")
+    if not os.path.isdir(peft_site):
+        unavailable(f"no peft directory {peft_site}")
+    sys.path.insert(0, peft_site)  # before transformers is imported: it looks for accelerate once
+    sys.path.insert(0, HERE)
+    import hf_golden as H
+    H.import_libraries(hf_site, PROG)  # numpy, torch and transformers (hf_site, ahead of peft_site)
+    np, torch, nn, transformers, st_torch, G = H.np, H.torch, H.nn, H.transformers, H.st_torch, H.G
     try:
         import warnings
         warnings.filterwarnings("ignore", module="peft")  # fan_in_fan_out set for Conv1D, etc.
@@ -166,10 +152,6 @@ def import_libraries(hf_site, peft_site):
         unavailable(f"cannot import peft from {peft_site} ({type(e).__name__}: {e})")
     if peft.__version__ != PEFT_VERSION:
         unavailable(f"{peft_site} holds peft {peft.__version__}, not {PEFT_VERSION}")
-    sys.path.insert(0, HERE)
-    import hf_golden as H
-    H.import_libraries(hf_site)  # succeeds: everything it imports was imported above
-    G = H.G
     import nf4_golden as NF  # bitsandbytes' quantize_4bit / dequantize_4bit in NumPy (checked against dfg there)
     NF4_MAP = NF.create_dynamic_map()  # double quantisation's 8-bit map (signed), as bitsandbytes builds it
 
@@ -870,9 +852,8 @@ def main():
     if not a.check_reference and not (a.dfg and a.source):
         print(f"{PROG}: FAIL: --dfg and --source are needed (or --check-reference)")
         return 1
-    configs = [c for c in CONFIGS if not a.config or c["name"] in a.config]
-    if not configs:
-        print(f"{PROG}: FAIL: no configuration named {a.config}")
+    configs = golden_common.chosen_configs(PROG, CONFIGS, a.config)
+    if configs is None:
         return 1
     os.makedirs(a.workdir, exist_ok=True)
     t0 = time.time()
