@@ -114,6 +114,10 @@ typedef struct {
     cli_progress progress;
     int rank;             /* of a data-parallel run: rank 0 alone writes checkpoints, metrics and files */
     int agreed_stop;      /* data parallel: the signal every rank stops for, after the step the ranks agreed on */
+    int64_t first;        /* the step counter when this run began (a resumed run's checkpoint step) */
+    bool params_lost;     /* a step failed part way through its update: the parameters are no step's */
+    int64_t params_step;  /* after a failure: the step whose parameters the runtime holds */
+    const char *params_doubt; /* ... and what is known of them: "the last good one", "not known to be good" */
 } run_state;
 
 /* The signal the run stops for; 0 while it goes on. A data-parallel run acts only on what the ranks
@@ -295,19 +299,29 @@ static int checkpoint(run_state *s, bool announce) {
     return CLI_OK;
 }
 
+/* "continue with: dfg run P.dfg --resume D --weights W --steps 3 ..." from the checkpoint resume,
+ * which holds step `at`: a command that works as given (cli_run_hint.c). */
+static char *continue_hint(const run_state *s, const char *resume, int64_t at, char *buf, size_t len) {
+    char cmd[6000];
+    cli_run_resume_command(s->a, dfg_runtime_program(s->rt), resume, at - s->first, false, cmd, sizeof(cmd));
+    snprintf(buf, len, "continue with: %s", cmd);
+    return buf;
+}
+
 /* What the checkpoint directory still holds after a save failed: "D/checkpoint.safetensors
- * still holds step 10 (--resume D continues from it)". */
+ * still holds step 10 (continue with: dfg run P.dfg --resume D ...)". */
 static void still_saved(const run_state *s, char *buf, size_t len) {
+    char hint[6100];
     if (s->on_disk >= 0)
-        snprintf(buf, len, "%s/%s still holds step %" PRId64 " (--resume %s continues from it)", s->ckpt_dir,
-                 CLI_CKPT_FILE, s->on_disk, s->ckpt_dir);
+        snprintf(buf, len, "%s/%s still holds step %" PRId64 " (%s)", s->ckpt_dir, CLI_CKPT_FILE, s->on_disk,
+                 continue_hint(s, s->ckpt_dir, s->on_disk, hint, sizeof(hint)));
     else snprintf(buf, len, "no checkpoint of this run is in %s", s->ckpt_dir);
 }
 
 /* A periodic save failed: one warning with the step, the reason and what is safe; training goes
  * on, and the next interval (or the end of the run) tries again. */
 static void warn_unsaved(run_state *s, int64_t step, int64_t last_step) {
-    char kept[4600], next[64] = "at the end of the run";
+    char kept[12000], next[64] = "at the end of the run";
     still_saved(s, kept, sizeof(kept));
     if (step + s->a->save_every <= last_step) snprintf(next, sizeof(next), "at step %" PRId64, step + s->a->save_every);
     cli_progress_clear(&s->progress);
@@ -326,17 +340,23 @@ static int nonfinite_metric(dfg_runtime *rt) {
     return -1;
 }
 
+/* Without --checkpoint-dir: what a failure leaves (--save is written after the message). */
+static const char *nothing_kept(const run_state *s) {
+    return s->a->save ? "no checkpoint (no --checkpoint-dir)" : "nothing saved (no --checkpoint-dir, no --save)";
+}
+
 /* A step failed before it changed the trained state: on a NaN or Inf (found before any update), or
  * in a stage before the update (the reward program died, say). With checkpoints, saves the last
  * good state (the guard undoes what the failed step changed: counters, gradient buffers), then
  * reports in one line: the reason first, then what was kept. */
 static int stop_saving(run_state *s, const char *why) {
     int64_t good = dfg_runtime_steps_done(s->rt);
-    char path[4400], kept[4600];
+    char path[4400], kept[12000], hint[6100];
     cli_progress_clear(&s->progress);
+    s->params_step = good, s->params_doubt = "the last good one";
     if (!dfg_dist_reports(s->a->dist)) return CLI_FAILED; /* a lower rank reports the collective that timed out */
     if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
-    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
+    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; %s", s->a->plan, why, nothing_kept(s));
     if (s->guard && cli_guard_restore(s->guard)) return cli_error(CMD, CLI_FAILED, "%s: %s", s->a->plan, why);
     if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
         still_saved(s, kept, sizeof(kept));
@@ -345,7 +365,7 @@ static int stop_saving(run_state *s, const char *why) {
     }
     s->last_saved = s->on_disk = good;
     return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (the last good one) is saved to %s "
-                     "(--resume %s continues from it)", s->a->plan, why, good, path, s->ckpt_dir);
+                     "(%s)", s->a->plan, why, good, path, continue_hint(s, s->ckpt_dir, good, hint, sizeof(hint)));
 }
 
 /* A metric of the step just run is not finite, but its gradients were: the update was applied,
@@ -354,17 +374,18 @@ static int stop_saving(run_state *s, const char *why) {
  * checkpoint, from before the doubt, is not replaced. */
 static int stop_after_update(run_state *s, const char *why) {
     int64_t step = dfg_runtime_steps_done(s->rt);
-    char path[4400], file[64], kept[4600];
+    char path[4400], file[64], kept[12000], hint[6100];
     cli_progress_clear(&s->progress);
+    s->params_step = step, s->params_doubt = "not known to be good";
     if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
-    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; nothing saved (no --checkpoint-dir)", s->a->plan, why);
+    if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; %s", s->a->plan, why, nothing_kept(s));
     still_saved(s, kept, sizeof(kept));
     snprintf(file, sizeof(file), "checkpoint-step-%" PRId64 ".safetensors", step);
     if (cli_ckpt_save(s->rt, s->ckpt_dir, file, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error)))
         return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " was not saved: %s; %s", s->a->plan,
                          why, step, s->save_error, kept);
     return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (not known to be good) is saved to %s "
-                     "(--resume %s continues from it); %s", s->a->plan, why, step, path, path, kept);
+                     "(%s); %s", s->a->plan, why, step, path, continue_hint(s, path, step, hint, sizeof(hint)), kept);
 }
 
 /* Data parallel, after each step: the whole batch's completion tokens (for tok/s), and whether
@@ -386,14 +407,25 @@ static int agree_after_step(run_state *s, double *tokens) {
     return CLI_OK;
 }
 
+/* This run's steps: --steps, or what is left to --max-steps (a total, as TRL's max_steps). */
+static int64_t this_runs_steps(const run_state *s, int64_t first) {
+    if (s->a->max_steps < 0) return s->a->steps;
+    if (first < s->a->max_steps) return s->a->max_steps - first;
+    cli_say("the step counter is at %" PRId64 ", at or past --max-steps %" PRId64 ": no steps to run\n", first,
+            s->a->max_steps);
+    return 0;
+}
+
 /* Runs the steps; stops early (CLI_OK) after a step during which an interrupt came. */
 static int run_steps(run_state *s) {
     const run_args *a = s->a;
-    int64_t first = dfg_runtime_steps_done(s->rt), done = 0;
-    int width = snprintf(NULL, 0, "%" PRId64, first + a->steps);
+    int64_t first = dfg_runtime_steps_done(s->rt), done = 0, steps = this_runs_steps(s, first);
+    int width = snprintf(NULL, 0, "%" PRId64, first + steps);
     double start = now_s();
-    cli_progress_init(&s->progress, s->rt, first, a->steps, a->quiet);
-    for (int64_t i = 1; i <= a->steps && !stop_signal(s); i++) {
+    s->first = s->params_step = first;
+    s->params_doubt = "the last completed one";
+    cli_progress_init(&s->progress, s->rt, first, steps, a->quiet);
+    for (int64_t i = 1; i <= steps && !stop_signal(s); i++) {
         int64_t step = first + i;
         int rc = cli_rollouts_write(s->rt, s->rollouts);
         if (!rc && s->guard) rc = cli_guard_keep(s->guard);
@@ -404,6 +436,7 @@ static int run_steps(run_state *s) {
         if (st && dfg_runtime_params_intact(s->rt)) return stop_saving(s, dfg_runtime_error(s->rt));
         if (st) {
             cli_progress_clear(&s->progress);
+            s->params_lost = true; /* the update stopped part way */
             if (!dfg_dist_reports(a->dist)) return CLI_FAILED; /* a lower rank reports the collective that timed out */
             return cli_error(CMD, CLI_FAILED, "%s: %s", a->plan, dfg_runtime_error(s->rt));
         }
@@ -411,8 +444,9 @@ static int run_steps(run_state *s) {
         if (reward_ms >= 0) s->reward_ms += reward_ms, s->n_reward++;
         double ms = 1e3 * (now_s() - t0), tokens = completion_tokens(s);
         if ((rc = agree_after_step(s, &tokens))) return rc;
-        bool shown = !a->quiet && (step % a->every == 0 || i == a->steps || stop_signal(s));
+        bool shown = !a->quiet && (step % a->every == 0 || i == steps || stop_signal(s));
         done = i;
+        s->params_step = step;
         if (tokens >= 0) s->tokens += tokens;
         add_to_interval(s, ms, tokens);
         if (s->jsonl && (rc = write_jsonl(s, step, ms, tokens))) return rc;
@@ -430,10 +464,10 @@ static int run_steps(run_state *s) {
         }
         if (s->ckpt_dir && a->save_every && step % a->save_every == 0) {
             if (shown) cli_progress_clear(&s->progress);
-            if (checkpoint(s, shown)) warn_unsaved(s, step, first + a->steps);
+            if (checkpoint(s, shown)) warn_unsaved(s, step, first + steps);
         }
         cli_progress_update(&s->progress, step, now_s() - start, tokens >= 0 && ms > 0 ? tokens / (ms * 1e-3) : -1,
-                            i == a->steps);
+                            i == steps);
     }
     cli_progress_clear(&s->progress);
     double total = now_s() - start;
@@ -531,12 +565,59 @@ static bool is_lora(const dfg_program *p) {
     return false;
 }
 
+/* Writes --save from the parameters the runtime holds: a LoRA plan's adapter (DIR/) or adapters
+ * (FILE.safetensors), the policy merged into its base (--merge), a model directory, or one file.
+ * The reason of a failure goes to stderr; with say, success is said on stdout. */
+static int write_save(run_state *s, bool say) {
+    const run_args *a = s->a;
+    bool dir = a->save_dir, lora = is_lora(dfg_runtime_program(s->rt)), adapter = dir && lora && !a->merge;
+    dfg_status st = adapter   ? dfg_runtime_save_adapter(s->rt, a->save)
+                    : a->merge ? dfg_runtime_save_merged(s->rt, a->save, (size_t)a->max_shard)
+                    : dir      ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
+                               : dfg_runtime_save_safetensors(s->rt, a->save, false);
+    if (st) return cli_error(CMD, CLI_FAILED, "--save %s: %s", a->save, dfg_runtime_error(s->rt));
+    if (!say) return CLI_OK;
+    char copied[256];
+    const char *copies = dir ? dfg_weights_copied_files(dfg_runtime_program(s->rt), adapter, copied, sizeof(copied)) : "";
+    if (adapter) cli_say("saved the adapter to %s (PEFT's adapter_config.json, adapter_model.safetensors and README.md%s%s)\n",
+                         a->save, *copies ? "; copied from the base: " : "", copies);
+    else if (a->merge) cli_say("saved the policy merged into its base to %s (a Hugging Face model directory%s%s)\n",
+                               a->save, *copies ? "; copied from the source: " : "", copies);
+    else if (!dir) cli_say("saved the %s to %s\n", lora ? "adapters" : "parameters", a->save);
+    else cli_say("saved the parameters to %s (a Hugging Face model directory%s%s)\n", a->save,
+                 *copies ? "; copied from the source: " : "", copies);
+    return CLI_OK;
+}
+
+/* The last line when --save could not be written: the command that writes it from the
+ * checkpoint on disk, which holds step `at`. */
+static void export_hint(const run_state *s, int64_t at) {
+    char cmd[6000];
+    cli_run_resume_command(s->a, dfg_runtime_program(s->rt), s->ckpt_dir, at - s->first, true, cmd, sizeof(cmd));
+    cli_error(CMD, 0, "--save %s was not written; export step %" PRId64 " from the checkpoint with: %s", s->a->save, at, cmd);
+}
+
+/* A run that stopped on an error (its message printed) still writes --save, from the parameters
+ * the runtime holds: the last completed step's (or the step a failure stopped before its update);
+ * one line says which. Where the runtime's parameters are no step's (an update stopped part way)
+ * or the write fails, the last line is the command that exports the checkpoint on disk. */
+static void save_after_failure(run_state *s) {
+    if (!s->a->save || s->rank > 0 || !s->rt) return;
+    if (!s->params_lost && !write_save(s, false)) {
+        cli_error(CMD, 0, "--save: wrote the parameters after step %" PRId64 " (%s) to %s", s->params_step,
+                  s->params_doubt, s->a->save);
+        return;
+    }
+    if (s->ckpt_dir && s->on_disk >= 0) export_hint(s, s->on_disk);
+    else cli_error(CMD, 0, "--save %s was not written, and no checkpoint of this run is on disk", s->a->save);
+}
+
 /* After the last step (or an interrupt): the checkpoint, --save, --dump. */
 static int finish(run_state *s) {
     const run_args *a = s->a;
     int64_t step = dfg_runtime_steps_done(s->rt);
     int rc = CLI_OK;
-    char path[4400], kept[4600];
+    char path[4400], kept[12000], hint[6100];
     int sig = stop_signal(s);
     /* the last save: a failure (a full disk) is reported, and --save and --dump, which may go to
      * another disk, are still written; the run then fails */
@@ -549,31 +630,15 @@ static int finish(run_state *s) {
         snprintf(path, sizeof(path), "%s/%s", s->ckpt_dir ? s->ckpt_dir : "", CLI_CKPT_FILE);
         if (s->rank > 0) return 128 + sig; /* rank 0 says it, and wrote the checkpoint */
         if (s->ckpt_dir && !save_rc)
-            cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (continue with --resume %s)",
-                      step, path, s->ckpt_dir);
+            cli_error(CMD, 0, "interrupted after step %" PRId64 ": checkpoint saved to %s (%s)", step, path,
+                      continue_hint(s, s->ckpt_dir, step, hint, sizeof(hint)));
         else if (!s->ckpt_dir) cli_error(CMD, 0, "interrupted after step %" PRId64 ": nothing saved (no --checkpoint-dir)", step);
         else cli_error(CMD, 0, "interrupted after step %" PRId64 ": its checkpoint was not saved (above)", step);
         return 128 + sig;
     }
-    if (a->save) {
-        struct stat sb;
-        size_t n = strlen(a->save);
-        bool dir = a->save[n - 1] == '/' || (stat(a->save, &sb) == 0 && S_ISDIR(sb.st_mode));
-        bool lora = is_lora(dfg_runtime_program(s->rt)), adapter = dir && lora && !a->merge;
-        dfg_status st = adapter   ? dfg_runtime_save_adapter(s->rt, a->save)
-                        : a->merge ? dfg_runtime_save_merged(s->rt, a->save, (size_t)a->max_shard)
-                        : dir      ? dfg_runtime_save_model_dir(s->rt, a->save, (size_t)a->max_shard)
-                                   : dfg_runtime_save_safetensors(s->rt, a->save, false);
-        if (st) return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
-        char copied[256];
-        const char *copies = dir ? dfg_weights_copied_files(dfg_runtime_program(s->rt), adapter, copied, sizeof(copied)) : "";
-        if (adapter) cli_say("saved the adapter to %s (PEFT's adapter_config.json, adapter_model.safetensors and README.md%s%s)\n",
-                             a->save, *copies ? "; copied from the base: " : "", copies);
-        else if (a->merge) cli_say("saved the policy merged into its base to %s (a Hugging Face model directory%s%s)\n",
-                                   a->save, *copies ? "; copied from the source: " : "", copies);
-        else if (!dir) cli_say("saved the %s to %s\n", lora ? "adapters" : "parameters", a->save);
-        else cli_say("saved the parameters to %s (a Hugging Face model directory%s%s)\n", a->save,
-                     *copies ? "; copied from the source: " : "", copies);
+    if (a->save && write_save(s, true)) {
+        if (s->on_disk == step) export_hint(s, step);
+        return CLI_FAILED;
     }
     if (a->dump) {
         char st[32], sd[32];
@@ -632,6 +697,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc) {
         catch_interrupts(true, dfg_dist_size(a->dist) > 1);
         rc = run_steps(&s);
+        if (rc) save_after_failure(&s);
         if (!rc && rss) print_host_memory(&s, rss_before);
         if (!rc) rc = finish(&s);
         catch_interrupts(false, dfg_dist_size(a->dist) > 1);

@@ -10,10 +10,13 @@ typedef struct {
     const char *reward_cmd, *reward_lib;
     const char *adapter; /* --adapter: a PEFT adapter directory (LoRA plans) */
     double reward_timeout;
-    int64_t steps, seed, threads, every, save_every;
+    int64_t steps;     /* --steps: this run's steps */
+    int64_t max_steps; /* --max-steps: run until the step counter is this; -1: not given */
+    int64_t seed, threads, every, save_every;
     int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
     bool merge; /* --merge: --save DIR/ writes a LoRA policy merged into its base */
+    bool save_dir; /* --save names a directory (DIR/, or one that exists), not one .safetensors file */
     dfg_target target; /* the plan's */
     bool seed_given;
     double collective_timeout; /* --collective-timeout: seconds (data-parallel runs) */
@@ -31,5 +34,16 @@ int cli_run_check_plan(const run_args *r, const dfg_program *p);
  * functions checked against the plan's reward_funcs: what the host stages reach as the service
  * DFG_REWARD_SERVICE. An exit code after one line. */
 int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_source **out);
+
+/* The program's name as the user typed it (argv[0]: "dfg", "build/dfg"), for the commands a run
+ * prints; set by main. */
+extern const char *cli_program;
+/* The command that continues the run r from the checkpoint `resume` (a directory or a file) as
+ * given, with every option it needs again (a LoRA plan's --weights, the reward, the rollouts,
+ * --threads, --save, ...), each argument quoted for the shell: --steps with the steps this run had
+ * left after `done` (or its --max-steps); with export, "--steps 0" and --save alone, which
+ * writes the checkpoint's parameters to what --save names (cli_run_hint.c). */
+void cli_run_resume_command(const run_args *r, const dfg_program *p, const char *resume, int64_t done, bool export,
+                            char *buf, size_t len);
 
 #endif

@@ -2,13 +2,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_run.h"
 
 #define CMD "run"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg run P.dfg [--steps N] [--weights W.safetensors|DIR] [--adapter DIR]\n"
+    fprintf(f, "usage: dfg run P.dfg [--steps N | --max-steps N] [--weights W.safetensors|DIR] [--adapter DIR]\n"
                "                     [--save OUT.safetensors|DIR/ [--merge]]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
@@ -20,13 +21,17 @@ static void usage(FILE *f) {
                "\n"
                "  --steps N      steps to run (default 1; 0 only initialises, loads and saves); with\n"
                "                 --resume, N more steps after the checkpoint's\n"
+               "  --max-steps N  run until the step counter reaches N (TRL's max_steps, a total): a run\n"
+               "                 resumed at step 30 with --max-steps 50 runs 20; at or past N it runs none\n"
                "  --weights W    load parameters from a safetensors file, or a model directory holding\n"
                "                 model.safetensors or model.safetensors.index.json and its shards (every\n"
                "                 parameter must be there; f32, bf16 or f16, converted to the plan's dtypes)\n"
-               "  --save OUT     write the parameters to a safetensors file after the last step; OUT ending\n"
-               "                 in '/' (or an existing directory) is written as a Hugging Face model\n"
-               "                 directory that transformers loads: config.json and model.safetensors, in\n"
-               "                 shards with model.safetensors.index.json above --max-shard-size (5GB)\n"
+               "  --save OUT     after the last step (or a step that failed: the last good step's), write\n"
+               "                 the parameters: OUT.safetensors is one safetensors file; DIR/ (ending in '/',\n"
+               "                 or an existing directory) a Hugging Face model directory that transformers\n"
+               "                 loads: config.json and model.safetensors, in shards with\n"
+               "                 model.safetensors.index.json above --max-shard-size (5GB); any other name\n"
+               "                 is refused\n"
                "LoRA plans (compiled with --set lora_r=R; docs/lora.md):\n"
                "  --weights DIR  the base model (every base weight must be there; load_in_4bit plans\n"
                "                 quantise it to NF4 as it loads); the adapters start as PEFT's do\n"
@@ -109,6 +114,18 @@ static void usage(FILE *f) {
                "  Ctrl-C at mpirun stops the ranks at once (the last checkpoint stays whole)\n");
 }
 
+/* --save names one of two things, never a guess: DIR/ (or a directory that exists) is a
+ * directory, NAME.safetensors one file; "out" alone, meant as either, is refused. */
+static int check_save(run_args *r) {
+    struct stat sb;
+    if (!r->save) return CLI_OK;
+    size_t n = strlen(r->save), ext = strlen(".safetensors");
+    r->save_dir = r->save[n - 1] == '/' || (stat(r->save, &sb) == 0 && S_ISDIR(sb.st_mode));
+    if (r->save_dir || (n > ext && !strcmp(r->save + n - ext, ".safetensors"))) return CLI_OK;
+    return cli_error(CMD, CLI_USAGE, "--save %s: give DIR/ (ending in '/': a model or adapter directory) or "
+                     "FILE.safetensors (one file)", r->save);
+}
+
 int cli_run_parse_args(int argc, char **argv, run_args *r) {
     static const cli_option opts[] = {
         {"--steps", true},    {"--weights", true},  {"--save", true},           {"--seed", true},
@@ -117,10 +134,12 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
         {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
         {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
-        {"--collective-timeout", true}, {"--adapter", true}, {"--merge", false}, {NULL, false}};
+        {"--collective-timeout", true}, {"--adapter", true}, {"--merge", false}, {"--max-steps", true},
+        {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
-    *r = (run_args){.steps = 1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
+    bool steps_given = false;
+    *r = (run_args){.steps = 1, .max_steps = -1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
                     .collective_timeout = 600.0};
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
@@ -139,7 +158,10 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
             r->merge = true;
         } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
             r->quiet = true;
-        } else if (!strcmp(opt, "--steps")) ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
+        } else if (!strcmp(opt, "--steps")) {
+            ok = cli_parse_i64(CMD, "--steps", val, 0, INT64_MAX / 4, &r->steps);
+            steps_given = true;
+        } else if (!strcmp(opt, "--max-steps")) ok = cli_parse_i64(CMD, "--max-steps", val, 0, INT64_MAX / 4, &r->max_steps);
         else if (!strcmp(opt, "--seed")) {
             ok = cli_parse_i64(CMD, "--seed", val, 0, INT64_MAX, &r->seed);
             r->seed_given = true;
@@ -180,9 +202,13 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         usage(stderr);
         return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
     }
+    if (steps_given && r->max_steps >= 0)
+        return cli_error(CMD, CLI_USAGE, "--steps N runs N steps, --max-steps N runs until the step counter is N; give one");
+    int rc = check_save(r);
+    if (rc) return rc;
     if (r->adapter && r->resume)
         return cli_error(CMD, CLI_USAGE, "--adapter and --resume both set the adapters; give one");
-    if (r->merge && (!r->save || r->save[strlen(r->save) - 1] != '/'))
+    if (r->merge && (!r->save || !r->save_dir))
         return cli_error(CMD, CLI_USAGE, "--merge writes a LoRA policy merged into its base as a model directory: it "
                          "needs --save DIR/ (ending in '/')");
     if (r->reward_cmd && r->reward_lib)

@@ -14,6 +14,7 @@
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    fflush(stdout); /* a line begun on stdout (cli_say without its newline yet) goes out first */
     fprintf(stderr, "dfg %s: ", cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_run.h"
 #include "dfg.h"
 
 typedef struct {
@@ -48,6 +49,11 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* stdout line by line even into a pipe or a file: a reader of `dfg run ... 2>&1 | tee log`
+     * sees the header, each step and an error in the order they happened (block-buffered stdout
+     * would hold the header back until after the error on stderr) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cli_program = argv[0];
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

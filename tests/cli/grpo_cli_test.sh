@@ -171,7 +171,7 @@ full_disk 2 "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoin
 expect_rc 0 "the save at step 4 fails, the one at step 6 does not: the run ends well"
 expect_in err.txt "warning: step 4: the checkpoint was not saved:" "the warning names the step"
 expect_in err.txt "No space left on device" "... and the reason"
-expect_in err.txt "disk/checkpoint.safetensors still holds step 2 (--resume disk continues from it)" "... and what is safe"
+expect_in err.txt "disk/checkpoint.safetensors still holds step 2 (continue with: $DFG run grpo.dfg --resume disk --threads 1 --steps 4 --save-every 2)" "... and what is safe"
 expect_in err.txt "training goes on and saves again at step 6" "... and when it tries again"
 check "steps 5 and 6 ran" [ "$(last_step out.txt)" = 6 ]
 check "the checkpoint is step 6's, byte for byte the run without a full disk" cmp -s disk/checkpoint.safetensors full6.safetensors
@@ -186,7 +186,7 @@ check "the end's checkpoint is step 3" [ "$(ckpt_step disk1/checkpoint.safetenso
 full_disk 3,4 "$DFG" run grpo.dfg --steps 6 --threads 1 --save-every 2 --checkpoint-dir disk3 --save disk3.safetensors
 expect_rc 1 "the last save fails (twice): the run fails"
 expect_in err.txt "grpo.dfg: step 6: the checkpoint was not saved: " "the error names the step"
-expect_in err.txt "disk3/checkpoint.safetensors still holds step 4 (--resume disk3 continues from it)" "... and what is safe"
+expect_in err.txt "disk3/checkpoint.safetensors still holds step 4 (continue with: $DFG run grpo.dfg --resume disk3 --threads 1 --steps 2 --save-every 2 --save disk3.safetensors)" "... and what is safe"
 check "the checkpoint on disk is step 4's, whole" [ "$(ckpt_step disk3/checkpoint.safetensors)" = 4 ]
 check "--save still wrote the trained parameters" [ -s disk3.safetensors ]
 run "$DFG" run grpo.dfg --resume disk3 --steps 2 --threads 1
@@ -237,7 +237,7 @@ run "${ST[@]}" same nanck/checkpoint.safetensors nanref/checkpoint.safetensors -
 expect_rc 0 "the saved state = 4 good steps (weights, moments, step counter, zeroed gradients)"
 run "$DFG" run nan.dfg --steps 10 --threads 1
 expect_rc 1 "NaN without --checkpoint-dir"
-expect_in err.txt "nothing saved (no --checkpoint-dir)" "... says nothing was saved"
+expect_in err.txt "nothing saved (no --checkpoint-dir, no --save)" "... says nothing was saved"
 # a metric that is not finite (gradients finite) stops the run too, after its update: that state
 # is kept beside the checkpoint, which stays the last one before the doubt
 run "$DFG" compile "$SRC/tests/cli/nan_pipeline.c" --set nan_step=3 --set nan_in=loss -o inf.dfg

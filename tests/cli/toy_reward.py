@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """toy_reward.py - a reward program for tests (docs/rewards.md), standard library only.
 
-    toy_reward.py [MODE [STEP]]
+    toy_reward.py [MODE [STEP [TAG]]]
 
 Declares two functions: "digits" (the share of the completion's ids that are digits 2..11 of the
 digit vocabulary) and "short" (1 for a completion of at most 4 tokens, else null: TRL's None).
@@ -24,6 +24,7 @@ From step STEP on (default 3) it misbehaves as MODE says:
            that a test holds open for as long as it needs
 The data-parallel modes act only in the rank $TOY_REWARD_RANK (default 1) of an mpirun run
 ($OMPI_COMM_WORLD_RANK), from step STEP on.
+TAG is ignored: a test puts its own in the command line, to find its programs with pgrep.
 Each request is also appended to $TOY_REWARD_LOG when set (one line: step and row count)."""
 import json
 import os
