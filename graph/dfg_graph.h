@@ -142,10 +142,78 @@ DFG_API dfg_status dfg_init_from(dfg_program *p, dfg_tensor *dst, dfg_tensor *sr
 /* Sets a persistent tensor's role (e.g. a PARAM copy that is the frozen reference model). */
 DFG_API dfg_status dfg_set_role(dfg_tensor *t, dfg_role role);
 
-/* Settings: string key/value pairs saved with the program (the pipeline's --set values, task
- * options) that host stages read at run time. Setting a key again replaces its value. */
+/* ---------------------------------------------------------------- settings
+ * Settings are key/value pairs saved with the program (the pipeline's --set values, config.json's
+ * model keys, task options). Every key dfg knows has one row in the settings table
+ * (graph/settings.def): its type, default, range, owner and a one-line doc. A value of such a key
+ * is parsed and checked once, when it is set (dfg_program_set refuses a bad one in one line
+ * naming the key and the accepted values) and recorded as canonical text ("1", "yes" and "on"
+ * are recorded as "true"); the typed reads below return the parsed value and never parse text
+ * again. A pipeline may read keys of its own too: those are typed by its read. */
+typedef enum {
+    DFG_SETTING_BOOL,   /* true/false, 1/0, yes/no, on/off */
+    DFG_SETTING_INT,    /* a decimal integer in [min, max] (or "auto" where the row allows it) */
+    DFG_SETTING_FLOAT,  /* a finite number in [min, max] */
+    DFG_SETTING_ENUM,   /* one of the row's values */
+    DFG_SETTING_STR,    /* any text (a path) */
+    DFG_SETTING_INTS,   /* comma-separated integers in [min, max], at most max_items */
+    DFG_SETTING_FLOATS, /* comma-separated numbers in [min, max], at most max_items */
+    DFG_SETTING_NAMES,  /* comma-separated names of min .. max characters, at most max_items */
+    DFG_SETTING_TYPE_COUNT
+} dfg_setting_type;
+
+typedef enum {
+    DFG_SETTING_ENGINE, /* the compiler and the runtime */
+    DFG_SETTING_MODEL,  /* the model: config.json's keys */
+    DFG_SETTING_DATA,   /* prompts, datasets and rewards */
+    DFG_SETTING_GRPO,   /* the GRPO pipeline (examples/grpo.c): batch, rollout, loss */
+    DFG_SETTING_OPTIM,  /* AdamW and clipping */
+    DFG_SETTING_LORA,   /* PEFT's LoRA and bitsandbytes' 4-bit base */
+    DFG_SETTING_OWNER_COUNT
+} dfg_setting_owner;
+
+/* A row of the settings table. */
+typedef struct {
+    const char *key;
+    dfg_setting_type type;
+    const char *def;    /* the default's text; NULL where it follows from other settings (see doc) */
+    double min, max;    /* a number's range; a list's items' range (NAMES: their length) */
+    int max_items;      /* lists: the most items */
+    const char *values; /* ENUM: "a|b,b2|c" ('|' between values, ',' between one value's spellings,
+                         * the first recorded); INT: "auto" when auto is a value; else "" */
+    dfg_setting_owner owner;
+    const char *doc;
+} dfg_setting_spec;
+
+#define DFG_SETTING_AUTO INT64_MIN /* what an INT setting whose value is "auto" reads as */
+
+DFG_API int dfg_setting_spec_count(void);
+DFG_API const dfg_setting_spec *dfg_setting_spec_at(int i);          /* NULL past the end */
+DFG_API const dfg_setting_spec *dfg_setting_spec_find(const char *key); /* NULL: not a table key */
+DFG_API const char *dfg_setting_type_name(dfg_setting_type t);       /* "bool", "int", ... */
+DFG_API const char *dfg_setting_owner_name(dfg_setting_owner o);     /* "engine", "model", ... */
+/* What a row accepts, as messages and docs say it ("1 .. 128", "grpo, bnpo, dapo", ...). */
+DFG_API void dfg_setting_accepted(const dfg_setting_spec *s, char *buf, size_t len);
+
+/* Setting a key again replaces its value. A table key's value is checked here: a bad one is the
+ * program's sticky error ("setting 'use_rslora': 'maybe' is not a boolean (true/false, 1/0,
+ * yes/no, on/off)") and the setting is left as it was. */
 DFG_API dfg_status dfg_program_set(dfg_program *p, const char *key, const char *value);
-DFG_API const char *dfg_program_setting(const dfg_program *p, const char *key); /* NULL when absent */
+/* The recorded (canonical) text; NULL when absent. For showing, and for whether a key is set:
+ * code that needs a value uses a typed read. */
+DFG_API const char *dfg_program_setting(const dfg_program *p, const char *key);
+/* Typed reads of a built or loaded program's settings (runtime, exporters, tools): the value as
+ * parsed when it was set; when the key is not set, the table's default (0, false or "" where the
+ * table has none). A key outside the table is parsed with the same parser (0 if it does not
+ * parse). These never mark a key used and never fail. */
+DFG_API bool dfg_program_bool(const dfg_program *p, const char *key);
+DFG_API int64_t dfg_program_int(const dfg_program *p, const char *key);     /* DFG_SETTING_AUTO for auto */
+DFG_API double dfg_program_float(const dfg_program *p, const char *key);
+DFG_API const char *dfg_program_str(const dfg_program *p, const char *key); /* never NULL */
+/* Lists (INTS, FLOATS, NAMES): how many items, the i-th item's text, the i-th item's number. */
+DFG_API int dfg_program_list_count(const dfg_program *p, const char *key);
+DFG_API const char *dfg_program_list_item(const dfg_program *p, const char *key, int i); /* NULL past the end */
+DFG_API double dfg_program_list_number(const dfg_program *p, const char *key, int i);
 DFG_API int dfg_program_setting_count(const dfg_program *p);
 DFG_API const char *dfg_program_setting_key(const dfg_program *p, int i);
 /* Whether a dfg_setting_* accessor read the key (the CLI rejects --set keys nobody read). */
@@ -164,6 +232,13 @@ DFG_API int64_t dfg_setting_int(dfg_program *p, const char *key, int64_t def);
 DFG_API double dfg_setting_float(dfg_program *p, const char *key, double def);
 DFG_API const char *dfg_setting_str(dfg_program *p, const char *key, const char *def);
 DFG_API bool dfg_setting_bool(dfg_program *p, const char *key, bool def);
+/* For table keys the accessor must match the row's type (a wrong one is the program's error):
+ * int for INT (a value "auto" reads as DFG_SETTING_AUTO through dfg_setting_int_auto only), str
+ * for STR and ENUM, and these: */
+DFG_API int64_t dfg_setting_int_auto(dfg_program *p, const char *key, int64_t def); /* def may be DFG_SETTING_AUTO */
+DFG_API int dfg_setting_enum(dfg_program *p, const char *key, const char *def);   /* the value's index; -1 on error */
+/* A list: its item count (-1 on error); its items through dfg_program_list_item/_number. */
+DFG_API int dfg_setting_list(dfg_program *p, const char *key, const char *def);
 
 /* Sets the program's sticky error (the first one is kept) and returns s: how a pipeline
  * reports a setting out of range ("n_head 5 does not divide n_embd 64"). */

@@ -116,9 +116,19 @@ typedef struct {
     dfg_tensor *runs;               /* dfg_stage_runs: this step's run count (at most repeat); or NULL */
 } dfg_stage;
 
+/* One setting. A key of the settings table (graph/settings.def) is parsed and checked when it is
+ * set: `value` is then its canonical text (what the plan records) and the fields below hold the
+ * parsed value, which every typed read returns. A key of the pipeline's own is parsed by the
+ * pipeline's typed read, with the same parser (graph/settings_table.c). */
 typedef struct {
     char *key, *value;
     bool used; /* read by the pipeline through a dfg_setting_* accessor (graph/settings.c) */
+    const dfg_setting_spec *spec; /* its row of the table, or NULL */
+    int64_t i;      /* BOOL: 0/1; INT (DFG_SETTING_AUTO for auto); ENUM: the value's index */
+    double f;       /* FLOAT */
+    int n_items;    /* lists: the items, split */
+    char **items;
+    double *nums;   /* INTS and FLOATS: the items' values */
 } dfg_setting;
 
 /* What a pipeline declares about its program for the tools that run it (graph/declare.c). */

@@ -87,6 +87,119 @@ static void test_strict_parsing(void) {
     }
 }
 
+
+/* ---------------------------------------------------------------- the settings table */
+
+/* Every row is well formed: unique keys, a doc, a known owner, and a default that is a value of
+ * its own row (a default the table would refuse could never be recorded). */
+static void test_table_rows(void) {
+    int n = dfg_setting_spec_count();
+    CHECK(n > 60, "the table has %d rows", n);
+    for (int i = 0; i < n; i++) {
+        const dfg_setting_spec *s = dfg_setting_spec_at(i);
+        CHECK(s && s->key && s->doc && s->doc[0], "row %d has a key and a doc", i);
+        CHECK(dfg_setting_spec_find(s->key) == s, "'%s' is found as itself (keys are unique)", s->key);
+        CHECK((unsigned)s->type < DFG_SETTING_TYPE_COUNT && (unsigned)s->owner < DFG_SETTING_OWNER_COUNT, "'%s' type/owner", s->key);
+        CHECK(s->min <= s->max, "'%s': min <= max", s->key);
+        CHECK((s->type >= DFG_SETTING_INTS) == (s->max_items > 0), "'%s': max_items only for lists", s->key);
+        CHECK(s->type != DFG_SETTING_ENUM || s->values[0], "'%s': an enum lists its values", s->key);
+        if (!s->def) continue;
+        dfg_program *p = dfg_program_new("s");
+        CHECK(dfg_program_set(p, s->key, s->def) == DFG_OK, "'%s': its default '%s' is refused: %s", s->key, s->def,
+              dfg_program_error(p));
+        CHECK(!strcmp(dfg_program_setting(p, s->key), s->def), "'%s': the default '%s' is canonical (recorded as '%s')",
+              s->key, s->def, dfg_program_setting(p, s->key));
+        dfg_program_free(p);
+    }
+    CHECK(dfg_setting_spec_find("no_such_key") == NULL && dfg_setting_spec_at(n) == NULL, "unknown keys and rows");
+}
+
+/* A table key's value is checked when it is set, in one line naming the key and what it accepts,
+ * and the program keeps the first error. */
+static void expect_refused(const char *key, const char *value, const char *want) {
+    dfg_program *p = dfg_program_new("s");
+    CHECK(dfg_program_set(p, key, value) != DFG_OK, "'%s=%s' is accepted", key, value);
+    CHECK(strstr(dfg_program_error(p), want) != NULL, "'%s=%s': error '%s' lacks '%s'", key, value, dfg_program_error(p), want);
+    CHECK(strchr(dfg_program_error(p), '\n') == NULL, "one line");
+    CHECK(dfg_program_setting(p, key) == NULL, "'%s': a refused value is not recorded", key);
+    dfg_program_free(p);
+}
+
+static void test_table_values_checked_when_set(void) {
+    expect_refused("use_rslora", "maybe", "setting 'use_rslora': 'maybe' is not a boolean (true/false, 1/0, yes/no, on/off)");
+    expect_refused("loss_type", "ppo", "setting 'loss_type': 'ppo' is not one of the values (grpo, bnpo, dr_grpo, dapo, cispo, sapo)");
+    expect_refused("num_generations", "1", "setting 'num_generations': '1' is out of range (2 .. 1048576)");
+    expect_refused("lora_r", "eight", "setting 'lora_r': 'eight' is not an integer (0 .. 65536)");
+    expect_refused("learning_rate", "fast", "'fast' is not a number");
+    expect_refused("length_buckets", "9", "'9' is out of range (auto or 1 .. 8)");
+    expect_refused("length_buckets", "automatic", "is not an integer (auto or 1 .. 8)");
+    expect_refused("eos_token_id", "1,,2", "has an empty item");
+    expect_refused("eos_token_id", "1,2,3,4,5,6,7,8,9", "has too many items (up to 8 integers");
+    expect_refused("eos_token_id", "-1", "'-1' is out of range");
+    expect_refused("reward_weights", "1,x", "'x' is not a number");
+    expect_refused("torch_dtype", "float16", "(bfloat16/bf16, float32/f32)");
+    expect_refused("share_prompts", "sometimes", "(auto, true/1/yes/on, false/0/no/off)");
+}
+
+/* One parse, one recorded text: use_rslora=1 and =yes are the same setting as =true (the
+ * adapter config once read "1" as false), and every reader sees the parsed value. */
+static void test_canonical_and_typed_reads(void) {
+    const char *spellings[] = {"true", "1", "yes", "on"};
+    for (int i = 0; i < 4; i++) {
+        dfg_program *p = dfg_program_new("s");
+        CHECK(dfg_program_set(p, "use_rslora", spellings[i]) == DFG_OK, "use_rslora=%s", spellings[i]);
+        CHECK(!strcmp(dfg_program_setting(p, "use_rslora"), "true"), "use_rslora=%s recorded as '%s'", spellings[i],
+              dfg_program_setting(p, "use_rslora"));
+        CHECK(dfg_program_bool(p, "use_rslora") && dfg_setting_bool(p, "use_rslora", false), "use_rslora=%s reads true", spellings[i]);
+        dfg_program_free(p);
+    }
+    dfg_program *p = dfg_program_new("s");
+    dfg_program_set(p, "torch_dtype", "bf16");
+    dfg_program_set(p, "learning_rate", "3e-4");
+    dfg_program_set(p, "lora_r", "+16");
+    dfg_program_set(p, "length_chunks", "auto");
+    dfg_program_set(p, "reward_funcs", " exact , format");
+    dfg_program_set(p, "reward_weights", "0.5, 1e-1");
+    dfg_program_set(p, "eos_token_id", "151645,151643");
+    CHECK(!dfg_program_status(p), "accepted: %s", dfg_program_error(p));
+    CHECK(!strcmp(dfg_program_setting(p, "torch_dtype"), "bfloat16"), "an enum's other spelling is recorded as its first");
+    CHECK(dfg_program_float(p, "learning_rate") == 3e-4 && !strcmp(dfg_program_setting(p, "learning_rate"), "0.0003"),
+          "float: %s", dfg_program_setting(p, "learning_rate"));
+    CHECK(dfg_program_int(p, "lora_r") == 16 && !strcmp(dfg_program_setting(p, "lora_r"), "16"), "int canonical");
+    CHECK(dfg_program_int(p, "length_chunks") == DFG_SETTING_AUTO, "auto");
+    CHECK(!strcmp(dfg_program_setting(p, "reward_funcs"), "exact,format") && dfg_program_list_count(p, "reward_funcs") == 2 &&
+              !strcmp(dfg_program_list_item(p, "reward_funcs", 1), "format"),
+          "names: '%s'", dfg_program_setting(p, "reward_funcs"));
+    CHECK(dfg_program_list_number(p, "reward_weights", 1) == 0.1 && !strcmp(dfg_program_setting(p, "reward_weights"), "0.5,0.1"),
+          "floats: '%s'", dfg_program_setting(p, "reward_weights"));
+    CHECK(dfg_program_list_count(p, "eos_token_id") == 2 && dfg_program_list_number(p, "eos_token_id", 0) == 151645, "ints");
+    /* unset keys read as the table's defaults, never as a reader's own */
+    CHECK(dfg_program_float(p, "lora_alpha") == 8.0 && !dfg_program_bool(p, "use_rslora") && dfg_program_int(p, "seed") == 1234,
+          "table defaults");
+    CHECK(!strcmp(dfg_program_str(p, "loss_type"), "dapo") && !strcmp(dfg_program_str(p, "not_a_key"), ""), "str defaults");
+    /* the pipeline's reads of the same keys */
+    CHECK(dfg_setting_enum(p, "torch_dtype", "float32") == 0 && dfg_setting_int_auto(p, "length_chunks", 1) == DFG_SETTING_AUTO &&
+              dfg_setting_list(p, "reward_funcs", "reward") == 2,
+          "typed pipeline reads: %s", dfg_program_error(p));
+    CHECK(!dfg_program_status(p), "no error: %s", dfg_program_error(p));
+    dfg_program_free(p);
+}
+
+/* A table key read with the wrong accessor is the pipeline's bug, named as such. */
+static void test_accessor_must_match_type(void) {
+    dfg_program *p = dfg_program_new("s");
+    dfg_program_set(p, "use_rslora", "1");
+    dfg_setting_str(p, "use_rslora", "false");
+    CHECK(strstr(dfg_program_error(p), "setting 'use_rslora' is of type bool in the settings table") != NULL, "str on a bool: '%s'",
+          dfg_program_error(p));
+    dfg_program_free(p);
+    p = dfg_program_new("s");
+    dfg_program_set(p, "length_buckets", "auto");
+    dfg_setting_int(p, "length_buckets", 1);
+    CHECK(strstr(dfg_program_error(p), "auto is a value here") != NULL, "int on auto: '%s'", dfg_program_error(p));
+    dfg_program_free(p);
+}
+
 static void test_program_fail(void) {
     dfg_program *p = dfg_program_new("s");
     CHECK(dfg_program_fail(p, DFG_ERR_ARG, "n_head %d does not divide %d", 5, 64) == DFG_ERR_ARG, "returns s");
@@ -104,5 +217,9 @@ int main(void) {
     test_set_values_win();
     test_strict_parsing();
     test_program_fail();
+    test_table_rows();
+    test_table_values_checked_when_set();
+    test_canonical_and_typed_reads();
+    test_accessor_must_match_type();
     return dfg_test_finish();
 }

@@ -500,9 +500,10 @@ static void test_make_batch_errors(void) {
         dfg_program_free(p);
     }
     tk_layout l = layout(12, 16, 6, false);
-    const char *bad_task[] = {"task", "divide", "digits", "6", "prompts", "3", "group", "4", NULL};
-    dfg_program *p = tk_program(&l, stages, bad_task);
-    expect_step_failure(p, "unknown task", (const char *[]){"unknown task 'divide'", "reverse", "host stage 'data'", NULL});
+    /* an unknown task never reaches the stage: the settings table refuses it when it is set */
+    dfg_program *p = dfg_program_new("tasks");
+    CHECK(dfg_program_set(p, "task", "divide") && strstr(dfg_program_error(p), "'divide' is not one of the values (copy, reverse"),
+          "unknown task: %s", dfg_program_error(p));
     dfg_program_free(p);
     const char *bad_group[] = {"task", "reverse", "digits", "6", "prompts", "3", "group", "0", NULL};
     p = tk_program(&l, stages, bad_group);
@@ -585,9 +586,10 @@ static void test_rewards_stage_errors(void) {
     const char *stage[] = {"reward", "tk_rewards", NULL};
     tk_layout ok = layout(4, 10, 4, false);
 
-    const char *bogus[] = {"prompt_len", "4", "reward", "bogus", NULL};
-    dfg_program *p = tk_program(&ok, stage, bogus);
-    expect_step_failure(p, "unknown reward", (const char *[]){"unknown reward 'bogus'", "exact, partial, format, mixed", NULL});
+    /* an unknown reward never reaches the stage: the settings table refuses it when it is set */
+    dfg_program *p = dfg_program_new("tasks");
+    CHECK(dfg_program_set(p, "reward", "bogus") && strstr(dfg_program_error(p), "(exact, partial, format, mixed, external)"),
+          "unknown reward: %s", dfg_program_error(p));
     dfg_program_free(p);
 
     const char *far[] = {"prompt_len", "10", "reward", "mixed", NULL};

@@ -15,10 +15,43 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dfg info P.dfg\n"
+               "       dfg info --settings [--markdown]\n"
                "\n"
                "Prints a plan's origin, settings, stages (with node counts after dead-code\n"
                "elimination), its persistent tensors' bytes by role and its memory plan\n"
-               "(dfg inspect P.dfg shows the plan in detail).\n");
+               "(dfg inspect P.dfg shows the plan in detail).\n"
+               "  --settings   every setting dfg knows (graph/settings.def): key, type, default,\n"
+               "               what it accepts, and what it does, by owner\n"
+               "  --markdown   with --settings: as the tables of docs/cli.md\n");
+}
+
+/* ---------------------------------------------------------------- dfg info --settings */
+
+static const char *spec_default(const dfg_setting_spec *s) {
+    return s->def ? (s->def[0] ? s->def : "(none)") : "(see doc)";
+}
+
+static void print_settings_table(bool markdown) {
+    static const char *const owner_title[DFG_SETTING_OWNER_COUNT] = {
+        "the engine", "the model (config.json's names)", "prompts, datasets and rewards",
+        "GRPO (examples/grpo.c; TRL's names)", "the optimizer (TrainingArguments' names)", "LoRA and QLoRA (PEFT's and bitsandbytes' names)"};
+    char acc[512];
+    if (!markdown) printf("settings dfg knows (graph/settings.def), by owner: key, type, default, accepted values, meaning\n");
+    for (int o = 0; o < DFG_SETTING_OWNER_COUNT; o++) {
+        if (markdown) printf("\n**%s** (owner `%s`)\n\n| key | type | default | accepts | meaning |\n|---|---|---|---|---|\n",
+                             owner_title[o], dfg_setting_owner_name((dfg_setting_owner)o));
+        else printf("\n%s (%s)\n", owner_title[o], dfg_setting_owner_name((dfg_setting_owner)o));
+        for (int i = 0; i < dfg_setting_spec_count(); i++) {
+            const dfg_setting_spec *s = dfg_setting_spec_at(i);
+            if ((int)s->owner != o) continue;
+            dfg_setting_accepted(s, acc, sizeof(acc));
+            if (markdown)
+                printf("| `%s` | %s | `%s` | %s | %s |\n", s->key, dfg_setting_type_name(s->type), spec_default(s), acc, s->doc);
+            else
+                printf("  %-28s %-6s %-10s %s\n  %-28s %s\n", s->key, dfg_setting_type_name(s->type), spec_default(s), acc, "",
+                       s->doc);
+        }
+    }
 }
 
 static void print_origin(const char *path, const dfg_program *p, const dfg_plan_info *info) {
@@ -131,17 +164,25 @@ static void print_memory(const dfg_program *p) {
 }
 
 int cli_info(int argc, char **argv) {
-    static const cli_option opts[] = {{"--help", false}, {"-h", false}, {NULL, false}};
+    static const cli_option opts[] = {{"--help", false}, {"-h", false}, {"--settings", false}, {"--markdown", false}, {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val, *path = NULL;
+    bool settings = false, markdown = false;
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
-        if (k == CLI_ARG_OPTION) {
+        if (k == CLI_ARG_OPTION && !strcmp(opt, "--settings")) settings = true;
+        else if (k == CLI_ARG_OPTION && !strcmp(opt, "--markdown")) markdown = true;
+        else if (k == CLI_ARG_OPTION) {
             usage(stdout);
             return CLI_OK;
-        }
-        if (path) return cli_error(CMD, CLI_USAGE, "one plan file at a time (got '%s' and '%s')", path, val);
-        path = val;
+        } else if (path) return cli_error(CMD, CLI_USAGE, "one plan file at a time (got '%s' and '%s')", path, val);
+        else path = val;
+    }
+    if (markdown && !settings) return cli_error(CMD, CLI_USAGE, "--markdown goes with --settings");
+    if (settings && path) return cli_error(CMD, CLI_USAGE, "--settings lists the settings table; it takes no plan file");
+    if (settings) {
+        print_settings_table(markdown);
+        return CLI_OK;
     }
     if (!path) {
         usage(stderr);

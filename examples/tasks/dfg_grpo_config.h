@@ -20,6 +20,8 @@ extern "C" {
 
 #define DFG_GRPO_MAX_PWIDTHS 4 /* prompt_buckets */
 #define DFG_GRPO_MAX_SUB_BATCHES 16 /* prefill.k and decode.k for each: the stages dfg_declare_rollout takes (64) */
+/* share_prompts and padded_prompts: the values' order in the settings table ("auto|true|false") */
+enum { DFG_GRPO_AUTO, DFG_GRPO_YES, DFG_GRPO_NO };
 
 typedef struct {
     dfg_model_config model;

@@ -61,11 +61,6 @@ typedef struct {
  * the stage with its one-line message. */
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
 
-/* "1,0.5,2" -> w[0..n-1]; false (with a message in err) unless exactly n finite numbers. */
-bool dfg_grpo_parse_floats(const char *s, float *w, int n, char *err, size_t len);
-/* "151645,151643" -> ids; returns the count (1 .. max) or -1 (message in err). */
-int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t len);
-
 /* ---------------------------------------------------------------- graph helpers (grpo_graph.c) */
 /* TRL's frac_reward_zero_std over rewards (n) in groups of G: the share of groups whose G rewards
  * are all equal (compared exactly: their advantages are 0 and they teach nothing). */

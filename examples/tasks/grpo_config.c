@@ -10,39 +10,27 @@
 
 
 
-static int pick(dfg_program *p, const char *key, const char *value, const char *const *names, int n) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(value, names[i])) return i;
-    char list[128] = "";
-    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
-    dfg_program_fail(p, DFG_ERR_ARG, "%s must be one of %s, got '%s'", key, list, value);
-    return -1;
-}
-
 /* Where the prompts and rewards come from: dataset, shuffle_dataset, truncate_prompts, reward,
  * reward_funcs, reward_weights, eos_token_id, pad_token_id, mask_truncated_completions. */
 static dfg_status read_data_config(dfg_program *p, dfg_grpo_config *c) {
     char err[1024];
     const char *dataset = dfg_setting_str(p, "dataset", "");
     c->shuffle = dfg_setting_bool(p, "shuffle_dataset", true);
-    const char *trunc = dfg_setting_str(p, "truncate_prompts", "left");
+    c->truncate_left = dfg_setting_enum(p, "truncate_prompts", "left") == 0;
     c->mask_truncated = dfg_setting_bool(p, "mask_truncated_completions", false);
     c->reward = dfg_setting_str(p, "reward", *dataset ? "external" : "mixed");
-    const char *funcs = dfg_setting_str(p, "reward_funcs", "reward");
-    const char *weights = dfg_setting_str(p, "reward_weights", "");
+    c->n_funcs = dfg_setting_list(p, "reward_funcs", "reward");
+    int n_weights = dfg_setting_list(p, "reward_weights", "");
     char eos_default[16];
     snprintf(eos_default, sizeof(eos_default), "%d", DFG_VOCAB_EOS);
-    const char *eos = dfg_setting_str(p, "eos_token_id", eos_default);
+    c->n_eos = dfg_setting_list(p, "eos_token_id", eos_default);
     int64_t pad = dfg_setting_int(p, "pad_token_id", DFG_VOCAB_PAD);
     if (dfg_program_status(p)) return dfg_program_status(p);
-    if (strcmp(trunc, "left") && strcmp(trunc, "error"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "truncate_prompts must be left or error, got '%s'", trunc);
-    c->truncate_left = !strcmp(trunc, "left");
-    if ((c->n_eos = dfg_grpo_parse_ids(eos, c->eos, DFG_GRPO_MAX_EOS, err, sizeof(err))) < 0)
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (c->n_eos < 1 || c->n_eos > DFG_GRPO_MAX_EOS)
+        return dfg_program_fail(p, DFG_ERR_ARG, "eos_token_id must be 1 .. %d token ids separated by ','", DFG_GRPO_MAX_EOS);
+    for (int i = 0; i < c->n_eos; i++) c->eos[i] = (int32_t)dfg_program_list_number(p, "eos_token_id", i);
     if (!*dataset) /* a built-in task's rewards know its own EOS only, whatever a model's config says */
         c->eos[0] = DFG_VOCAB_EOS, c->n_eos = 1;
-    if (pad < 0 || pad > INT32_MAX) return dfg_program_fail(p, DFG_ERR_ARG, "pad_token_id %lld is not a token id", (long long)pad);
     c->pad_id = (int32_t)pad;
     if (strcmp(c->reward, "external") && !dfg_reward_by_name(c->reward))
         return dfg_program_fail(p, DFG_ERR_ARG, "reward must be one of %s or external, got '%s'", dfg_reward_names(), c->reward);
@@ -50,24 +38,19 @@ static dfg_status read_data_config(dfg_program *p, dfg_grpo_config *c) {
         return dfg_program_fail(p, DFG_ERR_ARG, "a dataset's prompts have no built-in answers: reward must be external "
                                 "(--reward-cmd or --reward-lib at run time), got '%s'", c->reward);
     /* reward_funcs: the names the reward program declares, in its order */
-    c->n_funcs = 0;
-    const char *f = funcs;
-    for (; *f && c->n_funcs < DFG_REWARD_MAX_FUNCS; c->n_funcs++) {
-        size_t n = strcspn(f, ",");
-        if (n < 1 || n > 64) break;
-        snprintf(c->funcs[c->n_funcs], sizeof(c->funcs[0]), "%.*s", (int)n, f);
-        f += n + (f[n] == ',');
+    if (c->n_funcs < 1 || c->n_funcs > DFG_REWARD_MAX_FUNCS)
+        return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be 1 .. %d names separated by ','", DFG_REWARD_MAX_FUNCS);
+    for (int i = 0; i < c->n_funcs; i++) {
+        snprintf(c->funcs[i], sizeof(c->funcs[0]), "%s", dfg_program_list_item(p, "reward_funcs", i));
+        c->weights[i] = n_weights ? (float)dfg_program_list_number(p, "reward_weights", i) : 1.0f;
     }
-    if (*f || c->n_funcs < 1)
-        return dfg_program_fail(p, DFG_ERR_ARG, "reward_funcs must be 1 .. %d names of 1 .. 64 characters separated by "
-                                "',', got '%s'", DFG_REWARD_MAX_FUNCS, funcs);
-    for (int i = 0; i < c->n_funcs; i++) c->weights[i] = 1.0f;
-    if (*weights && !dfg_grpo_parse_floats(weights, c->weights, c->n_funcs, err, sizeof(err)))
-        return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
+    if (n_weights && n_weights != c->n_funcs)
+        return dfg_program_fail(p, DFG_ERR_ARG, "reward_weights has %d numbers, reward_funcs %d names: one weight per "
+                                "reward function", n_weights, c->n_funcs);
     if (!strcmp(c->reward, "external")) /* the rule a run's reward program must meet, said where the names are fixed */
         dfg_program_note(p, "reward=external: the reward program (dfg run --reward-cmd) or plugin (--reward-lib) must "
                          "declare the functions reward_funcs=%s, in this order (tools/reward_server.py --list prints a "
-                         "module's; docs/rewards.md)", funcs);
+                         "module's; docs/rewards.md)", dfg_program_str(p, "reward_funcs"));
     if (*dataset && dfg_dataset_open(dataset, 0, &c->ds, err, sizeof(err))) return dfg_program_fail(p, DFG_ERR_ARG, "%s", err);
     return DFG_OK;
 }
@@ -87,6 +70,34 @@ static dfg_status check_dataset_vocab(dfg_program *p, const dfg_grpo_config *c) 
                                         dfg_program_setting(p, "dataset"), (long long)dfg_dataset_line(c->ds, r), (long long)i,
                                         ids[i], (long long)(V - 1));
     }
+    return DFG_OK;
+}
+
+/* Prompts longer than max_prompt_length, counted at compile time: truncate_prompts=left cuts them
+ * (said in a note, since a cut prompt may lose the question), =error refuses the plan here rather
+ * than at the first step that draws one. */
+static dfg_status check_prompt_lengths(dfg_program *p, const dfg_grpo_config *c) {
+    int64_t rows = dfg_dataset_rows(c->ds), n_long = 0, longest = 0, first = -1, first_len = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t len = 0;
+        dfg_dataset_prompt(c->ds, r, &len);
+        if (len <= c->Lp) continue;
+        if (first < 0) first = r, first_len = len;
+        n_long++;
+        longest = len > longest ? len : longest;
+    }
+    if (!n_long) return DFG_OK;
+    const char *path = dfg_program_str(p, "dataset");
+    if (!c->truncate_left)
+        return dfg_program_fail(p, DFG_ERR_ARG, "truncate_prompts=error: %lld of the %lld prompts of %s are longer than "
+                                "max_prompt_length %lld (the first at line %lld, %lld tokens; the longest %lld): raise "
+                                "max_prompt_length or set truncate_prompts=left", (long long)n_long, (long long)rows, path,
+                                (long long)c->Lp, (long long)dfg_dataset_line(c->ds, first), (long long)first_len,
+                                (long long)longest);
+    dfg_program_note(p, "%s%lld of the %lld prompts of %s are longer than max_prompt_length %lld (the longest %lld "
+                     "tokens): they are cut from the left, keeping their last %lld tokens (truncate_prompts=left; metric "
+                     "prompts_truncated)", n_long == rows ? "every prompt: " : "", (long long)n_long, (long long)rows, path,
+                     (long long)c->Lp, (long long)longest, (long long)c->Lp);
     return DFG_OK;
 }
 
@@ -110,10 +121,8 @@ static dfg_status read_task(dfg_program *p, dfg_grpo_config *c) {
 /* padded_prompts (auto: with a dataset, or a task whose prompts are shorter than
  * max_prompt_length), and when the task cannot make this plan's rollouts: the plan then trains
  * only on rollout files (a file of left-padded rows, e.g. TRL's, needs padded_prompts=true). */
-static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, const char *padded) {
-    bool is_auto = !strcmp(padded, "auto"), yes = !strcmp(padded, "true") || !strcmp(padded, "1");
-    if (!is_auto && !yes && strcmp(padded, "false") && strcmp(padded, "0"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "padded_prompts must be auto, true or false, got '%s'", padded);
+static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, int padded) {
+    bool is_auto = padded == DFG_GRPO_AUTO, yes = padded == DFG_GRPO_YES;
     int64_t task_len = c->ds ? 0 : c->task.prompt_len;
     c->padded = is_auto ? c->ds || c->Lp > task_len : yes;
     if (c->ds && !c->padded)
@@ -130,13 +139,12 @@ static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, const char *p
 
 /* decode_tail: auto (N / 8 rows, for N >= 16) or a row count below N; 0 (or a plan whose decode
  * runs every step, or in sub-batches) has none */
-static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, const char *tail) {
-    char *end = NULL;
-    bool automatic = !strcmp(tail, "auto");
-    long n = automatic ? (c->N >= 16 ? (long)(c->N / 8) : 0) : strtol(tail, &end, 10);
-    if (!automatic && (end == tail || *end || n < 0 || n >= c->N))
+static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, int64_t tail) {
+    bool automatic = tail == DFG_SETTING_AUTO;
+    long n = automatic ? (c->N >= 16 ? (long)(c->N / 8) : 0) : (long)tail;
+    if (!automatic && n >= c->N)
         return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail must be auto or 0 .. %lld (below the %lld rows a rank "
-                                "decodes), got '%s'", (long long)(c->N - 1), (long long)c->N, tail);
+                                "decodes), got %ld", (long long)(c->N - 1), (long long)c->N, n);
     if (n > 0 && (!c->early_exit || c->R > 1)) {
         if (!automatic)
             return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true and "
@@ -164,14 +172,9 @@ static int halvings(int64_t top, long n, int64_t floor, int64_t *out) {
     return k;
 }
 
-static dfg_status read_widths(dfg_program *p, dfg_grpo_config *c, const char *buckets) {
-    char *end = NULL;
-    long n = strcmp(buckets, "auto") ? strtol(buckets, &end, 10) : 6;
-    if (strcmp(buckets, "auto") && (end == buckets || *end || n < 1 || n > DFG_GRPO_MAX_WIDTHS))
-        return dfg_program_fail(p, DFG_ERR_ARG, "length_buckets must be auto or 1 .. %d, got '%s'", DFG_GRPO_MAX_WIDTHS,
-                                buckets);
-    c->n_widths = halvings(c->max_new, n, strcmp(buckets, "auto") ? 1 : 8, c->widths);
-    return DFG_OK;
+static void read_widths(dfg_grpo_config *c, int64_t buckets) {
+    bool automatic = buckets == DFG_SETTING_AUTO; /* the table bounds a count to 1 .. DFG_GRPO_MAX_WIDTHS */
+    c->n_widths = halvings(c->max_new, automatic ? 6 : (long)buckets, automatic ? 8 : 1, c->widths);
 }
 
 /* prompt_buckets (auto, or a count; 1: off): the prompt widths, halvings of max_prompt_length
@@ -179,13 +182,9 @@ static dfg_status read_widths(dfg_program *p, dfg_grpo_config *c, const char *bu
  * width is one more copy of every scoring and training stage per completion width: a plan
  * compiles and loads in time that grows faster than the copies (Qwen2.5-0.5B shape with 6
  * completion widths: 4.8 s with one prompt width, 9.3 s with 2, 26 s with 3). */
-static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, const char *buckets) {
-    char *end = NULL;
-    bool automatic = !strcmp(buckets, "auto");
-    long n = automatic ? (c->padded && c->R == 1 ? 2 : 1) : strtol(buckets, &end, 10);
-    if (!automatic && (end == buckets || *end || n < 1 || n > DFG_GRPO_MAX_PWIDTHS))
-        return dfg_program_fail(p, DFG_ERR_ARG, "prompt_buckets must be auto or 1 .. %d, got '%s'", DFG_GRPO_MAX_PWIDTHS,
-                                buckets);
+static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, int64_t buckets) {
+    bool automatic = buckets == DFG_SETTING_AUTO; /* the table bounds a count to 1 .. DFG_GRPO_MAX_PWIDTHS */
+    long n = automatic ? (c->padded && c->R == 1 ? 2 : 1) : (long)buckets;
     if (n > 1 && (!c->padded || c->R > 1))
         return dfg_program_fail(p, DFG_ERR_ARG, "prompt_buckets=%ld needs left-padded prompts (a dataset, or "
                                 "padded_prompts) and rollout_sub_batches=1", n);
@@ -207,13 +206,12 @@ bool dfg_grpo_split_free(const dfg_grpo_config *c) {
  * fewest chunks >= 8 (or one group each) of at most a micro-batch's rows each; where it does,
  * the chunks are the micro-batches (length_chunks = gradient_accumulation_steps, whole groups,
  * one process) run narrowest first. */
-static dfg_status read_chunks(dfg_program *p, dfg_grpo_config *c, const char *chunks) {
-    char *end = NULL;
-    bool automatic = !strcmp(chunks, "auto");
-    long k = automatic ? 0 : strtol(chunks, &end, 10);
-    if (!automatic && (end == chunks || *end || k < 1 || k > c->P))
+static dfg_status read_chunks(dfg_program *p, dfg_grpo_config *c, int64_t chunks) {
+    bool automatic = chunks == DFG_SETTING_AUTO;
+    long k = automatic ? 0 : (long)chunks;
+    if (!automatic && k > c->P)
         return dfg_program_fail(p, DFG_ERR_ARG, "length_chunks must be auto or 1 .. prompts_per_step (per rank) %lld, "
-                                "got '%s'", (long long)c->P, chunks);
+                                "got %ld", (long long)c->P, k);
     c->chunks = 0, c->chunk_groups = 0, c->regroup = dfg_grpo_split_free(c);
     bool whole = c->n_micro % c->G == 0;
     if (c->n_widths < 2 || k == 1) return DFG_OK;
@@ -241,9 +239,6 @@ static dfg_status read_chunks(dfg_program *p, dfg_grpo_config *c, const char *ch
 
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
-    static const char *const loss_types[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"};
-    static const char *const levels[] = {"token", "sequence"};
-    static const char *const scales[] = {"group", "batch", "none"};
     dfg_status st = read_data_config(p, c);
     if (!st) st = read_task(p, c);
     if (st) return st;
@@ -257,23 +252,23 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     double bucket_mb = dfg_setting_float(p, "ddp_bucket_cap_mb", 25.0); /* PyTorch DDP's default */
     c->iterations = dfg_setting_int(p, "num_iterations", 1);
     c->sft_steps = dfg_setting_int(p, "sft_steps", 0);
-    const char *buckets = dfg_setting_str(p, "length_buckets", "auto");
+    int64_t buckets = dfg_setting_int_auto(p, "length_buckets", DFG_SETTING_AUTO);
     /* the prompt's columns likewise: left-padded prompts run at the narrowest width that holds
      * the batch's longest (auto: max_prompt_length and its half when that is 16 or more) */
-    const char *pbuckets = dfg_setting_str(p, "prompt_buckets", "auto");
-    const char *chunks = dfg_setting_str(p, "length_chunks", "auto");
+    int64_t pbuckets = dfg_setting_int_auto(p, "prompt_buckets", DFG_SETTING_AUTO);
+    int64_t chunks = dfg_setting_int_auto(p, "length_chunks", DFG_SETTING_AUTO);
     /* the decode loop ends once every row has its EOS, as generate() does (false: always
      * max_completion_length steps, the fixed-shape loop; the tokens are the same) */
     c->early_exit = dfg_setting_bool(p, "decode_early_exit", true);
     /* the decode loop's tail: when at most this many rows still generate, the rest of the loop
      * runs on them alone (auto: an eighth of the batch, from 16 rows; 0: never) */
-    const char *tail = dfg_setting_str(p, "decode_tail", "auto");
+    int64_t tail = dfg_setting_int_auto(p, "decode_tail", DFG_SETTING_AUTO);
     /* batch-invariant kernels: a token's log-prob is the same float when decode samples it and
      * when training scores it, so num_iterations > 1 takes the old log-probs from the sampler */
     c->invariant = dfg_setting_bool(p, "batch_invariant", false);
-    bool cuda = !strcmp(dfg_setting_str(p, "target", "cpu"), "cuda");
-    const char *share = dfg_setting_str(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
-    const char *padded = dfg_setting_str(p, "padded_prompts", "auto");
+    bool cuda = dfg_setting_enum(p, "target", "cpu") == 1;
+    int share = dfg_setting_enum(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
+    int padded = dfg_setting_enum(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
     /* the loss: TRL GRPOConfig's names and defaults (TRL 1.9 / main of 2026-07: dapo, beta 0) */
@@ -287,9 +282,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->loss.top_entropy_quantile = (float)dfg_setting_float(p, "top_entropy_quantile", 1.0);
     c->loss.entropy_coef = (float)dfg_setting_float(p, "entropy_coef", 0.0);
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
-    int lt = pick(p, "loss_type", dfg_setting_str(p, "loss_type", "dapo"), loss_types, 6);
-    int lv = pick(p, "importance_sampling_level", dfg_setting_str(p, "importance_sampling_level", "token"), levels, 2);
-    int sc = pick(p, "scale_rewards", dfg_setting_str(p, "scale_rewards", "group"), scales, 3);
+    int lt = dfg_setting_enum(p, "loss_type", "dapo"); /* the table's values are the enums' order */
+    int lv = dfg_setting_enum(p, "importance_sampling_level", "token");
+    int sc = dfg_setting_enum(p, "scale_rewards", "group");
     dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
     if (dfg_program_status(p)) return dfg_program_status(p);
     if ((st = read_padding(p, c, padded))) return st;
@@ -309,7 +304,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->P /= world; /* from here on every size is one rank's */
     c->N = c->P * c->G;
     c->T = c->Lp + c->max_new;
-    if ((st = read_widths(p, c, buckets))) return st;
+    read_widths(c, buckets);
     if ((st = read_pwidths(p, c, pbuckets))) return st;
     if ((st = read_tail(p, c, tail))) return st;
 
@@ -329,7 +324,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
         dfg_program_note(p, "learning_rate is 1e-06 (TRL's default for fine-tuning a pretrained model; the built-in "
                          "tasks' small models from scratch use 1e-3): --set learning_rate=... to change it");
 
-    if (c->ds && (st = check_dataset_vocab(p, c))) return st;
+    if (c->ds && ((st = check_dataset_vocab(p, c)) || (st = check_prompt_lengths(p, c)))) return st;
     if (!c->ds && c->model.vocab_size < dfg_vocab_size())
         return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the tasks' vocabulary (%d)",
                                 c->model.vocab_size, dfg_vocab_size());
@@ -358,14 +353,12 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
                                 "0 <= top_entropy_quantile <= 1 and a finite entropy_coef are required");
     c->n_micro = c->N / c->GA;
     bool whole_groups = c->n_micro % c->G == 0;
-    if (strcmp(share, "auto") && strcmp(share, "1") && strcmp(share, "0"))
-        return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts must be auto, 1 or 0, got '%s'", share);
-    if (!strcmp(share, "1") && !whole_groups)
+    if (share == DFG_GRPO_YES && !whole_groups)
         return dfg_program_fail(p, DFG_ERR_ARG, "share_prompts=1 computes each prompt once for its group, so a "
                                 "micro-batch (%lld sequences) must hold whole groups of num_generations %lld: change "
                                 "gradient_accumulation_steps or set share_prompts=0", (long long)c->n_micro, (long long)c->G);
-    c->share_prompts = whole_groups && strcmp(share, "0");
-    c->share_forced = !strcmp(share, "1");
+    c->share_prompts = whole_groups && share != DFG_GRPO_NO;
+    c->share_forced = share == DFG_GRPO_YES;
     c->loss.beta = c->beta;
     c->loss.n_total = c->N;
     c->loss.max_completion_length = c->max_new;

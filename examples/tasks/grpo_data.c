@@ -10,39 +10,6 @@
 #include "dfg_tasks.h"
 #include "task_tensor.h"
 
-/* ---------------------------------------------------------------- settings */
-bool dfg_grpo_parse_floats(const char *s, float *w, int n, char *err, size_t len) {
-    const char *p = s ? s : "";
-    for (int i = 0; i < n; i++) {
-        char *end = NULL;
-        double v = strtod(p, &end);
-        if (end == p || !isfinite(v) || (i < n - 1 ? *end != ',' : *end != '\0')) {
-            snprintf(err, len, "reward_weights must be %d finite numbers separated by ',' (one per reward function), "
-                     "got '%s'", n, s ? s : "");
-            return false;
-        }
-        w[i] = (float)v;
-        p = end + 1;
-    }
-    return true;
-}
-
-int dfg_grpo_parse_ids(const char *s, int32_t *ids, int max, char *err, size_t len) {
-    const char *p = s ? s : "";
-    int n = 0;
-    for (;;) {
-        char *end = NULL;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') || n == max) {
-            snprintf(err, len, "eos_token_id must be 1 .. %d token ids separated by ',', got '%s'", max, s ? s : "");
-            return -1;
-        }
-        ids[n++] = (int32_t)v;
-        if (!*end) return n;
-        p = end + 1;
-    }
-}
-
 /* ---------------------------------------------------------------- prompts */
 /* "dataset.hash" (2 x 32 bits of dfg_dataset_hash) holds the content hash of the file the run
  * drew from, so a resumed run notices an edited file: its rows' order and the position no longer

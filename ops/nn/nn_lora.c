@@ -18,7 +18,8 @@ dfg_status dfg_lora_config_from_settings(dfg_program *p, dfg_arch arch, dfg_lora
     double alpha = dfg_setting_float(p, "lora_alpha", 8.0);
     double dropout = dfg_setting_float(p, "lora_dropout", 0.0);
     c.rslora = dfg_setting_bool(p, "use_rslora", false);
-    const char *targets = dfg_setting_str(p, "lora_target_modules", "");
+    int n_targets = dfg_setting_list(p, "lora_target_modules", ""); /* checked, blanks dropped, as "a,b" */
+    const char *targets = n_targets > 0 ? dfg_program_str(p, "lora_target_modules") : "";
     c.load_in_4bit = dfg_setting_bool(p, "load_in_4bit", false);
     const char *qtype = dfg_setting_str(p, "bnb_4bit_quant_type", "nf4");
     c.double_quant = dfg_setting_bool(p, "bnb_4bit_use_double_quant", false);
