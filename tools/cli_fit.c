@@ -10,20 +10,18 @@
  * follows the budget (passes/fuse.c). A knob the user gave with --set is held at that value.
  *
  *   1. the program as given, compiled as dfg compile compiles it (no budget: its row shows the
- *      arena dfg compile prints): when it fits, that is the plan. When the persistent tensors
- *      no setting can shrink (weights, gradients, optimizer state, a reference model) are alone
- *      over the budget, nothing fits: fit says so at once (exit 3), searching nothing. Else the
- *      settings as given under the budget (the fused head's chunk follows it), when it fits;
+ *      arena dfg compile prints). When the persistent tensors no setting can shrink (weights,
+ *      gradients, optimizer state, a reference model) are alone over the budget, nothing fits:
+ *      fit says so at once (exit 3). When it does not fit, the settings as given under the budget;
  *   2. for each value of the other knobs, the first value of the knob with the most values (the
  *      declared order saves memory step by step) that fits without recompute, by bisection;
  *   3. remat, one step before each of those frontiers (and at the last values where nothing
  *      fit), when its estimated time could beat the best plan of step 2 and the persistent
  *      tensors, which remat cannot shrink, are within the budget;
- * and writes the candidate that fits with the least estimated step time. The estimate is a
- * roofline of the op cost table (ops.def's cost column: FLOPs and bytes of every kernel run,
- * recomputed copies included) on a nominal device of the target (est_device below), plus a
- * fixed cost per kernel launch: a ratio between plans of one program, not a prediction of
- * milliseconds. Every candidate compiled is printed.
+ * and writes the candidate that fits with the least estimated step time (cli_fit_cost.c), a
+ * roomy budget included: the plan as given is one candidate among them. The chosen one is
+ * recompiled as its plan file will be, so that its row is the plan written. Every candidate
+ * compiled is printed.
  *
  * --min: the smallest arena with the math unchanged (every knob at its last value, remat until
  * nothing more helps, the narrowest chunk), and its plan. When nothing fits the budget, fit says
@@ -160,42 +158,6 @@ static int parse_args(int argc, char **argv, fit_args *a) {
     return CLI_OK;
 }
 
-/* ---------------------------------------------------------------- the estimate */
-/* A nominal device per target: tensor-core FLOP/s (the FLOPs of the ops ops.def flags GEMM: matmul,
- * attention, the fused head) and other FLOP/s,
- * memory bandwidth, and the cost of one kernel launch (a CUDA Graph node; a CPU kernel call).
- * The cuda figures are an H100's order of magnitude (798 TFLOP/s bf16 and 3.0 TB/s were
- * measured on one, tools/bench/results; kernels at these sizes reach about half), the cpu ones
- * a few cores'. */
-typedef struct {
-    double tensor_flops, flops, bandwidth, launch_s;
-} est_device;
-
-static est_device device_of(dfg_target t) {
-    if (t == DFG_TARGET_CUDA) return (est_device){400e12, 30e12, 2.5e12, 3e-6};
-    return (est_device){100e9, 20e9, 10e9, 2e-6};
-}
-
-/* Seconds per step: every node of every graph stage, times the stage's runs. */
-static double estimate(const dfg_program *p, dfg_target target) {
-    est_device d = device_of(target);
-    double s = 0;
-    for (int i = 0; i < p->n_stages; i++) {
-        const dfg_stage *st = &p->stages[i];
-        if (st->kind != DFG_STAGE_GRAPH) continue;
-        double g = 0;
-        for (int k = 0; k < st->graph->n_nodes; k++) {
-            const dfg_node *n = st->graph->nodes[k];
-            dfg_cost c = dfg_ops[n->op].cost(n);
-            double compute = c.flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? d.tensor_flops : d.flops);
-            double memory = (c.bytes_read + c.bytes_written) / d.bandwidth;
-            g += fmax(compute, memory) + d.launch_s;
-        }
-        s += g * st->repeat;
-    }
-    return s;
-}
-
 /* ---------------------------------------------------------------- candidates */
 /* "key=value" for each searched knob (and a hint's math setting); returns their count. */
 static int extra_sets(const fit_ctx *f, const candidate *c, char buf[][160], const char **out) {
@@ -304,6 +266,22 @@ static void remat_note(const dfg_remat_result *r, char *buf, size_t len) {
     }
 }
 
+/* What the compiled program p of candidate c needs and costs. */
+static void record(const fit_ctx *f, candidate *c, const dfg_program *p) {
+    const dfg_report *r = dfg_program_report(p);
+    c->compiled = true;
+    c->arena = (int64_t)r->arena_bytes;
+    c->persistent = (int64_t)r->persistent_bytes;
+    c->parts = persistent_of(p);
+    c->workspace = workspace_of(p, f->a->b.target);
+    c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
+    cli_step_cost sc = cli_fit_step_cost(p, f->a->b.target);
+    c->flops = sc.flops;
+    c->extra_flops = sc.extra_flops;
+    c->recomputed = r->recomputed_nodes;
+    c->est_s = sc.seconds;
+}
+
 /* Compiles the candidate and records what its plan needs. A program the compiler refuses (a
  * budget remat cannot meet: its result says the least it reached) is a candidate that does not
  * fit, with the reason. */
@@ -318,20 +296,43 @@ static int evaluate(fit_ctx *f, candidate *c) {
             else snprintf(c->note, sizeof(c->note), "%s", dfg_program_error(p));
             if (dfg_program_status(p) == DFG_ERR_NOMEM) rc = cli_error(CMD, CLI_FAILED, "out of memory compiling a candidate");
         } else {
-            const dfg_report *r = dfg_program_report(p);
-            c->compiled = true;
-            c->arena = (int64_t)r->arena_bytes;
-            c->persistent = (int64_t)r->persistent_bytes;
-            c->parts = persistent_of(p);
-            c->workspace = workspace_of(p, f->a->b.target);
-            c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
-            c->flops = r->flops;
-            c->extra_flops = r->extra_flops;
-            c->recomputed = r->recomputed_nodes;
-            c->est_s = estimate(p, f->a->b.target);
+            record(f, c, p);
         }
     }
     dfg_program_free(p);
+    return rc;
+}
+
+/* The plan file's record of the candidate: what write_plan writes and dfg run compiles. */
+static dfg_plan_info info_of(const fit_ctx *f, const candidate *c) {
+    return (dfg_plan_info){.target = f->a->b.target, .no_fuse = f->a->b.no_fuse, .memory_min = c->mode == MODE_MIN,
+                           .memory_budget = budget_of(f, c)};
+}
+
+/* Compiles the candidate as its plan file will be (serialised, read back, compiled with the
+ * options it records: what dfg compile checks and dfg run loads) and records that, so that its
+ * row is the plan written, to the byte and the node; the search compiles the program as built. */
+static int recompile_as_written(fit_ctx *f, candidate *c) {
+    dfg_program *p = NULL, *q = NULL;
+    dfg_plan_info info = info_of(f, c), back;
+    void *bytes = NULL;
+    size_t n = 0;
+    char err[1024];
+    int rc = build(f, c, &p);
+    if (!rc && dfg_plan_serialize(p, &info, &bytes, &n, err, sizeof(err)))
+        rc = cli_error(CMD, CLI_FAILED, "%s: %s", f->a->b.pipeline, err);
+    dfg_program_free(p);
+    if (!rc && dfg_plan_parse(bytes, n, f->a->b.pipeline, &q, &back, err, sizeof(err)))
+        rc = cli_error(CMD, CLI_FAILED, "%s", err);
+    free(bytes);
+    if (!rc) {
+        rc = cli_compile_plan(CMD, f->a->b.pipeline, &q, &back); /* frees both on a failure */
+        if (!rc) {
+            record(f, c, q);
+            dfg_plan_info_free(&back);
+        }
+    }
+    dfg_program_free(q);
     return rc;
 }
 
@@ -706,11 +707,26 @@ static int write_plan(fit_ctx *f, const candidate *c, const char *so, const char
     pl.n_extra = extra_sets(f, c, buf, ex);
     bool host = false;
     int rc = cli_pipeline_build(&pl, f->lib, f->fn, &p, &host);
-    dfg_plan_info info = {.target = f->a->b.target, .no_fuse = f->a->b.no_fuse, .memory_min = c->mode == MODE_MIN,
-                          .memory_budget = budget_of(f, c)};
+    dfg_plan_info info = info_of(f, c);
     if (!rc) rc = cli_pipeline_save(&pl, p, host ? so : NULL, &info, out);
     dfg_program_free(p);
     return rc;
+}
+
+/* The chosen row recompiled as it will be written; should that plan no longer fit (it planned
+ * otherwise than the search's compile), the next best is taken, recompiled the same way. */
+static int confirm(fit_ctx *f, const candidate **chosen) {
+    for (int n = 0; n < 8; n++) {
+        candidate *c = &f->cand[*chosen - f->cand];
+        int rc = recompile_as_written(f, c);
+        if (rc) return rc;
+        if (c->fits) return CLI_OK;
+        const candidate *next = best(f);
+        if (!next) break;
+        *chosen = next;
+    }
+    return cli_error(CMD, CLI_FAILED, "%s: the plans chosen do not fit once written (their compile read back from the "
+                     "plan file needs more than the search's); try a smaller budget's plan", f->a->b.pipeline);
 }
 
 static int fit(fit_ctx *f, const char *so, const char *out) {
@@ -727,7 +743,9 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
     if (f->a->min) {
         if (!(chosen = least(f, &rc))) return rc;
     } else if (given->fits) {
-        chosen = given;
+        /* a roomy budget still compares: another micro-batching may be faster than the one given
+         * (the search's bisection then stops at each knob's first value, and best() ranks) */
+        if (f->n_knobs > 0 && (rc = search(f))) return rc;
     } else if (model_state(&given->parts) > f->a->b.memory_budget) {
         return persistent_over(f, given); /* no knob, math-changing ones included, shrinks these */
     } else {
@@ -745,6 +763,7 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
         }
     }
     if (!chosen->compiled) return cli_error(CMD, CLI_USAGE, "%s: %s", f->a->b.pipeline, chosen->note);
+    if ((rc = confirm(f, &chosen))) return rc;
     print_table(f, chosen);
     char set[600];
     settings_str(f, chosen, set, sizeof(set));

@@ -81,6 +81,16 @@ expect_rc 0 "fit under a budget of $B bytes (the least is $AMIN, as given $A0)"
 expect_in out.txt "chose #" "fit names the candidate it chose"
 grep -q '^\*' out.txt && ok "the chosen row is marked in the table" || fail "no row marked with *"
 AF=$(arena_of fit.dfg)
+# the row marked as chosen is the plan written: its arena and recomputed nodes are those the
+# written plan's compile prints ("plan for cpu: arena X", "recomputed: N nodes" or "none")
+row=$(grep '^\*' out.txt)
+row_arena=$(echo "$row" | sed 's/^\*/ /' | awk '{print $2, $3}')
+row_rec=$(echo "$row" | sed -n 's/.* \([0-9]*\) nodes (+.*/\1/p')
+plan_arena=$(sed -n 's/^plan for cpu: arena \([^,]*\),.*/\1/p' out.txt)
+plan_rec=$(sed -n 's/.*recomputed: \([0-9]*\) nodes.*/\1/p' out.txt)
+[ "$row_arena" = "$plan_arena" ] && [ "$row_rec" = "$plan_rec" ] \
+  && ok "the chosen row is the plan written (arena $row_arena, recomputed ${row_rec:-none})" \
+  || fail "the chosen row (arena $row_arena, recomputed '${row_rec}') is not the plan written (arena $plan_arena, recomputed '${plan_rec}')"
 if [ "$AF" -le "$B" ]; then ok "the written plan fits: arena $AF <= budget $B (dfg inspect)"
 else fail "the written plan's arena $AF is over the budget $B"; fi
 GA=$(setting_of fit.dfg gradient_accumulation_steps) R=$(setting_of fit.dfg rollout_sub_batches)
@@ -115,6 +125,20 @@ expect_rc 0 "run it in one batch"
 run "$DFG" run ds4.dfg --steps 3 --threads 1 --metrics ds4.jsonl --reward-lib ./digits_plugin.so
 expect_rc 0 "run it in sub-batches"
 same_step ds1.jsonl ds4.jsonl "left-padded prompts in 4 rollout sub-batches and 4 micro-batches (ref model too)" other
+
+# ---------------------------------------------------------------- a roomy budget still compares
+# the program as given fits 1 GiB many times over: fit still compiles the other micro-batchings
+# and takes the fastest estimate among those that fit, not "as given" by default
+run "$DFG" fit "$G" "${DS[@]}" --memory-budget 1GiB -o roomy.dfg
+expect_rc 0 "fit at a roomy budget"
+rows=$(grep -cE '^[ *] *[0-9]+  ' out.txt)
+# each row's estimate: its first word of the form x1.23 (the marker '*' taken off the chosen row)
+est_of() { sed 's/^\*/ /' | awk '{for (i = 5; i <= NF; i++) if ($i ~ /^x[0-9.]+$/) {print substr($i, 2); break}}'; }
+fastest=$(grep -E '^[ *] *[0-9]+  ' out.txt | sed 's/^\*/ /' | awk '$4 == "yes"' | est_of | sort -g | head -1)
+chosen=$(grep '^\*' out.txt | est_of)
+[ "$rows" -gt 1 ] && [ -n "$chosen" ] && [ "$chosen" = "$fastest" ] \
+  && ok "a roomy budget compares $rows candidates and takes the fastest (est. x$chosen)" \
+  || fail "a roomy budget: $rows rows, chosen est. x$chosen, fastest x$fastest"
 
 # ---------------------------------------------------------------- a knob given with --set is held
 run "$DFG" fit "$G" --memory-budget "$B" --set gradient_accumulation_steps=1 -o held.dfg
@@ -173,7 +197,7 @@ expect_in err.txt "prompts_per_step=4" "... a batch of 4 prompts"
 
 # ---------------------------------------------------------------- as given = dfg compile
 # #1 is the plan dfg compile makes: a budget narrows the fused head's vocabulary chunk (1/256 of
-# it), which a 5000-token head shows; under a budget over it, the plan written is compile's own
+# it), which a 5000-token head shows
 run "$DFG" compile "$G" --set vocab_size=5000 -o v.dfg
 expect_rc 0 "compile with a 5000-token vocabulary"
 AV=$(arena_of v.dfg)
@@ -183,8 +207,17 @@ expect_rc 0 "fit it under $(( AV * 5 / 4 )) bytes"
 ROW=$(sed -nE 's/^[ *] *1  ([0-9.]+ [KMG]?i?B) .*as given$/\1/p' out.txt)
 [ -n "$FIG" ] && [ "$ROW" = "$FIG" ] && ok "the as-given row shows the arena dfg compile prints ($FIG)" \
   || fail "the as-given row says '$ROW', dfg compile '$FIG'"
+# a budget over it still compares (the fastest that fits wins); when that is #1, its plan is
+# compile's own, else the plan written is the chosen row's
 AVF=$(arena_of vf.dfg)
-[ "$AVF" = "$AV" ] && ok "the plan fit chose as given is dfg compile's ($AV bytes)" || fail "fit's as-given plan has $AVF bytes, compile's $AV"
+if grep -q '^\* *1  ' out.txt; then
+  [ "$AVF" = "$AV" ] && ok "the plan fit chose as given is dfg compile's ($AV bytes)" || fail "fit's as-given plan has $AVF bytes, compile's $AV"
+else
+  CH=$(grep '^\*' out.txt | sed 's/^\*/ /' | awk '{print $2, $3}')
+  PL=$(sed -n 's/^plan for cpu: arena \([^,]*\),.*/\1/p' out.txt)
+  [ "$CH" = "$PL" ] && ok "fit chose another candidate over as given; the plan written is its row ($CH)" \
+    || fail "the chosen row's arena $CH is not the plan written ($PL)"
+fi
 
 # ---------------------------------------------------------------- cuda, on the emulated GPU
 # the budget of a cuda plan holds the device workspace that follows the arena (32 MiB of it the
