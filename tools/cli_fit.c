@@ -687,9 +687,9 @@ static int read_knobs(fit_ctx *f) {
         snprintf(dst->setting, sizeof(dst->setting), "%s", d->setting);
         memcpy(dst->values, d->values, sizeof(d->values));
         dst->n_values = d->n_values;
-        const char *v = dfg_program_setting(p, d->setting), *end = NULL;
-        long long x = v ? strtoll(v, (char **)&end, 10) : 0;
-        for (int j = 0; d->keeps_math && v && end != v && !*end && j < d->n_values; j++)
+        bool v = dfg_program_setting(p, d->setting) != NULL; /* a knob is an int setting, parsed when set */
+        int64_t x = v ? dfg_program_int(p, d->setting) : 0;
+        for (int j = 0; d->keeps_math && v && j < d->n_values; j++)
             if (d->values[j] == x) f->given_idx[f->n_knobs - 1] = j;
     }
     if (!rc) f->has_beta = dfg_program_setting(p, "beta") && dfg_program_setting_used(p, "beta");

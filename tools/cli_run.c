@@ -496,10 +496,10 @@ static int pick_seed(const run_args *a, const dfg_program *p, bool ckpt_has_seed
         *seed = ckpt_seed;
         return CLI_OK;
     }
-    const char *v = dfg_program_setting(p, "seed");
-    int64_t s;
-    if (!v) return CLI_OK;
-    if (!cli_parse_i64(CMD, "the plan's setting seed", v, 0, INT64_MAX, &s)) return CLI_USAGE;
+    if (!dfg_program_setting(p, "seed")) return CLI_OK; /* a plan without the setting */
+    int64_t s = dfg_program_int(p, "seed");
+    if (s < 0) return cli_error(CMD, CLI_USAGE, "%s: the plan's setting seed is %" PRId64 ", not a seed (0 or more)",
+                                a->plan, s);
     *seed = (uint64_t)s;
     return CLI_OK;
 }

@@ -27,6 +27,11 @@ struct cli_rollouts {
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
 };
 
+/* max_prompt_length, the prompt columns of a rollout; 0 in a plan without it */
+static int64_t prompt_columns(const dfg_program *p) {
+    return dfg_program_setting(p, "max_prompt_length") ? dfg_program_int(p, "max_prompt_length") : 0;
+}
+
 static bool same_shape(dfg_shape a, dfg_shape b) {
     return a.rank == b.rank && !memcmp(a.d, b.d, sizeof(int64_t) * (size_t)a.rank);
 }
@@ -34,17 +39,20 @@ static bool same_shape(dfg_shape a, dfg_shape b) {
 /* " (N = prompts_per_step x num_generations = 8 x 8; T = ...)": what fixes dims 0 and 1 of a
  * rollout tensor under the TRL settings; "" when the plan does not have them. */
 static void shape_reason(const dfg_program *p, int rank, char *buf, size_t len) {
-    const char *P = dfg_program_setting(p, "prompts_per_step"), *G = dfg_program_setting(p, "num_generations");
-    const char *Lp = dfg_program_setting(p, "max_prompt_length"), *Lc = dfg_program_setting(p, "max_completion_length");
+    /* the plan's own settings (a GRPO plan has them, another may not); their values as parsed when set */
+    bool has_n = dfg_program_setting(p, "prompts_per_step") && dfg_program_setting(p, "num_generations");
+    bool has_t = dfg_program_setting(p, "max_prompt_length") && dfg_program_setting(p, "max_completion_length");
     buf[0] = '\0';
     if (rank < 1) return;
-    if (!P || !G) {
+    if (!has_n) {
         snprintf(buf, len, " (the plan's settings fix it: see dfg info)");
         return;
     }
-    snprintf(buf, len, " (N = prompts_per_step x num_generations = %s x %s", P, G);
-    if (rank >= 2 && Lp && Lc)
-        snprintf(buf + strlen(buf), len - strlen(buf), ", T = max_prompt_length + max_completion_length = %s + %s", Lp, Lc);
+    snprintf(buf, len, " (N = prompts_per_step x num_generations = %" PRId64 " x %" PRId64,
+             dfg_program_int(p, "prompts_per_step"), dfg_program_int(p, "num_generations"));
+    if (rank >= 2 && has_t)
+        snprintf(buf + strlen(buf), len - strlen(buf), ", T = max_prompt_length + max_completion_length = %" PRId64
+                 " + %" PRId64, dfg_program_int(p, "max_prompt_length"), dfg_program_int(p, "max_completion_length"));
     snprintf(buf + strlen(buf), len - strlen(buf), "; dfg compile --set changes them)");
 }
 
@@ -125,8 +133,7 @@ static int check_shared_prompts(const dfg_program *p, const char *path, const cl
  * not read. A file with neither has no padding (every prompt_start 0). */
 static int start_from_mask(const dfg_program *p, const char *path, const dfg_st_tensor *f, const dfg_tensor *start,
                            void **out) {
-    const char *lp = dfg_program_setting(p, "max_prompt_length");
-    int64_t N = start->shape.d[0], Lp = lp ? atoll(lp) : 0, T = f->shape.rank == 2 ? f->shape.d[1] : 0;
+    int64_t N = start->shape.d[0], Lp = prompt_columns(p), T = f->shape.rank == 2 ? f->shape.d[1] : 0;
     size_t elem = f->shape.rank == 2 && f->shape.d[0] == N && T >= Lp && Lp > 0 ? f->bytes / (size_t)(N * T) : 0;
     if (!(elem == 1 || elem == 4 || elem == 8) || f->bytes != elem * (size_t)(N * T))
         return cli_error(CMD, CLI_USAGE, "%s: 'attention_mask' must be (%" PRId64 ", T >= max_prompt_length %" PRId64
@@ -159,8 +166,7 @@ static int start_from_mask(const dfg_program *p, const char *path, const dfg_st_
 
 /* A given prompt_start must point into the prompt columns. */
 static int check_start(const dfg_program *p, const char *path, const dfg_tensor *t, const int32_t *v) {
-    const char *lp = dfg_program_setting(p, "max_prompt_length");
-    int64_t Lp = lp ? atoll(lp) : 0;
+    int64_t Lp = prompt_columns(p);
     for (int64_t i = 0; i < t->shape.d[0]; i++)
         if (v[i] < 0 || v[i] >= Lp)
             return cli_error(CMD, CLI_USAGE, "%s: prompt_start[%" PRId64 "] = %" PRId32 " is outside 0 .. %" PRId64
