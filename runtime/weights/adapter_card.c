@@ -46,10 +46,10 @@ dfg_status dfg_wt_write_adapter_card(dfg_runtime *rt, const char *dir) {
     CARD("---\nlibrary_name: peft\n");
     if (base && *base) card_quoted(quoted, sizeof(quoted), base), CARD("base_model: %s\n", quoted);
     CARD("---\n\n# LoRA adapter for %s\n\n", base && *base ? base : a->hf_class);
-    CARD("A LoRA adapter of a %s model (%s), trained with dfg for %lld steps. Its rank, alpha and "
+    CARD("A LoRA adapter of a %s model (%s), trained with dfg for %lld step%s. Its rank, alpha and "
          "target modules are in adapter_config.json; the tokenizer files beside it are the base "
          "model's.\n\n",
-         a->hf_class, a->model_type, (long long)dfg_runtime_steps_done(rt));
+         a->hf_class, a->model_type, (long long)dfg_runtime_steps_done(rt), dfg_runtime_steps_done(rt) == 1 ? "" : "s");
     CARD("## How to use\n\n```python\nfrom peft import AutoPeftModelForCausalLM\nfrom transformers import "
          "AutoTokenizer\n\nmodel = AutoPeftModelForCausalLM.from_pretrained(\"<this directory>\")\n"
          "tokenizer = AutoTokenizer.from_pretrained(\"<this directory>\")\n```\n\n");
