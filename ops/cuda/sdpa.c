@@ -41,15 +41,22 @@ static bool same_shape(const dfg_tensor *t, dfg_dtype dt, int rank, int64_t a, i
            (rank < 3 || t->shape.d[2] == c);
 }
 
-bool dfg_sdpa_forward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why) {
-    if (n->op == DFG_OP_ATTENTION && n->n_in == 2) {
+/* n is an op node of n_in inputs and n_out outputs (not one with the extra start input: left
+ * padding, which SDPA has no mask for); else *why says which it is not */
+static bool node_is(const dfg_node *n, dfg_op op, int n_in, int n_out, const char *not_it, const char **why) {
+    if (n->op == op && n->n_in == n_in + 1) {
         *why = "left-padded rows (a start input): SDPA has no left-padding mask; dfg's own attention kernel runs";
         return false;
     }
-    if (n->op != DFG_OP_ATTENTION || n->n_in != 1 || n->n_out != 2) {
-        *why = "not an attention node";
+    if (n->op != op || n->n_in != n_in || n->n_out != n_out) {
+        *why = not_it;
         return false;
     }
+    return true;
+}
+
+bool dfg_sdpa_forward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why) {
+    if (!node_is(n, DFG_OP_ATTENTION, 1, 2, "not an attention node", why)) return false;
     if (!common(n, n->in[0], d, why)) return false;
     if (!same_shape(n->out[0], d->dtype, 3, d->batch, d->seq_q, d->heads * d->head_dim) ||
         !same_shape(n->out[1], DFG_F32, 3, d->batch, d->heads, d->seq_q)) {
@@ -60,14 +67,7 @@ bool dfg_sdpa_forward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why
 }
 
 bool dfg_sdpa_backward_desc(const dfg_node *n, dfg_sdpa_desc *d, const char **why) {
-    if (n->op == DFG_OP_ATTENTION_BWD && n->n_in == 5) {
-        *why = "left-padded rows (a start input): SDPA has no left-padding mask; dfg's own attention kernel runs";
-        return false;
-    }
-    if (n->op != DFG_OP_ATTENTION_BWD || n->n_in != 4 || n->n_out != 1) {
-        *why = "not an attention_bwd node";
-        return false;
-    }
+    if (!node_is(n, DFG_OP_ATTENTION_BWD, 4, 1, "not an attention_bwd node", why)) return false;
     if (!common(n, n->in[1], d, why)) return false;
     int64_t B = d->batch, T = d->seq_q, C = d->heads * d->head_dim;
     if (!same_shape(n->in[0], d->dtype, 3, B, T, C) || !same_shape(n->in[2], d->dtype, 3, B, T, C) ||
