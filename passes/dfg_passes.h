@@ -61,6 +61,20 @@ typedef enum {
 
 DFG_API const char *dfg_category_name(dfg_category c);
 
+/* Where a compile's time went (dfg compile --time-passes): each pass, and the parts of a pass
+ * that can take long (remat's trial plans), in the order first timed. Wall-clock seconds: for
+ * reading, never for deciding anything. */
+#define DFG_PASS_TIMES_MAX 24
+typedef struct {
+    const char *name; /* "remat", "remat.measure", ...: a string literal */
+    double seconds;
+    int calls;
+} dfg_pass_time;
+typedef struct {
+    int n;
+    dfg_pass_time t[DFG_PASS_TIMES_MAX];
+} dfg_pass_times;
+
 typedef struct {
     dfg_target target;
     size_t align;
@@ -87,6 +101,7 @@ typedef struct {
     int world;
     int n_collectives;
     double comm_bytes, comm_ring_bytes;
+    dfg_pass_times times;      /* how long each pass took */
 } dfg_report;
 
 /* The report of a compiled program, or NULL. */

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "plan.h"
 
@@ -39,6 +40,22 @@ dfg_options dfg_options_default(dfg_target target) {
     return o;
 }
 
+double dfg_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dfg_plan_time(dfg_plan *plan, const char *name, double seconds) {
+    dfg_pass_times *t = &plan->report.times;
+    int i = 0;
+    while (i < t->n && strcmp(t->t[i].name, name)) i++;
+    if (i == DFG_PASS_TIMES_MAX) return; /* a full table drops new names: timings are for reading */
+    if (i == t->n) t->t[t->n++] = (dfg_pass_time){name, 0.0, 0};
+    t->t[i].seconds += seconds;
+    t->t[i].calls++;
+}
+
 void *dfg_plan_alloc(dfg_plan *plan, size_t bytes) { return dfg_arena_alloc(plan->arena, bytes ? bytes : 1); }
 
 dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
@@ -58,8 +75,16 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
     plan->arena = &p->arena;
     p->plan = plan; /* from here on the program is sealed */
     for (size_t i = 0; i < sizeof(pipeline) / sizeof(pipeline[0]); i++) {
-        if ((st = pipeline[i].run(p, &o))) return st;
-        if (o.verify_each && pipeline[i].run != dfg_pass_verify && (st = dfg_pass_verify(p, &o))) return st;
+        double t0 = dfg_seconds();
+        st = pipeline[i].run(p, &o);
+        double t1 = dfg_seconds();
+        dfg_plan_time(plan, pipeline[i].name, t1 - t0);
+        if (st) return st;
+        if (o.verify_each && pipeline[i].run != dfg_pass_verify) {
+            st = dfg_pass_verify(p, &o);
+            dfg_plan_time(plan, "verify (after each pass)", dfg_seconds() - t1);
+            if (st) return st;
+        }
     }
     if (!o.memory_min && !o.no_remat && o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
         return dfg_program_err(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",

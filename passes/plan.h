@@ -63,11 +63,19 @@ dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_plan_memory(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_verify_plan(dfg_program *p, const dfg_options *o);
 
+/* The schedule pass on one staged graph (remat reschedules only the graphs a trial changed). */
+dfg_status dfg_schedule_graph(dfg_program *p, dfg_graph *g);
+
 /* plan_memory's parts: lifetimes and buffers (liveness.c), offsets (placement.c), the report
  * (report.c). */
 dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan);
 dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan);
 void dfg_plan_report(dfg_program *p, dfg_plan *plan);
+
+/* Monotonic wall-clock seconds, and adding a span to the plan's pass times under name (a string
+ * literal; an entry per name, calls counted). */
+double dfg_seconds(void);
+void dfg_plan_time(dfg_plan *plan, const char *name, double seconds);
 
 /* The graph's stage index, or -1 when the graph is not staged. */
 int dfg_graph_stage_index(const dfg_program *p, const dfg_graph *g);

@@ -15,6 +15,7 @@
  * whether it fit and the least arena from there, not from the message.
  * Copies compute exactly what the original did, so results are bit-identical; random ops
  * (sampling) and ops that write state are never copied. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,20 @@ typedef struct {
     int64_t freed;  /* those bytes */
 } candidate;
 
+/* A graph's schedule as the last trial made it: the order it was given and the order the
+ * schedule pass returned, valid while the graph's nodes and edges are those of stamp. */
+typedef struct {
+    dfg_node **in, **out;
+    int n;
+    unsigned stamp;
+} sched_memo;
+
 typedef struct {
     dfg_program *p;
     const dfg_options *o;
+    sched_memo *memo;   /* [graph id] */
+    unsigned *stamp;    /* [graph id]: changes whenever a copy or redirect changes the graph */
+    unsigned next_stamp;
     dfg_node ***orders; /* [graph id] node order before a trial, to undo its rescheduling */
     int *n_order;
     redirect *red;
@@ -59,17 +71,82 @@ typedef struct {
 
 static bool cheaper(plan_cost a, plan_cost b) { return a.arena < b.arena || (a.arena == b.arena && a.area < b.area); }
 
-/* Schedules and plans the program into a scratch arena; arena < 0 when out of memory. */
-static plan_cost measure(dfg_program *p, const dfg_options *o, dfg_plan *trial, dfg_arena *scratch) {
+/* The schedule pass, except that a graph given the same order with the same nodes and edges as
+ * last time gets last time's result without running it again: the pass is a function of those,
+ * and a trial changes one graph (or a batch's few) of many. */
+static dfg_status schedule(remat_ctx *c) {
+    dfg_program *p = c->p;
+    if (c->o->keep_order) return DFG_OK;
+    for (int gi = 0; gi < p->n_graphs; gi++) {
+        dfg_graph *g = p->graphs[gi];
+        if (dfg_graph_stage_index(p, g) < 0) continue;
+        sched_memo *m = &c->memo[gi];
+        size_t bytes = sizeof(dfg_node *) * (size_t)g->n_nodes;
+        if (m->in && m->stamp == c->stamp[gi] && m->n == g->n_nodes && !memcmp(m->in, g->nodes, bytes)) {
+            memcpy(g->nodes, m->out, bytes);
+            dfg_rw_renumber(g);
+            continue;
+        }
+        free(m->in), free(m->out);
+        m->in = malloc(bytes ? bytes : 1), m->out = malloc(bytes ? bytes : 1);
+        if (!m->in || !m->out) return DFG_ERR_NOMEM;
+        memcpy(m->in, g->nodes, bytes);
+        dfg_status st = dfg_schedule_graph(p, g);
+        if (st) return st;
+        memcpy(m->out, g->nodes, bytes);
+        m->n = g->n_nodes, m->stamp = c->stamp[gi];
+    }
+    return DFG_OK;
+}
+
+/* Something changed graph g's nodes or edges: its memo no longer applies. */
+static void touched(remat_ctx *c, const dfg_graph *g) { c->stamp[g->id] = ++c->next_stamp; }
+
+/* Schedules the program and finds its lifetimes into a scratch arena: the plan's report up to
+ * the offsets, and the cost with arena standing for the lower bound (the most bytes live at one
+ * step), which no placement goes under; arena < 0 when out of memory. */
+static plan_cost measure_bound(remat_ctx *c, dfg_plan *trial, dfg_arena *scratch) {
+    dfg_program *p = c->p;
     dfg_arena_free_all(scratch);
-    *trial = (dfg_plan){.opt = *o, .arena = scratch};
-    if (dfg_pass_schedule(p, o) || dfg_plan_liveness(p, trial) || dfg_plan_place(p, trial)) return (plan_cost){-1, 0};
+    *trial = (dfg_plan){.opt = *c->o, .arena = scratch};
+    double t0 = dfg_seconds();
+    if (schedule(c)) return (plan_cost){-1, 0};
+    double t1 = dfg_seconds();
+    if (dfg_plan_liveness(p, trial)) return (plan_cost){-1, 0};
+    double t2 = dfg_seconds();
     dfg_plan_report(p, trial);
-    plan_cost c = {(int64_t)trial->report.arena_bytes, 0.0};
+    dfg_plan_time(p->plan, "remat: trial schedule", t1 - t0);
+    dfg_plan_time(p->plan, "remat: trial liveness", t2 - t1);
+    dfg_plan_time(p->plan, "remat: trial report", dfg_seconds() - t2);
+    plan_cost k = {(int64_t)trial->report.lower_bound_bytes, 0.0};
     for (int b = 0; b < trial->n_bufs; b++)
         if (trial->bufs[b].merged_into < 0)
-            c.area += (double)trial->bufs[b].size * (double)(trial->bufs[b].life.last - trial->bufs[b].life.first + 1);
-    return c;
+            k.area += (double)trial->bufs[b].size * (double)(trial->bufs[b].life.last - trial->bufs[b].life.first + 1);
+    return k;
+}
+
+/* The offsets of a plan measure_bound made: c with its real arena. */
+static plan_cost measure_place(dfg_program *p, dfg_plan *trial, plan_cost c) {
+    double t0 = dfg_seconds();
+    if (dfg_plan_place(p, trial)) return (plan_cost){-1, 0};
+    dfg_plan_time(p->plan, "remat: trial placement", dfg_seconds() - t0);
+    return (plan_cost){(int64_t)trial->report.arena_bytes, c.area};
+}
+
+/* Schedules and plans the program into a scratch arena; arena < 0 when out of memory. */
+static plan_cost measure(remat_ctx *c, dfg_plan *trial, dfg_arena *scratch) {
+    plan_cost k = measure_bound(c, trial, scratch);
+    return k.arena < 0 ? k : measure_place(c->p, trial, k);
+}
+
+/* Whether a trial plan whose lower bound and area are `bound` can still be kept against the
+ * round's plan `cost`: it must lower the arena (or, for a cheap copy, keep it and lower the
+ * area), and no placement's arena is under the lower bound. A trial this rules out is taken back
+ * without placing it: placement is most of a trial's time, and most trials are taken back. */
+static bool may_keep(plan_cost bound, plan_cost cost, bool cheap) {
+    if (bound.arena > cost.arena) return false;
+    if (bound.arena == cost.arena) return cheap && bound.area < cost.area;
+    return true;
 }
 
 static dfg_tensor *root_of(dfg_tensor *t) { return t->version_of ? t->version_of : t; }
@@ -274,10 +351,19 @@ static dfg_node *make_copy(remat_ctx *c, const dfg_plan *trial, dfg_graph *g, df
 
 /* Adds the copy of cand->src before cand->pos and points the readers from there on at it. The
  * redirects and copies add to those of the trial begun by begin_trial, which undo takes back. */
+static dfg_node *apply_timed(remat_ctx *c, const dfg_plan *trial, const candidate *cand);
 static dfg_node *apply(remat_ctx *c, const dfg_plan *trial, const candidate *cand) {
+    double t0 = dfg_seconds();
+    dfg_node *copy = apply_timed(c, trial, cand);
+    dfg_plan_time(c->p->plan, "remat: apply copies", dfg_seconds() - t0);
+    return copy;
+}
+
+static dfg_node *apply_timed(remat_ctx *c, const dfg_plan *trial, const candidate *cand) {
     dfg_graph *g = cand->g;
     dfg_node *src = cand->src;
     int pos = cand->pos;
+    touched(c, g);
     dfg_node *copy = make_copy(c, trial, g, src, &pos, 0);
     if (!copy) return NULL;
     for (int i = pos; i < g->n_nodes; i++) {
@@ -297,16 +383,25 @@ static dfg_node *apply(remat_ctx *c, const dfg_plan *trial, const candidate *can
 static bool begin_trial(remat_ctx *c) {
     c->n_red = 0;
     c->copies_before = c->n_copies;
-    return save_orders(c);
+    double t0 = dfg_seconds();
+    bool ok = save_orders(c);
+    dfg_plan_time(c->p->plan, "remat: save orders", dfg_seconds() - t0);
+    return ok;
 }
 
 static void undo(remat_ctx *c) {
-    for (int r = c->n_red - 1; r >= 0; r--) c->red[r].node->in[c->red[r].slot] = c->red[r].old;
+    double t0 = dfg_seconds();
+    for (int r = c->n_red - 1; r >= 0; r--) {
+        c->red[r].node->in[c->red[r].slot] = c->red[r].old;
+        touched(c, c->red[r].node->graph);
+    }
+    for (int i = c->copies_before; i < c->n_copies; i++) touched(c, c->copy_node[i]->graph);
     restore_orders(c);
     for (int i = c->copies_before; i < c->n_copies; i++)
         for (int k = 0; k < c->copy_node[i]->n_out; k++) c->copy_node[i]->out[k]->flags |= DFG_TF_DEAD;
     c->n_copies = c->copies_before;
     for (int gi = 0; gi < c->p->n_graphs; gi++) dfg_rw_refresh_views(c->p->graphs[gi]);
+    dfg_plan_time(c->p->plan, "remat: undo", dfg_seconds() - t0);
 }
 
 /* Copies cheaper than this (flops per byte freed: pointwise ops, norms, attention's softmax
@@ -339,7 +434,9 @@ static dfg_status try_cheap_batch(remat_ctx *c, const dfg_plan *trial, plan_cost
     free(batch);
     if (st) return st;
     dfg_plan t2;
-    plan_cost c2 = measure(c->p, c->o, &t2, try_scratch);
+    plan_cost c2 = measure_bound(c, &t2, try_scratch);
+    if (c2.arena >= 0 && may_keep(c2, cost, false)) c2 = measure_place(c->p, &t2, c2);
+    else if (c2.arena >= 0) c2.arena = INT64_MAX; /* cannot be kept: not placed */
     if (c2.arena < 0) return DFG_ERR_NOMEM;
     *kept = c2.arena < cost.arena;
     if (*kept) c->batched_rounds++;
@@ -361,7 +458,9 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
     if (!cand) return DFG_ERR_NOMEM;
     /* the batch: cheap candidates, cheapest first, while the bytes they free stay within what the
      * plan is over the budget, so that near the budget copies are still chosen one by one */
+    double t0 = dfg_seconds();
     int n = collect(c, c->p, trial, cand, cap), n_cheap = 0;
+    dfg_plan_time(c->p->plan, "remat: collect candidates", dfg_seconds() - t0);
     int64_t over = cost.arena - c->budget, batch_bytes = 0;
     while (n_cheap < n && cand[n_cheap].score < CHEAP_FLOPS_PER_BYTE && batch_bytes + cand[n_cheap].freed <= over)
         batch_bytes += cand[n_cheap++].freed;
@@ -382,12 +481,15 @@ static dfg_status round_once(remat_ctx *c, const dfg_plan *trial, plan_cost cost
             break;
         }
         dfg_plan t2;
-        plan_cost c2 = measure(c->p, c->o, &t2, &try_scratch);
+        bool cheap = cand[i].score < CHEAP_FLOPS_PER_BYTE;
+        plan_cost c2 = measure_bound(c, &t2, &try_scratch);
+        if (c2.arena >= 0 && may_keep(c2, cost, cheap)) c2 = measure_place(c->p, &t2, c2);
+        else if (c2.arena >= 0) c2.arena = INT64_MAX; /* cannot be kept: not placed */
         if (c2.arena < 0) {
             st = DFG_ERR_NOMEM;
             break;
         }
-        if (c2.arena < cost.arena || (cand[i].score < CHEAP_FLOPS_PER_BYTE && cheaper(c2, cost))) *kept = true;
+        if (c2.arena < cost.arena || (cheap && cheaper(c2, cost))) *kept = true;
         else undo(c);
     }
     dfg_arena_free_all(&try_scratch);
@@ -415,13 +517,15 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     if ((o->memory_budget <= 0 && !o->memory_min) || o->no_remat) return DFG_OK;
     int64_t budget = o->memory_min ? 0 : o->memory_budget; /* 0 under memory_min: never met, go on while it helps */
     remat_ctx c = {.p = p, .o = o, .budget = budget, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
-                   .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int))};
+                   .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int)),
+                   .memo = calloc((size_t)p->n_graphs + 1, sizeof(sched_memo)),
+                   .stamp = calloc((size_t)p->n_graphs + 1, sizeof(unsigned))};
     dfg_arena scratch = {0};
-    dfg_status st = c.orders && c.n_order ? DFG_OK : DFG_ERR_NOMEM;
+    dfg_status st = c.orders && c.n_order && c.memo && c.stamp ? DFG_OK : DFG_ERR_NOMEM;
     dfg_plan trial;
     int64_t arena = -1;
     while (!st) {
-        plan_cost cost = measure(p, o, &trial, &scratch);
+        plan_cost cost = measure(&c, &trial, &scratch);
         if ((arena = cost.arena) < 0) st = DFG_ERR_NOMEM;
         if (st || arena <= budget) break;
         bool kept = false;
@@ -448,6 +552,8 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     }
     dfg_arena_free_all(&scratch);
     for (int gi = 0; c.orders && gi < p->n_graphs; gi++) free(c.orders[gi]);
+    for (int gi = 0; c.memo && gi < p->n_graphs; gi++) free(c.memo[gi].in), free(c.memo[gi].out);
+    free(c.memo), free(c.stamp);
     free(c.orders), free(c.n_order), free(c.red), free(c.copy_orig), free(c.copy_node);
     return st;
 }

@@ -249,7 +249,7 @@ static bool hoist_late_allreduces(const dag *d, dfg_node **order) {
     return ok;
 }
 
-static dfg_status schedule_graph(dfg_program *p, dfg_graph *g) {
+dfg_status dfg_schedule_graph(dfg_program *p, dfg_graph *g) {
     dfg_consumers c;
     dag d = {0};
     dfg_node **order = malloc(sizeof(*order) * (size_t)(g->n_nodes ? g->n_nodes : 1));
@@ -273,7 +273,7 @@ dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o) {
     if (o->keep_order) return DFG_OK;
     for (int gi = 0; gi < p->n_graphs; gi++)
         if (dfg_graph_stage_index(p, p->graphs[gi]) >= 0) {
-            dfg_status st = schedule_graph(p, p->graphs[gi]);
+            dfg_status st = dfg_schedule_graph(p, p->graphs[gi]);
             if (st) return st;
         }
     return DFG_OK;

@@ -16,13 +16,14 @@
 typedef struct {
     cli_build_args b;           /* the pipeline, --set, --target, --memory-budget, --no-fuse, -o */
     int64_t align;              /* 0: the target's */
-    bool no_reuse, keep_order;
+    bool no_reuse, keep_order, time_passes;
 } compile_args;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dfg compile PIPELINE.c [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
             "                   [--memory-budget BYTES] [--no-fuse] [--align N] [--no-reuse] [--keep-order]\n"
+            "                   [--time-passes]\n"
             "\n"
             "Compiles a pipeline written in the dfg C DSL, runs its entry point\n"
             "    dfg_status dfg_pipeline(dfg_program *p);\n"
@@ -48,6 +49,7 @@ static void usage(FILE *f) {
             "  --no-reuse        give every tensor its own bytes (the baseline planning is measured by)\n"
             "  --keep-order      run nodes in the order the pipeline built them, not a schedule that\n"
             "                    keeps fewer bytes live\n"
+            "  --time-passes     print how long each compiler pass took (remat's trial plans apart)\n"
             "\n");
     cli_pipeline_usage_note(f);
 }
@@ -56,7 +58,7 @@ static int parse_args(int argc, char **argv, compile_args *c) {
     static const cli_option opts[] = {{"--set", true},       {"--target", true},    {"-o", true},
                                       {"--output", true},    {"--align", true},     {"--no-reuse", false},
                                       {"--keep-order", false}, {"--memory-budget", true}, {"--no-fuse", false},
-                                      {"--help", false},     {"-h", false},         {NULL, false}};
+                                      {"--time-passes", false}, {"--help", false},     {"-h", false},         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     *c = (compile_args){0};
@@ -77,6 +79,8 @@ static int parse_args(int argc, char **argv, compile_args *c) {
             c->no_reuse = true;
         } else if (!strcmp(opt, "--keep-order")) {
             c->keep_order = true;
+        } else if (!strcmp(opt, "--time-passes")) {
+            c->time_passes = true;
         }
     }
     if (!c->b.pipeline) {
@@ -84,6 +88,20 @@ static int parse_args(int argc, char **argv, compile_args *c) {
         return cli_error(CMD, CLI_USAGE, "missing the pipeline file (PIPELINE.c)");
     }
     return CLI_OK;
+}
+
+/* "time in passes: verify 0.01 s, ..." one pass a line, remat's parts indented under it. */
+static void print_times(const dfg_pass_times *t) {
+    double total = 0;
+    for (int i = 0; i < t->n; i++)
+        if (!strchr(t->t[i].name, ':')) total += t->t[i].seconds;
+    printf("time in passes: %.2f s (the compile of the plan's program; wall clock)\n", total);
+    for (int i = 0; i < t->n; i++) {
+        bool part = strchr(t->t[i].name, ':') != NULL;
+        printf("  %s%-28s %9.3f s", part ? "  " : "", t->t[i].name, t->t[i].seconds);
+        if (t->t[i].calls > 1) printf("  %d calls", t->t[i].calls);
+        printf("\n");
+    }
 }
 
 int cli_compile(int argc, char **argv) {
@@ -107,7 +125,10 @@ int cli_compile(int argc, char **argv) {
     if (!rc) rc = cli_pipeline_build(&pl, lib, fn, &p, &host);
     dfg_plan_info info = {.target = c.b.target, .align = (size_t)c.align, .no_reuse = c.no_reuse, .keep_order = c.keep_order,
                           .no_fuse = c.b.no_fuse, .memory_budget = c.b.memory_budget};
+    dfg_pass_times times = {0};
+    if (c.time_passes) info.times = &times;
     if (!rc) rc = cli_pipeline_save(&pl, p, host ? so : NULL, &info, out);
+    if (c.time_passes && times.n) print_times(&times);
     dfg_program_free(p);
     if (lib) dlclose(lib);
     cli_remove_temp(dir, "pipeline.so");

@@ -138,6 +138,9 @@ typedef struct {
      * not saved); non-NULL (from a load) is written as it is. Load: the file's, checked on its
      * own; dfg_plan_info_free releases it. */
     dfg_plan_record *plan;
+    /* Save with plan NULL: where the compile of the copy adds its pass times (dfg compile
+     * --time-passes), or NULL. Not written to the file. */
+    dfg_pass_times *times;
 } dfg_plan_info;
 
 /* Writes p and info to path atomically (temp file in the same directory, fsync, rename).

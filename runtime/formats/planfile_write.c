@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../ops/op.h"
+#include "../../passes/plan.h"
 #include "planfile_internal.h"
 
 /* ---------------------------------------------------------------- a growable byte buffer */
@@ -329,7 +330,9 @@ static dfg_status plan_by_compiling(const wbuf *w, const dfg_plan_info *info, df
     dfg_status st = dfg_plan_parse_bytes(w->b, w->n, "plan", true, &q, NULL, err, len);
     if (st) return st;
     dfg_options o = dfg_plan_options(info);
-    if ((st = dfg_compile(q, &o))) fail(err, len, st, "%s", dfg_program_error(q));
+    st = dfg_compile(q, &o);
+    if (info->times && q->plan) *info->times = q->plan->report.times; /* kept when the compile fails too */
+    if (st) fail(err, len, st, "%s", dfg_program_error(q));
     else if (!(*out = dfg_plan_record_of(q))) st = fail(err, len, DFG_ERR_NOMEM, "plan: out of memory");
     dfg_program_free(q);
     return st;
