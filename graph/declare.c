@@ -152,7 +152,7 @@ dfg_status dfg_declare_fit_knob(dfg_program *p, const char *setting, const int64
                                 bool keeps_math) {
     if (!p) return DFG_ERR_ARG;
     if (p->status || dfg_program_sealed(p, "declare_fit_knob")) return p->status;
-    if (!setting || !dfg_program_setting(p, setting))
+    if (!setting || !dfg_program_has(p, setting))
         return dfg_program_err(p, DFG_ERR_ARG, "declare_fit_knob: '%s' is not a setting of this program (read it with "
                                                "dfg_setting_int first)", setting ? setting : "(null)");
     if (!values || n_values < 1 || n_values > DFG_MAX_FIT_VALUES)

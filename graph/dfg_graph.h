@@ -202,6 +202,8 @@ DFG_API dfg_status dfg_program_set(dfg_program *p, const char *key, const char *
 /* The recorded (canonical) text; NULL when absent. For showing, and for whether a key is set:
  * code that needs a value uses a typed read. */
 DFG_API const char *dfg_program_setting(const dfg_program *p, const char *key);
+/* Whether the key is set (by --set, config.json, or a pipeline's read that recorded its default). */
+DFG_API bool dfg_program_has(const dfg_program *p, const char *key);
 /* Typed reads of a built or loaded program's settings (runtime, exporters, tools): the value as
  * parsed when it was set; when the key is not set, the table's default (0, false or "" where the
  * table has none). A key outside the table is parsed with the same parser (0 if it does not

@@ -87,6 +87,8 @@ const char *dfg_program_setting(const dfg_program *p, const char *key) {
     return i >= 0 ? p->settings[i].value : NULL;
 }
 
+bool dfg_program_has(const dfg_program *p, const char *key) { return p && key && setting_index(p, key) >= 0; }
+
 int dfg_program_setting_count(const dfg_program *p) { return p ? p->n_settings : 0; }
 
 const char *dfg_program_setting_key(const dfg_program *p, int i) {

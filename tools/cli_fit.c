@@ -687,12 +687,12 @@ static int read_knobs(fit_ctx *f) {
         snprintf(dst->setting, sizeof(dst->setting), "%s", d->setting);
         memcpy(dst->values, d->values, sizeof(d->values));
         dst->n_values = d->n_values;
-        bool v = dfg_program_setting(p, d->setting) != NULL; /* a knob is an int setting, parsed when set */
+        bool v = dfg_program_has(p, d->setting); /* a knob is an int setting, parsed when set */
         int64_t x = v ? dfg_program_int(p, d->setting) : 0;
         for (int j = 0; d->keeps_math && v && j < d->n_values; j++)
             if (d->values[j] == x) f->given_idx[f->n_knobs - 1] = j;
     }
-    if (!rc) f->has_beta = dfg_program_setting(p, "beta") && dfg_program_setting_used(p, "beta");
+    if (!rc) f->has_beta = dfg_program_has(p, "beta") && dfg_program_setting_used(p, "beta");
     dfg_program_free(p);
     return rc;
 }

@@ -146,12 +146,12 @@ static int apply_sets(dfg_program *p, const cli_pipeline *c) {
  * --set values already applied, which win. Only the --set keys are checked for use afterwards:
  * a pipeline need not read every key a config holds. */
 static int apply_model_dir(dfg_program *p, const char *cmd) {
-    const char *dir = dfg_program_setting(p, "model");
-    if (!dir || !*dir) return CLI_OK;
+    const char *dir = dfg_program_str(p, "model");
+    if (!*dir) return CLI_OK;
     char err[1024], *abs = realpath(dir, NULL);
     /* the plan records where the model came from as an absolute path: `dfg run --save DIR/`
      * copies its config.json, from whatever directory the run starts in */
-    if (abs) dfg_program_set(p, "model", abs), free(abs), dir = dfg_program_setting(p, "model");
+    if (abs) dfg_program_set(p, "model", abs), free(abs), dir = dfg_program_str(p, "model");
     dfg_status st = dfg_model_dir_settings(p, dir, err, sizeof(err));
     if (st) return cli_error(cmd, st == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", err);
     return CLI_OK;
@@ -160,8 +160,8 @@ static int apply_model_dir(dfg_program *p, const char *cmd) {
 /* --set dataset=PATH is recorded as an absolute path: the run reads it from wherever it starts. A
  * path that does not resolve stays as given, for the pipeline to refuse with the reader's message. */
 static void absolute_dataset(dfg_program *p) {
-    const char *path = dfg_program_setting(p, "dataset");
-    char *abs = path && *path ? realpath(path, NULL) : NULL;
+    const char *path = dfg_program_str(p, "dataset");
+    char *abs = *path ? realpath(path, NULL) : NULL;
     if (abs) dfg_program_set(p, "dataset", abs);
     free(abs);
 }

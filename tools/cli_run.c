@@ -496,7 +496,7 @@ static int pick_seed(const run_args *a, const dfg_program *p, bool ckpt_has_seed
         *seed = ckpt_seed;
         return CLI_OK;
     }
-    if (!dfg_program_setting(p, "seed")) return CLI_OK; /* a plan without the setting */
+    if (!dfg_program_has(p, "seed")) return CLI_OK; /* a plan without the setting */
     int64_t s = dfg_program_int(p, "seed");
     if (s < 0) return cli_error(CMD, CLI_USAGE, "%s: the plan's setting seed is %" PRId64 ", not a seed (0 or more)",
                                 a->plan, s);

@@ -14,7 +14,7 @@
  * --reward-cmd or --reward-lib (or --rollouts, which bring their rewards); one with a built-in
  * reward takes neither. */
 static int check_reward_source(const run_args *r, const dfg_program *p) {
-    const char *reward = dfg_program_setting(p, "reward") ? dfg_program_str(p, "reward") : NULL;
+    const char *reward = dfg_program_has(p, "reward") ? dfg_program_str(p, "reward") : NULL;
     bool external = reward && !strcmp(reward, "external"), given = r->reward_cmd || r->reward_lib;
     if (given && reward && !external)
         return cli_error(CMD, CLI_USAGE, "%s: this plan scores with the built-in reward '%s'; compile it with --set "

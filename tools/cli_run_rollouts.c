@@ -29,7 +29,7 @@ struct cli_rollouts {
 
 /* max_prompt_length, the prompt columns of a rollout; 0 in a plan without it */
 static int64_t prompt_columns(const dfg_program *p) {
-    return dfg_program_setting(p, "max_prompt_length") ? dfg_program_int(p, "max_prompt_length") : 0;
+    return dfg_program_has(p, "max_prompt_length") ? dfg_program_int(p, "max_prompt_length") : 0;
 }
 
 static bool same_shape(dfg_shape a, dfg_shape b) {
@@ -40,8 +40,8 @@ static bool same_shape(dfg_shape a, dfg_shape b) {
  * rollout tensor under the TRL settings; "" when the plan does not have them. */
 static void shape_reason(const dfg_program *p, int rank, char *buf, size_t len) {
     /* the plan's own settings (a GRPO plan has them, another may not); their values as parsed when set */
-    bool has_n = dfg_program_setting(p, "prompts_per_step") && dfg_program_setting(p, "num_generations");
-    bool has_t = dfg_program_setting(p, "max_prompt_length") && dfg_program_setting(p, "max_completion_length");
+    bool has_n = dfg_program_has(p, "prompts_per_step") && dfg_program_has(p, "num_generations");
+    bool has_t = dfg_program_has(p, "max_prompt_length") && dfg_program_has(p, "max_completion_length");
     buf[0] = '\0';
     if (rank < 1) return;
     if (!has_n) {

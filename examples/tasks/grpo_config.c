@@ -67,7 +67,7 @@ static dfg_status check_dataset_vocab(dfg_program *p, const dfg_grpo_config *c) 
         for (int64_t i = 0; i < len; i++)
             if (ids[i] >= V)
                 return dfg_program_fail(p, DFG_ERR_ARG, "%s:%lld: prompt_ids[%lld] is %d, outside the model's vocabulary (0 .. %lld)",
-                                        dfg_program_setting(p, "dataset"), (long long)dfg_dataset_line(c->ds, r), (long long)i,
+                                        dfg_program_str(p, "dataset"), (long long)dfg_dataset_line(c->ds, r), (long long)i,
                                         ids[i], (long long)(V - 1));
     }
     return DFG_OK;
@@ -105,7 +105,7 @@ static dfg_status check_prompt_lengths(dfg_program *p, const dfg_grpo_config *c)
 static dfg_status read_task(dfg_program *p, dfg_grpo_config *c) {
     char err[256];
     if (c->ds) {
-        const char *given = dfg_program_setting(p, "task") ? "task" : dfg_program_setting(p, "digits") ? "digits" : NULL;
+        const char *given = dfg_program_has(p, "task") ? "task" : dfg_program_has(p, "digits") ? "digits" : NULL;
         if (given)
             return dfg_program_fail(p, DFG_ERR_ARG, "%s picks a built-in task, but the prompts come from the dataset "
                                     "(drop --set %s, or drop dataset)", given, given);
@@ -316,8 +316,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     if (st) return st;
     /* dfg's 1e-3 trains the tasks' small models from scratch; a pretrained model (model=DIR) is
      * fine-tuned, and TRL's 1e-6 is the default that does not wreck it */
-    const char *dir = dfg_program_setting(p, "model");
-    bool pretrained = dir && *dir, lr_given = dfg_program_setting(p, "learning_rate") != NULL;
+    bool pretrained = *dfg_program_str(p, "model"), lr_given = dfg_program_has(p, "learning_rate");
     dfg_adamw_config adamw = {.lr = pretrained ? 1e-6f : 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
     if ((st = dfg_adamw_config_from_settings(p, adamw, &c->adamw))) return st;
     if (pretrained && !lr_given)

@@ -169,7 +169,7 @@ dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *r
 /* ---------------------------------------------------------------- a run's reward source */
 dfg_status dfg_reward_source_check(const dfg_reward_source *s, const dfg_program *p, char *err, size_t err_len) {
     if (!s || !p) return DFG_ERR_ARG;
-    const char *want = dfg_program_setting(p, "reward_funcs");
+    const char *want = dfg_program_has(p, "reward_funcs") ? dfg_program_str(p, "reward_funcs") : NULL; /* "a,b" */
     char have[DFG_REWARD_MAX_FUNCS * 66] = "";
     for (int i = 0; i < dfg_reward_source_n_funcs(s); i++)
         snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? "," : "", dfg_reward_source_func(s, i));
