@@ -190,11 +190,12 @@ static void test_typed_read_back(void) {
 }
 
 static void test_user_settings_win(void) {
-    /* the user's values stay, even where the file's would be refused as a wrong type */
-    const char *const sets[] = {"model=m", "hidden_size=64", "num_hidden_layers=2", "model_type=mine",
-                                "vocab_size=anything", NULL};
-    const char *const want[] = {"model=m", "hidden_size=64", "num_hidden_layers=2", "model_type=mine",
-                                "vocab_size=anything", "num_attention_heads=14", "num_key_value_heads=2",
+    /* the user's values stay, even where the file's would be refused as a wrong type (the
+     * settings table checked the user's when they were set) */
+    const char *const sets[] = {"model=m", "hidden_size=64", "num_hidden_layers=2", "model_type=llama",
+                                "vocab_size=1000", NULL};
+    const char *const want[] = {"model=m", "hidden_size=64", "num_hidden_layers=2", "model_type=llama",
+                                "vocab_size=1000", "num_attention_heads=14", "num_key_value_heads=2",
                                 "intermediate_size=4864", "max_position_embeddings=32768", "rms_norm_eps=1e-06",
                                 "rope_theta=1000000", "tie_word_embeddings=true", "eos_token_id=151643", NULL};
     char bad_vocab[sizeof(qwen25_05b) + 8];
@@ -282,6 +283,11 @@ static void test_unsupported_models(void) {
     expect_refused("architectures a string", "{\"architectures\": \"GPT2LMHeadModel\"}", DFG_ERR_FORMAT, n_archs);
     const char *const n_ctrl[] = {"'Bad?Name'", NULL};
     expect_refused("control bytes are not echoed", "{\"architectures\": [\"Bad\\nName\"]}", DFG_ERR_UNSUPPORTED, n_ctrl);
+    /* a number config.json's rules accept but the settings table's range does not: refused before
+     * any key is set (the table would refuse it part way, leaving the program failed) */
+    const char *const n_range[] = {"'rope_theta' is 1e+35", "outside what dfg accepts", NULL};
+    expect_refused("rope_theta past the table's range", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 8, "
+                   "\"rope_theta\": 1e35}", DFG_ERR_FORMAT, n_range);
 }
 
 static void test_unsupported_settings(void) {

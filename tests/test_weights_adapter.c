@@ -11,10 +11,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "graph/ir.h"
 #include "testutil.h"
 
-static dfg_program *lora_program(const char *model_dir) {
+static dfg_program *lora_program_rs(const char *model_dir, const char *rslora);
+static dfg_program *lora_program(const char *model_dir) { return lora_program_rs(model_dir, NULL); }
+
+/* rslora: the --set text of use_rslora, or NULL */
+static dfg_program *lora_program_rs(const char *model_dir, const char *rslora) {
     dfg_model_config c = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 11, .block_size = 8, .ln_eps = 1e-5f,
                           .dtype = DFG_F32, .arch = DFG_ARCH_QWEN2, .n_kv_head = 1, .head_dim = 4, .n_inner = 12,
                           .rope_theta = 10000.0f};
@@ -26,6 +32,7 @@ static dfg_program *lora_program(const char *model_dir) {
     dfg_program_set(p, "lora_r", "2");
     dfg_program_set(p, "lora_alpha", "4");
     if (model_dir) dfg_program_set(p, "model", model_dir);
+    if (rslora) dfg_program_set(p, "use_rslora", rslora), c.lora.rslora = true;
     CHECK(!dfg_model_params(p, "", c, m), "build: %s", dfg_program_error(p));
     free(m);
     return p;
@@ -114,6 +121,32 @@ static void test_adapter_dir(void) {
     dfg_program_free(p);
 }
 
+/* use_rslora=1 (or yes, on) trains with alpha / sqrt(r): the adapter must say so, or PEFT loads it
+ * at another scale; and the plan takes back the adapter it wrote. */
+static void test_rslora_spellings(void) {
+    static const char *const spellings[] = {"1", "yes", "on", "true"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        char out[512], path[600];
+        snprintf(out, sizeof(out), "%s", dfg_test_tmp_path("rs"));
+        dfg_program *p = lora_program_rs(NULL, spellings[i]);
+        dfg_runtime *rt = runtime_of(p, 3);
+        CHECK(dfg_runtime_save_adapter(rt, out) == DFG_OK, "save: %s", dfg_runtime_error(rt));
+        snprintf(path, sizeof(path), "%s/adapter_config.json", out);
+        char *text = slurp(path);
+        cJSON *o = text ? cJSON_Parse(text) : NULL;
+        CHECK(o && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_rslora")),
+              "use_rslora=%s: adapter_config.json says use_rslora %s", spellings[i],
+              o && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "use_rslora")) ? "false" : "(not true)");
+        int n = 0;
+        CHECK(dfg_runtime_load_adapter(rt, out, &n) == DFG_OK && n == 4, "use_rslora=%s: the plan takes its adapter back: %s",
+              spellings[i], dfg_runtime_error(rt));
+        cJSON_Delete(o);
+        free(text);
+        dfg_runtime_free(rt);
+        dfg_program_free(p);
+    }
+}
+
 static void test_base_digest(void) {
     dfg_program *p = lora_program(NULL);
     dfg_runtime *a = runtime_of(p, 7), *b = runtime_of(p, 7);
@@ -156,6 +189,7 @@ int main(void) {
     dfg_test_init("test_weights_adapter");
     if (!dfg_test_tmpdir_create("dfg_weights_adapter")) return 1;
     test_adapter_dir();
+    test_rslora_spellings();
     test_base_digest();
     nftw(dfg_test_tmpdir(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return dfg_test_finish();

@@ -241,6 +241,26 @@ static dfg_status mc_format_key(const mc_ctx *c, const dfg_arch_key *k, const cJ
     return DFG_ERR_ARG;
 }
 
+/* A number the file gives within the settings table's range for its key (graph/settings.def):
+ * the table would refuse it when set, after other keys were set; refused here first, naming the
+ * range. Lists of ids are checked item by item. */
+static dfg_status mc_check_range(const mc_ctx *c, const char *key, const char *value) {
+    const dfg_setting_spec *spec = dfg_setting_spec_find(key);
+    bool number = spec && (spec->type == DFG_SETTING_INT || spec->type == DFG_SETTING_FLOAT ||
+                           spec->type == DFG_SETTING_INTS || spec->type == DFG_SETTING_FLOATS);
+    for (const char *v = value; number && *v;) {
+        char *end = NULL;
+        double d = strtod(v, &end); /* the text mc_format_key just wrote, not the file's */
+        if (d < spec->min || d > spec->max) {
+            char accepted[160];
+            dfg_setting_accepted(spec, accepted, sizeof(accepted));
+            return mc_fail(c, DFG_ERR_FORMAT, "'%s' is %s, outside what dfg accepts (%s)", key, value, accepted);
+        }
+        v = *end == ',' ? end + 1 : end + strlen(end);
+    }
+    return DFG_OK;
+}
+
 /* A setting's value as the pipeline will see it: the user's (already on p) or the staged one. */
 static const char *mc_effective(const dfg_program *p, const mc_staged *st, const char *key) {
     const char *v = dfg_program_setting(p, key);
@@ -259,18 +279,18 @@ static void mc_stage(mc_staged *st, const char *key, const char *value) {
 /* Stages every key of the tables for the architecture that the user did not set. */
 static dfg_status mc_stage_keys(const mc_ctx *c, const dfg_program *p, const cJSON *root, const dfg_arch_info *a,
                                 mc_staged *st) {
-    if (!dfg_program_setting(p, "model_type")) mc_stage(st, "model_type", a->model_type);
+    if (!dfg_program_has(p, "model_type")) mc_stage(st, "model_type", a->model_type);
     const dfg_arch_key *keys[MC_MAX_TABLE];
     int n = dfg_arch_config_keys(a->arch, keys, MC_MAX_TABLE);
     for (int i = 0; i < n; i++) {
         const dfg_arch_key *k = keys[i];
-        if (k->from || dfg_program_setting(p, k->key)) continue; /* export-only, or the user's */
+        if (k->from || dfg_program_has(p, k->key)) continue; /* export-only, or the user's */
         const cJSON *x;
         dfg_status s = mc_get(c, root, k->key, &x);
         if (s) return s;
         if (x && !(k->null_skips && cJSON_IsNull(x))) {
             char value[MC_VALUE_MAX];
-            if ((s = mc_format_key(c, k, x, value))) return s;
+            if ((s = mc_format_key(c, k, x, value)) || (s = mc_check_range(c, k->key, value))) return s;
             mc_stage(st, k->key, value);
         } else if (k->absent) {
             mc_stage(st, k->key, k->absent);

@@ -38,14 +38,14 @@ static int card_quantised(const dfg_program *p) {
 dfg_status dfg_wt_write_adapter_card(dfg_runtime *rt, const char *dir) {
     const dfg_program *p = dfg_runtime_program(rt);
     const dfg_arch_info *a = dfg_wt_arch(p);
-    const char *base = dfg_program_setting(p, "model");
+    const char *base = dfg_program_str(p, "model");
     char *text = malloc(CARD_MAX), quoted[1100], path[4200];
     if (!text) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
     size_t n = 0;
 #define CARD(...) (n += (size_t)snprintf(text + n, n < CARD_MAX ? CARD_MAX - n : 0, __VA_ARGS__))
     CARD("---\nlibrary_name: peft\n");
-    if (base && *base) card_quoted(quoted, sizeof(quoted), base), CARD("base_model: %s\n", quoted);
-    CARD("---\n\n# LoRA adapter for %s\n\n", base && *base ? base : a->hf_class);
+    if (*base) card_quoted(quoted, sizeof(quoted), base), CARD("base_model: %s\n", quoted);
+    CARD("---\n\n# LoRA adapter for %s\n\n", *base ? base : a->hf_class);
     CARD("A LoRA adapter of a %s model (%s), trained with dfg for %lld step%s. Its rank, alpha and "
          "target modules are in adapter_config.json; the tokenizer files beside it are the base "
          "model's.\n\n",

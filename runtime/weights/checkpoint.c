@@ -298,7 +298,7 @@ dfg_status dfg_runtime_save_safetensors(dfg_runtime *rt, const char *path, bool 
 /* ---------------------------------------------------------------- the plan's architecture */
 
 const dfg_arch_info *dfg_wt_arch(const dfg_program *p) {
-    const dfg_arch_info *a = dfg_arch_find(dfg_program_setting(p, "model_type"), false);
+    const dfg_arch_info *a = dfg_arch_find(dfg_program_str(p, "model_type"), false);
     return a ? a : dfg_arch_info_of(DFG_ARCH_GPT2);
 }
 

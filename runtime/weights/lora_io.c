@@ -18,6 +18,7 @@
 
 #include "../../ops/dfg_ops.h"
 #include "../../ops/dtype.h"
+#include "../../ops/nn/nn_internal.h"
 #include "../formats/fileio.h"
 #include "weights_internal.h"
 
@@ -25,10 +26,7 @@
 #define LORA_A ".lora_A.weight"
 #define LORA_B ".lora_B.weight"
 
-static const char *setting(const dfg_runtime *rt, const char *key, const char *def) {
-    const char *v = dfg_program_setting(dfg_runtime_program(rt), key);
-    return v ? v : def;
-}
+static const dfg_program *prog(const dfg_runtime *rt) { return dfg_runtime_program(rt); }
 
 /* GPT-2's Conv1D weights are (in, out): PEFT's fan_in_fan_out, and a merge adds (B A)^T */
 static bool conv1d(const dfg_runtime *rt) { return dfg_wt_arch(dfg_runtime_program(rt))->conv1d; }
@@ -38,10 +36,12 @@ static dfg_status need_lora(dfg_runtime *rt, const char *what) {
     return dfg_wt_fail(rt, DFG_ERR_ARG, false, "%s: the plan has no adapters (compile it with --set lora_r=R)", what);
 }
 
-/* The plan's scale alpha / r, or alpha / sqrt(r) (the f32 arithmetic of ops/nn/nn_lora.c). */
-static float plan_scale(const dfg_runtime *rt) {
-    float r = (float)strtod(setting(rt, "lora_r", "0"), NULL), alpha = (float)strtod(setting(rt, "lora_alpha", "8"), NULL);
-    return !strcmp(setting(rt, "use_rslora", "false"), "true") ? alpha / sqrtf(r) : alpha / r;
+/* The plan's LoRA settings as parsed when they were set (the typed getters: use_rslora=1, =yes
+ * and =true are one value), and its scale by the builder's own formula (ops/nn/nn_lora.c). */
+static dfg_lora_config plan_lora(const dfg_runtime *rt) {
+    return (dfg_lora_config){.r = (int)dfg_program_int(prog(rt), "lora_r"),
+                             .alpha = (float)dfg_program_float(prog(rt), "lora_alpha"),
+                             .rslora = dfg_program_bool(prog(rt), "use_rslora")};
 }
 
 /* ---------------------------------------------------------------- reading an adapter */
@@ -53,13 +53,14 @@ static dfg_status check_config(dfg_runtime *rt, const char *path, const cJSON *o
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r"), *alpha = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
     if (!cJSON_IsNumber(r) || !cJSON_IsNumber(alpha))
         return dfg_wt_fail(rt, DFG_ERR_FORMAT, false, "%s: needs the numbers r and lora_alpha", path);
-    double plan_r = strtod(setting(rt, "lora_r", "0"), NULL), plan_alpha = strtod(setting(rt, "lora_alpha", "8"), NULL);
+    dfg_lora_config plan = plan_lora(rt);
+    double plan_r = plan.r, plan_alpha = plan.alpha;
     if (r->valuedouble != plan_r || (float)alpha->valuedouble != (float)plan_alpha)
         return dfg_wt_fail(rt, DFG_ERR_ARG, false,
                            "%s: the adapter has r=%g, lora_alpha=%g; the plan lora_r=%g, lora_alpha=%g (compile with "
                            "those --set values)", path, r->valuedouble, alpha->valuedouble, plan_r, plan_alpha);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "use_rslora");
-    bool plan_rs = !strcmp(setting(rt, "use_rslora", "false"), "true");
+    bool plan_rs = plan.rslora;
     if ((cJSON_IsTrue(rs) ? true : false) != plan_rs)
         return dfg_wt_fail(rt, DFG_ERR_ARG, false, "%s: use_rslora is %s in the adapter and %s in the plan", path,
                            cJSON_IsTrue(rs) ? "true" : "false", plan_rs ? "true" : "false");
@@ -127,15 +128,16 @@ static cJSON *target_list(const dfg_wt_set *a) {
 static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const dfg_wt_set *a) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-    const char *model = setting(rt, "model", "");
+    const char *model = dfg_program_str(prog(rt), "model");
+    dfg_lora_config plan = plan_lora(rt);
     if (*model) cJSON_AddStringToObject(o, "base_model_name_or_path", model);
     else cJSON_AddNullToObject(o, "base_model_name_or_path");
     cJSON_AddStringToObject(o, "peft_type", "LORA");
     cJSON_AddStringToObject(o, "task_type", "CAUSAL_LM");
-    cJSON_AddNumberToObject(o, "r", strtod(setting(rt, "lora_r", "0"), NULL));
-    cJSON_AddNumberToObject(o, "lora_alpha", strtod(setting(rt, "lora_alpha", "8"), NULL));
-    cJSON_AddNumberToObject(o, "lora_dropout", strtod(setting(rt, "lora_dropout", "0"), NULL));
-    cJSON_AddBoolToObject(o, "use_rslora", !strcmp(setting(rt, "use_rslora", "false"), "true"));
+    cJSON_AddNumberToObject(o, "r", plan.r);
+    cJSON_AddNumberToObject(o, "lora_alpha", dfg_program_float(prog(rt), "lora_alpha"));
+    cJSON_AddNumberToObject(o, "lora_dropout", dfg_program_float(prog(rt), "lora_dropout"));
+    cJSON_AddBoolToObject(o, "use_rslora", plan.rslora);
     cJSON_AddBoolToObject(o, "use_dora", false);
     cJSON_AddBoolToObject(o, "fan_in_fan_out", conv1d(rt));
     cJSON_AddStringToObject(o, "bias", "none");
@@ -270,7 +272,8 @@ dfg_status dfg_runtime_save_merged(dfg_runtime *rt, const char *dir, size_t max_
     if (!s) s = dense_base(rt, &packed, dt, &base);
     dfg_wt_set_free(&packed);
     if (!s) s = gather_role(rt, DFG_ROLE_PARAM, &ad);
-    float scale = plan_scale(rt);
+    dfg_lora_config plan = plan_lora(rt);
+    float scale = dfg_lora_scale(&plan);
     bool conv = conv1d(rt);
     for (int i = 0; i < ad.n && !s; i++) {
         const char *name = ad.ts[i].name, *end = strstr(name, LORA_A);

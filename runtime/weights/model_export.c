@@ -28,16 +28,14 @@
 #define EXPORT_MAX_CONFIG (4u << 20) /* a source config.json larger than this is not copied */
 #define EXPORT_MAX_KEYS 64
 
-static const char *setting(const dfg_runtime *rt, const char *key) {
-    return dfg_program_setting(dfg_runtime_program(rt), key);
-}
+static const dfg_program *prog(const dfg_runtime *rt) { return dfg_runtime_program(rt); }
 
-/* Sets o[key] to the setting text v as a JSON number or boolean (replacing what o held). */
-static void set_number(cJSON *o, const char *key, const char *v) {
-    if (!v) return;
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-    if (!strcmp(v, "true") || !strcmp(v, "false")) cJSON_AddBoolToObject(o, key, !strcmp(v, "true"));
-    else cJSON_AddNumberToObject(o, key, strtod(v, NULL));
+/* Sets o[key] to the setting `from` as the key's kind reads it (replacing what o held). */
+static void set_value(cJSON *o, const dfg_runtime *rt, const dfg_arch_key *k, const char *from) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, k->key);
+    if (k->kind == DFG_ARCH_KEY_BOOL) cJSON_AddBoolToObject(o, k->key, dfg_program_bool(prog(rt), from));
+    else if (k->kind == DFG_ARCH_KEY_FLOAT) cJSON_AddNumberToObject(o, k->key, dfg_program_float(prog(rt), from));
+    else cJSON_AddNumberToObject(o, k->key, (double)dfg_program_int(prog(rt), from));
 }
 
 /* The model settings the plan was built with (the architecture table's keys), over whatever o
@@ -49,11 +47,11 @@ static void set_model_keys(cJSON *o, const dfg_runtime *rt, const dfg_arch_info 
     int n = dfg_arch_config_keys(a->arch, keys, EXPORT_MAX_KEYS);
     for (int i = 0; i < n; i++) {
         const dfg_arch_key *k = keys[i];
-        const char *v = setting(rt, k->from ? k->from : k->key);
+        const char *from = k->from ? k->from : k->key;
         if (!k->field && !k->from) continue; /* token ids: the source's own */
-        if (k->from && (cJSON_GetObjectItemCaseSensitive(o, k->key) || !v)) continue;
-        if (k->null_skips && k->kind == DFG_ARCH_KEY_INT && (!v || strtol(v, NULL, 10) <= 0)) continue;
-        set_number(o, k->key, v);
+        if (!dfg_program_has(prog(rt), from) || (k->from && cJSON_GetObjectItemCaseSensitive(o, k->key))) continue;
+        if (k->null_skips && k->kind == DFG_ARCH_KEY_INT && dfg_program_int(prog(rt), from) <= 0) continue;
+        set_value(o, rt, k, from);
     }
 }
 
@@ -74,8 +72,8 @@ static cJSON *config_from_settings(const dfg_arch_info *a) {
 
 /* The source directory's config.json, when the program was compiled from one */
 static cJSON *source_config(const dfg_runtime *rt) {
-    const char *dir = setting(rt, "model");
-    if (!dir || !*dir) return NULL;
+    const char *dir = dfg_program_str(prog(rt), "model");
+    if (!*dir) return NULL;
     char path[4096], *text = NULL;
     size_t n = 0;
     snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -94,8 +92,8 @@ dfg_status dfg_wt_write_text(dfg_runtime *rt, const char *path, const char *text
 }
 
 static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
-    const char *type = setting(rt, "model_type");
-    const dfg_arch_info *a = dfg_arch_find(type ? type : "gpt2", false);
+    const char *type = dfg_program_str(prog(rt), "model_type");
+    const dfg_arch_info *a = dfg_arch_find(type, false);
     if (!a) return dfg_wt_fail(rt, DFG_ERR_ARG, false, "save: model_type '%s' has no Hugging Face architecture", type);
     cJSON *o = source_config(rt);
     if (!o) o = config_from_settings(a);
@@ -135,9 +133,9 @@ static const export_file source_files[] = {
 
 /* The source model directory (the setting "model") when it is one, and not dir itself. */
 static const char *source_dir(const dfg_program *p, const char *dir) {
-    const char *from = dfg_program_setting(p, "model");
+    const char *from = dfg_program_str(p, "model");
     struct stat a, b;
-    if (!from || !*from || stat(from, &a) || !S_ISDIR(a.st_mode)) return NULL;
+    if (!*from || stat(from, &a) || !S_ISDIR(a.st_mode)) return NULL;
     if (dir && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return NULL; /* saved into the source */
     return from;
 }

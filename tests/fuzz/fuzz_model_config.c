@@ -87,7 +87,7 @@ static dfg_program *fuzz_program(void) {
     dfg_program *p = dfg_program_new("fuzz");
     if (!p) return NULL;
     dfg_program_set(p, "model", "fuzz");
-    dfg_program_set(p, "hidden_size", "x"); /* a user value, kept whatever the file says */
+    dfg_program_set(p, "hidden_size", "7"); /* a user value, kept whatever the file says */
     return p;
 }
 
@@ -99,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dfg_status s = dfg_mc_settings_from_text(p, (const char *)data, size, FUZZ_LABEL, err, sizeof(err));
     int n = dfg_program_setting_count(p);
     if (dfg_program_status(p)) fuzz_fail("the program has an error", dfg_program_error(p));
-    if (strcmp(dfg_program_setting(p, "model"), "fuzz") || strcmp(dfg_program_setting(p, "hidden_size"), "x"))
+    if (strcmp(dfg_program_setting(p, "model"), "fuzz") || strcmp(dfg_program_setting(p, "hidden_size"), "7"))
         fuzz_fail("a user setting changed", NULL);
     if (s != DFG_OK) {
         if (s != DFG_ERR_FORMAT && s != DFG_ERR_UNSUPPORTED && s != DFG_ERR_NOMEM) fuzz_fail("unexpected status", err);
