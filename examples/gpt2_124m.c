@@ -179,11 +179,11 @@ dfg_status dfg_pipeline(dfg_program *p) {
 /* ---------------------------------------------------------------- the host stage: a batch in place of rollouts */
 static double uniform01(uint64_t *s) { return (double)(dfg_host_rand(s) >> 11) * (1.0 / 9007199254740992.0); }
 
+/* An int setting the pipeline read at compile time (so the plan records it, checked). */
 static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
-    const char *v = dfg_host_setting(ctx, key);
-    char *end = NULL;
-    *out = v ? strtoll(v, &end, 10) : 0;
-    return v && end != v && !*end;
+    const dfg_program *p = dfg_host_program(ctx);
+    *out = dfg_program_int(p, key);
+    return dfg_program_has(p, key);
 }
 
 /* One sequence s[0 .. T-1]: P prompt tokens, then T - P completion tokens, all random ids in

@@ -224,11 +224,11 @@ dfg_status dfg_pipeline(dfg_program *p) {
 
 /* ---------------------------------------------------------------- the host stage: the task's data */
 
+/* An int setting the pipeline read at compile time (so the plan records it, checked). */
 static bool setting_int(dfg_host_ctx *ctx, const char *key, int64_t *out) {
-    const char *v = dfg_host_setting(ctx, key);
-    char *end = NULL;
-    *out = v ? strtoll(v, &end, 10) : 0;
-    return v && end != v && !*end;
+    const dfg_program *p = dfg_host_program(ctx);
+    *out = dfg_program_int(p, key);
+    return dfg_program_has(p, key);
 }
 
 /* Fills one row: prompt s[0 .. H-1], separator, answer; tokens = s[0 .. T-1], targets = s[1 .. T]. */
@@ -252,8 +252,7 @@ dfg_status gpt2_make_batch(dfg_host_ctx *ctx) {
         return dfg_host_fail(ctx, "the program has no tokens/targets/mask inputs");
     int64_t vocab;
     if (!setting_int(ctx, "vocab_size", &vocab) || vocab < 3) return dfg_host_fail(ctx, "setting 'vocab_size' (>= 3) is required");
-    const char *task = dfg_host_setting(ctx, "task");
-    bool reverse = !task || strcmp(task, "copy");
+    bool reverse = strcmp(dfg_program_str(dfg_host_program(ctx), "task"), "copy") != 0;
     if (tok.shape.rank != 2 || tok.dtype != DFG_I32 || tgt.dtype != DFG_I32 || mask.dtype != DFG_F32)
         return dfg_host_fail(ctx, "tokens/targets must be i32 (B, T) and mask f32 (B, T)");
     int64_t B = tok.shape.d[0], T = tok.shape.d[1];

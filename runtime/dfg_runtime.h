@@ -167,8 +167,9 @@ DFG_API int64_t dfg_host_step(const dfg_host_ctx *ctx); /* 0 for the first step 
 DFG_API int dfg_host_rank(const dfg_host_ctx *ctx);
 DFG_API int dfg_host_world_size(const dfg_host_ctx *ctx);
 DFG_API uint64_t dfg_host_seed(const dfg_host_ctx *ctx);
-/* The value of a program setting (dfg_program_set); NULL when absent. */
-DFG_API const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key);
+/* The program the stage runs in: its settings through the typed reads of dfg_graph.h
+ * (dfg_program_has, dfg_program_int, dfg_program_str, ...), parsed once, never as text. */
+DFG_API const dfg_program *dfg_host_program(const dfg_host_ctx *ctx);
 /* The service the run was given under `name` (dfg_run_options.services); NULL when none. */
 DFG_API void *dfg_host_service(dfg_host_ctx *ctx, const char *name);
 /* What the pipeline's host-state init stored (dfg_host_state, dfg_graph.h): its typed settings,

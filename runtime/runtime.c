@@ -357,9 +357,7 @@ int dfg_host_rank(const dfg_host_ctx *ctx) { return ctx ? dfg_dist_rank(ctx->rt-
 int dfg_host_world_size(const dfg_host_ctx *ctx) { return ctx ? dfg_dist_size(ctx->rt->opt.dist) : 1; }
 uint64_t dfg_host_seed(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->opt.seed : 0; }
 void *dfg_host_user(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->host_user : NULL; }
-const char *dfg_host_setting(const dfg_host_ctx *ctx, const char *key) {
-    return ctx ? dfg_program_setting(ctx->rt->p, key) : NULL;
-}
+const dfg_program *dfg_host_program(const dfg_host_ctx *ctx) { return ctx ? ctx->rt->p : NULL; }
 
 dfg_status dfg_host_fail(dfg_host_ctx *ctx, const char *fmt, ...) {
     if (!ctx) return DFG_ERR_ARG;

@@ -55,9 +55,9 @@ dfg_status nan_feed(dfg_host_ctx *ctx) {
     for (int i = 0; i < B * D; i++) xv[i] = (float)((dfg_host_rand(&rng) >> 40) * 0x1p-24) - 0.5f;
     for (int i = 0; i < B; i++) yv[i] = xv[i * D] - 2.0f * xv[i * D + 1];
     *(float *)spike.data = 0.0f;
-    const char *when = dfg_host_setting(ctx, "nan_step"), *where = dfg_host_setting(ctx, "nan_in");
-    if (when && dfg_host_step(ctx) + 1 == strtoll(when, NULL, 10)) {
-        if (where && !strcmp(where, "loss")) *(float *)spike.data = INFINITY;
+    const dfg_program *p = dfg_host_program(ctx);
+    if (dfg_program_has(p, "nan_step") && dfg_host_step(ctx) + 1 == dfg_program_int(p, "nan_step")) {
+        if (!strcmp(dfg_program_str(p, "nan_in"), "loss")) *(float *)spike.data = INFINITY;
         else xv[3] = NAN;
     }
     return DFG_OK;
