@@ -41,6 +41,9 @@ typedef struct {
     size_t (*workspace_bytes)(void *state);
     /* The workspace_bytes a run of p will have, without a device (NULL on the CPU). */
     dfg_status (*workspace_of)(const dfg_program *p, dfg_device_workspace *w);
+    /* Whether the device is here: DFG_OK with one line about it in msg, or why not in msg (NULL:
+     * always, the CPU). Opens and closes the device; runs nothing. */
+    dfg_status (*probe)(char *msg, size_t len);
 } dfg_backend;
 
 extern const dfg_backend dfg_backend_cpu;

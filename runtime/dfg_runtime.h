@@ -157,6 +157,17 @@ DFG_API int dfg_runtime_threads(const dfg_runtime *rt);
 
 /* ---------------------------------------------------------------- host stages
  * A host stage is `dfg_status fn(dfg_host_ctx *ctx)`, exported by the pipeline's shared object. */
+/* ---------------------------------------------------------------- backends
+ * What a plan can run on, by name (dfg info lists them): "cpu" (built in), "cuda" (one GPU; the
+ * module libdfg-cuda.so) and "cuda-emu" (the CUDA backend on the SIMT emulator, for dfg run
+ * --emulate-gpu; libdfg-cuda-emu.so). A module is opened only when a plan or a probe needs it. */
+DFG_API int dfg_backend_count(void);
+DFG_API const char *dfg_backend_name(int i);  /* NULL past the end */
+DFG_API const char *dfg_backend_about(int i); /* what it runs on, one line */
+/* Whether backend i can run a plan here: DFG_OK with a line about its device in msg, or why not
+ * (this dfg was built without it, a library it links is not on this machine, there is no GPU). */
+DFG_API dfg_status dfg_backend_probe(int i, char *msg, size_t len);
+
 typedef struct dfg_host_ctx dfg_host_ctx;
 typedef dfg_status (*dfg_host_fn)(dfg_host_ctx *ctx);
 

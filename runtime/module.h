@@ -20,7 +20,7 @@
 #include "backend.h"
 #include "dist.h"
 
-#define DFG_MODULE_ABI 1 /* changes whenever dfg_module_host or a module's export changes */
+#define DFG_MODULE_ABI 2 /* changes whenever dfg_module_host, a module's export or dfg_backend changes */
 
 /* The runtime's functions a module calls (data parallel: the host communicator under NCCL's). */
 typedef struct {
@@ -43,5 +43,8 @@ typedef const dfg_backend *(*dfg_backend_module_fn)(const dfg_module_host *host)
 dfg_status dfg_module_open(const char *file, const char *symbol, void **fn, char *err, size_t len);
 /* The backend in backend module `file`, given this runtime's host functions. */
 dfg_status dfg_backend_open(const char *file, const dfg_backend **be, char *err, size_t len);
+/* The registry's backend for a target (runtime/backends.c), its module opened; its name in *name. */
+dfg_status dfg_backend_for(dfg_target target, bool emulated, const dfg_backend **be, const char **name, char *err,
+                           size_t len);
 
 #endif

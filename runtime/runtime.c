@@ -149,20 +149,15 @@ static dfg_status adopt_plan(dfg_runtime *rt, dfg_program *p) {
  * emulated device through the same CUDA backend: modules opened now, so that a cpu run maps no
  * CUDA library (module.h). */
 static dfg_status choose_backend(dfg_runtime *rt) {
-    if (rt->opt.target == DFG_TARGET_CPU) {
-        if (rt->opt.emulate_gpu)
-            return dfg_rt_fail(rt, DFG_ERR_ARG, true, "the GPU emulator runs plans compiled for cuda; this one is for cpu");
-        rt->be = &dfg_backend_cpu;
-        return DFG_OK;
-    }
+    if (rt->opt.target == DFG_TARGET_CPU && rt->opt.emulate_gpu)
+        return dfg_rt_fail(rt, DFG_ERR_ARG, true, "the GPU emulator runs plans compiled for cuda; this one is for cpu");
     char err[1200];
-    if (rt->opt.emulate_gpu) {
-        if (!dfg_backend_open(DFG_MODULE_CUDA_EMU, &rt->be, err, sizeof(err))) return DFG_OK;
+    /* a module that is missing, or whose libraries are not here, is said in err; a missing GPU
+     * is said by the backend's create */
+    if (!dfg_backend_for(rt->opt.target, rt->opt.emulate_gpu, &rt->be, NULL, err, sizeof(err))) return DFG_OK;
+    if (rt->opt.emulate_gpu)
         return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "no GPU emulator: %s (it needs the CUDA headers at build time)",
                            err);
-    }
-    /* the backend's create says so in one line when there is no GPU */
-    if (!dfg_backend_open(DFG_MODULE_CUDA, &rt->be, err, sizeof(err))) return DFG_OK;
     return dfg_rt_fail(rt, DFG_ERR_UNSUPPORTED, true, "cannot run a cuda plan on a GPU: %s (the CUDA runtime, cuBLASLt, "
                        "cuDNN and NCCL it links come with the CUDA toolkit); --emulate-gpu runs it on the CPU through "
                        "the CUDA backend's own code", err);
@@ -172,7 +167,7 @@ dfg_status dfg_runtime_device_workspace(const dfg_program *p, bool emulated, dfg
     if (!p || !w || !p->plan || p->plan->opt.target != DFG_TARGET_CUDA) return DFG_ERR_ARG;
     const dfg_backend *be = NULL;
     char err[1200];
-    if (dfg_backend_open(emulated ? DFG_MODULE_CUDA_EMU : DFG_MODULE_CUDA, &be, err, sizeof(err)))
+    if (dfg_backend_for(DFG_TARGET_CUDA, emulated, &be, NULL, err, sizeof(err)))
         return DFG_ERR_UNSUPPORTED; /* no such device in this build, or its libraries are not on this machine */
     return be->workspace_of(p, w);
 }

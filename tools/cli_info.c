@@ -14,15 +14,28 @@
 #define CMD "info"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg info P.dfg\n"
+    fprintf(f, "usage: dfg info [P.dfg]\n"
                "       dfg info --settings [--markdown]\n"
                "\n"
-               "Prints a plan's origin, settings, stages (with node counts after dead-code\n"
-               "elimination), its persistent tensors' bytes by role and its memory plan\n"
-               "(dfg inspect P.dfg shows the plan in detail).\n"
+               "Without a plan: this dfg's version and its backends, each ready or with the reason\n"
+               "it cannot run here. With one: the plan's origin, settings, stages (with node counts\n"
+               "after dead-code elimination), its persistent tensors' bytes by role, its memory plan\n"
+               "(dfg inspect P.dfg shows the plan in detail) and the backend that would run it.\n"
                "  --settings   every setting dfg knows (graph/settings.def): key, type, default,\n"
                "               what it accepts, and what it does, by owner\n"
                "  --markdown   with --settings: as the tables of docs/cli.md\n");
+}
+
+/* ---------------------------------------------------------------- backends */
+
+/* Each backend of the registry, probed: ready (with its device) or why not. */
+static void print_backends(void) {
+    for (int i = 0; i < dfg_backend_count(); i++) {
+        char msg[1200];
+        dfg_status st = dfg_backend_probe(i, msg, sizeof(msg));
+        printf("%-9s %-9s %s: %s\n          %-9s %s\n", i ? "" : "backends", dfg_backend_name(i), st ? "not here" : "ready",
+               msg, "", dfg_backend_about(i));
+    }
 }
 
 /* ---------------------------------------------------------------- dfg info --settings */
@@ -185,8 +198,9 @@ int cli_info(int argc, char **argv) {
         return CLI_OK;
     }
     if (!path) {
-        usage(stderr);
-        return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg)");
+        printf("dfg       %s; dfg info P.dfg describes a plan, dfg info --settings every setting\n", DFG_VERSION_STRING);
+        print_backends();
+        return CLI_OK;
     }
     dfg_program *p = NULL;
     dfg_plan_info info;

@@ -138,7 +138,9 @@ static int apply_sets(dfg_program *p, const cli_pipeline *c) {
         snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
         dfg_program_set(p, key, eq + 1);
     }
-    if (dfg_program_status(p)) return cli_error(c->cmd, CLI_FAILED, "%s", dfg_program_error(p));
+    /* a value the settings table refuses is the user's to fix: a usage error, like an unknown key */
+    if (dfg_program_status(p))
+        return cli_error(c->cmd, dfg_program_status(p) == DFG_ERR_NOMEM ? CLI_FAILED : CLI_USAGE, "%s", dfg_program_error(p));
     return CLI_OK;
 }
 

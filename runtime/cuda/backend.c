@@ -241,8 +241,20 @@ static dfg_status workspace_on(const dfg_device *d, const dfg_program *p, dfg_de
     return check_kernels(d, p, w, err, sizeof(err));
 }
 
-#define DFG_CUDA_BACKEND(create_fn, workspace_fn, label)                                              \
-    {.name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
+/* Opens the device and closes it again: the device's own line when it is there, its reason when not. */
+static dfg_status probe_on(const dfg_device *d, char *msg, size_t len) {
+    void *dev = NULL;
+    int sm_count = 0;
+    char desc[256] = "";
+    dfg_status st = d->open(&dev, &sm_count, desc, sizeof(desc), msg, len);
+    if (st) return st;
+    d->close(dev);
+    snprintf(msg, len, "%s", desc);
+    return DFG_OK;
+}
+
+#define DFG_CUDA_BACKEND(create_fn, workspace_fn, probe_fn, label)                                    \
+    {.probe = probe_fn, .name = label, .create = create_fn, .destroy = destroy, .alloc = alloc, .free = release,          \
      .upload = upload, .download = download, .exec = exec, .sync = sync, .host_memory = false,          \
      .alloc_host = alloc_host, .free_host = free_host, .capture_begin = capture_begin,                   \
      .capture_end = capture_end, .replay = replay, .check_flags = check_flags, .describe = describe,    \
@@ -252,7 +264,9 @@ static dfg_status workspace_on(const dfg_device *d, const dfg_program *p, dfg_de
 static dfg_status workspace_emulated(const dfg_program *p, dfg_device_workspace *w) {
     return workspace_on(&dfg_device_emulated, p, w);
 }
-const dfg_backend dfg_backend_cuda_emulated = DFG_CUDA_BACKEND(create_emulated, workspace_emulated, "cuda (emulated)");
+static dfg_status probe_emulated(char *msg, size_t len) { return probe_on(&dfg_device_emulated, msg, len); }
+const dfg_backend dfg_backend_cuda_emulated =
+    DFG_CUDA_BACKEND(create_emulated, workspace_emulated, probe_emulated, "cuda (emulated)");
 #endif
 
 #ifdef DFG_BACKEND_GPU
@@ -262,5 +276,6 @@ static dfg_status create_gpu(const dfg_program *p, const dfg_run_options *o, voi
 static dfg_status workspace_gpu(const dfg_program *p, dfg_device_workspace *w) {
     return workspace_on(&dfg_device_cuda, p, w);
 }
-const dfg_backend dfg_backend_cuda = DFG_CUDA_BACKEND(create_gpu, workspace_gpu, "cuda");
+static dfg_status probe_gpu(char *msg, size_t len) { return probe_on(&dfg_device_cuda, msg, len); }
+const dfg_backend dfg_backend_cuda = DFG_CUDA_BACKEND(create_gpu, workspace_gpu, probe_gpu, "cuda");
 #endif

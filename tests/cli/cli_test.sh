@@ -40,6 +40,15 @@ expect_in err.txt "missing the pipeline file" "compile names the missing argumen
 run "$DFG" run
 expect_rc 2 "run without a plan"
 expect_in err.txt "missing the plan file" "run names the missing argument"
+# dfg info without a plan: the backend registry, each backend ready or saying why not
+run "$DFG" info
+expect_rc 0 "info without a plan"
+expect_in out.txt "backends  cpu       ready" "info: the cpu backend is ready"
+for b in cuda cuda-emu; do
+  if grep -Eq "^ +$b +(ready: |not here: )" out.txt; then ok "info lists $b"; else fail "info lists $b as ready or not here"; fi
+done
+DFG_MODULE_DIR=/nonexistent run "$DFG" info
+expect_in out.txt "cuda      not here: this dfg has no libdfg-cuda.so (not in /nonexistent" "info names a missing module"
 
 # ---------------------------------------------------------------- compile and train the GPT-2 example
 run "$DFG" compile "$SRC/examples/gpt2_train.c" -o gpt2.dfg
