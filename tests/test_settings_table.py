@@ -48,7 +48,6 @@ def check_doc():
 # Where the raw text of a setting may be read, and why (none of them parses it).
 RAW_TEXT_ALLOWED = {
     "runtime/formats/planfile_build.c": "rebuilding a plan: a key given twice is refused",
-    "runtime/formats/model_config.c": "config.json: a key the user set wins over the file (presence)",
 }
 
 

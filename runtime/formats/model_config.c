@@ -263,7 +263,7 @@ static dfg_status mc_check_range(const mc_ctx *c, const char *key, const char *v
 
 /* A setting's value as the pipeline will see it: the user's (already on p) or the staged one. */
 static const char *mc_effective(const dfg_program *p, const mc_staged *st, const char *key) {
-    const char *v = dfg_program_setting(p, key);
+    const char *v = dfg_program_has(p, key) ? dfg_program_str(p, key) : NULL; /* canonical text, copied */
     for (int i = 0; !v && i < st->n; i++)
         if (!strcmp(st->s[i].key, key)) v = st->s[i].value;
     return v;

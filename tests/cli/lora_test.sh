@@ -103,4 +103,26 @@ expect_rc 0 "the 4-bit model is the base to NF4's precision"
 run "${ST[@]}" same merged/model.safetensors q4merged/model.safetensors
 expect_rc 3 "... and not the base itself (4 bits changed it)"
 
+# ---------------------------------------------------------------- use_rslora: one value, however spelt
+# (it once trained with alpha/sqrt(r) for =1 and saved "use_rslora": false, so PEFT loaded the
+# adapter at alpha/r): every spelling of true trains the same adapter and saves true
+for v in 1 true yes; do
+  run "$DFG" compile "$SRC/examples/grpo.c" -o rs_$v.dfg "${LORA[@]}" --set use_rslora=$v
+  expect_rc 0 "compile with use_rslora=$v"
+  run "$DFG" run rs_$v.dfg --weights base --steps 2 --threads 1 --save rs_$v/
+  expect_rc 0 "train with use_rslora=$v"
+  check "use_rslora=$v: adapter_config.json says use_rslora true" python3 -c '
+import json, sys; c = json.load(open(sys.argv[1] + "/adapter_config.json")); assert c["use_rslora"] is True, c' rs_$v
+done
+run "${ST[@]}" same rs_1/adapter_model.safetensors rs_true/adapter_model.safetensors
+expect_rc 0 "use_rslora=1 trains the adapter use_rslora=true does, bit for bit"
+run "${ST[@]}" same rs_yes/adapter_model.safetensors rs_true/adapter_model.safetensors
+expect_rc 0 "... and so does use_rslora=yes"
+run "$DFG" run lora.dfg --weights base --steps 2 --threads 1 --save rs_off/
+run "${ST[@]}" same rs_off/adapter_model.safetensors rs_true/adapter_model.safetensors
+expect_rc 3 "... which is not the adapter of use_rslora=false (the scale differs)"
+run "$DFG" compile "$SRC/examples/grpo.c" -o rs_bad.dfg "${LORA[@]}" --set use_rslora=maybe
+expect_rc 2 "use_rslora=maybe is refused"
+expect_in err.txt "setting 'use_rslora': 'maybe' is not a boolean (true/false, 1/0, yes/no, on/off)" "... naming the key and what it accepts"
+
 testlib_end
