@@ -32,6 +32,9 @@ typedef struct {
                               memory_budget is then ignored */
     bool no_remat;         /* dfg fit's quick look: the budget sets the fused head's chunk, but nothing
                               is recomputed and an arena over it is no error (fit compares) */
+    /* remat's decisions as a plan file recorded them (passes/plan.h): when set, remat makes
+       exactly these copies instead of searching (a loaded plan is not planned again) */
+    const struct dfg_remat_log *remat_replay;
 } dfg_options;
 
 /* Parses "6GiB", "512MiB", "1.5GB", "4096" into bytes (GiB/MiB/KiB binary, GB/MB/KB decimal);

@@ -86,6 +86,11 @@ dfg_status dfg_compile(dfg_program *p, const dfg_options *opt) {
             if (st) return st;
         }
     }
+    if (o.remat_replay && plan->remat.ran) { /* a replay's result is the plan it gave */
+        plan->remat.arena_bytes = (int64_t)plan->report.arena_bytes;
+        plan->remat.persistent_bytes = (int64_t)plan->report.persistent_bytes;
+        memcpy(plan->remat.peak, plan->report.peak, sizeof(plan->remat.peak));
+    }
     if (!o.memory_min && !o.no_remat && o.memory_budget > 0 && (int64_t)plan->report.arena_bytes > o.memory_budget)
         return dfg_program_err(p, DFG_ERR_ARG, "compile: the plan needs %zu bytes, over the memory budget of %lld",
                                  plan->report.arena_bytes, (long long)o.memory_budget);

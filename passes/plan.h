@@ -29,11 +29,36 @@ typedef struct {
     bool pinned;       /* holds a dfg_output: read after the step, so never overwritten in place */
 } dfg_buf;
 
+/* What remat decided, enough to make the same copies again without searching (a plan file
+ * records it; dfg_options.remat_replay applies it). A node is named by the id of its first
+ * output, which the same program gives the same node. */
+typedef struct {
+    uint32_t graph;  /* the graph's id */
+    uint32_t src;    /* the node copied */
+    uint32_t after;  /* the node the copy must follow (dfg_node.after), + 1; 0: none */
+    uint32_t n_in;
+    uint32_t *in;    /* tensor ids the copy reads */
+} dfg_remat_copy;
+
+typedef struct {
+    uint32_t reader, slot, tensor; /* node reader's input slot reads tensor (a copy's output) */
+} dfg_remat_redirect;
+
+typedef struct dfg_remat_log {
+    uint32_t n_copies, n_redirects, n_graphs;
+    dfg_remat_copy *copies;     /* in the order they were made: their outputs get the next ids */
+    dfg_remat_redirect *redirects;
+    uint32_t *n_order;          /* [graph] */
+    uint32_t **order;           /* [graph][position]: each graph's node order as remat left it */
+    int32_t rounds, batched_rounds;
+} dfg_remat_log;
+
 struct dfg_plan {
     dfg_options opt;
     dfg_arena *arena; /* where the plan's arrays live: the program's, or a trial's scratch */
     dfg_report report;
     dfg_remat_result remat; /* the remat pass's (dfg_program_remat): kept when the compile fails */
+    dfg_remat_log *remat_log; /* its decisions, in the plan's arena; NULL when remat did not run */
     int n_steps;
     int *stage_step;  /* [n_stages + 1]: first step of each stage; [n_stages] = n_steps */
     int *graph_stage; /* [graph id]: the stage that runs it, or -1 */
@@ -62,6 +87,12 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_schedule(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_plan_memory(dfg_program *p, const dfg_options *o);
 dfg_status dfg_pass_verify_plan(dfg_program *p, const dfg_options *o);
+
+/* remat_log.c: recording remat's copies (in the order made, with what each copies) once the
+ * search ends, and making them again from a record instead of searching. */
+dfg_status dfg_remat_log_record(dfg_program *p, dfg_node *const *copies, const dfg_node *const *orig,
+                                const uint32_t *const *made_with, int n_copies, int rounds, int batched_rounds);
+dfg_status dfg_remat_replay(dfg_program *p, const dfg_remat_log *log);
 
 /* The schedule pass on one staged graph (remat reschedules only the graphs a trial changed). */
 dfg_status dfg_schedule_graph(dfg_program *p, dfg_graph *g);

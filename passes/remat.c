@@ -57,7 +57,9 @@ typedef struct {
     redirect *red;
     int n_red, cap_red;
     dfg_node **copy_orig, **copy_node; /* every copy made, and what it copies */
+    uint32_t **copy_in;                /* the tensor ids each copy read when made (later trials redirect some) */
     int n_copies, cap_copies, copies_before;
+    int tensors_before; /* the program's tensors before a trial: undo drops the trial's */
     int64_t budget; /* 0 under memory_min: as small as it gets */
     int rounds, batched_rounds;
 } remat_ctx;
@@ -280,9 +282,15 @@ static bool note_copy(remat_ctx *c, dfg_node *orig, dfg_node *copy) {
         dfg_node **o = realloc(c->copy_orig, sizeof(*o) * (size_t)cap), **k = realloc(c->copy_node, sizeof(*k) * (size_t)cap);
         if (o) c->copy_orig = o;
         if (k) c->copy_node = k;
-        if (!o || !k) return false;
+        uint32_t **in = realloc(c->copy_in, sizeof(*in) * (size_t)cap);
+        if (in) c->copy_in = in;
+        if (!o || !k || !in) return false;
         c->cap_copies = cap;
     }
+    uint32_t *ids = dfg_plan_alloc(c->p->plan, sizeof(uint32_t) * (size_t)copy->n_in);
+    if (!ids) return false;
+    for (int j = 0; j < copy->n_in; j++) ids[j] = (uint32_t)copy->in[j]->id;
+    c->copy_in[c->n_copies] = ids;
     c->copy_orig[c->n_copies] = orig;
     c->copy_node[c->n_copies++] = copy;
     return true;
@@ -383,6 +391,7 @@ static dfg_node *apply_timed(remat_ctx *c, const dfg_plan *trial, const candidat
 static bool begin_trial(remat_ctx *c) {
     c->n_red = 0;
     c->copies_before = c->n_copies;
+    c->tensors_before = c->p->n_tensors;
     double t0 = dfg_seconds();
     bool ok = save_orders(c);
     dfg_plan_time(c->p->plan, "remat: save orders", dfg_seconds() - t0);
@@ -400,6 +409,9 @@ static void undo(remat_ctx *c) {
     for (int i = c->copies_before; i < c->n_copies; i++)
         for (int k = 0; k < c->copy_node[i]->n_out; k++) c->copy_node[i]->out[k]->flags |= DFG_TF_DEAD;
     c->n_copies = c->copies_before;
+    /* the taken-back copies' tensors go too (nothing refers to them any more): the copies kept
+     * then have the same ids whatever was tried, which a loaded plan's replayed copies get */
+    c->p->n_tensors = c->tensors_before;
     for (int gi = 0; gi < c->p->n_graphs; gi++) dfg_rw_refresh_views(c->p->graphs[gi]);
     dfg_plan_time(c->p->plan, "remat: undo", dfg_seconds() - t0);
 }
@@ -516,6 +528,11 @@ static void dominant(const size_t *peak, char *buf, size_t len) {
 dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     if ((o->memory_budget <= 0 && !o->memory_min) || o->no_remat) return DFG_OK;
     int64_t budget = o->memory_min ? 0 : o->memory_budget; /* 0 under memory_min: never met, go on while it helps */
+    if (o->remat_replay) { /* a loaded plan: its compile searched already */
+        dfg_status rs = dfg_remat_replay(p, o->remat_replay);
+        p->plan->remat.budget = budget;
+        return rs;
+    }
     remat_ctx c = {.p = p, .o = o, .budget = budget, .orders = calloc((size_t)p->n_graphs + 1, sizeof(dfg_node **)),
                    .n_order = calloc((size_t)p->n_graphs + 1, sizeof(int)),
                    .memo = calloc((size_t)p->n_graphs + 1, sizeof(sched_memo)),
@@ -538,7 +555,11 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
                                 .arena_bytes = arena, .persistent_bytes = (int64_t)trial.report.persistent_bytes,
                                 .recomputed = c.n_copies, .rounds = c.rounds, .batched_rounds = c.batched_rounds};
         memcpy(r->peak, trial.report.peak, sizeof(r->peak));
-        if (!r->fits) {
+        if (r->fits)
+            st = dfg_remat_log_record(p, c.copy_node, (const dfg_node *const *)c.copy_orig,
+                                      (const uint32_t *const *)c.copy_in, c.n_copies, c.rounds, c.batched_rounds);
+        if (st) st = dfg_program_err(p, st, "remat: out of memory");
+        else if (!r->fits) {
             char dom[256];
             dominant(r->peak, dom, sizeof(dom));
             st = dfg_program_err(p, DFG_ERR_ARG,
@@ -554,6 +575,6 @@ dfg_status dfg_pass_remat(dfg_program *p, const dfg_options *o) {
     for (int gi = 0; c.orders && gi < p->n_graphs; gi++) free(c.orders[gi]);
     for (int gi = 0; c.memo && gi < p->n_graphs; gi++) free(c.memo[gi].in), free(c.memo[gi].out);
     free(c.memo), free(c.stamp);
-    free(c.orders), free(c.n_order), free(c.red), free(c.copy_orig), free(c.copy_node);
+    free(c.orders), free(c.n_order), free(c.red), free(c.copy_orig), free(c.copy_node), free(c.copy_in);
     return st;
 }

@@ -40,6 +40,7 @@ dfg_options dfg_plan_options(const dfg_plan_info *info) {
     o.no_fuse = info->no_fuse;
     o.memory_budget = info->memory_budget;
     o.memory_min = info->memory_min;
+    o.remat_replay = info->plan ? info->plan->remat : NULL; /* a loaded plan is not searched for again */
     return o;
 }
 

@@ -12,11 +12,11 @@
  * any check is refused with one line naming the file and the problem; nothing crashes, hangs or
  * allocates more than a small multiple of the file's size.
  *
- * ---------------------------------------------------------------- format, version 11
+ * ---------------------------------------------------------------- format, version 12
  * Integers are little-endian. str = u32 byte length + the bytes (no NUL; names <= 4096 bytes,
  * setting values <= 1 MiB). f32 = the IEEE-754 bits as a u32.
  *
- *   header    "DFGPLAN\0" (8 bytes) | u32 format version (11) | u32 section count
+ *   header    "DFGPLAN\0" (8 bytes) | u32 format version (12) | u32 section count
  *   section   u32 kind | u64 payload length | u32 CRC-32 of the payload (IEEE 802.3, as zlib's
  *             crc32) | payload
  *
@@ -55,7 +55,15 @@
  *               u32 buffer count | per buffer (a range of the arena: a tensor's storage shared
  *               by its views, versions and in-place outputs): u32 owner tensor id | u64 offset |
  *               u64 size | i32 first, i32 last timeline step it is live (-1, -1: never) |
- *               per compiled tensor: u32 its buffer's index + 1 (0: no bytes) | u64 its bytes
+ *               per compiled tensor: u32 its buffer's index + 1 (0: no bytes) | u64 its bytes |
+ *               u8 1 when remat ran (a memory budget or memory_min), then its decisions
+ *               (passes/plan.h, dfg_remat_log): i32 rounds | i32 batched rounds | u32 n | n x copy,
+ *               in the order made (each one's outputs take the next tensor ids) | u32 n | n x
+ *               redirect | u32 graph count | per graph: u32 n | n x u32 node, its order as remat
+ *               left it. A node is named by the id of its first output.
+ *     copy      u32 graph | u32 node copied | u32 node it must follow + 1 (0: none) | u32 n_in |
+ *               n_in x u32 tensor id it reads
+ *     redirect  u32 reading node | u32 input slot | u32 tensor id it reads instead (a copy's)
  *   8 declarations  what the pipeline declared (graph/declare.c): str host init symbol | str host
  *               release symbol ("": none) | u32 n | n x str rollout stage | u32 n | n x u32 ref of
  *               a rollout tensor | u32 ref of the shared-prompt tokens | i64 shared prompt length
@@ -69,7 +77,8 @@
  * lacked the entropy ops; version 7 lacked nullable metrics and rollouts-only plans; version 8
  * lacked stages that end early, run on a condition or a count of times (dfg_stage_until,
  * dfg_stage_when, dfg_stage_runs); version 9 lacked batch-invariant plans; version 10 lacked the base_model role (LoRA's frozen
- * base weights) and NF4 dequantisation. Their files are refused with a request to
+ * base weights) and NF4 dequantisation; version 11 lacked remat's decisions, so every load
+ * searched for them again. Their files are refused with a request to
  * re-run dfg compile rather than read: a lost scope or budget would silently give a different
  * memory plan than the pipeline (or its dfg compile line) asks for, and a plan file is rebuilt
  * from its pipeline in seconds.
@@ -81,7 +90,8 @@
  *     aligned and every buffer inside the arena, no two buffers that are live at the same step
  *     sharing a byte, every tensor inside its buffer, the bytes of every stored tensor equal to
  *     what its shape and dtype take;
- *   - after the program is rebuilt and compiled with dfg_plan_options(info) (dfg_plan_compile):
+ *   - after the program is rebuilt and compiled with dfg_plan_options(info) (dfg_plan_compile:
+ *     every pass runs, but remat makes the recorded copies instead of searching for them):
  *     this dfg's schedule and memory plan must equal the file's, node for node and byte for
  *     byte. A file from a dfg whose compiler plans differently is refused (re-run dfg compile)
  *     instead of running with a memory plan other than the one dfg compile and dfg inspect
@@ -102,7 +112,7 @@
 #include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 11u
+#define DFG_PLAN_VERSION 12u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

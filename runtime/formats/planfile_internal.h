@@ -94,6 +94,7 @@ struct dfg_plan_record {
     dfg_plan_buf_rec *bufs;       /* [buffer] */
     uint32_t *tensor_buf;         /* [compiled tensor]: buffer index + 1, 0: no bytes */
     uint64_t *tensor_bytes;       /* [compiled tensor] */
+    struct dfg_remat_log *remat;  /* remat's decisions (passes/plan.h), in the arena; NULL: remat did not run */
 };
 
 /* A new empty record (NULL when out of memory); dfg_plan_record_free releases it. */

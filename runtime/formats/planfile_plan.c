@@ -70,6 +70,31 @@ static bool record_buffers(dfg_plan_record *rec, const dfg_program *p) {
     return true;
 }
 
+/* A copy of remat's log in the record's arena (the record outlives the program). */
+static bool record_remat(dfg_plan_record *rec, const dfg_remat_log *log) {
+    dfg_remat_log *x = rec_alloc(rec, 1, sizeof(*x));
+    if (!x) return false;
+    *x = *log;
+    x->copies = rec_alloc(rec, log->n_copies, sizeof(*x->copies));
+    x->redirects = rec_alloc(rec, log->n_redirects, sizeof(*x->redirects));
+    x->n_order = rec_alloc(rec, log->n_graphs, sizeof(*x->n_order));
+    x->order = rec_alloc(rec, log->n_graphs, sizeof(*x->order));
+    if (!x->copies || !x->redirects || !x->n_order || !x->order) return false;
+    for (uint32_t i = 0; i < log->n_copies; i++) {
+        x->copies[i] = log->copies[i];
+        if (!(x->copies[i].in = rec_alloc(rec, log->copies[i].n_in, sizeof(uint32_t)))) return false;
+        memcpy(x->copies[i].in, log->copies[i].in, sizeof(uint32_t) * log->copies[i].n_in);
+    }
+    if (log->n_redirects) memcpy(x->redirects, log->redirects, sizeof(*x->redirects) * log->n_redirects);
+    for (uint32_t g = 0; g < log->n_graphs; g++) {
+        x->n_order[g] = log->n_order[g];
+        if (!(x->order[g] = rec_alloc(rec, log->n_order[g], sizeof(uint32_t)))) return false;
+        if (log->n_order[g]) memcpy(x->order[g], log->order[g], sizeof(uint32_t) * log->n_order[g]);
+    }
+    rec->remat = x;
+    return true;
+}
+
 dfg_plan_record *dfg_plan_record_of(const dfg_program *p) {
     dfg_plan_record *rec = dfg_plan_record_new();
     if (!rec) return NULL;
@@ -77,7 +102,7 @@ dfg_plan_record *dfg_plan_record_of(const dfg_program *p) {
     rec->arena_bytes = plan->mem.arena_bytes;
     rec->align = (uint32_t)plan->opt.align;
     rec->n_steps = (uint32_t)plan->n_steps;
-    if (!record_schedule(rec, p) || !record_buffers(rec, p)) {
+    if (!record_schedule(rec, p) || !record_buffers(rec, p) || (plan->remat_log && !record_remat(rec, plan->remat_log))) {
         dfg_plan_record_free(rec);
         return NULL;
     }

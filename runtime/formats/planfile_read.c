@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../passes/plan.h"
 #include "planfile_internal.h"
 
 /* Caps on counts the file declares. Each is also checked against the bytes left, so an
@@ -382,6 +383,41 @@ static void read_buffers(dfg_plan_reader *r, cursor *c, dfg_plan_record *rec) {
     }
 }
 
+/* remat's decisions: every count checked against what is left; ids are checked when they are
+ * applied (passes/remat_log.c), against the rebuilt program. */
+static void read_remat(dfg_plan_reader *r, cursor *c, dfg_plan_record *rec) {
+    dfg_remat_log *log = rec->remat = rec_array(r, rec, 1, sizeof(*log));
+    if (!log) return;
+    log->rounds = (int32_t)get_u32(c, "remat's rounds");
+    log->batched_rounds = (int32_t)get_u32(c, "remat's batched rounds");
+    log->n_copies = get_count(c, MAX_TENSORS, 16, "recomputed copies");
+    log->copies = rec_array(r, rec, log->n_copies, sizeof(*log->copies));
+    for (uint32_t i = 0; i < log->n_copies && !r->status; i++) {
+        dfg_remat_copy *x = &log->copies[i];
+        x->graph = get_u32(c, "a copy's graph");
+        x->src = get_u32(c, "the node a copy copies");
+        x->after = get_u32(c, "the node a copy follows");
+        x->n_in = get_count(c, 16, 4, "inputs of a copy");
+        x->in = rec_array(r, rec, x->n_in, sizeof(uint32_t));
+        for (uint32_t j = 0; j < x->n_in && !r->status; j++) x->in[j] = get_u32(c, "a copy's input");
+    }
+    log->n_redirects = get_count(c, MAX_TENSORS, 12, "redirected reads");
+    log->redirects = rec_array(r, rec, log->n_redirects, sizeof(*log->redirects));
+    for (uint32_t i = 0; i < log->n_redirects && !r->status; i++) {
+        log->redirects[i].reader = get_u32(c, "a redirected reader");
+        log->redirects[i].slot = get_u32(c, "a redirected input");
+        log->redirects[i].tensor = get_u32(c, "what a reader reads instead");
+    }
+    log->n_graphs = get_count(c, MAX_GRAPHS, 4, "graphs remat ordered");
+    log->n_order = rec_array(r, rec, log->n_graphs, sizeof(uint32_t));
+    log->order = rec_array(r, rec, log->n_graphs, sizeof(uint32_t *));
+    for (uint32_t g = 0; g < log->n_graphs && !r->status; g++) {
+        log->n_order[g] = get_count(c, MAX_TENSORS, 4, "nodes remat ordered");
+        log->order[g] = rec_array(r, rec, log->n_order[g], sizeof(uint32_t));
+        for (uint32_t i = 0; i < log->n_order[g] && !r->status; i++) log->order[g][i] = get_u32(c, "a node remat ordered");
+    }
+}
+
 static void read_plan(dfg_plan_reader *r, cursor *c) {
     dfg_plan_record *rec = r->plan = dfg_plan_record_new();
     if (!rec) return (void)dfg_reader_err(r, DFG_ERR_NOMEM, "out of memory");
@@ -396,8 +432,8 @@ static void read_plan(dfg_plan_reader *r, cursor *c) {
     read_schedule(r, c, rec);
     read_buffers(r, c, rec);
     if (r->status) return;
-    /* the tensor table is last: its length is the count declared up front, checked against what is left */
-    if ((rec->n_tensors > MAX_TENSORS || (uint64_t)rec->n_tensors * 12u != c->n - c->off))
+    /* the tensor table: its length is the count declared up front, checked against what is left */
+    if ((rec->n_tensors > MAX_TENSORS || (uint64_t)rec->n_tensors * 12u + 1u > c->n - c->off))
         return (void)dfg_reader_err(r, DFG_ERR_FORMAT,
                                     "section 'plan' is malformed: %u compiled tensors need %llu bytes, %zu left",
                                     rec->n_tensors, (unsigned long long)rec->n_tensors * 12u, c->n - c->off);
@@ -407,6 +443,7 @@ static void read_plan(dfg_plan_reader *r, cursor *c) {
         rec->tensor_buf[i] = get_u32(c, "a tensor's buffer");
         rec->tensor_bytes[i] = get_u64(c, "a tensor's size");
     }
+    if (get_u8(c, "whether remat ran")) read_remat(r, c, rec);
     end_of_section(c);
 }
 
@@ -455,7 +492,8 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                               : version == 8 ? "stages that end early or run on a condition (decode's early end, length "
                                                "buckets)"
                               : version == 9 ? "batch-invariant plans"
-                                             : "LoRA's frozen base weights and NF4 dequantisation");
+                              : version == 10 ? "LoRA's frozen base weights and NF4 dequantisation"
+                                              : "remat's recorded decisions (it would search again at every load)");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

@@ -267,6 +267,34 @@ static void write_stages(wbuf *w, const dfg_program *p) {
     section_end(w, at);
 }
 
+/* remat's decisions (format in planfile.h): u8 0 when remat did not run. */
+static void write_remat(wbuf *w, const dfg_remat_log *log) {
+    put_u8(w, log ? 1u : 0u);
+    if (!log) return;
+    put_u32(w, (uint32_t)log->rounds);
+    put_u32(w, (uint32_t)log->batched_rounds);
+    put_u32(w, log->n_copies);
+    for (uint32_t i = 0; i < log->n_copies; i++) {
+        const dfg_remat_copy *c = &log->copies[i];
+        put_u32(w, c->graph);
+        put_u32(w, c->src);
+        put_u32(w, c->after);
+        put_u32(w, c->n_in);
+        for (uint32_t j = 0; j < c->n_in; j++) put_u32(w, c->in[j]);
+    }
+    put_u32(w, log->n_redirects);
+    for (uint32_t r = 0; r < log->n_redirects; r++) {
+        put_u32(w, log->redirects[r].reader);
+        put_u32(w, log->redirects[r].slot);
+        put_u32(w, log->redirects[r].tensor);
+    }
+    put_u32(w, log->n_graphs);
+    for (uint32_t g = 0; g < log->n_graphs; g++) {
+        put_u32(w, log->n_order[g]);
+        for (uint32_t i = 0; i < log->n_order[g]; i++) put_u32(w, log->order[g][i]);
+    }
+}
+
 /* The schedule and memory plan (format in planfile.h); lifetimes -1 are stored as their bits. */
 static void write_plan(wbuf *w, const dfg_plan_record *rec) {
     size_t at = section_begin(w, DFG_PLAN_SEC_PLAN);
@@ -295,6 +323,7 @@ static void write_plan(wbuf *w, const dfg_plan_record *rec) {
         put_u32(w, rec->tensor_buf[i]);
         put_u64(w, rec->tensor_bytes[i]);
     }
+    write_remat(w, rec->remat);
     section_end(w, at);
 }
 
