@@ -108,6 +108,10 @@ void dfg_plan_report(dfg_program *p, dfg_plan *plan);
 double dfg_seconds(void);
 void dfg_plan_time(dfg_plan *plan, const char *name, double seconds);
 
+/* The frozen base model's parameters as the model has them: NF4 weights count the elements
+ * they dequantise to, their packed bytes and quantisation state nothing (-1: out of memory). */
+int64_t dfg_base_params(const dfg_program *p);
+
 /* The graph's stage index, or -1 when the graph is not staged. */
 int dfg_graph_stage_index(const dfg_program *p, const dfg_graph *g);
 /* Zeroed memory from plan->arena: the program's arena for the real plan (it lives as long as the

@@ -61,3 +61,28 @@ void dfg_plan_report(dfg_program *p, dfg_plan *plan) {
         }
     }
 }
+
+/* A frozen tensor stored in NF4 holds packed bytes and quantisation state, not parameters: the
+ * parameters are the elements its nf4_dequant gives (read as input 0); its state tensors (the
+ * dequant's other inputs) count nothing. Every other frozen base tensor counts its elements. */
+int64_t dfg_base_params(const dfg_program *p) {
+    enum { PLAIN, PACKED_COUNTED, STATE };
+    unsigned char *seen = calloc((size_t)p->n_tensors + 1, 1);
+    if (!seen) return -1;
+    int64_t n = 0;
+    for (int gi = 0; gi < p->n_graphs; gi++)
+        for (int i = 0; i < p->graphs[gi]->n_nodes; i++) {
+            const dfg_node *m = p->graphs[gi]->nodes[i];
+            if (m->op != DFG_OP_NF4_DEQUANT) continue;
+            for (int j = 0; j < m->n_in; j++) {
+                int id = m->in[j]->id;
+                if (j == 0 && seen[id] != PACKED_COUNTED) n += dfg_shape_numel(m->out[0]->shape);
+                seen[id] = j == 0 ? PACKED_COUNTED : STATE;
+            }
+        }
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i]->role == DFG_ROLE_BASE_MODEL && p->tensors[i]->kind != DFG_TEMP && seen[i] == PLAIN)
+            n += dfg_shape_numel(p->tensors[i]->shape);
+    free(seen);
+    return n;
+}

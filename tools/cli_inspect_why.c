@@ -115,9 +115,9 @@ char *cli_category_why(const dfg_program *p, const cli_category_facts *all, dfg_
                  count_str((double)f->numel, n, sizeof(n)), all[DFG_CAT_BASE_MODEL].peak_tensors ? " (LoRA adapters)" : "");
         break;
     case DFG_CAT_BASE_MODEL:
-        snprintf(buf, len, "%d tensors, %s values: the frozen base model (LoRA): its bytes only, no gradients, moments or "
-                 "master copies; the reference model is this base with the adapters off; largest %s", f->peak_tensors,
-                 count_str((double)f->numel, n, sizeof(n)), big);
+        snprintf(buf, len, "%d tensors, %s parameters: the frozen base model (LoRA): its bytes only, no gradients, moments "
+                 "or master copies; the reference model is this base with the adapters off; largest %s", f->peak_tensors,
+                 count_str((double)dfg_base_params(p), n, sizeof(n)), big); /* NF4: dequantised counts */
         break;
     case DFG_CAT_GRADS:
         snprintf(buf, len, "%d tensors: one gradient per trained weight, kept from the backward to the update "
