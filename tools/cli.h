@@ -171,11 +171,18 @@ int cli_st_save(dfg_runtime *rt, const char *path, const char *const *file_names
  * directory that already holds a checkpoint is refused. *lock_fd: close it to unlock. Returns an
  * exit code. */
 int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd);
+/* The frozen base a LoRA run's adapters train on: the digest of its weights as loaded
+ * (dfg_weights_base_digest; "" for a plan without one) and where they came from (--weights),
+ * recorded in every checkpoint so that a resume on another base is refused. */
+typedef struct {
+    char digest[40];
+    const char *from;
+} cli_base;
 /* Writes the checkpoint (path gets its file name). A failure (a full disk, say) leaves the
  * previous checkpoint whole (dfg_st_write replaces it only by a rename) and returns an exit code
  * with the reason in err, printing nothing: the caller says what survived. */
-int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, char *path, size_t path_len,
-                  char *err, size_t err_len); /* file: NULL for CLI_CKPT_FILE */
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, const cli_base *base, char *path,
+                  size_t path_len, char *err, size_t err_len); /* file: NULL for CLI_CKPT_FILE */
 /* Opens what --resume names (a checkpoint directory, or a checkpoint file) and reads its
  * metadata: *step (required) and *seed (*has_seed false when absent). */
 int cli_ckpt_open(const char *resume, dfg_safetensors **st, char *path, size_t path_len, int64_t *step,

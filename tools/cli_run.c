@@ -92,6 +92,7 @@ typedef struct {
     const run_args *a;
     dfg_runtime *rt;
     uint64_t seed;
+    cli_base base;        /* a LoRA plan's frozen base, recorded in checkpoints */
     const char *ckpt_dir; /* NULL: no checkpoints */
     int64_t last_saved;   /* step of the last checkpoint written; -1: none */
     int64_t on_disk;      /* step ckpt_dir's checkpoint holds (written, or resumed from there); -1: none */
@@ -289,7 +290,7 @@ static int checkpoint(run_state *s, bool announce) {
         return CLI_OK;
     }
     double t0 = now_s();
-    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, &s->base, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
         s->unsaved = step;
         return CLI_FAILED;
     }
@@ -358,7 +359,7 @@ static int stop_saving(run_state *s, const char *why) {
     if (s->rank > 0) return cli_error(CMD, CLI_FAILED, "%s: rank %d: %s", s->a->plan, s->rank, why);
     if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; %s", s->a->plan, why, nothing_kept(s));
     if (s->guard && cli_guard_restore(s->guard)) return cli_error(CMD, CLI_FAILED, "%s: %s", s->a->plan, why);
-    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, NULL, s->seed, &s->base, path, sizeof(path), s->save_error, sizeof(s->save_error))) {
         still_saved(s, kept, sizeof(kept));
         return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (the last good one) was not saved: "
                          "%s; %s", s->a->plan, why, good, s->save_error, kept);
@@ -381,7 +382,7 @@ static int stop_after_update(run_state *s, const char *why) {
     if (!s->ckpt_dir) return cli_error(CMD, CLI_FAILED, "%s: %s; %s", s->a->plan, why, nothing_kept(s));
     still_saved(s, kept, sizeof(kept));
     snprintf(file, sizeof(file), "checkpoint-step-%" PRId64 ".safetensors", step);
-    if (cli_ckpt_save(s->rt, s->ckpt_dir, file, s->seed, path, sizeof(path), s->save_error, sizeof(s->save_error)))
+    if (cli_ckpt_save(s->rt, s->ckpt_dir, file, s->seed, &s->base, path, sizeof(path), s->save_error, sizeof(s->save_error)))
         return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " was not saved: %s; %s", s->a->plan,
                          why, step, s->save_error, kept);
     return cli_error(CMD, CLI_FAILED, "%s: %s; the state after step %" PRId64 " (not known to be good) is saved to %s "
@@ -533,7 +534,15 @@ static int prepare(run_state *s, const dfg_safetensors *ckpt, const char *ckpt_p
             return cli_error(CMD, CLI_USAGE, "%s", dfg_runtime_error(s->rt));
         cli_say("loaded the adapter from %s (%d tensors)\n", a->adapter, n_loaded);
     }
+    /* the base the adapters train on (none without --weights: a checkpoint then refuses to resume
+     * for want of the base, below) */
+    if (a->weights && dfg_weights_base_digest(s->rt, s->base.digest, sizeof(s->base.digest)))
+        return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(s->rt));
+    s->base.from = a->weights;
     if (ckpt) {
+        if (dfg_weights_check_base(s->rt, dfg_st_metadata(ckpt, "dfg.base"), dfg_st_metadata(ckpt, "dfg.base_from"),
+                                   ckpt_path, a->weights))
+            return cli_error(CMD, CLI_USAGE, "--resume: %s", dfg_runtime_error(s->rt));
         if ((rc = cli_ckpt_restore(s->rt, ckpt, ckpt_path, ckpt_step))) return rc;
         cli_say("resumed from %s: step %" PRId64 ", %d tensors\n", ckpt_path, ckpt_step, dfg_st_count(ckpt));
         s->last_saved = ckpt_step;

@@ -124,8 +124,8 @@ int cli_ckpt_prepare(const char *dir, bool resuming, int *lock_fd) {
     return CLI_OK;
 }
 
-int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, char *path, size_t path_len,
-                  char *err, size_t err_len) {
+int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t seed, const cli_base *base, char *path,
+                  size_t path_len, char *err, size_t err_len) {
     const dfg_program *p = dfg_runtime_program(rt);
     snprintf(path, path_len, "%s/%s", dir, file ? file : CLI_CKPT_FILE);
     const dfg_tensor **ts = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(*ts));
@@ -143,8 +143,10 @@ int cli_ckpt_save(dfg_runtime *rt, const char *dir, const char *file, uint64_t s
     snprintf(sd, sizeof(sd), "%" PRIu64, seed);
     snprintf(th, sizeof(th), "%d", dfg_runtime_threads(rt));
     const char *meta[] = {"format", "pt", "producer", "dfg", "dfg.program", p->name, "dfg.step", step, "dfg.seed", sd,
-                          "dfg.threads", th};
-    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, 6, err, err_len);
+                          "dfg.threads", th, "dfg.base", base ? base->digest : "", "dfg.base_from",
+                          base && base->from ? base->from : ""};
+    bool has_base = base && base->digest[0];
+    int rc = cli_st_save(rt, path, names, (const dfg_tensor *const *)ts, n, meta, has_base ? 8 : 6, err, err_len);
     free(ts);
     free(names);
     return rc;

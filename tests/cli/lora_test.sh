@@ -16,7 +16,7 @@ MODEL=(--set model_type=qwen3 --set num_hidden_layers=2 --set hidden_size=32 --s
        --set num_key_value_heads=2 --set head_dim=8 --set intermediate_size=64)
 
 # ---------------------------------------------------------------- a base model to adapt
-run "$DFG" compile "$SRC/examples/grpo.c" -o full.dfg "${MODEL[@]}"
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o full.dfg "${MODEL[@]}"
 expect_rc 0 "compile a fully trained plan"
 run "$DFG" run full.dfg --steps 0 --save base/
 expect_rc 0 "write its random initialisation as a Hugging Face directory"
@@ -24,7 +24,7 @@ check "base/config.json written" test -s base/config.json
 
 LORA=(--set model="$WORK/base" --set lora_r=4 --set lora_alpha=8 --set lora_target_modules=all-linear --set beta=0.04
       --set learning_rate=1e-3)
-run "$DFG" compile "$SRC/examples/grpo.c" -o lora.dfg "${LORA[@]}"
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o lora.dfg "${LORA[@]}"
 expect_rc 0 "compile a LoRA plan from it"
 expect_in out.txt "trained parameters (LoRA adapters) on a" "compile says what trains and what is frozen"
 run "$DFG" inspect lora.dfg
@@ -50,6 +50,15 @@ expect_rc 0 "--weights base --resume: 2 more steps"
 run "${ST[@]}" same full/checkpoint.safetensors half/checkpoint.safetensors
 expect_rc 0 "4 steps = 2 + resume + 2: adapters and moments bit-identical"
 
+# a checkpoint records the base it trained on: resuming it on another base is refused, naming both
+run "$DFG" run full.dfg --steps 0 --seed 99 --save base2/
+expect_rc 0 "another base (another random initialisation)"
+run "$DFG" run lora.dfg --weights base2 --resume half --steps 2 --threads 1
+expect_rc 2 "--resume on another base"
+expect_in err.txt "was trained on base xxh64:" "the refusal names the checkpoint's base digest"
+expect_in err.txt "(base), --weights base2 is xxh64:" "... where it came from, and the new base's"
+expect_one_line "the other base's refusal"
+
 # ---------------------------------------------------------------- PEFT's format out and in
 run "$DFG" run lora.dfg --weights base --steps 2 --threads 1 --save adapter/
 expect_rc 0 "--save DIR/ of a LoRA plan"
@@ -68,7 +77,7 @@ run "$DFG" run lora.dfg --weights base --steps 2 --threads 1 --save same.safeten
 run "${ST[@]}" close again.safetensors same.safetensors 0
 expect_rc 0 "the adapter read back equals the adapters that wrote it"
 
-run "$DFG" compile "$SRC/examples/grpo.c" -o r8.dfg "${LORA[@]}" --set lora_r=8
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o r8.dfg "${LORA[@]}" --set lora_r=8
 run "$DFG" run r8.dfg --weights base --adapter adapter --steps 0
 expect_rc 2 "an adapter of another rank"
 expect_in err.txt "the adapter has r=4, lora_alpha=8; the plan lora_r=8" "the refusal names both ranks"
@@ -92,7 +101,7 @@ expect_rc 0 "--save DIR/ --merge"
 "${ST[@]}" names merged/model.safetensors >mnames.txt
 check "the merged directory holds base weights under their own names, no adapter" \
   bash -c 'grep -q "^model.layers.0.self_attn.q_proj.weight$" mnames.txt && ! grep -q lora mnames.txt'
-run "$DFG" compile "$SRC/examples/grpo.c" -o q4.dfg "${LORA[@]}" --set load_in_4bit=true --set bnb_4bit_use_double_quant=true
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o q4.dfg "${LORA[@]}" --set load_in_4bit=true --set bnb_4bit_use_double_quant=true
 expect_rc 0 "compile a QLoRA plan (double quantisation)"
 run "$DFG" run q4.dfg --weights base --adapter adapter --steps 2 --threads 1 --save q4merged/ --merge
 expect_rc 0 "QLoRA: the base quantised as it loads, two steps, merged out"
@@ -107,7 +116,7 @@ expect_rc 3 "... and not the base itself (4 bits changed it)"
 # (it once trained with alpha/sqrt(r) for =1 and saved "use_rslora": false, so PEFT loaded the
 # adapter at alpha/r): every spelling of true trains the same adapter and saves true
 for v in 1 true yes; do
-  run "$DFG" compile "$SRC/examples/grpo.c" -o rs_$v.dfg "${LORA[@]}" --set use_rslora=$v
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o rs_$v.dfg "${LORA[@]}" --set use_rslora=$v
   expect_rc 0 "compile with use_rslora=$v"
   run "$DFG" run rs_$v.dfg --weights base --steps 2 --threads 1 --save rs_$v/
   expect_rc 0 "train with use_rslora=$v"
@@ -121,7 +130,7 @@ expect_rc 0 "... and so does use_rslora=yes"
 run "$DFG" run lora.dfg --weights base --steps 2 --threads 1 --save rs_off/
 run "${ST[@]}" same rs_off/adapter_model.safetensors rs_true/adapter_model.safetensors
 expect_rc 3 "... which is not the adapter of use_rslora=false (the scale differs)"
-run "$DFG" compile "$SRC/examples/grpo.c" -o rs_bad.dfg "${LORA[@]}" --set use_rslora=maybe
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o rs_bad.dfg "${LORA[@]}" --set use_rslora=maybe
 expect_rc 2 "use_rslora=maybe is refused"
 expect_in err.txt "setting 'use_rslora': 'maybe' is not a boolean (true/false, 1/0, yes/no, on/off)" "... naming the key and what it accepts"
 
