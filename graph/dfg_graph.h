@@ -166,7 +166,7 @@ typedef enum {
     DFG_SETTING_ENGINE, /* the compiler and the runtime */
     DFG_SETTING_MODEL,  /* the model: config.json's keys */
     DFG_SETTING_DATA,   /* prompts, datasets and rewards */
-    DFG_SETTING_GRPO,   /* the GRPO pipeline (examples/grpo.c): batch, rollout, loss */
+    DFG_SETTING_GRPO,   /* the GRPO pipeline (examples/grpo/grpo.c): batch, rollout, loss */
     DFG_SETTING_OPTIM,  /* AdamW and clipping */
     DFG_SETTING_LORA,   /* PEFT's LoRA and bitsandbytes' 4-bit base */
     DFG_SETTING_OWNER_COUNT

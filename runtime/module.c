@@ -19,8 +19,8 @@ static bool module_at(const char *dir, const char *file, char *out, size_t len) 
 }
 
 /* Where the module is: in $DFG_MODULE_DIR when it is set (and only there), else beside the object
- * this code is linked into (the dfg executable, a test, or libdfg.so) or in the build tree's top
- * directory. */
+ * this code is linked into (the dfg executable, a test, or libdfg.so), in ../lib/dfg from there
+ * (an installed dfg: cmake --install), or in the build tree's top directory. */
 static bool find_module(const char *file, char *out, size_t len, char *where, size_t where_len) {
     const char *env = getenv("DFG_MODULE_DIR");
     if (env && *env) {
@@ -35,8 +35,10 @@ static bool find_module(const char *file, char *out, size_t len, char *where, si
         if (slash) *slash = '\0';
         else snprintf(self, sizeof(self), ".");
     }
-    const char *dirs[] = {self, DFG_MODULE_BUILD_DIR};
-    snprintf(where, where_len, "%s%s%s", self, *DFG_MODULE_BUILD_DIR ? " or " : "", DFG_MODULE_BUILD_DIR);
+    char installed[4200];
+    snprintf(installed, sizeof(installed), "%s/../lib/dfg", self);
+    const char *dirs[] = {self, installed, DFG_MODULE_BUILD_DIR};
+    snprintf(where, where_len, "%s, %s%s%s", self, installed, *DFG_MODULE_BUILD_DIR ? " or " : "", DFG_MODULE_BUILD_DIR);
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
         if (module_at(dirs[i], file, out, len)) return true;
     return false;

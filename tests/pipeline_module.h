@@ -34,12 +34,9 @@ static inline void *pm_build(const char *src, const char *name) {
     snprintf(log, sizeof(log), "%s.log", so);
     strncat(so, ".so", sizeof(so) - strlen(so) - 1);
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-    const char *d = pm_source_dir();
-    /* the public headers' directories and the examples' tasks, as dfg compile gives them */
-    snprintf(cmd, sizeof(cmd),
-             "%s -std=c11 -O1 -fPIC -shared -D_GNU_SOURCE -I'%s/graph' -I'%s/ops' -I'%s/ops/nn' -I'%s/passes' "
-             "-I'%s/runtime/formats' -I'%s/runtime' -I'%s/runtime/host' -I'%s/examples/tasks' -o '%s' '%s' '%s' 2>'%s'",
-             cc, d, d, d, d, d, d, d, d, so, src, DFG_TASKS_LIB, log);
+    /* the one include folder and the archives, as dfg compile gives them */
+    snprintf(cmd, sizeof(cmd), "%s -std=c11 -O1 -fPIC -shared -D_GNU_SOURCE -I'%s' -o '%s' '%s' '%s' '%s' 2>'%s'", cc,
+             DFG_INCLUDE_DIR, so, src, DFG_GRPO_LIB, DFG_TASKS_LIB, log);
     int rc = system(cmd);
     if (rc != 0) {
         char msg[2048] = "";

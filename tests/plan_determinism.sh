@@ -29,7 +29,7 @@ for variant in "grpo:$build/tests/grpo_pipeline.so:cpu:beta=0.04 num_iterations=
   same "$work/$name.1.dfg" "$work/$name.pattern.dfg" "$name, by an engine built with -ftrivial-auto-var-init=pattern"
   same "$work/$name.pattern.dfg" "$work/$name.zero.dfg" "$name, pattern vs zero"
 done
-(cd "$work" && "$build/dfg" compile "$src/examples/grpo.c" -o a.dfg >/dev/null && sleep 1 &&
- "$build/dfg" compile "$src/examples/grpo.c" -o b.dfg >/dev/null)
-same "$work/a.dfg" "$work/b.dfg" "dfg compile examples/grpo.c twice, a second apart (with its host code)"
+(cd "$work" && "$build/dfg" compile "$src/examples/grpo/grpo.c" -o a.dfg >/dev/null && sleep 1 &&
+ "$build/dfg" compile "$src/examples/grpo/grpo.c" -o b.dfg >/dev/null)
+same "$work/a.dfg" "$work/b.dfg" "dfg compile examples/grpo/grpo.c twice, a second apart (with its host code)"
 exit $fail

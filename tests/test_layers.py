@@ -38,13 +38,15 @@ ALLOWED = {
     "runtime/host": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/weights", "runtime/host"},
     "tools/dot": {"graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "tools/dot"},
     "tools": {"graph", "ops", "ops/cpu", "ops/cuda", "runtime/cuda/emu/simt", "ops/nn", "passes", "runtime/formats", "runtime",
-              "runtime/weights", "runtime/host", "tools", "tools/dot", "examples/tasks"},
+              "runtime/weights", "runtime/host", "tools", "tools/dot", "examples/tasks", "examples/grpo"},
+    # the example tasks and rewards; the GRPO pipeline's room, on the tasks
     "examples/tasks": {"public", "examples/tasks"},
-    "examples": {"public", "examples/tasks"},
+    "examples/grpo": {"public", "examples/tasks", "examples/grpo"},
+    "examples": {"public", "examples/tasks", "examples/grpo"},
 }
 # the directories on the include path of the engine's targets (CMakeLists.txt DFG_PUBLIC_DIRS)
 INCLUDE_PATH = ["graph", "ops", "ops/nn", "passes", "runtime/formats", "runtime", "runtime/weights", "runtime/host",
-                "examples/tasks",
+                "examples/tasks", "examples/grpo",
                 "ops/cuda", "runtime/cuda/emu"]
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

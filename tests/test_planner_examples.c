@@ -122,25 +122,29 @@ static void test_big(void *lib, const char *name) {
 int main(void) {
     dfg_test_init("test_planner_examples");
     if (!dfg_test_tmpdir_create("dfg_examples")) return 1;
-    char dir[1100];
-    snprintf(dir, sizeof(dir), "%s/examples", pm_source_dir());
-    DIR *d = opendir(dir);
-    CHECK(d, "cannot open %s", dir);
     int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len < 3 || strcmp(e->d_name + len - 2, ".c")) continue;
-        char src[1400], name[128];
-        snprintf(src, sizeof(src), "%s/%s", dir, e->d_name);
-        snprintf(name, sizeof(name), "%.*s", (int)(len - 2 < 100 ? len - 2 : 100), e->d_name);
-        void *lib = pm_build(src, name);
-        if (!lib) continue;
-        test_small(lib, name);
-        test_big(lib, name);
-        n++;
+    /* the pipelines: each examples/<name>.c, and examples/grpo/grpo.c (not its grpo_ helpers) */
+    static const char *const folders[] = {"examples", "examples/grpo"};
+    for (size_t f = 0; f < sizeof(folders) / sizeof(folders[0]); f++) {
+        char dir[1100];
+        snprintf(dir, sizeof(dir), "%s/%s", pm_source_dir(), folders[f]);
+        DIR *d = opendir(dir);
+        CHECK(d, "cannot open %s", dir);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            size_t len = strlen(e->d_name);
+            if (len < 3 || strcmp(e->d_name + len - 2, ".c") || !strncmp(e->d_name, "grpo_", 5)) continue;
+            char src[1400], name[128];
+            snprintf(src, sizeof(src), "%s/%s", dir, e->d_name);
+            snprintf(name, sizeof(name), "%.*s", (int)(len - 2 < 100 ? len - 2 : 100), e->d_name);
+            void *lib = pm_build(src, name);
+            if (!lib) continue;
+            test_small(lib, name);
+            test_big(lib, name);
+            n++;
+        }
+        if (d) closedir(d);
     }
-    if (d) closedir(d);
-    CHECK(n >= 1, "no example pipeline was tested");
+    CHECK(n >= 3, "%d example pipelines were tested (gpt2_train, gpt2_124m and grpo are there)", n);
     dfg_test_tmpdir_remove();
     return dfg_test_finish();
 }

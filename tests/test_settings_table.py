@@ -5,7 +5,7 @@ described and parsed:
   2. no code outside graph/ parses a setting's text: `dfg_program_setting(` (the raw text) is called
      only where the allowlist below says why, and no typed key (bool, int, float) is read as text
      with dfg_program_str or dfg_setting_str;
-  3. examples/grpo.c records the table's default for every key it reads and does not set (GPT-2,
+  3. examples/grpo/grpo.c records the table's default for every key it reads and does not set (GPT-2,
      Llama and LoRA settings alike), so the table's documentation is what a plan gets.
 usage: test_settings_table.py SOURCE_DIR DFG"""
 import os
@@ -81,7 +81,7 @@ def check_readers(rows):
 
 def recorded_settings(extra):
     with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run([DFG, "compile", os.path.join(SRC, "examples/grpo.c"), "-o", os.path.join(d, "p.dfg")] + extra,
+        r = subprocess.run([DFG, "compile", os.path.join(SRC, "examples/grpo/grpo.c"), "-o", os.path.join(d, "p.dfg")] + extra,
                            capture_output=True, text=True)
     if r.returncode:
         fail("compile %s: %s" % (" ".join(extra), r.stderr.strip()))
@@ -97,14 +97,14 @@ def check_defaults(rows):
         given = {extra[i + 1].split("=")[0] for i in range(0, len(extra), 2)}
         for key, value in recorded_settings(extra).items():
             if key not in rows:
-                fail("examples/grpo.c reads '%s', which the settings table lacks" % key)
+                fail("examples/grpo/grpo.c reads '%s', which the settings table lacks" % key)
             elif key not in given and rows[key][1] is not None and value != rows[key][1]:
-                fail("examples/grpo.c (%s) records %s=%s, the table's default is '%s'" % (" ".join(extra) or "defaults", key,
+                fail("examples/grpo/grpo.c (%s) records %s=%s, the table's default is '%s'" % (" ".join(extra) or "defaults", key,
                                                                                            value, rows[key][1]))
             else:
                 checked += 1
     if checked > 100:
-        print("ok - examples/grpo.c records the table's defaults (%d readings)" % checked)
+        print("ok - examples/grpo/grpo.c records the table's defaults (%d readings)" % checked)
     else:
         fail("only %d settings were compared" % checked)
 

@@ -541,7 +541,7 @@ static int64_t math_value_that_fits(fit_ctx *f, const fit_knob *m, int *rc) {
     return -1;
 }
 
-/* The math knobs that shrink the model's state itself (a pipeline declares them: examples/grpo.c
+/* The math knobs that shrink the model's state itself (a pipeline declares them: examples/grpo/grpo.c
  * offers lora_r=16 to a fully trained policy, load_in_4bit to a LoRA one): each tried on its own,
  * and the first value that fits named. CLI_NO_FIT, or an error's exit code. */
 static bool is_state_knob(const char *setting) { return !strcmp(setting, "lora_r") || !strcmp(setting, "load_in_4bit"); }

@@ -47,7 +47,7 @@ static const char *spec_default(const dfg_setting_spec *s) {
 static void print_settings_table(bool markdown) {
     static const char *const owner_title[DFG_SETTING_OWNER_COUNT] = {
         "the engine", "the model (config.json's names)", "prompts, datasets and rewards",
-        "GRPO (examples/grpo.c; TRL's names)", "the optimizer (TrainingArguments' names)", "LoRA and QLoRA (PEFT's and bitsandbytes' names)"};
+        "GRPO (examples/grpo/grpo.c; TRL's names)", "the optimizer (TrainingArguments' names)", "LoRA and QLoRA (PEFT's and bitsandbytes' names)"};
     char acc[512];
     if (!markdown) printf("settings dfg knows (graph/settings.def), by owner: key, type, default, accepted values, meaning\n");
     for (int o = 0; o < DFG_SETTING_OWNER_COUNT; o++) {

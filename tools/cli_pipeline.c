@@ -22,15 +22,40 @@
 
 extern char **environ;
 
-#ifndef DFG_SOURCE_DIR
-#error "DFG_SOURCE_DIR must be defined (the build passes the source tree's path)"
+#if !defined(DFG_INCLUDE_DIR) || !defined(DFG_TASKS_LIB) || !defined(DFG_GRPO_LIB)
+#error "the build passes DFG_INCLUDE_DIR (the headers pipelines see) and the DFG_TASKS_LIB and DFG_GRPO_LIB archives"
 #endif
 #ifndef DFG_C_COMPILER
 #define DFG_C_COMPILER "cc"
 #endif
-#ifndef DFG_TASKS_LIB
-#error "DFG_TASKS_LIB must be defined (the build passes the examples' tasks archive)"
-#endif
+
+/* What a pipeline compiles against: an installed dfg's own (<prefix>/include/dfg and the archives
+ * in <prefix>/lib/dfg, beside <prefix>/bin/dfg), else the build tree's. */
+typedef struct {
+    char include[4200], grpo[4200], tasks[4200];
+} pipeline_env;
+
+static bool is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static void find_pipeline_env(pipeline_env *e) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0'; /* <prefix>/bin */
+    snprintf(e->include, sizeof(e->include), "%s/../include/dfg", exe);
+    snprintf(e->grpo, sizeof(e->grpo), "%s/../lib/dfg/libdfg_grpo.a", exe);
+    snprintf(e->tasks, sizeof(e->tasks), "%s/../lib/dfg/libdfg_tasks.a", exe);
+    char header[4300];
+    snprintf(header, sizeof(header), "%s/dfg.h", e->include);
+    if (n > 0 && is_file(header) && is_file(e->grpo) && is_file(e->tasks)) return; /* installed */
+    snprintf(e->include, sizeof(e->include), "%s", DFG_INCLUDE_DIR);
+    snprintf(e->grpo, sizeof(e->grpo), "%s", DFG_GRPO_LIB);
+    snprintf(e->tasks, sizeof(e->tasks), "%s", DFG_TASKS_LIB);
+}
 
 /* "examples/gpt2_train.c" -> "gpt2_train" */
 void cli_stem_of(const char *path, char *out, size_t len) {
@@ -46,7 +71,9 @@ void cli_stem_of(const char *path, char *out, size_t len) {
  * tasks archive is linked in, so the shared object (embedded in the plan) carries what it uses
  * of them, and its calls into dfg resolve to the dfg that loads it. */
 void cli_pipeline_usage_note(FILE *f) {
-    fprintf(f, "The compiler is %s (override with $DFG_CC); headers come from %s.\n", DFG_C_COMPILER, DFG_SOURCE_DIR);
+    pipeline_env e;
+    find_pipeline_env(&e);
+    fprintf(f, "The compiler is %s (override with $DFG_CC); headers come from %s.\n", DFG_C_COMPILER, e.include);
 }
 
 void cli_build_args_init(cli_build_args *b) { *b = (cli_build_args){.target_name = "cpu", .target = DFG_TARGET_CPU}; }
@@ -94,27 +121,11 @@ int cli_pipeline_compile_so(const cli_pipeline *c, const char *so_path) {
     const char *pipeline = c->pipeline;
     const char *cc = getenv("DFG_CC");
     if (!cc || !*cc) cc = DFG_C_COMPILER;
-    /* the public headers' directories (CMakeLists.txt DFG_PUBLIC_DIRS) and the example tasks' */
-    static const char *const dirs[] = {"graph",   "ops",          "ops/nn",          "passes",        "runtime/formats",
-                                       "runtime", "runtime/weights", "runtime/host", "examples/tasks"};
-    enum { N_DIRS = sizeof(dirs) / sizeof(dirs[0]) };
-    char inc[N_DIRS][4200];
-    const char *argv[N_DIRS + 12];
-    int k = 0;
-    argv[k++] = cc;
-    argv[k++] = "-std=c11";
-    argv[k++] = "-O2";
-    argv[k++] = "-fPIC";
-    argv[k++] = "-shared";
-    for (int i = 0; i < N_DIRS; i++) {
-        snprintf(inc[i], sizeof(inc[i]), "-I%s/%s", DFG_SOURCE_DIR, dirs[i]);
-        argv[k++] = inc[i];
-    }
-    argv[k++] = "-o";
-    argv[k++] = so_path;
-    argv[k++] = pipeline;
-    argv[k++] = DFG_TASKS_LIB;
-    argv[k++] = NULL;
+    pipeline_env e;
+    find_pipeline_env(&e);
+    char inc[4300];
+    snprintf(inc, sizeof(inc), "-I%s", e.include); /* every public header and the examples', one folder */
+    const char *argv[] = {cc, "-std=c11", "-O2", "-fPIC", "-shared", inc, "-o", so_path, pipeline, e.grpo, e.tasks, NULL};
     pid_t pid;
     int rc = posix_spawnp(&pid, cc, NULL, NULL, (char *const *)argv, environ);
     if (rc) return cli_error(c->cmd, CLI_USAGE, "cannot run the C compiler '%s': %s", cc, strerror(rc));

@@ -88,7 +88,7 @@ static void usage(FILE *f) {
                "  the run with one line naming the step, the row and the reason; the step never reached\n"
                "  the optimizer, and with --checkpoint-dir the state before it is saved (--resume redoes it).\n"
                "\n"
-               "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo.c):\n"
+               "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo/grpo.c):\n"
                "  --rollouts R   skip the stages that make rollouts and train on R's tensors (GRPO:\n"
                "                 tokens i32 (N,T), completion_mask f32 (N,T), rewards f32 (N)), every step\n"
                "  --dump OUT     after the last step, write the values the plan names (GRPO: logp,\n"

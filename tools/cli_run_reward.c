@@ -10,7 +10,7 @@
 
 #define CMD "run"
 
-/* A plan built for an external reward (the setting reward=external, examples/grpo.c) needs
+/* A plan built for an external reward (the setting reward=external, examples/grpo/grpo.c) needs
  * --reward-cmd or --reward-lib (or --rollouts, which bring their rewards); one with a built-in
  * reward takes neither. */
 static int check_reward_source(const run_args *r, const dfg_program *p) {

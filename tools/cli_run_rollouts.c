@@ -1,6 +1,6 @@
 /* cli_run_rollouts.c - dfg run's fixed-rollout mode and dumps.
  *
- * A program that can train on rollouts made elsewhere (examples/grpo.c) says so with
+ * A program that can train on rollouts made elsewhere (examples/grpo/grpo.c) says so with
  * declarations its pipeline made (dfg_declare_rollout: the stages that make a rollout, switched
  * off, and the persistent tensors a rollout file fills; dfg_declare_shared_prompts; and
  * dfg_declare_dump: what --dump writes besides every PARAM). The CLI knows nothing else about
@@ -105,7 +105,7 @@ static int check_values(const dfg_program *p, const char *path, const dfg_tensor
 }
 
 /* dfg_declare_shared_prompts: the program computes the first `len` columns of the tokens once
- * for every group of G rows (examples/grpo.c's share_prompts), so the rows of a group must agree
+ * for every group of G rows (examples/grpo/grpo.c's share_prompts), so the rows of a group must agree
  * there. */
 static int check_shared_prompts(const dfg_program *p, const char *path, const cli_rollouts *r) {
     const dfg_tensor *t = p->decl.shared_tokens;

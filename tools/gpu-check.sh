@@ -138,7 +138,7 @@ CU
   if ! nvcc -O2 -o "$LOGS/bw" "$LOGS/bw.cu" >"$LOGS/bw.log" 2>&1 || ! bw=$("$LOGS/bw" 2>>"$LOGS/bw.log"); then
     verdict "h. decode" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
   fi
-  if ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda "${q[@]}" -o "$plan" >"$LOGS/qwen05_compile.log" 2>&1; then
+  if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda "${q[@]}" -o "$plan" >"$LOGS/qwen05_compile.log" 2>&1; then
     verdict "h. decode" FAIL "dfg compile of the Qwen2.5-0.5B-shape plan failed" "$LOGS/qwen05_compile.log"; return
   fi
   if ! "$DFG" run "$plan" --steps 3 --metrics "$LOGS/qwen05.jsonl" --every 1 >"$log" 2>&1; then
@@ -175,15 +175,15 @@ i_lora() {
   local worst="" f
   # a random base written by dfg itself (a 4-bit base of zeros would test nothing)
   if ! "${st[@]}" rollouts "$LOGS/lora_roll.safetensors" 64 9 15 7 --group 8 >"$LOGS/lora_roll.log" 2>&1 ||
-     ! "$DFG" compile "$ROOT/examples/grpo.c" "${shape[@]}" -o "$LOGS/lora_full.dfg" >>"$LOGS/lora_roll.log" 2>&1 ||
+     ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" "${shape[@]}" -o "$LOGS/lora_full.dfg" >>"$LOGS/lora_roll.log" 2>&1 ||
      ! "$DFG" run "$LOGS/lora_full.dfg" --steps 0 --save "$LOGS/lora_base/" >>"$LOGS/lora_roll.log" 2>&1; then
     verdict "i. LoRA" FAIL "the rollouts or the base model could not be made" "$LOGS/lora_roll.log"; return
   fi
   for f in "" "--set load_in_4bit=true --set bnb_4bit_use_double_quant=true"; do
     local tag=lora; [ -n "$f" ] && tag=qlora
     # shellcheck disable=SC2086
-    if ! "$DFG" compile "$ROOT/examples/grpo.c" "${tiny[@]}" $f -o "$LOGS/$tag-cpu.dfg" >"$LOGS/$tag.log" 2>&1 ||
-       ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda --set torch_dtype=float32 "${tiny[@]}" $f \
+    if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" "${tiny[@]}" $f -o "$LOGS/$tag-cpu.dfg" >"$LOGS/$tag.log" 2>&1 ||
+       ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda --set torch_dtype=float32 "${tiny[@]}" $f \
            -o "$LOGS/$tag-gpu.dfg" >>"$LOGS/$tag.log" 2>&1 ||
        ! "$DFG" run "$LOGS/$tag-cpu.dfg" --weights "$LOGS/lora_base" --rollouts "$LOGS/lora_roll.safetensors" \
            --dump "$LOGS/$tag-cpu.st" >>"$LOGS/$tag.log" 2>&1 ||
@@ -208,7 +208,7 @@ i_lora() {
   for f in "" "--set load_in_4bit=true --set bnb_4bit_use_double_quant=true"; do
     local tag=lora05; [ -n "$f" ] && tag=qlora05
     # shellcheck disable=SC2086
-    if ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda "${q[@]}" $f -o "$LOGS/$tag.dfg" >"$LOGS/$tag.log" 2>&1 ||
+    if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda "${q[@]}" $f -o "$LOGS/$tag.dfg" >"$LOGS/$tag.log" 2>&1 ||
        ! "$DFG" run "$LOGS/$tag.dfg" --steps 3 --metrics "$LOGS/$tag.jsonl" >>"$LOGS/$tag.log" 2>&1; then
       verdict "i. LoRA" FAIL "$tag (Qwen2.5-0.5B shape) failed" "$LOGS/$tag.log"; return
     fi
@@ -387,8 +387,8 @@ if [ "$BUILD_OK" = 1 ]; then
   elif [ -z "$CS" ]; then
     verdict "e. compute-sanitizer" SKIP "compute-sanitizer not found (PATH, /usr/local/cuda/bin, \$CUDA_HOME/bin): it comes with the CUDA toolkit (apt: cuda-sanitizer-<version>)"
   else
-    if ! { "$DFG" compile "$ROOT/examples/grpo.c" --target cuda -o "$LOGS/grpo_bf16.dfg" &&
-           "$DFG" compile "$ROOT/examples/grpo.c" --target cuda --set torch_dtype=float32 -o "$LOGS/grpo_f32.dfg"; } \
+    if ! { "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda -o "$LOGS/grpo_bf16.dfg" &&
+           "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda --set torch_dtype=float32 -o "$LOGS/grpo_f32.dfg"; } \
          >"$LOGS/cs_compile.log" 2>&1; then
       verdict "e. compute-sanitizer" FAIL "compiling the small GRPO plans failed" "$LOGS/cs_compile.log"
     else
@@ -436,7 +436,7 @@ if [ "$BUILD_OK" = 1 ]; then
     plan=$LOGS/grpo_124m.dfg
     set124=(--set n_layer=12 --set n_head=12 --set n_embd=768 --set vocab_size=50257 --set n_positions=1024 --set digits=64
             --set prompts_per_step=4 --set num_generations=8 --set gradient_accumulation_steps=2)
-    if ! "$DFG" compile "$ROOT/examples/grpo.c" --target cuda "${set124[@]}" -o "$plan" >"$LOGS/mem_compile.log" 2>&1; then
+    if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda "${set124[@]}" -o "$plan" >"$LOGS/mem_compile.log" 2>&1; then
       verdict "f. device memory" FAIL "dfg compile of the 124M GRPO plan failed" "$LOGS/mem_compile.log"
     else
       A=$("$DFG" inspect "$plan" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["arena_bytes"])')

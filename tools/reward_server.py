@@ -6,7 +6,7 @@
     --set reward_funcs=reward_correct,reward_format
     --reward-cmd '/usr/bin/python3 /abs/tools/reward_server.py --tokenizer /abs/T --module /abs/my_rewards.py'
 
-    dfg compile examples/grpo.c ... --set reward_funcs=reward_correct,reward_format -o P.dfg
+    dfg compile examples/grpo/grpo.c ... --set reward_funcs=reward_correct,reward_format -o P.dfg
     dfg run P.dfg --reward-cmd '<the --reward-cmd line's value>'
 
 The protocol is docs/rewards.md ("Reward programs"): JSON lines, the hello

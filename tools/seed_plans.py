@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """seed_plans.py - the seeds' scenarios (the five write-ups docs/seeds.md works through) planned by dfg, before any GPU time.
 
-Compiles examples/grpo.c for each configuration of a scenario with `dfg compile --target cuda`
+Compiles examples/grpo/grpo.c for each configuration of a scenario with `dfg compile --target cuda`
 (and `--memory-budget` where a row asks for rematerialisation), reads `dfg inspect --json`, and
 prints one markdown table: the arena the run would allocate, what is persistent, the KV cache of
 the rollout, the activations at the peak, the stage of the peak, and what remat recomputed. A
@@ -55,7 +55,7 @@ def plan_row(dfg, sc, row, work):
     settings = dict(sc["base"], **{k: v for k, v in row.items() if k != "remat"})
     name = "_".join("%s%s" % (k[:3], v) for k, v in sorted(settings.items()))
     plan = os.path.join(work, name + ".dfg")
-    cmd = [dfg, "compile", os.path.join(ROOT, "examples/grpo.c"), "--target", "cuda", "-o", plan,
+    cmd = [dfg, "compile", os.path.join(ROOT, "examples/grpo/grpo.c"), "--target", "cuda", "-o", plan,
            "--set", "model=" + os.path.join(ROOT, sc["model"])]
     for k, v in settings.items():
         cmd += ["--set", "%s=%s" % (k, v)]

@@ -3,7 +3,7 @@
  * functions, so that reward_weights=0.6,0.3,0.1 gives the built-in reward's values exactly.
  *
  *   cc -shared -fPIC -O2 -I runtime/host -I graph examples/rewards/digits_plugin.c -o digits_plugin.so
- *   dfg compile examples/grpo.c --set reward=external --set reward_funcs=exact,partial,format \
+ *   dfg compile examples/grpo/grpo.c --set reward=external --set reward_funcs=exact,partial,format \
  *       --set reward_weights=0.6,0.3,0.1 -o p.dfg
  *   dfg run p.dfg --reward-lib ./digits_plugin.so --steps 100
  *

@@ -22,7 +22,7 @@ when they are given, as reward_server.py gives them. Without them (a plain TRL t
 the text, and a completion has its EOS unless `truncated` says it was cut.
 
     python3 examples/tasks/digits/make_dataset.py --task reverse --rows 10000 -o reverse.jsonl
-    dfg compile examples/grpo.c --set dataset=reverse.jsonl -o reverse.dfg \\
+    dfg compile examples/grpo/grpo.c --set dataset=reverse.jsonl -o reverse.dfg \\
         --set reward_funcs=reward_exact,reward_partial,reward_format --set reward_weights=0.6,0.3,0.1
     dfg run reverse.dfg --reward-cmd "python3 tools/reward_server.py \\
         --tokenizer examples/tasks/digits/tokenizer.json --module examples/rewards/reverse_reward.py"

@@ -425,11 +425,11 @@ if d["no_fuse"] is not False: bad.append("no_fuse")
 print("; ".join(bad))' g124.json g124b.json "$budget")
 [ -z "$checks" ] && ok "the budgeted plan fits, recomputes <= 5% extra flops, no logits at the peak" || fail "budgeted 124M plan: $checks"
 # batch-invariant kernels are the CPU's: a cuda plan asking for them is refused at compile time
-run "$DFG" compile "$SRC/examples/grpo.c" --target cuda --set batch_invariant=true -o bi.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" --target cuda --set batch_invariant=true -o bi.dfg
 expect_rc 2 "batch_invariant=true with --target cuda"
 expect_in err.txt "batch_invariant=true needs --target cpu" "the refusal says what to do"
 expect_one_line "batch_invariant on cuda"
-run "$DFG" compile "$SRC/examples/grpo.c" --set batch_invariant=true -o bi.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" --set batch_invariant=true -o bi.dfg
 run "$DFG" info bi.dfg
 expect_in out.txt "numerics  batch-invariant" "dfg info says a plan is batch-invariant"
 run "$DFG" inspect bi.dfg
@@ -444,10 +444,10 @@ run "$DFG" inspect bi.dfg --json
 # training peak is small and the peak is prefill's KV cache, which nothing recomputes
 SMALL="--set n_layer=4 --set n_embd=256 --set n_head=4 --set vocab_size=512 --set n_positions=128 --set digits=62
        --set length_chunks=1 --set length_buckets=1"
-run "$DFG" compile "$SRC/examples/grpo.c" $SMALL -o small.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" $SMALL -o small.dfg
 run "$DFG" inspect small.dfg --json
 budget2=$(jget out.txt 'd["arena_bytes"] * 24 // 25')
-run "$DFG" compile "$SRC/examples/grpo.c" $SMALL --memory-budget "$budget2" -o small_b.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" $SMALL --memory-budget "$budget2" -o small_b.dfg
 expect_rc 0 "compile GRPO small 4% under its unbudgeted arena"
 run "$DFG" inspect small_b.dfg --json
 [ "$(jget out.txt 'd["arena_bytes"] <= '"$budget2"' and d["remat"]["recomputed_nodes"] > 0 and d["remat"]["extra_flops"] <= 0.005 * d["flops"]')" = True ] \

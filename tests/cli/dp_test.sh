@@ -29,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 export OMPI_MCA_mca_component_disable_dlclose=1
 export LSAN_OPTIONS="suppressions=$SRC/tests/cli/lsan_openmpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 MPI=(mpirun -n 2 --oversubscribe --bind-to none)
-G="$SRC/examples/grpo.c"
+G="$SRC/examples/grpo/grpo.c"
 ST="python3 $SRC/tests/cli/st_tool.py"
 TOY="python3 $SRC/tests/cli/toy_reward.py"
 SMALL=(--set prompts_per_step=4 --set num_generations=4)

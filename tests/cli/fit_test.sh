@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fit_test.sh - dfg fit end to end, as a user drives it: on the small GRPO program (examples/grpo.c
+# fit_test.sh - dfg fit end to end, as a user drives it: on the small GRPO program (examples/grpo/grpo.c
 # as it comes), a budget between its smallest and its unconstrained arena gets a plan under the
 # budget that trains the same step (the same rollouts, the same losses: micro-batches, rollout
 # sub-batches and remat keep the math); the run uses what was planned (peak RSS = the process
@@ -13,7 +13,7 @@
 set -u
 DFG=$1
 SRC=$2
-G=$SRC/examples/grpo.c
+G=$SRC/examples/grpo/grpo.c
 . "$(dirname "$0")/testlib.sh"
 testlib_begin fit-test
 

@@ -125,8 +125,8 @@ else fail "dfg inspect's device workspace '$planned_ws' ($key) vs the run's '$ws
 # the bounds below were measured for this loss; every loss type and the entropy options run under
 # emulation in golden_grpo_gpu_f32 against the float64 reference
 EPS+=(--set loss_type=grpo --set beta=0.04)
-run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" -o gcpu.dfg
-run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda --set torch_dtype=float32 -o g32.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${EPS[@]}" -o gcpu.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${EPS[@]}" --target cuda --set torch_dtype=float32 -o g32.dfg
 expect_rc 0 "compile grpo for cuda in float32"
 run "$DFG" run gcpu.dfg --steps 2 --threads 1 --save gcpu.safetensors
 steps_of out.txt >gcpu_steps.txt
@@ -168,8 +168,8 @@ cat r2.jsonl r3.jsonl r4.jsonl >mixed.jsonl
 cc -shared -fPIC -O2 -I "$SRC/runtime/host" -I "$SRC/graph" "$SRC/examples/rewards/digits_plugin.c" -o digits_plugin.so
 DS=(--set dataset=mixed.jsonl --set reward_funcs=exact,partial,format --set reward_weights=0.6,0.3,0.1
     --set max_completion_length=6 --set mask_truncated_completions=true)
-run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" "${DS[@]}" -o dcpu.dfg
-run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" "${DS[@]}" --target cuda --set torch_dtype=float32 -o d32.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${EPS[@]}" "${DS[@]}" -o dcpu.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${EPS[@]}" "${DS[@]}" --target cuda --set torch_dtype=float32 -o d32.dfg
 expect_rc 0 "compile GRPO on a dataset of 4- to 6-token prompts for cuda in float32"
 run "$DFG" run dcpu.dfg --steps 2 --threads 1 --save dscpu.safetensors --reward-lib ./digits_plugin.so
 steps_of out.txt >dscpu_steps.txt
@@ -192,7 +192,7 @@ expect_rc 0 "GRPO on fixed rollouts $ON --dump"
 DUMP_TOL=$([ "$REAL" = 1 ] && echo 3e-5 || echo 1e-5)
 check "log-probs, reference log-probs, advantages, loss, KL, gradient norm and updated weights = the CPU's ($DUMP_TOL)" \
   "${ST[@]}" close dcpu.safetensors d32.safetensors "$DUMP_TOL"
-run "$DFG" compile "$SRC/examples/grpo.c" "${EPS[@]}" --target cuda -o gbf.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${EPS[@]}" --target cuda -o gbf.dfg
 run "$DFG" run gbf.dfg --rollouts r.safetensors --dump dbf.safetensors "${DEV[@]}" --threads 1
 expect_rc 0 "GRPO bf16 on fixed rollouts"
 python3 - dcpu.safetensors dbf.safetensors "$SRC/tests/cli" >check.txt 2>&1 <<'PY'

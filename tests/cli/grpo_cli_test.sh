@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # grpo_cli_test.sh - dfg run's checkpoints, resume, interrupts, fixed rollouts, dumps and
-# metrics, end to end on examples/grpo.c (its default settings are tiny: a step takes ~20 ms).
+# metrics, end to end on examples/grpo/grpo.c (its default settings are tiny: a step takes ~20 ms).
 #   usage: grpo_cli_test.sh /path/to/dfg /path/to/source-tree
 # Each check prints "ok - ..." or "FAIL - ..." (with the command's output); the script exits 1
 # when any check failed. Runs use --threads 1: results are compared bit for bit.
@@ -28,8 +28,8 @@ wait_for() { for _ in $(seq 200); do "$@" && return 0; sleep 0.1; done; return 1
 has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "$2" ]; }
 
 # ---------------------------------------------------------------- the plan
-run "$DFG" compile "$SRC/examples/grpo.c" -o grpo.dfg --set beta=0.04 # a KL-penalised run: kl is a metric
-expect_rc 0 "compile examples/grpo.c"
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o grpo.dfg --set beta=0.04 # a KL-penalised run: kl is a metric
+expect_rc 0 "compile examples/grpo/grpo.c"
 run "$DFG" info grpo.dfg
 expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, decode.compact, decode.tail, decode.merge, reward" \
   "the plan says what a rollout holds (dfg_declare_rollout)"
@@ -37,7 +37,7 @@ expect_in out.txt "groups of 8 rows of tokens share their first 4 tokens" "and w
 cp out.txt info.txt
 
 # the plan's setting "seed" is --seed's default; --seed wins
-run "$DFG" compile "$SRC/examples/grpo.c" --set seed=77 -o seed77.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" --set seed=77 -o seed77.dfg
 run "$DFG" run seed77.dfg --steps 0
 expect_in out.txt "seed 77" "the plan's setting seed is the default seed"
 # no step touches the activations' pages: the run's share of RSS is under the arena, said as such
@@ -284,7 +284,7 @@ expect_rc 0 "--resume after SIGINT"
 # a second SIGINT stops at once; the checkpoint on disk stays whole. Both signals land inside
 # step 2 whatever the machine's speed: its reward program holds the step open (toy_reward.py's
 # gate) until the test is done with it.
-run "$DFG" compile "$SRC/examples/grpo.c" --set reward=external --set reward_funcs=digits,short -o slow.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" --set reward=external --set reward_funcs=digits,short -o slow.dfg
 TOY_REWARD_GATE=$WORK/gate "$DFG" run slow.dfg --steps 1000000 --threads 1 --save-every 1 --checkpoint-dir si2 \
   --reward-cmd "python3 $SRC/tests/cli/toy_reward.py gate 2" >si2.txt 2>si2.err &
 bg_pid=$!
@@ -324,7 +324,7 @@ expect_rc 2 "rollouts whose groups do not share their prompt"
 expect_one_line "a group with several prompts"
 expect_in err.txt "'tokens' row 1 differs from row 0 at column 0, but rows 0..7 are one prompt's group" \
   "the message names the rows and the column"
-"$DFG" compile "$SRC/examples/grpo.c" --set share_prompts=0 -o copies.dfg >/dev/null
+"$DFG" compile "$SRC/examples/grpo/grpo.c" --set share_prompts=0 -o copies.dfg >/dev/null
 run "$DFG" run copies.dfg --rollouts mixed.safetensors --steps 1 --quiet
 expect_rc 0 "share_prompts=0 trains on rollouts with a prompt per row"
 run "$DFG" run gpt2.dfg --rollouts r.safetensors
@@ -386,11 +386,11 @@ ln -s ../blob.json src/tokenizer.json
 cp "$SRC/examples/tasks/digits/tokenizer_config.json" src/
 echo '{"bos_token_id": 0, "eos_token_id": 1, "max_new_tokens": 7}' >src/generation_config.json
 printf '%s' "{% for m in messages %}{{ m['content'] }}{% endfor %}" >src/chat_template.jinja
-run "$DFG" compile "$SRC/examples/grpo.c" -o from_src.dfg --set beta=0.04 --set model=src
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o from_src.dfg --set beta=0.04 --set model=src
 expect_rc 0 "compile with --set model=DIR"
 expect_in out.txt " learning_rate=1e-06 " "a pretrained model's default learning rate is TRL's 1e-6"
 expect_in out.txt "note: learning_rate is 1e-06 (TRL's default for fine-tuning a pretrained model" "... and compile says so"
-run "$DFG" compile "$SRC/examples/grpo.c" -o from_src_lr.dfg --set model=src --set learning_rate=3e-6
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o from_src_lr.dfg --set model=src --set learning_rate=3e-6
 if grep -q "note: learning_rate" out.txt; then fail "a learning rate given is not noted"; else ok "a learning rate given is not noted"; fi
 mkdir out && echo stale >out/tokenizer.json && echo stale >out/merges.txt # an earlier save's
 run "$DFG" run from_src.dfg --steps 1 --threads 1 --save out/

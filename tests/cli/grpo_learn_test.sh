@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # grpo_learn_test.sh - GRPO learns: the README's main job in short (ctest "grpo_learn").
 #   usage: grpo_learn_test.sh /path/to/dfg /path/to/source-tree [--set k=v ...] [--run ARGS...]
-# Compiles examples/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up) and
+# Compiles examples/grpo/grpo.c with its defaults (reverse 3 digits, reward "mixed", no warm-up) and
 # the extra settings (e.g. another model_type; @SRC@ in them is the source tree, @WORK@ a scratch
 # directory), runs with the arguments after --run as well (e.g. --reward-cmd ...),
 # trains with a fresh seed and follows the per-step reward. It passes as soon as the mean reward
@@ -39,7 +39,7 @@ done
 seed=${DFG_TEST_SEED:-$(( $(od -An -N4 -tu4 /dev/urandom) % 1000000 ))}
 echo "grpo_learn: seed $seed (replay with DFG_TEST_SEED=$seed), at most 4000 steps"
 
-if ! "$DFG" compile "$SRC/examples/grpo.c" -o "$WORK/grpo.dfg" "${compile_args[@]}" >"$WORK/compile.txt" 2>&1; then
+if ! "$DFG" compile "$SRC/examples/grpo/grpo.c" -o "$WORK/grpo.dfg" "${compile_args[@]}" >"$WORK/compile.txt" 2>&1; then
   cat "$WORK/compile.txt"
   echo "grpo_learn: FAIL: the pipeline did not compile"
   exit 1

@@ -77,16 +77,16 @@ steps3() { # PLAN WEIGHTS [--emulate-gpu]: 3 steps, metrics, dump and weights as
 for arch in gpt2 llama qwen3; do
   # a warm start: 80 supervised steps teach the answers' length (EOS after ~5 tokens)
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" --set sft_steps=80 -o sft_$arch.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" --set sft_steps=80 -o sft_$arch.dfg
   run "$DFG" run sft_$arch.dfg --steps 80 --threads 1 --save w_$arch.safetensors
   expect_rc 0 "$arch: the supervised warm start"
   for target in cpu cuda; do
     dev=() tgt=(--target "$target")
     [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
     # shellcheck disable=SC2086
-    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${tgt[@]}" -o real.dfg
+    run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${tgt[@]}" -o real.dfg
     # shellcheck disable=SC2086
-    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${FIXED[@]}" "${tgt[@]}" -o fixed.dfg
+    run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${FIXED[@]}" "${tgt[@]}" -o fixed.dfg
     expect_rc 0 "$arch $target: compile the fixed-shape plan"
     steps3 real w_$arch.safetensors "${dev[@]}"
     steps3 fixed w_$arch.safetensors "${dev[@]}"
@@ -125,9 +125,9 @@ done
 INV=(--set num_iterations=2)
 for arch in gpt2 llama qwen3; do
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" --set batch_invariant=true -o inv.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" --set batch_invariant=true -o inv.dfg
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" -o inv_ref.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${COMMON[@]}" "${INV[@]}" -o inv_ref.dfg
   expect_rc 0 "$arch: compile the num_iterations=2 plans with and without batch_invariant"
   steps3 inv w_$arch.safetensors
   steps3 inv_ref w_$arch.safetensors
@@ -156,7 +156,7 @@ PY
   compare inv_ref inv "$arch batch_invariant, the sampler's log-probs as the old ones"
 done
 # a rollout file was not sampled by this step: the old stage runs
-run "$DFG" compile "$SRC/examples/grpo.c" "${INV[@]}" --set batch_invariant=true -o inv_task.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" "${INV[@]}" --set batch_invariant=true -o inv_task.dfg
 "${ST[@]}" rollouts r.safetensors 64 9 15 7 --group 8
 run "$DFG" run inv_task.dfg --rollouts r.safetensors --steps 2 --threads 1 --metrics ro.jsonl
 expect_rc 0 "batch_invariant, num_iterations=2, 2 steps on a rollout file"
@@ -200,9 +200,9 @@ for arch in gpt2 llama qwen3; do
     dev=() tgt=(--target "$target")
     [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
     # shellcheck disable=SC2086
-    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" -o pbk.dfg
+    run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" -o pbk.dfg
     # shellcheck disable=SC2086
-    run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" --set prompt_buckets=1 -o pb1.dfg
+    run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${PB[@]}" "${tgt[@]}" --set prompt_buckets=1 -o pb1.dfg
     expect_rc 0 "$arch $target: compile the dataset plans with and without prompt buckets"
     for plan in pbk pb1; do
       run "$DFG" run $plan.dfg --steps 3 --threads 1 "${dev[@]}" --reward-lib ./digits_plugin.so --metrics $plan.jsonl \
@@ -217,9 +217,9 @@ for arch in gpt2 llama qwen3; do
     expect_rc 0 "$arch $target: DFG_CHECK=1 over the prompt buckets (the narrow copy, then the full width)"
   done
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true -o pbk.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true -o pbk.dfg
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true --set prompt_buckets=1 -o pb1.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[$arch]} "${PB[@]}" --set batch_invariant=true --set prompt_buckets=1 -o pb1.dfg
   for plan in pbk pb1; do
     run "$DFG" run $plan.dfg --steps 1 --threads 1 --reward-lib ./digits_plugin.so --dump $plan.safetensors
     expect_rc 0 "1 batch-invariant step of $plan $arch"
@@ -231,9 +231,9 @@ done
 # are gradient_accumulation_steps' micro-batches, unsorted, run narrowest first
 BNPO=(--set loss_type=bnpo --set gradient_accumulation_steps=4)
 # shellcheck disable=SC2086
-run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" -o bnpo.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" -o bnpo.dfg
 # shellcheck disable=SC2086
-run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" "${FIXED[@]}" -o bnpo_fixed.dfg
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[gpt2]} "${COMMON[@]}" "${BNPO[@]}" "${FIXED[@]}" -o bnpo_fixed.dfg
 expect_rc 0 "bnpo with 4 micro-batches: compile"
 steps3 bnpo w_gpt2.safetensors
 steps3 bnpo_fixed w_gpt2.safetensors
@@ -254,9 +254,9 @@ for target in cpu cuda; do
   dev=() tgt=(--target "$target")
   [ "$target" = cuda ] && dev=(--emulate-gpu) tgt+=(--set torch_dtype=float32)
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" --set decode_tail=40 -o ramble.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" --set decode_tail=40 -o ramble.dfg
   # shellcheck disable=SC2086
-  run "$DFG" compile "$SRC/examples/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" "${FIXED[@]}" -o ramble_fixed.dfg
+  run "$DFG" compile "$SRC/examples/grpo/grpo.c" ${ARCH[gpt2]} "${RAMBLE[@]}" "${tgt[@]}" "${FIXED[@]}" -o ramble_fixed.dfg
   expect_rc 0 "untrained, decode_tail=40, $target: compile"
   for plan in ramble ramble_fixed; do
     run "$DFG" run $plan.dfg --steps 3 --threads 1 "${dev[@]}" --metrics $plan.jsonl --dump $plan.safetensors \

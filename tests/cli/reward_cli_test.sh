@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # reward_cli_test.sh - prompts from a dataset and rewards from outside the plan, end to end on
-# examples/grpo.c (docs/rewards.md): a reward program that dies, hangs or answers garbage, a short
+# examples/grpo/grpo.c (docs/rewards.md): a reward program that dies, hangs or answers garbage, a short
 # or mistyped answer, an "error" answer, and a dataset that is malformed or has a prompt too long,
 # each stop the run with one line naming the step (and the row or line) and a checkpoint of the
 # last good state that --resume continues bit for bit as if nothing had happened. Also: the
@@ -10,7 +10,7 @@
 set -u
 DFG=$1
 SRC=$2
-GRPO=${DFG_TEST_GRPO:-$SRC/examples/grpo.c}
+GRPO=${DFG_TEST_GRPO:-$SRC/examples/grpo/grpo.c}
 ST=("python3" "$SRC/tests/cli/st_tool.py")
 TOY="python3 $SRC/tests/cli/toy_reward.py"
 . "$(dirname "$0")/testlib.sh"

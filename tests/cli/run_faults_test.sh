@@ -96,10 +96,10 @@ expect_rc 2 "--steps and --max-steps together"
 # whatever the machine's speed: the program holds the step open (toy_reward.py's gate)
 MODEL=(--set model_type=qwen3 --set num_hidden_layers=2 --set hidden_size=32 --set num_attention_heads=4
        --set num_key_value_heads=2 --set head_dim=8 --set intermediate_size=64)
-run "$DFG" compile "$SRC/examples/grpo.c" -o full.dfg "${MODEL[@]}"
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o full.dfg "${MODEL[@]}"
 run "$DFG" run full.dfg --steps 0 --save base/
 expect_rc 0 "a base model directory"
-run "$DFG" compile "$SRC/examples/grpo.c" -o lora.dfg --set model="$WORK/base" --set lora_r=4 --set lora_alpha=8 \
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o lora.dfg --set model="$WORK/base" --set lora_r=4 --set lora_alpha=8 \
   --set reward=external --set reward_funcs=digits,short
 expect_rc 0 "a LoRA plan with an external reward"
 run "$DFG" run lora.dfg --weights base --steps 4 --threads 1 --checkpoint-dir ref --reward-cmd "$TOY"

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Golden test: one GRPO step of dfg's pipeline (examples/grpo.c) against an independent PyTorch one.
+"""Golden test: one GRPO step of dfg's pipeline (examples/grpo/grpo.c) against an independent PyTorch one.
 
 For each configuration (every loss_type, beta 0 and > 0, num_iterations 1, 2 and 3 (the later passes clip), each
 scale_rewards, temperature != 1, several micro-batches) this script
-  1. compiles the pipeline as a user does:  dfg compile examples/grpo.c -o plan.dfg --set k=v ...
+  1. compiles the pipeline as a user does:  dfg compile examples/grpo/grpo.c -o plan.dfg --set k=v ...
   2. draws a random GPT-2 (Hugging Face names) and fixed rollouts: prompts, completions that stop
      at an EOS (or run to the end), garbage after it with the mask off, rewards with tied groups;
      some configurations also load a reference model that differs from the policy (ref.* names),
@@ -558,7 +558,7 @@ def compare_step(want, got, w, mode=None, clips=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dfg", required=True, help="path of the dfg executable")
-    ap.add_argument("--source", required=True, help="path of examples/grpo.c")
+    ap.add_argument("--source", required=True, help="path of examples/grpo/grpo.c")
     ap.add_argument("--workdir", required=True, help="directory for the plans and exchanged files")
     ap.add_argument("--config", action="append", help="run only these configurations (default: all)")
     ap.add_argument("--emulate-gpu", choices=("f32", "bf16"),

@@ -13,7 +13,7 @@ For each architecture this script
      add a reference model that differs from the policy (the same names prefixed "ref.", in a
      shard of their own listed in the index), so that the KL term and its gradient are not zero;
   3. compiles and runs the GRPO pipeline as a user does:
-       dfg compile examples/grpo.c -o plan.dfg --set model=DIR --set task=reverse ...
+       dfg compile examples/grpo/grpo.c -o plan.dfg --set model=DIR --set task=reverse ...
        dfg run plan.dfg --weights DIR --rollouts R --steps 1 --dump OUT --save SAVED/
   4. computes the same step in float64 with the GRPO of grpo_golden.py (advantages, ratio and
      clipping, k3 KL, the loss normalisations, micro-batches, clip_grad_norm_, AdamW decaying
@@ -261,7 +261,7 @@ def save_model(arch, model, d):
     st_torch.save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
 
-# What dfg run --save DIR/ copies from the source directory (runtime/model_export.c's source_files)
+# What dfg run --save DIR/ copies from the source directory (runtime/weights/model_export.c's source_files)
 SOURCE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                 "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
                 "chat_template.json")
@@ -628,7 +628,7 @@ def run_config(cfg, dfg, source, workdir, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dfg", required=True, help="path of the dfg executable")
-    ap.add_argument("--source", required=True, help="path of examples/grpo.c")
+    ap.add_argument("--source", required=True, help="path of examples/grpo/grpo.c")
     ap.add_argument("--workdir", required=True, help="directory for the model directories, plans and dumps")
     ap.add_argument("--hf-site", default=os.path.join(HERE, "..", "..", ".deps", "hf-" + HF_VERSION),
                     help="directory transformers was installed into (pip --target); the environment's "

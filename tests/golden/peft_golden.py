@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden test: dfg's LoRA GRPO step (examples/grpo.c with lora_r > 0) against Hugging Face PEFT.
+"""Golden test: dfg's LoRA GRPO step (examples/grpo/grpo.c with lora_r > 0) against Hugging Face PEFT.
 
 For each configuration (Qwen2, Llama and GPT-2 models of hf_golden.py; beta 0 and > 0; adapters on
 named modules and on all-linear with use_rslora; QLoRA, below) this script
@@ -9,7 +9,7 @@ named modules and on all-linear with use_rslora; QLoRA, below) this script
      adapter: PEFT's default B = 0 would leave A's gradient zero) and writes the adapter with
      PEFT's own save_pretrained (adapter_config.json, adapter_model.safetensors);
   2. compiles and runs the GRPO pipeline as a user does:
-       dfg compile examples/grpo.c -o plan.dfg --set model=DIR --set lora_r=R --set lora_alpha=A
+       dfg compile examples/grpo/grpo.c -o plan.dfg --set model=DIR --set lora_r=R --set lora_alpha=A
            --set lora_target_modules=q_proj,v_proj [--set use_rslora=true] --set task=reverse ...
        dfg run plan.dfg --weights DIR --adapter ADAPTER/ --rollouts R --steps 1 --dump OUT --save SAVED/
   3. computes the same step in float64 with grpo_golden.py's GRPO (TRL's formulas) on the PEFT
@@ -468,7 +468,7 @@ def sh(cmd, what):
         out = r.stdout + r.stderr
         hint = ""
         if "does not use the setting 'lora_" in out or "does not use the setting 'use_rslora'" in out:
-            hint = "  (this dfg has no LoRA: examples/grpo.c does not take lora_r yet)\n"
+            hint = "  (this dfg has no LoRA: examples/grpo/grpo.c does not take lora_r yet)\n"
         raise RuntimeError(f"{what} exited with {r.returncode}:\n{hint}  $ {' '.join(cmd)}\n{out}")
     return r.stdout
 
@@ -818,7 +818,7 @@ def check_saved_and_merged(cfg, dfg, source, d, s, model_dir, adapter_dir, paths
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dfg", help="path of the dfg executable (not needed with --check-reference)")
-    ap.add_argument("--source", help="path of examples/grpo.c")
+    ap.add_argument("--source", help="path of examples/grpo/grpo.c")
     ap.add_argument("--workdir", required=True, help="directory for the model and adapter directories, plans, dumps")
     root = os.path.join(HERE, "..", "..", ".deps")
     ap.add_argument("--hf-site", default=os.path.join(root, "hf-" + HF_VERSION),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench.py - dfg's GRPO step (examples/grpo.c) against the same step in eager PyTorch
+"""bench.py - dfg's GRPO step (examples/grpo/grpo.c) against the same step in eager PyTorch
 (tools/bench/grpo_torch.py), side by side on this machine.
 
 For each config and mode it compiles the plan once, then alternates R runs of each program
@@ -55,9 +55,9 @@ def reverse_digits_for(n_positions):
     return max(d for d in range(1, 65) if 2 * d + 3 <= n_positions)
 
 
-# model and batch settings, named as examples/grpo.c's --set keys; steps/warmup are defaults
+# model and batch settings, named as examples/grpo/grpo.c's --set keys; steps/warmup are defaults
 CONFIGS = {
-    # examples/grpo.c's defaults: the main job (n_positions defaults to T there, as here)
+    # examples/grpo/grpo.c's defaults: the main job (n_positions defaults to T there, as here)
     "tiny": dict(settings=dict(n_layer=2, n_head=4, n_embd=64, vocab_size=15, digits=3,
                                prompts_per_step=8, num_generations=8), steps=800, warmup=50),
     "small": dict(settings=dict(n_layer=4, n_head=4, n_embd=256, vocab_size=512, n_positions=128,
@@ -97,7 +97,7 @@ CONFIGS = {
 
 
 def lengths(s):
-    """examples/grpo.c, task reverse: prompt = digits + 1 ('='), completion = answer + 2 unless
+    """examples/grpo/grpo.c, task reverse: prompt = digits + 1 ('='), completion = answer + 2 unless
     max_completion_length says otherwise."""
     Lp, Lc = s["digits"] + 1, s.get("max_completion_length", s["digits"] + 2)
     return Lp, Lc
@@ -347,7 +347,7 @@ def bench_config(cfg_name, a, work):
     plan = os.path.join(d, "plan.dfg")
 
     def compile_plan(path, overrides=None):
-        """examples/grpo.c with the config's settings (updated by overrides) and --dfg-set."""
+        """examples/grpo/grpo.c with the config's settings (updated by overrides) and --dfg-set."""
         cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", path]
         for k, v in dict(s, **(overrides or {})).items():
             cmd += ["--set", f"{k}={v}"]
@@ -481,7 +481,7 @@ def notes(res):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="dfg vs eager PyTorch on examples/grpo.c's GRPO step")
+    ap = argparse.ArgumentParser(description="dfg vs eager PyTorch on examples/grpo/grpo.c's GRPO step")
     ap.add_argument("--configs", default="tiny,small", help="comma list of: " + ", ".join(CONFIGS))
     ap.add_argument("--modes", default="full,fixed", help="comma list of: full, fixed")
     ap.add_argument("--runs", type=int, help="alternating runs per program (default 3; gpt2-124m 1, "

@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-G=$ROOT/examples/grpo.c
+G=$ROOT/examples/grpo/grpo.c
 mkdir -p "$OUT"
 if [ "$SMALL" = 1 ]; then
   S=(--set beta=0.04)

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""grpo_torch.py - the GRPO iteration of dfg's examples/grpo.c written as a PyTorch user would
+"""grpo_torch.py - the GRPO iteration of dfg's examples/grpo/grpo.c written as a PyTorch user would
 write it: eager mode, fp32, CPU, no compilation, no Hugging Face libraries (by default; a GPU
 run is described under "--device cuda" below, a transformers model under "--model DIR").
 
-One step (--mode full), as examples/grpo.c runs it with its defaults:
+One step (--mode full), as examples/grpo/grpo.c runs it with its defaults:
   data        P problems of the `reverse` task (d random digits then '='), each repeated G times
   rollout     under torch.no_grad: prefill the prompts into a KV cache, then decode exactly
               max_completion_length tokens, one at a time, sampling at temperature 1
@@ -159,7 +159,7 @@ def parse_args(argv=None):
                     "on cuda; cuda only)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward passes (PyTorch 2.0+)")
     ap.add_argument("--compile-mode", default="default", help="torch.compile's mode (default, reduce-overhead, ...)")
-    # the remaining GRPO settings, at examples/grpo.c's defaults
+    # the remaining GRPO settings, at examples/grpo/grpo.c's defaults
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--beta", type=float, default=0.04)
     ap.add_argument("--epsilon", type=float, default=0.2)
@@ -596,7 +596,7 @@ def main(a):
         logp_fn = torch.compile(token_logp, mode=a.compile_mode)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    Lp, max_new = a.digits + 1, a.max_completion_length or a.digits + 2  # examples/grpo.c's defaults
+    Lp, max_new = a.digits + 1, a.max_completion_length or a.digits + 2  # examples/grpo/grpo.c's defaults
     T = Lp + max_new
     P, G = a.prompts_per_step, a.num_generations
     hf_version = peft_version = peft_model = None

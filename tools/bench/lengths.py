@@ -2,7 +2,7 @@
 """lengths.py - the warm-started main job's GRPO step at max_completion_length 256 against the
 same at 16 (issue 31's goal: 256 / 16 <= 2.0x), dfg only.
 
-Three plans of examples/grpo.c, each the main job (its defaults: the `reverse` task with 3
+Three plans of examples/grpo/grpo.c, each the main job (its defaults: the `reverse` task with 3
 digits, a 4-token prompt and 4-token answers with EOS, 2 layers, 64 wide, 8 prompts x 8
 generations) with `--set sft_steps=K` (K supervised steps on the task's right answers before
 GRPO) and the same n_positions (so the three start from the same initial weights):

@@ -114,7 +114,7 @@ def stage_flops_per_run(dfg, plan):
 
 def prepare(a, s, cfg, d, compile_plan, run_measured):
     """The warm start (weights.safetensors in d) and the fixed-shape plan; returns facts to
-    store. compile_plan(path, overrides) compiles examples/grpo.c with the config's settings
+    store. compile_plan(path, overrides) compiles examples/grpo/grpo.c with the config's settings
     updated by overrides."""
     vl = dict(cfg["varlen"])
     if a.sft_steps is not None:

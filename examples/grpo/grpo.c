@@ -3,7 +3,7 @@
  * by default, or any model dfg_model builds: GPT-2, Llama, Qwen2, Qwen3, from a Hugging Face
  * directory (--set model=DIR) or from settings (--set model_type=qwen3 ...).
  *
- *   dfg compile examples/grpo.c -o grpo.dfg [--set task=add --set num_generations=16 ...]
+ *   dfg compile examples/grpo/grpo.c -o grpo.dfg [--set task=add --set num_generations=16 ...]
  *   dfg run grpo.dfg --steps 400 [--weights DIR]
  *
  * One step = one optimizer update on P prompts x G generations (N = P G sequences):

@@ -1,4 +1,4 @@
-/* grpo_chunks.c - length-sorted chunks of the GRPO batch (examples/grpo.c, length_chunks): the
+/* grpo_chunks.c - length-sorted chunks of the GRPO batch (examples/grpo/grpo.c, length_chunks): the
  * scoring and training passes take the batch in chunks of whole groups, narrowest first, each at
  * the narrowest length bucket that holds it, so that a few long completions cost their own
  * chunk's rows at full width, not the whole batch's. The order and each bucket's chunk count

@@ -1,6 +1,6 @@
-/* dfg_grpo_config.h - the GRPO pipeline's settings (examples/grpo.c), typed: read once by the
+/* dfg_grpo_config.h - the GRPO pipeline's settings (examples/grpo/grpo.c), typed: read once by the
  * pipeline when it builds the program and again by its host state when a run starts, with the
- * same checks (examples/tasks/grpo_config.c). TRL GRPOConfig's and Hugging Face config.json's
+ * same checks (examples/grpo/grpo_config.c). TRL GRPOConfig's and Hugging Face config.json's
  * names; README's settings table (docs/pipeline.md) lists them. */
 #ifndef DFG_GRPO_CONFIG_H
 #define DFG_GRPO_CONFIG_H

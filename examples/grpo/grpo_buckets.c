@@ -1,5 +1,5 @@
 /* grpo_buckets.c - the GRPO pipeline's stage copies for prompt and completion widths
- * (examples/grpo.c, dfg_grpo_config.h): their names, the batch's longest prompt, and the key
+ * (examples/grpo/grpo.c, dfg_grpo_config.h): their names, the batch's longest prompt, and the key
  * whose value picks the copy that runs. Plain C over the public DSL. */
 #include <stdio.h>
 #include <string.h>

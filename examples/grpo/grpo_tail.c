@@ -1,4 +1,4 @@
-/* grpo_tail.c - the decode loop's tail on the rows still generating (examples/grpo.c,
+/* grpo_tail.c - the decode loop's tail on the rows still generating (examples/grpo/grpo.c,
  * decode_tail): once at most n of the batch's N rows have not written their EOS, the batch
  * decode ends (its end flag), the live rows (and, to fill n, some finished ones) are gathered
  * with their KV caches into an n-row batch (dfg_grpo_tail_gather), a copy of the decode graph

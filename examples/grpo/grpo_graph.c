@@ -1,4 +1,4 @@
-/* grpo_graph.c - graph-building helpers of the GRPO pipeline (examples/grpo.c): its reward and
+/* grpo_graph.c - graph-building helpers of the GRPO pipeline (examples/grpo/grpo.c): its reward and
  * completion metrics, and what data parallel changes in its graphs (dfg_grpo_data.h). Written with
  * dfg's public DSL only. */
 #include "dfg_grpo_data.h"
