@@ -186,18 +186,20 @@ static void test_canonical_and_typed_reads(void) {
 }
 
 /* A table key read with the wrong accessor is the pipeline's bug, named as such. */
-static void test_accessor_must_match_type(void) {
+static void expect_read_refused(const char *key, const char *value, bool as_str, const char *want) {
     dfg_program *p = dfg_program_new("s");
-    dfg_program_set(p, "use_rslora", "1");
-    dfg_setting_str(p, "use_rslora", "false");
-    CHECK(strstr(dfg_program_error(p), "setting 'use_rslora' is of type bool in the settings table") != NULL, "str on a bool: '%s'",
+    dfg_program_set(p, key, value);
+    if (as_str) dfg_setting_str(p, key, "x");
+    else dfg_setting_int(p, key, 1);
+    CHECK(strstr(dfg_program_error(p), want) != NULL, "%s=%s read as %s: '%s'", key, value, as_str ? "str" : "int",
           dfg_program_error(p));
     dfg_program_free(p);
-    p = dfg_program_new("s");
-    dfg_program_set(p, "length_buckets", "auto");
-    dfg_setting_int(p, "length_buckets", 1);
-    CHECK(strstr(dfg_program_error(p), "auto is a value here") != NULL, "int on auto: '%s'", dfg_program_error(p));
-    dfg_program_free(p);
+}
+
+static void test_accessor_must_match_type(void) {
+    expect_read_refused("use_rslora", "1", true, "setting 'use_rslora' is of type bool in the settings table");
+    expect_read_refused("length_buckets", "auto", false, "auto is a value here");
+    expect_read_refused("learning_rate", "0.1", false, "setting 'learning_rate' is of type float in the settings table");
 }
 
 static void test_program_fail(void) {

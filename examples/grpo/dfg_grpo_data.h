@@ -115,6 +115,9 @@ typedef struct {
     dfg_tensor *before, *index; /* constants of the sort */
 } dfg_grpo_chunks;
 dfg_status dfg_grpo_chunk_state(dfg_program *p, dfg_grpo_chunks *ck);
+/* The constants a stable sort of n rows by a key needs: "<prefix>.before" (n, n), 1 where j < i
+ * (equal keys keep their order), and "<prefix>.index" (n), 0 .. n-1. */
+dfg_status dfg_grpo_order_consts(dfg_program *p, const char *prefix, int64_t n, dfg_tensor **before, dfg_tensor **index);
 void dfg_grpo_chunk_plan(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *row_width);
 dfg_tensor *dfg_grpo_chunk_rows(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *x, dfg_tensor *chunk, int64_t col0,
                                 int64_t cols);

@@ -19,10 +19,12 @@ dfg_status dfg_grpo_chunk_state(dfg_program *p, dfg_grpo_chunks *ck) {
         snprintf(name, sizeof(name), "chunks.runs[%lld]", (long long)ck->widths[b]);
         ck->runs[b] = dfg_state(p, name, DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     }
-    /* (n, n) 1 where j < i: the tie-break of equal lengths by index (a stable sort) */
-    int64_t n = ck->groups;
-    float *tri = calloc((size_t)(n * n), sizeof(float));
-    float *idx = malloc(sizeof(float) * (size_t)n);
+    return dfg_grpo_order_consts(p, "chunks", ck->groups, &ck->before, &ck->index);
+}
+
+dfg_status dfg_grpo_order_consts(dfg_program *p, const char *prefix, int64_t n, dfg_tensor **before, dfg_tensor **index) {
+    float *tri = calloc((size_t)(n * n), sizeof(float)); /* (n, n) */
+    float *idx = malloc(sizeof(float) * (size_t)n);     /* (n) */
     if (!tri || !idx) {
         free(tri), free(idx);
         return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
@@ -31,8 +33,11 @@ dfg_status dfg_grpo_chunk_state(dfg_program *p, dfg_grpo_chunks *ck) {
         idx[i] = (float)i;
         for (int64_t j = 0; j < i; j++) tri[i * n + j] = 1.0f;
     }
-    ck->before = dfg_const(p, "chunks.before", DFG_F32, DFG_SHAPE(n, n), tri);
-    ck->index = dfg_const(p, "chunks.index", DFG_F32, DFG_SHAPE(n), idx);
+    char name[96];
+    snprintf(name, sizeof(name), "%s.before", prefix);
+    *before = dfg_const(p, name, DFG_F32, DFG_SHAPE(n, n), tri);
+    snprintf(name, sizeof(name), "%s.index", prefix);
+    *index = dfg_const(p, name, DFG_F32, DFG_SHAPE(n), idx);
     free(tri), free(idx);
     return dfg_program_status(p);
 }

@@ -33,19 +33,7 @@ dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_mod
     t->finished = state(p, "tail.finished", DFG_F32, DFG_SCALAR);
     t->go = state(p, "tail.go", DFG_F32, DFG_SCALAR);
     t->stop = state(p, "gen.stop", DFG_F32, DFG_SCALAR);
-    float *before = calloc((size_t)(N * N), sizeof(float)), *idx = malloc(sizeof(float) * (size_t)N);
-    if (!before || !idx) {
-        free(before), free(idx);
-        return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < N; i++) {
-        idx[i] = (float)i;
-        for (int64_t j = 0; j < i; j++) before[i * N + j] = 1.0f;
-    }
-    t->before = dfg_const(p, "tail.before", DFG_F32, DFG_SHAPE(N, N), before);
-    t->index = dfg_const(p, "tail.index", DFG_F32, DFG_SHAPE(N), idx);
-    free(before), free(idx);
-    return dfg_program_status(p);
+    return dfg_grpo_order_consts(p, "tail", N, &t->before, &t->index);
 }
 
 dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *pos,
