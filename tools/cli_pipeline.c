@@ -335,7 +335,11 @@ int cli_pipeline_save(const cli_pipeline *c, const dfg_program *p, const char *s
     dfg_plan_info back;
     int rc = compile_as_run(c, p, &info, &q, &back);
     char err[1024];
+    /* the file gets the plan the round trip recorded and reproduced: saving compiles (searches
+     * remat's copies) no second time */
+    info.plan = rc ? NULL : back.plan;
     if (!rc && dfg_plan_save(p, &info, out, err, sizeof(err))) rc = cli_error(c->cmd, CLI_FAILED, "%s", err);
+    info.plan = NULL;
     free(info.host_lib);
     if (!rc) {
         struct stat sb;

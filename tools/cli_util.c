@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../graph/ir.h"
+#include "../passes/plan.h"
 #include "cli.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
@@ -246,8 +247,8 @@ char *cli_params_str(const dfg_program *p, char *buf, size_t len) {
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
         if (t->kind == DFG_PARAM) trained += dfg_shape_numel(t->shape);
-        else if (t->role == DFG_ROLE_BASE_MODEL) base += dfg_shape_numel(t->shape);
     }
+    base = dfg_base_params(p); /* the weights' own counts: an NF4 weight's elements, not its packed bytes */
     double a, b;
     const char *ua = count_unit((double)trained, &a), *ub = count_unit((double)base, &b);
     if (base) snprintf(buf, len, "%.3g %s trained parameters (LoRA adapters) on a %.3g %s base", a, ua, b, ub);

@@ -101,8 +101,13 @@ expect_rc 0 "--save DIR/ --merge"
 "${ST[@]}" names merged/model.safetensors >mnames.txt
 check "the merged directory holds base weights under their own names, no adapter" \
   bash -c 'grep -q "^model.layers.0.self_attn.q_proj.weight$" mnames.txt && ! grep -q lora mnames.txt'
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o lora_count.dfg "${LORA[@]}"
+grep -o 'on a [0-9.]* [kMG] base' out.txt >count_lora.txt
 run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o q4.dfg "${LORA[@]}" --set load_in_4bit=true --set bnb_4bit_use_double_quant=true
 expect_rc 0 "compile a QLoRA plan (double quantisation)"
+grep -o 'on a [0-9.]* [kMG] base' out.txt >count_q4.txt
+check "QLoRA's base has the parameters of the base it quantises ($(cat count_lora.txt), not its 4-bit storage)" \
+  bash -c 'test -s count_lora.txt && cmp -s count_lora.txt count_q4.txt'
 run "$DFG" run q4.dfg --weights base --adapter adapter --steps 2 --threads 1 --save q4merged/ --merge
 expect_rc 0 "QLoRA: the base quantised as it loads, two steps, merged out"
 "${ST[@]}" names q4merged/model.safetensors >qnames.txt
