@@ -255,7 +255,7 @@ expect_rc 2 "world_size 3 does not divide 4 prompts"
 expect_in err.txt "world_size 3 must divide prompts_per_step 4" "the message names both settings"
 run "$DFG" compile "$G" "${SMALL[@]}" --set world_size=2 --set ddp_bucket_cap_mb=0 -o bad.dfg
 expect_rc 2 "a bucket size of 0 MiB is refused"
-expect_in err.txt "ddp_bucket_cap_mb 0 must be > 0" "the message names the setting"
+expect_in err.txt "setting 'ddp_bucket_cap_mb': '0' is out of range" "the message names the setting"
 
 # over the persistent tensors (1.56 MiB: under them fit answers at once, searching nothing) and
 # under the least, so the candidates and the hints (prompts_per_step a multiple of 2) are tried

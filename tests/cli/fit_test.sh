@@ -140,6 +140,21 @@ chosen=$(grep '^\*' out.txt | est_of)
   && ok "a roomy budget compares $rows candidates and takes the fastest (est. x$chosen)" \
   || fail "a roomy budget: $rows rows, chosen est. x$chosen, fastest x$fastest"
 
+# ---------------------------------------------------------------- stage variants counted once
+# prompts of 2..33 tokens: the program as given is built for two prompt widths (prompt_buckets
+# auto: 17 and 33 columns), of which a step runs one; rollout_sub_batches=2 has one width. The
+# same math, so the same FLOPs to a few percent (the decode tail, which only the first has, is
+# counted beside the decode loop it shortens); fit once counted both widths' stages, as given
+# then showing twice the training's FLOPs
+python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 32 --rows 8 --seed 5 -o long.jsonl >/dev/null 2>&1
+cat mixed.jsonl long.jsonl >pw.jsonl
+run "$DFG" fit "$G" --set dataset=pw.jsonl --set reward_funcs=exact --set max_completion_length=8 --memory-budget 1GiB -o pw.dfg
+expect_rc 0 "fit a program built for two prompt widths"
+flops_rsb2=$(grep -E '^[ *] *[0-9]+  ' out.txt | sed 's/^\*/ /' | awk '$0 ~ /gradient_accumulation_steps=1 rollout_sub_batches=2$/ {print $(NF-3)}')
+python3 -c 'import sys; f = float(sys.argv[1].rstrip("%")); sys.exit(0 if abs(f) <= 5 else 1)' "${flops_rsb2:-x}" 2>/dev/null \
+  && ok "the same math in one prompt width or two: FLOPs within 5% of as given ($flops_rsb2)" \
+  || fail "rollout_sub_batches=2 (one prompt width) has FLOPs '$flops_rsb2' against as given (two widths)"
+
 # ---------------------------------------------------------------- a knob given with --set is held
 run "$DFG" fit "$G" --memory-budget "$B" --set gradient_accumulation_steps=1 -o held.dfg
 if [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ]; then ok "fit with gradient_accumulation_steps held (exit $rc)"; else fail "fit with a held knob: exit $rc"; fi

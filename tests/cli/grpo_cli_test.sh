@@ -411,13 +411,13 @@ mkfifo src/vocab.json
 run "$DFG" run from_src.dfg --steps 0 --threads 1 --save out2/
 expect_rc 1 "--save DIR/ when the source's vocab.json is a FIFO"
 expect_one_line "a source file that is not a regular file"
-expect_in err.txt "save: cannot copy $(pwd -P)/src/vocab.json: not a regular file" "the message names the file"
+expect_in err.txt "save: $(pwd -P)/src/vocab.json: cannot copy it: not a regular file" "the message names the file"
 check "... and config.json and model.safetensors are saved" test -s out2/config.json -a -s out2/model.safetensors
 rm src/vocab.json
 ln -s nowhere src/merges.txt
 run "$DFG" run from_src.dfg --steps 0 --threads 1 --save out2/
 expect_rc 1 "--save DIR/ when the source's merges.txt is a symbolic link to nothing"
-expect_in err.txt "save: cannot copy $(pwd -P)/src/merges.txt: a symbolic link to nothing" "the message names the file"
+expect_in err.txt "save: $(pwd -P)/src/merges.txt: cannot copy it: a symbolic link to nothing" "the message names the file"
 rm src/merges.txt
 
 echo

@@ -185,24 +185,38 @@ run "$DFG" run live.dfg --steps 1 --threads 1 --resume live --reward-lib ./digit
 expect_rc 0 "a dataset edited between runs (a row appended) resumes"
 expect_in err.txt "warning: step 5: the dataset is not the one the checkpoint's run drew from (its content differs; 41 rows now)" \
   "... with a warning that it changed"
-# a prompt longer than max_prompt_length with truncate_prompts=error stops at the step that draws it
+# a prompt longer than max_prompt_length with truncate_prompts=error: compile counts and refuses
+# it; a dataset edited after compiling stops the run at the step that draws it
 printf '{"prompt_ids": [5, 6, 14]}\n%.0s' $(seq 8) >long.jsonl
 printf '{"prompt_ids": [5, 6, 7, 8, 9, 14]}\n' >>long.jsonl
 run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
   --set truncate_prompts=error --set reward_funcs=digits,short --set max_completion_length=4 -o long.dfg
+expect_rc 2 "compile with truncate_prompts=error and a prompt over max_prompt_length"
+expect_in err.txt "truncate_prompts=error: 1 of the 9 prompts of $(pwd -P)/long.jsonl are longer than max_prompt_length 4 (the first at line 9, 6 tokens" \
+  "... counts them and names the first"
+run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
+  --set reward_funcs=digits,short --set max_completion_length=4 -o cut.dfg
+expect_in out.txt "note: 1 of the 9 prompts of $(pwd -P)/long.jsonl are longer than max_prompt_length 4 (the longest 6 tokens): they are cut from the left" \
+  "truncate_prompts=left: compile notes how many prompts it will cut"
+printf '{"prompt_ids": [5, 6, 14]}\n%.0s' $(seq 9) >long.jsonl
+run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
+  --set truncate_prompts=error --set reward_funcs=digits,short --set max_completion_length=4 -o long.dfg
+expect_rc 0 "compile with truncate_prompts=error, every prompt fits"
+sed -i '9s/.*/{"prompt_ids": [5, 6, 7, 8, 9, 14]}/' long.jsonl
 run "$DFG" run long.dfg --steps 3 --threads 1 --checkpoint-dir long --reward-cmd "$TOY"
-expect_rc 1 "a prompt over max_prompt_length with truncate_prompts=error"
-expect_in err.txt "step 2, host stage 'data': dataset line 9: the prompt has 6 tokens, more than max_prompt_length 4" \
-  "... names the step and the line"
-check "... and the checkpoint is step 1" [ "$(ckpt_step long/checkpoint.safetensors)" = 1 ]
+expect_rc 1 "a dataset edited after compiling, a prompt now over max_prompt_length, truncate_prompts=error"
+expect_in err.txt "truncate_prompts=error: 1 of the 9 prompts of $(pwd -P)/long.jsonl are longer than max_prompt_length 4" \
+  "... is refused when the run starts (the pipeline's settings are checked again), before any step"
+expect_one_line "the edited dataset's refusal"
+check "... and nothing was trained or saved" [ ! -e long/checkpoint.safetensors ]
 run "$DFG" compile "$GRPO" --set dataset=long.jsonl --set shuffle_dataset=false --set max_prompt_length=4 \
   --set reward_funcs=digits,short --set max_completion_length=4 -o cut.dfg
 run "$DFG" run cut.dfg --steps 2 --threads 1 --reward-cmd "$TOY"
 expect_rc 0 "truncate_prompts=left (the default) cuts it instead"
 check "prompts_truncated counts it at step 2" [ "$(metric_at out.txt 2 prompts_truncated)" = 1 ]
 sed -i '9s/.*/{"prompt_ids": [5, 6, 14]}/' long.jsonl
-run "$DFG" run long.dfg --steps 2 --threads 1 --resume long --reward-cmd "$TOY"
-expect_rc 0 "with the long prompt shortened, the checkpoint resumes (steps 2 and 3)"
+run "$DFG" run long.dfg --steps 2 --threads 1 --reward-cmd "$TOY"
+expect_rc 0 "with the long prompt shortened, the truncate_prompts=error plan runs"
 
 # ---------------------------------------------------------------- fixed rollouts of left-padded prompts
 # a dataset plan's rollout says where each prompt starts: prompt_start, or TRL's attention_mask;
