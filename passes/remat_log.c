@@ -127,6 +127,8 @@ static dfg_status replay_redirects(dfg_program *p, const dfg_remat_log *log) {
  * producers of what it reads and the node it must follow, so no redirect made a cycle. */
 static dfg_status replay_order(dfg_program *p, dfg_graph *g, const uint32_t *order, uint32_t n, int *pos) {
     if (n != (uint32_t)g->n_nodes) return BAD("graph '%s' has %d nodes, the record orders %u", g->name, g->n_nodes, n);
+    /* -2: not a node of g's list (a node that names g but was taken out of it); -1: not placed yet */
+    for (int t = 0; t < p->n_tensors; t++) pos[t] = -2;
     for (int i = 0; i < g->n_nodes; i++) pos[g->nodes[i]->out[0]->id] = -1;
     for (uint32_t i = 0; i < n; i++) {
         dfg_node *m = node_of(p, order[i]);
@@ -137,10 +139,12 @@ static dfg_status replay_order(dfg_program *p, dfg_graph *g, const uint32_t *ord
         dfg_node *m = node_of(p, order[i]);
         for (int j = 0; j < m->n_in; j++) {
             const dfg_node *src = m->in[j]->producer;
-            if (src && src->graph == g && m->in[j]->kind == DFG_TEMP && pos[src->out[0]->id] >= (int)i)
+            if (src && src->graph == g && m->in[j]->kind == DFG_TEMP && (pos[src->out[0]->id] < 0 || pos[src->out[0]->id] >= (int)i))
                 return BAD("graph '%s': '%s' comes before '%s', which makes what it reads", g->name, m->name, src->name);
         }
-        if (m->after && m->after->graph == g && pos[m->after->out[0]->id] >= (int)i)
+        /* as verify requires: the node it must follow is of this graph and earlier (a mutated
+         * record can give a copy a node of another graph to follow) */
+        if (m->after && (m->after->graph != g || pos[m->after->out[0]->id] < 0 || pos[m->after->out[0]->id] >= (int)i))
             return BAD("graph '%s': '%s' comes before '%s'", g->name, m->name, m->after->name);
     }
     for (uint32_t i = 0; i < n; i++) g->nodes[i] = node_of(p, order[i]);
