@@ -88,6 +88,23 @@ dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens, int64_
     return DFG_OK;
 }
 
+dfg_status dfg_declare_rollout_prompt(dfg_program *p, dfg_tensor *tokens, int64_t prompt_len) {
+    if (!p) return DFG_ERR_ARG;
+    if (p->status || dfg_program_sealed(p, "declare_rollout_prompt")) return p->status;
+    bool rollout = false;
+    for (int i = 0; i < p->decl.n_rollout_tensors; i++) rollout |= p->decl.rollout_tensors[i] == tokens;
+    if (!rollout || tokens->dtype != DFG_I32 || tokens->shape.rank != 2)
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout_prompt: the tokens must be an i32 (N, T) tensor declared "
+                                               "by dfg_declare_rollout first");
+    if (prompt_len < 1 || prompt_len > tokens->shape.d[1])
+        return dfg_program_err(p, DFG_ERR_ARG, "declare_rollout_prompt: %lld prompt columns do not fit '%s' (%lld, %lld)",
+                               (long long)prompt_len, tokens->name, (long long)tokens->shape.d[0],
+                               (long long)tokens->shape.d[1]);
+    p->decl.prompt_tokens = tokens;
+    p->decl.prompt_len = prompt_len;
+    return DFG_OK;
+}
+
 dfg_status dfg_declare_rollouts_only(dfg_program *p, const char *why) {
     if (!p) return DFG_ERR_ARG;
     if (p->status || dfg_program_sealed(p, "declare_rollouts_only")) return p->status;

@@ -299,6 +299,10 @@ DFG_API dfg_status dfg_declare_rollout(dfg_program *p, const char *const *stages
  * their first `prompt_len` columns: the program computes a group's prompt once, so a rollout
  * file whose groups disagree there is refused. */
 DFG_API dfg_status dfg_declare_shared_prompts(dfg_program *p, dfg_tensor *tokens, int64_t prompt_len, int64_t group);
+/* The first prompt_len columns of `tokens` (a rollout tensor, i32 (N, T)) are the prompt, left-
+ * padded when the rollout has prompt_start: `dfg run --rollouts` checks a file's prompts (and
+ * turns TRL's attention_mask into prompt_start) against this width, never a setting's name. */
+DFG_API dfg_status dfg_declare_rollout_prompt(dfg_program *p, dfg_tensor *tokens, int64_t prompt_len);
 /* The program's own rollout stages cannot run with its settings (say, a built-in task whose
  * prompts do not fit max_prompt_length): it trains only on rollout files (`dfg run --rollouts`).
  * `why` (one line) is what dfg compile prints as a note and dfg run without --rollouts refuses

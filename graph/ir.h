@@ -149,6 +149,8 @@ typedef struct {
     int n_dumps, cap_dumps;
     char *rollouts_only;             /* dfg_declare_rollouts_only: why, or NULL */
     bool batch_invariant;            /* dfg_declare_batch_invariant */
+    dfg_tensor *prompt_tokens;       /* dfg_declare_rollout_prompt, or NULL */
+    int64_t prompt_len;
     dfg_fit_knob knobs[DFG_MAX_FIT_KNOBS]; /* dfg_declare_fit_knob (not stored in plans: dfg fit reads
                                               them from the program the pipeline builds) */
     int n_knobs;

@@ -130,6 +130,8 @@ static void print_declarations(const dfg_program *p) {
         printf(" and skips stages");
         for (int i = 0; i < d->n_rollout_stages; i++) printf("%s %s", i ? "," : "", d->rollout_stages[i]);
         printf("\n");
+        if (d->prompt_tokens)
+            printf("          the first %lld columns of %s are the prompt\n", (long long)d->prompt_len, d->prompt_tokens->name);
     }
     if (d->batch_invariant)
         printf("numerics  batch-invariant: each row's forward matmul, attention and log-prob in one order of its own "

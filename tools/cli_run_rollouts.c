@@ -2,8 +2,9 @@
  *
  * A program that can train on rollouts made elsewhere (examples/grpo/grpo.c) says so with
  * declarations its pipeline made (dfg_declare_rollout: the stages that make a rollout, switched
- * off, and the persistent tensors a rollout file fills; dfg_declare_shared_prompts; and
- * dfg_declare_dump: what --dump writes besides every PARAM). The CLI knows nothing else about
+ * off, and the persistent tensors a rollout file fills; dfg_declare_shared_prompts;
+ * dfg_declare_rollout_prompt: the prompt columns; and dfg_declare_dump: what --dump writes
+ * besides every PARAM). The CLI knows nothing else about
  * the program: which settings fix the shapes is said in messages only for the TRL setting names
  * (prompts_per_step x num_generations sequences of max_prompt_length + max_completion_length
  * tokens), when the plan has them. */
@@ -27,21 +28,20 @@ struct cli_rollouts {
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
 };
 
-/* max_prompt_length, the prompt columns of a rollout; 0 in a plan without it */
-static int64_t prompt_columns(const dfg_program *p) {
-    return dfg_program_has(p, "max_prompt_length") ? dfg_program_int(p, "max_prompt_length") : 0;
-}
+/* The prompt columns of a rollout, as the pipeline declared them (dfg_declare_rollout_prompt);
+ * 0 when it declared none */
+static int64_t prompt_columns(const dfg_program *p) { return p->decl.prompt_tokens ? p->decl.prompt_len : 0; }
 
 static bool same_shape(dfg_shape a, dfg_shape b) {
     return a.rank == b.rank && !memcmp(a.d, b.d, sizeof(int64_t) * (size_t)a.rank);
 }
 
 /* " (N = prompts_per_step x num_generations = 8 x 8; T = ...)": what fixes dims 0 and 1 of a
- * rollout tensor under the TRL settings; "" when the plan does not have them. */
+ * rollout tensor, in the settings' words. The widths are the declared ones (the rollout's tokens
+ * and their prompt columns); the settings only name them. "" when the plan declares neither. */
 static void shape_reason(const dfg_program *p, int rank, char *buf, size_t len) {
-    /* the plan's own settings (a GRPO plan has them, another may not); their values as parsed when set */
     bool has_n = dfg_program_has(p, "prompts_per_step") && dfg_program_has(p, "num_generations");
-    bool has_t = dfg_program_has(p, "max_prompt_length") && dfg_program_has(p, "max_completion_length");
+    const dfg_tensor *tok = p->decl.prompt_tokens;
     buf[0] = '\0';
     if (rank < 1) return;
     if (!has_n) {
@@ -50,9 +50,9 @@ static void shape_reason(const dfg_program *p, int rank, char *buf, size_t len) 
     }
     snprintf(buf, len, " (N = prompts_per_step x num_generations = %" PRId64 " x %" PRId64,
              dfg_program_int(p, "prompts_per_step"), dfg_program_int(p, "num_generations"));
-    if (rank >= 2 && has_t)
+    if (rank >= 2 && tok)
         snprintf(buf + strlen(buf), len - strlen(buf), ", T = max_prompt_length + max_completion_length = %" PRId64
-                 " + %" PRId64, dfg_program_int(p, "max_prompt_length"), dfg_program_int(p, "max_completion_length"));
+                 " + %" PRId64, p->decl.prompt_len, tok->shape.d[1] - p->decl.prompt_len);
     snprintf(buf + strlen(buf), len - strlen(buf), "; dfg compile --set changes them)");
 }
 

@@ -697,6 +697,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
     if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
+    dfg_declare_rollout_prompt(p, s->tokens, c->Lp); /* the prompt columns --rollouts checks a file's padding in */
     static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logp", "sampling_logp"},
                                            {"completion_mask", "completion_mask"}, {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},

@@ -348,6 +348,8 @@ static void build_declarations(builder *b) {
     }
     if (d->rollouts_only && d->rollouts_only[0] && !b->r->status) dfg_declare_rollouts_only(p, d->rollouts_only);
     if (d->batch_invariant && !b->r->status) dfg_declare_batch_invariant(p);
+    dfg_tensor *prompt = decl_tensor(b, d->prompt_tokens, "the rollout prompt's tokens");
+    if (prompt && !b->r->status) dfg_declare_rollout_prompt(p, prompt, d->prompt_len);
     construction_ok(b, "declarations");
 }
 

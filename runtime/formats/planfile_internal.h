@@ -71,6 +71,8 @@ typedef struct {
     uint32_t *dumps;         /* refs */
     const char *rollouts_only; /* "" for none */
     unsigned batch_invariant;  /* 0 or 1 */
+    uint32_t prompt_tokens;    /* ref, 0: no rollout prompt width declared */
+    int64_t prompt_len;
 } dfg_plan_decl_rec;
 
 /* ---------------------------------------------------------------- the plan section */

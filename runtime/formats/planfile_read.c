@@ -337,6 +337,8 @@ static void read_declarations(dfg_plan_reader *r, cursor *c) {
     d->batch_invariant = get_u8(c, "the numerics");
     if (d->batch_invariant > 1 && !r->status)
         dfg_reader_err(r, DFG_ERR_FORMAT, "the numerics are %u (0: fastest kernels, 1: batch-invariant)", d->batch_invariant);
+    d->prompt_tokens = get_u32(c, "the rollout prompt's tokens");
+    d->prompt_len = (int64_t)get_u64(c, "the rollout prompt's width");
     end_of_section(c);
 }
 

@@ -347,6 +347,8 @@ static void write_declarations(wbuf *w, const dfg_program *p) {
     }
     put_str(w, d->rollouts_only ? d->rollouts_only : "");
     put_u8(w, d->batch_invariant ? 1u : 0u);
+    put_u32(w, ref(d->prompt_tokens));
+    put_u64(w, (uint64_t)d->prompt_len);
     section_end(w, at);
 }
 
