@@ -69,7 +69,9 @@
  *               a rollout tensor | u32 ref of the shared-prompt tokens | i64 shared prompt length
  *               | i64 group | u32 n | n x (str dump name | u32 ref) | str why the plan trains only
  *               on rollout files ("": it makes its own) | u8 numerics (0: the backend's fastest
- *               kernels, 1: batch-invariant ones, dfg_declare_batch_invariant)
+ *               kernels, 1: batch-invariant ones, dfg_declare_batch_invariant) | u32 ref of the
+ *               rollout tokens whose prompt width is declared (0: none) | i64 that width
+ *               (dfg_declare_rollout_prompt)
  *
  * Version 1 (dfg 0.1.0 before the compiler) lacked the gradient flag, node flags, scopes and
  * compile options; version 2 lacked the memory budget and no_fuse; version 3 lacked the stages'
