@@ -145,12 +145,8 @@ static dfg_status write_adapter_config(dfg_runtime *rt, const char *dir, const d
     cJSON_AddBoolToObject(o, "init_lora_weights", true);
     cJSON_AddNullToObject(o, "modules_to_save");
     cJSON_AddItemToObject(o, "target_modules", target_list(a));
-    char *text = cJSON_Print(o), path[4200];
+    dfg_status s = dfg_wt_write_json(rt, dir, "adapter_config.json", o);
     cJSON_Delete(o);
-    if (!text) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
-    dfg_status s = dfg_wt_write_text(rt, path, text);
-    free(text);
     return s;
 }
 

@@ -91,6 +91,15 @@ dfg_status dfg_wt_write_text(dfg_runtime *rt, const char *path, const char *text
     return s ? dfg_wt_fail(rt, s, false, "save: %s", err) : DFG_OK;
 }
 
+dfg_status dfg_wt_write_json(dfg_runtime *rt, const char *dir, const char *name, const cJSON *o) {
+    char *text = cJSON_Print(o), path[4200];
+    if (!text) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    dfg_status s = dfg_wt_write_text(rt, path, text);
+    free(text);
+    return s;
+}
+
 static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
     const char *type = dfg_program_str(prog(rt), "model_type");
     const dfg_arch_info *a = dfg_arch_find(type, false);
@@ -101,12 +110,8 @@ static dfg_status write_config(dfg_runtime *rt, const char *dir, dfg_dtype dt) {
     set_model_keys(o, rt, a);
     cJSON_DeleteItemFromObjectCaseSensitive(o, "torch_dtype");
     cJSON_AddStringToObject(o, "torch_dtype", dt == DFG_BF16 ? "bfloat16" : dt == DFG_F16 ? "float16" : "float32");
-    char *text = cJSON_Print(o), path[4096];
+    dfg_status s = dfg_wt_write_json(rt, dir, "config.json", o);
     cJSON_Delete(o);
-    if (!text) return dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    dfg_status s = dfg_wt_write_text(rt, path, text);
-    free(text);
     return s;
 }
 
@@ -225,12 +230,7 @@ static dfg_status write_shards(dfg_runtime *rt, const char *dir, const dfg_st_te
         for (int i = first; i < last; i++) cJSON_AddStringToObject(map, ts[i].name, file);
         first = last;
     }
-    if (!s && n_shards > 1) {
-        char *text = cJSON_Print(index);
-        snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
-        s = text ? dfg_wt_write_text(rt, path, text) : dfg_wt_fail(rt, DFG_ERR_NOMEM, false, "save: out of memory");
-        free(text);
-    }
+    if (!s && n_shards > 1) s = dfg_wt_write_json(rt, dir, "model.safetensors.index.json", index);
     cJSON_Delete(index);
     free(shard);
     return s;

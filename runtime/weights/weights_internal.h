@@ -37,6 +37,9 @@ bool dfg_wt_lora_plan(const dfg_program *p);
  * 0: 5 GB), the source's tokenizer and generation files, config.json. */
 dfg_status dfg_wt_make_dir(dfg_runtime *rt, const char *dir);
 dfg_status dfg_wt_write_text(dfg_runtime *rt, const char *path, const char *text);
+/* o printed as JSON to dir/name, atomically (o stays the caller's). */
+struct cJSON;
+dfg_status dfg_wt_write_json(dfg_runtime *rt, const char *dir, const char *name, const struct cJSON *o);
 dfg_status dfg_wt_write_model_dir(dfg_runtime *rt, const char *dir, const dfg_st_tensor *ts, int n, size_t max_shard_bytes);
 /* Copies the source model directory's files a model directory (adapter false) or an adapter
  * directory (true: the tokenizer's) holds into dir; one the source lacks is removed from dir. */
