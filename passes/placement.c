@@ -148,8 +148,11 @@ static int overlapping(placer *pl, int32_t first, int32_t last, const int **list
 }
 
 /* Places bufs[idx[0..n)] above `base` in that order; returns the arena's end, -1 when out of
- * memory. off[] receives offsets by buffer index. */
-static int64_t place_order(const dfg_buf *bufs, const int *idx, int n, int64_t base, int64_t *off, placer *pl) {
+ * memory, or INT64_MAX as soon as the end reaches `give_up` (an ordering that cannot beat the
+ * best one so far is not finished: only a strictly smaller arena replaces it). off[] receives
+ * offsets by buffer index. */
+static int64_t place_order(const dfg_buf *bufs, const int *idx, int n, int64_t base, int64_t *off, placer *pl,
+                           int64_t give_up) {
     placer_reset(pl);
     int64_t top = base;
     for (int q = 0; q < n; q++) {
@@ -173,8 +176,24 @@ static int64_t place_order(const dfg_buf *bufs, const int *idx, int n, int64_t b
         for (int w = window_of(pl, first); w <= window_of(pl, last); w++)
             if (!window_insert(pl, &pl->win[w], s)) return -1;
         if (at_off + b->size > top) top = at_off + b->size;
+        if (top >= give_up) return INT64_MAX;
     }
     return top;
+}
+
+/* The most bytes live at one step: no placement's arena is under it. */
+static int64_t live_bound(const dfg_plan *plan) {
+    int64_t *live = calloc((size_t)plan->n_steps + 2, sizeof(int64_t)), run = 0, best = 0;
+    if (!live) return 0; /* no bound: every ordering is tried */
+    for (int b = 0; b < plan->n_bufs; b++) {
+        const dfg_buf *buf = &plan->bufs[b];
+        if (buf->merged_into >= 0 || buf->life.first < 0) continue;
+        live[buf->life.first] += buf->size;
+        live[buf->life.last + 1] -= buf->size;
+    }
+    for (int s = 0; s <= plan->n_steps; s++) run += live[s], best = run > best ? run : best;
+    free(live);
+    return best;
 }
 
 dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan) {
@@ -199,21 +218,24 @@ dfg_status dfg_plan_place(dfg_program *p, dfg_plan *plan) {
         for (int q = 0; q < nt; q++) plan->bufs[idx[q]].offset = arena, arena += plan->bufs[idx[q]].size;
         plan->report.placement = "none (no reuse)";
     } else {
-        int64_t best_top = -1;
-        for (size_t o = 0; o < sizeof(orderings) / sizeof(orderings[0]); o++) {
+        /* an ordering that reaches the bound cannot be beaten, and one that reaches the best
+         * arena so far cannot win: both end the search early with the offsets a full search
+         * of every ordering gives (remat places each of its trials, so this is most of its time) */
+        int64_t best_top = -1, bound = live_bound(plan);
+        for (size_t o = 0; o < sizeof(orderings) / sizeof(orderings[0]) && !(best_top >= 0 && best_top <= bound); o++) {
             qsort_r(idx, (size_t)nt, sizeof(int), orderings[o].cmp, plan->bufs);
-            int64_t top = place_order(plan->bufs, idx, nt, base, off, &pl);
+            int64_t top = place_order(plan->bufs, idx, nt, base, off, &pl, best_top < 0 ? INT64_MAX : best_top);
             if (top < 0) {
                 free(idx), free(off), free(best), placer_free(&pl);
                 return DFG_ERR_NOMEM;
             }
-            if (best_top < 0 || top < best_top) {
+            if (top != INT64_MAX && (best_top < 0 || top < best_top)) {
                 best_top = top;
                 memcpy(best, off, sizeof(int64_t) * (size_t)nb);
                 plan->report.placement = orderings[o].name;
             }
         }
-        for (int q = 0; q < nt; q++) plan->bufs[idx[q]].offset = best[idx[q]];
+        for (int q = 0; q < nt; q++) plan->bufs[idx[q]].offset = best[idx[q]]; /* idx holds every buffer in some order */
         arena = best_top;
     }
     for (int b = 0; b < nb; b++)

@@ -162,38 +162,76 @@ static int64_t order_peak(const dfg_program *p, const dfg_graph *g, dfg_node *co
     return peak;
 }
 
-/* Kahn's algorithm, choosing the ready node with the smallest growth of live bytes. */
+/* The nodes of g reading each owner (directly or through views), CSR by owner id: when a node
+ * runs, only the readers of what it read can change their growth of live bytes. */
+typedef struct {
+    int *start, *node;
+} readers_of;
+
+static bool readers_build(const dfg_program *p, const dfg_graph *g, readers_of *r) {
+    int nt = p->n_tensors, m = 0;
+    r->start = calloc((size_t)nt + 2, sizeof(int));
+    if (!r->start) return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            const dfg_tensor *o = owner_of(g->nodes[i]->in[j]);
+            if (o) r->start[o->id + 2]++, m++;
+        }
+    for (int t = 0; t < nt; t++) r->start[t + 2] += r->start[t + 1];
+    r->node = malloc(sizeof(int) * (size_t)(m ? m : 1));
+    if (!r->node) return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            const dfg_tensor *o = owner_of(g->nodes[i]->in[j]);
+            if (o) r->node[r->start[o->id + 1]++] = i;
+        }
+    return true; /* start[t] .. start[t + 1]: the readers of owner t */
+}
+
+/* Kahn's algorithm, choosing the ready node with the smallest growth of live bytes. A node's
+ * growth depends only on the reads left of its inputs' owners, so it is kept between picks and
+ * computed again only for the readers of what the last node read (the same choices as scoring
+ * every ready node at every pick, which was most of a large program's schedule). */
 static bool greedy_order(const dfg_program *p, const dfg_graph *g, const dag *d, dfg_node **order) {
     int n = g->n_nodes, n_ready = 0;
     int *ready = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *pred = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    live_state s;
-    if (!ready || !pred || !init_reads(p, g, &s)) {
-        free(ready), free(pred);
-        return false;
+    int64_t *score = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    bool *stale = malloc(sizeof(bool) * (size_t)(n ? n : 1));
+    readers_of rd = {0};
+    live_state s = {0};
+    bool ok = ready && pred && score && stale && readers_build(p, g, &rd) && init_reads(p, g, &s);
+    if (ok) {
+        memcpy(pred, d->n_pred, sizeof(int) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            stale[i] = true;
+            if (!pred[i]) ready[n_ready++] = i;
+        }
     }
-    memcpy(pred, d->n_pred, sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++)
-        if (!pred[i]) ready[n_ready++] = i;
-    for (int pos = 0; pos < n; pos++) {
+    for (int pos = 0; ok && pos < n; pos++) {
         int best = 0;
-        int64_t best_score = 0;
         for (int r = 0; r < n_ready; r++) {
-            int64_t a, f;
-            node_delta(&s, g->nodes[ready[r]], &a, &f);
-            int64_t score = a - f;
-            if (r == 0 || score < best_score || (score == best_score && ready[r] < ready[best]))
-                best = r, best_score = score;
+            int v = ready[r];
+            if (stale[v]) {
+                int64_t a, f;
+                node_delta(&s, g->nodes[v], &a, &f);
+                score[v] = a - f, stale[v] = false;
+            }
+            if (r == 0 || score[v] < score[ready[best]] || (score[v] == score[ready[best]] && v < ready[best])) best = r;
         }
         int v = ready[best];
         ready[best] = ready[--n_ready];
         order[pos] = g->nodes[v];
         node_ran(&s, g->nodes[v]);
+        for (int j = 0; j < g->nodes[v]->n_in; j++) {
+            const dfg_tensor *o = owner_of(g->nodes[v]->in[j]);
+            for (int k = o ? rd.start[o->id] : 0; o && k < rd.start[o->id + 1]; k++) stale[rd.node[k]] = true;
+        }
         for (int e = d->succ_start[v]; e < d->succ_start[v + 1]; e++)
             if (--pred[d->succ[e]] == 0) ready[n_ready++] = d->succ[e];
     }
-    free(ready), free(pred), free(s.reads_left);
-    return true;
+    free(ready), free(pred), free(score), free(stale), free(rd.start), free(rd.node), free(s.reads_left);
+    return ok;
 }
 
 /* Moves each all-reduce of final gradients (dfg_allreduce_last: no temporaries, so no lifetime
