@@ -148,6 +148,30 @@ DFG_API dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng
  * rows still generating, draw what they would in the whole batch). */
 DFG_API dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0,
                                     float temperature, int top_k);
+/* TRL's (transformers' generate) sampling settings, applied in generate's order: the
+ * repetition penalty on the raw logits, then temperature, top_k, top_p, min_p; the token is drawn
+ * from what is left, renormalised. Zero-initialised fields other than temperature are neutral. */
+typedef struct {
+    float temperature;        /* <= 0: greedy (argmax of the penalised logits) */
+    int top_k;                /* keep the k likeliest (ties of the k-th too); <= 0: every token */
+    float top_p;              /* in (0, 1): keep the likeliest tokens whose mass before them is < top_p; else every token */
+    float min_p;              /* in (0, 1]: keep tokens of probability >= min_p x the likeliest's; <= 0: every token */
+    float repetition_penalty; /* > 0, != 1: a counted token's logit z becomes z / p (z > 0) or z * p (z < 0) */
+} dfg_sampling;
+/* dfg_sample's optional inputs and outputs (all NULL / -1: dfg_sample). */
+typedef struct {
+    dfg_tensor *row0; /* as dfg_sample_rows' */
+    /* repetition_penalty's counted tokens: row r's ids history[r, 0 .. history_len - 1] (history
+     * (rows, H) i32, history_len an i32 scalar read at run time, clamped to H), history_skip (an id,
+     * the pad) never; ids outside the vocabulary are ignored. NULL: the penalty is not applied. */
+    dfg_tensor *history, *history_len;
+    int32_t history_skip;
+    /* out, or NULL: (rows) f32, each drawn token's log-prob under the distribution it was drawn
+     * from (penalised, tempered, truncated and renormalised; 0 when greedy) */
+    dfg_tensor **logp;
+} dfg_sample_io;
+DFG_API dfg_tensor *dfg_sample_with(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, const dfg_sampling *s,
+                                    const dfg_sample_io *io);
 /* Advances rng's counter by n in place, as n dfg_sample calls would: a decode loop that ends
  * early leaves the stream where the whole loop would have. */
 DFG_API dfg_tensor *dfg_rng_advance(dfg_graph *g, dfg_tensor *rng, int64_t n);

@@ -65,18 +65,26 @@ dfg_status dfg_infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out)
 
 /* logits (..., V), rng (4) [, row0: i32 scalar, the batch index of the logits' first row (a
  * sub-batch of rows [row0, row0 + rows) draws what the whole batch draws for those rows), or
- * i32 (rows): each row's batch index (rows gathered from anywhere in the batch)] -> tokens
- * (...), rng advanced in place */
+ * i32 (rows): each row's batch index (rows gathered from anywhere in the batch) [, history
+ * (rows, H) i32, history_len i32 scalar: repetition_penalty's tokens]] -> tokens (...), rng
+ * advanced in place [, the tokens' sampling log-probs (...) f32] */
 dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
-    if (n->n_in != 2 && n->n_in != 3)
-        return dfg_node_fail(g, n, DFG_ERR_ARG, "takes logits and rng, or 3 inputs with row0; got %d", n->n_in);
+    if (n->n_in != 2 && n->n_in != 3 && n->n_in != 5)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "takes logits and rng, 3 inputs with row0 or 5 with the history; got %d",
+                             n->n_in);
+    if (n->n_out != 2 && n->n_out != 3)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "gives tokens and rng, and the log-probs as a third; got %d outputs", n->n_out);
     const dfg_tensor *x = n->in[0], *rng = n->in[1];
+    const dfg_attrs_sample *a = &n->attr->sample;
     if (x->shape.rank < 1 || !dfg_is_float(x->dtype)) return dfg_node_fail(g, n, DFG_ERR_SHAPE, "logits must be float (..., V)");
     if (rng->dtype != DFG_I32 || !dfg_shape_equal(rng->shape, DFG_SHAPE(4)))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rng must be an i32 STATE of shape (4)");
-    if (n->n_in == 3) {
+    if (!(a->top_p >= 0.0f && a->top_p <= 1.0f) || !(a->min_p >= 0.0f && a->min_p <= 1.0f) || !(a->repetition_penalty >= 0.0f))
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "top_p %g and min_p %g must lie in [0, 1], repetition_penalty %g >= 0",
+                             (double)a->top_p, (double)a->min_p, (double)a->repetition_penalty);
+    int64_t v = x->shape.d[x->shape.rank - 1], rows = dfg_shape_numel(x->shape) / (v ? v : 1);
+    if (n->n_in >= 3) {
         const dfg_tensor *r0 = n->in[2];
-        int64_t rows = dfg_shape_numel(x->shape) / (x->shape.d[x->shape.rank - 1] ? x->shape.d[x->shape.rank - 1] : 1);
         if (r0->dtype != DFG_I32 || (dfg_shape_numel(r0->shape) != 1 && dfg_shape_numel(r0->shape) != rows)) {
             char buf[96];
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "row0 '%s' must be an i32 scalar (rank 0 or one element) or hold "
@@ -84,8 +92,17 @@ dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) 
                                  dfg_dtype_name(r0->dtype), dfg_shape_str(r0->shape, buf, sizeof(buf)));
         }
     }
+    if (n->n_in == 5) {
+        const dfg_tensor *h = n->in[3], *len = n->in[4];
+        if (h->dtype != DFG_I32 || h->shape.rank != 2 || h->shape.d[0] != rows)
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "history '%s' must be i32 (%lld, H): a row of ids per logits row",
+                                 h->name, (long long)rows);
+        if (len->dtype != DFG_I32 || dfg_shape_numel(len->shape) != 1)
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "history_len '%s' must be an i32 scalar", len->name);
+    }
     out[0] = (dfg_out_spec){DFG_I32, drop_last(x->shape), -1, false};
     out[1] = (dfg_out_spec){DFG_I32, rng->shape, 1, true};
+    if (n->n_out == 3) out[2] = (dfg_out_spec){DFG_F32, drop_last(x->shape), -1, false};
     return DFG_OK;
 }
 
@@ -109,12 +126,32 @@ dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx) {
     return dfg_op_out(g, DFG_OP_TAKE, (dfg_tensor *[]){x, idx}, 2, NULL);
 }
 
+dfg_tensor *dfg_sample_with(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, const dfg_sampling *s,
+                            const dfg_sample_io *io) {
+    static const dfg_sample_io none = {.history_skip = -1};
+    if (!io) io = &none;
+    if (!s) {
+        if (g) dfg_graph_err(g, DFG_ERR_ARG, "dfg_sample_with: no settings");
+        return g ? g->poison : NULL;
+    }
+    dfg_attrs a = {.sample = {s->temperature, s->top_k, s->top_p, s->min_p, 1.0f, -1}};
+    dfg_tensor *in[5] = {logits, rng, io->row0};
+    int n_in = io->row0 ? 3 : 2; /* without row0 the node keeps its 2 inputs: older graphs do not change */
+    bool penalise = io->history && s->repetition_penalty > 0.0f && s->repetition_penalty != 1.0f;
+    if (penalise) {
+        a.sample.repetition_penalty = s->repetition_penalty, a.sample.history_skip = io->history_skip;
+        if (!in[2]) in[2] = dfg_fill(g, DFG_I32, DFG_SCALAR, 0.0f); /* row0 0: the draws of no row0 */
+        in[3] = io->history, in[4] = io->history_len, n_in = 5;
+    }
+    dfg_node *n = dfg_node_add(g, DFG_OP_SAMPLE, in, n_in, &a, io->logp ? 3 : 2);
+    if (io->logp) *io->logp = n ? n->out[2] : (g ? g->poison : NULL);
+    return n ? n->out[0] : (g ? g->poison : NULL);
+}
+
 dfg_tensor *dfg_sample_rows(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, dfg_tensor *row0, float temperature,
                             int top_k) {
-    dfg_attrs a = {.sample = {temperature, top_k}};
-    /* without row0 the node keeps its 2 inputs: plans and graphs that never asked for it do not change */
-    dfg_node *n = dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){logits, rng, row0}, row0 ? 3 : 2, &a, 2);
-    return n ? n->out[0] : (g ? g->poison : NULL);
+    return dfg_sample_with(g, logits, rng, &(dfg_sampling){.temperature = temperature, .top_k = top_k},
+                           &(dfg_sample_io){.row0 = row0, .history_skip = -1});
 }
 
 dfg_tensor *dfg_sample(dfg_graph *g, dfg_tensor *logits, dfg_tensor *rng, float temperature, int top_k) {

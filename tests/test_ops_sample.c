@@ -5,7 +5,12 @@
  * draws matches softmax(logits / T), NaN logits fail with DFG_ERR_NUMERIC, and a sub-batch of
  * rows [row0, row0 + n) sampled with dfg_sample_rows draws exactly the whole batch's tokens for
  * those rows (from the same RNG state). dfg_rng_advance(n) leaves the stream where n calls
- * would: the next call draws what the (n+1)-th would (64-bit carry too). */
+ * would: the next call draws what the (n+1)-th would (64-bit carry too). TRL's top_p, min_p and
+ * repetition_penalty (dfg_sample_with): over 20000 draws each, alone and together with top_k, the
+ * tokens' frequencies match the distribution transformers' generate draws from (chi-square; never a
+ * token it removed), and each draw's sampling log-prob is that distribution's; the penalty counts
+ * the history's first history_len ids but not history_skip, also when greedy; neutral settings
+ * draw dfg_sample's tokens, with log_softmax(logits / T)'s log-probs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +238,134 @@ static void test_distribution(void) {
     free(x);
 }
 
+/* ---------------------------------------------------------------- top_p, min_p, repetition_penalty */
+/* The distribution generate draws from, in double: the penalty on the counted ids (in f32, as the
+ * kernel and torch), temperature, top_k (ties of the k-th kept), top_p (the likeliest tokens while
+ * the mass before them is below top_p; the test's logits have no ties), min_p; renormalised. */
+static void reference_probs(const float *z, int v, const dfg_sampling *s, const bool *counted, double *q) {
+    float zp[16];
+    double w[16], total = 0, wmax = 0;
+    for (int j = 0; j < v; j++) {
+        zp[j] = z[j];
+        if (counted && counted[j]) zp[j] = zp[j] < 0 ? zp[j] * s->repetition_penalty : zp[j] / s->repetition_penalty;
+    }
+    for (int j = 0; j < v; j++) w[j] = exp((double)zp[j] / s->temperature);
+    for (int j = 0; j < v; j++) {
+        int above = 0;
+        for (int i = 0; i < v; i++) above += zp[i] > zp[j];
+        if (s->top_k > 0 && above >= s->top_k) w[j] = 0;
+    }
+    for (int j = 0; j < v; j++) total += w[j], wmax = w[j] > wmax ? w[j] : wmax;
+    double kept[16];
+    for (int j = 0; j < v; j++) {
+        double before = 0;
+        for (int i = 0; i < v; i++) before += zp[i] > zp[j] ? w[i] : 0;
+        bool cut = (s->top_p > 0 && s->top_p < 1 && before / total >= s->top_p) || w[j] / wmax < s->min_p;
+        kept[j] = cut ? 0 : w[j];
+    }
+    double z2 = 0;
+    for (int j = 0; j < v; j++) z2 += kept[j];
+    for (int j = 0; j < v; j++) q[j] = kept[j] / z2;
+}
+
+/* the chi-square bound exceeded with probability 1e-6 at df = 1 .. 8 */
+static double chi_bound(int df) {
+    static const double b[8] = {23.93, 27.63, 30.66, 33.38, 35.89, 38.26, 40.52, 42.70};
+    return df >= 1 && df <= 8 ? b[df - 1] : 1e9;
+}
+
+/* tok (R) and lp (R) against q: no draw of a removed token, the counts' chi-square, each log-prob */
+static void check_draws(const char *what, const int32_t *tok, const float *lp, int R, int v, const double *q) {
+    int count[16] = {0}, removed = 0, df = -1, worst = -1;
+    double lp_err = 0;
+    for (int r = 0; r < R; r++) {
+        if (tok[r] < 0 || tok[r] >= v || q[tok[r]] == 0) {
+            removed++;
+            continue;
+        }
+        count[tok[r]]++;
+        double e = fabs(lp[r] - log(q[tok[r]]));
+        if (e > lp_err) lp_err = e, worst = r;
+    }
+    int kc[16];
+    double kq[16];
+    for (int j = 0; j < v; j++)
+        if (q[j] > 0) kc[++df] = count[j], kq[df] = q[j];
+    double c2 = chi_square(kc, kq, df + 1, R);
+    CHECK(removed == 0, "%s: %d of %d draws are tokens the settings remove", what, removed, R);
+    CHECK(df >= 1 && c2 < chi_bound(df), "%s: chi-square %.2f over %d kept tokens (bound %.2f)", what, c2, df + 1,
+          chi_bound(df));
+    CHECK(lp_err < 2e-6, "%s: sampling log-prob off by %.3g (row %d: %g vs log q %g)", what, lp_err, worst,
+          worst >= 0 ? lp[worst] : 0.0, worst >= 0 ? log(q[tok[worst]]) : 0.0);
+}
+
+static void test_trl_settings(void) {
+    enum { R = 20000, V = 8, H = 6, CASES = 5 };
+    const float logits[V] = {2.0f, 1.2f, 0.9f, 0.1f, -0.3f, -1.0f, 1.5f, -2.2f};
+    /* counted: 0, 6, 3 (twice: once is what counts); 7 is the skipped id, 5 lies past history_len */
+    const int32_t hist_row[H] = {0, 6, 6, 3, 7, 5};
+    const bool counted[V] = {true, false, false, true, false, false, true, false};
+    const dfg_sampling cases[CASES] = {
+        {.temperature = 0.9f, .top_p = 0.75f},
+        {.temperature = 0.9f, .min_p = 0.15f},
+        {.temperature = 0.9f, .repetition_penalty = 1.3f},
+        {.temperature = 0.9f, .top_k = 6, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.3f},
+        {.temperature = 0.9f, .top_p = 1.0f, .repetition_penalty = 1.0f}, /* neutral */
+    };
+    float *x = malloc(sizeof(float) * R * V);
+    int32_t *hist = malloc(sizeof(int32_t) * R * H);
+    for (int r = 0; r < R; r++) memcpy(x + r * V, logits, sizeof(logits)), memcpy(hist + r * H, hist_row, sizeof(hist_row));
+    dfg_fx f;
+    dfg_fx_begin(&f, "trl_settings");
+    dfg_tensor *lg = dfg_const(f.p, "logits", DFG_F32, DFG_SHAPE(R, V), x);
+    dfg_sample_io io = {.history = dfg_const(f.p, "history", DFG_I32, DFG_SHAPE(R, H), hist),
+                        .history_len = dfg_fill(f.g, DFG_I32, DFG_SCALAR, 5.0f), .history_skip = 7};
+    char name[16];
+    for (int c = 0; c < CASES; c++) {
+        dfg_tensor *lp;
+        io.logp = &lp;
+        snprintf(name, sizeof(name), "rng%d", c);
+        dfg_tensor *rng = rng_state(&f, name);
+        snprintf(name, sizeof(name), "tok%d", c);
+        dfg_output(f.g, dfg_sample_with(f.g, lg, rng, &cases[c], &io), name);
+        snprintf(name, sizeof(name), "lp%d", c);
+        dfg_output(f.g, lp, name);
+    }
+    /* neutral settings draw dfg_sample's tokens from the same state */
+    dfg_output(f.g, dfg_sample(f.g, lg, rng_state(&f, "rng_plain"), 0.9f, 0), "tok_plain");
+    /* greedy: the penalised argmax (2.0 / 3 < 1.5 / 3 < 1.2); without history, the plain one */
+    io.logp = NULL;
+    dfg_output(f.g, dfg_sample_with(f.g, lg, rng_state(&f, "rng_g"), &(dfg_sampling){.repetition_penalty = 3.0f}, &io),
+               "tok_greedy");
+    const int32_t start[4] = {0x1234567, 0x7654321, 42, 0}; /* the neutral case's state and the plain one's */
+    bool made = dfg_fx_create(&f, 1);
+    if (made) dfg_fx_write(&f, "rng4", start, sizeof(start)), dfg_fx_write(&f, "rng_plain", start, sizeof(start));
+    if (made && dfg_fx_step(&f)) {
+        int32_t *tok = malloc(sizeof(int32_t) * R), *plain = malloc(sizeof(int32_t) * R);
+        float *lp = malloc(sizeof(float) * R);
+        static const char *const what[CASES] = {"top_p 0.75", "min_p 0.15", "repetition_penalty 1.3",
+                                                "top_k 6, top_p 0.9, min_p 0.05, penalty 1.3", "neutral"};
+        for (int c = 0; c < CASES; c++) {
+            double q[V];
+            reference_probs(logits, V, &cases[c], cases[c].repetition_penalty != 0 ? counted : NULL, q);
+            snprintf(name, sizeof(name), "tok%d", c);
+            dfg_fx_read(&f, name, tok, sizeof(int32_t) * R);
+            snprintf(name, sizeof(name), "lp%d", c);
+            dfg_fx_read(&f, name, lp, sizeof(float) * R);
+            check_draws(what[c], tok, lp, R, V, q);
+        }
+        dfg_fx_read(&f, "tok_plain", plain, sizeof(int32_t) * R);
+        CHECK(memcmp(tok, plain, sizeof(int32_t) * R) == 0, "neutral settings draw dfg_sample's tokens");
+        dfg_fx_read(&f, "tok_greedy", tok, sizeof(int32_t) * R);
+        int bad = 0;
+        for (int r = 0; r < R; r++) bad += tok[r] != 1;
+        CHECK(bad == 0, "greedy with penalty 3 picks token 1 (the penalised argmax) in every row: %d others", bad);
+        free(tok), free(plain), free(lp);
+    }
+    dfg_fx_end(&f);
+    free(x), free(hist);
+}
+
 /* ---------------------------------------------------------------- NaN logits */
 static void test_nan(void) {
     enum { R = 3, V = 5 };
@@ -414,6 +547,7 @@ int main(void) {
     test_rng_state();
     test_top_k();
     test_distribution();
+    test_trl_settings();
     test_nan();
     test_sub_batch();
     test_rng_advance();
