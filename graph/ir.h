@@ -114,6 +114,10 @@ typedef struct {
     dfg_tensor *when;               /* dfg_stage_when: the stage runs when when_lo < value <= when_hi; or NULL */
     double when_lo, when_hi;
     dfg_tensor *runs;               /* dfg_stage_runs: this step's run count (at most repeat); or NULL */
+    /* dfg_stage_loop, on the loop's last stage: after it, while loop_until reads 0 and fewer than
+     * loop_max returns were made this step, the step goes back to stage loop_to; else -1 */
+    int loop_to, loop_max;
+    dfg_tensor *loop_until;
 } dfg_stage;
 
 /* One setting. A key of the settings table (graph/settings.def) is parsed and checked when it is

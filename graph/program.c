@@ -248,7 +248,7 @@ static dfg_stage *stage_new(dfg_program *p) {
         return NULL;
     }
     dfg_stage *s = &p->stages[p->n_stages++];
-    *s = (dfg_stage){.first_step = 0, .last_step = -1}; /* every step, every run */
+    *s = (dfg_stage){.first_step = 0, .last_step = -1, .loop_to = -1}; /* every step, every run, no loop */
     return s;
 }
 
@@ -307,6 +307,22 @@ dfg_status dfg_stage_runs(dfg_program *p, const char *stage, dfg_tensor *count) 
     dfg_stage *s = rule_stage(p, stage, count, "stage_runs", "count", true);
     if (s) s->runs = count;
     return p->status;
+}
+
+dfg_status dfg_stage_loop(dfg_program *p, const char *first, const char *last, dfg_tensor *until, int max_loops) {
+    if (!p) return DFG_ERR_ARG;
+    dfg_stage *b = rule_stage(p, last, until, "stage_loop", "flag", false), *a = b ? stage_named(p, first, "stage_loop") : NULL;
+    if (!a) return p->status;
+    int ia = (int)(a - p->stages), ib = (int)(b - p->stages);
+    if (ia > ib) return dfg_program_err(p, DFG_ERR_ARG, "stage_loop: '%s' comes after '%s'", first, last);
+    if (max_loops < 1) return dfg_program_err(p, DFG_ERR_ARG, "stage_loop '%s'..'%s': max_loops must be >= 1, got %d",
+                                              first, last, max_loops);
+    for (int i = 0; i < p->n_stages; i++) /* loops neither nest nor overlap: each stage is in one at most */
+        if (p->stages[i].loop_to >= 0 && p->stages[i].loop_to <= ib && i >= ia)
+            return dfg_program_err(p, DFG_ERR_ARG, "stage_loop '%s'..'%s' overlaps the loop '%s'..'%s'", first, last,
+                                   p->stages[p->stages[i].loop_to].name, p->stages[i].name);
+    b->loop_to = ia, b->loop_until = until, b->loop_max = max_loops;
+    return DFG_OK;
 }
 
 dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t first, int64_t last) {

@@ -188,6 +188,23 @@ static dfg_status make_buffers(dfg_program *p, dfg_plan *plan, const bool *logit
     return DFG_OK;
 }
 
+/* A loop of stages (dfg_stage_loop) runs its stages again: a persistent tensor live in any of
+ * them keeps its bytes from the loop's first step to its last, or a later pass would read what
+ * another tensor wrote over it. Temporaries live inside one run of one stage: nothing to do. */
+static void span_loops(const dfg_program *p, dfg_plan *plan) {
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stages[s].loop_to < 0) continue;
+        int first = plan->stage_step[p->stages[s].loop_to], last = plan->stage_step[s + 1] - 1;
+        for (int b = 0; b < plan->n_bufs; b++) {
+            dfg_buf *buf = &plan->bufs[b];
+            if (p->tensors[buf->owner]->kind == DFG_TEMP || buf->life.first < 0) continue;
+            if (buf->life.last < first || buf->life.first > last) continue;
+            extend(&buf->life, first);
+            extend(&buf->life, last);
+        }
+    }
+}
+
 /* Places output k of a node in the buffer of input j when j dies at that node. */
 static void try_merge(dfg_program *p, dfg_plan *plan, const dfg_node *node, int k, int step) {
     int j = dfg_op_inplace_input(node, k);
@@ -230,6 +247,7 @@ dfg_status dfg_plan_liveness(dfg_program *p, dfg_plan *plan) {
     tensor_lifetimes(p, plan);
     st = mark_logits(p, logits, table);
     if (!st) st = make_buffers(p, plan, logits);
+    if (!st) span_loops(p, plan);
     if (!st && !plan->opt.no_reuse) merge_inplace(p, plan);
     free(logits), free(table);
     return st;

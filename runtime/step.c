@@ -199,6 +199,25 @@ static dfg_status stage_runs(dfg_runtime *rt, int si, bool *runs) {
     return DFG_OK;
 }
 
+/* After stage si: a loop's last stage goes back to its first while its flag reads 0 and returns
+ * are left (dfg_stage_loop); *next is then the stage before the first (the caller's s++). */
+static dfg_status loop_back(dfg_runtime *rt, int si, int *loops, int *next) {
+    const dfg_stage *s = &rt->p->stages[si];
+    if (s->loop_to < 0) return DFG_OK;
+    double flag = 0;
+    dfg_status st = read_scalar(rt, s->loop_until, &flag);
+    if (st)
+        return dfg_rt_fail(rt, st, true, "step %lld, stage '%s': reading its loop's end flag '%s' failed",
+                           (long long)rt->step + 1, s->name, s->loop_until->name);
+    if (flag != 0 || *loops >= s->loop_max) {
+        *loops = 0;
+        return DFG_OK;
+    }
+    (*loops)++;
+    *next = s->loop_to - 1;
+    return DFG_OK;
+}
+
 dfg_status dfg_runtime_step(dfg_runtime *rt) {
     if (!rt) return DFG_ERR_ARG;
     if (rt->status) return rt->status;
@@ -207,22 +226,25 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
     rt->wait_s = 0;
     rt->updated = false;
     for (int s = 0; s < rt->p->n_stages; s++) rt->stage_runs[s] = 0, rt->stage_ms[s] = -1.0;
+    int loops = 0; /* the returns made by the step's loop (loops neither nest nor overlap) */
     for (int s = 0; s < rt->p->n_stages; s++) {
         bool runs = false;
         dfg_status st = stage_runs(rt, s, &runs);
         if (st) return st;
-        if (!runs) {
-            if (rt->check) dfg_check_stage_end(rt, s, false);
-            continue;
-        }
-        double t0 = now_s();
-        rt->updated = rt->updated || rt->stage_updates[s]; /* set before: a failure inside may have written */
-        st = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
-        rt->stage_ms[s] = 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
-        if (st) return st;
-        if (rt->check) dfg_check_stage_end(rt, s, true);
-        if (!rt->stage_runs[s] && !rt->p->stages[s].runs)
-            rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
+        if (runs) {
+            int before = rt->stage_runs[s]; /* earlier passes of a loop: runs and time add up */
+            double t0 = now_s(), ms = rt->stage_ms[s] > 0 ? rt->stage_ms[s] : 0.0;
+            rt->stage_runs[s] = 0;
+            rt->updated = rt->updated || rt->stage_updates[s]; /* set before: a failure inside may have written */
+            st = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? run_graph(rt, s) : run_host(rt, s);
+            rt->stage_ms[s] = ms + 1e3 * (now_s() - t0); /* a device backend's graph stages: their launch time */
+            if (st) return st;
+            if (rt->check) dfg_check_stage_end(rt, s, true);
+            if (!rt->stage_runs[s] && !rt->p->stages[s].runs)
+                rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
+            rt->stage_runs[s] += before;
+        } else if (rt->check) dfg_check_stage_end(rt, s, false);
+        if ((st = loop_back(rt, s, &loops, &s))) return st;
     }
     double t_sync = now_s();
     dfg_status st = rt->be->sync(rt->be_state);

@@ -472,37 +472,39 @@ static void test_damage(const unsigned char *plan, size_t n, const char *what) {
         expect_refused(b, n, want, label);
     }
     memcpy(b, plan, n);
-    b[8] = 13; /* format version */
-    expect_refused(b, n, "format version 13 is newer than this dfg (12)", "future version");
+    b[8] = 14; /* format version */
+    expect_refused(b, n, "format version 14 is newer than this dfg (13)", "future version");
     memcpy(b, plan, n);
     b[8] = 1; /* the format before scopes and gradient flags */
-    expect_refused(b, n, "format version 1 is older than this dfg's (12)", "version 1");
+    expect_refused(b, n, "format version 1 is older than this dfg's (13)", "version 1");
     expect_refused(b, n, "re-run dfg compile", "version 1 says what to do");
     b[8] = 2; /* the format before the memory budget and no_fuse */
-    expect_refused(b, n, "format version 2 is older than this dfg's (12) and lacks the memory budget", "version 2");
+    expect_refused(b, n, "format version 2 is older than this dfg's (13) and lacks the memory budget", "version 2");
     expect_refused(b, n, "re-run dfg compile", "version 2 says what to do");
     b[8] = 3; /* the format before stage step ranges */
-    expect_refused(b, n, "format version 3 is older than this dfg's (12) and lacks stage step ranges", "version 3");
+    expect_refused(b, n, "format version 3 is older than this dfg's (13) and lacks stage step ranges", "version 3");
     b[8] = 4; /* the format before the plan section */
-    expect_refused(b, n, "format version 4 is older than this dfg's (12) and lacks the schedule and memory plan",
+    expect_refused(b, n, "format version 4 is older than this dfg's (13) and lacks the schedule and memory plan",
                    "version 4");
     b[8] = 5; /* the format before attributes were stored field by field */
-    expect_refused(b, n, "format version 5 is older than this dfg's (12) and lacks op attributes stored field by field",
+    expect_refused(b, n, "format version 5 is older than this dfg's (13) and lacks op attributes stored field by field",
                    "version 5");
     b[8] = 6; /* the format before the entropy and quantile ops */
-    expect_refused(b, n, "format version 6 is older than this dfg's (12) and lacks the entropy and quantile ops",
+    expect_refused(b, n, "format version 6 is older than this dfg's (13) and lacks the entropy and quantile ops",
                    "version 6");
     b[8] = 7; /* the format before nullable metrics and rollouts-only plans */
-    expect_refused(b, n, "format version 7 is older than this dfg's (12) and lacks metrics that may have no value",
+    expect_refused(b, n, "format version 7 is older than this dfg's (13) and lacks metrics that may have no value",
                    "version 7");
     b[8] = 8; /* the format before stages that end early or run on a condition */
-    expect_refused(b, n, "format version 8 is older than this dfg's (12) and lacks stages that end early", "version 8");
+    expect_refused(b, n, "format version 8 is older than this dfg's (13) and lacks stages that end early", "version 8");
     b[8] = 9; /* the format before batch-invariant plans */
-    expect_refused(b, n, "format version 9 is older than this dfg's (12) and lacks batch-invariant plans", "version 9");
+    expect_refused(b, n, "format version 9 is older than this dfg's (13) and lacks batch-invariant plans", "version 9");
     b[8] = 10; /* the format before LoRA's base_model role and NF4 */
-    expect_refused(b, n, "format version 10 is older than this dfg's (12) and lacks LoRA's frozen base weights", "version 10");
+    expect_refused(b, n, "format version 10 is older than this dfg's (13) and lacks LoRA's frozen base weights", "version 10");
     b[8] = 11; /* the format before remat's recorded decisions */
-    expect_refused(b, n, "format version 11 is older than this dfg's (12) and lacks remat's recorded decisions", "version 11");
+    expect_refused(b, n, "format version 11 is older than this dfg's (13) and lacks remat's recorded decisions", "version 11");
+    b[8] = 12; /* the format before loops of stages */
+    expect_refused(b, n, "format version 12 is older than this dfg's (13) and lacks loops of stages", "version 12");
     memcpy(b, plan, n);
     b[0] = 'X';
     expect_refused(b, n, "not a dfg plan file (bad magic)", "bad magic");

@@ -44,7 +44,9 @@
  *               u32 repeat | host: str function symbol | i64 first step | i64 last step (-1: no end)
  *               | u32 ref of the flag that ends its runs (dfg_stage_until; 0: none) | u32 ref of
  *               the value it runs on (dfg_stage_when; 0: none) | f64 low end | f64 high end | u32
- *               ref of its run count (dfg_stage_runs; 0: none))
+ *               ref of its run count (dfg_stage_runs; 0: none) | u32 the first stage of the loop
+ *               it ends + 1 (dfg_stage_loop; 0: none) | u32 the loop's most returns | u32 ref of
+ *               the loop's end flag)
  *   6 hostlib   the pipeline's shared object, byte for byte
  *   7 plan      what dfg compile planned: the schedule and the memory plan of the COMPILED
  *               program (compiling adds tensors for fused and recomputed nodes, so its tensor ids
@@ -114,7 +116,7 @@
 #include "../../passes/dfg_passes.h"
 
 #define DFG_PLAN_MAGIC "DFGPLAN"   /* plus its NUL: 8 bytes */
-#define DFG_PLAN_VERSION 12u
+#define DFG_PLAN_VERSION 13u
 
 typedef enum {
     DFG_PLAN_SEC_INFO = 1,

@@ -325,6 +325,18 @@ static void build_stages(builder *b) {
         if (s->runs && !r->status) dfg_stage_runs(b->p, s->name, decl_tensor(b, s->runs, "a stage's run count"));
         construction_ok(b, "stages");
     }
+    for (uint32_t i = 0; i < r->n_stages && !r->status; i++) { /* loops name earlier stages: all of them exist now */
+        const dfg_plan_stage_rec *s = &r->stages[i];
+        if (!s->loop_to) continue;
+        if (s->loop_to > i + 1 || s->loop_max < 1 || s->loop_max > (uint32_t)INT32_MAX) {
+            dfg_reader_err(r, DFG_ERR_FORMAT, "invalid plan: stage %u '%s' loops back to stage %u with %u returns", i,
+                           s->name, s->loop_to - 1, s->loop_max);
+            return;
+        }
+        dfg_stage_loop(b->p, r->stages[s->loop_to - 1].name, s->name, decl_tensor(b, s->loop_until, "a loop's end flag"),
+                       (int)s->loop_max);
+        construction_ok(b, "stages");
+    }
 }
 
 /* The pipeline's declarations, made again through dfg_host_state and dfg_declare_*: they check

@@ -58,6 +58,7 @@ typedef struct {
     int64_t first_step, last_step;
     uint32_t until, when, runs; /* refs, 0: none */
     double when_lo, when_hi;
+    uint32_t loop_to, loop_max, loop_until; /* dfg_stage_loop: the first stage's index + 1 (0: no loop), refs */
 } dfg_plan_stage_rec;
 
 typedef struct {

@@ -309,6 +309,9 @@ static void read_stages(dfg_plan_reader *r, cursor *c) {
         memcpy(&s->when_lo, &lo, sizeof(lo));
         memcpy(&s->when_hi, &hi, sizeof(hi));
         s->runs = get_u32(c, "a stage's run count");
+        s->loop_to = get_u32(c, "a stage's loop");
+        s->loop_max = get_u32(c, "a stage's loop's returns");
+        s->loop_until = get_u32(c, "a stage's loop's end flag");
     }
     end_of_section(c);
 }
@@ -495,7 +498,8 @@ static dfg_status read_container(dfg_plan_reader *r, const unsigned char *b, siz
                                                "buckets)"
                               : version == 9 ? "batch-invariant plans"
                               : version == 10 ? "LoRA's frozen base weights and NF4 dequantisation"
-                                              : "remat's recorded decisions (it would search again at every load)");
+                              : version == 11 ? "remat's recorded decisions (it would search again at every load)"
+                                              : "loops of stages (multi-turn rollouts)");
     uint32_t fewest = r->plan_optional ? 6u : 7u;
     if (count < fewest || count > 8u)
         return dfg_reader_err(r, DFG_ERR_FORMAT, "the header declares %u sections (a plan has 7 or 8)", count);

@@ -263,6 +263,9 @@ static void write_stages(wbuf *w, const dfg_program *p) {
         put_f64(w, st->when ? st->when_lo : 0.0);
         put_f64(w, st->when ? st->when_hi : 0.0);
         put_u32(w, ref(st->runs));
+        put_u32(w, (uint32_t)(st->loop_to + 1));
+        put_u32(w, st->loop_to >= 0 ? (uint32_t)st->loop_max : 0u);
+        put_u32(w, ref(st->loop_until));
     }
     section_end(w, at);
 }
