@@ -7,7 +7,8 @@
 # workspace); --min gives the smallest plan; a budget under it exits 3 with the least the program
 # needs and writes nothing; a budget under the model's persistent state exits 3 at once (only the
 # program as given compiled), naming what would shrink it (the reference model only with beta > 0,
-# never offloading); the "as given" row is the arena dfg compile prints; a setting given with
+# never offloading); the "as given" row is the arena dfg compile prints; the chosen row is the
+# plan written (dfg inspect of it: the arena and the recomputed nodes); a setting given with
 # --set is held; bad arguments exit 2.
 #   usage: fit_test.sh /path/to/dfg /path/to/source-tree
 set -u
@@ -20,6 +21,26 @@ testlib_begin fit-test
 # jget FILE EXPR: a Python expression over d, the JSON in FILE
 arena_of() { "$DFG" inspect "$1" --json >"$1.json" && jget "$1.json" 'd["arena_bytes"]'; }
 setting_of() { "$DFG" info "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+# row_is_plan PLAN WHAT: the row out.txt marks with '*' has the arena (as fit prints it, 3 figures)
+# and the recomputed nodes ('-': none) that dfg inspect reads from the written PLAN
+row_is_plan() {
+  local row have want
+  row=$(grep '^\*' out.txt | sed 's/^\*/ /')
+  have="$(echo "$row" | awk '{print $2, $3}') $(echo "$row" | sed -n 's/.* \([0-9]*\) nodes (+.*/\1/p')"
+  "$DFG" inspect "$1" --json >"$1.json"
+  want=$(python3 - "$1.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+b, u = float(d["arena_bytes"]), 0
+while b >= 1024 and u < 4: b, u = b / 1024, u + 1  # graph/shape.c's dfg_bytes_str
+arena = "%.0f B" % b if u == 0 else "%.*f %s" % (2 if b < 10 else 1, b, ["B", "KiB", "MiB", "GiB", "TiB"][u])
+n = d["remat"]["recomputed_nodes"]
+print(arena, n if n else "")
+PY
+)
+  [ "${have% }" = "${want% }" ] && ok "$2: the chosen row is the plan written (arena, recomputed: $want)" \
+    || fail "$2: the chosen row says '$have' (arena, recomputed nodes), dfg inspect of the plan written '$want'"
+}
 
 # planned_used RUN_OUTPUT ARENA WHAT: the run's peak RSS is the process before the runtime, the
 # plan's arena and a small rest (kernel scratch, BLAS and host-stage buffers)
@@ -91,6 +112,7 @@ plan_rec=$(sed -n 's/.*recomputed: \([0-9]*\) nodes.*/\1/p' out.txt)
 [ "$row_arena" = "$plan_arena" ] && [ "$row_rec" = "$plan_rec" ] \
   && ok "the chosen row is the plan written (arena $row_arena, recomputed ${row_rec:-none})" \
   || fail "the chosen row (arena $row_arena, recomputed '${row_rec}') is not the plan written (arena $plan_arena, recomputed '${plan_rec}')"
+row_is_plan fit.dfg "under $B bytes"
 if [ "$AF" -le "$B" ]; then ok "the written plan fits: arena $AF <= budget $B (dfg inspect)"
 else fail "the written plan's arena $AF is over the budget $B"; fi
 GA=$(setting_of fit.dfg gradient_accumulation_steps) R=$(setting_of fit.dfg rollout_sub_batches)
@@ -139,6 +161,23 @@ chosen=$(grep '^\*' out.txt | est_of)
 [ "$rows" -gt 1 ] && [ -n "$chosen" ] && [ "$chosen" = "$fastest" ] \
   && ok "a roomy budget compares $rows candidates and takes the fastest (est. x$chosen)" \
   || fail "a roomy budget: $rows rows, chosen est. x$chosen, fastest x$fastest"
+
+# ---------------------------------------------------------------- the chosen row is the plan written
+# A QLoRA policy (Qwen2 shapes, an NF4 base) 5% of the way from its least arena to its arena as
+# given: fit takes 16 micro-batches and 4 rollout sub-batches with remat. Remat plans that
+# program as the search built it otherwise than as its plan file reads back (23 recomputed nodes
+# and 546.0 KiB against the file's 21 and 529.2 KiB): before fit recompiled the chosen row as
+# written, the table showed the first and wrote the second (issue 38: 476 nodes shown, 188 written).
+Q=(--set model_type=qwen2 --set lora_r=8 --set load_in_4bit=true)
+run "$DFG" compile "$G" "${Q[@]}" -o q.dfg
+expect_rc 0 "compile a QLoRA policy"
+QA0=$(arena_of q.dfg)
+run "$DFG" fit "$G" "${Q[@]}" --min -o qmin.dfg
+expect_rc 0 "fit --min the QLoRA policy"
+QB=$(( $(arena_of qmin.dfg) + (QA0 - $(arena_of qmin.dfg)) * 5 / 100 ))
+run "$DFG" fit "$G" "${Q[@]}" --memory-budget "$QB" -o qfit.dfg
+expect_rc 0 "fit the QLoRA policy under $QB bytes"
+row_is_plan qfit.dfg "QLoRA, remat under $QB bytes"
 
 # ---------------------------------------------------------------- stage variants counted once
 # prompts of 2..33 tokens: the program as given is built for two prompt widths (prompt_buckets
