@@ -85,6 +85,25 @@ static void test_targets(void) {
     n = adapted(c, names, 64, &st);
     CHECK(!st && n == 8, "all-linear on GPT-2: c_attn, c_proj, c_fc, c_proj per layer (%d)", n);
 
+    /* the refusal names the architecture's linears, as its table (ops/nn/arch.def) has them */
+    static const struct {
+        dfg_arch arch;
+        const char *names;
+    } linears[] = {{DFG_ARCH_QWEN2, "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear)"},
+                   {DFG_ARCH_GPT2, "(c_proj, c_attn, c_fc, or all-linear)"}};
+    for (int i = 0; i < 2; i++) {
+        dfg_program *q = dfg_program_new("misspelt");
+        dfg_model *m = calloc(1, sizeof(*m));
+        c = small(linears[i].arch);
+        c.lora = lora(4, 8, "qproj");
+        st = dfg_model_params(q, "", c, m);
+        const char *msg = dfg_program_error(q);
+        CHECK(st == DFG_ERR_ARG && msg && strstr(msg, "'qproj'") && strstr(msg, linears[i].names),
+              "%s: a name that matches nothing is refused naming the linears: %s", dfg_arch_name(linears[i].arch), msg);
+        free(m);
+        dfg_program_free(q);
+    }
+
     dfg_program *p = dfg_program_new("defaults");
     dfg_lora_config got;
     dfg_program_set(p, "lora_r", "8");

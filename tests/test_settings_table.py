@@ -6,7 +6,10 @@ described and parsed:
      only where the allowlist below says why, and no typed key (bool, int, float) is read as text
      with dfg_program_str or dfg_setting_str;
   3. examples/grpo/grpo.c records the table's default for every key it reads and does not set (GPT-2,
-     Llama and LoRA settings alike), so the table's documentation is what a plan gets.
+     Llama and LoRA settings alike), so the table's documentation is what a plan gets;
+  4. model_type's values are the architecture table's model_types (ops/nn/arch.def), in its order:
+     graph/ may not include ops/ (tests/test_layers.py), so settings.def repeats them, and this
+     keeps the two lists from drifting apart.
 usage: test_settings_table.py SOURCE_DIR DFG"""
 import os
 import re
@@ -109,11 +112,29 @@ def check_defaults(rows):
         fail("only %d settings were compared" % checked)
 
 
+def check_arch_names(rows):
+    """settings.def's model_type values (each value's first spelling) = arch.def's model_types."""
+    text = open(os.path.join(SRC, "graph/settings.def")).read()
+    m = re.search(r'^DFG_SETTING\(model_type,\s*ENUM,\s*"([^"]*)",[^"]*"([^"]*)"', text, re.M)
+    arch = open(os.path.join(SRC, "ops/nn/arch.def")).read()
+    types = re.findall(r'^DFG_ARCH\(\w+,\s*"([^"]+)"', arch, re.M)
+    if not m or not types:
+        return fail("no model_type row in graph/settings.def or no DFG_ARCH row in ops/nn/arch.def")
+    values = [v.split(",")[0] for v in m.group(2).split("|")]
+    if values != types:
+        return fail("graph/settings.def's model_type values %s are not ops/nn/arch.def's model_types %s: "
+                    "make the row's values '%s'" % ("|".join(values), "|".join(types), "|".join(types)))
+    if m.group(1) not in types:
+        return fail("model_type's default '%s' is no architecture of ops/nn/arch.def" % m.group(1))
+    print("ok - model_type's values are ops/nn/arch.def's architectures (%s)" % "|".join(types))
+
+
 rows = table()
 if len(rows) < 60:
     fail("read only %d rows of graph/settings.def" % len(rows))
 check_doc()
 check_readers(rows)
 check_defaults(rows)
+check_arch_names(rows)
 print("test_settings_table: %s" % ("%d check(s) failed" % len(failures) if failures else "all checks passed"))
 sys.exit(1 if failures else 0)

@@ -37,8 +37,11 @@ dfg_status dfg_lora_config_from_settings(dfg_program *p, dfg_arch arch, dfg_lora
         return dfg_program_fail(p, DFG_ERR_ARG, "lora_target_modules is longer than %d characters", DFG_LORA_TARGETS_MAX - 1);
     c.r = (int)r;
     c.alpha = (float)alpha;
-    /* PEFT's default targets for these architectures (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) */
-    snprintf(c.targets, sizeof(c.targets), "%s", targets[0] ? targets : arch == DFG_ARCH_GPT2 ? "c_attn" : "q_proj,v_proj");
+    /* PEFT's default targets for the architecture (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) */
+    const dfg_arch_info *info = dfg_arch_info_of(arch);
+    if (!targets[0] && !info)
+        return dfg_program_fail(p, DFG_ERR_ARG, "lora_target_modules: no default for architecture %d", (int)arch);
+    snprintf(c.targets, sizeof(c.targets), "%s", targets[0] ? targets : info->lora_targets);
     *out = c;
     return DFG_OK;
 }
@@ -48,21 +51,29 @@ float dfg_lora_scale(const dfg_lora_config *c) {
 }
 
 /* ---------------------------------------------------------------- which linears */
-static const char *const llama_paths[DFG_LIN_COUNT] = {
-    [DFG_LIN_Q] = "self_attn.q_proj", [DFG_LIN_K] = "self_attn.k_proj",   [DFG_LIN_V] = "self_attn.v_proj",
-    [DFG_LIN_O] = "self_attn.o_proj", [DFG_LIN_GATE] = "mlp.gate_proj", [DFG_LIN_UP] = "mlp.up_proj",
-    [DFG_LIN_DOWN] = "mlp.down_proj"};
-static const char *const gpt2_paths[DFG_LIN_COUNT] = {
-    [DFG_LIN_C_ATTN] = "attn.c_attn", [DFG_LIN_O] = "attn.c_proj", [DFG_LIN_C_FC] = "mlp.c_fc",
-    [DFG_LIN_MLP_PROJ] = "mlp.c_proj"};
-
+/* "<blocks>.<layer>.<linear>" from the architecture's table (arch.def, nn_arch.c) */
 bool dfg_model_linear_path(const dfg_model_config *cfg, int layer, dfg_linear_slot slot, char *buf, size_t len) {
-    if (!cfg || (unsigned)slot >= DFG_LIN_COUNT) return false;
-    bool gpt2 = cfg->arch == DFG_ARCH_GPT2;
-    const char *tail = (gpt2 ? gpt2_paths : llama_paths)[slot];
-    if (!tail) return false;
-    snprintf(buf, len, gpt2 ? "h.%d.%s" : "model.layers.%d.%s", layer, tail);
+    const dfg_arch_info *a = cfg ? dfg_arch_info_of(cfg->arch) : NULL;
+    if (!a || (unsigned)slot >= DFG_LIN_COUNT || !a->linears[slot]) return false;
+    snprintf(buf, len, "%s.%d.%s", a->blocks, layer, a->linears[slot]);
     return true;
+}
+
+/* "q_proj, k_proj, ...": the last part of each linear's path in the architecture's table, once
+ * each (GPT-2's attn.c_proj and mlp.c_proj are both c_proj), for a message */
+static void linear_names(const dfg_arch_info *a, char *buf, size_t len) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; a && k < DFG_LIN_COUNT; k++) {
+        if (!a->linears[k]) continue;
+        const char *dot = strrchr(a->linears[k], '.'), *name = dot ? dot + 1 : a->linears[k];
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) {
+            const char *d = a->linears[j] ? strrchr(a->linears[j], '.') : NULL;
+            seen = a->linears[j] && !strcmp(d ? d + 1 : a->linears[j], name);
+        }
+        if (!seen) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", at ? ", " : "", name);
+    }
 }
 
 /* PEFT's rule for a list of target names: the module's path is the name, or ends in "." + name. */
@@ -102,12 +113,12 @@ dfg_status dfg_lora_check_targets(dfg_program *p, const dfg_model_config *cfg) {
         for (int l = 0; l < cfg->n_layer && !hit; l++)
             for (int k = 0; k < DFG_LIN_COUNT && !hit; k++)
                 hit = dfg_model_linear_path(cfg, l, (dfg_linear_slot)k, path, sizeof(path)) && dfg_lora_targets(&one, path);
-        if (!hit)
-            return dfg_program_fail(p, DFG_ERR_ARG,
-                                    "lora_target_modules: '%s' matches no linear of this %s model (%s, or all-linear)", name,
-                                    dfg_arch_name(cfg->arch),
-                                    cfg->arch == DFG_ARCH_GPT2 ? "c_attn, c_proj, c_fc"
-                                                               : "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+        if (!hit) {
+            char names[200];
+            linear_names(dfg_arch_info_of(cfg->arch), names, sizeof(names));
+            return dfg_program_fail(p, DFG_ERR_ARG, "lora_target_modules: '%s' matches no linear of this %s model (%s, or all-linear)",
+                                    name, dfg_arch_name(cfg->arch), names);
+        }
         s += n;
         if (*s == ',') s++;
     }
