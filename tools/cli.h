@@ -11,6 +11,7 @@
 #include "../runtime/formats/dfg_formats.h"
 #include "../runtime/formats/planfile.h"
 #include "../runtime/formats/safetensors.h"
+#include "../runtime/host/dfg_env.h"
 #include "../runtime/host/dfg_reward.h"
 #include "../runtime/weights/dfg_weights.h"
 #include "dot/dfg_dot.h"

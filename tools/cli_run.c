@@ -680,7 +680,12 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc && s.ckpt_dir && s.rank == 0) rc = cli_ckpt_prepare(s.ckpt_dir, a->resume != NULL, &lock);
     dfg_reward_source *reward = NULL; /* the host stages' service DFG_REWARD_SERVICE */
     if (!rc) rc = cli_run_open_reward(a, p, &reward);
-    dfg_service services[] = {{DFG_REWARD_SERVICE, reward}};
+    dfg_env_source *env = NULL; /* DFG_ENV_SERVICE: a plan with tools */
+    if (!rc) rc = cli_run_open_env(a, p, &env);
+    dfg_service services[2];
+    int n_services = 0;
+    if (reward) services[n_services++] = (dfg_service){DFG_REWARD_SERVICE, reward};
+    if (env) services[n_services++] = (dfg_service){DFG_ENV_SERVICE, env};
     dfg_run_options opt = dfg_run_options_default();
     opt.target = a->target;
     opt.emulate_gpu = a->emulate_gpu;
@@ -690,7 +695,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     opt.n_threads = (int)(a->threads ? a->threads : a->emulate_gpu ? 1 : 0);
     opt.host_lib = lib;
     opt.services = services;
-    opt.n_services = reward ? 1 : 0;
+    opt.n_services = n_services;
     opt.dist = a->dist;
     size_t rss_before = 0, peak = 0;
     cli_rss_reset_peak(); /* the plan's compile may have peaked higher: measure the run alone */
@@ -712,7 +717,8 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
         catch_interrupts(false, dfg_dist_size(a->dist) > 1);
     }
     dfg_runtime_free(s.rt);
-    dfg_reward_source_free(reward); /* ends the program: after the runtime, whose stages used it */
+    dfg_reward_source_free(reward); /* ends the programs: after the runtime, whose stages used them */
+    dfg_env_source_free(env);
     cli_rollouts_free(s.rollouts);
     free(s.mask);
     free(s.sum);

@@ -8,8 +8,9 @@
 typedef struct {
     const char *plan, *weights, *save, *ckpt_dir, *resume, *rollouts, *dump, *metrics;
     const char *reward_cmd, *reward_lib;
+    const char *env_cmd; /* --env-cmd: the environment program of a plan with tools (docs/agents.md) */
     const char *adapter; /* --adapter: a PEFT adapter directory (LoRA plans) */
-    double reward_timeout;
+    double reward_timeout, env_timeout;
     int64_t steps;     /* --steps: this run's steps */
     int64_t max_steps; /* --max-steps: run until the step counter is this; -1: not given */
     int64_t seed, threads, every, save_every;
@@ -28,12 +29,17 @@ typedef struct {
 int cli_run_parse_args(int argc, char **argv, run_args *r);
 /* The plan against the run's arguments, before anything starts: a plan with an external reward
  * needs --reward-cmd or --reward-lib (or --rollouts), a built-in reward takes neither; a plan
- * that trains only on rollout files needs --rollouts. An exit code after one line. */
+ * compiled with tools needs --env-cmd (or --rollouts); a plan that trains only on rollout files
+ * needs --rollouts. An exit code after one line. */
 int cli_run_check_plan(const run_args *r, const dfg_program *p);
 /* The run's reward program or plugin (NULL without --reward-cmd and --reward-lib), its
  * functions checked against the plan's reward_funcs: what the host stages reach as the service
  * DFG_REWARD_SERVICE. An exit code after one line. */
 int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_source **out);
+/* The run's environment program (NULL without --env-cmd), its tools checked against the plan's
+ * setting tools: what the host stages reach as the service DFG_ENV_SERVICE. An exit code after
+ * one line. */
+int cli_run_open_env(const run_args *r, const dfg_program *p, dfg_env_source **out);
 
 /* The program's name as the user typed it (argv[0]: "dfg", "build/dfg"), for the commands a run
  * prints; set by main. */

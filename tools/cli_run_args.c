@@ -15,6 +15,7 @@ static void usage(FILE *f) {
                "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
                "                     [--reward-cmd CMD [--reward-timeout S] | --reward-lib LIB.so]\n"
+               "                     [--env-cmd CMD [--env-timeout S]]\n"
                "\n"
                "Runs a plan made by dfg compile: N steps, each running every stage once, and prints\n"
                "the program's metrics after each step.\n"
@@ -88,6 +89,15 @@ static void usage(FILE *f) {
                "  the run with one line naming the step, the row and the reason; the step never reached\n"
                "  the optimizer, and with --checkpoint-dir the state before it is saved (--resume redoes it).\n"
                "\n"
+               "tools and environments (plans compiled with --set tools=...; docs/agents.md):\n"
+               "  --env-cmd CMD       start CMD (/bin/sh -c) once: the program that runs the policy's tool\n"
+               "                      calls and answers the tokens that follow them, in JSON lines on its\n"
+               "                      stdin and stdout (tools/env_server.py hosts TRL-style tools or an\n"
+               "                      environment class; its --list prints the --set tools=... and this line)\n"
+               "  --env-timeout S     seconds the program may take to start or to answer a request\n"
+               "                      (default 60); past it the program is killed and the run stops\n"
+               "  The program's tools must be the plan's setting tools, in order.\n"
+               "\n"
                "fixed rollouts (plans whose pipeline allows it, e.g. examples/grpo/grpo.c):\n"
                "  --rollouts R   skip the stages that make rollouts and train on R's tensors (GRPO:\n"
                "                 tokens i32 (N,T), completion_mask f32 (N,T), rewards f32 (N)), every step\n"
@@ -134,12 +144,14 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         {"--quiet", false},   {"-q", false},        {"--help", false},          {"-h", false},
         {"--emulate-gpu", false}, {"--eager", false}, {"--max-shard-size", true},
         {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
+        {"--env-cmd", true},      {"--env-timeout", true},
         {"--collective-timeout", true}, {"--adapter", true}, {"--merge", false}, {"--max-steps", true},
         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
     bool steps_given = false;
     *r = (run_args){.steps = 1, .max_steps = -1, .seed = (int64_t)dfg_run_options_default().seed, .every = 1, .reward_timeout = 60.0,
+                    .env_timeout = 60.0,
                     .collective_timeout = 600.0};
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
@@ -174,6 +186,11 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
             r->reward_timeout = strtod(val, &end);
             if (end == val || *end || !(r->reward_timeout > 0) || r->reward_timeout > 1e6)
                 return cli_error(CMD, CLI_USAGE, "--reward-timeout must be seconds > 0, got '%s'", val);
+        } else if (!strcmp(opt, "--env-timeout")) {
+            char *end = NULL;
+            r->env_timeout = strtod(val, &end);
+            if (end == val || *end || !(r->env_timeout > 0) || r->env_timeout > 1e6)
+                return cli_error(CMD, CLI_USAGE, "--env-timeout must be seconds > 0, got '%s'", val);
         } else if (!strcmp(opt, "--collective-timeout")) {
             char *end = NULL;
             r->collective_timeout = strtod(val, &end);
@@ -191,6 +208,7 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
                                : !strcmp(opt, "--dump") ? &r->dump
                                : !strcmp(opt, "--reward-cmd") ? &r->reward_cmd
                                : !strcmp(opt, "--reward-lib") ? &r->reward_lib
+                               : !strcmp(opt, "--env-cmd") ? &r->env_cmd
                                : !strcmp(opt, "--adapter") ? &r->adapter
                                                          : &r->metrics;
             if (!*val) return cli_error(CMD, CLI_USAGE, "%s needs a path, got ''", opt);

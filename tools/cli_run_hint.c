@@ -77,6 +77,8 @@ void cli_run_resume_command(const run_args *r, const dfg_program *p, const char 
         put_opt(&b, "--reward-cmd", r->reward_cmd);
         put_opt(&b, "--reward-lib", r->reward_lib);
         if (r->reward_cmd && r->reward_timeout != 60.0) put(&b, " --reward-timeout %g", r->reward_timeout);
+        put_opt(&b, "--env-cmd", r->env_cmd);
+        if (r->env_cmd && r->env_timeout != 60.0) put(&b, " --env-timeout %g", r->env_timeout);
         put_opt(&b, "--rollouts", r->rollouts);
         if (r->save_every) put_int(&b, "--save-every", r->save_every);
         if (r->every != 1) put_int(&b, "--every", r->every);

@@ -1,7 +1,8 @@
 /* cli_run_reward.c - what a plan needs of dfg run before it starts: the reward its plan was
  * built for (a reward program or plugin, opened here and handed to the host stages as the
- * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), rollout files, and the
- * weights a LoRA plan's frozen base comes from. */
+ * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), the environment program of
+ * a plan with tools (the service DFG_ENV_SERVICE), rollout files, and the weights a LoRA plan's
+ * frozen base comes from. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,17 @@ static int check_reward_source(const run_args *r, const dfg_program *p) {
     if (external && !given && !r->rollouts && r->steps > 0)
         return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
                          "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
+    return CLI_OK;
+}
+
+/* A plan compiled with tools (the setting tools) makes its rollouts with an environment program:
+ * --env-cmd, unless --rollouts bring them. One without tools is refused an --env-cmd when the
+ * program's tools are read (dfg_env_source_check names both lists). */
+static int check_env(const run_args *r, const dfg_program *p) {
+    const char *tools = dfg_program_has(p, "tools") ? dfg_program_str(p, "tools") : "";
+    if (*tools && !r->env_cmd && !r->rollouts && r->steps > 0)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan was compiled with tools=%s: give --env-cmd CMD, the program that "
+                         "runs them (tools/env_server.py --list prints the line; docs/agents.md)", r->plan, tools);
     return CLI_OK;
 }
 
@@ -54,6 +66,7 @@ static int check_lora(const run_args *r, const dfg_program *p) {
 
 int cli_run_check_plan(const run_args *r, const dfg_program *p) {
     int rc = check_reward_source(r, p);
+    if (!rc) rc = check_env(r, p);
     if (!rc) rc = check_lora(r, p);
     return rc ? rc : check_rollouts_only(r, p);
 }
@@ -67,6 +80,18 @@ int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_sour
     if (!st) st = dfg_reward_source_check(*out, p, err, sizeof(err));
     if (!st) return CLI_OK;
     dfg_reward_source_free(*out);
+    *out = NULL;
+    return cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, err);
+}
+
+int cli_run_open_env(const run_args *r, const dfg_program *p, dfg_env_source **out) {
+    char err[1024];
+    *out = NULL;
+    if (!r->env_cmd) return CLI_OK;
+    dfg_status st = dfg_env_program_open(r->env_cmd, r->env_timeout, r->env_timeout, out, err, sizeof(err));
+    if (!st) st = dfg_env_source_check(*out, p, err, sizeof(err));
+    if (!st) return CLI_OK;
+    dfg_env_source_free(*out);
     *out = NULL;
     return cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, err);
 }

@@ -19,6 +19,11 @@ Usage:
                                         refuses conversations
         [--chat]                        every prompt goes through the chat template: a text prompt
                                         (or the --template text) becomes one user message
+        [--tools MODULE [--env-class NAME]]
+                                        the tools the policy may call (tools/env_server.py's: the
+                                        module's TOOLS, the class's methods): every prompt goes
+                                        through the chat template (as --chat) with their JSON
+                                        schemas, apply_chat_template(..., tools=...)
         [--add-bos] [--bos-token TEXT]  put the BOS token first (the --bos-token text, else the
                                         bos_token of tokenizer_config.json beside tokenizer.json,
                                         else a special token named <s>, <|begin_of_text|> or <bos>);
@@ -196,10 +201,12 @@ class ChatTemplate:
             raise Refused(f"{where}: the chat template is not valid Jinja (its line {e.lineno}: {e.message})")
         self.where, self.tokens, self.error = where, tokens, jinja2.exceptions.TemplateError
 
-    def render(self, messages, where):
-        """The conversation's text, ending with the assistant's turn (add_generation_prompt=True)."""
+    def render(self, messages, where, add_generation_prompt=True, **extra):
+        """The conversation's text, ending with the assistant's turn (add_generation_prompt=True);
+        extra: more variables (tools=[schemas], as apply_chat_template's tools)."""
         try:
-            return self.template.render(messages=messages, add_generation_prompt=True, **self.tokens)
+            return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **extra,
+                                        **self.tokens)
         except self.error as e:
             raise Refused(f"{where}: the chat template ({self.where}) refused the conversation: {e}")
         except Exception as e:  # a template's own bug (a type error, a sandbox refusal)
@@ -254,6 +261,7 @@ class Chat:
 
     def __init__(self, tok_path, choice):
         self.dir, self.choice, self.template, self.used = os.path.dirname(tok_path), choice, None, 0
+        self.text, self.tools = None, None  # the template's text; the tools' JSON schemas (--tools)
 
     def load(self, why):
         """Compiles the template (once); `why` starts the refusal when there is none."""
@@ -263,11 +271,12 @@ class Chat:
                 raise Refused(f"{why} and needs a chat template: {source}")
             cfg = read_config(os.path.join(self.dir, "tokenizer_config.json"))
             self.template = ChatTemplate(text, source, template_tokens(self.dir, cfg), why)
+            self.text = text
 
     def render(self, messages, where):
         self.load(f"{where}: the prompt is a conversation (a list of messages)")
         self.used += 1
-        return self.template.render(messages, where)
+        return self.template.render(messages, where, **({"tools": self.tools} if self.tools else {}))
 
 
 def unescape(template):
@@ -376,6 +385,15 @@ def prompt_value(row, where, column, template):
     return str(text)
 
 
+def tool_schemas(module, env_class):
+    """The JSON schemas of --tools MODULE [--env-class NAME], as tools/env_server.py serves them."""
+    from env_server import load_hosted  # (env_server imports this file: imported when needed)
+    try:
+        return load_hosted(module, env_class).schemas
+    except Exception as e:
+        raise Refused(f"--tools {module}: {type(e).__name__}: {e}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog=PROG, description="text prompts -> dfg prompt JSONL (docs/rewards.md)")
     ap.add_argument("input", help="JSONL or CSV file, - for standard input")
@@ -386,6 +404,9 @@ def main(argv=None):
     ap.add_argument("--chat-template", default="auto", metavar="auto|none|FILE",
                     help="the chat template of conversations: the tokenizer's (auto), none, or a Jinja file")
     ap.add_argument("--chat", action="store_true", help="render text prompts too, as one user message each")
+    ap.add_argument("--tools", metavar="MODULE", help="render every prompt with the tools of MODULE (its TOOLS, and "
+                    "the methods of --env-class): the chat template shows the model their JSON schemas")
+    ap.add_argument("--env-class", metavar="NAME", help="with --tools: the module's environment class")
     ap.add_argument("--add-bos", action="store_true")
     ap.add_argument("--bos-token")
     ap.add_argument("--max-prompt-length", type=int)
@@ -406,6 +427,11 @@ def run(a):
     bos = find_bos(tok, tok_path, a.bos_token) if a.add_bos else None
     template = unescape(a.template) if a.template is not None else None
     chat = Chat(tok_path, a.chat_template)
+    if a.env_class and not a.tools:
+        raise Refused("--env-class names a class of the --tools module: give --tools MODULE too")
+    if a.tools:
+        chat.tools = tool_schemas(a.tools, a.env_class)
+        a.chat = True  # tools live in the chat template
     if a.chat or a.chat_template not in ("auto", "none"):  # asked for: its absence is said before any row
         chat.load("--chat renders every prompt" if a.chat else f"--chat-template {a.chat_template}")
     fmt = a.format or ("csv" if a.input.lower().endswith(".csv") else "jsonl")

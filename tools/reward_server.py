@@ -46,7 +46,10 @@ messages (a non-empty list of objects, each with a text "role"; tools/prepare_pr
 it so for a conversation it rendered with the chat template) gets, as TRL gives it, that message
 list as its prompts[i] and [{"role": "assistant", "content": TEXT}] as its completions[i], TEXT
 the decoded completion. Every other row gets the decoded texts, as before. The field "prompt" is
-also a keyword, as every field.
+also a keyword, as every field. A row of an episode with tools (dfg run --env-cmd; docs/agents.md)
+carries its conversation as "messages", and its completions[i] is that list, as TRL gives it:
+the assistant's messages (with "tool_calls" where it called), the tool messages, ..., the final
+assistant message.
 
 A function that raises, or returns the wrong number of values or a value that is not a finite
 number or None, answers {"error": "f: ExceptionType: message"} (the traceback goes to stderr) and
@@ -172,6 +175,8 @@ def parse_request(line):
             raise BadRequest(f"rows[{i}].truncated is not true or false")
         if not isinstance(r.get("fields", {}), dict):
             raise BadRequest(f"rows[{i}].fields is not an object")
+        if not isinstance(r.get("messages", []), list):
+            raise BadRequest(f"rows[{i}].messages is not an array")
     return step, rows
 
 
@@ -224,6 +229,8 @@ class Server:
             if messages is not None:
                 prompts[i] = messages
                 completions[i] = [{"role": "assistant", "content": completions[i]}]
+            if "messages" in r:  # an environment's episode: its whole conversation, as TRL gives it
+                completions[i] = r["messages"]
         kw = {
             "prompts": prompts,
             "completions": completions,
@@ -273,11 +280,33 @@ class Server:
 
 
 def write(proto, obj):
-    """One protocol line, flushed."""
+    """One protocol line, flushed (a value that is not JSON, which only an environment's messages
+    can hold, is its str())."""
     if "error" in obj:  # a readable line (json.dumps would keep it one line anyway)
         obj = {"error": " ".join(str(obj["error"]).split("\n"))}
-    proto.write(json.dumps(obj, allow_nan=False, ensure_ascii=False) + "\n")
+    proto.write(json.dumps(obj, allow_nan=False, ensure_ascii=False, default=str) + "\n")
     proto.flush()
+
+
+def serve(proto, hello, answer):
+    """Writes the hello, then answers each request line of stdin with answer(line) until its end:
+    0, or 1 when dfg has gone (a closed pipe). Also tools/env_server.py's loop."""
+    try:
+        write(proto, hello)
+        stdin = sys.stdin.buffer
+        while True:
+            raw = stdin.readline()
+            if not raw:
+                return 0
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                write(proto, {"error": f"malformed request: not UTF-8 ({e})"})
+                continue
+            if line.strip():
+                write(proto, answer(line))
+    except BrokenPipeError:  # dfg has gone
+        return 1
 
 
 RULES = """reward functions, in this order (their names are the hello's; compile the plan with
@@ -288,7 +317,8 @@ RULES = """reward functions, in this order (their names are the hello's; compile
 Each is called as TRL calls one: f(prompts, completions, completion_ids, prompt_ids, truncated,
 step, **dataset_fields) -> one number per row; None or NaN means "does not apply".
 Rows whose field "prompt" is a list of messages are conversational: prompts[i] is that list,
-completions[i] is [{"role": "assistant", "content": text}]. See docs/rewards.md."""
+completions[i] is [{"role": "assistant", "content": text}]; a row of an episode with tools gets
+its whole conversation as completions[i]. See docs/rewards.md and docs/agents.md."""
 
 
 def reward_cmd(a):
@@ -347,24 +377,7 @@ def main(argv=None):
     print(f"{PROG}: Python {platform.python_version()} ({sys.executable}) serves {names} from "
           f"{os.path.abspath(a.module) if is_path(a.module) else a.module}: "
           f"the plan must be compiled with --set reward_funcs={names}", file=sys.stderr)
-    server = Server(tok, funcs)
-    try:
-        write(proto, {"reward_funcs": [n for n, _ in funcs]})
-        stdin = sys.stdin.buffer
-        while True:
-            raw = stdin.readline()
-            if not raw:
-                return 0
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                write(proto, {"error": f"malformed request: not UTF-8 ({e})"})
-                continue
-            if not line.strip():
-                continue
-            write(proto, server.answer(line))
-    except BrokenPipeError:  # dfg has gone
-        return 1
+    return serve(proto, {"reward_funcs": [n for n, _ in funcs]}, Server(tok, funcs).answer)
 
 
 if __name__ == "__main__":

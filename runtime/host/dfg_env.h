@@ -50,13 +50,17 @@ typedef struct {
     const int32_t *turn_ids;  /* (n_turn) this turn's generated ids, its EOS included when it has one */
     int64_t n_turn;
     int64_t room;             /* completion tokens left in the row (max_completion_length budget) */
+    int last;                 /* 1: the episode ends here whatever the turn holds (max_tool_calling_iterations
+                               * reached): the program records the turn and runs no call */
 } dfg_env_turn;
 
 /* The answer for one ended turn. */
 typedef struct {
-    int done;                 /* 1: the episode ends here (no tool call, or the budget is spent) */
-    const int32_t *suffix_ids; /* (n_suffix) what follows the call: tool messages, next assistant header */
-    int64_t n_suffix;          /* at most the turn's room; a longer suffix ends the episode (done = 1, as TRL) */
+    int done;                 /* 1: the episode ends here (no tool call, the turn was the last, or the suffix
+                               * would pass the room: the program then drops that tool turn, as TRL) */
+    const int32_t *suffix_ids; /* (n_suffix) what follows the call: tool messages, next assistant header;
+                                * owned by the source, valid until its next call; NULL when done */
+    int64_t n_suffix;          /* 1 .. the turn's room when not done, else 0 */
     int calls, failures;       /* the turn's tool calls, and those that raised or timed out */
 } dfg_env_answer;
 
@@ -74,6 +78,8 @@ DFG_API int dfg_env_source_n_tools(const dfg_env_source *s);
 DFG_API const char *dfg_env_source_tool(const dfg_env_source *s, int i);
 /* 1 when the program scores episodes (an environment class with get_reward) */
 DFG_API int dfg_env_source_has_reward(const dfg_env_source *s);
+/* The name of that reward (the environment class's, as TRL logs it); NULL when none. */
+DFG_API const char *dfg_env_source_reward_name(const dfg_env_source *s);
 DFG_API const char *dfg_env_source_desc(const dfg_env_source *s);
 /* The program's tools must be those program p was built for (its setting tools, in order):
  * DFG_ERR_ARG with one line naming both lists and the --set that fixes it otherwise. */

@@ -38,6 +38,8 @@ typedef struct {
     int truncated;                 /* 1: no EOS within max_completion_length */
     int64_t index;                 /* the dataset row; -1 for a built-in task */
     const char *fields;            /* the dataset line's other fields, one JSON object ("{}": none) */
+    const char *messages;          /* the episode's conversation when an environment served it (dfg_env.h's
+                                    * dfg_env_finish: a JSON array of messages), else NULL */
 } dfg_reward_row;
 
 typedef int (*dfg_reward_funcs_fn)(const char **names, int max);

@@ -4,9 +4,9 @@
 #define DFG_REWARD_INTERNAL_H
 
 #include <stdbool.h>
-#include <sys/types.h>
 
 #include "dfg_reward.h"
+#include "jsonl_program.h"
 
 typedef enum { DFG_REWARD_PROGRAM, DFG_REWARD_PLUGIN } dfg_reward_kind;
 
@@ -16,14 +16,8 @@ struct dfg_reward_source {
     int n_funcs;
     char *names[DFG_REWARD_MAX_FUNCS];
     /* a program */
-    pid_t pid;          /* its process (and process group); 0 once reaped */
-    int fd;             /* our end of the socket that is its stdin and stdout; -1: closed */
+    dfg_jsonl_program prog;
     double timeout_s;
-    bool dead;          /* it died or was killed: every later call fails */
-    char *in;           /* bytes read and not yet consumed as lines */
-    size_t in_len, in_cap;
-    char *out;          /* the request being written */
-    size_t out_len, out_cap;
     /* a plugin */
     void *lib;
     dfg_reward_score_fn score;

@@ -1,6 +1,5 @@
 /* reward_source.c - a reward source (dfg_reward.h): the handle, its function names, and reward
  * plugins (a shared object scoring rows in-process). Programs: reward_program.c. */
-#include <ctype.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,42 +9,18 @@
 #include "../dfg_runtime.h"
 #include "reward_internal.h"
 
-static bool good_name(const char *s) {
-    size_t n = s ? strlen(s) : 0;
-    if (n < 1 || n > 64) return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isgraph((unsigned char)s[i]) || s[i] == ',') return false;
-    return true;
-}
-
 dfg_status dfg_reward_set_names(dfg_reward_source *s, const char *const *names, int n, char *err, size_t err_len) {
-    if (n < 1 || n > DFG_REWARD_MAX_FUNCS) {
-        snprintf(err, err_len, "%d reward functions declared (1 .. %d allowed)", n, DFG_REWARD_MAX_FUNCS);
-        return DFG_ERR_FORMAT;
+    dfg_status st = dfg_jsonl_check_names(names, n, DFG_REWARD_MAX_FUNCS, "reward function", err, err_len);
+    for (int i = 0; !st && i < n; i++) {
+        if (!(s->names[i] = strdup(names[i]))) return dfg_jsonl_fail(err, err_len, DFG_ERR_NOMEM, "out of memory");
+        s->n_funcs = i + 1; /* what dfg_reward_source_free frees */
     }
-    for (int i = 0; i < n; i++) {
-        if (!good_name(names[i])) {
-            snprintf(err, err_len, "reward function %d has no usable name (1 .. 64 printable characters, no ',' or space)", i);
-            return DFG_ERR_FORMAT;
-        }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(names[i], names[j])) {
-                snprintf(err, err_len, "reward function '%s' is declared twice", names[i]);
-                return DFG_ERR_FORMAT;
-            }
-    }
-    for (int i = 0; i < n; i++)
-        if (!(s->names[i] = strdup(names[i]))) {
-            snprintf(err, err_len, "out of memory");
-            return DFG_ERR_NOMEM;
-        }
-    s->n_funcs = n;
-    return DFG_OK;
+    return st;
 }
 
 static dfg_reward_source *source_new(dfg_reward_kind kind) {
     dfg_reward_source *s = calloc(1, sizeof(*s));
-    if (s) s->kind = kind, s->fd = -1;
+    if (s) s->kind = kind, dfg_jsonl_init(&s->prog, "--reward-timeout");
     return s;
 }
 
@@ -123,8 +98,6 @@ void dfg_reward_source_free(dfg_reward_source *s) {
     if (s->kind == DFG_REWARD_PROGRAM) dfg_reward_program_stop(s);
     if (s->lib) dlclose(s->lib);
     for (int i = 0; i < s->n_funcs; i++) free(s->names[i]);
-    free(s->in);
-    free(s->out);
     free(s);
 }
 

@@ -24,7 +24,7 @@ static void fuzz_fail(const char *why, const char *detail) {
 }
 
 static dfg_status parse(const uint8_t *data, size_t size, int64_t n, float *out, char *err, size_t len) {
-    dfg_reward_source s = {.kind = DFG_REWARD_PROGRAM, .fd = -1};
+    dfg_reward_source s = {.kind = DFG_REWARD_PROGRAM, .prog = {.fd = -1}};
     const char *names[FUZZ_F] = {"correct", "format"};
     char why[128];
     if (dfg_reward_set_names(&s, names, FUZZ_F, why, sizeof(why))) fuzz_fail("names refused", why);
