@@ -2,7 +2,8 @@
 # plan_determinism.sh - plan files are a function of the pipeline and its settings alone: the GRPO
 # and GPT-2 pipelines written twice, and by engines compiled with -ftrivial-auto-var-init=pattern
 # and =zero (every uninitialised stack byte 0xFE.. in one, 0 in the other), give byte-identical
-# files; so do two `dfg compile` runs of the same pipeline (embedded host code included).
+# files; so do two `dfg compile` runs of the same pipeline (embedded host code included). The file
+# gets dfg's one file mode (runtime/formats/fileio.h: 0644 less the umask).
 # Usage: plan_determinism.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"
@@ -32,4 +33,11 @@ done
 (cd "$work" && "$build/dfg" compile "$src/examples/grpo/grpo.c" -o a.dfg >/dev/null && sleep 1 &&
  "$build/dfg" compile "$src/examples/grpo/grpo.c" -o b.dfg >/dev/null)
 same "$work/a.dfg" "$work/b.dfg" "dfg compile examples/grpo/grpo.c twice, a second apart (with its host code)"
+# the plan is written by fileio.c's one writer: dfg's one file mode, 0644 less the umask (as a
+# shell's redirection gives), and nothing left beside it
+(cd "$work" && umask 027 && "$build/dfg" compile "$src/examples/grpo/grpo.c" -o m.dfg >/dev/null)
+mode=$(stat -c %a "$work/m.dfg")
+left=$(find "$work" -name '.m.dfg.*' -o -name 'm.dfg.*' | grep -v 'm\.dfg\.json$' || true)
+if [ "$mode" = 640 ] && [ -z "$left" ]; then echo "  the plan written under umask 027 has mode 640, no temp file beside it"
+else echo "plan_determinism: the plan written under umask 027 has mode $mode (want 640); left beside it: '$left'"; fail=1; fi
 exit $fail

@@ -80,9 +80,11 @@ void cli_rss_reset_peak(void);
 bool cli_make_tempdir(const char *cmd, char *dir, size_t len);
 /* Removes dir/name (when name is not NULL) and then dir. */
 void cli_remove_temp(const char *dir, const char *name);
-/* Reads a whole file into a malloc'd buffer; false with a message on failure. */
+/* Reads a whole regular file into a malloc'd buffer (NUL-terminated after n bytes); false with a
+ * message on failure. */
 bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n);
-/* Writes bytes to path (mode 0600); false with a message on failure. */
+/* Writes bytes to path atomically, with dfg's one file mode (runtime/formats/fileio.h); false with
+ * a message on failure. */
 bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n);
 
 /* Loads a plan and compiles it with the target and options it records, as dfg run does before

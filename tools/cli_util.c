@@ -1,15 +1,15 @@
 /* cli_util.c - option parsing, strict numbers, temporary files and messages for the dfg tool. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../graph/ir.h"
 #include "../passes/plan.h"
+#include "../runtime/formats/fileio.h"
 #include "cli.h"
 
 int cli_error(const char *cmd, int code, const char *fmt, ...) {
@@ -95,47 +95,18 @@ void cli_remove_temp(const char *dir, const char *name) {
     rmdir(dir);
 }
 
+/* fileio.h's reader and writer: no limit a metrics file or a pipeline's code could reach */
 bool cli_read_file(const char *cmd, const char *path, void **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        cli_error(cmd, CLI_FAILED, "cannot read %s: %s", path, strerror(errno));
-        if (f) fclose(f);
-        return false;
-    }
-    size_t size = (size_t)st.st_size;
-    void *b = malloc(size ? size : 1);
-    if (!b || fread(b, 1, size, f) != size) {
-        cli_error(cmd, CLI_FAILED, "cannot read %s: %s", path, b ? "short read" : "out of memory");
-        free(b);
-        fclose(f);
-        return false;
-    }
-    fclose(f);
-    *out = b;
-    *n = size;
+    char err[1024], *text = NULL;
+    if (dfg_file_read(path, NULL, SIZE_MAX / 2, NULL, &text, n, err, sizeof(err)))
+        return cli_error(cmd, CLI_FAILED, "%s", err), false;
+    *out = text;
     return true;
 }
 
 bool cli_write_file(const char *cmd, const char *path, const void *data, size_t n) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return cli_error(cmd, CLI_FAILED, "cannot create %s: %s", path, strerror(errno)), false;
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t k = write(fd, p, left);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            cli_error(cmd, CLI_FAILED, "cannot write %s: %s", path, strerror(errno));
-            close(fd);
-            return false;
-        }
-        p += k;
-        left -= (size_t)k;
-    }
-    if (close(fd) != 0) return cli_error(cmd, CLI_FAILED, "cannot write %s: %s", path, strerror(errno)), false;
+    char err[1024];
+    if (dfg_file_write(path, data, n, err, sizeof(err))) return cli_error(cmd, CLI_FAILED, "%s", err), false;
     return true;
 }
 

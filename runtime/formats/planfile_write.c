@@ -1,16 +1,14 @@
 /* planfile_write.c - serialises a program into the plan format of planfile.h and writes it
- * atomically. The writer checks the invariants the reader relies on (ids in order, outputs of a
- * node on consecutive ids) so that a bug elsewhere gives a clear refusal, not an unreadable file. */
-#include <errno.h>
-#include <fcntl.h>
+ * atomically (fileio.h's one writer). The writer checks the invariants the reader relies on (ids
+ * in order, outputs of a node on consecutive ids) so that a bug elsewhere gives a clear refusal,
+ * not an unreadable file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../../ops/op.h"
 #include "../../passes/plan.h"
+#include "fileio.h"
 #include "planfile_internal.h"
 
 /* ---------------------------------------------------------------- a growable byte buffer */
@@ -421,60 +419,14 @@ dfg_status dfg_plan_serialize(const dfg_program *p, const dfg_plan_info *info, v
     return DFG_OK;
 }
 
-/* ---------------------------------------------------------------- atomic write */
-static bool write_all(int fd, const unsigned char *b, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        b += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
-/* fsync of the directory makes the rename itself durable. */
-static void sync_dir_of(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof(dir), ".");
-    else if (slash == path) snprintf(dir, sizeof(dir), "/");
-    else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
+/* ---------------------------------------------------------------- the file */
 dfg_status dfg_plan_save(const dfg_program *p, const dfg_plan_info *info, const char *path, char *err, size_t len) {
     if (!path || !*path) return fail(err, len, DFG_ERR_ARG, "plan: no output path");
     void *bytes = NULL;
     size_t n = 0;
     dfg_status st = dfg_plan_serialize(p, info, &bytes, &n, err, len);
     if (st) return st;
-    size_t tl = strlen(path) + 16;
-    char *tmp = malloc(tl);
-    if (!tmp) {
-        free(bytes);
-        return fail(err, len, DFG_ERR_NOMEM, "%s: out of memory", path);
-    }
-    snprintf(tmp, tl, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = fail(err, len, DFG_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
-    } else {
-        /* mkstemp makes the file private (0600); a plan is an ordinary, shareable file */
-        bool ok = fchmod(fd, 0644) == 0 && write_all(fd, bytes, n) && fsync(fd) == 0;
-        int saved = errno;
-        ok = (close(fd) == 0) && ok;
-        if (!ok) st = fail(err, len, DFG_ERR_IO, "%s: write failed: %s", path, strerror(saved ? saved : errno));
-        else if (rename(tmp, path) != 0) st = fail(err, len, DFG_ERR_IO, "%s: cannot rename the written file into place: %s",
-                                                    path, strerror(errno));
-        if (st) unlink(tmp);
-        else sync_dir_of(path);
-    }
-    free(tmp);
+    st = dfg_file_write(path, bytes, n, err, len);
     free(bytes);
     return st;
 }
