@@ -61,9 +61,20 @@ dfg_status dfg_infer_attention_bwd(dfg_graph *g, const dfg_node *n, dfg_out_spec
     return DFG_OK;
 }
 
-/* inputs: q (B,Tq,C), k_cache (B,Tmax,Ckv), v_cache (B,Tmax,Ckv), pos (i32, one element)
- * [, start (B)]. The caches hold Hkv = Ckv / D heads of D = C / n_head (grouped-query attention:
- * query head h reads KV head h / (n_head / Hkv)); Hkv is the caches' shape, not an attribute. */
+/* pos of attention_cached: one i32 for every row, or (rows) one a row */
+static dfg_status check_positions(dfg_graph *g, const dfg_node *n, const dfg_tensor *pos, int64_t rows) {
+    bool shared = dfg_shape_numel(pos->shape) == 1, per_row = pos->shape.rank == 1 && pos->shape.d[0] == rows;
+    if (pos->dtype == DFG_I32 && (shared || per_row)) return DFG_OK;
+    char buf[96];
+    return dfg_node_fail(g, n, DFG_ERR_SHAPE, "pos '%s' must be an i32 scalar or of shape (%lld), one a row; got %s %s",
+                         pos->name, (long long)rows, dfg_dtype_name(pos->dtype),
+                         dfg_shape_str(pos->shape, buf, sizeof(buf)));
+}
+
+/* inputs: q (B,Tq,C), k_cache (B,Tmax,Ckv), v_cache (B,Tmax,Ckv), pos (i32: one element, or (B)
+ * one a row) [, start (B)]. The caches hold Hkv = Ckv / D heads of D = C / n_head (grouped-query
+ * attention: query head h reads KV head h / (n_head / Hkv)); Hkv is the caches' shape, not an
+ * attribute. Whether pos is shared or per row is its shape, not an attribute either. */
 dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (dfg_check_attention_arity(g, n, 4)) return g->status;
     const dfg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *pos = n->in[3];
@@ -74,8 +85,7 @@ dfg_status dfg_infer_attention_cached(dfg_graph *g, const dfg_node *n, dfg_out_s
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "k_cache '%s' and v_cache '%s' differ in shape", k->name, v->name);
     if (q->dtype != k->dtype || q->dtype != v->dtype || !dfg_is_float(q->dtype))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "q and the caches need one float dtype");
-    if (pos->dtype != DFG_I32 || dfg_shape_numel(pos->shape) != 1)
-        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "pos must be an i32 scalar");
+    if (check_positions(g, n, pos, q->shape.d[0])) return g->status;
     if (!heads_ok(q->shape.d[2], h))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "C=%lld does not split into %d heads", (long long)q->shape.d[2], h);
     int64_t D = q->shape.d[2] / h, ckv = k->shape.d[2];

@@ -43,7 +43,9 @@ DFG_API dfg_tensor *dfg_permute(dfg_graph *g, dfg_tensor *x, const int *perm); /
 DFG_API dfg_tensor *dfg_transpose(dfg_graph *g, dfg_tensor *x, int axis_a, int axis_b);
 DFG_API dfg_tensor *dfg_slice(dfg_graph *g, dfg_tensor *x, int axis, int64_t start, int64_t len);
 /* As dfg_slice, with the start read at run time from an i32 scalar (a micro-batch's rows);
- * an out-of-range start fails the step. */
+ * an out-of-range start fails the step. Along axis 1 of x (B, T, ...) the start may instead be
+ * (B) i32, one a row: row b of the (B, len, ...) result is x[b, start[b] .. start[b]+len-1] (rows
+ * of a multi-turn rollout stand at different columns); any row out of range fails the step. */
 DFG_API dfg_tensor *dfg_slice_at(dfg_graph *g, dfg_tensor *x, int axis, dfg_tensor *start, int64_t len);
 DFG_API dfg_tensor *dfg_concat(dfg_graph *g, dfg_tensor *const *xs, int n, int axis);
 /* x's value with no gradient flowing back through it (a view, no copy): GRPO's "detached" terms. */
@@ -81,8 +83,10 @@ DFG_API dfg_tensor *dfg_attention(dfg_graph *g, dfg_tensor *qkv, int n_head);
  * without computing the prefix G times. The prefix's gradient sums over its group. */
 DFG_API dfg_tensor *dfg_attention_prefix(dfg_graph *g, dfg_tensor *qkv, dfg_tensor *prefix, int n_head);
 /* Decoding form: q (B, Tq, C) of n_head heads of D = C / n_head; caches (B, Tmax, Hkv * D), both
- * of one shape; pos an i32 scalar. Query i sits at position pos + i and attends to cache rows
- * 0 .. pos + i (write them first with dfg_slice_assign_at). Hkv, taken from the caches' shape,
+ * of one shape; pos an i32 scalar, or (B) i32 one position a row (rows at different columns: row b
+ * is then exactly the scalar form run on row b alone at pos[b]). Query i of row b sits at position
+ * pos[b] + i and attends to cache rows 0 .. pos[b] + i (write them first with dfg_slice_assign_at);
+ * pos[b] + Tq > Tmax or pos[b] < 0 for any row fails the step. Hkv, taken from the caches' shape,
  * may be fewer than n_head (grouped-query attention, n_head % Hkv == 0; Hkv = 1 is multi-query):
  * query head h reads KV head h / (n_head / Hkv), as transformers' repeat_kv. Hkv = n_head is
  * ordinary multi-head attention. */
@@ -182,7 +186,9 @@ DFG_API dfg_tensor *dfg_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src);
 DFG_API dfg_tensor *dfg_accumulate(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src); /* dst += src */
 DFG_API dfg_tensor *dfg_assign_fill(dfg_graph *g, dfg_tensor *dst, float value);     /* dst[:] = value */
 DFG_API dfg_tensor *dfg_slice_assign(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, int64_t start);
-/* As dfg_slice_assign, with the start read at run time from an i32 scalar (a KV-cache position). */
+/* As dfg_slice_assign, with the start read at run time from an i32 scalar (a KV-cache position).
+ * Along axis 1 of dst (B, T, ...) pos may instead be (B) i32, one a row: row b of src (B, k, ...)
+ * goes to dst[b, pos[b] .. pos[b]+k-1]. Any row out of range fails the step, nothing written. */
 DFG_API dfg_tensor *dfg_slice_assign_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int axis, dfg_tensor *pos);
 
 typedef struct {

@@ -14,7 +14,9 @@
  *     values (rows not yet written hold NaN) equals full causal attention's rows, unpadded and
  *     left-padded;
  *   - misaligned pointers (the generic path) give the same bits as aligned ones (the vector path);
- *   - a position past the cache sets the device flag instead of reading out of bounds. */
+ *   - a position past the cache sets the device flag instead of reading out of bounds;
+ *   - one position a row (pos (B)): row b's output is, bit for bit, the scalar-pos op's on row b
+ *     alone at pos[b], on the CPU and on the emulated GPU; one row out of range sets the flag. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ typedef struct {
     int Tq, Tmax, pos;       /* attention_cached: n batches */
     int Hkv;                 /* attention_cached: the caches' KV heads (0: H) */
     const int32_t *start;    /* left padding: one start a row (n; P with a prefix); NULL: none */
+    const int32_t *pos_rows; /* attention_cached: one position a row (n); NULL: pos, one for all */
     const float *qkv, *pre;  /* inputs drawn so far (the backward's fill) */
     float *lse;              /* the reference forward's lse, for the backward's input */
 } att_case;
@@ -83,7 +86,8 @@ static dfg_node *build_cached(dfg_graph *g, dfg_dtype dt, void *user) {
     dfg_tensor *y = dfg_attention_cached_padded(g, dfg_input(g, "q", dt, DFG_SHAPE(c->n, c->Tq, C)),
                                                 dfg_input(g, "k_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
                                                 dfg_input(g, "v_cache", dt, DFG_SHAPE(c->n, c->Tmax, Ckv)),
-                                                dfg_input(g, "pos", DFG_I32, DFG_SCALAR), in_start(g, c), c->H);
+                                                dfg_input(g, "pos", DFG_I32, c->pos_rows ? DFG_SHAPE(c->n) : DFG_SCALAR),
+                                                in_start(g, c), c->H);
     return dfg_graph_status(g) ? NULL : y->producer;
 }
 
@@ -164,7 +168,9 @@ static void fill_bwd(int slot, const dfg_tensor *t, void *data, int64_t n, void 
 /* attention_cached: floats uniform, the position and start inputs the case's */
 static void fill_cached(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const att_case *c = user;
-    if (slot == 3)
+    if (slot == 3 && c->pos_rows)
+        memcpy(data, c->pos_rows, sizeof(int32_t) * (size_t)n);
+    else if (slot == 3)
         *(int32_t *)data = c->pos;
     else if (slot == 4)
         memcpy(data, c->start, sizeof(int32_t) * (size_t)n);
@@ -220,8 +226,8 @@ static void check_prefix(att_case c) {
 static void check_cached(att_case c) {
     char label[200], sb[64];
     starts_str(&c, sb, sizeof(sb));
-    snprintf(label, sizeof(label), "attention_cached B%d Tq%d Tmax%d pos%d H%d Hkv%d D%d%s", c.n, c.Tq, c.Tmax, c.pos,
-             c.H, c.Hkv ? c.Hkv : c.H, c.D, sb);
+    snprintf(label, sizeof(label), "attention_cached B%d Tq%d Tmax%d pos%d%s H%d Hkv%d D%d%s", c.n, c.Tq, c.Tmax, c.pos,
+             c.pos_rows ? " (a row's)" : "", c.H, c.Hkv ? c.Hkv : c.H, c.D, sb);
     /* a score is a sequential sum of D products in the kernel: at D = 2048 the outputs carry ~3e-6
      * of absolute rounding, at 8192 ~7e-6 (one head a block too), OpenBLAS's ~1e-6 (both measured
      * against double) */
@@ -305,6 +311,66 @@ static void check_decode(dfg_dtype dt, int B, int T, int H, int D, const int32_t
     }
     free(qkv), free(yf), free(lse), free(q), free(kc), free(vc), free(y);
     dfg_program_free(f.p), dfg_program_free(s.p);
+}
+
+/* One position a row: row b of attention_cached with pos (B) is, bit for bit, the scalar-pos op
+ * run on row b alone (its q, caches and start) at pos[b], on the emulated GPU and (f32, the CPU
+ * kernel's dtype) on the CPU.
+ * Then one row's position past the cache sets the flag while the others are in range. */
+static void check_rows(dfg_dtype dt, att_case c) {
+    att_case one = c;
+    one.n = 1, one.pos_rows = NULL;
+    one_node r, s;
+    if (!node_of(&r, build_cached, dt, &c)) return;
+    int32_t st1 = 0;
+    one.start = c.start ? &st1 : NULL;
+    if (!node_of(&s, build_cached, dt, &one)) {
+        dfg_program_free(r.p);
+        return;
+    }
+    void *q = alloc_t(r.n->in[0]), *kc = alloc_t(r.n->in[1]), *vc = alloc_t(r.n->in[2]);
+    void *y_cpu = alloc_t(r.n->out[0]), *y_emu = alloc_t(r.n->out[0]);
+    void *q1 = alloc_t(s.n->in[0]), *k1 = alloc_t(s.n->in[1]), *v1 = alloc_t(s.n->in[2]);
+    void *y1_cpu = alloc_t(s.n->out[0]), *y1_emu = alloc_t(s.n->out[0]);
+    void *bufs[3] = {q, kc, vc};
+    for (int j = 0; j < 3; j++)
+        for (int64_t e = 0; e < dfg_tensor_numel(r.n->in[j]); e++) dfg_store(bufs[j], dt, e, dfg_test_uniform(-2.0f, 2.0f));
+    dfg_test_poison(y_cpu, dfg_tensor_bytes(r.n->out[0]));
+    dfg_test_poison(y_emu, dfg_tensor_bytes(r.n->out[0]));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)c.n);
+    memcpy(pos, c.pos_rows, sizeof(int32_t) * (size_t)c.n);
+    void *in[5] = {q, kc, vc, pos, (void *)c.start};
+    bool cpu = dt == DFG_F32; /* the CPU kernel computes in f32 only */
+    bool ok = (!cpu || cuda_run_cpu("attention_cached, a position a row", r.n, in, (void *[]){y_cpu})) &&
+              run_emu(&r, in, (void *[]){y_emu}) == 0;
+    size_t qrow = dfg_tensor_bytes(s.n->in[0]), crow = dfg_tensor_bytes(s.n->in[1]), yrow = dfg_tensor_bytes(s.n->out[0]);
+    for (int b = 0; b < c.n && ok; b++) {
+        memcpy(q1, (char *)q + b * qrow, qrow);
+        memcpy(k1, (char *)kc + b * crow, crow);
+        memcpy(v1, (char *)vc + b * crow, crow);
+        st1 = c.start ? c.start[b] : 0;
+        int32_t p1 = c.pos_rows[b];
+        dfg_test_poison(y1_cpu, yrow), dfg_test_poison(y1_emu, yrow);
+        void *in1[5] = {q1, k1, v1, &p1, c.start ? &st1 : NULL};
+        ok = (!cpu || cuda_run_cpu("attention_cached, one row", s.n, in1, (void *[]){y1_cpu})) &&
+             run_emu(&s, in1, (void *[]){y1_emu}) == 0;
+        CHECK(ok && (!cpu || !memcmp(y1_cpu, (char *)y_cpu + b * yrow, yrow)),
+              "attention_cached %s: CPU row %d at pos %d differs from the scalar op on the row alone",
+              dfg_dtype_name(dt), b, p1);
+        CHECK(ok && !memcmp(y1_emu, (char *)y_emu + b * yrow, yrow),
+              "attention_cached %s: emulated row %d at pos %d differs from the scalar op on the row alone",
+              dfg_dtype_name(dt), b, p1);
+    }
+    /* the last row past the cache, the others in range: the flag */
+    pos[c.n - 1] = c.Tmax - c.Tq + 1;
+    CHECK(run_emu(&r, in, (void *[]){y_emu}) == 1, "a row's position past the cache sets the flag");
+    pos[c.n - 1] = -1;
+    CHECK(run_emu(&r, in, (void *[]){y_emu}) == 1, "a row's negative position sets the flag");
+    printf("attention_cached %s B%d Tq%d Tmax%d H%d Hkv%d D%d%s: a position a row = the scalar op row by row\n",
+           dfg_dtype_name(dt), c.n, c.Tq, c.Tmax, c.H, c.Hkv ? c.Hkv : c.H, c.D, c.start ? " left-padded" : "");
+    free(pos), free(q), free(kc), free(vc), free(y_cpu), free(y_emu), free(q1), free(k1), free(v1), free(y1_cpu),
+        free(y1_emu);
+    dfg_program_free(r.p), dfg_program_free(s.p);
 }
 
 /* Every input and output of a node moved off 16-byte alignment (by one element) must give the
@@ -445,6 +511,29 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(padded_c) / sizeof(padded_c[0]); i++)
         padded_c[i].start = pstart_c[i], check_cached(padded_c[i]);
+
+    /* one position a row: rows at different columns, in different splits, grouped-query caches,
+     * left-padded rows (a start past a row's column: a pad query) */
+    att_case rows_c[] = {
+        {.n = 3, .Tq = 1, .Tmax = 9, .H = 2, .D = 8},
+        {.n = 4, .Tq = 2, .Tmax = 600, .H = 2, .D = 64},
+        {.n = 3, .Tq = 1, .Tmax = 300, .H = 6, .Hkv = 2, .D = 17},
+        {.n = 2, .Tq = 3, .Tmax = 70, .H = 8, .Hkv = 1, .D = 16},
+        {.n = 3, .Tq = 1, .Tmax = 520, .H = 4, .Hkv = 2, .D = 32},
+    };
+    const int32_t *rpos[] = {
+        (const int32_t[]){0, 4, 8}, (const int32_t[]){0, 598, 255, 300}, (const int32_t[]){299, 3, 256},
+        (const int32_t[]){67, 0}, (const int32_t[]){519, 260, 10},
+    };
+    const int32_t *rstart[] = {
+        NULL, NULL, (const int32_t[]){280, 0, 100}, (const int32_t[]){3, 2}, (const int32_t[]){300, 259, 11},
+    };
+    for (size_t i = 0; i < sizeof(rows_c) / sizeof(rows_c[0]); i++) {
+        rows_c[i].pos_rows = rpos[i], rows_c[i].start = rstart[i];
+        check_cached(rows_c[i]);
+        check_rows(DFG_F32, rows_c[i]);
+        check_rows(DFG_BF16, rows_c[i]);
+    }
 
     check_decode(DFG_F32, 2, 70, 2, 16, NULL);
     check_decode(DFG_BF16, 1, 40, 3, 8, NULL);

@@ -8,7 +8,9 @@
  * start read at run time; concats of uneven parts along every axis; expands of leading, middle and
  * innermost dims. Directly: reshape into a buffer of its own (the copy a view needs when the
  * planner separates them), operands off their alignment (the narrow chunks), and a run-time start
- * out of range (the flag the CPU kernel's error becomes on the GPU). */
+ * out of range (the flag the CPU kernel's error becomes on the GPU). slice_at with one start a row
+ * (start (B) along axis 1): each output row is the input row's own range (checked against the
+ * CPU, and directly against the row's bytes), and a row out of range is flagged and clamped alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,7 @@ typedef struct {
     int axis;
     int64_t start, len; /* slice */
     bool dynamic;       /* slice_at: start from an i32 input */
+    bool rows;          /* slice_at: one start a row (x's dim 0), drawn in range */
     dfg_shape to;       /* expand, reshape */
 } lay_case;
 
@@ -35,7 +38,8 @@ static dfg_node *build_lay(dfg_graph *g, dfg_dtype dt, void *user) {
     switch (c->op) {
     case DFG_OP_PERMUTE: y = dfg_permute(g, x, c->perm); break;
     case DFG_OP_SLICE:
-        y = c->dynamic ? dfg_slice_at(g, x, c->axis, dfg_input(g, "start", DFG_I32, DFG_SHAPE(1)), c->len)
+        y = c->dynamic ? dfg_slice_at(g, x, c->axis,
+                                      dfg_input(g, "start", DFG_I32, DFG_SHAPE(c->rows ? c->x[0].d[0] : 1)), c->len)
                        : dfg_slice(g, x, c->axis, c->start, c->len);
         break;
     case DFG_OP_CONCAT: {
@@ -56,7 +60,7 @@ static dfg_node *build_lay(dfg_graph *g, dfg_dtype dt, void *user) {
 static void fill_lay(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const lay_case *c = user;
     if (c->op == DFG_OP_SLICE && slot == 1) {
-        ((int32_t *)data)[0] = dfg_test_int(0, (int)(c->x[0].d[c->axis] - c->len));
+        for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int(0, (int)(c->x[0].d[c->axis] - c->len));
         return;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -210,6 +214,54 @@ static void test_slice(void) {
     }
 }
 
+/* slice_at with one start a row: shapes with rows of one element, of 16-byte chunks, one row;
+ * each output row is its own input row's range; one row's start out of range is flagged and
+ * clamped alone (the CPU fails) */
+static void test_slice_rows(void) {
+    struct { dfg_shape s; int64_t len; } sr[] = {
+        {S(5, 9), 4}, {S(3, 10, 8), 3}, {S(4, 20, 2, 64), 1}, {S(1, 7, 3), 7}, {S(300, 12, 4), 2},
+    };
+    const dfg_dtype dts[] = {ANYF, DFG_I32, DFG_U8};
+    for (size_t i = 0; i < sizeof(sr) / sizeof(sr[0]); i++)
+        for (int t = 0; t < 3; t++) {
+            lay_case c = {.op = DFG_OP_SLICE, .dt = dts[t], .x = {sr[i].s}, .n_in = 1, .axis = 1, .len = sr[i].len,
+                          .dynamic = true, .rows = true};
+            char what[64];
+            snprintf(what, sizeof(what), "slice_at axis 1, a start a row, +%lld", (long long)c.len);
+            check(what, c);
+            if (t == 0) check_direct(what, c, 4);
+        }
+    lay_case c = {.op = DFG_OP_SLICE, .dt = DFG_F32, .x = {S(3, 9, 2)}, .n_in = 1, .axis = 1, .len = 4,
+                  .dynamic = true, .rows = true};
+    direct d;
+    if (!direct_make(&d, &c, 0)) return;
+    int32_t *start = d.in[1];
+    bool ran = cuda_run_cpu("slice_at", d.n, d.in, d.out);
+    for (int r = 0; r < 3 && ran; r++) /* by hand: output row r is input row r's elements start[r] .. +len */
+        CHECK(!memcmp((float *)d.out[0] + 8 * r, (float *)d.in[0] + 18 * r + 2 * start[r], 32),
+              "slice_at, a start a row: row %d is not its range from %d", r, start[r]);
+    const int32_t bad[] = {6, -1};
+    for (int b = 0; b < 2; b++) {
+        start[1] = bad[b];
+        int flags = 0;
+        if (emu_run(d.n, d.in, d.out, &flags)) {
+            CHECK(flags != 0, "slice_at row 1's start %d of 9 (len 4): not flagged", bad[b]);
+            for (int r = 0; r < 3; r++) {
+                int32_t s = r == 1 ? (bad[b] < 0 ? 0 : 5) : start[r];
+                CHECK(memcmp((float *)d.out[0] + 8 * r, (float *)d.in[0] + 18 * r + 2 * s, 32) == 0,
+                      "slice_at row 1's start %d: row %d is not its (clamped) range", bad[b], r);
+            }
+        }
+        void *ref[1] = {malloc(128)};
+        char err[256] = "";
+        dfg_cpu_ctx ctx = {.n_threads = 1, .err = err, .err_len = sizeof(err)};
+        CHECK(dfg_cpu_kernels[DFG_OP_SLICE](d.n, d.in, ref, &ctx) != DFG_OK, "the CPU kernel took row 1's start %d",
+              bad[b]);
+        free(ref[0]);
+    }
+    direct_free(&d);
+}
+
 static void test_concat(void) {
     struct { dfg_shape x[4]; int n, axis; } cc[] = {
         {{S(3, 5), S(3, 7)}, 2, 1},
@@ -278,6 +330,7 @@ int main(void) {
     if (!cuda_test_begin("test_cuda_layout")) return DFG_TEST_SKIP;
     test_permute();
     test_slice();
+    test_slice_rows();
     test_concat();
     test_expand();
     test_reshape();

@@ -6,7 +6,9 @@
  * and f16 tensors, float conversions required bit-exact, pointers off 16-byte alignment, outputs
  * in place over their inputs (clip), nodes with more tensors than one launch's table (> 72), and
  * the values the CPU kernel refuses (a start row out of range, a step below 1, a gradient norm that
- * is not finite), where the CUDA kernel must raise ctx->flags and write what its comment says. */
+ * is not finite), where the CUDA kernel must raise ctx->flags and write what its comment says.
+ * slice_assign_at also takes one start a row (pos (B) along axis 1): each row at its own start,
+ * and one row out of range raises the flag with nothing written. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ typedef struct {
     int axis;
     int64_t start;       /* slice_assign; -1: dynamic, from the pos input */
     int64_t pos;         /* dynamic slice_assign: the pos value (may be out of range); kAnyPos: drawn */
+    bool rows;           /* dynamic slice_assign: pos (B) one a row, drawn; pos (if not kAnyPos) the last row's */
     float value;         /* assign_fill; clip: max_norm */
     int n_params;        /* adamw, clip */
     int mix;             /* adamw's bf16 build: 0 all bf16, 1 p bf16 + f32 moments, 2 p f32 + bf16 m + f16 v */
@@ -63,7 +66,8 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
         dfg_tensor *dst = dfg_state(p, "dst", d, c->dst, DFG_ROLE_KV_CACHE, dfg_init_zeros());
         dfg_tensor *src = dfg_input(g, "src", d, c->src);
         y = c->start >= 0 ? dfg_slice_assign(g, dst, src, c->axis, c->start)
-                          : dfg_slice_assign_at(g, dst, src, c->axis, dfg_input(g, "pos", DFG_I32, DFG_SCALAR));
+                          : dfg_slice_assign_at(g, dst, src, c->axis,
+                                                dfg_input(g, "pos", DFG_I32, c->rows ? DFG_SHAPE(c->dst.d[0]) : DFG_SCALAR));
         break;
     }
     case DFG_OP_ADAMW: {
@@ -109,7 +113,8 @@ static void fill(int slot, const dfg_tensor *t, void *data, int64_t n, void *use
     for (int64_t i = 0; i < n; i++) {
         double v;
         if (c->op == DFG_OP_SLICE_ASSIGN && slot == 2) {
-            v = c->pos != kAnyPos ? (double)c->pos : dfg_test_int(0, (int)(c->dst.d[c->axis] - c->src.d[c->axis]));
+            bool given = c->pos != kAnyPos && (!c->rows || i == n - 1);
+            v = given ? (double)c->pos : dfg_test_int(0, (int)(c->dst.d[c->axis] - c->src.d[c->axis]));
         } else if (t->dtype == DFG_I32) {
             if (c->op == DFG_OP_ADAMW) v = c->step ? c->step : dfg_test_int(1, 50);
             else v = dfg_test_int(-5, 5) + (dfg_test_int(0, 3) == 0 ? 2147483640.0 : 0.0); /* accumulate saturates */
@@ -276,6 +281,16 @@ int main(void) {
         run((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = sl[i].dst, .src = sl[i].src, .axis = sl[i].axis,
                       .start = sl[i].start, .pos = kAnyPos},
             sl[i].start < 0 ? "dynamic" : "static", true, 0);
+    /* one start a row: rows of one element, of 16-byte words, a single row, a wide row */
+    const struct {
+        dfg_shape dst, src;
+    } sr[] = {{DFG_SHAPE(5, 10, 6), DFG_SHAPE(5, 3, 6)}, {DFG_SHAPE(3, 9), DFG_SHAPE(3, 1)},
+              {DFG_SHAPE(4, 20, 2, 64), DFG_SHAPE(4, 1, 2, 64)}, {DFG_SHAPE(1, 7, 8), DFG_SHAPE(1, 2, 8)},
+              {DFG_SHAPE(300, 12, 4), DFG_SHAPE(300, 1, 4)}};
+    for (size_t i = 0; i < sizeof(sr) / sizeof(sr[0]); i++)
+        run((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = sr[i].dst, .src = sr[i].src, .axis = 1, .start = -1,
+                      .pos = kAnyPos, .rows = true},
+            "a start a row", true, 0);
     for (int np = 1; np <= 7; np += 3)
         for (int mix = 0; mix < 3; mix++) {
             char what[64];
@@ -321,11 +336,21 @@ int main(void) {
                             .dt = any[a], .axis = 1, .start = -1, .pos = 5},
                   dfg_dtype_name(any[a]), 0, 0, false, false, 0);
     }
+    for (int a = 0; a < 4; a++) /* a start a row: other dtypes, misaligned */
+        raw_check((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = DFG_SHAPE(3, 8, 5), .src = DFG_SHAPE(3, 2, 5),
+                            .dt = any[a], .axis = 1, .start = -1, .pos = kAnyPos, .rows = true},
+                  dfg_dtype_name(any[a]), a & 1 ? 2 : 0, 0, false, false, 0);
     const int64_t bad_pos[] = {6, -1, 100};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         raw_check((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = DFG_SHAPE(2, 8, 8), .src = DFG_SHAPE(2, 3, 8),
                             .dt = DFG_F32, .axis = 1, .start = -1, .pos = bad_pos[i]},
                   "pos out of range", 0, 0, false, true, 0);
+        /* the last row's start out of range, the others in range: nothing written, every row's
+         * (more rows than a block's threads: the check spans the whole pos) */
+        raw_check((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = DFG_SHAPE(300, 8, 4), .src = DFG_SHAPE(300, 3, 4),
+                            .dt = DFG_F32, .axis = 1, .start = -1, .pos = bad_pos[i], .rows = true},
+                  "a row's pos out of range", 0, 0, false, true, 0);
+    }
     /* adamw: more parameters than one launch's table, misaligned; step 0; a flag already up */
     raw_check((st_case){.op = DFG_OP_ADAMW, .n_params = 150, .dt = DFG_F32, .wd = 0.1f}, "150 params", 0, 1e-5, false,
               false, 0);

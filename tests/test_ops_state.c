@@ -1,7 +1,8 @@
 /* test_ops_state.c - ops that write persistent tensors, run on the CPU runtime and read back
  * after the step: AdamW over several steps against torch.optim.AdamW's formula in double, its
  * step-counter check, clip_grad_norm (the norm, the scale, in-place STATE grads versus new TEMP
- * grads), and assign / accumulate / assign_fill / slice_assign (static and run-time start). */
+ * grads), and assign / accumulate / assign_fill / slice_assign (static and run-time start; one
+ * start a row along axis 1, for slice_assign_at and its reading side slice_at). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,65 @@ static void test_slice_assign_at_range(void) {
     dfg_fx_end(&f);
 }
 
+/* One start a row (pos (B) along axis 1): slice_assign_at writes src row b at dst[b, pos[b] ..],
+ * slice_at reads x[b, pos[b] ..]; a row out of range fails the step naming the row, nothing
+ * written; a per-row pos along another axis, or of another length, does not build. */
+static void test_slice_rows(void) {
+    enum { B = 3, T = 6, K = 2, C = 2 };
+    float src[B * K * C], x[B * T * C];
+    for (int i = 0; i < B * K * C; i++) src[i] = (float)(i + 1);
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)(100 + i);
+    dfg_fx f;
+    dfg_fx_begin(&f, "slice_rows");
+    dfg_tensor *kv = state_f32(&f, "kv", DFG_SHAPE(B, T, C), dfg_init_zeros());
+    dfg_tensor *pos = dfg_input(f.g, "pos", DFG_I32, DFG_SHAPE(B));
+    dfg_slice_assign_at(f.g, kv, dfg_fx_const_f32(&f, "src", DFG_SHAPE(B, K, C), src), 1, pos);
+    dfg_output(f.g, dfg_slice_at(f.g, dfg_fx_const_f32(&f, "x", DFG_SHAPE(B, T, C), x), 1, pos, K), "y");
+    if (dfg_fx_create(&f, 1)) {
+        const int32_t at[B] = {0, 4, 2}, bad[B] = {1, 1, 5};
+        dfg_fx_write(&f, "pos", at, sizeof(at));
+        dfg_fx_step(&f);
+        float got[B * T * C], y[B * K * C];
+        dfg_fx_read(&f, "kv", got, sizeof(got));
+        dfg_fx_read(&f, "y", y, sizeof(y));
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) {
+                    int k = t - at[b];
+                    float want = k >= 0 && k < K ? src[(b * K + k) * C + c] : 0.0f;
+                    CHECK(got[(b * T + t) * C + c] == want, "slice_assign_at row %d column %d: %g, want %g", b, t,
+                          got[(b * T + t) * C + c], want);
+                }
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < K * C; i++)
+                CHECK(y[b * K * C + i] == x[(b * T + at[b]) * C + i], "slice_at row %d element %d: %g, want %g", b, i,
+                      y[b * K * C + i], x[(b * T + at[b]) * C + i]);
+        dfg_fx_write(&f, "pos", bad, sizeof(bad));
+        dfg_status st = dfg_runtime_step(f.rt);
+        CHECK(st == DFG_ERR_RANGE && strstr(dfg_runtime_error(f.rt), "(row 2)"),
+              "row 2's rows [5, 7) of 6 fail with DFG_ERR_RANGE naming the row: %s / %s", dfg_status_name(st),
+              dfg_runtime_error(f.rt));
+        float after[B * T * C];
+        dfg_fx_read(&f, "kv", after, sizeof(after));
+        CHECK(!memcmp(after, got, sizeof(got)), "a row out of range: nothing written");
+    }
+    dfg_fx_end(&f);
+    /* a start a row along axis 0, or of another length than the rows: shape errors naming pos */
+    dfg_program *p = dfg_program_new("slice_rows_bad");
+    dfg_graph *g = dfg_graph_new(p, "g");
+    dfg_tensor *dst = dfg_state(p, "dst", DFG_F32, DFG_SHAPE(B, T), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_slice_assign_at(g, dst, dfg_input(g, "s", DFG_F32, DFG_SHAPE(1, T)), 0, dfg_input(g, "p3", DFG_I32, DFG_SHAPE(B)));
+    CHECK(dfg_program_status(p) == DFG_ERR_SHAPE && strstr(dfg_program_error(p), "'p3'"),
+          "a per-row pos along axis 0 is refused naming it: %s", dfg_program_error(p));
+    dfg_program_free(p);
+    p = dfg_program_new("slice_rows_bad2");
+    g = dfg_graph_new(p, "g");
+    dfg_slice_at(g, dfg_input(g, "x", DFG_F32, DFG_SHAPE(B, T)), 1, dfg_input(g, "p2", DFG_I32, DFG_SHAPE(B - 1)), 2);
+    CHECK(dfg_program_status(p) == DFG_ERR_SHAPE && strstr(dfg_program_error(p), "'p2'"),
+          "a pos of another length than the rows is refused naming it: %s", dfg_program_error(p));
+    dfg_program_free(p);
+}
+
 int main(void) {
     dfg_test_init("test_ops_state");
     test_adamw();
@@ -281,5 +341,6 @@ int main(void) {
     test_clip();
     test_assign();
     test_slice_assign_at_range();
+    test_slice_rows();
     return dfg_test_finish();
 }

@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -175,20 +176,26 @@ dfg_status dfg_cpu_attention_bwd(const dfg_node *n, void *const *in, void *const
     return DFG_OK;
 }
 
-/* q (B,Tq,C) at positions pos .. pos+Tq-1 against caches (B,Tmax,Ckv) rows lo .. pos+i (lo: the
- * row's start when pos+i is a real column, else 0): per query row, scores = K q (a GEMV over the
- * cached rows), softmax, y = V^T p. The caches hold Hkv = Ckv / D heads; query head h reads KV
- * head h / (H / Hkv) (Hkv = H: head h). */
+/* q (B,Tq,C) of row b at positions p .. p+Tq-1 (p = pos[b] for a per-row pos (B), else the one
+ * pos) against caches (B,Tmax,Ckv) rows lo .. p+i (lo: the row's start when p+i is a real
+ * column, else 0): per query row, scores = K q (a GEMV over the cached rows), softmax, y = V^T p.
+ * The caches hold Hkv = Ckv / D heads; query head h reads KV head h / (H / Hkv) (Hkv = H: head h).
+ * Every row's position is checked before any is computed: one out of range fails the step. */
 dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_shape qs = n->in[0]->shape;
     int64_t B = qs.d[0], Tq = qs.d[1], C = qs.d[2], Tmax = n->in[1]->shape.d[1], H = n->attr->attention.n_head,
             D = C / H, Ckv = n->in[1]->shape.d[2], group = H / (Ckv / D); /* query heads per KV head */
     const float *q = in[0], *kc = in[1], *vc = in[2];
-    int64_t pos = *(const int32_t *)in[3];
+    const int32_t *pos = in[3];
+    int64_t pos_step = dfg_shape_numel(n->in[3]->shape) == 1 ? 0 : 1; /* 1: one position a row */
     float *y = out[0];
-    if (pos < 0 || pos + Tq > Tmax)
-        return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "position %lld + %lld queries exceeds the cache length %lld",
-                            (long long)pos, (long long)Tq, (long long)Tmax);
+    for (int64_t b = 0; b < (pos_step ? B : 1); b++)
+        if (pos[b] < 0 || (int64_t)pos[b] + Tq > Tmax) {
+            char row[40] = "";
+            if (pos_step) snprintf(row, sizeof(row), " (row %lld)", (long long)b);
+            return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "position %lld%s + %lld queries exceeds the cache length %lld",
+                                (long long)pos[b], row, (long long)Tq, (long long)Tmax);
+        }
     dfg_status st;
     const int32_t *start = dfg_cpu_attention_start(n, in, 4, Tmax, ctx, &st); /* (B) or NULL */
     if (st) return st;
@@ -198,7 +205,8 @@ dfg_status dfg_cpu_attention_cached(const dfg_node *n, void *const *in, void *co
 #pragma omp parallel for collapse(2) schedule(static) num_threads(ctx->n_threads)
     for (int64_t bh = 0; bh < B * H; bh++)
         for (int64_t i = 0; i < Tq; i++) {
-            int64_t b = bh / H, h = bh % H, col = pos + i, s0 = start ? start[b] : 0, lo = col >= s0 ? s0 : 0;
+            int64_t b = bh / H, h = bh % H, col = pos[b * pos_step] + i, s0 = start ? start[b] : 0;
+            int64_t lo = col >= s0 ? s0 : 0;
             int64_t nk = col + 1 - lo, at = (b * Tmax + lo) * Ckv + h / group * D;
             const float *k = kc + at, *v = vc + at; /* rows lo .. col, of stride Ckv */
             float *p = dfg_cpu_thread_scratch(ctx); /* (nk) */

@@ -1,5 +1,6 @@
 /* layout.c - CPU kernels that move bytes: reshape (a view: nothing to do), permute, slice,
  * concat, expand. They are dtype-agnostic: elements are copied by size. */
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -42,14 +43,24 @@ dfg_status dfg_cpu_permute(const dfg_node *n, void *const *in, void *const *out,
 dfg_status dfg_cpu_slice(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     int64_t outer, len, inner, start = n->attr->slice.start;
     dfg_split_axis(n->in[0]->shape, n->attr->slice.axis, &outer, &len, &inner);
-    if (n->n_in == 2) start = *(const int32_t *)in[1];
-    if (start < 0 || start + n->attr->slice.len > len)
-        return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows", (long long)start,
-                            (long long)(start + n->attr->slice.len), n->in[0]->name, (long long)len);
+    /* a run-time start: pos[o * step] for outer index o (step 1: one a row, along axis 1) */
+    const int32_t *pos = n->n_in == 2 ? in[1] : NULL;
+    int64_t step = pos && dfg_shape_numel(n->in[1]->shape) > 1 ? 1 : 0;
+    for (int64_t o = 0; o < (step ? outer : 1); o++) {
+        int64_t s = pos ? pos[o * step] : start;
+        if (s < 0 || s + n->attr->slice.len > len) {
+            char row[40] = "";
+            if (step) snprintf(row, sizeof(row), " (row %lld)", (long long)o);
+            return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld)%s of '%s' are outside its %lld rows",
+                                (long long)s, (long long)(s + n->attr->slice.len), row, n->in[0]->name, (long long)len);
+        }
+    }
     size_t esz = dfg_dtype_size(n->in[0]->dtype);
     size_t row = (size_t)(n->attr->slice.len * inner) * esz;
-    for (int64_t o = 0; o < outer; o++)
-        memcpy((char *)out[0] + (size_t)o * row, (const char *)in[0] + (size_t)((o * len + start) * inner) * esz, row);
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t s = pos ? pos[o * step] : start;
+        memcpy((char *)out[0] + (size_t)o * row, (const char *)in[0] + (size_t)((o * len + s) * inner) * esz, row);
+    }
     return DFG_OK;
 }
 

@@ -2,6 +2,7 @@
  * slice_assign, the AdamW step (as torch.optim.AdamW) and global-norm clipping (as
  * torch.nn.utils.clip_grad_norm_). Outputs arrive aliased to the tensors they write. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -57,15 +58,26 @@ dfg_status dfg_cpu_slice_assign(const dfg_node *n, void *const *in, void *const 
     const dfg_tensor *dst = n->in[0], *src = n->in[1];
     int ax = n->attr->slice_assign.axis;
     int64_t start = n->attr->slice_assign.start;
-    if (n->attr->slice_assign.dynamic) start = *(const int32_t *)in[2];
+    /* a dynamic start: pos[o * step] for outer index o (step 1: a per-row pos along axis 1, whose
+     * outer index is the row) */
+    const int32_t *pos = n->attr->slice_assign.dynamic ? in[2] : NULL;
+    int64_t step = pos && dfg_shape_numel(n->in[2]->shape) > 1 ? 1 : 0;
     int64_t outer, len, inner, slen = src->shape.d[ax];
     dfg_split_axis(dst->shape, ax, &outer, &len, &inner);
-    if (start < 0 || start + slen > len)
-        return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows",
-                            (long long)start, (long long)(start + slen), dst->name, (long long)len);
+    for (int64_t o = 0; o < (step ? outer : 1); o++) { /* every row checked before any is written */
+        int64_t s = pos ? pos[o * step] : start;
+        if (s < 0 || s + slen > len) {
+            char row[40] = "";
+            if (step) snprintf(row, sizeof(row), " (row %lld)", (long long)o);
+            return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld)%s of '%s' are outside its %lld rows",
+                                (long long)s, (long long)(s + slen), row, dst->name, (long long)len);
+        }
+    }
     size_t esz = dfg_dtype_size(dst->dtype), row = (size_t)(slen * inner) * esz;
-    for (int64_t o = 0; o < outer; o++)
-        memcpy((char *)out[0] + (size_t)((o * len + start) * inner) * esz, (const char *)in[1] + (size_t)o * row, row);
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t s = pos ? pos[o * step] : start;
+        memcpy((char *)out[0] + (size_t)((o * len + s) * inner) * esz, (const char *)in[1] + (size_t)o * row, row);
+    }
     return DFG_OK;
 }
 

@@ -1,5 +1,6 @@
 // attention_decode.cu - attention_cached on the GPU: queries of B sequences at positions
-// pos .. pos+Tq-1 against KV caches (B, Tmax, Hkv*D) (ops/attention.c).
+// pos .. pos+Tq-1 against KV caches (B, Tmax, Hkv*D) (ops/attention.c); pos is one i32 for every
+// row, or (B) one a row (rows of a multi-turn rollout stand at different columns).
 //
 // Memory-bound decoding (flash-decoding): a block per (b, query head, query, split of 256 cache
 // positions) stages keys through shared memory, keeps a running max/sum and an unnormalised
@@ -29,13 +30,15 @@ struct att_dec {
     int KC, KS;    // keys per chunk staged in shared memory, and their row stride (odd: no bank conflicts)
     int NP;        // key subsets the output sum runs in (threads per output element)
     int vec;       // 1: rows move 4 elements at a time
+    int pos_rows;  // 1: pos holds one position a row (B); 0: one for every row
     float scale;
 };
 
-// The position of the first query, read on the device; out of range (the CPU kernel's error) sets
-// the flag and is clamped so that no access leaves the caches.
-static __device__ __forceinline__ int att_pos(const int32_t *pos_in, int *flags, const att_dec &a, bool report) {
-    int pos = *pos_in;
+// The position of batch row b's first query, read on the device; out of range (the CPU kernel's
+// error) sets the flag and is clamped so that no access leaves the caches.
+static __device__ __forceinline__ int att_pos(const int32_t *pos_in, int *flags, const att_dec &a, int b,
+                                              bool report) {
+    int pos = pos_in[a.pos_rows ? b : 0];
     if (pos < 0 || pos > a.Tmax - a.Tq) {
         if (report && flags) *flags = 1;
         pos = pos < 0 ? 0 : a.Tmax - a.Tq;
@@ -81,7 +84,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int tid = threadIdx.x, i = blockIdx.y, s = blockIdx.z, hkv = a.H / a.G;
     const int bkv = blockIdx.x / a.NG, b = bkv / hkv, kv = bkv % hkv, k0 = blockIdx.x % a.NG * GB;
     const int h0 = kv * a.G + k0, nh = GM == 1 ? 1 : min(GB, a.G - k0);
-    const int pos = att_pos(pos_in, flags, a, blockIdx.x == 0 && i == 0 && s == 0 && tid == 0);
+    // the first block of each batch row reports its position
+    const int pos = att_pos(pos_in, flags, a, b, blockIdx.x % (hkv * a.NG) == 0 && i == 0 && s == 0 && tid == 0);
     const int lo = att_first_key(start, flags, a, b, pos + i, tid == 0);
     const int kbeg = max(s * a.L, lo), kend = min(s * a.L + a.L, pos + i + 1);
     if (kbeg >= kend) return; // the whole block: a split outside the query's keys (the combine skips it)
@@ -213,7 +217,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     DFG_SHARED_DYNAMIC(float, w); // (nsplit)
     const long long row = blockIdx.x;
     const int bh = (int)(row / a.Tq), i = (int)(row % a.Tq), b = bh / a.H, h = bh % a.H;
-    const int c = att_pos(pos_in, nullptr, a, false) + i; // the query's column
+    const int c = att_pos(pos_in, nullptr, a, b, false) + i; // the query's column
     const int s0 = att_first_key(start, nullptr, a, b, c, false) / a.L, ns = (c + 1 + a.L - 1) / a.L;
     const float *pr = part + row * a.nsplit * (a.D + 2);
     float mx = -INFINITY;
@@ -257,6 +261,7 @@ static att_dec att_decoding(const dfg_node *n) {
     a.vec = 0;
     int W = a.D % 4 ? a.D : a.D / 4;
     a.NP = W >= ATT_THREADS ? 1 : ATT_THREADS / W;
+    a.pos_rows = dfg_shape_numel(n->in[3]->shape) == 1 ? 0 : 1;
     a.scale = 1.0f / sqrtf((float)a.D);
     // a group's heads in as few blocks as hold at most ATT_GROUP of them and fit 160 KB of shared
     // memory (very wide heads), the blocks' shares as even as possible
@@ -276,7 +281,7 @@ DFG_CUDA_SCRATCH(attention_cached) {
     return a.nsplit == 1 ? 0 : sizeof(float) * records * (size_t)(a.D + 2);
 }
 
-// inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, Ckv), pos (i32) [, start (B)] -> y (B, Tq, C)
+// inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, Ckv), pos (i32: one, or (B)) [, start (B)] -> y (B, Tq, C)
 DFG_CUDA_LAUNCHER(attention_cached) {
     att_dec a = att_decoding(n);
     const int32_t *start = n->n_in == 5 ? (const int32_t *)in[4] : nullptr;

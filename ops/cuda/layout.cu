@@ -38,6 +38,7 @@ struct Rows {
     int64_t dims[kMaxOuter], src_st[kMaxOuter];
     const int32_t *start;       // slice_at: the first index along the axis, read on the device; or NULL
     int64_t start_max, start_bytes; // its largest valid value, and the bytes one index moves the source
+    int start_rows;             // 1: start holds one index a row (start[r] for row r); 0: one for all
 };
 
 // The source byte offset of output row r (common.cuh: the plan stays in the kernel's parameter space)
@@ -45,27 +46,33 @@ __device__ __forceinline__ int64_t src_offset(const Rows &p, int64_t r) {
     return dfg_outer_offset(p.dims, p.src_st, p.nd, p.narrow, r);
 }
 
-// dst row r (chunks) = the source row of r. A start out of range (which the CPU kernel reports)
-// sets *flags and is clamped into range.
+// The start index s (slice_at's run-time start) clamped into range; out of range (which the CPU
+// kernel reports) sets *flags when report.
+__device__ __forceinline__ int64_t clamped_start(const Rows &p, int64_t s, int *flags, bool report) {
+    if (s < 0 || s > p.start_max) {
+        if (flags && report) atomicOr(flags, 1);
+        s = s < 0 ? 0 : p.start_max;
+    }
+    return s;
+}
+
+// dst row r (chunks) = the source row of r, moved by the start (p.start[r] when one a row). A
+// start out of range sets *flags and is clamped into range.
 template <int W>
 __global__ void __launch_bounds__(kThreads) rows_kernel(char *dst /* (rows, pitch) bytes */,
                                                         const char *src /* rows at src_offset */, Rows p, int *flags) {
     typedef typename Chunk<W>::type C;
-    if (p.start) {
-        int64_t first = *p.start;
-        if (first < 0 || first > p.start_max) {
-            if (flags && blockIdx.x == 0 && threadIdx.x == 0) atomicOr(flags, 1);
-            first = first < 0 ? 0 : p.start_max;
-        }
-        src += first * p.start_bytes;
-    }
+    if (p.start && !p.start_rows)
+        src += clamped_start(p, *p.start, flags, blockIdx.x == 0 && threadIdx.x == 0) * p.start_bytes;
     int64_t cur = -1;
     const C *s = nullptr;
     C *d = nullptr;
     for (DfgWalk w(p.chunks); w.r < p.rows; w.next()) {
         if (w.r != cur) {
             cur = w.r;
-            s = reinterpret_cast<const C *>(src + src_offset(p, cur));
+            int64_t at = src_offset(p, cur);
+            if (p.start_rows) at += clamped_start(p, p.start[cur], flags, w.c == 0) * p.start_bytes;
+            s = reinterpret_cast<const C *>(src + at);
             d = reinterpret_cast<C *>(dst + cur * p.dst_pitch);
         }
         d[w.c] = s[w.c];
@@ -249,7 +256,8 @@ DFG_CUDA_LAUNCHER(permute) {
     }
 }
 
-// inputs x [, start (i32 scalar, read on the device)]
+// inputs x [, start (i32 read on the device: one, or (B) one a row along axis 1, whose outer index
+// is the row)]
 DFG_CUDA_LAUNCHER(slice) {
     int64_t outer, total, inner, len = n->attr->slice.len, start = n->attr->slice.start;
     split_axis(n->in[0]->shape, n->attr->slice.axis, &outer, &total, &inner);
@@ -258,6 +266,7 @@ DFG_CUDA_LAUNCHER(slice) {
     p.rows = outer, p.nd = 1, p.dims[0] = outer, p.src_st[0] = total * inner * esz, p.dst_pitch = row;
     if (n->n_in == 2) {
         p.start = (const int32_t *)in[1], p.start_max = total - len, p.start_bytes = inner * esz, start = 0;
+        p.start_rows = dfg_shape_numel(n->in[1]->shape) > 1;
     } else if (start < 0 || start + len > total) {
         return dfg_cuda_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) of '%s' are outside its %lld rows",
                              (long long)start, (long long)(start + len), n->in[0]->name, (long long)total);

@@ -211,32 +211,42 @@ DFG_CUDA_LAUNCHER(assign) {
 // ---------------------------------------------------------------- slice_assign
 namespace {
 
-// dst (outer, len, inner) [:, start:start+slen, :] = src (outer, slen, inner), in words of W;
-// start from the i32 pos on the device when given. Out of range: the flag, and nothing written.
+// dst (outer, len, inner) [o, s_o:s_o+slen, :] = src (outer, slen, inner), in words of W; s_o is
+// the start, or read on the device from the i32 pos: pos[0] for every o (rows = 0), or pos[o]
+// (rows = 1: one start a row). Any start out of range: the flag, and nothing written (a per-row
+// pos is checked whole by every block, with one barrier, before a block writes).
 template <class W>
 __global__ __launch_bounds__(kThreads) void slice_assign_k(W *dst /* (outer, len, inner_w) */,
                                                            const W *src /* (outer, slen, inner_w) */,
-                                                           const int32_t *pos /* () or NULL */, int64_t start,
-                                                           int64_t outer, int64_t len, int64_t slen, int64_t inner_w,
-                                                           int *flags) {
+                                                           const int32_t *pos /* (), (outer) or NULL */, int rows,
+                                                           int64_t start, int64_t outer, int64_t len, int64_t slen,
+                                                           int64_t inner_w, int *flags) {
+    if (rows) {
+        int bad = 0;
+        for (int64_t o = threadIdx.x; o < outer; o += blockDim.x) bad |= pos[o] < 0 || pos[o] + slen > len;
+        if (__syncthreads_or(bad)) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) raise_flag(flags);
+            return;
+        }
+    }
     const int64_t s = pos ? (int64_t)*pos : start;
-    if (s < 0 || s + slen > len) {
+    if (!rows && (s < 0 || s + slen > len)) {
         if (blockIdx.x == 0 && threadIdx.x == 0) raise_flag(flags);
         return;
     }
     const int64_t row = slen * inner_w, total = outer * row;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o = q / row, w = q % row;
-        dst[(o * len + s) * inner_w + w] = src[q];
+        dst[(o * len + (rows ? (int64_t)pos[o] : s)) * inner_w + w] = src[q];
     }
 }
 
 template <class W>
-cudaError_t launch_slice(void *dst, const void *src, const int32_t *pos, int64_t start, int64_t outer, int64_t len,
-                         int64_t slen, int64_t inner_bytes, const dfg_cuda_ctx *ctx) {
+cudaError_t launch_slice(void *dst, const void *src, const int32_t *pos, int rows, int64_t start, int64_t outer,
+                         int64_t len, int64_t slen, int64_t inner_bytes, const dfg_cuda_ctx *ctx) {
     const int64_t inner_w = inner_bytes / (int64_t)sizeof(W);
     return DFG_LAUNCH((slice_assign_k<W>), dfg_grid_units(dfg_cdiv(outer * slen * inner_w, kThreads), ctx), kThreads, 0,
-                      (cudaStream_t)ctx->stream, (W *)dst, (const W *)src, pos, start, outer, len, slen, inner_w,
+                      (cudaStream_t)ctx->stream, (W *)dst, (const W *)src, pos, rows, start, outer, len, slen, inner_w,
                       ctx->flags);
 }
 
@@ -250,6 +260,7 @@ DFG_CUDA_LAUNCHER(slice_assign) {
     for (int i = ax + 1; i < dst->shape.rank; i++) inner *= dst->shape.d[i];
     const int64_t len = dst->shape.d[ax], slen = src->shape.d[ax];
     const int32_t *pos = n->attr->slice_assign.dynamic ? (const int32_t *)in[2] : NULL;
+    const int rows = pos && dfg_shape_numel(n->in[2]->shape) > 1; // one start a row (axis 1: o is the row)
     const int64_t start = n->attr->slice_assign.start;
     if (!pos && (start < 0 || start + slen > len)) // the shape rule refuses this; kept for a corrupt plan
         return dfg_cuda_fail(ctx, n, DFG_ERR_RANGE, "rows [%lld, %lld) are outside %lld rows", (long long)start,
@@ -260,10 +271,10 @@ DFG_CUDA_LAUNCHER(slice_assign) {
     const int64_t ib = inner * (int64_t)dfg_dtype_size(dst->dtype);
     cudaError_t e;
     switch (word_of((size_t)ib, out[0], in[1])) {
-    case 16: e = launch_slice<uint4>(out[0], in[1], pos, start, outer, len, slen, ib, ctx); break;
-    case 4: e = launch_slice<uint32_t>(out[0], in[1], pos, start, outer, len, slen, ib, ctx); break;
-    case 2: e = launch_slice<uint16_t>(out[0], in[1], pos, start, outer, len, slen, ib, ctx); break;
-    default: e = launch_slice<uint8_t>(out[0], in[1], pos, start, outer, len, slen, ib, ctx); break;
+    case 16: e = launch_slice<uint4>(out[0], in[1], pos, rows, start, outer, len, slen, ib, ctx); break;
+    case 4: e = launch_slice<uint32_t>(out[0], in[1], pos, rows, start, outer, len, slen, ib, ctx); break;
+    case 2: e = launch_slice<uint16_t>(out[0], in[1], pos, rows, start, outer, len, slen, ib, ctx); break;
+    default: e = launch_slice<uint8_t>(out[0], in[1], pos, rows, start, outer, len, slen, ib, ctx); break;
     }
     return dfg_cuda_launched(ctx, n, e, "slice_assign");
 }
