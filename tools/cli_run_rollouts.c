@@ -20,9 +20,18 @@
 #define CMD "run"
 #define MAX_ROLLOUT_TENSORS 16
 
+/* The sampler's log-prob of each token (TRL's sampling_per_token_logps), optional: log-probs are
+ * <= 0, and a file without them gets 1 everywhere, which the pipeline reads as none (no
+ * importance-sampling correction, as TRL without vLLM). */
+#define SAMPLING_LOGPS "sampling_logps"
+#define NO_LOGP 1.0f
+/* A multi-turn plan's tool_mask (0 on the tools' tokens), optional: a file without it has none. */
+#define TOOL_MASK "tool_mask"
+
 struct cli_rollouts {
     const char *path;
     bool unpadded;  /* a plan with prompt_start got neither it nor an attention_mask: no padding */
+    bool unsampled; /* a plan with sampling_logps did not get them: no correction */
     int n;
     const dfg_tensor *t[MAX_ROLLOUT_TENSORS];
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
@@ -95,11 +104,12 @@ static int check_values(const dfg_program *p, const char *path, const dfg_tensor
         const float *v = data;
         /* a tensor named as a mask weighs tokens in or out; any other value would silently rescale
          * the loss */
-        bool mask = strstr(t->name, "mask") != NULL;
+        bool mask = strstr(t->name, "mask") != NULL, logp = !strcmp(t->name, SAMPLING_LOGPS);
         for (int64_t i = 0; i < n; i++)
-            if (!isfinite(v[i]) || (mask && v[i] != 0.0f && v[i] != 1.0f))
+            if (!isfinite(v[i]) || (mask && v[i] != 0.0f && v[i] != 1.0f) || (logp && v[i] > 0.0f))
                 return cli_error(CMD, CLI_USAGE, "%s: '%s' holds %g at flat index %" PRId64 " (%s)", path, t->name,
-                                 (double)v[i], i, mask ? "a mask is 0 or 1" : "values must be finite");
+                                 (double)v[i], i, mask ? "a mask is 0 or 1" : logp ? "log-probs are finite and <= 0"
+                                                                                    : "values must be finite");
     }
     return CLI_OK;
 }
@@ -203,6 +213,23 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
             r->unpadded = true;
             continue;
         }
+        if (!f && !strcmp(t->name, SAMPLING_LOGPS) && t->dtype == DFG_F32) { /* no sampler's log-probs */
+            int64_t n = dfg_shape_numel(t->shape);
+            float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+            if (!v) return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+            for (int64_t i = 0; i < n; i++) v[i] = NO_LOGP;
+            r->data[k] = v;
+            r->unsampled = true;
+            continue;
+        }
+        if (!f && !strcmp(t->name, TOOL_MASK) && t->dtype == DFG_F32) { /* every token the policy's */
+            int64_t n = dfg_shape_numel(t->shape);
+            float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+            if (!v) return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
+            for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+            r->data[k] = v;
+            continue;
+        }
         if (!f) return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is missing (a rollout holds: %s)", path, t->name, want);
         if (f->dtype != t->dtype)
             return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is %s in the file; the plan needs %s", path, t->name,
@@ -256,8 +283,11 @@ int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r) {
     int rc = skip_stages(rt, dfg_runtime_program(rt), skipped, sizeof(skipped));
     if (rc) return rc;
     cli_say("rollouts from %s: %s %s", r->path, r->t[0]->name, dfg_shape_str(r->t[0]->shape, sb, sizeof(sb)));
-    for (int k = 1; k < r->n; k++) cli_say(", %s%s", r->t[k]->name, r->unpadded && !strcmp(r->t[k]->name, "prompt_start")
-                                                                          ? " (none in the file: no padding)" : "");
+    for (int k = 1; k < r->n; k++) {
+        const char *name = r->t[k]->name;
+        cli_say(", %s%s", name, r->unpadded && !strcmp(name, "prompt_start") ? " (none in the file: no padding)"
+                                : r->unsampled && !strcmp(name, SAMPLING_LOGPS) ? " (none in the file: no correction)" : "");
+    }
     cli_say("; stages %s skipped\n", skipped[0] ? skipped : "(none)");
     return CLI_OK;
 }

@@ -76,7 +76,7 @@ typedef struct {
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
 /* Whether any split of the batch into micro-batches trains the same step: not with bnpo (a token
  * mean per micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus
- * normalised per micro-batch (all but dapo and cispo): TRL computes those per micro-batch. */
+ * normalised per micro-batch (all but dapo, cispo and vespo): TRL computes those per micro-batch. */
 bool dfg_grpo_split_free(const dfg_grpo_config *c);
 
 /* ---------------------------------------------------------------- stage copies (grpo_buckets.c)

@@ -75,25 +75,35 @@ void dfg_grpo_completion_metrics(dfg_graph *g, dfg_tensor *len, dfg_tensor *trun
  * (dfg_metric_nullable), so such a step goes on. */
 void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const char (*names)[68]);
 /* The sampler's log-probs against the training forward's, TRL's sampling/ metrics:
- * sampling_logp_difference/mean and /max (|logp - sampling_logp| over the scored tokens) and
- * importance_sampling_ratio/min, /mean and /max (exp(logp - sampling_logp)). dfg samples and
- * trains with one engine, so the loss is not corrected by the ratio; the metrics show how far
- * the decode kernels' reduction order moves it from 1. The state (dfg_grpo_sampling_state):
- * `sampled` is 1 once a step's rollout starts (_start, in prefill) and 0 after the metrics (a
- * --rollouts step has no sampler: its metrics are none); _compare adds a micro-batch's logp,
- * sampling, mask (n, W) to the sums and extremes; _metrics logs them over every rank's scored
- * tokens (0 with no scored token, as TRL). */
+ * sampling_logp_difference/mean and /max (|logp - sampling_logp| over the scored tokens), and with
+ * the importance-sampling correction (vllm_importance_sampling_correction) its ratio as the loss
+ * used it, importance_sampling_ratio/min, /mean and /max, before truncation or masking
+ * (raw_importance_sampling_ratio/..., TRL #5243's names) and the fraction the bounds changed
+ * (frac_modified_importance_sampling_ratio): over every sequence in sequence modes, over the
+ * scored tokens in token modes. The state (dfg_grpo_sampling_state): `sampled` is 1 for a step
+ * whose rollout has the sampler's log-probs (set by prefill's _start, and by the first training
+ * pass) and 0 after the metrics (a --rollouts step without them: the metrics are none); _compare
+ * adds a micro-batch's logp, sampling, mask (n, W) and ratios to the sums and extremes; _metrics
+ * logs them over every rank's (0 with nothing to count, as TRL). */
 typedef struct {
     dfg_tensor *sampled; /* () */
-    dfg_tensor *sum;     /* (3) |difference|, ratio, scored tokens: summed */
-    dfg_tensor *max;     /* (2) the same: largest */
-    dfg_tensor *min;     /* (1) the least ratio */
+    dfg_tensor *sum;     /* (6) |difference|, scored tokens, ratio, raw ratio, modified, ratios: summed */
+    dfg_tensor *max;     /* (3) |difference|, ratio, raw ratio: largest */
+    dfg_tensor *min;     /* (2) ratio, raw ratio: least */
 } dfg_grpo_sampling;
+/* One micro-batch's correction (dfg_grpo_terms' is_ratio, is_raw, is_modified: (n, W) or (n, 1)) */
+typedef struct {
+    dfg_tensor *ratio, *raw, *modified;
+} dfg_grpo_ratios;
 dfg_status dfg_grpo_sampling_state(dfg_program *p, dfg_grpo_sampling *s);
 void dfg_grpo_sampling_start(dfg_graph *g, const dfg_grpo_sampling *s);
+/* r: NULL or its ratio NULL without the correction */
 void dfg_grpo_sampling_compare(dfg_graph *g, const dfg_grpo_sampling *s, dfg_tensor *logp, dfg_tensor *sampling,
-                               dfg_tensor *mask);
-void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world);
+                               dfg_tensor *mask, const dfg_grpo_ratios *r);
+/* ratios: the correction is on (its metrics are logged) */
+void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world, bool ratios);
+/* dfg_declare_dump of the completions/ and sampling/ metrics the program has, under their names */
+void dfg_grpo_declare_metric_dumps(dfg_program *p);
 
 /* Length-sorted chunks (grpo_chunks.c, length_chunks): the batch's `groups` groups of G rows in
  * `chunks` chunks of groups / chunks groups, processed narrowest first. _state makes the order

@@ -48,10 +48,10 @@ typedef dfg_grpo_config grpo_config;
 /* The loss's per-micro-batch metrics (dfg_grpo_terms), summed in train.stats over the step's
  * micro-batches and passes and logged as their mean: TRL's _compute_loss logs one value per
  * micro-batch and its log() averages them. */
-#define GRPO_STATS 7
+#define GRPO_STATS 8
 static const char *const grpo_stats[GRPO_STATS] = {"entropy",         "clip_ratio/low_mean",    "clip_ratio/low_min",
                                                    "clip_ratio/high_mean", "clip_ratio/high_max", "clip_ratio/region_mean",
-                                                   "cispo_clip_ratio"};
+                                                   "cispo_clip_ratio", "vespo/phi_seq_mean"};
 
 /* The program's persistent tensors, by their roles in the step. */
 typedef struct {
@@ -80,7 +80,8 @@ typedef struct {
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
     /* the sampler's log-probs against the training forward's (the first pass's, before any update) */
-    dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it */
+    dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it, or a rollout file's */
+    dfg_tensor *is_ratio, *off_policy; /* (N, T), (N): the correction's ratios and the off-policy mask (--dump) or NULL */
     dfg_grpo_sampling sampling;
     dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
     dfg_grpo_tail tail;     /* decode_tail: the loop's end on the live rows alone */
@@ -121,7 +122,9 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     if (!strcmp(c->reward, "external"))
         s->reward_values = state(p, "reward_values", DFG_F32, DFG_SHAPE(c->N, c->n_funcs), DFG_ROLE_NONE);
     s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    s->sampling_logp = state(p, "sampling_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->sampling_logp = state(p, "sampling_logps", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    if (c->loss.sampling_correction) s->is_ratio = state(p, "importance_sampling_ratio", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    if (c->loss.off_policy_mask) s->off_policy = state(p, "off_policy_mask", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     dfg_grpo_sampling_state(p, &s->sampling);
     if (c->chunks) {
         s->chunks = (dfg_grpo_chunks){.groups = c->P, .G = c->G, .chunks = c->chunks, .regroup = c->regroup,
@@ -463,6 +466,10 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, s->micro, 0) : NULL; /* (n) */
     dfg_tensor *entropy = NULL;                                                   /* (n, W) */
     dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, pb, W, &entropy); /* (n, W) */
+    dfg_tensor *sampling = pass_rows(g, c, s, s->sampling_logp, s->micro, W); /* (n, W) */
+    /* log-probs are <= 0: a rollout file without the sampler's holds 1 (cli_run_rollouts.c) */
+    dfg_tensor *x0 = dfg_reshape(g, dfg_slice(g, dfg_slice(g, sampling, 0, 0, 1), 1, 0, 1), DFG_SCALAR);
+    dfg_tensor *has_sampling = dfg_equal(g, dfg_minimum(g, x0, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)), x0);
     dfg_grpo_inputs in = {
         .logp = logp,
         .old_logp = s->old_logp ? pass_rows(g, c, s, s->old_logp, s->micro, W) : NULL,
@@ -471,6 +478,8 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
         .mask = mask,
         .active_tokens = s->active,
         .entropy = entropy,
+        .sampling_logp = sampling,
+        .has_sampling = has_sampling,
     };
     dfg_grpo_terms t;
     dfg_status st = dfg_grpo_loss(g, &in, c->loss, &t);
@@ -483,8 +492,8 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     if (!c->chunks) dfg_nn_allreduce_grads(g, grads, s->policy->n_params, c->W, c->bucket_bytes); /* chunks: in update */
     dfg_accumulate(g, s->acc_loss, t.loss);
     dfg_accumulate(g, s->acc_kl, t.kl_sum);
-    dfg_tensor *stats[GRPO_STATS] = {t.entropy,        t.clip_low_mean,    t.clip_low_min,    t.clip_high_mean,
-                                     t.clip_high_max,  t.clip_region_mean, t.cispo_clip_ratio};
+    dfg_tensor *stats[GRPO_STATS] = {t.entropy,       t.clip_low_mean,    t.clip_low_min,     t.clip_high_mean,
+                                     t.clip_high_max, t.clip_region_mean, t.cispo_clip_ratio, t.phi_seq_mean};
     for (int i = 0; i < GRPO_STATS; i++) /* (1) each; 0 where the loss type has no such metric */
         stats[i] = stats[i] ? dfg_reshape(g, stats[i], DFG_SHAPE(1)) : dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f);
     dfg_tensor *per = dfg_concat(g, stats, GRPO_STATS, 0); /* (GRPO_STATS) this micro-batch's means */
@@ -494,7 +503,12 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     dfg_accumulate(g, s->acc_tokens, t.tokens);
     if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
         pass_write(g, c, s, s->logp, padded(g, c, dfg_detach(g, logp), mask), s->micro);
-        dfg_grpo_sampling_compare(g, &s->sampling, dfg_detach(g, logp), pass_rows(g, c, s, s->sampling_logp, s->micro, W), mask);
+        dfg_grpo_ratios r = {t.is_ratio, t.is_raw, t.is_modified};
+        dfg_grpo_sampling_compare(g, &s->sampling, dfg_detach(g, logp), sampling, mask, &r);
+        dfg_assign(g, s->sampling.sampled, has_sampling); /* a rollout file's too */
+        if (s->is_ratio) /* a sequence mode's ratio on each of its scored tokens */
+            pass_write(g, c, s, s->is_ratio, padded(g, c, dfg_expand(g, t.is_ratio, dfg_tensor_shape(mask)), mask), s->micro);
+        if (s->off_policy) pass_write(g, c, s, s->off_policy, dfg_reshape(g, t.off_policy_mask, DFG_SHAPE(-1)), s->micro);
     }
     dfg_assign(g, s->micro, dfg_add_scalar(g, s->micro, 1.0f));
     return stage_pass(p, c, s, g, name, pb, b, false);
@@ -507,9 +521,10 @@ static dfg_tensor *per_token(dfg_graph *g, dfg_tensor *sum, dfg_tensor *tokens) 
 /* Does the loss type log grpo_stats[i]? */
 static bool logs_stat(const grpo_config *c, int i) {
     dfg_grpo_loss_type lt = c->loss.loss_type;
-    if (i == 0) return true;                        /* entropy */
-    if (i == GRPO_STATS - 1) return lt == DFG_GRPO_LOSS_CISPO;
-    return lt != DFG_GRPO_LOSS_CISPO && lt != DFG_GRPO_LOSS_SAPO; /* the clip ratios: the grpo family */
+    if (i == 0) return true; /* entropy */
+    if (i == 6) return lt == DFG_GRPO_LOSS_CISPO;
+    if (i == 7) return lt == DFG_GRPO_LOSS_VESPO;
+    return lt != DFG_GRPO_LOSS_CISPO && lt != DFG_GRPO_LOSS_SAPO && lt != DFG_GRPO_LOSS_VESPO; /* the clip ratios */
 }
 
 /* Clipping, AdamW, and the reset of the micro-batch loop. The first pass's values are the
@@ -548,7 +563,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     }
     if (k == 0) {
         dfg_metric(g, "grad_norm", norm);
-        dfg_grpo_sampling_metrics(g, &s->sampling, c->W);
+        dfg_grpo_sampling_metrics(g, &s->sampling, c->W, c->loss.sampling_correction);
     }
     dfg_tensor *acc[5] = {s->micro, s->acc_loss, s->acc_kl, s->acc_tokens, s->acc_stats};
     for (int i = 0; i < (last ? 5 : 3); i++) dfg_assign_fill(g, acc[i], 0.0f);
@@ -694,23 +709,24 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     stages[n++] = "reward";
     /* left-padded prompts (padded_prompts): a rollout says where each row's prompt starts
      * (prompt_start, or an attention_mask the CLI turns into it; neither: no padding) */
-    dfg_declare_rollout(p, stages, n, (dfg_tensor *[]){s->tokens, s->mask, s->rewards, s->start}, s->start ? 4 : 3);
+    /* sampling_logps last: a file may leave it out (no correction; cli_run_rollouts.c) */
+    dfg_tensor *roll[5] = {s->tokens, s->mask, s->rewards};
+    int n_roll = 3;
+    if (s->start) roll[n_roll++] = s->start;
+    roll[n_roll++] = s->sampling_logp;
+    dfg_declare_rollout(p, stages, n, roll, n_roll);
     if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
     dfg_declare_rollout_prompt(p, s->tokens, c->Lp); /* the prompt columns --rollouts checks a file's padding in */
-    static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logp", "sampling_logp"},
+    static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logps", "sampling_logps"},
+                                           {"importance_sampling_ratio", "importance_sampling_ratio"},
+                                           {"off_policy_mask", "off_policy_mask"},
                                            {"completion_mask", "completion_mask"}, {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
                                            {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
     for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
         if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
-    static const char *const lengths[] = {"mean_length", "min_length", "max_length", "clipped_ratio",
-                                          "mean_terminated_length", "min_terminated_length", "max_terminated_length"};
-    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) { /* completions/..., as TRL logs them */
-        char name[64];
-        snprintf(name, sizeof(name), "metric.completions/%s", lengths[i]);
-        dfg_declare_dump(p, name + 7, dfg_find(p, name));
-    }
+    dfg_grpo_declare_metric_dumps(p); /* completions/... and sampling/..., as TRL logs them */
     for (int i = 0; i < GRPO_STATS; i++) /* the loss's metrics under their TRL names */
         if (logs_stat(c, i)) {
             char name[64];

@@ -195,7 +195,8 @@ static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, int64_t bucke
 
 bool dfg_grpo_split_free(const dfg_grpo_config *c) {
     const dfg_grpo_loss_config *l = &c->loss;
-    bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO;
+    bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO ||
+                      l->loss_type == DFG_GRPO_LOSS_VESPO;
     return l->loss_type != DFG_GRPO_LOSS_BNPO && l->top_entropy_quantile >= 1.0f && (per_active || l->entropy_coef == 0.0f);
 }
 
@@ -234,6 +235,46 @@ static dfg_status read_chunks(dfg_program *p, dfg_grpo_config *c, int64_t chunks
         k = can ? c->GA : 0;
     }
     if (k > 1) c->chunks = k, c->chunk_groups = c->P / k;
+    return DFG_OK;
+}
+
+/* TRL 1.10's loss settings: the importance-sampling correction of the sampler's log-probs, the
+ * off-policy sequence mask, vespo's weights, the bias-corrected KL. TRL's None: an infinite bound
+ * (clip_max 0, clip_min unset) and an unset threshold. */
+static void read_sampling_config(dfg_program *p, dfg_grpo_loss_config *l) {
+    l->sampling_correction = dfg_setting_bool(p, "vllm_importance_sampling_correction", true);
+    int mode = dfg_setting_enum(p, "vllm_importance_sampling_mode", "sequence_mask"); /* the enum's order */
+    l->sampling_mode = mode < 0 ? DFG_GRPO_SAMPLING_SEQUENCE_MASK : (dfg_grpo_sampling_mode)mode;
+    double hi = dfg_setting_float(p, "vllm_importance_sampling_clip_max", 3.0);
+    l->sampling_clip_max = hi > 0 ? (float)hi : INFINITY;
+    l->sampling_clip_min = dfg_program_has(p, "vllm_importance_sampling_clip_min")
+                               ? (float)dfg_setting_float(p, "vllm_importance_sampling_clip_min", 0.0) : -INFINITY;
+    l->off_policy_mask = dfg_program_has(p, "off_policy_mask_threshold");
+    if (l->off_policy_mask) l->off_policy_threshold = (float)dfg_setting_float(p, "off_policy_mask_threshold", 0.0);
+    l->bias_correction_kl = dfg_setting_bool(p, "use_bias_correction_kl", false);
+    l->vespo_k_pos = (float)dfg_setting_float(p, "vespo_k_pos", 2.0);
+    l->vespo_lambda_pos = (float)dfg_setting_float(p, "vespo_lambda_pos", 3.0);
+    l->vespo_k_neg = (float)dfg_setting_float(p, "vespo_k_neg", 3.0);
+    l->vespo_lambda_neg = (float)dfg_setting_float(p, "vespo_lambda_neg", 2.0);
+}
+
+/* TRL's GRPOConfig checks of the same settings, and its trainer's refusal of vespo with a
+ * sequence-level correction (dfg always has a sampler: its own decode). */
+static dfg_status check_sampling_config(dfg_program *p, const dfg_grpo_loss_config *l) {
+    if (!l->sampling_correction) return DFG_OK;
+    bool truncate = l->sampling_mode == DFG_GRPO_SAMPLING_TOKEN_TRUNCATE || l->sampling_mode == DFG_GRPO_SAMPLING_SEQUENCE_TRUNCATE;
+    if (isfinite(l->sampling_clip_min) && isfinite(l->sampling_clip_max) && !(l->sampling_clip_min < l->sampling_clip_max))
+        return dfg_program_fail(p, DFG_ERR_ARG, "vllm_importance_sampling_clip_min %g must be less than "
+                                "vllm_importance_sampling_clip_max %g", (double)l->sampling_clip_min, (double)l->sampling_clip_max);
+    if (truncate && !isfinite(l->sampling_clip_min) && !isfinite(l->sampling_clip_max))
+        return dfg_program_fail(p, DFG_ERR_ARG, "vllm_importance_sampling_mode=%s needs a bound: set "
+                                "vllm_importance_sampling_clip_min or a vllm_importance_sampling_clip_max > 0",
+                                dfg_program_str(p, "vllm_importance_sampling_mode"));
+    if (l->loss_type == DFG_GRPO_LOSS_VESPO && !(l->sampling_mode == DFG_GRPO_SAMPLING_TOKEN_TRUNCATE ||
+                                                 l->sampling_mode == DFG_GRPO_SAMPLING_TOKEN_MASK))
+        return dfg_program_fail(p, DFG_ERR_ARG, "loss_type=vespo needs vllm_importance_sampling_mode token_truncate or "
+                                "token_mask (got %s), or vllm_importance_sampling_correction=false, as TRL's",
+                                dfg_program_str(p, "vllm_importance_sampling_mode"));
     return DFG_OK;
 }
 
@@ -282,6 +323,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->loss.top_entropy_quantile = (float)dfg_setting_float(p, "top_entropy_quantile", 1.0);
     c->loss.entropy_coef = (float)dfg_setting_float(p, "entropy_coef", 0.0);
     c->max_grad_norm = (float)dfg_setting_float(p, "max_grad_norm", 1.0);
+    read_sampling_config(p, &c->loss);
     int lt = dfg_setting_enum(p, "loss_type", "dapo"); /* the table's values are the enums' order */
     int lv = dfg_setting_enum(p, "importance_sampling_level", "token");
     int sc = dfg_setting_enum(p, "scale_rewards", "group");
@@ -350,6 +392,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
         !(l->top_entropy_quantile >= 0 && l->top_entropy_quantile <= 1) || !isfinite(l->entropy_coef))
         return dfg_program_fail(p, DFG_ERR_ARG, "out of range: delta >= 0 (0: none), sapo_temperature_pos and _neg > 0, "
                                 "0 <= top_entropy_quantile <= 1 and a finite entropy_coef are required");
+    if ((st = check_sampling_config(p, l))) return st;
     c->n_micro = c->N / c->GA;
     bool whole_groups = c->n_micro % c->G == 0;
     if (share == DFG_GRPO_YES && !whole_groups)

@@ -55,11 +55,15 @@ void dfg_grpo_function_metrics(dfg_graph *g, dfg_tensor *values, int F, const ch
 }
 
 /* ---------------------------------------------------------------- sampling against training */
+/* sum: |difference|, scored tokens, then the correction's ratio, raw ratio, modified flags and
+ * their count; max: |difference|, ratio, raw ratio; min: ratio, raw ratio */
+enum { SUM_DELTA, SUM_TOKENS, SUM_RATIO, SUM_RAW, SUM_MODIFIED, SUM_COUNT, N_SUMS };
+
 dfg_status dfg_grpo_sampling_state(dfg_program *p, dfg_grpo_sampling *s) {
     s->sampled = dfg_state(p, "gen.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
-    s->sum = dfg_state(p, "train.sampling_sum", DFG_F32, DFG_SHAPE(3), DFG_ROLE_NONE, dfg_init_zeros());
-    s->max = dfg_state(p, "train.sampling_max", DFG_F32, DFG_SHAPE(2), DFG_ROLE_NONE, dfg_init_zeros());
-    s->min = dfg_state(p, "train.sampling_min", DFG_F32, DFG_SHAPE(1), DFG_ROLE_NONE, dfg_init_zeros());
+    s->sum = dfg_state(p, "train.sampling_sum", DFG_F32, DFG_SHAPE(N_SUMS), DFG_ROLE_NONE, dfg_init_zeros());
+    s->max = dfg_state(p, "train.sampling_max", DFG_F32, DFG_SHAPE(3), DFG_ROLE_NONE, dfg_init_zeros());
+    s->min = dfg_state(p, "train.sampling_min", DFG_F32, DFG_SHAPE(2), DFG_ROLE_NONE, dfg_init_constant(FLT_MAX));
     return dfg_program_status(p);
 }
 
@@ -80,38 +84,78 @@ static dfg_tensor *total(dfg_graph *g, dfg_tensor *x) {
     return dfg_reshape(g, dfg_sum(g, dfg_reshape(g, x, DFG_SHAPE(-1)), 0), DFG_SHAPE(1));
 }
 
-void dfg_grpo_sampling_compare(dfg_graph *g, const dfg_grpo_sampling *s, dfg_tensor *logp, dfg_tensor *sampling,
-                               dfg_tensor *mask) {
-    dfg_tensor *diff = dfg_sub(g, logp, sampling);                                 /* (n, W) */
-    dfg_tensor *delta = dfg_mul(g, dfg_maximum(g, diff, dfg_neg(g, diff)), mask); /* |diff|, 0 off the mask */
-    dfg_tensor *ratio = dfg_exp(g, diff);
-    dfg_tensor *scored = dfg_mul(g, ratio, mask); /* > 0 on scored tokens, 0 elsewhere */
-    dfg_accumulate(g, s->sum, dfg_concat(g, (dfg_tensor *[]){total(g, delta), total(g, scored), total(g, mask)}, 3, 0));
-    dfg_tensor *most = dfg_concat(g, (dfg_tensor *[]){largest(g, delta), largest(g, scored)}, 2, 0);
-    dfg_assign(g, s->max, dfg_maximum(g, s->max, most));
-    dfg_tensor *off = dfg_where(g, mask, ratio, dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX)); /* unscored: never least */
-    dfg_assign(g, s->min, dfg_minimum(g, s->min, dfg_neg(g, largest(g, dfg_neg(g, off)))));
+/* the least of x where `on`, as (1) (FLT_MAX when none is) */
+static dfg_tensor *least_on(dfg_graph *g, dfg_tensor *x, dfg_tensor *on) {
+    dfg_tensor *off = dfg_where(g, on, x, dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX));
+    return dfg_neg(g, largest(g, dfg_neg(g, off)));
 }
 
-void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world) {
-    static const char *const names[5] = {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+void dfg_grpo_sampling_compare(dfg_graph *g, const dfg_grpo_sampling *s, dfg_tensor *logp, dfg_tensor *sampling,
+                               dfg_tensor *mask, const dfg_grpo_ratios *r) {
+    dfg_tensor *diff = dfg_sub(g, logp, sampling);                                 /* (n, W) */
+    dfg_tensor *delta = dfg_mul(g, dfg_maximum(g, diff, dfg_neg(g, diff)), mask); /* |diff|, 0 off the mask */
+    dfg_tensor *zero = dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f);
+    dfg_tensor *sums[N_SUMS] = {total(g, delta), total(g, mask), zero, zero, zero, zero};
+    dfg_tensor *most[3] = {largest(g, delta), zero, zero}, *least[2] = {zero, zero};
+    if (r && r->ratio) { /* TRL's: a sequence mode's ratios are every sequence's, a token mode's the scored tokens' */
+        dfg_tensor *on = dfg_tensor_shape(r->ratio).d[1] == 1 ? dfg_fill(g, DFG_F32, dfg_tensor_shape(r->ratio), 1.0f) : mask;
+        sums[SUM_RATIO] = total(g, dfg_mul(g, r->ratio, on));
+        sums[SUM_RAW] = total(g, dfg_where(g, on, r->raw, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)));
+        sums[SUM_MODIFIED] = total(g, dfg_mul(g, r->modified, on));
+        sums[SUM_COUNT] = total(g, on);
+        most[1] = largest(g, dfg_mul(g, r->ratio, on)), most[2] = largest(g, dfg_where(g, on, r->raw, zero));
+        least[0] = least_on(g, r->ratio, on), least[1] = least_on(g, r->raw, on);
+    }
+    dfg_accumulate(g, s->sum, dfg_concat(g, sums, N_SUMS, 0));
+    dfg_assign(g, s->max, dfg_maximum(g, s->max, dfg_concat(g, most, 3, 0)));
+    dfg_assign(g, s->min, dfg_minimum(g, s->min, dfg_concat(g, least, 2, 0)));
+}
+
+/* (1) the i-th of x */
+static dfg_tensor *at(dfg_graph *g, dfg_tensor *x, int i) { return dfg_slice(g, x, 0, i, 1); }
+
+void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int world, bool ratios) {
+    static const char *const names[9] = {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
                                          "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
-                                         "sampling/importance_sampling_ratio/max"};
+                                         "sampling/importance_sampling_ratio/max", "sampling/raw_importance_sampling_ratio/min",
+                                         "sampling/raw_importance_sampling_ratio/mean", "sampling/raw_importance_sampling_ratio/max",
+                                         "sampling/frac_modified_importance_sampling_ratio"};
     dfg_tensor *none = dfg_fill(g, DFG_F32, DFG_SCALAR, NAN), *zero = dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f);
-    dfg_tensor *sums = dfg_grpo_world_reduce(g, s->sum, DFG_COLL_SUM, world); /* (3) every rank's */
-    dfg_tensor *tokens = dfg_reshape(g, dfg_slice(g, sums, 0, 2, 1), DFG_SHAPE(1));
-    dfg_tensor *mean = dfg_div(g, dfg_slice(g, sums, 0, 0, 2), dfg_maximum(g, tokens, dfg_fill(g, DFG_F32, DFG_SHAPE(1), 1.0f)));
+    dfg_tensor *one = dfg_fill(g, DFG_F32, DFG_SHAPE(1), 1.0f), *big = dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX);
+    dfg_tensor *sums = dfg_grpo_world_reduce(g, s->sum, DFG_COLL_SUM, world); /* every rank's */
     dfg_tensor *most = dfg_grpo_world_reduce(g, s->max, DFG_COLL_MAX, world);
-    dfg_tensor *mine = dfg_reshape(g, dfg_slice(g, s->sum, 0, 2, 1), DFG_SCALAR); /* this rank's scored tokens */
-    dfg_tensor *least = dfg_where(g, dfg_equal(g, mine, zero), dfg_fill(g, DFG_F32, DFG_SCALAR, FLT_MAX),
-                                  dfg_reshape(g, s->min, DFG_SCALAR)); /* a rank with none takes no part */
-    least = dfg_grpo_world_reduce(g, least, DFG_COLL_MIN, world);
-    least = dfg_where(g, dfg_equal(g, dfg_reshape(g, tokens, DFG_SCALAR), zero), zero, least); /* none anywhere: 0 */
-    dfg_tensor *v[5] = {dfg_slice(g, mean, 0, 0, 1), dfg_slice(g, most, 0, 0, 1), least, dfg_slice(g, mean, 0, 1, 1),
-                        dfg_slice(g, most, 0, 1, 1)};
-    for (int i = 0; i < 5; i++)
+    /* a rank with no scored token (no ratio) takes no part in the least; none anywhere: 0, as TRL */
+    dfg_tensor *mine = dfg_reshape(g, at(g, s->sum, SUM_COUNT), DFG_SCALAR), *all = dfg_reshape(g, at(g, sums, SUM_COUNT), DFG_SCALAR);
+    dfg_tensor *least = dfg_where(g, dfg_equal(g, mine, zero), big, s->min);
+    least = dfg_where(g, dfg_equal(g, all, zero), zero, dfg_grpo_world_reduce(g, least, DFG_COLL_MIN, world));
+    dfg_tensor *tokens = dfg_maximum(g, at(g, sums, SUM_TOKENS), one), *count = dfg_maximum(g, at(g, sums, SUM_COUNT), one);
+    dfg_tensor *v[9] = {dfg_div(g, at(g, sums, SUM_DELTA), tokens), at(g, most, 0),
+                        at(g, least, 0), dfg_div(g, at(g, sums, SUM_RATIO), count), at(g, most, 1),
+                        at(g, least, 1), dfg_div(g, at(g, sums, SUM_RAW), count), at(g, most, 2),
+                        dfg_div(g, at(g, sums, SUM_MODIFIED), count)};
+    for (int i = 0; i < (ratios ? 9 : 2); i++)
         dfg_metric_nullable(g, names[i], dfg_where(g, s->sampled, dfg_reshape(g, v[i], DFG_SCALAR), none));
-    dfg_assign_fill(g, s->sampled, 0.0f);
+    dfg_assign_fill(g, s->sampled, 0.0f); /* and the sums start again: a --rollouts step has no prefill */
+    dfg_assign_fill(g, s->sum, 0.0f);
+    dfg_assign_fill(g, s->max, 0.0f);
+    dfg_assign_fill(g, s->min, FLT_MAX);
+}
+
+void dfg_grpo_declare_metric_dumps(dfg_program *p) {
+    static const char *const lengths[] = {"completions/mean_length", "completions/min_length", "completions/max_length",
+                                          "completions/clipped_ratio", "completions/mean_terminated_length",
+                                          "completions/min_terminated_length", "completions/max_terminated_length",
+                                          "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+                                          "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+                                          "sampling/importance_sampling_ratio/max", "sampling/raw_importance_sampling_ratio/min",
+                                          "sampling/raw_importance_sampling_ratio/mean",
+                                          "sampling/raw_importance_sampling_ratio/max",
+                                          "sampling/frac_modified_importance_sampling_ratio"};
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        char name[80];
+        snprintf(name, sizeof(name), "metric.%s", lengths[i]);
+        if (dfg_find(p, name)) dfg_declare_dump(p, name + 7, dfg_find(p, name));
+    }
 }
 
 /* ---------------------------------------------------------------- data parallel */

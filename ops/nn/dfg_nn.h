@@ -471,11 +471,20 @@ typedef enum {
     DFG_GRPO_LOSS_DR_GRPO,
     DFG_GRPO_LOSS_DAPO,
     DFG_GRPO_LOSS_CISPO,
-    DFG_GRPO_LOSS_SAPO
+    DFG_GRPO_LOSS_SAPO,
+    DFG_GRPO_LOSS_LUSPO, /* the grpo family's clipped loss, each sequence's weighted by its length (LUSPO) */
+    DFG_GRPO_LOSS_VESPO  /* -phi(w) A logp: a gamma-shaped weight of the sequence's ratio w, no clipping (VESPO) */
 } dfg_grpo_loss_type;
 /* importance_sampling_level: one ratio per token, or per sequence (GSPO: exp of the mean log-ratio
  * over the sequence's scored tokens) */
 typedef enum { DFG_GRPO_IS_TOKEN, DFG_GRPO_IS_SEQUENCE } dfg_grpo_is_level;
+/* vllm_importance_sampling_mode, in the settings table's order */
+typedef enum {
+    DFG_GRPO_SAMPLING_TOKEN_TRUNCATE,
+    DFG_GRPO_SAMPLING_TOKEN_MASK,
+    DFG_GRPO_SAMPLING_SEQUENCE_TRUNCATE,
+    DFG_GRPO_SAMPLING_SEQUENCE_MASK
+} dfg_grpo_sampling_mode;
 typedef struct {
     float beta, epsilon_low, epsilon_high;
     dfg_grpo_loss_type loss_type;
@@ -490,6 +499,20 @@ typedef struct {
     int world;                     /* data parallel: the ranks whose micro-batches share the entropy
                                       quantile (gathered, as TRL's get_high_entropy_mask); 0 or 1: one */
     float entropy_coef;            /* the entropy bonus: loss - entropy_coef * mean entropy (needs entropy) */
+    /* vllm_importance_sampling_*: the sampler's log-probs against the policy's before this step's
+     * updates (TRL's old_per_token_logps), d = (old - sampling) m per token; rho = exp(d) (token
+     * modes) or exp(sum of d over the sequence) (sequence modes), truncated to [clip_min, clip_max]
+     * or set to 0 outside it (mask modes); -INFINITY / INFINITY: no bound (TRL's None). The
+     * per-token loss is multiplied by rho (vespo: rho enters w instead). Off: sampling_correction false. */
+    bool sampling_correction;
+    dfg_grpo_sampling_mode sampling_mode;
+    float sampling_clip_min, sampling_clip_max;
+    /* off_policy_mask_threshold (DeepSeek-V3.2): a sequence with A < 0 whose mean over its scored
+     * tokens of sampling - logp exceeds the threshold leaves the loss. Off: off_policy_mask false. */
+    bool off_policy_mask;
+    float off_policy_threshold;
+    float vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg; /* vespo's gamma weight, by the sign of A */
+    bool bias_correction_kl;       /* use_bias_correction_kl: the KL term times the ratio rho (DeepSeek-V3.2) */
 } dfg_grpo_loss_config;
 
 typedef struct {
@@ -500,6 +523,10 @@ typedef struct {
     dfg_tensor *mask;          /* (n, T') f32: 1 on the scored completion tokens */
     dfg_tensor *active_tokens; /* f32 scalar: scored tokens in the whole step (dapo, cispo), or NULL */
     dfg_tensor *entropy;       /* (n, T') the policy's per-token entropy (differentiated), or NULL */
+    /* (n, T') the sampler's log-prob of each token (TRL's sampling_per_token_logps), or NULL: no
+     * sampler (no correction; the off-policy mask compares with old_logp) */
+    dfg_tensor *sampling_logp;
+    dfg_tensor *has_sampling;  /* f32 scalar or NULL (1): 0 for a step whose rollout has no sampler's log-probs */
 } dfg_grpo_inputs;
 
 /* This micro-batch's loss share and its metrics, each as TRL's _compute_loss logs it for one
@@ -512,17 +539,28 @@ typedef struct {
     dfg_tensor *entropy;     /* entropy (needs in->entropy) */
     dfg_tensor *clip_low_mean, *clip_low_min, *clip_high_mean, *clip_high_max, *clip_region_mean; /* the grpo family */
     dfg_tensor *cispo_clip_ratio; /* cispo */
+    dfg_tensor *phi_seq_mean;     /* vespo: the mean over the sequences of phi */
+    /* the importance-sampling correction (sampling_correction and a sampler), no gradient: rho as
+     * the loss used it and before truncation or masking ((n, T') token modes, (n, 1) sequence
+     * modes), and 1 where the two differ; each already 1 (0 for modified) for a step without a
+     * sampler. NULL without the correction. */
+    dfg_tensor *is_ratio, *is_raw, *is_modified;
+    dfg_tensor *off_policy_mask; /* (n, 1) 1 = kept, no gradient; NULL without the mask */
 } dfg_grpo_terms;
 
 /* Per token, with rho = exp(logp - old) (token level) or exp(mean over the sequence of logp - old)
- * (sequence level), TRL's per-token loss: grpo family -min(min(rho, delta) A, clamp(rho, 1 - eps_low,
- * 1 + eps_high) A); cispo -sg(min(rho, eps_high)) A logp; sapo -sigmoid(tau (rho - 1)) 4 / tau A with
- * tau by the sign of A; times the entropy mask (top_entropy_quantile); + beta (exp(ref - logp) -
- * (ref - logp) - 1). loss_type grpo, sapo: mean over the step's sequences of sum(l m) / max(sum(m),
- * 1); bnpo: this micro-batch's sum(l m) / max(sum(m), 1), divided by the number of micro-batches
- * (TRL's per-batch normalisation); dr_grpo: sum(l m) / (N max_new); dapo, cispo: sum(l m) / the
- * step's active tokens. An entropy bonus subtracts entropy_coef times the mean entropy of the
- * trained tokens, normalised as TRL does (by the active tokens for dapo and cispo). */
+ * (sequence level), TRL's per-token loss: grpo family (and luspo) -min(min(rho, delta) A, clamp(rho,
+ * 1 - eps_low, 1 + eps_high) A); cispo -sg(min(rho, eps_high)) A logp; sapo -sigmoid(tau (rho - 1)) 4
+ * / tau A with tau by the sign of A; vespo -sg(phi) A logp, phi = exp(lambda + k log w - lambda w)
+ * of the sequence's w = exp(sum of clamped logp - old, plus log of the sampling correction); times
+ * the off-policy mask, the entropy mask (top_entropy_quantile) and the sampling correction (not
+ * vespo); + beta (exp(ref - logp) - (ref - logp) - 1) (times rho with bias_correction_kl). loss_type
+ * grpo, sapo: mean over the step's sequences of sum(l m) / max(sum(m), 1); bnpo: this micro-batch's
+ * sum(l m) / max(sum(m), 1), divided by the number of micro-batches (TRL's per-batch
+ * normalisation); dr_grpo: sum(l m) / (N max_new); luspo: sum(l m) / N (each sequence's mean times
+ * its length); dapo, cispo, vespo: sum(l m) / the step's active tokens. An entropy bonus subtracts
+ * entropy_coef times the mean entropy of the trained tokens, normalised as TRL does (by the active
+ * tokens for dapo, cispo and vespo). */
 DFG_API dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out);
 
 #ifdef __cplusplus

@@ -2,6 +2,7 @@
  * calls only: per-token log-probs of the scored tokens, group-normalised advantages, and the
  * clipped per-token loss with the KL penalty and its normalisations. */
 #include <float.h>
+#include <math.h>
 
 #include "dfg_nn.h"
 
@@ -112,10 +113,10 @@ static dfg_tensor *importance_weights(dfg_graph *g, const dfg_grpo_inputs *in, d
     return dfg_exp(g, dfg_reshape(g, mean, DFG_SHAPE(n, 1)));
 }
 
-/* The per-token policy loss before the entropy mask and the KL term ((n, T') or (n, 1)), and the
- * clip metrics of its loss type. */
+/* The per-token policy loss before the masks, the sampling correction and the KL term ((n, T') or
+ * (n, 1)), and the clip metrics of its loss type; phi: vespo's weights (n, 1). */
 static dfg_tensor *policy_loss(dfg_graph *g, const dfg_grpo_inputs *in, const dfg_grpo_loss_config *cfg, dfg_tensor *rho,
-                               dfg_tensor *adv, dfg_grpo_terms *out) {
+                               dfg_tensor *adv, dfg_tensor *phi, dfg_grpo_terms *out) {
     bool seq = cfg->is_level == DFG_GRPO_IS_SEQUENCE;
     dfg_tensor *pos = gt(g, adv, scalar(g, 0.0f)), *neg = gt(g, scalar(g, 0.0f), adv); /* (n, 1) */
     dfg_tensor *sg = dfg_detach(g, rho);
@@ -123,6 +124,10 @@ static dfg_tensor *policy_loss(dfg_graph *g, const dfg_grpo_inputs *in, const df
         dfg_tensor *w = dfg_clamp(g, sg, -FLT_MAX, cfg->epsilon_high);
         out->cispo_clip_ratio = means_of(g, dfg_mul(g, gt(g, sg, scalar(g, cfg->epsilon_high)), pos), in->mask, seq).mean;
         return dfg_neg(g, dfg_mul(g, dfg_mul(g, w, adv), in->logp));
+    }
+    if (cfg->loss_type == DFG_GRPO_LOSS_VESPO) {
+        out->phi_seq_mean = dfg_mean(g, dfg_reshape(g, phi, DFG_SHAPE(-1)), 0);
+        return dfg_neg(g, dfg_mul(g, dfg_mul(g, phi, adv), in->logp));
     }
     if (cfg->loss_type == DFG_GRPO_LOSS_SAPO) { /* tau = tau_pos where A > 0, else tau_neg */
         float tp = cfg->sapo_temperature_pos, tn = cfg->sapo_temperature_neg;
@@ -156,6 +161,72 @@ static dfg_tensor *entropy_mask(dfg_graph *g, dfg_tensor *entropy, dfg_tensor *m
     return dfg_mul(g, ge(g, dfg_mul(g, h, mask), thr), mask);
 }
 
+/* x where the step has a sampler (has: f32 scalar, or NULL for always), else `none` */
+static dfg_tensor *if_sampled(dfg_graph *g, dfg_tensor *has, dfg_tensor *x, dfg_tensor *none) {
+    return has ? dfg_where(g, has, x, none) : x;
+}
+
+/* TRL's vLLM importance-sampling correction of the sampler's log-probs against old (both without
+ * gradient): rho = exp(d) per token or exp(sum of d) per sequence, d = (old - sampling) m, then
+ * truncated to [clip_min, clip_max] or 0 outside it. Fills the terms' is_* metrics. */
+static dfg_tensor *sampling_weights(dfg_graph *g, const dfg_grpo_inputs *in, dfg_tensor *old, const dfg_grpo_loss_config *cfg,
+                                    dfg_grpo_terms *out) {
+    dfg_grpo_sampling_mode mode = cfg->sampling_mode;
+    bool per_seq = mode == DFG_GRPO_SAMPLING_SEQUENCE_TRUNCATE || mode == DFG_GRPO_SAMPLING_SEQUENCE_MASK;
+    bool truncate = mode == DFG_GRPO_SAMPLING_TOKEN_TRUNCATE || mode == DFG_GRPO_SAMPLING_SEQUENCE_TRUNCATE;
+    int64_t n = dfg_tensor_shape(in->mask).d[0];
+    dfg_tensor *d = dfg_mul(g, dfg_sub(g, old, dfg_detach(g, in->sampling_logp)), in->mask);
+    if (per_seq) d = dfg_reshape(g, dfg_sum(g, d, 1), DFG_SHAPE(n, 1)); /* a sum, not a mean, as TRL's */
+    dfg_tensor *raw = dfg_exp(g, d);
+    float lo = cfg->sampling_clip_min, hi = cfg->sampling_clip_max; /* +-INFINITY: none */
+    dfg_tensor *inside = NULL;                                     /* 1 where lo <= raw <= hi */
+    if (isfinite(lo)) inside = ge(g, raw, scalar(g, lo));
+    if (isfinite(hi)) inside = inside ? dfg_mul(g, inside, ge(g, scalar(g, hi), raw)) : ge(g, scalar(g, hi), raw);
+    dfg_tensor *rho = raw;
+    if (inside && truncate) rho = dfg_clamp(g, raw, isfinite(lo) ? lo : -FLT_MAX, isfinite(hi) ? hi : FLT_MAX);
+    else if (inside) rho = dfg_where(g, inside, raw, scalar(g, 0.0f)); /* where, not a product: exp may be inf */
+    dfg_tensor *one = scalar(g, 1.0f);
+    out->is_raw = if_sampled(g, in->has_sampling, raw, one);
+    out->is_ratio = if_sampled(g, in->has_sampling, rho, one);
+    out->is_modified = inside ? if_sampled(g, in->has_sampling, dfg_affine(g, inside, -1.0f, 1.0f), scalar(g, 0.0f))
+                              : dfg_fill(g, DFG_F32, dfg_tensor_shape(raw), 0.0f);
+    return out->is_ratio;
+}
+
+/* DeepSeek-V3.2's off-policy sequence mask (TRL's get_off_policy_mask): (n, 1), 0 for a sequence
+ * with A < 0 whose mean over its scored tokens of sampling - logp exceeds the threshold, else 1.
+ * sampling: the sampler's log-probs, or old where the step has none. */
+static dfg_tensor *off_policy_mask(dfg_graph *g, const dfg_grpo_inputs *in, dfg_tensor *old, dfg_tensor *adv, float thr) {
+    int64_t n = dfg_tensor_shape(in->mask).d[0];
+    dfg_tensor *sampling = in->sampling_logp ? if_sampled(g, in->has_sampling, dfg_detach(g, in->sampling_logp), old) : old;
+    dfg_tensor *gap = dfg_masked_sum(g, dfg_sub(g, sampling, dfg_detach(g, in->logp)), in->mask, 1);
+    dfg_tensor *mean = dfg_reshape(g, dfg_div(g, gap, at_least_one(g, dfg_sum(g, in->mask, 1))), DFG_SHAPE(n, 1));
+    return dfg_maximum(g, ge(g, adv, scalar(g, 0.0f)), ge(g, scalar(g, thr), mean));
+}
+
+/* VESPO's gamma weights (TRL's get_gamma_weights), no gradient: (n, 1) phi = exp(lambda + k log w -
+ * lambda w), log w = the sequence's sum of the clamped log-ratios logp - old plus the log of the
+ * sampling correction (is, or NULL), clamped to [log 1e-8, 20]; k, lambda by the sign of A. */
+static dfg_tensor *vespo_weights(dfg_graph *g, const dfg_grpo_inputs *in, dfg_tensor *old, dfg_tensor *is, dfg_tensor *adv,
+                                 const dfg_grpo_loss_config *cfg) {
+    int64_t n = dfg_tensor_shape(in->mask).d[0];
+    const float floor = logf(1e-8f);
+    dfg_tensor *lr = dfg_clamp(g, dfg_sub(g, dfg_detach(g, in->logp), old), -20.0f, 20.0f);
+    dfg_tensor *seq = dfg_reshape(g, dfg_masked_sum(g, lr, in->mask, 1), DFG_SHAPE(n, 1));
+    if (is) { /* log(0) = -inf of a masked ratio: clamped to the floor */
+        dfg_tensor *lis = dfg_clamp(g, dfg_log(g, is), floor, 20.0f);
+        seq = dfg_add(g, seq, dfg_tensor_shape(is).d[1] == 1 ? lis
+                                                              : dfg_reshape(g, dfg_masked_sum(g, lis, in->mask, 1), DFG_SHAPE(n, 1)));
+    }
+    dfg_tensor *log_w = dfg_clamp(g, seq, floor, 20.0f);
+    dfg_tensor *nonneg = ge(g, adv, scalar(g, 0.0f)); /* (n, 1) */
+    dfg_tensor *k = dfg_affine(g, nonneg, cfg->vespo_k_pos - cfg->vespo_k_neg, cfg->vespo_k_neg);
+    float lp = fmaxf(cfg->vespo_lambda_pos, 1e-4f), ln = fmaxf(cfg->vespo_lambda_neg, 1e-4f);
+    dfg_tensor *lam = dfg_affine(g, nonneg, lp - ln, ln);
+    dfg_tensor *log_phi = dfg_sub(g, dfg_add(g, lam, dfg_mul(g, k, log_w)), dfg_mul(g, lam, dfg_exp(g, log_w)));
+    return dfg_detach(g, dfg_exp(g, log_phi));
+}
+
 dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_config cfg, dfg_grpo_terms *out) {
     if (!g || !in || !out) return DFG_ERR_ARG;
     *out = (dfg_grpo_terms){0};
@@ -166,22 +237,30 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     dfg_tensor *logp = in->logp, *mask = in->mask;
     /* one optimisation pass per rollout: old = the current log-probs with the gradient stopped */
     dfg_tensor *old = in->old_logp ? in->old_logp : dfg_detach(g, logp);
-    dfg_tensor *rho = importance_weights(g, in, old, cfg.is_level); /* (n, T') or (n, 1) */
     dfg_tensor *adv = dfg_reshape(g, in->advantages, DFG_SHAPE(n, 1));
-    dfg_tensor *l = dfg_expand(g, policy_loss(g, in, &cfg, rho, adv, out), s); /* (n, T') */
+    dfg_tensor *is = cfg.sampling_correction && in->sampling_logp ? sampling_weights(g, in, old, &cfg, out) : NULL;
+    if (cfg.off_policy_mask) out->off_policy_mask = off_policy_mask(g, in, old, adv, cfg.off_policy_threshold);
+    dfg_tensor *rho = importance_weights(g, in, old, cfg.is_level); /* (n, T') or (n, 1) */
+    dfg_tensor *phi = cfg.loss_type == DFG_GRPO_LOSS_VESPO ? vespo_weights(g, in, old, is, adv, &cfg) : NULL;
+    dfg_tensor *l = dfg_expand(g, policy_loss(g, in, &cfg, rho, adv, phi, out), s); /* (n, T') */
+    if (out->off_policy_mask) l = dfg_mul(g, l, out->off_policy_mask);
     dfg_tensor *emask = cfg.top_entropy_quantile < 1.0f ? entropy_mask(g, in->entropy, mask, cfg.top_entropy_quantile, cfg.world) : NULL;
     if (emask) l = dfg_mul(g, l, emask);
+    if (is && cfg.loss_type != DFG_GRPO_LOSS_VESPO) l = dfg_mul(g, l, is); /* vespo's w holds it */
     dfg_tensor *kl = NULL;
     if (in->ref_logp && cfg.beta != 0.0f) { /* k3: exp(ref - logp) - (ref - logp) - 1 >= 0 */
         dfg_tensor *d = dfg_mul(g, dfg_sub(g, in->ref_logp, logp), mask);
         kl = dfg_add_scalar(g, dfg_sub(g, dfg_exp(g, d), d), -1.0f);
+        if (cfg.bias_correction_kl) kl = dfg_mul(g, kl, rho); /* TRL's: the ratio before delta, with its gradient */
         l = dfg_add(g, l, dfg_scale(g, kl, cfg.beta));
     }
     dfg_tensor *lm_sum = dfg_masked_sum(g, l, mask, 1); /* (n): sum over each sequence's tokens */
     dfg_tensor *len = dfg_sum(g, mask, 1);               /* (n) */
     dfg_tensor *active = in->active_tokens ? at_least_one(g, dfg_reshape(g, in->active_tokens, DFG_SCALAR)) : NULL;
-    bool per_active = cfg.loss_type == DFG_GRPO_LOSS_DAPO || cfg.loss_type == DFG_GRPO_LOSS_CISPO;
-    if (per_active && !active) return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "grpo loss: dapo and cispo need active_tokens");
+    bool per_active = cfg.loss_type == DFG_GRPO_LOSS_DAPO || cfg.loss_type == DFG_GRPO_LOSS_CISPO ||
+                      cfg.loss_type == DFG_GRPO_LOSS_VESPO;
+    if (per_active && !active)
+        return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "grpo loss: dapo, cispo and vespo need active_tokens");
     switch (cfg.loss_type) {
     case DFG_GRPO_LOSS_GRPO: /* mean over all the step's sequences of each one's token mean */
     case DFG_GRPO_LOSS_SAPO:
@@ -194,8 +273,12 @@ dfg_status dfg_grpo_loss(dfg_graph *g, const dfg_grpo_inputs *in, dfg_grpo_loss_
     case DFG_GRPO_LOSS_DR_GRPO: /* a constant normaliser: every sequence at its full length */
         out->loss = dfg_scale(g, total(g, lm_sum), 1.0f / ((float)cfg.n_total * (float)cfg.max_completion_length));
         break;
+    case DFG_GRPO_LOSS_LUSPO: /* mean over the step's sequences of each one's loss times its length */
+        out->loss = dfg_scale(g, total(g, lm_sum), 1.0f / (float)cfg.n_total);
+        break;
     case DFG_GRPO_LOSS_DAPO: /* over the active tokens of the whole step */
     case DFG_GRPO_LOSS_CISPO:
+    case DFG_GRPO_LOSS_VESPO:
         out->loss = dfg_div(g, total(g, lm_sum), active);
         break;
     }

@@ -100,15 +100,58 @@ CONFIGS = [
     dict(name="bnpo_entropy_coef", loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2, ref="perturbed",
          entropy_coef=0.02),
 ]
+# TRL 1.10's importance-sampling correction and off-policy mask, on rollouts whose sampling_logps
+# (the sampler's log-probs) differ from the policy's: every loss type x vllm_importance_sampling_mode
+# x off_policy_mask_threshold on and off, the importance_sampling_level alternating (--group is;
+# vespo takes the token modes only, as TRL requires); plus use_bias_correction_kl.
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+
+
+def is_configs():
+    out = []
+    for i, lt in enumerate(LOSS_TYPES):
+        for j, mode in enumerate(IS_MODES):
+            if lt == "vespo" and mode.startswith("sequence"):
+                continue
+            for opm in (False, True):
+                c = dict(name=f"{lt}_{mode}{'_opm' if opm else ''}", loss_type=lt, beta=0.0, sampling=True,
+                         vllm_importance_sampling_mode=mode, gradient_accumulation_steps=2, num_iterations=2,
+                         learning_rate=1e-3, importance_sampling_level="sequence" if (i + j) % 2 or lt == "luspo" else "token")
+                if lt == "vespo":
+                    c["importance_sampling_level"] = "token"
+                if lt == "cispo":
+                    c["epsilon_high"] = 1.2
+                if (i + j) % 3 == 0:  # a lower bound too
+                    c["vllm_importance_sampling_clip_min"] = 0.5
+                if opm:
+                    c["off_policy_mask_threshold"] = 0.1
+                out.append(c)
+    out.append(dict(name="grpo_bias_kl_sequence", loss_type="grpo", beta=0.04, ref="perturbed", sampling=True,
+                    use_bias_correction_kl="true", importance_sampling_level="sequence", gradient_accumulation_steps=2,
+                    num_iterations=2, learning_rate=1e-3, vllm_importance_sampling_mode="token_truncate"))
+    out.append(dict(name="luspo_kl_bias_opm_nosampler", loss_type="luspo", beta=0.04, ref="perturbed",
+                    use_bias_correction_kl="true", importance_sampling_level="sequence", gradient_accumulation_steps=3,
+                    num_iterations=2, learning_rate=1e-3, off_policy_mask_threshold=2e-4))
+    out.append(dict(name="vespo_b0_nocorrection", loss_type="vespo", beta=0.0, sampling=True,
+                    vllm_importance_sampling_correction="false", gradient_accumulation_steps=2, num_iterations=2,
+                    learning_rate=1e-3, vespo_k_pos=1.5, vespo_lambda_neg=2.5))
+    return out
+
+
+IS_CONFIGS = is_configs()
 DEFAULTS = dict(beta=0.04, num_iterations=1, scale_rewards="group", loss_type="grpo", ref="initial",
                 importance_sampling_level="token", delta=0.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
-                top_entropy_quantile=1.0, entropy_coef=0.0)
+                top_entropy_quantile=1.0, entropy_coef=0.0, vllm_importance_sampling_correction="true",
+                vllm_importance_sampling_mode="sequence_mask", vllm_importance_sampling_clip_max=3.0,
+                use_bias_correction_kl="false", vespo_k_pos=2.0, vespo_lambda_pos=3.0, vespo_k_neg=3.0,
+                vespo_lambda_neg=2.0)
 
 
 def settings_of(cfg):
     s = dict(BASE)
     s.update(DEFAULTS)
-    s.update({k: v for k, v in cfg.items() if k not in ("name", "clips", "needs_delta")})
+    s.update({k: v for k, v in cfg.items() if k not in ("name", "clips", "needs_delta", "sampling")})
     s.setdefault("epsilon_high", s["epsilon"])
     s["max_prompt_length"] = s["digits"] + 1          # the reverse task: "ddd="
     s["max_completion_length"] = s["digits"] + 2
@@ -149,6 +192,15 @@ def random_rollouts(s, rng):
     return tokens, mask, rewards
 
 
+def sampling_logps(lp0, mask, rng, scale=0.5):
+    """(N, T) f32 a sampler's log-probs of the rollout's tokens: the policy's (lp0 (N, T-1), entry t
+    for column t + 1) moved by N(0, scale) per token and kept <= 0; 0 on the prompt and off the mask."""
+    out = np.zeros(mask.shape, dtype=np.float32)
+    noisy = np.minimum(lp0.numpy() + scale * rng.standard_normal(lp0.shape), 0.0)
+    out[:, 1:] = (noisy * mask[:, 1:]).astype(np.float32)
+    return out
+
+
 def perturbed(w, rng, scale=0.05):
     return {k: (v + scale * rng.standard_normal(v.shape)).astype(np.float32) for k, v in w.items()}
 
@@ -182,6 +234,8 @@ def advantages(rewards, G, scale):
 # bound was reached (a configuration with delta must exercise it).
 NEAR_BOUND = [math.inf]
 DELTA_BOUND = [False]
+OFF_POLICY = [0]  # sequences the off-policy mask dropped in the last reference run (every pass)
+KEEPS = []  # the off-policy masks of the micro-batches of the current pass
 GRPO_FAMILY = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
@@ -235,10 +289,68 @@ def trl_means(x, m):
     return float((x * m).sum() / m.sum().clamp(min=1)), float(per.min()), float(per.max())
 
 
-def micro_loss(s, lp, ent, old, ref, adv, m, n_total, active):
+def is_bounds(s):
+    """vllm_importance_sampling_clip_min and _max, TRL's None as None (dfg's clip_max 0)."""
+    lo = s.get("vllm_importance_sampling_clip_min")
+    hi = float(s["vllm_importance_sampling_clip_max"]) or None
+    return (None if lo is None else float(lo)), hi
+
+
+def importance_sampling(s, old, sampling, m):
+    """TRL's _generate_and_score_completions: the vLLM importance-sampling ratio (n, T-1) or (n, 1)
+    of old (the policy before the step) to the sampler's log-probs, truncated or masked; and the raw
+    ratio and the modified flags its metrics count."""
+    mode = s["vllm_importance_sampling_mode"]
+    d = (old - sampling) * m
+    if mode.startswith("sequence"):
+        d = d.sum(dim=-1, keepdim=True)
+    raw = torch.exp(d)
+    lo, hi = is_bounds(s)
+    near(raw[(m > 0) if not mode.startswith("sequence") else torch.ones_like(raw, dtype=torch.bool)],
+         [b for b in (lo, hi) if b is not None])
+    bad = torch.zeros_like(raw, dtype=torch.bool)
+    if lo is not None:
+        bad |= raw < lo
+    if hi is not None:
+        bad |= raw > hi
+    rho = torch.clamp(raw, min=lo, max=hi) if mode.endswith("truncate") else raw.masked_fill(bad, 0.0)
+    return rho, raw, bad.double()
+
+
+def off_policy_keep(s, lp, sampling, A, m):
+    """TRL's get_off_policy_mask: (n, 1), 1 = kept."""
+    gap = ((sampling - lp.detach()) * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1.0)
+    thr = float(s["off_policy_mask_threshold"])
+    if gap.numel():
+        NEAR_BOUND[0] = min(NEAR_BOUND[0], float((gap - thr).abs().min()) / max(abs(thr), 1e-2))
+    keep = ((A >= 0) | (gap <= thr)).double()
+    OFF_POLICY[0] += int((keep == 0).sum())
+    KEEPS.append(keep)
+    return keep
+
+
+def gamma_weights(s, log_ratio, m, is_ratio, A):
+    """TRL's get_gamma_weights (VESPO), without gradient: (n, 1)."""
+    with torch.no_grad():
+        floor = math.log(1e-8)
+        seq = (torch.clamp(log_ratio, -20.0, 20.0) * m).sum(dim=-1, keepdim=True)
+        if is_ratio is not None:
+            seq = seq + torch.clamp(torch.log(is_ratio), floor, 20.0).sum(dim=-1, keepdim=True)
+        log_w = torch.clamp(seq, floor, 20.0)
+        nonneg = A >= 0
+        k = torch.where(nonneg, torch.full_like(A, s["vespo_k_pos"]), torch.full_like(A, s["vespo_k_neg"]))
+        lam = torch.where(nonneg, torch.full_like(A, s["vespo_lambda_pos"]), torch.full_like(A, s["vespo_lambda_neg"])).clamp(min=1e-4)
+        return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def micro_loss(s, lp, ent, old, ref, adv, m, n_total, active, sampling=None, is_ratio=None):
     """One micro-batch's share of the step's loss as TRL's _compute_loss makes it, plus the kl sum
-    and the metrics it logs for the micro-batch."""
+    and the metrics it logs for the micro-batch. sampling: the sampler's log-probs or None (TRL
+    without vLLM); is_ratio: their correction (importance_sampling) or None."""
     lt, A = s["loss_type"], adv[:, None]
+    keep = None
+    if s.get("off_policy_mask_threshold") is not None:
+        keep = off_policy_keep(s, lp, sampling if sampling is not None else old, A, m)
     log_ratio = lp - old
     if s["importance_sampling_level"] == "sequence":
         liw = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
@@ -248,12 +360,17 @@ def micro_loss(s, lp, ent, old, ref, adv, m, n_total, active):
     coef_1 = torch.exp(liw)
     lo, hi, delta = 1 - s["epsilon"], 1 + s["epsilon_high"], float(s["delta"])
     stats = {}
+    kl = torch.zeros_like(lp)
+    if s["beta"] != 0:
+        kl = torch.exp(ref - lp) - (ref - lp) - 1
+        if s["use_bias_correction_kl"] == "true":
+            kl = kl * coef_1
     if lt == "cispo":
         near(coef_1[scored.expand_as(coef_1)], [s["epsilon_high"]])
         w = torch.clamp(coef_1, max=s["epsilon_high"]).detach()
         per_token = -w * A * lp
         stats["cispo_clip_ratio"] = trl_means(((coef_1 > s["epsilon_high"]) & (A > 0)).double(), m)[0]
-    elif lt in GRPO_FAMILY:
+    elif lt in GRPO_FAMILY + ("luspo",):
         near(coef_1[scored.expand_as(coef_1)], [lo, hi] + ([delta] if delta > 0 else []))
         coef_2 = torch.clamp(coef_1, lo, hi)
         if delta > 0:
@@ -265,23 +382,29 @@ def micro_loss(s, lp, ent, old, ref, adv, m, n_total, active):
         stats["clip_ratio/low_mean"], stats["clip_ratio/low_min"], _ = trl_means(low, m)
         stats["clip_ratio/high_mean"], _, stats["clip_ratio/high_max"] = trl_means(high, m)
         stats["clip_ratio/region_mean"] = trl_means(((low + high) > 0).double(), m)[0]
+    elif lt == "vespo":
+        phi = gamma_weights(s, log_ratio, m, is_ratio, A)
+        per_token = -phi * A * lp
+        stats["vespo/phi_seq_mean"] = float(phi.mean())
     else:  # sapo
         temps = torch.where(A > 0, torch.full_like(A, s["sapo_temperature_pos"]), torch.full_like(A, s["sapo_temperature_neg"]))
         per_token = -torch.sigmoid(temps * (coef_1 - 1)) * 4 / temps * A
+    if keep is not None:
+        per_token = per_token * keep
     emask = None
     if s["top_entropy_quantile"] < 1.0:
         emask = high_entropy_mask(ent.detach(), m, 1 - s["top_entropy_quantile"])
         per_token = per_token * emask
-    kl = torch.zeros_like(lp)
+    if is_ratio is not None and lt != "vespo":
+        per_token = per_token * is_ratio
     if s["beta"] != 0:
-        kl = torch.exp(ref - lp) - (ref - lp) - 1
         per_token = per_token + s["beta"] * kl
     per_token = per_token.expand_as(lp)
     loss = normalise(s, per_token * m, m, n_total, active)
     scale = float(normalise(s, (per_token * m).abs().detach(), m, n_total, active))
     if s["entropy_coef"] != 0:
         eff = m if emask is None else m * emask
-        if lt in ("cispo", "dapo"):
+        if lt in ("cispo", "dapo", "vespo"):
             bonus = (ent * eff).sum() / max(active, 1.0)
         else:
             bonus = (ent * eff).sum() / eff.sum().clamp(min=1.0) / s["gradient_accumulation_steps"]
@@ -300,7 +423,12 @@ def normalise(s, lm, m, n_total, active):
         return lm.sum() / m.sum().clamp(min=1) / s["gradient_accumulation_steps"]
     if lt == "dr_grpo":
         return lm.sum() / (n_total * s["max_completion_length"])
-    return lm.sum() / max(active, 1.0)  # dapo, cispo
+    if lt == "luspo":
+        # TRL: (per_token_loss * mask.sum(1, keepdim=True)).mean() / GA, which for a sequence-level
+        # per_token_loss (n, 1) is this; with a per-token factor (KL, token ratios) TRL averages over
+        # every column, padding included, and dfg sums the scored tokens (docs/pipeline.md)
+        return lm.sum() / n_total
+    return lm.sum() / max(active, 1.0)  # dapo, cispo, vespo
 
 
 def completion_metrics(tok, m_full, s):
@@ -322,19 +450,33 @@ def completion_metrics(tok, m_full, s):
             "completions/max_terminated_length": np.array(float(term.max()))}
 
 
-def reference(s, w, w_ref, tokens_np, mask_np, rewards_np):
+def reference(s, w, w_ref, tokens_np, mask_np, rewards_np, sampling_np=None):
     """The step in float64 with the GPT-2 of gpt2_golden.py, from the float32 weights w (policy) and w_ref."""
     mcfg = model_cfg(s)
     params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in w.items()}
     ref_params = {k: torch.tensor(v, dtype=torch.float64) for k, v in w_ref.items()}
     return grpo_step(s, params, lambda t: gpt2_logits(params, t, mcfg), lambda t: gpt2_logits(ref_params, t, mcfg),
-                     tokens_np, mask_np, rewards_np)
+                     tokens_np, mask_np, rewards_np, sampling_np)
 
 
-def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
+def sampling_metrics(s, lp0, sampling, m, rho, raw, bad):
+    """TRL's sampling/ metrics of the step (with the correction), and the raw ratio's (TRL #5243)."""
+    on = (m > 0) if rho.shape[1] > 1 else torch.ones_like(rho, dtype=torch.bool)
+    delta = (lp0 - sampling).abs()[m > 0]
+    out = {"sampling/sampling_logp_difference/mean": delta.mean(), "sampling/sampling_logp_difference/max": delta.max(),
+           "sampling/importance_sampling_ratio/min": rho[on].min(), "sampling/importance_sampling_ratio/mean": rho[on].mean(),
+           "sampling/importance_sampling_ratio/max": rho[on].max(), "sampling/raw_importance_sampling_ratio/min": raw[on].min(),
+           "sampling/raw_importance_sampling_ratio/mean": raw[on].mean(),
+           "sampling/raw_importance_sampling_ratio/max": raw[on].max(),
+           "sampling/frac_modified_importance_sampling_ratio": bad[on].mean()}
+    return {k: np.array(float(v)) for k, v in out.items()}
+
+
+def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np, sampling_np=None):
     """One GRPO step (num_iterations passes) of any model: params maps dfg's parameter names to the
     float64 leaf tensors that policy(tokens) -> logits depends on (updated in place); ref_model(tokens)
-    -> logits is the frozen reference. Returns what dfg's --dump holds, plus "loss_scale"."""
+    -> logits is the frozen reference; sampling_np (N, T) the sampler's log-probs or None. Returns
+    what dfg's --dump holds, plus "loss_scale"."""
     tok = torch.tensor(tokens_np, dtype=torch.long)
     m_full = torch.tensor(mask_np, dtype=torch.float64)
     if s.get("mask_truncated_completions") == "true":  # TRL: completion_mask * ~truncated
@@ -355,6 +497,14 @@ def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=s["learning_rate"], betas=(0.9, 0.999), eps=s["adam_epsilon"])
     out = completion_metrics(tok, torch.tensor(mask_np, dtype=torch.float64), s)
+    sampling = None if sampling_np is None else torch.tensor(sampling_np, dtype=torch.float64)[:, 1:]
+    is_ratio = None
+    if sampling is not None and s["vllm_importance_sampling_correction"] == "true":
+        is_ratio, raw, bad = importance_sampling(s, lp0, sampling, m)
+        out.update(sampling_metrics(s, lp0, sampling, m, is_ratio, raw, bad))
+        zero = torch.zeros(N, 1, dtype=torch.float64)
+        out["importance_sampling_ratio"] = torch.cat([zero, is_ratio.expand_as(m) * m], dim=1).numpy()
+    KEEPS.clear()
     calls = []  # the metrics of every micro-batch of every pass, averaged as TRL's log() does
     for k in range(s["num_iterations"]):
         opt.zero_grad()
@@ -363,11 +513,16 @@ def grpo_step(s, params, policy, ref_model, tokens_np, mask_np, rewards_np):
             rows = slice(mb * n, (mb + 1) * n)
             lp, ent = token_logp(policy, tok[rows], temp, entropy=True)
             old = lp0[rows] if s["num_iterations"] > 1 else lp.detach()
-            loss, scale, kl, stats = micro_loss(s, lp, ent, old, ref[rows], adv[rows], m[rows], N, active)
+            loss, scale, kl, stats = micro_loss(s, lp, ent, old, ref[rows], adv[rows], m[rows], N, active,
+                                                None if sampling is None else sampling[rows],
+                                                None if is_ratio is None else is_ratio[rows])
+
             loss.backward()
             loss_sum, scale_sum, kl_sum = loss_sum + float(loss), scale_sum + scale, kl_sum + kl
             calls.append(stats)
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), s["max_grad_norm"])
+        if k == 0 and KEEPS:
+            out["off_policy_mask"] = torch.cat(KEEPS).reshape(-1).numpy()
         if k == 0:
             out["loss"] = np.array(loss_sum)
             out["loss_scale"] = max(abs(loss_sum), scale_sum)
@@ -429,6 +584,11 @@ def exercised(cfg, want):
     with needs_delta, reach the delta bound?"""
     if cfg.get("needs_delta") and not DELTA_BOUND[0]:
         return False
+    if cfg.get("off_policy_mask_threshold") is not None and not OFF_POLICY[0]:
+        return False  # the mask must drop a sequence
+    frac = want.get("sampling/frac_modified_importance_sampling_ratio")
+    if frac is not None and not 0 < float(frac) < 1:
+        return False  # the bounds must change some ratios and not all
     if not cfg.get("clips"):
         return True
     if "cispo_clip_ratio" in want:
@@ -449,14 +609,20 @@ def run_config(cfg, dfg, source, workdir, seed):
     # rollouts with no ratio within 1e-5 of a clipping bound in any pass, and that exercise what the
     # configuration is for (clipping on both sides, the delta bound): a draw that does not is a
     # draw that tests less, not a failure of dfg; the checks after the run still require it
+    w_run = bf16_rounded(w) if GPU_MODE["mode"] == "bf16" else w
     for _ in range(40):
         tokens, mask, rewards = random_rollouts(s, rng)
+        sampling = None
+        if cfg.get("sampling"):
+            params = {k: torch.tensor(v, dtype=torch.float64) for k, v in w_run.items()}
+            with torch.no_grad():
+                lp0 = token_logp(lambda t: gpt2_logits(params, t, mcfg), torch.tensor(tokens, dtype=torch.long), s["temperature"])
+            sampling = sampling_logps(lp0, mask, rng)
         NEAR_BOUND[0] = math.inf
         DELTA_BOUND[0] = False
-        if GPU_MODE["mode"] == "bf16":
-            want = reference(s, bf16_rounded(w), bf16_rounded(w_ref), tokens, mask, rewards)
-        else:
-            want = reference(s, w, w_ref, tokens, mask, rewards)
+        OFF_POLICY[0] = 0
+        want = reference(s, w_run, bf16_rounded(w_ref) if GPU_MODE["mode"] == "bf16" else w_ref, tokens, mask, rewards,
+                         sampling)
         if NEAR_BOUND[0] > 1e-5 and exercised(cfg, want):
             break
     files = checkpoint_tensors(mcfg, w)
@@ -464,7 +630,10 @@ def run_config(cfg, dfg, source, workdir, seed):
         files.update({"ref." + k: v for k, v in w_ref.items()})
     paths = {k: os.path.join(d, k) for k in ("plan.dfg", "weights.safetensors", "rollouts.safetensors", "out.safetensors")}
     st_write(paths["weights.safetensors"], files)
-    st_write(paths["rollouts.safetensors"], {"tokens": tokens, "completion_mask": mask, "rewards": rewards})
+    rollout = {"tokens": tokens, "completion_mask": mask, "rewards": rewards}
+    if sampling is not None:
+        rollout["sampling_logps"] = sampling
+    st_write(paths["rollouts.safetensors"], rollout)
     sets = [a for k, v in s.items() if k not in ("name", "ref") for a in ("--set", f"{k}={v}")]
     mode = GPU_MODE["mode"]
     run_flags = []
@@ -472,7 +641,9 @@ def run_config(cfg, dfg, source, workdir, seed):
         sets += ["--target", "cuda", "--set", "torch_dtype=" + ("float32" if mode == "f32" else "bfloat16")]
         run_flags = ["--emulate-gpu", "--threads", "1"]
     print(f"[{cfg['name']}] " + " ".join(f"{k}={s[k]}" for k in ("loss_type", "importance_sampling_level", "beta", "num_iterations",
-          "gradient_accumulation_steps", "scale_rewards", "temperature", "learning_rate", "max_grad_norm", "ref")))
+          "gradient_accumulation_steps", "scale_rewards", "temperature", "learning_rate", "max_grad_norm", "ref"))
+          + (f" vllm_importance_sampling_mode={s['vllm_importance_sampling_mode']}" if sampling is not None else "")
+          + (f" off_policy_mask_threshold={s['off_policy_mask_threshold']}" if "off_policy_mask_threshold" in s else ""))
     t0 = time.time()
     try:
         got, log = dfg_step(dfg, source, sets, paths, run_flags)
@@ -481,6 +652,13 @@ def run_config(cfg, dfg, source, workdir, seed):
         return False
     t_dfg = time.time() - t0
     ok, _ = compare_step(want, got, w, mode, cfg.get("clips", False))
+    if cfg.get("off_policy_mask_threshold") is not None and not OFF_POLICY[0]:
+        print("  the off-policy mask dropped no sequence: it is not exercised  FAIL")
+        ok = False
+    frac = want.get("sampling/frac_modified_importance_sampling_ratio")
+    if frac is not None and not 0 < float(frac) < 1:
+        print(f"  the correction's bounds changed {float(frac):.3g} of its ratios: they are not exercised  FAIL")
+        ok = False
     if cfg.get("needs_delta") and not DELTA_BOUND[0]:
         print(f"  no ratio reached delta {s['delta']} with a negative advantage: delta is not exercised  FAIL")
         ok = False
@@ -561,6 +739,9 @@ def main():
     ap.add_argument("--source", required=True, help="path of examples/grpo/grpo.c")
     ap.add_argument("--workdir", required=True, help="directory for the plans and exchanged files")
     ap.add_argument("--config", action="append", help="run only these configurations (default: all)")
+    ap.add_argument("--group", choices=("loss", "is"), default="loss",
+                    help="loss: the loss types and options of TRL 1.9; is: TRL 1.10's importance-sampling "
+                         "correction, off-policy mask, luspo and vespo on rollouts with sampler log-probs")
     ap.add_argument("--emulate-gpu", choices=("f32", "bf16"),
                     help="compile for cuda (torch_dtype float32 or bfloat16) and run with dfg run --emulate-gpu")
     a = ap.parse_args()
@@ -574,7 +755,7 @@ def main():
           f"{'; cuda plans on the emulated GPU in ' + a.emulate_gpu if a.emulate_gpu else ''}")
     torch.manual_seed(seed)
     os.makedirs(a.workdir, exist_ok=True)
-    configs = golden_common.chosen_configs("grpo_golden", CONFIGS, a.config)
+    configs = golden_common.chosen_configs("grpo_golden", IS_CONFIGS if a.group == "is" else CONFIGS, a.config)
     if configs is None:
         return 1
     results = [run_config(c, a.dfg, a.source, a.workdir, seed) for c in configs]
