@@ -65,6 +65,7 @@ typedef struct {
     bool share_forced;  /* share_prompts=1: every micro-batch must hold whole groups */
     float temperature, beta, max_grad_norm;
     int top_k;
+    float top_p, min_p, repetition_penalty; /* TRL's other generation settings (dfg_grpo_sample_settings) */
     dfg_grpo_loss_config loss;
     dfg_grpo_scale scale;
     dfg_adamw_config adamw;
@@ -74,6 +75,8 @@ typedef struct {
  * the dataset when there is one (c->ds: the caller frees it with dfg_dataset_free); on failure
  * the program's error says why. */
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
+/* The sampler's settings: temperature, top_k, top_p, min_p, repetition_penalty. */
+dfg_sampling dfg_grpo_sample_settings(const dfg_grpo_config *c);
 /* Whether any split of the batch into micro-batches trains the same step: not with bnpo (a token
  * mean per micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus
  * normalised per micro-batch (all but dapo, cispo and vespo): TRL computes those per micro-batch. */

@@ -262,7 +262,7 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_grpo_rollout r = {.tokens = s->tokens, .mask = s->mask, .done = s->done, .token = s->cur_tok, .pos = s->pos,
                           .rng = s->gen_rng, .row0 = (int64_t)k * c->n_gen, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
                           .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
-    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
+    dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
     dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, s->pos, s->finished) : s->finished;
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
     return st || !end ? st : dfg_stage_until(p, name, end);
@@ -289,7 +289,7 @@ static dfg_status build_decode_tail(dfg_program *p, const grpo_config *c, grpo_s
     dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token, .pos = s->pos,
                           .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N), .draw_rows = t->rows,
                           .pad = c->pad_id, .finished = t->finished, .logp = t->logp, .last_col = c->T - 1};
-    dfg_grpo_sample_step(g, &r, logits, c->temperature, c->top_k, c->eos, c->n_eos);
+    dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
     if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
     if (!st) st = dfg_stage_until(p, "decode.tail", t->finished);
     g = dfg_graph_new(p, "decode.merge");

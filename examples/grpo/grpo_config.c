@@ -193,6 +193,10 @@ static dfg_status read_pwidths(dfg_program *p, dfg_grpo_config *c, int64_t bucke
     return DFG_OK;
 }
 
+dfg_sampling dfg_grpo_sample_settings(const dfg_grpo_config *c) {
+    return (dfg_sampling){c->temperature, c->top_k, c->top_p, c->min_p, c->repetition_penalty};
+}
+
 bool dfg_grpo_split_free(const dfg_grpo_config *c) {
     const dfg_grpo_loss_config *l = &c->loss;
     bool per_active = l->loss_type == DFG_GRPO_LOSS_DAPO || l->loss_type == DFG_GRPO_LOSS_CISPO ||
@@ -312,6 +316,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     int padded = dfg_setting_enum(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
     c->top_k = (int)dfg_setting_int(p, "top_k", 0);
+    c->top_p = (float)dfg_setting_float(p, "top_p", 1.0);
+    c->min_p = (float)dfg_setting_float(p, "min_p", 0.0); /* TRL's None */
+    c->repetition_penalty = (float)dfg_setting_float(p, "repetition_penalty", 1.0);
     /* the loss: TRL GRPOConfig's names and defaults (TRL 1.9 / main of 2026-07: dapo, beta 0) */
     c->beta = (float)dfg_setting_float(p, "beta", 0.0);
     double eps = dfg_setting_float(p, "epsilon", 0.2);

@@ -434,8 +434,10 @@ typedef struct {
     dfg_tensor *draw_row0;
     int32_t pad;          /* the token a row gets after its EOS (transformers' pad_token_id there too) */
     dfg_tensor *finished; /* f32 scalar or NULL: set to 1 once every row is done (a decode loop's end) */
-    /* (N, T) f32 or NULL: each written token's log-prob under logits / temperature over the whole
-     * vocabulary (what training computes; 0 where the row was done): the sampler's log-probs */
+    /* (N, T) f32 or NULL: each written token's log-prob under the distribution it was drawn from
+     * (TRL's sampling log-probs; 0 where the row was done): logits / temperature over the whole
+     * vocabulary (what training computes, computed as training does) unless the settings penalise or
+     * truncate it, then the penalised, truncated, renormalised one */
     dfg_tensor *logp;
     /* (n) i32 or NULL: each row's index in the whole batch, for its draws (rows gathered from the
      * batch: the rows still generating, decoded apart); draw_row0 is added to each */
@@ -445,7 +447,8 @@ typedef struct {
      * by the columns left (dfg_stage_until in chunks) cannot write past them */
     int64_t last_col;
 } dfg_grpo_rollout;
-/* One generation step given the next-token logits (N, 1, V): samples (temperature, top_k;
+/* One generation step given the next-token logits (N, 1, V): samples with s (dfg_sample_with; the
+ * repetition penalty counts the row's tokens of columns 0 .. pos of `tokens`, but the pad id;
  * temperature <= 0 is greedy), writes the token at position pos + 1 (pad in a row already done)
  * with its mask (1 - done), marks sequences that produced any of the n_eos ids eos[] (1 ..
  * DFG_GRPO_MAX_EOS; a model's config may name several, e.g. Llama 3's) as done, and advances
@@ -453,8 +456,8 @@ typedef struct {
  * writes pad and mask 0 only: a loop that stops there (dfg_stage_until on `finished`) leaves the
  * tensors a full loop would, when the completion columns start as pad. */
 #define DFG_GRPO_MAX_EOS 8
-DFG_API dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
-                                int top_k, const int32_t *eos, int n_eos);
+DFG_API dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, dfg_sampling s,
+                                const int32_t *eos, int n_eos);
 
 typedef enum { DFG_GRPO_SCALE_GROUP, DFG_GRPO_SCALE_BATCH, DFG_GRPO_SCALE_NONE } dfg_grpo_scale;
 /* rewards (N), rows g*G .. g*G+G-1 one prompt's group (G >= 2) -> advantages (N):

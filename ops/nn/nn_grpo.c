@@ -316,8 +316,8 @@ static void write_rows_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int64_
     dfg_slice_assign_at(g, dst, dfg_concat(g, parts, k, 0), 1, col);
 }
 
-dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, float temperature,
-                                int top_k, const int32_t *eos, int n_eos) {
+dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, dfg_sampling s,
+                                const int32_t *eos, int n_eos) {
     if (!g || !r) return DFG_ERR_ARG;
     if (!eos || n_eos < 1 || n_eos > DFG_GRPO_MAX_EOS)
         return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: %d EOS ids (1 .. %d allowed)",
@@ -329,8 +329,17 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     dfg_tensor *draw0 = r->row0 || N != all || r->draw_row0 ? dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0) : NULL;
     if (r->draw_row0) draw0 = dfg_add(g, draw0, r->draw_row0);
     if (r->draw_rows) draw0 = draw0 ? dfg_add(g, r->draw_rows, draw0) : r->draw_rows; /* (N) each row's */
-    dfg_tensor *tok = draw0 ? dfg_sample_rows(g, logits, r->rng, draw0, temperature, top_k) /* (N, 1) i32 */
-                            : dfg_sample(g, logits, r->rng, temperature, top_k);
+    /* the penalty counts each row's tokens so far: its prompt and completion, columns 0 .. pos, the pads not */
+    dfg_shape ls = dfg_tensor_shape(logits);
+    int64_t V = ls.rank ? ls.d[ls.rank - 1] : 0;
+    bool penalty = s.repetition_penalty > 0.0f && s.repetition_penalty != 1.0f;
+    bool reshaped = penalty || (s.top_k > 0 && s.top_k < V) || (s.top_p > 0.0f && s.top_p < 1.0f) || s.min_p > 0.0f;
+    dfg_tensor *drawn_lp = NULL; /* (N, 1): the log-prob under what the token was drawn from */
+    dfg_sample_io io = {.row0 = draw0, .history_skip = r->pad, .logp = r->logp && reshaped ? &drawn_lp : NULL};
+    if (penalty)
+        io.history = N == all ? r->tokens : dfg_slice(g, r->tokens, 0, r->row0, N),
+        io.history_len = dfg_add_scalar(g, r->pos, 1.0f);
+    dfg_tensor *tok = dfg_sample_with(g, logits, r->rng, &s, &io); /* (N, 1) i32 */
     dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f); /* where it goes */
     dfg_tensor *ok = NULL, *at_end = NULL; /* last_col: 1 while a column is left, 1 once none is */
     if (r->last_col > 0) {
@@ -344,10 +353,13 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
     write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next, ok);
-    if (r->logp) { /* the sampled token's log-prob at the temperature training applies */
-        dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
-        if (temperature > 0.0f && temperature != 1.0f) z = dfg_scale(g, z, 1.0f / temperature);
-        dfg_tensor *lp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
+    if (r->logp) { /* the sampler's log-prob (TRL's); untruncated, the one training computes, as training does */
+        dfg_tensor *lp = drawn_lp ? dfg_reshape(g, drawn_lp, DFG_SHAPE(N)) : NULL;
+        if (!lp) {
+            dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
+            if (s.temperature > 0.0f && s.temperature != 1.0f) z = dfg_scale(g, z, 1.0f / s.temperature);
+            lp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
+        }
         write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next, ok);
     }
     tok = dfg_where(g, dfg_reshape(g, r->done, DFG_SHAPE(N, 1)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->pad), tok);
