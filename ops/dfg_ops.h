@@ -165,9 +165,9 @@ typedef struct {
 /* dfg_sample's optional inputs and outputs (all NULL / -1: dfg_sample). */
 typedef struct {
     dfg_tensor *row0; /* as dfg_sample_rows' */
-    /* repetition_penalty's counted tokens: row r's ids history[r, 0 .. history_len - 1] (history
-     * (rows, H) i32, history_len an i32 scalar read at run time, clamped to H), history_skip (an id,
-     * the pad) never; ids outside the vocabulary are ignored. NULL: the penalty is not applied. */
+    /* repetition_penalty's counted tokens: row r's ids history[r, 0 .. len - 1] (history (rows, H)
+     * i32; history_len read at run time, an i32 scalar or (rows) one a row, clamped to 0 .. H), but
+     * history_skip (an id, the pad) and ids outside the vocabulary. NULL: the penalty is not applied. */
     dfg_tensor *history, *history_len;
     int32_t history_skip;
     /* out, or NULL: (rows) f32, each drawn token's log-prob under the distribution it was drawn

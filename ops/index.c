@@ -66,7 +66,7 @@ dfg_status dfg_infer_scatter(dfg_graph *g, const dfg_node *n, dfg_out_spec *out)
 /* logits (..., V), rng (4) [, row0: i32 scalar, the batch index of the logits' first row (a
  * sub-batch of rows [row0, row0 + rows) draws what the whole batch draws for those rows), or
  * i32 (rows): each row's batch index (rows gathered from anywhere in the batch) [, history
- * (rows, H) i32, history_len i32 scalar: repetition_penalty's tokens]] -> tokens (...), rng
+ * (rows, H) i32, history_len i32 scalar or (rows): repetition_penalty's tokens]] -> tokens (...), rng
  * advanced in place [, the tokens' sampling log-probs (...) f32] */
 dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != 2 && n->n_in != 3 && n->n_in != 5)
@@ -97,8 +97,9 @@ dfg_status dfg_infer_sample(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) 
         if (h->dtype != DFG_I32 || h->shape.rank != 2 || h->shape.d[0] != rows)
             return dfg_node_fail(g, n, DFG_ERR_SHAPE, "history '%s' must be i32 (%lld, H): a row of ids per logits row",
                                  h->name, (long long)rows);
-        if (len->dtype != DFG_I32 || dfg_shape_numel(len->shape) != 1)
-            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "history_len '%s' must be an i32 scalar", len->name);
+        if (len->dtype != DFG_I32 || (dfg_shape_numel(len->shape) != 1 && dfg_shape_numel(len->shape) != rows))
+            return dfg_node_fail(g, n, DFG_ERR_SHAPE, "history_len '%s' must be an i32 scalar or hold one length per row (%lld)",
+                                 len->name, (long long)rows);
     }
     out[0] = (dfg_out_spec){DFG_I32, drop_last(x->shape), -1, false};
     out[1] = (dfg_out_spec){DFG_I32, rng->shape, 1, true};

@@ -12,7 +12,11 @@
  * starting one element past an aligned address (the scalar loads), a NaN row sets the device
  * flag, and the emulated kernel on rows [row0, row0 + n) of a batch with row0 draws the CPU's
  * whole-batch tokens for those rows. rng_advance (a decode loop's skipped draws) moves the
- * counter as the CPU: by 0, 1, a few, past the low word's carry and by more than 2^32. */
+ * counter as the CPU: by 0, 1, a few, past the low word's carry and by more than 2^32. TRL's
+ * settings (dfg_sample_with): top_p alone (hot and cold, near 1, on ties: whole tie groups kept),
+ * min_p alone, both with top_k, the repetition penalty above and below 1 (random histories with
+ * ids outside the vocabulary and the skipped id, history_len below 0, inside and past H), greedy
+ * with the penalty, and each with the sampling log-probs (the CPU's within 1e-5). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +34,26 @@ typedef struct {
     logits_kind kind;
     bool rank3; /* logits (2, rows / 2, V) */
     int row0;   /* the 3-input form, dfg_sample_rows: 1 an i32 scalar row0 (input 2), 2 one row index a row */
+    /* dfg_sample_with: TRL's settings (0: off); penalty != 0 adds a history (HIST ids a row; its
+     * length one for every row, or with row0 2 one a row) */
+    float top_p, min_p, penalty;
+    bool logp; /* the third output, the sampling log-probs */
 } sample_case;
+
+enum { HIST = 24, HIST_SKIP = 3 }; /* the penalty's history: ids a row, and the id never counted */
 
 static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
     const sample_case *k = user;
     dfg_shape s = k->rank3 ? DFG_SHAPE(2, k->rows / 2, k->v) : DFG_SHAPE(k->rows, k->v);
     dfg_tensor *rng = dfg_state(g->program, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG, dfg_init_zeros());
     dfg_tensor *row0 = k->row0 ? dfg_input(g, "row0", DFG_I32, k->row0 == 2 ? DFG_SHAPE(k->rows) : DFG_SCALAR) : NULL;
-    dfg_tensor *tok = dfg_sample_rows(g, dfg_input(g, "logits", dt, s), rng, row0, k->temperature, k->top_k);
+    dfg_tensor *lp, *tok;
+    dfg_sample_io io = {.row0 = row0, .history_skip = HIST_SKIP, .logp = k->logp ? &lp : NULL};
+    if (k->penalty != 0.0f)
+        io.history = dfg_input(g, "history", DFG_I32, DFG_SHAPE(k->rows, HIST)),
+        io.history_len = dfg_input(g, "history_len", DFG_I32, k->row0 == 2 ? DFG_SHAPE(k->rows) : DFG_SCALAR);
+    const dfg_sampling set = {k->temperature, k->top_k, k->top_p, k->min_p, k->penalty};
+    tok = dfg_sample_with(g, dfg_input(g, "logits", dt, s), rng, &set, &io);
     return dfg_graph_status(g) ? NULL : tok->producer;
 }
 
@@ -46,6 +62,15 @@ static dfg_node *build_sample(dfg_graph *g, dfg_dtype dt, void *user) {
  * is a 64-bit row index on both sides, never an i32 that wraps) */
 static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, void *user) {
     const sample_case *k = user;
+    if (slot == 3) { /* ids of the vocabulary, some outside it, some the skipped one */
+        int32_t *id = data;
+        for (int64_t i = 0; i < n; i++) id[i] = dfg_test_int(0, 7) == 0 ? HIST_SKIP : dfg_test_int(-2, (int)k->v + 1);
+        return;
+    }
+    if (slot == 4) { /* history_len (one, or one a row): below 0, 0 .. HIST, past it */
+        for (int64_t i = 0; i < n; i++) ((int32_t *)data)[i] = dfg_test_int(-1, HIST + 3);
+        return;
+    }
     if (slot == 2) {
         int32_t *r0 = data; /* per row: any indices, in any order, repeats allowed */
         for (int64_t i = 0; i < n; i++)
@@ -75,8 +100,10 @@ static void fill_sample(int slot, const dfg_tensor *t, void *data, int64_t n, vo
 static void check_sample(const sample_case *k, int repeats) {
     static const char *kinds[] = {"uniform", "ties", "masked", "wide"};
     char label[160];
-    snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d %s%s%s", (long long)k->rows, (long long)k->v,
-             (double)k->temperature, k->top_k, kinds[k->kind], k->rank3 ? " rank 3" : "", k->row0 == 2 ? " row per row" : k->row0 ? " row0" : "");
+    snprintf(label, sizeof(label), "sample rows %lld V %lld T %g top_k %d top_p %g min_p %g penalty %g %s%s%s%s",
+             (long long)k->rows, (long long)k->v, (double)k->temperature, k->top_k, (double)k->top_p, (double)k->min_p,
+             (double)k->penalty, kinds[k->kind], k->rank3 ? " rank 3" : "",
+             k->row0 == 2 ? " row per row" : k->row0 ? " row0" : "", k->logp ? " logp" : "");
     for (int i = 0; i < repeats; i++) { /* fresh logits and RNG state each time */
         cuda_case c = {.label = label, .build = build_sample, .user = (void *)k, .fill = fill_sample, .bf16 = true,
                        .seeds = 1};
@@ -185,36 +212,53 @@ int main(void) {
     check_advance();
     const sample_case cases[] = {
         /* greedy */
-        {16, 50, 0.0f, 0, LOGITS_UNIFORM, false, false},   {16, 33, -1.0f, 5, LOGITS_TIES, false, false},
-        {4, 5003, 0.0f, 0, LOGITS_TIES, false, false},     {6, 1, 1.0f, 0, LOGITS_UNIFORM, false, false},
+        {16, 50, 0.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},   {16, 33, -1.0f, 5, LOGITS_TIES, false, false, 0, 0, 0, false},
+        {4, 5003, 0.0f, 0, LOGITS_TIES, false, false, 0, 0, 0, false},     {6, 1, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
         /* full vocabulary, temperatures */
-        {64, 7, 1.0f, 0, LOGITS_UNIFORM, false, false},    {64, 33, 0.7f, 0, LOGITS_UNIFORM, false, false},
-        {32, 256, 1.0f, 0, LOGITS_UNIFORM, false, false},  {32, 257, 2.5f, 0, LOGITS_UNIFORM, false, false},
-        {16, 1000, 1.0f, 0, LOGITS_WIDE, false, false},    {16, 1000, 1e-3f, 0, LOGITS_UNIFORM, false, false},
-        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, false},  {12, 5003, 0.8f, 0, LOGITS_MASKED, false, false},
-        {8, 5003, 1.0f, 0, LOGITS_TIES, false, false},     {4, 50257, 1.0f, 0, LOGITS_UNIFORM, false, false},
+        {64, 7, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},    {64, 33, 0.7f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
+        {32, 256, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},  {32, 257, 2.5f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
+        {16, 1000, 1.0f, 0, LOGITS_WIDE, false, false, 0, 0, 0, false},    {16, 1000, 1e-3f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
+        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, false, 0, 0, 0, false},  {12, 5003, 0.8f, 0, LOGITS_MASKED, false, false, 0, 0, 0, false},
+        {8, 5003, 1.0f, 0, LOGITS_TIES, false, false, 0, 0, 0, false},     {4, 50257, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
         /* top-k */
-        {32, 33, 1.0f, 1, LOGITS_UNIFORM, false, false},   {32, 40, 1.5f, 5, LOGITS_TIES, false, false},
-        {32, 300, 1.0f, 299, LOGITS_UNIFORM, false, false}, {16, 300, 1.0f, 300, LOGITS_UNIFORM, false, false},
-        {16, 300, 1.0f, 1000, LOGITS_MASKED, false, false}, {8, 4096, 0.9f, 50, LOGITS_UNIFORM, false, false},
-        {8, 5003, 1.0f, 40, LOGITS_TIES, false, false},    {8, 5003, 2.0f, 7, LOGITS_MASKED, false, false},
-        {4, 50257, 0.7f, 50, LOGITS_WIDE, false, false},
+        {32, 33, 1.0f, 1, LOGITS_UNIFORM, false, false, 0, 0, 0, false},   {32, 40, 1.5f, 5, LOGITS_TIES, false, false, 0, 0, 0, false},
+        {32, 300, 1.0f, 299, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, {16, 300, 1.0f, 300, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
+        {16, 300, 1.0f, 1000, LOGITS_MASKED, false, false, 0, 0, 0, false}, {8, 4096, 0.9f, 50, LOGITS_UNIFORM, false, false, 0, 0, 0, false},
+        {8, 5003, 1.0f, 40, LOGITS_TIES, false, false, 0, 0, 0, false},    {8, 5003, 2.0f, 7, LOGITS_MASKED, false, false, 0, 0, 0, false},
+        {4, 50257, 0.7f, 50, LOGITS_WIDE, false, false, 0, 0, 0, false},
         /* the 3-input form: row0 */
-        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, true},    {16, 300, 0.8f, 0, LOGITS_UNIFORM, false, true},
-        {16, 1000, 1.0f, 20, LOGITS_TIES, false, true},    {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, true},
-        {12, 5003, 0.8f, 0, LOGITS_MASKED, false, true},   {8, 33, 0.0f, 0, LOGITS_UNIFORM, false, true},
+        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, true, 0, 0, 0, false},    {16, 300, 0.8f, 0, LOGITS_UNIFORM, false, true, 0, 0, 0, false},
+        {16, 1000, 1.0f, 20, LOGITS_TIES, false, true, 0, 0, 0, false},    {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, true, 0, 0, 0, false},
+        {12, 5003, 0.8f, 0, LOGITS_MASKED, false, true, 0, 0, 0, false},   {8, 33, 0.0f, 0, LOGITS_UNIFORM, false, true, 0, 0, 0, false},
         /* row0 with one batch index per row (rows gathered from the batch) */
-        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, 2},       {16, 1000, 1.0f, 20, LOGITS_TIES, false, 2},
-        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, 2},      {12, 5003, 0.8f, 0, LOGITS_MASKED, false, 2},
+        {32, 33, 1.0f, 0, LOGITS_UNIFORM, false, 2, 0, 0, 0, false},       {16, 1000, 1.0f, 20, LOGITS_TIES, false, 2, 0, 0, 0, false},
+        {16, 4096, 1.0f, 0, LOGITS_UNIFORM, true, 2, 0, 0, 0, false},      {12, 5003, 0.8f, 0, LOGITS_MASKED, false, 2, 0, 0, 0, false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_sample(&cases[i], cases[i].v > 5003 ? 1 : 3);
-    check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false, false}, 1, -1);
-    check_direct((sample_case){8, 4096, 1.0f, 9, LOGITS_UNIFORM, false, false}, 3, -1);
-    check_direct((sample_case){6, 520, 1.0f, 0, LOGITS_UNIFORM, false, false}, 0, 2);
-    check_direct((sample_case){6, 520, 0.0f, 0, LOGITS_UNIFORM, false, false}, 2, 4);
-    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false}, 0, 40);
-    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false}, 13, 9);
-    check_rows((sample_case){40, 260, 0.8f, 7, LOGITS_UNIFORM, false, false}, 32, 8);
-    check_rows((sample_case){24, 4096, 1.3f, 0, LOGITS_MASKED, false, false}, 5, 19);
+    const sample_case trl[] = { /* rows, V, T, top_k, kind, rank3, row0, top_p, min_p, penalty, logp */
+        {16, 50, 1.0f, 0, LOGITS_UNIFORM, false, 0, 0.8f, 0, 0, true},
+        {16, 1000, 0.8f, 0, LOGITS_UNIFORM, false, 0, 0.5f, 0, 0, true},
+        {8, 5003, 1.0f, 0, LOGITS_UNIFORM, false, 0, 0.999f, 0, 0, true},
+        {8, 5003, 1.0f, 0, LOGITS_TIES, false, 0, 0.9f, 0, 0, true},
+        {16, 300, 0.7f, 0, LOGITS_WIDE, false, 0, 0.95f, 0.001f, 0, false},
+        {16, 300, 1.0f, 0, LOGITS_UNIFORM, false, 0, 0, 0.2f, 0, true},
+        {8, 5003, 1.0f, 40, LOGITS_MASKED, false, 0, 0.7f, 0.05f, 0, true},
+        {32, 257, 1.0f, 0, LOGITS_UNIFORM, false, 0, 1.0f, 0, 1.0f, true}, /* neutral, with log-probs */
+        {16, 1000, 1.0f, 0, LOGITS_UNIFORM, false, 1, 0, 0, 1.5f, true},
+        {8, 4096, 1.0f, 20, LOGITS_TIES, true, 1, 0.9f, 0.02f, 0.7f, true},
+        {8, 33, 0.0f, 0, LOGITS_UNIFORM, false, 1, 0, 0, 2.0f, true},
+        {16, 1000, 1.0f, 0, LOGITS_UNIFORM, false, 2, 0.8f, 0, 1.3f, true},
+        {16, 300, 0.9f, 0, LOGITS_TIES, false, 0, 0, 0, 1.3f, true},
+        {4, 50257, 1.0f, 50, LOGITS_UNIFORM, false, 1, 0.9f, 0.05f, 1.2f, true},
+    };
+    for (size_t i = 0; i < sizeof(trl) / sizeof(trl[0]); i++) check_sample(&trl[i], trl[i].v > 5003 ? 1 : 3);
+    check_direct((sample_case){8, 4096, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 1, -1);
+    check_direct((sample_case){8, 4096, 1.0f, 9, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 3, -1);
+    check_direct((sample_case){6, 520, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 0, 2);
+    check_direct((sample_case){6, 520, 0.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 2, 4);
+    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 0, 40);
+    check_rows((sample_case){40, 300, 1.0f, 0, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 13, 9);
+    check_rows((sample_case){40, 260, 0.8f, 7, LOGITS_UNIFORM, false, false, 0, 0, 0, false}, 32, 8);
+    check_rows((sample_case){24, 4096, 1.3f, 0, LOGITS_MASKED, false, false, 0, 0, 0, false}, 5, 19);
     return cuda_test_end();
 }

@@ -133,7 +133,7 @@ static void test_more_mismatches(void) {
     g = dfg_graph_new(p, "g10");
     dfg_attrs sa = {.sample = {1.0f, 0}};
     CHECK(dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){a, rng, r0, r0}, 4, &sa, 2) == NULL, "sample with 4 inputs");
-    EXPECT_FAIL(g, DFG_ERR_ARG, "sample", "takes logits and rng, or 3 inputs with row0; got 4");
+    EXPECT_FAIL(g, DFG_ERR_ARG, "sample", "takes logits and rng, 3 inputs with row0 or 5 with the history; got 4");
     g = dfg_graph_new(p, "g11");
     CHECK(dfg_node_add(g, DFG_OP_SAMPLE, (dfg_tensor *[]){a}, 1, &sa, 2) == NULL, "sample with 1 input");
     EXPECT_FAIL(g, DFG_ERR_ARG, "sample", "got 1");

@@ -90,7 +90,7 @@ static bool build(dfg_fx *f, float temperature) {
     dfg_graph *d = dfg_graph_new(p, "decode");
     dfg_tensor *step = dfg_add_scalar(d, r.pos, -(float)(LP - 1));                       /* i32 () */
     dfg_tensor *logits = dfg_reshape(d, dfg_slice_at(d, table, 0, step, 1), DFG_SHAPE(N, 1, V)); /* (N, 1, V) */
-    CHECK(dfg_grpo_sample_step(d, &r, logits, temperature, 0, (int32_t[]){EOS, EOS2}, n_eos) == DFG_OK, "sample step: %s", dfg_graph_error(d));
+    CHECK(dfg_grpo_sample_step(d, &r, logits, (dfg_sampling){.temperature = temperature}, (int32_t[]){EOS, EOS2}, n_eos) == DFG_OK, "sample step: %s", dfg_graph_error(d));
     if (!dfg_graph_status(d)) dfg_stage_graph(p, d, STEPS);
     if (early && !dfg_graph_status(d)) CHECK(dfg_stage_until(p, "decode", r.finished) == DFG_OK, "until: %s", dfg_program_error(p));
     return dfg_fx_create(f, 0);

@@ -282,7 +282,8 @@ dfg_status dfg_cpu_sample(const dfg_node *n, void *const *in, void *const *out, 
     const bool penalise = penalises(n);
     const int32_t *hist = penalise ? in[3] : NULL; /* (rows, H) */
     const int64_t H = penalise ? n->in[3]->shape.d[1] : 0;
-    const int64_t len = penalise ? (*(const int32_t *)in[4] < 0 ? 0 : *(const int32_t *)in[4] > H ? H : *(const int32_t *)in[4]) : 0;
+    const int32_t *len = penalise ? in[4] : NULL; /* () or (rows) */
+    const bool len_per_row = penalise && dfg_shape_numel(n->in[4]->shape) == rows && rows > 1;
     int32_t *tok = out[0], *rng_out = out[1];
     float *logp = n->n_out > 2 ? out[2] : NULL; /* (rows) */
     uint32_t k0 = (uint32_t)rng[0], k1 = (uint32_t)rng[1];
@@ -294,7 +295,10 @@ dfg_status dfg_cpu_sample(const dfg_node *n, void *const *in, void *const *out, 
     for (int64_t r = 0; r < rows; r++) {
         int64_t row = per_row ? row0[r] : (row0 ? row0[0] : 0) + r;
         dfg_philox_ctr c = dfg_philox4x32(dfg_philox_row_ctr(ctr, (uint64_t)row), k0, k1);
-        if (penalise) mark_seen(s.seen, v, hist + r * H, len, a->history_skip);
+        if (penalise) {
+            int64_t l = len[len_per_row ? r : 0];
+            mark_seen(s.seen, v, hist + r * H, l < 0 ? 0 : l > H ? H : l, a->history_skip);
+        }
         row_ctx rc = {.z = logits + r * v, .v = v, .seen = s.seen, .penalty = a->repetition_penalty, .thr = -INFINITY};
         double lp;
         tok[r] = sample_row(&rc, a, dfg_philox_uniform(c.v[0]), &s, &lp);
