@@ -301,7 +301,8 @@ DFG_API dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int
  * at position 0 and its pads at 0 too (transformers' position_ids = cumsum(mask) - 1, clamped at 0).
  * Built from public ops in f32 (positions < 2^24). */
 DFG_API dfg_tensor *dfg_nn_positions_from(dfg_graph *g, dfg_tensor *start /* (B) i32 */, int64_t col0, int64_t T);
-/* The same for one column read at run time: col an i32 scalar -> (B, 1) i32 max(col - start[b], 0). */
+/* The same for one column read at run time: col an i32 scalar -> (B, 1) i32 max(col - start[b], 0);
+ * or col (B) i32 one column a row -> (B, 1) max(col[b] - start[b], 0). */
 DFG_API dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start /* (B) i32 */, dfg_tensor *col);
 /* The rows' start (B) i32 among the columns from col0 on: start - col0 (every start >= col0). */
 DFG_API dfg_tensor *dfg_nn_start_from(dfg_graph *g, dfg_tensor *start /* (B) i32 */, int64_t col0);
@@ -334,10 +335,12 @@ DFG_API dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const 
  * positions count from its first real column (dfg_nn_positions_from; the start of a group is its
  * first row's, kv->start[i*G]) and its real tokens attend to its real tokens only. */
 DFG_API dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens);
-/* One new position for every sequence: tok (N, 1) i32 at position pos (an i32 scalar read at run
- * time). Writes the token's key and value at row pos, attends to rows 0 .. pos, and returns the
- * hidden state after ln_f (N, 1, C). With kv->start: at position max(pos - start[b], 0), attending
- * to cache rows start[b] .. pos. */
+/* One new position for every sequence: tok (N, 1) i32 at column pos, read at run time: an i32
+ * scalar (every row at one column), or (N) i32 one column a row (the rows of a multi-turn rollout
+ * stand at different columns). Row b writes its token's key and value at cache row pos[b], attends
+ * to rows 0 .. pos[b], and returns the hidden state after ln_f (N, 1, C). With kv->start: at
+ * position max(pos[b] - start[b], 0), attending to cache rows start[b] .. pos[b]. A column outside
+ * the caches fails the step. With pos (N) all equal the results are the scalar form's, bit for bit. */
 DFG_API dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
 DFG_API dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens);

@@ -4,7 +4,9 @@
  * skips the pads (the prompts' own with dfg_attention_padded, the decode steps' with
  * dfg_attention_cached_padded); the pads' keys and values still go to the caches, unread. A
  * prefill given the columns from kv->col0 on (a prompt bucket) writes cache rows col0 .. on;
- * the rows before are never read (each row's real columns start at or after col0). */
+ * the rows before are never read (each row's real columns start at or after col0). A decode
+ * step's column is one for every row, or one a row (pos (N)): rows of a multi-turn rollout that
+ * waited for a tool, or had its tokens appended, stand at different columns. */
 #include <stdio.h>
 
 #include "dfg_nn.h"
@@ -29,7 +31,7 @@ dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const dfg_mode
 typedef struct {
     const dfg_model_kv *kv;
     int layer;
-    dfg_tensor *pos;   /* decode: the position (i32 scalar); prefill: NULL */
+    dfg_tensor *pos;   /* decode: the column (i32 scalar, or (N) one a row); prefill: NULL */
     dfg_tensor *start; /* the attention's rows' start among its columns: prefill (P), decode (N); NULL: no padding */
 } cache_ctx;
 
@@ -53,8 +55,8 @@ static dfg_tensor *prefill_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *po
     return dfg_nn_attention_out(g, dfg_attention_padded(g, qkv, c->start, cfg->n_head), blk);
 }
 
-/* Decode attention: the new position's key and value go to row pos, its query attends to
- * rows 0 .. pos of the caches (grouped-query heads read their shared key/value head). */
+/* Decode attention: the new position's key and value go to row pos (row b's: pos[b]), its query
+ * attends to rows 0 .. pos of the caches (grouped-query heads read their shared key/value head). */
 static dfg_tensor *decode_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos, const dfg_model_block *blk,
                                     const dfg_model_config *cfg, void *ctx) {
     cache_ctx *c = ctx;
@@ -100,16 +102,31 @@ dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const dfg_model_
     return blocks(g, m, x, pos, &c, prefill_attention);
 }
 
+/* pos of a decode step: one i32 for every row, or (N) one a row */
+static bool decode_positions_ok(dfg_graph *g, dfg_tensor *pos, int64_t N) {
+    dfg_shape s = dfg_tensor_shape(pos);
+    if (dfg_graph_status(g)) return true; /* an earlier error: the graph's poison carries it */
+    if (pos && dfg_tensor_dtype(pos) == DFG_I32 && (dfg_shape_numel(s) == 1 || (s.rank == 1 && s.d[0] == N)))
+        return true;
+    char buf[96];
+    dfg_program_fail(dfg_graph_program(g), DFG_ERR_SHAPE,
+                     "dfg_model_decode: pos '%s' must be an i32 scalar or of shape (%lld), one column a row; got %s",
+                     pos ? dfg_tensor_name(pos) : "NULL", (long long)N, dfg_shape_str(s, buf, sizeof(buf)));
+    return false;
+}
+
 dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos) {
     int64_t N = dfg_tensor_shape(tok).d[0];
+    if (!decode_positions_ok(g, pos, N)) return NULL;
+    int64_t P = dfg_tensor_numel(pos); /* 1: one column for every row; N: one a row */
     dfg_tensor *x, *where = NULL;
     if (kv->start) { /* each row at max(pos - start, 0) */
         where = dfg_nn_positions_at(g, kv->start, pos); /* (N, 1) */
         x = dfg_model_embed(g, m, tok, where);
         if (m->wpe) where = NULL;
     } else if (m->wpe)
-        x = dfg_add(g, dfg_embed(g, m->wte, tok), dfg_embed(g, m->wpe, dfg_reshape(g, pos, DFG_SHAPE(1, 1))));
-    else x = dfg_embed(g, m->wte, tok), where = dfg_expand(g, dfg_reshape(g, pos, DFG_SHAPE(1, 1)), DFG_SHAPE(N, 1));
+        x = dfg_add(g, dfg_embed(g, m->wte, tok), dfg_embed(g, m->wpe, dfg_reshape(g, pos, DFG_SHAPE(P, 1))));
+    else x = dfg_embed(g, m->wte, tok), where = dfg_expand(g, dfg_reshape(g, pos, DFG_SHAPE(P, 1)), DFG_SHAPE(N, 1));
     cache_ctx c = {kv, 0, pos, kv->start};
     return blocks(g, m, x, where, &c, decode_attention); /* (N, 1, C) */
 }

@@ -242,7 +242,8 @@ dfg_tensor *dfg_nn_start_from(dfg_graph *g, dfg_tensor *start, int64_t col0) {
 }
 
 dfg_tensor *dfg_nn_positions_at(dfg_graph *g, dfg_tensor *start, dfg_tensor *col) {
-    return shifted(g, dfg_reshape(g, dfg_cast(g, col, DFG_F32), DFG_SHAPE(1, 1)), start);
+    /* col: one element (1, 1), or one a row (B, 1) */
+    return shifted(g, dfg_reshape(g, dfg_cast(g, col, DFG_F32), DFG_SHAPE(dfg_tensor_numel(col), 1)), start);
 }
 
 dfg_tensor *dfg_nn_positions(dfg_graph *g, int64_t B, int64_t start, int64_t T) {
