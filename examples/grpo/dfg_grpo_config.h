@@ -14,6 +14,8 @@
 #include "dfg_reward.h"
 #include "dfg_tasks.h"
 
+typedef struct dfg_grpo_turns dfg_grpo_turns;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,6 +46,11 @@ typedef struct {
      * widest max_new; a step runs the narrowest that holds its batch's completions */
     int n_widths;
     bool early_exit; /* decode_early_exit: decode ends when every row is done */
+    /* multi-turn episodes with tools (the calculator's, or tools=...): one decode column a row,
+     * decode and tools looping until every episode is over, at most max_tool_rounds rounds of calls */
+    bool tools;
+    int64_t max_tool_rounds;
+    dfg_grpo_turns *turns; /* the host's view of the step's episodes (grpo_tools.c), made at run start */
     bool invariant;  /* batch_invariant: decode's log-probs equal training's bit for bit; no old stage after sampling */
     int64_t tail;    /* decode_tail: once at most this many rows are live, decode goes on with them alone; 0 off */
     /* length_chunks: with several widths, the scoring and training passes take the batch in

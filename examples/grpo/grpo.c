@@ -41,6 +41,7 @@
 #include "dfg_runtime.h"
 #include "dfg_grpo_config.h"
 #include "dfg_grpo_data.h"
+#include "dfg_grpo_tools.h"
 #include "dfg_tasks.h"
 
 typedef dfg_grpo_config grpo_config;
@@ -85,6 +86,7 @@ typedef struct {
     dfg_grpo_sampling sampling;
     dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
     dfg_grpo_tail tail;     /* decode_tail: the loop's end on the live rows alone */
+    dfg_grpo_tools tools;   /* multi-turn episodes (c->tools): one column a row, the tools stage's state */
     dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
 } grpo_state;
 
@@ -152,7 +154,9 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
         s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     }
     s->cur_tok = state(p, "gen.token", DFG_I32, DFG_SHAPE(c->n_gen, 1), DFG_ROLE_ROLLOUT);
-    s->pos = state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
+    if (c->tools && (st = dfg_grpo_tools_state(p, c, &s->tools))) return st;
+    /* one column for every row, or with tools one a row (a row waits for its tool while others decode) */
+    s->pos = c->tools ? s->tools.pos : state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
     s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(c->n_gen), DFG_ROLE_ROLLOUT);
     s->rng = state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG);
     s->gen_rng = state(p, "gen.rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE);
@@ -171,7 +175,8 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     char first[48], last[32];
     dfg_grpo_prefill_stage(first, sizeof(first), c, 0, 0);
     dfg_grpo_rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
-    const char *kv_last = c->tail ? "decode.compact" : last, *gen_last = c->tail ? "decode.merge" : last;
+    const char *kv_last = c->tail ? "decode.compact" : c->tools ? "tools" : last;
+    const char *gen_last = c->tail ? "decode.merge" : c->tools ? "tools" : last;
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
         dfg_set_scope(p, s->kv.k[l], first, kv_last);
         dfg_set_scope(p, s->kv.v[l], first, kv_last);
@@ -239,13 +244,15 @@ static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state
     if (s->finished) dfg_assign_fill(g, s->finished, 0.0f);
     if (k == 0) { /* what decode writes, as no column written yet */
         dfg_assign_fill(g, s->mask, 0.0f), dfg_assign_fill(g, s->sampling_logp, 0.0f);
+        if (c->tools) dfg_grpo_tools_start(g, c, &s->tools);
         dfg_grpo_sampling_start(g, &s->sampling);
         if (s->sampled) dfg_assign_fill(g, s->sampled, 1.0f);
     }
     /* every sub-batch draws from where the rollout starts (the row index tells the rows apart);
      * the step's stream moves on by the whole loop's draws, however early decode ends */
     dfg_assign(g, s->gen_rng, s->rng);
-    if (k == c->R - 1) dfg_rng_advance(g, s->rng, c->max_new);
+    if (k == c->R - 1) /* with tools every round of calls may run decode again: as many runs */
+        dfg_rng_advance(g, s->rng, c->max_new * (c->tools ? c->max_tool_rounds + 1 : 1));
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
     if (st || c->n_pwidths == 1) return st;
     return dfg_stage_when(p, name, s->prompt_width, pb == 0 ? 0.0 : (double)c->pwidths[pb - 1], (double)Wp);
@@ -262,7 +269,8 @@ static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state 
     dfg_grpo_rollout r = {.tokens = s->tokens, .mask = s->mask, .done = s->done, .token = s->cur_tok, .pos = s->pos,
                           .rng = s->gen_rng, .row0 = (int64_t)k * c->n_gen, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
                           .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
-    dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
+    if (c->tools) dfg_grpo_tools_step(g, c, &s->tools, &r, logits);
+    else dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
     dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, s->pos, s->finished) : s->finished;
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
     return st || !end ? st : dfg_stage_until(p, name, end);
@@ -340,12 +348,17 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
                                               dfg_scale(g, s->sampled, 2.0f)));
     }
     dfg_tensor *truncated = truncated_rows(g, c, s, len);
-    dfg_tensor *generated = dfg_sum(g, len, 0);
+    /* with tools, lengths count the policy's tokens only, and the loss's mask is TRL's loss_mask,
+     * completion_mask * tool_mask: the loss, KL, entropy and token counts leave the tools' out */
+    dfg_tensor *gen_len = c->tools ? dfg_sum(g, dfg_slice(g, dfg_mul(g, s->mask, s->tools.tool_mask), 1, c->Lp, c->max_new), 1)
+                                   : len; /* (N) */
+    if (c->tools) dfg_assign(g, s->mask, dfg_mul(g, s->mask, s->tools.tool_mask));
+    dfg_tensor *generated = dfg_sum(g, gen_len, 0);
     dfg_tensor *active = generated;
     if (c->mask_truncated) { /* TRL's mask_truncated_completions: such a row leaves the loss */
         dfg_tensor *keep = dfg_reshape(g, dfg_affine(g, truncated, -1.0f, 1.0f), DFG_SHAPE(c->N, 1));
         dfg_assign(g, s->mask, dfg_mul(g, s->mask, keep));
-        active = dfg_sum(g, dfg_mul(g, len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
+        active = dfg_sum(g, dfg_mul(g, gen_len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
     }
     /* batch_invariant: the sampler's log-probs are the policy's before this step's update, bit
      * for bit, laid out as the old stage writes them (0 where the mask is); the old stage runs
@@ -362,7 +375,8 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     if (s->reward_values) /* TRL's rewards/<name>/mean and /std, over the whole batch */
         dfg_grpo_function_metrics(g, dfg_grpo_world_rows(g, s->reward_values, c->W), c->n_funcs, c->funcs);
     dfg_metric(g, "frac_reward_zero_std", dfg_grpo_frac_zero_std(g, rewards, c->G));
-    dfg_grpo_completion_metrics(g, dfg_grpo_world_rows(g, len, c->W), dfg_grpo_world_rows(g, truncated, c->W), c->max_new);
+    dfg_grpo_completion_metrics(g, dfg_grpo_world_rows(g, gen_len, c->W), dfg_grpo_world_rows(g, truncated, c->W), c->max_new);
+    if (c->tools) dfg_grpo_tools_metrics(g, c, &s->tools);
     if (s->truncated_prompts)
         dfg_metric(g, "prompts_truncated",
                    c->W > 1 ? dfg_allreduce(g, s->truncated_prompts, DFG_COLL_SUM, c->W) : s->truncated_prompts);
@@ -575,7 +589,7 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
  * answer and its EOS can reach (the task's longest answer bounds them: the rest is padding). */
 static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_graph *g = dfg_graph_new(p, "sft");
-    int64_t W = c->task.max_answer_len + 1 < c->max_new ? c->task.max_answer_len + 1 : c->max_new;
+    int64_t W = c->task.max_completion_len < c->max_new ? c->task.max_completion_len : c->max_new;
     dfg_tensor *tokens = dfg_slice(g, s->sft_tokens, 1, 0, c->Lp + W);            /* (N, Lp + W) */
     dfg_tensor *mask = dfg_slice(g, s->sft_mask, 1, 1, c->Lp + W - 1);           /* (N, Lp + W - 1) */
     dfg_tensor *logp = dfg_grpo_token_logp(g, s->policy, tokens, 1.0f, s->start); /* the task's rows' padding */
@@ -641,6 +655,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
         if (!st) st = build_decode(p, c, s, k);
     }
     if (!st && c->tail) st = build_decode_tail(p, c, s);
+    if (!st && c->tools) st = dfg_grpo_tools_loop(p, c, &s->tools, "decode");
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
     int copies = c->n_pwidths * c->n_widths; /* copy i: prompt bucket i / n_widths, completion width i % n_widths */
@@ -706,14 +721,16 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         stages[n++] = names[used++];
     }
     if (c->tail) stages[n++] = "decode.compact", stages[n++] = "decode.tail", stages[n++] = "decode.merge";
+    if (c->tools) stages[n++] = "tools";
     stages[n++] = "reward";
     /* left-padded prompts (padded_prompts): a rollout says where each row's prompt starts
      * (prompt_start, or an attention_mask the CLI turns into it; neither: no padding) */
     /* sampling_logps last: a file may leave it out (no correction; cli_run_rollouts.c) */
-    dfg_tensor *roll[5] = {s->tokens, s->mask, s->rewards};
+    dfg_tensor *roll[6] = {s->tokens, s->mask, s->rewards}; /* tool_mask too: a file may leave it out (no tools' tokens) */
     int n_roll = 3;
     if (s->start) roll[n_roll++] = s->start;
     roll[n_roll++] = s->sampling_logp;
+    if (c->tools) roll[n_roll++] = s->tools.tool_mask;
     dfg_declare_rollout(p, stages, n, roll, n_roll);
     if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
     if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
@@ -721,11 +738,14 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logps", "sampling_logps"},
                                            {"importance_sampling_ratio", "importance_sampling_ratio"},
                                            {"off_policy_mask", "off_policy_mask"},
-                                           {"completion_mask", "completion_mask"}, {"ref_logp", "ref_logp"},
+                                           {"completion_mask", "completion_mask"}, {"tool_mask", "tool_mask"},
+                                           {"ref_logp", "ref_logp"},
                                            {"advantages", "advantages"}, {"loss", "metric.loss"},
                                            {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
     for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
         if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
+    if (c->tools) /* a multi-turn rollout replays from its dump: the episodes' tokens and rewards too */
+        dfg_declare_dump(p, "tokens", s->tokens), dfg_declare_dump(p, "rewards", s->rewards);
     dfg_grpo_declare_metric_dumps(p); /* completions/... and sampling/..., as TRL logs them */
     for (int i = 0; i < GRPO_STATS; i++) /* the loss's metrics under their TRL names */
         if (logs_stat(c, i)) {
@@ -767,6 +787,7 @@ dfg_status grpo_host_init(dfg_program *p, void **user) {
     dfg_status st = dfg_grpo_read_config(p, c); /* nothing about the task: with --rollouts it never runs */
     if (!st && c->ds && !(c->ds_rows = calloc((size_t)c->P, sizeof(int64_t))))
         st = dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+    if (!st && c->tools && dfg_grpo_turns_new(c, &c->turns)) st = dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
     if (st) {
         grpo_host_release(c);
         return st;
@@ -780,6 +801,7 @@ void grpo_host_release(void *user) {
     if (!c) return;
     dfg_dataset_free(c->ds);
     free(c->ds_rows);
+    dfg_grpo_turns_free(c->turns);
     free(c);
 }
 
@@ -793,9 +815,12 @@ dfg_status grpo_data(dfg_host_ctx *ctx) {
     return dfg_grpo_dataset_batch(ctx, c->ds, &o, c->ds_rows);
 }
 
+/* The tools stage of a multi-turn rollout: answers the turns that ended (grpo_tools.c). */
+dfg_status grpo_tools(dfg_host_ctx *ctx) { return dfg_grpo_tools_answer(ctx, dfg_host_user(ctx)); }
+
 dfg_status grpo_reward(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
-    if (strcmp(c->reward, "external")) return dfg_grpo_rewards_kind(ctx, (int)c->Lp, c->reward);
+    if (strcmp(c->reward, "external")) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
     dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
                               .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps};
     return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);

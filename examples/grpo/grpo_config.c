@@ -137,6 +137,22 @@ static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, int padded) {
     return DFG_OK;
 }
 
+/* Multi-turn episodes with tools: the calculator task's built-in tool, or the tools an environment
+ * program serves (tools=a,b; dfg run --env-cmd). Decode then keeps one column a row, and the
+ * decode and tools stages loop until every episode is over. */
+static dfg_status read_tools(dfg_program *p, dfg_grpo_config *c) {
+    int named = dfg_setting_list(p, "tools", "");
+    c->tools = named > 0 || (!c->ds && c->task.name && !strcmp(c->task.name, "calculator"));
+    /* TRL's None: no limit but the budget; each round adds a token at least, so max_new bounds it */
+    c->max_tool_rounds = dfg_setting_int(p, "max_tool_calling_iterations", c->max_new);
+    if (c->max_tool_rounds > c->max_new) c->max_tool_rounds = c->max_new;
+    if (!c->tools) return dfg_program_status(p);
+    if (c->R > 1)
+        return dfg_program_fail(p, DFG_ERR_ARG, "a multi-turn rollout (tools) needs rollout_sub_batches=1, got %lld",
+                                (long long)c->R);
+    return dfg_program_status(p);
+}
+
 /* decode_tail: auto (N / 8 rows, for N >= 16) or a row count below N; 0 (or a plan whose decode
  * runs every step, or in sub-batches) has none */
 static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, int64_t tail) {
@@ -145,10 +161,10 @@ static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, int64_t tail) {
     if (!automatic && n >= c->N)
         return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail must be auto or 0 .. %lld (below the %lld rows a rank "
                                 "decodes), got %ld", (long long)(c->N - 1), (long long)c->N, n);
-    if (n > 0 && (!c->early_exit || c->R > 1)) {
+    if (n > 0 && (!c->early_exit || c->R > 1 || c->tools)) {
         if (!automatic)
-            return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true and "
-                                    "rollout_sub_batches=1", n);
+            return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true, "
+                                    "rollout_sub_batches=1 and no tools (a multi-turn rollout)", n);
         n = 0;
     }
     c->tail = n;
@@ -290,7 +306,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->P = dfg_setting_int(p, "prompts_per_step", 8);
     c->G = dfg_setting_int(p, "num_generations", 8);
     c->Lp = dfg_setting_int(p, "max_prompt_length", c->ds ? dfg_dataset_max_prompt_len(c->ds) : c->task.prompt_len);
-    c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_answer_len + 2);
+    c->max_new = dfg_setting_int(p, "max_completion_length", c->ds ? 256 : c->task.max_completion_len + 1);
     c->GA = dfg_setting_int(p, "gradient_accumulation_steps", 1);
     c->R = dfg_setting_int(p, "rollout_sub_batches", 1);
     int64_t world = dfg_setting_int(p, "world_size", 1);
@@ -355,10 +371,10 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->T = c->Lp + c->max_new;
     read_widths(c, buckets);
     if ((st = read_pwidths(p, c, pbuckets))) return st;
-    if ((st = read_tail(p, c, tail))) return st;
+    if ((st = read_tools(p, c)) || (st = read_tail(p, c, tail))) return st;
 
     dfg_model_config small = dfg_gpt2_config_default();
-    small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = dfg_vocab_size();
+    small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = c->ds ? dfg_vocab_size() : c->task.vocab_size;
     small.block_size = c->T > 0 && c->T < (1 << 20) ? (int)c->T : 1;
     st = dfg_model_config_from_settings(p, small, &c->model);
     if (!st) st = dfg_lora_config_from_settings(p, c->model.arch, &c->model.lora); /* PEFT's LoRA, QLoRA */
@@ -373,9 +389,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
                          "tasks' small models from scratch use 1e-3): --set learning_rate=... to change it");
 
     if (c->ds && ((st = check_dataset_vocab(p, c)) || (st = check_prompt_lengths(p, c)))) return st;
-    if (!c->ds && c->model.vocab_size < dfg_vocab_size())
-        return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the tasks' vocabulary (%d)",
-                                c->model.vocab_size, dfg_vocab_size());
+    if (!c->ds && c->model.vocab_size < c->task.vocab_size)
+        return dfg_program_fail(p, DFG_ERR_ARG, "vocab_size %d is smaller than the task's vocabulary (%d)",
+                                c->model.vocab_size, c->task.vocab_size);
     if (c->P < 1 || c->G < 2 || c->N > (1 << 20))
         return dfg_program_fail(p, DFG_ERR_ARG, "need prompts_per_step >= 1 and num_generations >= 2 (a group to "
                                 "compare), got %lld x %lld", (long long)c->P, (long long)c->G);

@@ -3,7 +3,8 @@
  * GRPO pipeline calls to write its prompts and score its rollouts.
  *
  * Vocabulary (15 ids):  0 PAD (printed '_'), 1 EOS (printed '$'), 2..11 the digits '0'..'9',
- * 12 '+', 13 '-', 14 '='. Every id a model emits is a valid index into it.
+ * 12 '+', 13 '-', 14 '='. Every id a model emits is a valid index into it. The calculator adds
+ * 15 '*' and 16 '@' (a tool call): its models have 17 ids (dfg_task.vocab_size), the others' 15.
  *
  * Tasks: every prompt of a task at a given size has the same length (the rollout decodes all
  * rows in lockstep), answers may be shorter than max_answer_len (add, sub) and end with EOS.
@@ -14,6 +15,13 @@
  *   sort     1..64   "31415="          "11345" (ascending)            d + 1       d
  *   add      1..18   "042+317="        "359"  (no leading zeros)      2d + 2      d + 1
  *   sub      1..18   "042-317="        "-275" ('-' when negative)     2d + 2      d + 1
+ *   calculator 1..9  "042*317="        "13314"                        2d + 2      2d
+ *
+ * The calculator is a multi-turn task with a tool (dfg_task_tool_turn): a policy that cannot
+ * multiply may call multiply(a, b) by ending a turn with "@042*317$"; the tool's answer "=13314="
+ * joins the row's context (tool tokens, which the loss leaves out), and the policy's next turn
+ * "13314$" is the answer. Its rewards score the completion's last turn: the tokens after the
+ * last '=' (all of them when there is none), so calling and answering earns what answering does.
  *
  * Operands are uniform digit strings (leading zeros kept in the prompt). Sums and differences
  * are written as numbers, without leading zeros ("0" for zero): answers then vary in length, so
@@ -70,6 +78,8 @@ typedef struct {
     int digits;         /* its size: digits of the string or of each operand */
     int prompt_len;     /* every prompt's length, '=' last */
     int max_answer_len; /* the longest answer (EOS not counted) */
+    int max_completion_len; /* the longest completion a right episode takes (EOS included; the calculator's call and tool answer) */
+    int vocab_size;     /* the ids its models need: 15, or 17 for the calculator */
     int kind;           /* internal: which task */
 } dfg_task;
 
@@ -81,6 +91,24 @@ dfg_status dfg_task_init(dfg_task *t, const char *name, int digits, char *err, s
  * with dfg_host_rand. */
 int dfg_task_sample(const dfg_task *t, uint64_t *rng, int32_t *prompt /* prompt_len */,
                     int32_t *answer /* max_answer_len */);
+
+/* The calculator's product: the digits of a (na digits) times b (nb), 1 .. 9 digits each, written
+ * to out without leading zeros ("0" for zero); returns its length, or -1 when an operand is empty,
+ * longer than 9 digits or holds a token that is no digit. */
+int dfg_calculator_product(const int32_t *a, int na, const int32_t *b, int nb, int32_t *out /* 18 */);
+
+/* The built-in tool environment of a task (the calculator's multiply; other tasks have no tools):
+ * given a turn the policy ended (turn[0 .. n-1], its EOS last when it has one), writes the tokens
+ * that follow a tool call into suffix (at most max) and returns how many, or 0 when the episode
+ * ends there (the turn is no call: TRL parses a malformed call as plain text too). A call the tool
+ * cannot run (an operand past 9 digits) still answers, "==" (the error), and counts in *failures;
+ * every call counts in *calls. A suffix longer than max returns max + 1 (the caller ends the row,
+ * as TRL drops a tool answer past max_completion_length). */
+int dfg_task_tool_turn(const dfg_task *t, const int32_t *turn, int n, int32_t *suffix, int max, int *calls,
+                       int *failures);
+/* Where the completion's last turn starts: after the last '=' of a calculator episode; 0 for
+ * the other tasks. */
+int dfg_task_last_turn(const dfg_task *t, const int32_t *completion, int n);
 
 /* ---------------------------------------------------------------- rewards
  * A reward scores one completion (n generated tokens) against the answer (answer_len tokens,
@@ -137,6 +165,8 @@ dfg_status dfg_grpo_rewards(dfg_host_ctx *ctx, int prompt_len, dfg_reward_fn fn,
 /* The same with a built-in reward by name (dfg_reward_by_name); an unknown name fails the
  * stage with the list of valid ones. */
 dfg_status dfg_grpo_rewards_kind(dfg_host_ctx *ctx, int prompt_len, const char *kind);
+/* The same for task t: the reward scores the completion's last turn (dfg_task_last_turn). */
+dfg_status dfg_grpo_rewards_task(dfg_host_ctx *ctx, const dfg_task *t, int prompt_len, const char *kind);
 
 #ifdef __cplusplus
 }

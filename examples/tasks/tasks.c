@@ -13,11 +13,14 @@
 /* ---------------------------------------------------------------- vocabulary */
 
 /* Index = token id. PAD and EOS print as '_' and '$' so a decoded row shows where they are. */
-static const char vocab_chars[] = "_$0123456789+-=";
+/* '*' and '@' (the calculator's product and tool call) come last: the other tasks' vocabulary
+ * stays the first 15 ids, and so do their models. */
+static const char vocab_chars[] = "_$0123456789+-=*@";
 #define VOCAB_SIZE ((int)sizeof(vocab_chars) - 1)
-enum { TOK_PLUS = 12, TOK_MINUS = 13, TOK_EQUALS = 14 };
+#define BASE_VOCAB_SIZE 15
+enum { TOK_PLUS = 12, TOK_MINUS = 13, TOK_EQUALS = 14, TOK_TIMES = 15, TOK_CALL = 16 };
 
-int dfg_vocab_size(void) { return VOCAB_SIZE; }
+int dfg_vocab_size(void) { return BASE_VOCAB_SIZE; }
 
 int32_t dfg_vocab_id(char c) {
     if (!c) return -1; /* strchr would find the terminator */
@@ -50,7 +53,7 @@ static inline int tok_digit(int32_t id) { return id >= DFG_VOCAB_DIGIT0 && id < 
 
 /* ---------------------------------------------------------------- tasks */
 
-typedef enum { TASK_COPY, TASK_REVERSE, TASK_SORT, TASK_ADD, TASK_SUB, TASK_COUNT } task_kind;
+typedef enum { TASK_COPY, TASK_REVERSE, TASK_SORT, TASK_ADD, TASK_SUB, TASK_CALCULATOR, TASK_COUNT } task_kind;
 
 typedef struct {
     const char *name;
@@ -64,6 +67,7 @@ static const task_info task_table[TASK_COUNT] = {
     [TASK_SORT] = {"sort", 64, false},
     [TASK_ADD] = {"add", 18, true},
     [TASK_SUB] = {"sub", 18, true},
+    [TASK_CALCULATOR] = {"calculator", 9, true}, /* products of 9-digit operands fit 64 bits */
 };
 
 dfg_status dfg_task_init(dfg_task *t, const char *name, int digits, char *err, size_t len) {
@@ -80,11 +84,16 @@ dfg_status dfg_task_init(dfg_task *t, const char *name, int digits, char *err, s
         t->name = ti->name;
         t->digits = digits;
         t->prompt_len = ti->two_operands ? 2 * digits + 2 : digits + 1;
-        t->max_answer_len = ti->two_operands ? digits + 1 : digits;
+        t->max_answer_len = k == TASK_CALCULATOR ? 2 * digits : ti->two_operands ? digits + 1 : digits;
+        /* the calculator's episode: "@a*b$" (the call), "=P=" (the tool's answer), "P$" */
+        t->max_completion_len = k == TASK_CALCULATOR ? (2 * digits + 3) + (t->max_answer_len + 2) + (t->max_answer_len + 1)
+                                                     : t->max_answer_len + 1;
+        t->vocab_size = k == TASK_CALCULATOR ? VOCAB_SIZE : BASE_VOCAB_SIZE;
         t->kind = k;
         return DFG_OK;
     }
-    if (err && len) snprintf(err, len, "unknown task '%s' (valid: copy, reverse, sort, add, sub)", name ? name : "(null)");
+    if (err && len)
+        snprintf(err, len, "unknown task '%s' (valid: copy, reverse, sort, add, sub, calculator)", name ? name : "(null)");
     return DFG_ERR_ARG;
 }
 
@@ -139,9 +148,10 @@ int dfg_task_sample(const dfg_task *t, uint64_t *rng, int32_t *prompt, int32_t *
     for (int i = 0; i < d; i++) prompt[i] = digit_tok(a[i]);
     if (task_table[t->kind].two_operands) {
         for (int i = 0; i < d; i++) b[i] = (int)(dfg_host_rand(rng) % 10u);
-        prompt[d] = t->kind == TASK_ADD ? TOK_PLUS : TOK_MINUS;
+        prompt[d] = t->kind == TASK_ADD ? TOK_PLUS : t->kind == TASK_SUB ? TOK_MINUS : TOK_TIMES;
         for (int i = 0; i < d; i++) prompt[d + 1 + i] = digit_tok(b[i]);
         prompt[2 * d + 1] = TOK_EQUALS;
+        if (t->kind == TASK_CALCULATOR) return dfg_calculator_product(prompt, d, prompt + d + 1, d, answer);
         return arith_answer(a, b, d, t->kind == TASK_SUB, answer);
     }
     prompt[d] = TOK_EQUALS;
@@ -261,6 +271,24 @@ dfg_status dfg_task_tensor(dfg_host_ctx *ctx, const char *name, dfg_dtype dt, in
     return DFG_OK;
 }
 
+/* The completion a right episode writes, and which of its tokens the policy writes (1) rather
+ * than a tool (0): the answer and EOS; the calculator's call "@a*b$", the tool's "=P=", "P$".
+ * Returns its length (at most t->max_completion_len). */
+static int right_episode(const dfg_task *t, const int32_t *prompt, const int32_t *answer, int L, int32_t *ep, float *m) {
+    int n = 0;
+    if (t->kind == TASK_CALCULATOR) {
+        ep[n] = TOK_CALL, m[n++] = 1.0f;
+        for (int i = 0; i < t->prompt_len - 1; i++) ep[n] = prompt[i], m[n++] = 1.0f; /* "a*b" */
+        ep[n] = DFG_VOCAB_EOS, m[n++] = 1.0f;
+        ep[n] = TOK_EQUALS, m[n++] = 0.0f;
+        for (int i = 0; i < L; i++) ep[n] = answer[i], m[n++] = 0.0f;
+        ep[n] = TOK_EQUALS, m[n++] = 0.0f;
+    }
+    for (int i = 0; i < L; i++) ep[n] = answer[i], m[n++] = 1.0f;
+    ep[n] = DFG_VOCAB_EOS, m[n++] = 1.0f;
+    return n;
+}
+
 dfg_status dfg_grpo_make_batch(dfg_host_ctx *ctx, const dfg_task *t, int prompts, int group) {
     return dfg_grpo_make_batch_padded(ctx, t, prompts, group, t ? t->prompt_len : 0);
 }
@@ -282,11 +310,11 @@ dfg_status dfg_grpo_make_batch_padded(dfg_host_ctx *ctx, const dfg_task *t, int 
         (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", false, &alen)) ||
         (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", pad == 0, &start)))
         return st;
-    int64_t T = tok.shape.d[1];
-    if (T < P + A + 1)
+    int64_t T = tok.shape.d[1], E = t->max_completion_len;
+    if (T < P + E)
         return dfg_host_fail(ctx, "tensor 'tokens' has T = %lld columns; task '%s' (digits %d) needs T >= prompt columns "
-                                  "%lld + max_answer_len %lld + 1 (EOS) = %lld",
-                             (long long)T, t->name, t->digits, (long long)P, (long long)A, (long long)(P + A + 1));
+                                  "%lld + its longest completion %lld = %lld",
+                             (long long)T, t->name, t->digits, (long long)P, (long long)E, (long long)(P + E));
     if ((st = dfg_task_tensor(ctx, "sft_tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", true, &sft)) ||
         (st = dfg_task_tensor(ctx, "sft_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", true, &smask)))
         return st;
@@ -307,15 +335,17 @@ dfg_status dfg_grpo_make_batch_padded(dfg_host_ctx *ctx, const dfg_task *t, int 
             for (int64_t i = 0; i < T; i++) row[i] = i >= pad && i < P ? prompt[i - pad] : DFG_VOCAB_PAD;
             for (int64_t i = 0; i < A; i++) arow[i] = i < L ? answer[i] : DFG_VOCAB_PAD;
             ((int32_t *)alen.data)[r] = L;
-            if (sft.data) {
-                int32_t *s = (int32_t *)sft.data + r * T;
-                for (int64_t i = 0; i < T; i++)
-                    s[i] = i < pad ? DFG_VOCAB_PAD : i < P ? prompt[i - pad] : i < P + L ? answer[i - P]
-                         : i == P + L ? DFG_VOCAB_EOS : DFG_VOCAB_PAD;
-            }
-            if (smask.data) {
-                float *m = (float *)smask.data + r * T;
-                for (int64_t i = 0; i < T; i++) m[i] = i >= P && i <= P + L ? 1.0f : 0.0f; /* answer and EOS */
+            if (sft.data || smask.data) {
+                int32_t ep[3 * DFG_TASK_MAX_ANSWER_LEN + 8];
+                float em[3 * DFG_TASK_MAX_ANSWER_LEN + 8];
+                int n_ep = right_episode(t, prompt, answer, L, ep, em);
+                for (int64_t i = 0; i < T; i++) {
+                    int64_t j = i - P; /* the episode's column */
+                    if (sft.data)
+                        ((int32_t *)sft.data)[r * T + i] = i < pad ? DFG_VOCAB_PAD : i < P ? prompt[i - pad]
+                                                         : j < n_ep ? ep[j] : DFG_VOCAB_PAD;
+                    if (smask.data) ((float *)smask.data)[r * T + i] = j >= 0 && j < n_ep ? em[j] : 0.0f;
+                }
             }
         }
     }
@@ -362,6 +392,25 @@ dfg_status dfg_grpo_rewards(dfg_host_ctx *ctx, int prompt_len, dfg_reward_fn fn,
     }
     free(completion);
     return DFG_OK;
+}
+
+/* A task's reward on the completion's last turn: user is the task, with the reward to call. */
+typedef struct {
+    const dfg_task *t;
+    dfg_reward_fn fn;
+} last_turn_reward;
+
+static float reward_last_turn(const int32_t *completion, int n, const int32_t *answer, int answer_len, void *user) {
+    const last_turn_reward *r = user;
+    int from = dfg_task_last_turn(r->t, completion, n);
+    return r->fn(completion + from, n - from, answer, answer_len, NULL);
+}
+
+dfg_status dfg_grpo_rewards_task(dfg_host_ctx *ctx, const dfg_task *t, int prompt_len, const char *kind) {
+    if (!ctx) return DFG_ERR_ARG;
+    last_turn_reward r = {t, dfg_reward_by_name(kind)};
+    if (!r.fn) return dfg_host_fail(ctx, "unknown reward '%s' (valid: %s)", kind ? kind : "(null)", dfg_reward_names());
+    return dfg_grpo_rewards(ctx, prompt_len, reward_last_turn, &r);
 }
 
 dfg_status dfg_grpo_rewards_kind(dfg_host_ctx *ctx, int prompt_len, const char *kind) {

@@ -450,6 +450,13 @@ typedef struct {
      * by the columns left (dfg_stage_until in chunks) cannot write past them */
     int64_t last_col;
 } dfg_grpo_rollout;
+/* The token each row draws from logits (N, 1, V) under s (the repetition penalty counts each row's
+ * tokens of r->tokens up to its r->pos: one column for every row, or one a row), as the step
+ * below draws it; and when logp is not NULL, *logp (N): each token's sampling log-prob, under the
+ * distribution it was drawn from when s truncates or penalises, else the whole distribution's at
+ * the temperature (what training computes, bit for bit under batch_invariant). */
+DFG_API dfg_tensor *dfg_grpo_draw(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, dfg_sampling s,
+                                  dfg_tensor **logp);
 /* One generation step given the next-token logits (N, 1, V): samples with s (dfg_sample_with; the
  * repetition penalty counts the row's tokens of columns 0 .. pos of `tokens`, but the pad id;
  * temperature <= 0 is greedy), writes the token at position pos + 1 (pad in a row already done)

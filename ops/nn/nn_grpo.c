@@ -316,6 +316,33 @@ static void write_rows_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, int64_
     dfg_slice_assign_at(g, dst, dfg_concat(g, parts, k, 0), 1, col);
 }
 
+dfg_tensor *dfg_grpo_draw(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, dfg_sampling s, dfg_tensor **logp) {
+    int64_t N = dfg_tensor_numel(r->done), all = dfg_tensor_shape(r->tokens).d[0];
+    dfg_tensor *draw0 = r->row0 || N != all || r->draw_row0 ? dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0) : NULL;
+    if (r->draw_row0) draw0 = dfg_add(g, draw0, r->draw_row0);
+    if (r->draw_rows) draw0 = draw0 ? dfg_add(g, r->draw_rows, draw0) : r->draw_rows; /* (N) each row's */
+    /* the penalty counts each row's tokens so far: its prompt and completion, columns 0 .. pos, the pads not */
+    dfg_shape ls = dfg_tensor_shape(logits);
+    int64_t V = ls.rank ? ls.d[ls.rank - 1] : 0;
+    bool penalty = s.repetition_penalty > 0.0f && s.repetition_penalty != 1.0f;
+    bool reshaped = penalty || (s.top_k > 0 && s.top_k < V) || (s.top_p > 0.0f && s.top_p < 1.0f) || s.min_p > 0.0f;
+    dfg_tensor *drawn_lp = NULL; /* (N, 1): the log-prob under what the token was drawn from */
+    dfg_sample_io io = {.row0 = draw0, .history_skip = r->pad, .logp = logp && reshaped ? &drawn_lp : NULL};
+    if (penalty)
+        io.history = N == all ? r->tokens : dfg_slice(g, r->tokens, 0, r->row0, N),
+        io.history_len = dfg_add_scalar(g, r->pos, 1.0f);
+    dfg_tensor *tok = dfg_sample_with(g, logits, r->rng, &s, &io); /* (N, 1) i32 */
+    if (!logp) return tok;
+    /* the sampler's log-prob (TRL's); untruncated, the one training computes, as training does */
+    *logp = drawn_lp ? dfg_reshape(g, drawn_lp, DFG_SHAPE(N)) : NULL;
+    if (!*logp) {
+        dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
+        if (s.temperature > 0.0f && s.temperature != 1.0f) z = dfg_scale(g, z, 1.0f / s.temperature);
+        *logp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
+    }
+    return tok;
+}
+
 dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_tensor *logits, dfg_sampling s,
                                 const int32_t *eos, int n_eos) {
     if (!g || !r) return DFG_ERR_ARG;
@@ -326,20 +353,8 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     if (r->row0 < 0 || r->row0 + N > all)
         return dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG, "dfg_grpo_sample_step: rows %lld .. %lld are not rows "
                                 "of the %lld sequences", (long long)r->row0, (long long)(r->row0 + N - 1), (long long)all);
-    dfg_tensor *draw0 = r->row0 || N != all || r->draw_row0 ? dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->row0) : NULL;
-    if (r->draw_row0) draw0 = dfg_add(g, draw0, r->draw_row0);
-    if (r->draw_rows) draw0 = draw0 ? dfg_add(g, r->draw_rows, draw0) : r->draw_rows; /* (N) each row's */
-    /* the penalty counts each row's tokens so far: its prompt and completion, columns 0 .. pos, the pads not */
-    dfg_shape ls = dfg_tensor_shape(logits);
-    int64_t V = ls.rank ? ls.d[ls.rank - 1] : 0;
-    bool penalty = s.repetition_penalty > 0.0f && s.repetition_penalty != 1.0f;
-    bool reshaped = penalty || (s.top_k > 0 && s.top_k < V) || (s.top_p > 0.0f && s.top_p < 1.0f) || s.min_p > 0.0f;
-    dfg_tensor *drawn_lp = NULL; /* (N, 1): the log-prob under what the token was drawn from */
-    dfg_sample_io io = {.row0 = draw0, .history_skip = r->pad, .logp = r->logp && reshaped ? &drawn_lp : NULL};
-    if (penalty)
-        io.history = N == all ? r->tokens : dfg_slice(g, r->tokens, 0, r->row0, N),
-        io.history_len = dfg_add_scalar(g, r->pos, 1.0f);
-    dfg_tensor *tok = dfg_sample_with(g, logits, r->rng, &s, &io); /* (N, 1) i32 */
+    dfg_tensor *lp = NULL; /* (N) */
+    dfg_tensor *tok = dfg_grpo_draw(g, r, logits, s, r->logp ? &lp : NULL); /* (N, 1) i32 */
     dfg_tensor *next = dfg_add_scalar(g, r->pos, 1.0f); /* where it goes */
     dfg_tensor *ok = NULL, *at_end = NULL; /* last_col: 1 while a column is left, 1 once none is */
     if (r->last_col > 0) {
@@ -353,15 +368,7 @@ dfg_status dfg_grpo_sample_step(dfg_graph *g, const dfg_grpo_rollout *r, dfg_ten
     /* a sequence counts its tokens up to and including its first EOS */
     dfg_tensor *counts = dfg_affine(g, r->done, -1.0f, 1.0f); /* (N) 1 - done */
     write_rows_at(g, r->mask, dfg_reshape(g, counts, DFG_SHAPE(N, 1)), r->row0, next, ok);
-    if (r->logp) { /* the sampler's log-prob (TRL's); untruncated, the one training computes, as training does */
-        dfg_tensor *lp = drawn_lp ? dfg_reshape(g, drawn_lp, DFG_SHAPE(N)) : NULL;
-        if (!lp) {
-            dfg_tensor *z = dfg_reshape(g, logits, DFG_SHAPE(N, -1)); /* (N, V) */
-            if (s.temperature > 0.0f && s.temperature != 1.0f) z = dfg_scale(g, z, 1.0f / s.temperature);
-            lp = dfg_take(g, dfg_log_softmax(g, z), dfg_reshape(g, tok, DFG_SHAPE(N))); /* (N) */
-        }
-        write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next, ok);
-    }
+    if (r->logp) write_rows_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, counts), DFG_SHAPE(N, 1)), r->row0, next, ok);
     tok = dfg_where(g, dfg_reshape(g, r->done, DFG_SHAPE(N, 1)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)r->pad), tok);
     write_rows_at(g, r->tokens, tok, r->row0, next, ok);
     dfg_tensor *is_eos = NULL; /* (N, 1) f32: 1 when tok is any of the EOS ids */

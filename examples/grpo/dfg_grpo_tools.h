@@ -1,0 +1,55 @@
+/* dfg_grpo_tools.h - multi-turn episodes with tools in the GRPO pipeline (grpo_tools.c), TRL's
+ * `tools=` semantics: a row that ends its turn with a tool call waits while the other rows decode;
+ * the host stage `tools` hands every waiting row's turn to the environment (the task's built-in
+ * tool, or the program of dfg run --env-cmd), writes the tool's answer (TRL's tool suffix) into the
+ * row's next columns, and the row decodes again, reading those tokens instead of sampling (their
+ * keys and values go into the cache as it reads them). Decode and tools loop (dfg_stage_loop)
+ * until every episode is over. Each row keeps its own column, so its tokens stay one contiguous
+ * sequence for training. tool_mask is 0 on the tools' tokens: the loss, KL, entropy and the
+ * token counts leave them out (TRL's loss_mask = completion_mask * tool_mask). */
+#ifndef DFG_GRPO_TOOLS_H
+#define DFG_GRPO_TOOLS_H
+
+#include "dfg_grpo_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    dfg_tensor *pos;       /* (N) i32 each row's column: where its last token is */
+    dfg_tensor *waiting;   /* (N) f32 1: the row ended its turn and waits for the tools stage */
+    dfg_tensor *forced_to; /* (N) f32 the last column of tool tokens the row reads instead of sampling (-1: none) */
+    dfg_tensor *tool_mask; /* (N, T) f32 1 on the policy's tokens, 0 on the tools' */
+    dfg_tensor *over;      /* () f32 1 once every episode of the step is over: the loop's end */
+    dfg_tensor *calls, *failures; /* () f32 the step's tool calls, and those that failed (the host adds) */
+} dfg_grpo_tools;
+
+/* The state above; its rollout-only parts live from prefill to the tools stage. */
+dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_tools *t);
+/* In prefill: every row at the prompt's last column, nothing waiting, tool_mask 1, no calls. */
+void dfg_grpo_tools_start(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t);
+/* One decode step of the multi-turn loop given the next-token logits (N, 1, V) f32: each row not
+ * done and not waiting writes its next token at its own next column (the tool's token there when
+ * the column is one, else a sampled one: its sampling log-prob, 0 for a tool's token as TRL's),
+ * a sampled EOS makes the row wait for the tools stage, a row that fills its last column is done
+ * (truncated), and r->finished is set once every row is done or waiting. r->pos is t->pos. */
+dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t,
+                               const dfg_grpo_rollout *r, dfg_tensor *logits);
+/* Adds the loop: decode .. tools until every episode is over (at most max_tool_rounds returns). */
+dfg_status dfg_grpo_tools_loop(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t, const char *decode);
+/* TRL's tools/call_frequency (the step's calls a row) and tools/failure_frequency (failed calls
+ * per call, 0 without calls), over every rank's rows. */
+void dfg_grpo_tools_metrics(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t);
+
+/* ---------------------------------------------------------------- the host
+ * The tools stage: answers every waiting row's turn (dfg_task_tool_turn for a built-in task, else
+ * the run's environment program, dfg_env_turns) and writes the answers into the rollout. */
+dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out);
+void dfg_grpo_turns_free(dfg_grpo_turns *t);
+dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,200 @@
+/* grpo_tools.c - multi-turn episodes with tools (dfg_grpo_tools.h): the decode step that keeps one
+ * column a row, the loop of decode and the tools stage, the tools' metrics, and the host stage
+ * that answers the turns. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfg_env.h"
+#include "dfg_grpo_tools.h"
+
+static dfg_tensor *rollout_state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s) {
+    return dfg_state(p, name, dt, s, DFG_ROLE_ROLLOUT, dfg_init_zeros());
+}
+
+dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_tools *t) {
+    t->pos = rollout_state(p, "gen.row_pos", DFG_I32, DFG_SHAPE(c->N));
+    t->waiting = rollout_state(p, "tools.waiting", DFG_F32, DFG_SHAPE(c->N));
+    t->forced_to = rollout_state(p, "tools.forced_to", DFG_F32, DFG_SHAPE(c->N));
+    t->tool_mask = rollout_state(p, "tool_mask", DFG_F32, DFG_SHAPE(c->N, c->T));
+    t->over = dfg_state(p, "tools.over", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    t->calls = dfg_state(p, "tools.calls", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    t->failures = dfg_state(p, "tools.failures", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    return dfg_program_status(p);
+}
+
+void dfg_grpo_tools_start(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t) {
+    dfg_assign_fill(g, t->pos, (float)(c->Lp - 1));
+    dfg_assign_fill(g, t->waiting, 0.0f);
+    dfg_assign_fill(g, t->forced_to, -1.0f);
+    dfg_assign_fill(g, t->tool_mask, 1.0f);
+    dfg_assign_fill(g, t->over, 0.0f);
+    dfg_assign_fill(g, t->calls, 0.0f);
+    dfg_assign_fill(g, t->failures, 0.0f);
+}
+
+/* dst[r, col[r]] = active[r] ? v[r] : what it holds: dst (N, T), v (N, 1), col (N) i32, active (N, 1) */
+static void write_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *v, dfg_tensor *col, dfg_tensor *active) {
+    dfg_tensor *now = dfg_slice_at(g, dst, 1, col, 1); /* (N, 1) */
+    dfg_slice_assign_at(g, dst, dfg_where(g, active, v, now), 1, col);
+}
+
+static dfg_tensor *scalar_f32(dfg_graph *g, float v) { return dfg_fill(g, DFG_F32, DFG_SCALAR, v); }
+
+dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t,
+                               const dfg_grpo_rollout *r, dfg_tensor *logits) {
+    int64_t N = c->N;
+    dfg_shape col1 = DFG_SHAPE(N, 1);
+    dfg_tensor *lp = NULL; /* (N) each drawn token's sampling log-prob */
+    dfg_tensor *drawn = dfg_grpo_draw(g, r, logits, dfg_grpo_sample_settings(c), r->logp ? &lp : NULL); /* (N, 1) i32 */
+    dfg_tensor *pos = dfg_cast(g, t->pos, DFG_F32);                    /* (N) */
+    dfg_tensor *room = dfg_affine(g, dfg_equal(g, pos, scalar_f32(g, (float)(c->T - 1))), -1.0f, 1.0f);
+    /* a row writes this step when its episode goes on, it is not waiting and a column is left */
+    dfg_tensor *active = dfg_mul(g, dfg_mul(g, dfg_affine(g, r->done, -1.0f, 1.0f), dfg_affine(g, t->waiting, -1.0f, 1.0f)), room);
+    dfg_tensor *next_f = dfg_minimum(g, dfg_add_scalar(g, pos, 1.0f), scalar_f32(g, (float)(c->T - 1)));
+    dfg_tensor *next = dfg_cast(g, next_f, DFG_I32); /* (N) */
+    /* a column the tools stage wrote: forced_to >= next */
+    dfg_tensor *forced = dfg_equal(g, dfg_maximum(g, t->forced_to, next_f), t->forced_to); /* (N) */
+    dfg_tensor *tok = dfg_where(g, dfg_reshape(g, forced, col1), dfg_slice_at(g, r->tokens, 1, next, 1), drawn);
+    dfg_tensor *act = dfg_reshape(g, active, col1);
+    write_at(g, r->tokens, tok, next, act);
+    write_at(g, r->mask, dfg_fill(g, DFG_F32, col1, 1.0f), next, act);
+    if (r->logp) /* TRL's logprobs hold 0.0 on the tools' tokens */
+        write_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, dfg_affine(g, forced, -1.0f, 1.0f)), col1), next, act);
+    dfg_tensor *is_eos = NULL; /* (N) */
+    for (int i = 0; i < c->n_eos; i++) {
+        dfg_tensor *hit = dfg_equal(g, dfg_reshape(g, tok, DFG_SHAPE(N)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)c->eos[i]));
+        is_eos = is_eos ? dfg_maximum(g, is_eos, hit) : hit;
+    }
+    /* a sampled EOS ends the turn: the tools stage decides whether the episode goes on */
+    dfg_tensor *ends = dfg_mul(g, dfg_mul(g, active, dfg_affine(g, forced, -1.0f, 1.0f)), is_eos);
+    dfg_tensor *waiting = dfg_maximum(g, t->waiting, ends);
+    /* a row that fills its last column without ending its turn is truncated: done */
+    dfg_tensor *filled = dfg_mul(g, dfg_mul(g, active, dfg_equal(g, next_f, scalar_f32(g, (float)(c->T - 1)))),
+                                 dfg_affine(g, ends, -1.0f, 1.0f));
+    dfg_tensor *done = dfg_maximum(g, r->done, filled);
+    dfg_assign(g, t->waiting, waiting);
+    dfg_assign(g, r->done, done);
+    dfg_assign(g, t->pos, dfg_where(g, active, next, t->pos));
+    dfg_assign(g, r->token, dfg_where(g, act, tok, r->token));
+    if (r->finished) { /* every row done or waiting: the sum of N ones, exact in f32 */
+        dfg_tensor *idle = dfg_sum(g, dfg_maximum(g, done, waiting), 0);
+        dfg_assign(g, r->finished, dfg_equal(g, idle, scalar_f32(g, (float)N)));
+    }
+    return dfg_graph_status(g);
+}
+
+dfg_status dfg_grpo_tools_loop(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t, const char *decode) {
+    dfg_status st = dfg_stage_host(p, "tools", "grpo_tools");
+    if (!st) st = dfg_stage_loop(p, decode, "tools", t->over, (int)(c->max_tool_rounds > 0 ? c->max_tool_rounds : 1));
+    return st;
+}
+
+void dfg_grpo_tools_metrics(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t) {
+    dfg_tensor *calls = dfg_grpo_world_reduce(g, t->calls, DFG_COLL_SUM, c->W);
+    dfg_tensor *failures = dfg_grpo_world_reduce(g, t->failures, DFG_COLL_SUM, c->W);
+    dfg_metric(g, "tools/call_frequency", dfg_scale(g, calls, 1.0f / (float)(c->N * c->W)));
+    dfg_metric(g, "tools/failure_frequency", dfg_div(g, failures, dfg_maximum(g, calls, scalar_f32(g, 1.0f))));
+}
+
+/* ---------------------------------------------------------------- the host */
+struct dfg_grpo_turns {
+    int64_t step;        /* the step the episodes are of (-1: none yet) */
+    int64_t rounds;      /* rounds of tool calls answered this step */
+    int64_t *turn_start; /* (N) the first column of each row's current turn */
+    dfg_env_turn *turns; /* (N) the ended turns of a round */
+    dfg_env_answer *answers;
+    int32_t *suffix;     /* (N, max_new + 1) each row's answer from a built-in tool */
+};
+
+dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out) {
+    dfg_grpo_turns *t = calloc(1, sizeof(*t));
+    if (t) {
+        t->step = -1;
+        t->turn_start = calloc((size_t)c->N, sizeof(int64_t));
+        t->turns = calloc((size_t)c->N, sizeof(dfg_env_turn));
+        t->answers = calloc((size_t)c->N, sizeof(dfg_env_answer));
+        t->suffix = calloc((size_t)c->N * (size_t)(c->max_new + 1), sizeof(int32_t));
+    }
+    if (!t || !t->turn_start || !t->turns || !t->answers || !t->suffix) {
+        dfg_grpo_turns_free(t);
+        return DFG_ERR_NOMEM;
+    }
+    *out = t;
+    return DFG_OK;
+}
+
+void dfg_grpo_turns_free(dfg_grpo_turns *t) {
+    if (!t) return;
+    free(t->turn_start), free(t->turns), free(t->answers), free(t->suffix);
+    free(t);
+}
+
+/* The round's answers from the task's built-in tool (an answer past the row's room ends it). */
+static void builtin_answers(dfg_grpo_config *c, dfg_grpo_turns *h, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const dfg_env_turn *q = &h->turns[i];
+        int32_t *at = h->suffix + q->row * (c->max_new + 1);
+        int max = (int)(q->room < c->max_new ? q->room : c->max_new), calls = 0, failures = 0;
+        int k = dfg_task_tool_turn(&c->task, q->turn_ids, (int)q->n_turn, at, max, &calls, &failures);
+        bool goes_on = k > 0 && k <= max;
+        h->answers[i] = (dfg_env_answer){.done = !goes_on, .suffix_ids = goes_on ? at : NULL, .n_suffix = goes_on ? k : 0,
+                                         .calls = calls, .failures = failures};
+    }
+}
+
+dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
+    dfg_grpo_turns *h = c->turns;
+    dfg_buffer tok, tmask, wait, done, pos, forced, over, calls, fails;
+    const char *names[9] = {"tokens", "tool_mask", "tools.waiting", "gen.done", "gen.row_pos", "tools.forced_to",
+                            "tools.over", "tools.calls", "tools.failures"};
+    dfg_buffer *bufs[9] = {&tok, &tmask, &wait, &done, &pos, &forced, &over, &calls, &fails};
+    for (int i = 0; i < 9; i++)
+        if (dfg_host_buffer(ctx, names[i], bufs[i])) return dfg_host_fail(ctx, "tools: the plan has no tensor '%s'", names[i]);
+    int32_t *tokens = tok.data, *col = pos.data;
+    float *tm = tmask.data, *w = wait.data, *d = done.data, *f = forced.data;
+    int64_t N = c->N, T = c->T, step = dfg_host_step(ctx);
+    if (h->step != step) { /* a new step: every row's first turn starts after the prompt */
+        h->step = step, h->rounds = 0;
+        for (int64_t r = 0; r < N; r++) h->turn_start[r] = c->Lp;
+    }
+    int64_t n = 0;
+    for (int64_t r = 0; r < N; r++)
+        if (w[r] != 0.0f && d[r] == 0.0f)
+            h->turns[n++] = (dfg_env_turn){.row = r, .turn_ids = tokens + r * T + h->turn_start[r],
+                                           .n_turn = col[r] + 1 - h->turn_start[r], .room = T - 1 - col[r]};
+    for (int64_t i = 0; i < n; i++) h->answers[i] = (dfg_env_answer){.done = 1};
+    bool call = n > 0 && h->rounds < c->max_tool_rounds; /* past the rounds TRL allows, turns are final */
+    if (call) {
+        if (!c->ds) builtin_answers(c, h, n);
+        else {
+            dfg_env_source *env = dfg_host_env_source(ctx);
+            char err[512];
+            if (!env) return dfg_host_fail(ctx, "tools: this plan's episodes call tools, and the run has no environment "
+                                                "program (dfg run --env-cmd '...')");
+            if (dfg_env_turns(env, h->turns, n, step, h->answers, err, sizeof(err))) return dfg_host_fail(ctx, "%s", err);
+        }
+        h->rounds++;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const dfg_env_turn *q = &h->turns[i];
+        const dfg_env_answer *a = &h->answers[i];
+        int64_t r = q->row;
+        ((float *)calls.data)[0] += (float)a->calls, ((float *)fails.data)[0] += (float)a->failures;
+        w[r] = 0.0f;
+        if (a->done || a->n_suffix < 1 || a->n_suffix > q->room) { /* TRL drops a tool answer past the budget */
+            d[r] = 1.0f;
+            continue;
+        }
+        for (int64_t k = 0; k < a->n_suffix; k++) {
+            tokens[r * T + col[r] + 1 + k] = a->suffix_ids[k];
+            tm[r * T + col[r] + 1 + k] = 0.0f;
+        }
+        f[r] = (float)(col[r] + a->n_suffix);
+        h->turn_start[r] = col[r] + a->n_suffix + 1;
+    }
+    float all = 1.0f;
+    for (int64_t r = 0; r < N; r++) all = d[r] != 0.0f ? all : 0.0f;
+    ((float *)over.data)[0] = all;
+    return DFG_OK;
+}
