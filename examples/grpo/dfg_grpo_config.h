@@ -49,6 +49,7 @@ typedef struct {
     /* multi-turn episodes with tools (the calculator's, or tools=...): one decode column a row,
      * decode and tools looping until every episode is over, at most max_tool_rounds rounds of calls */
     bool tools;
+    int n_tools; /* the tools an environment program serves (tools=...); 0: the task's built-in tool */
     int64_t max_tool_rounds;
     dfg_grpo_turns *turns; /* the host's view of the step's episodes (grpo_tools.c), made at run start */
     bool invariant;  /* batch_invariant: decode's log-probs equal training's bit for bit; no old stage after sampling */

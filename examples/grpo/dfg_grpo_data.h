@@ -53,6 +53,7 @@ typedef struct {
     const dfg_dataset *ds;    /* with rows (P): the rows' index and fields; NULL: a built-in task */
     const int64_t *rows;
     int64_t *all_null_steps;  /* optional: steps so far with a row no function applied to (warned for the first 3) */
+    const char *const *messages; /* (N) each row's conversation from the environment program (JSON), or NULL */
 } dfg_grpo_reward_opts;
 
 /* Scores the rollout with src and writes "rewards" (and "reward_values" when present): each row's

@@ -44,10 +44,18 @@ void dfg_grpo_tools_metrics(dfg_graph *g, const dfg_grpo_config *c, const dfg_gr
 
 /* ---------------------------------------------------------------- the host
  * The tools stage: answers every waiting row's turn (dfg_task_tool_turn for a built-in task, else
- * the run's environment program, dfg_env_turns) and writes the answers into the rollout. */
+ * the run's environment program, dfg_env_turns: a row the budget ended, and a turn past
+ * max_tool_calling_iterations, go to it as the episode's last, so that its record is whole) and
+ * writes the answers into the rollout. */
 dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out);
 void dfg_grpo_turns_free(dfg_grpo_turns *t);
 dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c);
+/* In the data stage, when an environment program serves the episodes: a new episode for every
+ * row (dfg_env_reset; a prompt reset changed goes into the row, left-padded). */
+dfg_status dfg_grpo_tools_reset(dfg_host_ctx *ctx, dfg_grpo_config *c);
+/* The step's conversations as the program recorded them (N JSON texts), once its episodes are
+ * over; NULL with a built-in tool. */
+const char *const *dfg_grpo_turns_messages(const dfg_grpo_turns *t);
 
 #ifdef __cplusplus
 }

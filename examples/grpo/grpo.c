@@ -809,10 +809,14 @@ dfg_status grpo_data(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
     if (c->rollouts_only[0]) /* dfg run refuses such a plan without --rollouts; another caller may not */
         return dfg_host_fail(ctx, "this plan trains only on fixed rollouts: %s", c->rollouts_only);
-    if (!c->ds) return dfg_grpo_make_batch_padded(ctx, &c->task, (int)c->P, (int)c->G, (int)c->Lp);
-    dfg_grpo_data_opts o = {.prompts = c->P, .group = c->G, .prompt_len = c->Lp, .pad_id = c->pad_id,
-                            .shuffle = c->shuffle, .truncate_left = c->truncate_left};
-    return dfg_grpo_dataset_batch(ctx, c->ds, &o, c->ds_rows);
+    dfg_status st;
+    if (!c->ds) st = dfg_grpo_make_batch_padded(ctx, &c->task, (int)c->P, (int)c->G, (int)c->Lp);
+    else {
+        dfg_grpo_data_opts o = {.prompts = c->P, .group = c->G, .prompt_len = c->Lp, .pad_id = c->pad_id,
+                                .shuffle = c->shuffle, .truncate_left = c->truncate_left};
+        st = dfg_grpo_dataset_batch(ctx, c->ds, &o, c->ds_rows);
+    }
+    return st || !c->tools ? st : dfg_grpo_tools_reset(ctx, c); /* a new episode for every row */
 }
 
 /* The tools stage of a multi-turn rollout: answers the turns that ended (grpo_tools.c). */
@@ -822,6 +826,7 @@ dfg_status grpo_reward(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
     if (strcmp(c->reward, "external")) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
     dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
-                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps};
+                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps,
+                              .messages = c->tools ? dfg_grpo_turns_messages(c->turns) : NULL};
     return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);
 }

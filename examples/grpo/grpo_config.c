@@ -143,6 +143,7 @@ static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, int padded) {
 static dfg_status read_tools(dfg_program *p, dfg_grpo_config *c) {
     int named = dfg_setting_list(p, "tools", "");
     c->tools = named > 0 || (!c->ds && c->task.name && !strcmp(c->task.name, "calculator"));
+    c->n_tools = named;
     /* TRL's None: no limit but the budget; each round adds a token at least, so max_new bounds it */
     c->max_tool_rounds = dfg_setting_int(p, "max_tool_calling_iterations", c->max_new);
     if (c->max_tool_rounds > c->max_new) c->max_tool_rounds = c->max_new;

@@ -116,15 +116,12 @@ static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, re
         int32_t *c = s->completion + r * T;
         int64_t n = 0, s0 = start.data ? ((const int32_t *)start.data)[r] : 0;
         if (s0 < 0 || s0 >= Lp) return dfg_host_fail(ctx, "prompt_start[%lld] = %lld is outside 0 .. %lld", (long long)r, (long long)s0, (long long)(Lp - 1));
-        bool eos = false;
         for (int64_t i = Lp; i < T; i++)
-            if (m[i] != 0.0f) {
-                c[n++] = row[i];
-                eos = eos || is_eos(row[i], o);
-            }
+            if (m[i] != 0.0f) c[n++] = row[i];
+        bool eos = n > 0 && is_eos(c[n - 1], o); /* a multi-turn completion has its turns' EOS before its last */
         dfg_reward_row *w = &s->rows[r];
         *w = (dfg_reward_row){.prompt_ids = row + s0, .n_prompt = Lp - s0, .completion_ids = c, .n_completion = n,
-                              .truncated = !eos, .index = -1, .fields = "{}"};
+                              .truncated = !eos, .index = -1, .fields = "{}", .messages = o->messages ? o->messages[r] : NULL};
         if (o->ds && o->rows) {
             w->index = o->rows[r / o->group];
             w->fields = dfg_dataset_fields(o->ds, w->index);

@@ -99,24 +99,39 @@ void dfg_grpo_tools_metrics(dfg_graph *g, const dfg_grpo_config *c, const dfg_gr
 
 /* ---------------------------------------------------------------- the host */
 struct dfg_grpo_turns {
+    int64_t n;           /* N rows */
     int64_t step;        /* the step the episodes are of (-1: none yet) */
     int64_t rounds;      /* rounds of tool calls answered this step */
     int64_t *turn_start; /* (N) the first column of each row's current turn */
+    bool *told;          /* (N) the environment program has the row's last turn */
     dfg_env_turn *turns; /* (N) the ended turns of a round */
     dfg_env_answer *answers;
     int32_t *suffix;     /* (N, max_new + 1) each row's answer from a built-in tool */
+    dfg_env_row *rows;   /* (N) reset's rows */
+    dfg_env_prompt *prompts;
+    float *env_rewards;  /* (N) finish's */
+    char **messages;     /* (N) each row's conversation from the environment program, for the rewards */
+    const char **given;  /* (N) finish's messages, valid until the program's next call */
+    bool finished;       /* this step's episodes are finished (messages hold them) */
 };
 
 dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out) {
     dfg_grpo_turns *t = calloc(1, sizeof(*t));
     if (t) {
-        t->step = -1;
+        t->n = c->N, t->step = -1;
         t->turn_start = calloc((size_t)c->N, sizeof(int64_t));
+        t->told = calloc((size_t)c->N, sizeof(bool));
         t->turns = calloc((size_t)c->N, sizeof(dfg_env_turn));
         t->answers = calloc((size_t)c->N, sizeof(dfg_env_answer));
         t->suffix = calloc((size_t)c->N * (size_t)(c->max_new + 1), sizeof(int32_t));
+        t->rows = calloc((size_t)c->N, sizeof(dfg_env_row));
+        t->prompts = calloc((size_t)c->N, sizeof(dfg_env_prompt));
+        t->env_rewards = calloc((size_t)c->N, sizeof(float));
+        t->messages = calloc((size_t)c->N, sizeof(char *));
+        t->given = calloc((size_t)c->N, sizeof(char *));
     }
-    if (!t || !t->turn_start || !t->turns || !t->answers || !t->suffix) {
+    if (!t || !t->turn_start || !t->told || !t->turns || !t->answers || !t->suffix || !t->rows || !t->prompts ||
+        !t->env_rewards || !t->messages || !t->given) {
         dfg_grpo_turns_free(t);
         return DFG_ERR_NOMEM;
     }
@@ -124,10 +139,88 @@ dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out) {
     return DFG_OK;
 }
 
+static void forget_messages(dfg_grpo_turns *t) {
+    for (int64_t r = 0; t->messages && r < t->n; r++) free(t->messages[r]), t->messages[r] = NULL;
+    t->finished = false;
+}
+
 void dfg_grpo_turns_free(dfg_grpo_turns *t) {
     if (!t) return;
-    free(t->turn_start), free(t->turns), free(t->answers), free(t->suffix);
+    forget_messages(t);
+    free(t->turn_start), free(t->told), free(t->turns), free(t->answers), free(t->suffix);
+    free(t->rows), free(t->prompts), free(t->env_rewards), free(t->messages), free(t->given);
     free(t);
+}
+
+const char *const *dfg_grpo_turns_messages(const dfg_grpo_turns *t) {
+    return t && t->finished ? (const char *const *)t->messages : NULL;
+}
+
+/* Does this plan's episodes call an environment program (else the task's built-in tool)? */
+static bool uses_program(const dfg_grpo_config *c) { return c->ds || c->n_tools > 0; }
+
+/* The run's environment program, or NULL after failing the stage with what to add. */
+static dfg_env_source *program(dfg_host_ctx *ctx) {
+    dfg_env_source *env = dfg_host_env_source(ctx);
+    if (!env)
+        dfg_host_fail(ctx, "this plan's episodes call tools, and the run has no environment program: add "
+                           "--env-cmd '...' (tools/env_server.py --list prints it)");
+    else if (dfg_env_source_has_reward(env))
+        dfg_host_fail(ctx, "%s scores episodes itself (%s.get_reward), which dfg does not take yet: score them with a "
+                           "reward function of --reward-cmd", dfg_env_source_desc(env), dfg_env_source_reward_name(env));
+    return env && !dfg_env_source_has_reward(env) ? env : NULL;
+}
+
+/* A new prompt from reset, left-padded into row r's Lp prompt columns (cut from the left with
+ * truncate_prompts=left, else refused). */
+static dfg_status place_prompt(dfg_host_ctx *ctx, const dfg_grpo_config *c, int64_t r, const dfg_env_prompt *np,
+                               int32_t *tokens, int32_t *start) {
+    int64_t n = np->n_prompt, cut = n > c->Lp ? n - c->Lp : 0;
+    if (cut && !c->truncate_left)
+        return dfg_host_fail(ctx, "the environment's reset made row %lld's prompt %lld tokens, longer than "
+                                  "max_prompt_length %lld (truncate_prompts=left cuts it)",
+                             (long long)r, (long long)n, (long long)c->Lp);
+    int64_t T = c->T, s0 = c->Lp - (n - cut);
+    for (int64_t i = 0; i < c->Lp; i++) tokens[r * T + i] = i < s0 ? c->pad_id : np->prompt_ids[cut + i - s0];
+    start[r] = (int32_t)s0;
+    return DFG_OK;
+}
+
+dfg_status dfg_grpo_tools_reset(dfg_host_ctx *ctx, dfg_grpo_config *c) {
+    dfg_grpo_turns *h = c->turns;
+    forget_messages(h);
+    if (!uses_program(c)) return DFG_OK;
+    dfg_env_source *env = program(ctx);
+    if (!env) return DFG_ERR_ARG;
+    dfg_buffer tok, start;
+    if (dfg_host_buffer(ctx, "tokens", &tok) || dfg_host_buffer(ctx, "prompt_start", &start))
+        return dfg_host_fail(ctx, "tools: the plan has no 'tokens' or 'prompt_start'");
+    int32_t *tokens = tok.data, *s0 = start.data;
+    for (int64_t r = 0; r < c->N; r++) {
+        int64_t index = c->ds_rows ? c->ds_rows[r / c->G] : -1;
+        h->rows[r] = (dfg_env_row){.prompt_ids = tokens + r * c->T + s0[r], .n_prompt = c->Lp - s0[r], .index = index,
+                                   .fields = c->ds && index >= 0 ? dfg_dataset_fields(c->ds, index) : "{}"};
+    }
+    char err[512];
+    if (dfg_env_reset(env, h->rows, c->N, dfg_host_step(ctx), h->prompts, err, sizeof(err))) return dfg_host_fail(ctx, "%s", err);
+    for (int64_t r = 0; r < c->N; r++) {
+        const dfg_env_prompt *np = &h->prompts[r];
+        for (int64_t i = 0; np->prompt_ids && i < np->n_prompt; i++)
+            if (np->prompt_ids[i] < 0 || np->prompt_ids[i] >= c->model.vocab_size)
+                return dfg_host_fail(ctx, "the environment's reset gave row %lld token %d, outside the vocabulary of %d",
+                                     (long long)r, np->prompt_ids[i], c->model.vocab_size);
+        dfg_status st = np->prompt_ids ? place_prompt(ctx, c, r, np, tokens, s0) : DFG_OK;
+        if (st) return st;
+    }
+    /* a group computes its prompt once (share_prompts): its rows' prompts must stay one */
+    for (int64_t r = 0; c->share_prompts && r < c->N; r++) {
+        int64_t first = r - r % c->G;
+        if (s0[r] != s0[first] || memcmp(tokens + r * c->T, tokens + first * c->T, sizeof(int32_t) * (size_t)c->Lp))
+            return dfg_host_fail(ctx, "the environment's reset gave rows %lld and %lld of one group different prompts; this "
+                                      "plan computes a group's prompt once (compile with --set share_prompts=false)",
+                                 (long long)first, (long long)r);
+    }
+    return DFG_OK;
 }
 
 /* The round's answers from the task's built-in tool (an answer past the row's room ends it). */
@@ -136,11 +229,33 @@ static void builtin_answers(dfg_grpo_config *c, dfg_grpo_turns *h, int64_t n) {
         const dfg_env_turn *q = &h->turns[i];
         int32_t *at = h->suffix + q->row * (c->max_new + 1);
         int max = (int)(q->room < c->max_new ? q->room : c->max_new), calls = 0, failures = 0;
-        int k = dfg_task_tool_turn(&c->task, q->turn_ids, (int)q->n_turn, at, max, &calls, &failures);
+        int k = q->last ? 0 : dfg_task_tool_turn(&c->task, q->turn_ids, (int)q->n_turn, at, max, &calls, &failures);
         bool goes_on = k > 0 && k <= max;
         h->answers[i] = (dfg_env_answer){.done = !goes_on, .suffix_ids = goes_on ? at : NULL, .n_suffix = goes_on ? k : 0,
                                          .calls = calls, .failures = failures};
     }
+}
+
+/* The program's answers, checked against the vocabulary; and once every episode is over, its
+ * record of them (the messages the reward functions get). */
+static dfg_status program_answers(dfg_host_ctx *ctx, dfg_grpo_config *c, dfg_grpo_turns *h, int64_t n, bool over) {
+    dfg_env_source *env = program(ctx);
+    char err[512];
+    if (!env) return DFG_ERR_ARG;
+    int64_t step = dfg_host_step(ctx);
+    if (n && dfg_env_turns(env, h->turns, n, step, h->answers, err, sizeof(err))) return dfg_host_fail(ctx, "%s", err);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t k = 0; !h->answers[i].done && k < h->answers[i].n_suffix; k++)
+            if (h->answers[i].suffix_ids[k] < 0 || h->answers[i].suffix_ids[k] >= c->model.vocab_size)
+                return dfg_host_fail(ctx, "step %lld: the environment answered row %lld with token %d, outside the "
+                                          "vocabulary of %d", (long long)step + 1, (long long)h->turns[i].row,
+                                     h->answers[i].suffix_ids[k], c->model.vocab_size);
+    if (!over) return DFG_OK;
+    if (dfg_env_finish(env, c->N, step, h->env_rewards, h->given, err, sizeof(err))) return dfg_host_fail(ctx, "%s", err);
+    for (int64_t r = 0; r < c->N; r++)
+        if (h->given[r] && !(h->messages[r] = strdup(h->given[r]))) return dfg_host_fail(ctx, "tools: out of memory");
+    h->finished = true;
+    return DFG_OK;
 }
 
 dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
@@ -156,32 +271,30 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     int64_t N = c->N, T = c->T, step = dfg_host_step(ctx);
     if (h->step != step) { /* a new step: every row's first turn starts after the prompt */
         h->step = step, h->rounds = 0;
-        for (int64_t r = 0; r < N; r++) h->turn_start[r] = c->Lp;
+        for (int64_t r = 0; r < N; r++) h->turn_start[r] = c->Lp, h->told[r] = false;
     }
+    /* past the rounds TRL allows, a turn is the episode's last: the program records it, runs nothing */
+    bool last_round = h->rounds >= c->max_tool_rounds, program_serves = uses_program(c);
     int64_t n = 0;
-    for (int64_t r = 0; r < N; r++)
-        if (w[r] != 0.0f && d[r] == 0.0f)
+    for (int64_t r = 0; r < N; r++) {
+        bool ended = w[r] != 0.0f && d[r] == 0.0f;
+        bool cut = d[r] != 0.0f && !h->told[r] && program_serves; /* the budget ended it: the record needs its turn */
+        if (ended || cut)
             h->turns[n++] = (dfg_env_turn){.row = r, .turn_ids = tokens + r * T + h->turn_start[r],
-                                           .n_turn = col[r] + 1 - h->turn_start[r], .room = T - 1 - col[r]};
-    for (int64_t i = 0; i < n; i++) h->answers[i] = (dfg_env_answer){.done = 1};
-    bool call = n > 0 && h->rounds < c->max_tool_rounds; /* past the rounds TRL allows, turns are final */
-    if (call) {
-        if (!c->ds) builtin_answers(c, h, n);
-        else {
-            dfg_env_source *env = dfg_host_env_source(ctx);
-            char err[512];
-            if (!env) return dfg_host_fail(ctx, "tools: this plan's episodes call tools, and the run has no environment "
-                                                "program (dfg run --env-cmd '...')");
-            if (dfg_env_turns(env, h->turns, n, step, h->answers, err, sizeof(err))) return dfg_host_fail(ctx, "%s", err);
-        }
-        h->rounds++;
+                                           .n_turn = col[r] + 1 - h->turn_start[r], .room = T - 1 - col[r],
+                                           .last = cut || last_round};
     }
+    dfg_status st = !program_serves ? (builtin_answers(c, h, n), DFG_OK) : program_answers(ctx, c, h, n, false);
+    if (st) return st;
+    if (n) h->rounds++;
+    bool all = true;
     for (int64_t i = 0; i < n; i++) {
         const dfg_env_turn *q = &h->turns[i];
         const dfg_env_answer *a = &h->answers[i];
         int64_t r = q->row;
         ((float *)calls.data)[0] += (float)a->calls, ((float *)fails.data)[0] += (float)a->failures;
         w[r] = 0.0f;
+        h->told[r] = true;
         if (a->done || a->n_suffix < 1 || a->n_suffix > q->room) { /* TRL drops a tool answer past the budget */
             d[r] = 1.0f;
             continue;
@@ -192,9 +305,10 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
         }
         f[r] = (float)(col[r] + a->n_suffix);
         h->turn_start[r] = col[r] + a->n_suffix + 1;
+        h->told[r] = false;
     }
-    float all = 1.0f;
-    for (int64_t r = 0; r < N; r++) all = d[r] != 0.0f ? all : 0.0f;
-    ((float *)over.data)[0] = all;
+    for (int64_t r = 0; r < N; r++) all = all && d[r] != 0.0f;
+    if (all && program_serves && (st = program_answers(ctx, c, h, 0, true))) return st;
+    ((float *)over.data)[0] = all ? 1.0f : 0.0f;
     return DFG_OK;
 }

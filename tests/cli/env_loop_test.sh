@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# env_loop_test.sh - a multi-turn GRPO plan whose tools an environment program serves (issue 39;
+# docs/agents.md): dfg run --env-cmd with tests/cli/fake_env.py (standard library only) over a
+# dataset in the digit vocabulary. Checked: the plan refuses to run without the program, saying
+# what to add; every step resets every row and finishes; every ended turn reaches the program once,
+# the budget's and the last round's marked last; the tool's answers are in the rollout with
+# tool_mask 0 there; tools/call_frequency is the calls the program counted; and the reward program
+# gets each row's conversation (its "messages").
+# Usage: env_loop_test.sh DFG SOURCE_DIR
+DFG="$1"
+SRC="$2"
+GRPO="$SRC/examples/grpo/grpo.c"
+HERE="$SRC/tests/cli"
+# shellcheck source=testlib.sh
+. "$HERE/testlib.sh"
+testlib_begin env_loop
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+"$PY" - >calc.jsonl <<'PYEOF'
+import json
+V = "_$0123456789+-=*@"
+for a, b in [(12, 34), (56, 78), (90, 11), (23, 45)]:
+    print(json.dumps({"prompt_ids": [V.index(c) for c in f"{a}*{b}="]}))
+PYEOF
+
+run "$DFG" compile "$GRPO" --set dataset=calc.jsonl --set tools=multiply --set reward_funcs=turns --set vocab_size=17 \
+  --set prompts_per_step=4 --set num_generations=2 --set max_completion_length=12 -o env.dfg
+expect_rc 0 "compile a plan with tools=multiply over a dataset"
+
+run "$DFG" run env.dfg --steps 1 --reward-cmd "$PY $HERE/messages_reward.py"
+if [ "$rc" -ne 0 ]; then ok "no --env-cmd: refused (exit $rc)"; else fail "no --env-cmd: the run went on"; fi
+expect_in err.txt "--env-cmd" "the refusal says what to add"
+
+FAKE_ENV_LOG=env.log run "$DFG" run env.dfg --steps 2 --seed 5 --reward-cmd "$PY $HERE/messages_reward.py" \
+  --env-cmd "$PY $HERE/fake_env.py" --metrics m.jsonl --dump d.safetensors
+expect_rc 0 "two steps with the environment program"
+
+"$PY" - >check.txt 2>&1 <<'PYEOF'
+import json, struct
+reqs = [json.loads(l) for l in open("env.log")]
+kinds = [r["type"] for r in reqs]
+assert kinds.count("reset") == 2 and kinds.count("finish") == 2, kinds
+assert kinds[0] == "reset" and kinds[-1] == "finish", kinds
+N = 8
+for step in (0, 1):
+    rs = [r for r in reqs if r["step"] == step]
+    assert rs[0]["type"] == "reset" and len(rs[0]["rows"]) == N, rs[0]
+    assert rs[-1]["type"] == "finish" and rs[-1]["n"] == N, rs[-1]
+    ended = {}
+    for r in rs:
+        if r["type"] != "turns":
+            continue
+        rows = [t["row"] for t in r["turns"]]
+        assert len(rows) == len(set(rows)), "a row twice in one request: %s" % rows
+        for t in r["turns"]:
+            ended.setdefault(t["row"], []).append(t)
+    assert sorted(ended) == list(range(N)), "rows whose turns never reached the program: %s" % sorted(ended)
+    for row, ts in ended.items():
+        # fake_env answers a row's first EOS-ended turn with a call; every later one ends it
+        assert len(ts) <= 2, (row, ts)
+        if ts[0]["ids"][-1] != 1:
+            assert ts[0]["last"], ("a turn the budget ended goes as the last", row, ts)
+
+# the rollout: every answer of the tool, "=" digits "=", sits after its call with tool_mask 0
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        fmt = {"F32": "f", "I32": "i"}[v["dtype"]]
+        vals = struct.unpack("<%d%s" % ((e - s) // 4, fmt), b[8 + n + s:8 + n + e])
+        cols = v["shape"][-1] if v["shape"] else 1
+        out[k] = [list(vals[i:i + cols]) for i in range(0, len(vals), cols)]
+    return out
+d = load("d.safetensors")
+V = "_$0123456789+-=*@"
+calls = 0
+last = [r for r in reqs if r["step"] == 1]
+first_turn = {}
+for r in last:
+    if r["type"] == "turns":
+        for t in r["turns"]:
+            first_turn.setdefault(t["row"], t)
+for row in range(N):
+    toks, tm = d["tokens"][row], d["tool_mask"][row]
+    t = first_turn[row]
+    zero = [i for i, x in enumerate(tm) if x == 0.0]
+    if t["ids"][-1] == 1 and not t["last"]:
+        want = "=%d=" % (7 * len(t["ids"]))
+        if len(want) <= t["room"]:
+            calls += 1
+            got = "".join(V[toks[i]] for i in zero)
+            assert got == want, (row, got, want)
+            assert zero == list(range(zero[0], zero[0] + len(zero))), (row, zero)
+            continue
+    assert not zero, ("tool_mask 0 without a tool answer", row, zero)
+m = [json.loads(l) for l in open("m.jsonl")][-1]
+assert abs(m["tools/call_frequency"] - calls / N) < 1e-6, (m["tools/call_frequency"], calls, N)
+assert calls > 0, "no call in the checked step"
+# the reward is each row's count of assistant messages: 1 or 2, never null
+assert 1.0 <= m["reward"] <= 2.0, m["reward"]
+print("checked: %d calls of %d rows in step 2, reward %.3f" % (calls, N, m["reward"]))
+PYEOF
+if [ $? -eq 0 ]; then ok "$(tail -1 check.txt)"; else fail "the program's requests, the rollout and the metrics: $(tail -3 check.txt)"; fi
+
+testlib_end
