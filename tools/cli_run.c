@@ -682,6 +682,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc) rc = cli_run_open_reward(a, p, &reward);
     dfg_env_source *env = NULL; /* DFG_ENV_SERVICE: a plan with tools */
     if (!rc) rc = cli_run_open_env(a, p, &env);
+    if (!rc) rc = cli_run_check_sources(a, p, reward, env);
     dfg_service services[2];
     int n_services = 0;
     if (reward) services[n_services++] = (dfg_service){DFG_REWARD_SERVICE, reward};

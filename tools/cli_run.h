@@ -40,6 +40,10 @@ int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_sour
  * setting tools: what the host stages reach as the service DFG_ENV_SERVICE. An exit code after
  * one line. */
 int cli_run_open_env(const run_args *r, const dfg_program *p, dfg_env_source **out);
+/* The plan's reward_funcs against the reward source's functions and the environment program's
+ * episode reward (its last, when it scores episodes); also refuses a plan with no reward at all. */
+int cli_run_check_sources(const run_args *r, const dfg_program *p, const dfg_reward_source *reward,
+                          const dfg_env_source *env);
 
 /* The program's name as the user typed it (argv[0]: "dfg", "build/dfg"), for the commands a run
  * prints; set by main. */

@@ -21,7 +21,8 @@ static int check_reward_source(const run_args *r, const dfg_program *p) {
         return cli_error(CMD, CLI_USAGE, "%s: this plan scores with the built-in reward '%s'; compile it with --set "
                          "reward=external (and reward_funcs=...) to use %s", r->plan, reward,
                          r->reward_cmd ? "--reward-cmd" : "--reward-lib");
-    if (external && !given && !r->rollouts && r->steps > 0)
+    /* with --env-cmd the environment may score the episodes itself: cli_run_check_sources decides */
+    if (external && !given && !r->env_cmd && !r->rollouts && r->steps > 0)
         return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
                          "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
     return CLI_OK;
@@ -77,7 +78,9 @@ int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_sour
     if (!r->reward_cmd && !r->reward_lib) return CLI_OK;
     dfg_status st = r->reward_cmd ? dfg_reward_program_open(r->reward_cmd, r->reward_timeout, out, err, sizeof(err))
                                   : dfg_reward_plugin_open(r->reward_lib, out, err, sizeof(err));
-    if (!st) st = dfg_reward_source_check(*out, p, err, sizeof(err));
+    /* beside an environment program that scores episodes, the reward functions are the plan's but
+     * its last: cli_run_check_sources checks them once both are open */
+    if (!st && !r->env_cmd) st = dfg_reward_source_check(*out, p, err, sizeof(err));
     if (!st) return CLI_OK;
     dfg_reward_source_free(*out);
     *out = NULL;
@@ -94,4 +97,36 @@ int cli_run_open_env(const run_args *r, const dfg_program *p, dfg_env_source **o
     dfg_env_source_free(*out);
     *out = NULL;
     return cli_error(CMD, CLI_FAILED, "%s: %s", r->plan, err);
+}
+
+/* The plan's reward functions (reward_funcs) are the reward source's, then the environment's
+ * episode reward when its program has one (TRL appends get_reward as one more reward function,
+ * named after the environment class): checked once both are open. */
+int cli_run_check_sources(const run_args *r, const dfg_program *p, const dfg_reward_source *reward,
+                          const dfg_env_source *env) {
+    const char *env_reward = env ? dfg_env_source_reward_name(env) : NULL;
+    const char *want = dfg_program_has(p, "reward_funcs") ? dfg_program_str(p, "reward_funcs") : "";
+    const char *plan_reward = dfg_program_has(p, "reward") ? dfg_program_str(p, "reward") : "";
+    if (!env || r->rollouts || r->steps <= 0) return CLI_OK;
+    char have[DFG_REWARD_MAX_FUNCS * 70] = "";
+    for (int i = 0; reward && i < dfg_reward_source_n_funcs(reward); i++)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? "," : "", dfg_reward_source_func(reward, i));
+    if (env_reward)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", have[0] ? "," : "", env_reward);
+    if (strcmp(plan_reward, "external")) {
+        if (env_reward)
+            return cli_error(CMD, CLI_USAGE, "%s: %s scores episodes (%s), but this plan scores with the built-in reward "
+                             "'%s': compile it with --set reward=external --set reward_funcs=%s", r->plan,
+                             dfg_env_source_desc(env), env_reward, plan_reward, have);
+        return CLI_OK;
+    }
+    if (!reward && !env_reward)
+        return cli_error(CMD, CLI_USAGE, "%s: this plan scores with an external reward (reward=external): give "
+                         "--reward-cmd CMD or --reward-lib LIB (docs/rewards.md)", r->plan);
+    if (strcmp(want, have))
+        return cli_error(CMD, CLI_USAGE, "%s: the reward functions are %s (%s%s%s), but the plan was compiled with "
+                         "reward_funcs=%s (compile with --set reward_funcs=%s)", r->plan, have,
+                         reward ? "the reward program's" : "", reward && env_reward ? ", then " : "",
+                         env_reward ? "the environment's episode reward" : "", want, have);
+    return CLI_OK;
 }

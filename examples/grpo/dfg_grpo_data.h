@@ -54,6 +54,8 @@ typedef struct {
     const int64_t *rows;
     int64_t *all_null_steps;  /* optional: steps so far with a row no function applied to (warned for the first 3) */
     const char *const *messages; /* (N) each row's conversation from the environment program (JSON), or NULL */
+    const float *env_rewards;    /* (N) the environment program's episode rewards (NaN: none), the last reward
+                                  * function after the source's; or NULL */
 } dfg_grpo_reward_opts;
 
 /* Scores the rollout with src and writes "rewards" (and "reward_values" when present): each row's

@@ -56,6 +56,9 @@ dfg_status dfg_grpo_tools_reset(dfg_host_ctx *ctx, dfg_grpo_config *c);
 /* The step's conversations as the program recorded them (N JSON texts), once its episodes are
  * over; NULL with a built-in tool. */
 const char *const *dfg_grpo_turns_messages(const dfg_grpo_turns *t);
+/* The episodes' rewards (N; NaN: none) when the program scores them (get_reward), else NULL: the
+ * last of the plan's reward functions, as TRL appends it. */
+const float *dfg_grpo_turns_rewards(const dfg_grpo_turns *t);
 
 #ifdef __cplusplus
 }

@@ -827,6 +827,7 @@ dfg_status grpo_reward(dfg_host_ctx *ctx) {
     if (strcmp(c->reward, "external")) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
     dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
                               .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps,
-                              .messages = c->tools ? dfg_grpo_turns_messages(c->turns) : NULL};
+                              .messages = c->tools ? dfg_grpo_turns_messages(c->turns) : NULL,
+                              .env_rewards = c->tools ? dfg_grpo_turns_rewards(c->turns) : NULL};
     return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);
 }

@@ -161,13 +161,13 @@ static const char *without_step(const char *m) {
 
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
     if (!ctx) return DFG_ERR_ARG;
-    if (!src)
+    if (!src && !(o && o->env_rewards))
         return dfg_host_fail(ctx, "this plan scores with an external reward (reward=external): run it with --reward-cmd "
                              "CMD or --reward-lib LIB");
     if (!o || o->group < 1 || !o->weights || !o->eos || o->n_eos < 1) return dfg_host_fail(ctx, "rewards_external: bad options");
     dfg_buffer tok, rew, values;
     dfg_status st;
-    int F = dfg_reward_source_n_funcs(src);
+    int F_src = src ? dfg_reward_source_n_funcs(src) : 0, F = F_src + (o->env_rewards ? 1 : 0);
     if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
     int64_t N = tok.shape.d[0], T = tok.shape.d[1];
     if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
@@ -180,9 +180,17 @@ dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, 
         return dfg_host_fail(ctx, "rewards: out of memory");
     }
     char err[1024];
-    if (!(st = make_rows(ctx, o, &s, N, T)) &&
-        (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, s.values, err, sizeof(err))))
+    float *src_values = s.values;
+    if (o->env_rewards && F_src && !(src_values = malloc(sizeof(float) * (size_t)(N * F_src)))) st = DFG_ERR_NOMEM;
+    else if (!(st = make_rows(ctx, o, &s, N, T)) && src &&
+             (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, src_values, err, sizeof(err))))
         dfg_host_fail(ctx, "%s", without_step(err));
+    for (int64_t r = 0; !st && o->env_rewards && r < N; r++) { /* the source's columns, then the environment's */
+        for (int f = 0; f < F_src; f++) s.values[r * F + f] = src_values[r * F_src + f];
+        s.values[r * F + F_src] = o->env_rewards[r];
+    }
+    if (src_values != s.values) free(src_values);
+    if (st == DFG_ERR_NOMEM) dfg_host_fail(ctx, "rewards: out of memory");
     if (!st) {
         int64_t none = 0, first = -1;
         for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */

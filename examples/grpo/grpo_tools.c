@@ -113,6 +113,7 @@ struct dfg_grpo_turns {
     char **messages;     /* (N) each row's conversation from the environment program, for the rewards */
     const char **given;  /* (N) finish's messages, valid until the program's next call */
     bool finished;       /* this step's episodes are finished (messages hold them) */
+    bool scored;         /* ... and env_rewards their scores (the program scores episodes) */
 };
 
 dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out) {
@@ -141,7 +142,7 @@ dfg_status dfg_grpo_turns_new(const dfg_grpo_config *c, dfg_grpo_turns **out) {
 
 static void forget_messages(dfg_grpo_turns *t) {
     for (int64_t r = 0; t->messages && r < t->n; r++) free(t->messages[r]), t->messages[r] = NULL;
-    t->finished = false;
+    t->finished = t->scored = false;
 }
 
 void dfg_grpo_turns_free(dfg_grpo_turns *t) {
@@ -156,6 +157,8 @@ const char *const *dfg_grpo_turns_messages(const dfg_grpo_turns *t) {
     return t && t->finished ? (const char *const *)t->messages : NULL;
 }
 
+const float *dfg_grpo_turns_rewards(const dfg_grpo_turns *t) { return t && t->scored ? t->env_rewards : NULL; }
+
 /* Does this plan's episodes call an environment program (else the task's built-in tool)? */
 static bool uses_program(const dfg_grpo_config *c) { return c->ds || c->n_tools > 0; }
 
@@ -165,10 +168,7 @@ static dfg_env_source *program(dfg_host_ctx *ctx) {
     if (!env)
         dfg_host_fail(ctx, "this plan's episodes call tools, and the run has no environment program: add "
                            "--env-cmd '...' (tools/env_server.py --list prints it)");
-    else if (dfg_env_source_has_reward(env))
-        dfg_host_fail(ctx, "%s scores episodes itself (%s.get_reward), which dfg does not take yet: score them with a "
-                           "reward function of --reward-cmd", dfg_env_source_desc(env), dfg_env_source_reward_name(env));
-    return env && !dfg_env_source_has_reward(env) ? env : NULL;
+    return env;
 }
 
 /* A new prompt from reset, left-padded into row r's Lp prompt columns (cut from the left with
@@ -255,6 +255,7 @@ static dfg_status program_answers(dfg_host_ctx *ctx, dfg_grpo_config *c, dfg_grp
     for (int64_t r = 0; r < c->N; r++)
         if (h->given[r] && !(h->messages[r] = strdup(h->given[r]))) return dfg_host_fail(ctx, "tools: out of memory");
     h->finished = true;
+    h->scored = dfg_env_source_has_reward(env) != 0;
     return DFG_OK;
 }
 

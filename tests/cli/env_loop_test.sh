@@ -108,4 +108,36 @@ print("checked: %d calls of %d rows in step 2, reward %.3f" % (calls, N, m["rewa
 PYEOF
 if [ $? -eq 0 ]; then ok "$(tail -1 check.txt)"; else fail "the program's requests, the rollout and the metrics: $(tail -3 check.txt)"; fi
 
+# an environment that scores episodes (get_reward): one more reward function, the plan's last
+run "$DFG" compile "$GRPO" --set dataset=calc.jsonl --set tools=multiply --set reward=external \
+  --set reward_funcs=turns,FakeEnv --set vocab_size=17 --set prompts_per_step=4 --set num_generations=2 \
+  --set max_completion_length=12 -o scored.dfg
+expect_rc 0 "compile with reward_funcs=turns,FakeEnv"
+run "$DFG" run scored.dfg --steps 2 --seed 5 --reward-cmd "$PY $HERE/messages_reward.py" \
+  --env-cmd "$PY $HERE/fake_env.py --reward" --metrics ms.jsonl
+expect_rc 0 "the reward program's functions, then the environment's"
+"$PY" - >check2.txt 2>&1 <<'PYEOF'
+import json
+a = [json.loads(l) for l in open("m.jsonl")]
+b = [json.loads(l) for l in open("ms.jsonl")]
+for x, y in zip(a, b):
+    # the same rollouts (same seed, same policy before the update of step 1): turns + 0.25 a call
+    assert abs(y["rewards/turns/mean"] - x["reward"]) < 1e-6, (x["reward"], y["rewards/turns/mean"])
+    assert "rewards/FakeEnv/mean" in y, sorted(y)
+step1 = b[0]
+calls = step1["tools/call_frequency"] * 8
+# row 0's episode reward is null (left out of the mean), the other rows' 0.25 a call
+print("rewards/FakeEnv/mean %.4f, call frequency %.3f" % (step1["rewards/FakeEnv/mean"], step1["tools/call_frequency"]))
+assert 0.0 <= step1["rewards/FakeEnv/mean"] <= 0.25, step1["rewards/FakeEnv/mean"]
+PYEOF
+if [ $? -eq 0 ]; then ok "$(tail -1 check2.txt)"; else fail "the environment's reward column: $(tail -3 check2.txt)"; fi
+
+run "$DFG" compile "$GRPO" --set dataset=calc.jsonl --set tools=multiply --set reward=external --set reward_funcs=FakeEnv \
+  --set vocab_size=17 --set prompts_per_step=4 --set num_generations=2 --set max_completion_length=12 -o envonly.dfg
+run "$DFG" run envonly.dfg --steps 1 --env-cmd "$PY $HERE/fake_env.py --reward" --metrics me.jsonl
+expect_rc 0 "reward_funcs=FakeEnv: the environment alone scores, no --reward-cmd"
+run "$DFG" run env.dfg --steps 1 --reward-cmd "$PY $HERE/messages_reward.py" --env-cmd "$PY $HERE/fake_env.py --reward"
+expect_rc 2 "a scoring environment for a plan whose reward_funcs lack it"
+expect_in err.txt "reward_funcs=turns,FakeEnv" "the refusal names the setting that fixes it"
+
 testlib_end

@@ -7,6 +7,8 @@ turn in a step (whatever it holds: a random policy then still exercises the tool
 answer is "=", the digits of 7 * the turn's length, "="; every later turn, and every turn marked
 last, ends the episode. finish gives each row's conversation: one assistant message per turn and a
 tool message per answer. Each request is appended to $FAKE_ENV_LOG (one JSON line) when set.
+With --reward it scores episodes as an environment class with get_reward does (the hello's
+"reward": "FakeEnv"): 0.25 per tool call of the row, and null for row 0 (TRL's None).
 """
 import json
 import os
@@ -26,7 +28,8 @@ def text(ids):
     return "".join(VOCAB[i] if 0 <= i < len(VOCAB) else "?" for i in ids)
 
 
-say({"tools": ["multiply"], "reward": None})
+scores = "--reward" in sys.argv[1:]
+say({"tools": ["multiply"], "reward": "FakeEnv" if scores else None})
 turns_seen, messages = {}, {}
 for line in sys.stdin:
     req = json.loads(line)
@@ -54,6 +57,10 @@ for line in sys.stdin:
             answers.append({"done": True, "calls": 0, "failures": 0})
         say({"turns": answers})
     elif kind == "finish":
-        say({"messages": [messages.get(i, []) for i in range(req["n"])], "rewards": [None] * req["n"]})
+        msgs = [messages.get(i, []) for i in range(req["n"])]
+        rewards = [None] * req["n"]
+        if scores:
+            rewards = [None if i == 0 else 0.25 * sum(m["role"] == "tool" for m in msgs[i]) for i in range(req["n"])]
+        say({"messages": msgs, "rewards": rewards})
     else:
         say({"error": "unknown request %r" % kind})
