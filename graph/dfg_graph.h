@@ -276,9 +276,9 @@ DFG_API dfg_status dfg_stage_steps(dfg_program *p, const char *stage, int64_t fi
 DFG_API dfg_status dfg_stage_until(dfg_program *p, const char *stage, dfg_tensor *flag);
 DFG_API dfg_status dfg_stage_runs(dfg_program *p, const char *stage, dfg_tensor *count);
 DFG_API dfg_status dfg_stage_when(dfg_program *p, const char *stage, dfg_tensor *value, double lo, double hi);
-/* A loop of stages first .. last (in the order they were added): after `last` (run or skipped),
- * while the scalar `until` (an f32 or i32 STATE) reads 0 and fewer than max_loops returns were
- * made this step, the step goes back to `first`; each stage in the loop keeps its own rules
+/* A loop of stages first .. last (in the order they were added): after `last` runs, while the
+ * scalar `until` (an f32 or i32 STATE) reads 0 and fewer than max_loops returns were made this
+ * step, the step goes back to `first` (a step that skips `last` does not loop); each stage in the loop keeps its own rules
  * (until, when, runs) on every pass. A multi-turn rollout: decode until every row has ended its
  * turn, a host stage answering the turns' tool calls, and again until every episode is over.
  * Memory is planned so that what lives across the loop's stages lives through the whole loop.

@@ -13,6 +13,10 @@ extern "C" {
 /* A data-parallel run's membership (dfg_dist_open, below). */
 typedef struct dfg_dist dfg_dist;
 
+/* The run's output folder, a NUL-terminated path (dfg run: --checkpoint-dir, else the current
+ * folder), as the service of this name: where a pipeline's host stages write their logs. */
+#define DFG_OUTPUT_DIR_SERVICE "output_dir"
+
 /* An object a run hands to its host stages by name (dfg_run_options.services). */
 typedef struct {
     const char *name;

@@ -244,7 +244,7 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
                 rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
             rt->stage_runs[s] += before;
         } else if (rt->check) dfg_check_stage_end(rt, s, false);
-        if ((st = loop_back(rt, s, &loops, &s))) return st;
+        if (runs && (st = loop_back(rt, s, &loops, &s))) return st; /* a skipped last stage: no loop this step */
     }
     double t_sync = now_s();
     dfg_status st = rt->be->sync(rt->be_state);

@@ -3,8 +3,8 @@
  * returns), the runs each stage reports over all passes, that a loop stage's rules (until) hold
  * on every pass, that memory is planned for the loop (a tensor that lives in the loop's first
  * stage only keeps its bytes while the other stage's temporary is live: without the loop's
- * lifetimes they share bytes and the count comes out wrong), that a saved plan loops the same,
- * and the refusals. */
+ * lifetimes they share bytes and the count comes out wrong), that a step skipping the loop's last
+ * stage does not loop, that a saved plan loops the same, and the refusals. */
 #include <stdio.h>
 #include <string.h>
 
@@ -124,6 +124,20 @@ int main(void) {
 
     p = build(10, false);
     run_step(p, "no loop", 1.0f);
+    dfg_program_free(p);
+
+    /* a step that skips the loop's last stage does not loop: one pass of a and the host stage */
+    p = build(10, true);
+    dfg_stage_steps(p, "b", 5, -1);
+    dfg_runtime *rt = NULL;
+    CHECK(dfg_runtime_create(p, NULL, &rt) == DFG_OK && dfg_runtime_step(rt) == DFG_OK, "skipped last stage: %s",
+          dfg_runtime_error(rt));
+    int32_t calls = -1;
+    dfg_runtime_read(rt, "host_calls", &calls, sizeof(calls));
+    CHECK(read_f32(rt, "passes") == 0.0f && read_f32(rt, "a_runs") == 2.0f && calls == 1,
+          "with 'b' skipped: %g passes, a ran %g times, the host stage %d (want 0, 2, 1)", read_f32(rt, "passes"),
+          read_f32(rt, "a_runs"), calls);
+    dfg_runtime_free(rt);
     dfg_program_free(p);
 
     /* a saved plan loops the same */

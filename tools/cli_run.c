@@ -683,10 +683,12 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     dfg_env_source *env = NULL; /* DFG_ENV_SERVICE: a plan with tools */
     if (!rc) rc = cli_run_open_env(a, p, &env);
     if (!rc) rc = cli_run_check_sources(a, p, reward, env);
-    dfg_service services[2];
+    dfg_service services[3];
     int n_services = 0;
     if (reward) services[n_services++] = (dfg_service){DFG_REWARD_SERVICE, reward};
     if (env) services[n_services++] = (dfg_service){DFG_ENV_SERVICE, env};
+    /* the run's folder for the pipeline's logs (log_completions): the checkpoints', else here */
+    services[n_services++] = (dfg_service){DFG_OUTPUT_DIR_SERVICE, (void *)(s.ckpt_dir ? s.ckpt_dir : ".")};
     dfg_run_options opt = dfg_run_options_default();
     opt.target = a->target;
     opt.emulate_gpu = a->emulate_gpu;

@@ -52,6 +52,10 @@ typedef struct {
     int n_tools; /* the tools an environment program serves (tools=...); 0: the task's built-in tool */
     int64_t max_tool_rounds;
     dfg_grpo_turns *turns; /* the host's view of the step's episodes (grpo_tools.c), made at run start */
+    /* log_completions: every logging_steps steps the host stage "completions" writes the step's rows
+     * (grpo_completions.c) and prints n_print of them (-1: all) */
+    bool log_completions;
+    int64_t logging_steps, n_print;
     bool invariant;  /* batch_invariant: decode's log-probs equal training's bit for bit; no old stage after sampling */
     int64_t tail;    /* decode_tail: once at most this many rows are live, decode goes on with them alone; 0 off */
     /* length_chunks: with several widths, the scoring and training passes take the batch in
@@ -85,6 +89,8 @@ typedef struct {
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
 /* The sampler's settings: temperature, top_k, top_p, min_p, repetition_penalty. */
 dfg_sampling dfg_grpo_sample_settings(const dfg_grpo_config *c);
+/* log_completions (grpo_completions.c): the host stage "completions", after the advantages. */
+dfg_status dfg_grpo_log_completions(dfg_host_ctx *ctx, const dfg_grpo_config *c);
 /* Whether any split of the batch into micro-batches trains the same step: not with bnpo (a token
  * mean per micro-batch), the entropy mask (a quantile per micro-batch), or an entropy bonus
  * normalised per micro-batch (all but dapo, cispo and vespo): TRL computes those per micro-batch. */

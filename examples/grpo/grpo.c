@@ -626,6 +626,8 @@ static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
         st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
+    if (!st && c->tools) st = dfg_stage_steps(p, "tools", c->sft_steps, -1);
+    if (!st && c->log_completions) st = dfg_stage_steps(p, "completions", c->sft_steps, -1);
     for (int k = -2; k < c->iterations && !st; k++) { /* -2: ref, -1: old, then train.k and update.k */
         if ((k == -2 && c->beta == 0.0f) || (k == -1 && c->iterations == 1)) continue;
         if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
@@ -658,6 +660,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     if (!st && c->tools) st = dfg_grpo_tools_loop(p, c, &s->tools, "decode");
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
+    if (!st && c->log_completions) st = dfg_stage_host(p, "completions", "grpo_completions");
     int copies = c->n_pwidths * c->n_widths; /* copy i: prompt bucket i / n_widths, completion width i % n_widths */
     for (int i = 0; i < copies && !st && c->beta != 0.0f; i++)
         st = build_logp_stage(p, c, s, "ref", s->ref, s->ref_logp, s->ref_micro, i / c->n_widths, i % c->n_widths);
@@ -818,6 +821,9 @@ dfg_status grpo_data(dfg_host_ctx *ctx) {
     }
     return st || !c->tools ? st : dfg_grpo_tools_reset(ctx, c); /* a new episode for every row */
 }
+
+/* log_completions: the step's rows, every logging_steps steps (grpo_completions.c). */
+dfg_status grpo_completions(dfg_host_ctx *ctx) { return dfg_grpo_log_completions(ctx, dfg_host_user(ctx)); }
 
 /* The tools stage of a multi-turn rollout: answers the turns that ended (grpo_tools.c). */
 dfg_status grpo_tools(dfg_host_ctx *ctx) { return dfg_grpo_tools_answer(ctx, dfg_host_user(ctx)); }
