@@ -53,7 +53,7 @@ typedef struct {
     int64_t max_tool_rounds;
     dfg_grpo_turns *turns; /* the host's view of the step's episodes (grpo_tools.c), made at run start */
     /* log_completions: every logging_steps steps the host stage "completions" writes the step's rows
-     * (grpo_completions.c) and prints n_print of them (-1: all) */
+     * (grpo_completions.c) and prints n_print of them */
     bool log_completions;
     int64_t logging_steps, n_print;
     bool invariant;  /* batch_invariant: decode's log-probs equal training's bit for bit; no old stage after sampling */

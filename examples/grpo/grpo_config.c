@@ -375,7 +375,7 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     if ((st = read_tools(p, c)) || (st = read_tail(p, c, tail))) return st;
     c->log_completions = dfg_setting_bool(p, "log_completions", false);
     c->logging_steps = dfg_setting_int(p, "logging_steps", 10);
-    c->n_print = dfg_setting_int(p, "num_completions_to_print", -1); /* TRL's None: every row */
+    c->n_print = dfg_setting_int(p, "num_completions_to_print", c->N); /* TRL's None: every row */
 
     dfg_model_config small = dfg_gpt2_config_default();
     small.n_layer = 2, small.n_head = 4, small.n_embd = 64, small.vocab_size = c->ds ? dfg_vocab_size() : c->task.vocab_size;
