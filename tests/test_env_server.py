@@ -199,7 +199,10 @@ class Proc:
 
 class Golden:
     """TRL's _get_tool_suffix_ids and prompt rendering, by transformers when it imports, else by
-    jinja2 and tokenizers directly (the same formula, apart from env_server's code)."""
+    jinja2 and tokenizers directly (the same formula, apart from env_server's code). transformers
+    before 4.43 rendered templates with jinja2's own tojson, which sorts keys: a tool schema then
+    reads in another order than TRL 1.10's transformers (5.x) writes it, so such a version is
+    not the golden either."""
 
     def __init__(self, tk, tokdir):
         self.tok = tk.Tokenizer.from_file(os.path.join(tokdir, "tokenizer.json"))
@@ -207,6 +210,9 @@ class Golden:
         try:
             sys.path.insert(0, SITE)
             import transformers
+            major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+            if (major, minor) < (4, 43):
+                raise ImportError(f"transformers {transformers.__version__}'s tojson sorts keys")
             self.hf = transformers.PreTrainedTokenizerFast.from_pretrained(tokdir)
             self.by = "transformers " + transformers.__version__
         except Exception as e:  # noqa: BLE001 (numpy or torch missing: transformers 4.40.2 needs numpy)

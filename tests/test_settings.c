@@ -127,7 +127,7 @@ static void expect_refused(const char *key, const char *value, const char *want)
 
 static void test_table_values_checked_when_set(void) {
     expect_refused("use_rslora", "maybe", "setting 'use_rslora': 'maybe' is not a boolean (true/false, 1/0, yes/no, on/off)");
-    expect_refused("loss_type", "ppo", "setting 'loss_type': 'ppo' is not one of the values (grpo, bnpo, dr_grpo, dapo, cispo, sapo)");
+    expect_refused("loss_type", "ppo", "setting 'loss_type': 'ppo' is not one of the values (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo)");
     expect_refused("num_generations", "1", "setting 'num_generations': '1' is out of range (2 .. 1048576)");
     expect_refused("lora_r", "eight", "setting 'lora_r': 'eight' is not an integer (0 .. 65536)");
     expect_refused("learning_rate", "fast", "'fast' is not a number");

@@ -31,7 +31,7 @@ has_steps() { local n; n=$(grep -c '^step ' "$1" 2>/dev/null); [ "${n:-0}" -ge "
 run "$DFG" compile "$SRC/examples/grpo/grpo.c" -o grpo.dfg --set beta=0.04 # a KL-penalised run: kl is a metric
 expect_rc 0 "compile examples/grpo/grpo.c"
 run "$DFG" info grpo.dfg
-expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards and skips stages data, prefill, decode, decode.compact, decode.tail, decode.merge, reward" \
+expect_in out.txt "rollouts  dfg run --rollouts sets tokens, completion_mask, rewards, sampling_logps and skips stages data, prefill, decode, decode.compact, decode.tail, decode.merge, reward" \
   "the plan says what a rollout holds (dfg_declare_rollout)"
 expect_in out.txt "groups of 8 rows of tokens share their first 4 tokens" "and which rows share a prompt"
 cp out.txt info.txt

@@ -106,11 +106,16 @@ sys.path.insert(0, sys.argv[3])
 import st_tool
 m = [json.loads(l) for l in open(sys.argv[1])][-1]
 t, _ = st_tool.read(sys.argv[2])
-lp, sp, mask = (st_tool.values(t[k]) for k in ("logp", "sampling_logp", "completion_mask"))
+lp, sp, mask = (st_tool.values(t[k]) for k in ("logp", "sampling_logps", "completion_mask"))
 on = [(a, b) for a, b, w in zip(lp, sp, mask) if w]
-diff, ratio = [abs(a - b) for a, b in on], [math.exp(a - b) for a, b in on]
+diff = [abs(a - b) for a, b in on]
+# the default vllm_importance_sampling_mode=sequence_mask: one ratio a sequence, exp of its summed
+# log-ratio, 0 above vllm_importance_sampling_clip_max 3, over every sequence
+T = t["completion_mask"][1][1]
+rows = [sum(lp[i] - sp[i] for i in range(r * T, r * T + T) if mask[i]) for r in range(len(mask) // T)]
+ratio = [math.exp(d) if math.exp(d) <= 3 else 0.0 for d in rows]
 want = {"sampling_logp_difference/mean": sum(diff) / len(on), "sampling_logp_difference/max": max(diff),
-        "importance_sampling_ratio/min": min(ratio), "importance_sampling_ratio/mean": sum(ratio) / len(on),
+        "importance_sampling_ratio/min": min(ratio), "importance_sampling_ratio/mean": sum(ratio) / len(ratio),
         "importance_sampling_ratio/max": max(ratio)}
 bad = {k: (m["sampling/" + k], v) for k, v in want.items() if abs(m["sampling/" + k] - v) > 1e-6 * max(1, abs(v))}
 print(f"{len(on)} scored tokens: {', '.join(f'{k} {v:.3g}' for k, v in want.items())}")
@@ -140,7 +145,7 @@ m = [json.loads(l) for l in open(sys.argv[1])]
 ref = [json.loads(l) for l in open(sys.argv[3])]
 t, _ = st_tool.read(sys.argv[2])
 bits = lambda k: struct.unpack("<%dI" % (len(t[k][2]) // 4), t[k][2])
-lp, sp, mask = bits("logp"), bits("sampling_logp"), st_tool.values(t["completion_mask"])
+lp, sp, mask = bits("logp"), bits("sampling_logps"), st_tool.values(t["completion_mask"])
 on = [i for i, w in enumerate(mask) if w]
 same = sum(lp[i] == sp[i] for i in on)
 diff = [(l["sampling/sampling_logp_difference/max"], l["sampling/importance_sampling_ratio/min"],
