@@ -99,17 +99,7 @@ dfg_status dfg_infer_slice(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     if (n->n_in != 1 && n->n_in != 2) return dfg_node_fail(g, n, DFG_ERR_ARG, "needs x and an optional start tensor");
     if (ax < 0 || ax >= x->shape.rank) return dfg_node_fail(g, n, DFG_ERR_ARG, "axis %d out of range", ax);
     if (n->n_in == 2) {
-        const dfg_tensor *s = n->in[1];
-        bool shared = dfg_shape_numel(s->shape) == 1;
-        bool per_row = ax == 1 && s->shape.rank == 1 && s->shape.d[0] == x->shape.d[0];
-        if (s->dtype != DFG_I32 || !(shared || per_row)) {
-            char buf[96];
-            return dfg_node_fail(g, n, DFG_ERR_SHAPE,
-                                 "the start '%s' must be an i32 scalar, or of shape (%lld) (one a row) when the axis "
-                                 "is 1; got %s %s along axis %d",
-                                 s->name, (long long)x->shape.d[0], dfg_dtype_name(s->dtype),
-                                 dfg_shape_str(s->shape, buf, sizeof(buf)), ax);
-        }
+        if (dfg_check_run_time_start(g, n, x, n->in[1], ax, "the start")) return g->status;
         st = 0; /* checked against the extent at run time */
     }
     if (st < 0 || len < 1 || st + len > x->shape.d[ax])

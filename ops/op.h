@@ -96,6 +96,11 @@ dfg_cost dfg_cost_io(const dfg_node *n, double flops); /* bytes = all inputs rea
  * plain + 1 with start; start is i32 of shape (rows). */
 dfg_status dfg_check_attention_arity(dfg_graph *g, const dfg_node *n, int plain);
 dfg_status dfg_check_attention_start(dfg_graph *g, const dfg_node *n, int plain, int64_t rows);
+/* A run-time start along axis `ax` of x (B, ...) (slice_at, slice_assign_at): one i32 for every
+ * row, or on axis 1 (B) i32, one a row (the rows of a multi-turn rollout stand at different
+ * columns); else a shape error naming `what` ("pos", "the start"). */
+dfg_status dfg_check_run_time_start(dfg_graph *g, const dfg_node *n, const dfg_tensor *x, const dfg_tensor *start, int ax,
+                                    const char *what);
 /* The shapes of one matmul node: op(a) is (M, K), op(b) is (K, N), repeated over `batch`;
  * an operand of rank 2 is shared by every batch entry. */
 typedef struct {

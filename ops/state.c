@@ -32,19 +32,17 @@ dfg_tensor *dfg_assign_fill(dfg_graph *g, dfg_tensor *dst, float value) {
 }
 
 /* ---------------------------------------------------------------- slice_assign: dst[..., start:start+len, ...] = src */
-/* The run-time start of slice_assign_at: one i32 for every row, or along axis 1 of dst (B, T, ...)
- * (B) one a row (the rows of a multi-turn rollout stand at different columns). */
-static dfg_status check_positions(dfg_graph *g, const dfg_node *n, const dfg_tensor *dst, const dfg_tensor *pos,
-                                  int ax) {
-    bool shared = dfg_shape_numel(pos->shape) == 1;
-    bool per_row = ax == 1 && pos->shape.rank == 1 && pos->shape.d[0] == dst->shape.d[0];
-    if (pos->dtype == DFG_I32 && (shared || per_row)) return DFG_OK;
+dfg_status dfg_check_run_time_start(dfg_graph *g, const dfg_node *n, const dfg_tensor *x, const dfg_tensor *start, int ax,
+                                    const char *what) {
+    bool shared = dfg_shape_numel(start->shape) == 1;
+    bool per_row = ax == 1 && start->shape.rank == 1 && start->shape.d[0] == x->shape.d[0];
+    if (start->dtype == DFG_I32 && (shared || per_row)) return DFG_OK;
     char buf[96];
     return dfg_node_fail(g, n, DFG_ERR_SHAPE,
-                         "pos '%s' must be an i32 scalar, or of shape (%lld) (one a row) when the axis is 1; got %s %s "
+                         "%s '%s' must be an i32 scalar, or of shape (%lld) (one a row) when the axis is 1; got %s %s "
                          "along axis %d",
-                         pos->name, (long long)dst->shape.d[0], dfg_dtype_name(pos->dtype),
-                         dfg_shape_str(pos->shape, buf, sizeof(buf)), ax);
+                         what, start->name, (long long)x->shape.d[0], dfg_dtype_name(start->dtype),
+                         dfg_shape_str(start->shape, buf, sizeof(buf)), ax);
 }
 
 dfg_status dfg_infer_slice_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
@@ -61,7 +59,7 @@ dfg_status dfg_infer_slice_assign(dfg_graph *g, const dfg_node *n, dfg_out_spec 
     if (len > dst->shape.d[ax] || (!dyn && (st < 0 || st + len > dst->shape.d[ax])))
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "rows [%lld, %lld) do not fit dim %d of size %lld", (long long)st,
                              (long long)(st + len), ax, (long long)dst->shape.d[ax]);
-    if (dyn && check_positions(g, n, dst, n->in[2], ax)) return g->status;
+    if (dyn && dfg_check_run_time_start(g, n, dst, n->in[2], ax, "pos")) return g->status;
     out[0] = (dfg_out_spec){dst->dtype, dst->shape, 0, true};
     return DFG_OK;
 }

@@ -70,7 +70,7 @@ import typing
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from prepare_prompts import Chat, Refused, load_tokenizer, read_config, token_text  # noqa: E402
-from reward_server import BadRequest, id_list, is_path, load_module, protect_stdout, serve  # noqa: E402
+from reward_server import BadRequest, id_list, is_path, load_module, print_list, protect_stdout, serve  # noqa: E402
 
 PROG = "env_server"
 MAX_TOOLS = 64  # runtime/host/dfg_env.h's DFG_ENV_MAX_TOOLS
@@ -518,13 +518,7 @@ def main(argv=None):
         return 1
     names = ",".join(hosted.names)
     if a.list:
-        proto.write(f"--set tools={names}\n")
-        if a.tokenizer:
-            proto.write(f"--env-cmd {shlex.quote(env_cmd(a))}\n")
-        else:
-            print(f"{PROG}: give --tokenizer to print the --env-cmd line too", file=sys.stderr)
-        proto.flush()
-        return 0
+        return print_list(proto, "tools", names, "--env-cmd", env_cmd(a) if a.tokenizer else "", a.tokenizer, PROG)
     try:
         tok, tok_path = load_tokenizer(a.tokenizer)
         chat = Chat(tok_path, a.chat_template)

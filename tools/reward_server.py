@@ -288,6 +288,18 @@ def write(proto, obj):
     proto.flush()
 
 
+def print_list(proto, setting, names, option, command, tokenizer, prog=PROG):
+    """--list: the compile setting (setting=names) and, given a tokenizer, the dfg run option's line
+    (option 'command'); 0, the exit status. prog names the server in its note."""
+    proto.write(f"--set {setting}={names}\n")
+    if tokenizer:
+        proto.write(f"{option} {shlex.quote(command)}\n")
+    else:
+        print(f"{prog}: give --tokenizer to print the {option} line too", file=sys.stderr)
+    proto.flush()
+    return 0
+
+
 def serve(proto, hello, answer):
     """Writes the hello, then answers each request line of stdin with answer(line) until its end:
     0, or 1 when dfg has gone (a closed pipe). Also tools/env_server.py's loop."""
@@ -367,13 +379,7 @@ def main(argv=None):
         return 1
     names = ",".join(n for n, _ in funcs)
     if a.list:
-        proto.write(f"--set reward_funcs={names}\n")
-        if a.tokenizer:
-            proto.write(f"--reward-cmd {shlex.quote(reward_cmd(a))}\n")
-        else:
-            print(f"{PROG}: give --tokenizer to print the --reward-cmd line too", file=sys.stderr)
-        proto.flush()
-        return 0
+        return print_list(proto, "reward_funcs", names, "--reward-cmd", reward_cmd(a) if a.tokenizer else "", a.tokenizer)
     print(f"{PROG}: Python {platform.python_version()} ({sys.executable}) serves {names} from "
           f"{os.path.abspath(a.module) if is_path(a.module) else a.module}: "
           f"the plan must be compiled with --set reward_funcs={names}", file=sys.stderr)
