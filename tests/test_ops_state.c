@@ -210,14 +210,13 @@ static void test_assign(void) {
         float y1[6], y2[6], y4[6], y5[R * C], y6[30], y7[30];
         int32_t y3[4];
         uint8_t yu[3];
-        dfg_fx_read(&f, "s1", y1, sizeof(y1));
-        dfg_fx_read(&f, "s2", y2, sizeof(y2));
-        dfg_fx_read(&f, "s3", y3, sizeof(y3));
-        dfg_fx_read(&f, "s4", y4, sizeof(y4));
-        dfg_fx_read(&f, "s4u", yu, sizeof(yu));
-        dfg_fx_read(&f, "s5", y5, sizeof(y5));
-        dfg_fx_read(&f, "s6", y6, sizeof(y6));
-        dfg_fx_read(&f, "s7", y7, sizeof(y7));
+        const struct {
+            const char *name;
+            void *to;
+            size_t bytes;
+        } reads[] = {{"s1", y1, sizeof(y1)}, {"s2", y2, sizeof(y2)}, {"s3", y3, sizeof(y3)}, {"s4", y4, sizeof(y4)},
+                     {"s4u", yu, sizeof(yu)}, {"s5", y5, sizeof(y5)}, {"s6", y6, sizeof(y6)}, {"s7", y7, sizeof(y7)}};
+        for (size_t k = 0; k < sizeof(reads) / sizeof(reads[0]); k++) dfg_fx_read(&f, reads[k].name, reads[k].to, reads[k].bytes);
         int bad = 0;
         for (int i = 0; i < 6; i++) {
             bad += y1[i] != a[i];
