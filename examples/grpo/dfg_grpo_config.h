@@ -89,6 +89,11 @@ typedef struct {
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c);
 /* The sampler's settings: temperature, top_k, top_p, min_p, repetition_penalty. */
 dfg_sampling dfg_grpo_sample_settings(const dfg_grpo_config *c);
+/* `dfg fit`'s knobs (dfg_declare_fit_knob): the settings that change only how the step is
+ * computed, and those that change what is trained (grpo_config.c). */
+void dfg_grpo_declare_fit_knobs(dfg_program *p, const dfg_grpo_config *c);
+/* With a warm-up (sft_steps), every GRPO stage runs only after it (grpo_buckets.c). */
+dfg_status dfg_grpo_gate_after_sft(dfg_program *p, const dfg_grpo_config *c);
 /* log_completions (grpo_completions.c): the host stage "completions", after the advantages. */
 dfg_status dfg_grpo_log_completions(dfg_host_ctx *ctx, const dfg_grpo_config *c);
 /* Whether any split of the batch into micro-batches trains the same step: not with bnpo (a token

@@ -608,42 +608,6 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-/* With a warm-up, the supervised steps come first and every GRPO stage (each length bucket's
- * copy too) runs only after them. */
-static dfg_status gate_after_sft(dfg_program *p, const grpo_config *c) {
-    char name[48], base[32];
-    dfg_status st = dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
-    if (!st && c->n_pwidths > 1) st = dfg_stage_steps(p, "prompts", c->sft_steps, -1);
-    for (int k = 0; k < c->R && !st; k++) {
-        for (int pb = 0; pb < c->n_pwidths && !st; pb++) {
-            dfg_grpo_prefill_stage(name, sizeof(name), c, k, pb);
-            st = dfg_stage_steps(p, name, c->sft_steps, -1);
-        }
-        dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
-        if (!st) st = dfg_stage_steps(p, name, c->sft_steps, -1);
-    }
-    for (int i = 0; i < 3 && !st && c->tail; i++)
-        st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
-    if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
-    if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
-    if (!st && c->tools) st = dfg_stage_steps(p, "tools", c->sft_steps, -1);
-    if (!st && c->log_completions) st = dfg_stage_steps(p, "completions", c->sft_steps, -1);
-    for (int k = -2; k < c->iterations && !st; k++) { /* -2: ref, -1: old, then train.k and update.k */
-        if ((k == -2 && c->beta == 0.0f) || (k == -1 && c->iterations == 1)) continue;
-        if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
-        else snprintf(base, sizeof(base), "train.%d", k);
-        for (int i = 0; i < c->n_pwidths * c->n_widths && !st; i++) {
-            dfg_grpo_bucket_stage(name, sizeof(name), base, c, i / c->n_widths, i % c->n_widths);
-            st = dfg_stage_steps(p, name, c->sft_steps, -1);
-        }
-        if (k >= 0 && !st) {
-            snprintf(name, sizeof(name), "update.%d", k);
-            st = dfg_stage_steps(p, name, c->sft_steps, -1);
-        }
-    }
-    return st;
-}
-
 /* ---------------------------------------------------------------- the program */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s);
 
@@ -671,39 +635,8 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
         if (!st) st = build_update(p, c, s, k);
     }
     if (st) return st;
-    if (c->sft_steps > 0) st = gate_after_sft(p, c);
+    if (c->sft_steps > 0) st = dfg_grpo_gate_after_sft(p, c);
     return st ? st : declare(p, c, s);
-}
-
-/* The divisors d of n in ascending order, up to `most`, whose n / d is a multiple of `unit`; at
- * most DFG_MAX_FIT_VALUES of them. */
-static int divisors(int64_t n, int64_t most, int64_t unit, int64_t *out) {
-    int k = 0;
-    for (int64_t d = 1; d <= n && d <= most && k < DFG_MAX_FIT_VALUES; d++)
-        if (n % d == 0 && (n / d) % unit == 0) out[k++] = d;
-    return k;
-}
-
-/* `dfg fit`: the settings that change only how the step is computed, and those that change what
- * is trained (named when nothing else fits: halvings, the nearest first). */
-static void declare_fit_knobs(dfg_program *p, const grpo_config *c) {
-    int64_t v[DFG_MAX_FIT_VALUES];
-    int n;
-    if (dfg_grpo_split_free(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
-        dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
-    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, DFG_GRPO_MAX_SUB_BATCHES, 1, v), true);
-    static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
-    /* c->P is one rank's: prompts_per_step stays a multiple of world_size */
-    const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1}, unit[] = {c->W, 1, 1};
-    for (int i = 0; i < 3; i++) {
-        n = 0;
-        for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x * unit[i];
-        if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
-    }
-    /* the model's own state: adapters on a frozen base (TRL's usual LoRA rank 16), then that
-     * base in 4 bits */
-    if (c->model.lora.r == 0) dfg_declare_fit_knob(p, "lora_r", (int64_t[]){16}, 1, false);
-    else if (!c->model.lora.load_in_4bit) dfg_declare_fit_knob(p, "load_in_4bit", (int64_t[]){1}, 1, false);
 }
 
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
@@ -758,7 +691,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         }
     dfg_host_state(p, "grpo_host_init", "grpo_host_release");
     if (c->invariant) dfg_declare_batch_invariant(p);
-    declare_fit_knobs(p, c);
+    dfg_grpo_declare_fit_knobs(p, c);
     return dfg_program_status(p);
 }
 

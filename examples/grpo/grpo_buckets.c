@@ -53,3 +53,39 @@ void dfg_grpo_pass_range(const dfg_grpo_config *c, int pb, int b, double *lo, do
     *lo = at + (b == 0 ? -1.0 : (double)c->widths[b - 1]);
     *hi = at + (double)c->widths[b];
 }
+/* With a warm-up, the supervised steps come first and every GRPO stage (each length bucket's
+ * copy too) runs only after them. */
+dfg_status dfg_grpo_gate_after_sft(dfg_program *p, const dfg_grpo_config *c) {
+    char name[48], base[32];
+    dfg_status st = dfg_stage_steps(p, "sft", 0, c->sft_steps - 1);
+    if (!st && c->n_pwidths > 1) st = dfg_stage_steps(p, "prompts", c->sft_steps, -1);
+    for (int k = 0; k < c->R && !st; k++) {
+        for (int pb = 0; pb < c->n_pwidths && !st; pb++) {
+            dfg_grpo_prefill_stage(name, sizeof(name), c, k, pb);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+        dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
+        if (!st) st = dfg_stage_steps(p, name, c->sft_steps, -1);
+    }
+    for (int i = 0; i < 3 && !st && c->tail; i++)
+        st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
+    if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
+    if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
+    if (!st && c->tools) st = dfg_stage_steps(p, "tools", c->sft_steps, -1);
+    if (!st && c->log_completions) st = dfg_stage_steps(p, "completions", c->sft_steps, -1);
+    for (int k = -2; k < c->iterations && !st; k++) { /* -2: ref, -1: old, then train.k and update.k */
+        if ((k == -2 && c->beta == 0.0f) || (k == -1 && c->iterations == 1)) continue;
+        if (k < 0) snprintf(base, sizeof(base), "%s", k == -2 ? "ref" : "old");
+        else snprintf(base, sizeof(base), "train.%d", k);
+        for (int i = 0; i < c->n_pwidths * c->n_widths && !st; i++) {
+            dfg_grpo_bucket_stage(name, sizeof(name), base, c, i / c->n_widths, i % c->n_widths);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+        if (k >= 0 && !st) {
+            snprintf(name, sizeof(name), "update.%d", k);
+            st = dfg_stage_steps(p, name, c->sft_steps, -1);
+        }
+    }
+    return st;
+}
+

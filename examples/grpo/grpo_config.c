@@ -437,3 +437,34 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     if (!st2 && c->chunks) c->loss.micro_batches = (int)c->chunks; /* a chunk is a micro-batch of the loss */
     return st2;
 }
+
+/* The divisors d of n in ascending order, up to `most`, whose n / d is a multiple of `unit`; at
+ * most DFG_MAX_FIT_VALUES of them. */
+static int divisors(int64_t n, int64_t most, int64_t unit, int64_t *out) {
+    int k = 0;
+    for (int64_t d = 1; d <= n && d <= most && k < DFG_MAX_FIT_VALUES; d++)
+        if (n % d == 0 && (n / d) % unit == 0) out[k++] = d;
+    return k;
+}
+
+/* `dfg fit`: the settings that change only how the step is computed, and those that change what
+ * is trained (named when nothing else fits: halvings, the nearest first). */
+void dfg_grpo_declare_fit_knobs(dfg_program *p, const dfg_grpo_config *c) {
+    int64_t v[DFG_MAX_FIT_VALUES];
+    int n;
+    if (dfg_grpo_split_free(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
+        dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
+    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, DFG_GRPO_MAX_SUB_BATCHES, 1, v), true);
+    static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
+    /* c->P is one rank's: prompts_per_step stays a multiple of world_size */
+    const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1}, unit[] = {c->W, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        n = 0;
+        for (int64_t x = now[i] / 2; x >= least[i] && n < DFG_MAX_FIT_VALUES; x /= 2) v[n++] = x * unit[i];
+        if (n) dfg_declare_fit_knob(p, math[i], v, n, false);
+    }
+    /* the model's own state: adapters on a frozen base (TRL's usual LoRA rank 16), then that
+     * base in 4 bits */
+    if (c->model.lora.r == 0) dfg_declare_fit_knob(p, "lora_r", (int64_t[]){16}, 1, false);
+    else if (!c->model.lora.load_in_4bit) dfg_declare_fit_knob(p, "load_in_4bit", (int64_t[]){1}, 1, false);
+}
