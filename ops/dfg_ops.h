@@ -198,6 +198,10 @@ typedef struct {
  * step: i32 scalar holding the 1-based step number used for bias correction. */
 DFG_API dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
                      dfg_tensor *const *v, int n, dfg_tensor *step, dfg_adamw_config cfg);
+/* As dfg_adamw, with the learning rate read at run time from lr, an f32 scalar (a schedule's
+ * rate this step), in place of cfg.lr; a rate below 0 or NaN fails the step, nothing written. */
+DFG_API dfg_status dfg_adamw_lr(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
+                        dfg_tensor *const *v, int n, dfg_tensor *step, dfg_tensor *lr, dfg_adamw_config cfg);
 /* Scales the n gradients so that their global L2 norm is at most max_norm (as
  * torch.nn.utils.clip_grad_norm_) and replaces grads[i] with the result: persistent gradient
  * accumulators are scaled in place, TEMP gradients give new TEMPs. Returns the norm before

@@ -82,18 +82,23 @@ dfg_tensor *dfg_slice_assign_at(dfg_graph *g, dfg_tensor *dst, dfg_tensor *src, 
     return slice_assign(g, dst, src, axis, 0, pos);
 }
 
-/* ---------------------------------------------------------------- adamw: inputs step, (param, grad, m, v) x n; outputs (param, m, v) x n */
+/* ---------------------------------------------------------------- adamw: inputs step, (param, grad, m, v) x n and
+ * an optional f32 scalar lr last (a scheduled rate: it replaces the attribute); outputs (param, m, v) x n */
 dfg_status dfg_infer_adamw(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
     const dfg_attrs_adamw *c = &n->attr->adamw;
-    if (n->n_in < 5 || (n->n_in - 1) % 4 || n->n_out != (n->n_in - 1) / 4 * 3)
-        return dfg_node_fail(g, n, DFG_ERR_ARG, "needs step and (param, grad, m, v) per parameter");
+    int np = (n->n_in - 1) / 4;
+    bool has_lr = (n->n_in - 1) % 4 == 1;
+    if (np < 1 || ((n->n_in - 1) % 4 && !has_lr) || n->n_out != np * 3)
+        return dfg_node_fail(g, n, DFG_ERR_ARG, "needs step, (param, grad, m, v) per parameter and an optional lr");
     if (n->in[0]->dtype != DFG_I32 || dfg_shape_numel(n->in[0]->shape) != 1)
         return dfg_node_fail(g, n, DFG_ERR_SHAPE, "step must be an i32 scalar");
+    if (has_lr && (n->in[n->n_in - 1]->dtype != DFG_F32 || n->in[n->n_in - 1]->shape.rank != 0))
+        return dfg_node_fail(g, n, DFG_ERR_SHAPE, "lr '%s' must be an f32 scalar", n->in[n->n_in - 1]->name);
     if (!(c->lr >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0) ||
         !(c->weight_decay >= 0))
         return dfg_node_fail(g, n, DFG_ERR_ARG, "hyperparameters out of range (lr %g, betas %g %g, eps %g, wd %g)",
                              c->lr, c->beta1, c->beta2, c->eps, c->weight_decay);
-    for (int i = 0; i < (n->n_in - 1) / 4; i++) {
+    for (int i = 0; i < np; i++) {
         const dfg_tensor *p = n->in[1 + 4 * i];
         for (int j = 1; j < 4; j++) {
             const dfg_tensor *t = n->in[1 + 4 * i + j];
@@ -110,17 +115,18 @@ dfg_status dfg_infer_adamw(dfg_graph *g, const dfg_node *n, dfg_out_spec *out) {
 
 dfg_cost dfg_cost_adamw(const dfg_node *n) {
     double el = 0;
-    for (int i = 1; i < n->n_in; i += 4) el += (double)dfg_shape_numel(n->in[i]->shape);
+    for (int i = 1; i + 3 < n->n_in; i += 4) el += (double)dfg_shape_numel(n->in[i]->shape); /* not lr */
     return dfg_cost_io(n, 12.0 * el);
 }
 
-dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
-                     dfg_tensor *const *v, int n, dfg_tensor *step, dfg_adamw_config cfg) {
+static dfg_status adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
+                        dfg_tensor *const *v, int n, dfg_tensor *step, dfg_tensor *lr, dfg_adamw_config cfg) {
     if (!g) return DFG_ERR_ARG;
     if (g->status) return g->status;
     if (n < 1 || !params || !grads || !m || !v)
         return dfg_graph_err(g, DFG_ERR_ARG, "adamw: needs n >= 1 parameters with grads and moments");
-    dfg_tensor **in = dfg_arena_alloc(&g->program->arena, sizeof(*in) * (size_t)(1 + 4 * n));
+    int n_in = 1 + 4 * n + (lr ? 1 : 0);
+    dfg_tensor **in = dfg_arena_alloc(&g->program->arena, sizeof(*in) * (size_t)n_in);
     if (!in) return dfg_graph_err(g, DFG_ERR_NOMEM, "adamw: out of memory");
     in[0] = step;
     for (int i = 0; i < n; i++) {
@@ -129,9 +135,21 @@ dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const 
         in[3 + 4 * i] = m[i];
         in[4 + 4 * i] = v[i];
     }
+    if (lr) in[n_in - 1] = lr;
     dfg_attrs a = {.adamw = {cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}};
-    dfg_node_add(g, DFG_OP_ADAMW, in, 1 + 4 * n, &a, 3 * n);
+    dfg_node_add(g, DFG_OP_ADAMW, in, n_in, &a, 3 * n);
     return g->status;
+}
+
+dfg_status dfg_adamw(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
+                     dfg_tensor *const *v, int n, dfg_tensor *step, dfg_adamw_config cfg) {
+    return adamw(g, params, grads, m, v, n, step, NULL, cfg);
+}
+
+dfg_status dfg_adamw_lr(dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, dfg_tensor *const *m,
+                        dfg_tensor *const *v, int n, dfg_tensor *step, dfg_tensor *lr, dfg_adamw_config cfg) {
+    if (g && !g->status && !lr) return dfg_graph_err(g, DFG_ERR_ARG, "adamw: lr is NULL");
+    return adamw(g, params, grads, m, v, n, step, lr, cfg);
 }
 
 /* ---------------------------------------------------------------- clip_grad_norm: inputs g x n; outputs norm, g' x n */

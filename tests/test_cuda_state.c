@@ -34,6 +34,7 @@ typedef struct {
     int mix;             /* adamw's bf16 build: 0 all bf16, 1 p bf16 + f32 moments, 2 p f32 + bf16 m + f16 v */
     float wd;            /* adamw weight decay */
     int32_t step;        /* adamw raw: the step (0: drawn in [1, 50]) */
+    int lr;              /* adamw: 1 the rate from an f32 scalar input (a schedule's), 2 that rate negative */
     bool persistent;     /* clip: gradients are STATE (outputs in place) */
     bool nan_grad;       /* clip raw: one gradient holds a NaN */
 } st_case;
@@ -89,7 +90,10 @@ static dfg_node *build(dfg_graph *g, dfg_dtype dt, void *user) {
         }
         dfg_tensor *step = dfg_state(p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
         dfg_adamw_config cfg = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = c->wd};
-        if (dfg_adamw(g, ps, gs, ms, vs, c->n_params, step, cfg)) return NULL;
+        dfg_tensor *lr = c->lr ? dfg_input(g, "lr", DFG_F32, DFG_SCALAR) : NULL;
+        if (lr ? dfg_adamw_lr(g, ps, gs, ms, vs, c->n_params, step, lr, cfg)
+               : dfg_adamw(g, ps, gs, ms, vs, c->n_params, step, cfg))
+            return NULL;
         return g->nodes[g->n_nodes - 1];
     }
     default: { /* clip */
@@ -120,6 +124,8 @@ static void fill(int slot, const dfg_tensor *t, void *data, int64_t n, void *use
             else v = dfg_test_int(-5, 5) + (dfg_test_int(0, 3) == 0 ? 2147483640.0 : 0.0); /* accumulate saturates */
         } else if (t->dtype == DFG_U8) {
             v = dfg_test_int(0, 255);
+        } else if (c->op == DFG_OP_ADAMW && c->lr && slot == 1 + 4 * c->n_params) { /* not the attribute's 1e-2 */
+            v = c->lr == 2 ? -1e-3 : dfg_test_uniform(0.0f, 0.05f);
         } else if (c->op == DFG_OP_ADAMW && (slot - 1) % 4 == 3) {
             v = dfg_test_uniform(0.0f, 2.0f);
         } else if (c->op == DFG_OP_ASSIGN && c->src_dt) {
@@ -297,6 +303,8 @@ int main(void) {
             snprintf(what, sizeof(what), "%d params, bf16 mix %d", np, mix);
             run((st_case){.op = DFG_OP_ADAMW, .n_params = np, .mix = mix, .wd = mix ? 0.1f : 0.0f}, what, true, 0);
         }
+    for (int mix = 0; mix < 3; mix++) /* a scheduled rate, with weight decay: 1 - lr wd from it */
+        run((st_case){.op = DFG_OP_ADAMW, .n_params = 4, .mix = mix, .wd = 0.1f, .lr = 1}, "lr input", true, 0);
     for (int np = 1; np <= 7; np += 2) {
         run((st_case){.op = DFG_OP_CLIP_GRAD_NORM, .n_params = np, .value = 0.5f}, "clipping", true, 0);
         run((st_case){.op = DFG_OP_CLIP_GRAD_NORM, .n_params = np, .value = 1e6f}, "not clipping", true, 0);
@@ -358,6 +366,11 @@ int main(void) {
               false, 0);
     raw_check((st_case){.op = DFG_OP_ADAMW, .n_params = 4, .dt = DFG_F32, .step = -3}, "step -3", 0, 0, false, true, 0);
     raw_check((st_case){.op = DFG_OP_ADAMW, .n_params = 4, .dt = DFG_F32, .step = 5}, "flag up", 0, 0, true, false, 0);
+    /* a rate from an input: many tensors, misaligned; a negative one raises the flag, nothing written */
+    raw_check((st_case){.op = DFG_OP_ADAMW, .n_params = 150, .dt = DFG_F32, .wd = 0.1f, .lr = 1}, "150 params, lr input",
+              4, 1e-5, false, false, 0);
+    raw_check((st_case){.op = DFG_OP_ADAMW, .n_params = 4, .dt = DFG_F32, .wd = 0.1f, .lr = 2}, "lr -1e-3", 0, 0, false,
+              true, 0);
     /* clip: in place, many gradients (several launches), misaligned; a NaN: the flag, g unscaled */
     raw_check((st_case){.op = DFG_OP_CLIP_GRAD_NORM, .n_params = 5, .dt = DFG_F32, .value = 0.5f, .persistent = true},
               "in place", 0, 1e-5, false, false, 0);

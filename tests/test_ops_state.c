@@ -40,10 +40,13 @@ static double max_abs_diff(const float *a, const double *b, int n) {
     return e;
 }
 
-static void test_adamw(void) {
+/* with_lr: the rate comes from an f32 scalar input, a different one each step (a schedule's),
+ * and the attribute's (set far off) must not be used */
+static void test_adamw(bool with_lr) {
     enum { N0 = 12, N1 = 5, STEPS = 5 };
     const int n[2] = {N0, N1};
-    const dfg_adamw_config cfg = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    const dfg_adamw_config cfg = {.lr = with_lr ? 7.0f : 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f,
+                                  .weight_decay = 0.1f};
     static const char *pn[2] = {"w", "b"}, *gn[2] = {"gw", "gb"}, *mn[2] = {"mw", "mb"}, *vn[2] = {"vw", "vb"};
     dfg_fx f;
     dfg_fx_begin(&f, "adamw");
@@ -57,7 +60,10 @@ static void test_adamw(void) {
     }
     dfg_tensor *step = dfg_state(f.p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
     dfg_assign(f.g, step, dfg_add(f.g, step, dfg_fill(f.g, DFG_I32, DFG_SCALAR, 1)));
-    CHECK(dfg_adamw(f.g, params, grads, m, v, 2, step, cfg) == DFG_OK, "adamw: %s", dfg_graph_error(f.g));
+    dfg_tensor *lr = with_lr ? dfg_input(f.g, "lr", DFG_F32, DFG_SCALAR) : NULL;
+    dfg_status built = with_lr ? dfg_adamw_lr(f.g, params, grads, m, v, 2, step, lr, cfg)
+                               : dfg_adamw(f.g, params, grads, m, v, 2, step, cfg);
+    CHECK(built == DFG_OK, "adamw: %s", dfg_graph_error(f.g));
     if (dfg_fx_create(&f, 1)) {
         double rp[2][N0], rm[2][N0] = {{0}}, rv[2][N0] = {{0}};
         float buf[N0];
@@ -66,12 +72,17 @@ static void test_adamw(void) {
             for (int j = 0; j < n[i]; j++) rp[i][j] = buf[j];
         }
         for (int t = 1; t <= STEPS; t++) {
+            dfg_adamw_config ct = cfg;
+            if (with_lr) { /* a linear decay with a warm-up step, as a schedule's rates go */
+                ct.lr = t == 1 ? 0.025f : 0.05f * (float)(STEPS + 1 - t) / STEPS;
+                dfg_fx_write(&f, "lr", &ct.lr, sizeof(float));
+            }
             for (int i = 0; i < 2; i++) {
                 float g[N0];
                 dfg_test_fill_normal(g, n[i], t == 3 ? 10.0f : 1.0f); /* one large step, so v matters */
                 if (t == 4) g[0] = 0.0f;                                /* a zero gradient still decays */
                 dfg_fx_write(&f, gn[i], g, sizeof(float) * (size_t)n[i]);
-                ref_adamw(rp[i], rm[i], rv[i], g, n[i], t, cfg);
+                ref_adamw(rp[i], rm[i], rv[i], g, n[i], t, ct);
             }
             if (!dfg_fx_step(&f)) break;
             for (int i = 0; i < 2; i++) {
@@ -81,8 +92,8 @@ static void test_adamw(void) {
                 dfg_fx_read(&f, vn[i], vv, sizeof(float) * (size_t)n[i]);
                 double ep = max_abs_diff(pv, rp[i], n[i]), em = max_abs_diff(mv, rm[i], n[i]),
                        ev = max_abs_diff(vv, rv[i], n[i]);
-                CHECK(ep < 1e-5 && em < 1e-5 && ev < 1e-5, "adamw step %d '%s': err p %g m %g v %g", t, pn[i], ep, em,
-                      ev);
+                CHECK(ep < 1e-5 && em < 1e-5 && ev < 1e-5, "adamw%s step %d '%s': err p %g m %g v %g",
+                      with_lr ? " (lr input)" : "", t, pn[i], ep, em, ev);
             }
         }
         int32_t s;
@@ -112,6 +123,54 @@ static void test_adamw_step0(void) {
         float w[4];
         dfg_fx_read(&f, "w", w, sizeof(w));
         CHECK(w[0] == 0.5f && w[3] == 0.5f, "a refused step leaves the parameters: %g", w[0]);
+    }
+    dfg_fx_end(&f);
+}
+
+/* An lr input equal to the attribute updates bit for bit as the op without it: the input only
+ * replaces where the rate comes from. */
+static void test_adamw_lr_same(void) {
+    float w[2][6];
+    for (int k = 0; k < 2; k++) {
+        dfg_fx f;
+        dfg_fx_begin(&f, k ? "adamw_lr_same" : "adamw_attr");
+        dfg_tensor *p = dfg_param(f.p, "w", DFG_F32, DFG_SHAPE(2, 3), dfg_init_constant(0.5f));
+        dfg_tensor *g = dfg_affine(f.g, dfg_cast(f.g, dfg_fill(f.g, DFG_I32, DFG_SHAPE(2, 3), 3), DFG_F32), 0.37f, -0.2f);
+        dfg_tensor *m = state_f32(&f, "m", DFG_SHAPE(2, 3), dfg_init_zeros());
+        dfg_tensor *v = state_f32(&f, "v", DFG_SHAPE(2, 3), dfg_init_zeros());
+        dfg_tensor *step = dfg_state(f.p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_zeros());
+        dfg_assign(f.g, step, dfg_add(f.g, step, dfg_fill(f.g, DFG_I32, DFG_SCALAR, 1)));
+        const dfg_adamw_config cfg = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
+        if (k) dfg_adamw_lr(f.g, &p, &g, &m, &v, 1, step, dfg_fill(f.g, DFG_F32, DFG_SCALAR, cfg.lr), cfg);
+        else dfg_adamw(f.g, &p, &g, &m, &v, 1, step, cfg);
+        if (dfg_fx_create(&f, 1)) {
+            for (int t = 0; t < 3; t++) dfg_fx_step(&f);
+            dfg_fx_read(&f, "w", w[k], sizeof(w[k]));
+        }
+        dfg_fx_end(&f);
+    }
+    CHECK(!memcmp(w[0], w[1], sizeof(w[0])), "lr input equal to the attribute: %.9g vs %.9g", w[1][0], w[0][0]);
+    CHECK(w[0][0] != 0.5f, "the update moved nothing");
+}
+
+/* A rate below 0 (a schedule gone wrong) fails the step, naming it, and writes nothing. */
+static void test_adamw_lr_negative(void) {
+    dfg_fx f;
+    dfg_fx_begin(&f, "adamw_lr_neg");
+    dfg_tensor *p = dfg_param(f.p, "w", DFG_F32, DFG_SHAPE(4), dfg_init_constant(0.5f));
+    dfg_tensor *g = dfg_fill(f.g, DFG_F32, DFG_SHAPE(4), 1.0f);
+    dfg_tensor *m = state_f32(&f, "m", DFG_SHAPE(4), dfg_init_zeros());
+    dfg_tensor *v = state_f32(&f, "v", DFG_SHAPE(4), dfg_init_zeros());
+    dfg_tensor *step = dfg_state(f.p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_OPTIM, dfg_init_constant(1));
+    const dfg_adamw_config cfg = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f};
+    dfg_adamw_lr(f.g, &p, &g, &m, &v, 1, step, dfg_fill(f.g, DFG_F32, DFG_SCALAR, -1e-3f), cfg);
+    if (dfg_fx_create(&f, 1)) {
+        dfg_status st = dfg_runtime_step(f.rt);
+        CHECK(st == DFG_ERR_RANGE, "adamw with lr -1e-3: %s", dfg_status_name(st));
+        CHECK(strstr(dfg_runtime_error(f.rt), "lr is -0.001"), "message: %s", dfg_runtime_error(f.rt));
+        float w[4];
+        dfg_fx_read(&f, "w", w, sizeof(w));
+        CHECK(w[0] == 0.5f, "a refused step leaves the parameters: %g", w[0]);
     }
     dfg_fx_end(&f);
 }
@@ -335,7 +394,10 @@ static void test_slice_rows(void) {
 
 int main(void) {
     dfg_test_init("test_ops_state");
-    test_adamw();
+    test_adamw(false);
+    test_adamw(true);
+    test_adamw_lr_same();
+    test_adamw_lr_negative();
     test_adamw_step0();
     test_clip();
     test_assign();

@@ -84,10 +84,13 @@ dfg_status dfg_cpu_slice_assign(const dfg_node *n, void *const *in, void *const 
 dfg_status dfg_cpu_adamw(const dfg_node *n, void *const *in, void *const *out, dfg_cpu_ctx *ctx) {
     const dfg_attrs_adamw c = n->attr->adamw;
     int32_t t = *(const int32_t *)in[0];
-    if (t < 1) return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "step is %d; it counts from 1", t);
-    double bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t);
-    float step_size = (float)(c.lr / bc1), bc2_sqrt = (float)sqrt(bc2), decay = 1.0f - c.lr * c.weight_decay;
     int np = (n->n_in - 1) / 4;
+    /* a scheduled rate, the input after the last moment, replaces the attribute's */
+    float lr = n->n_in > 1 + 4 * np ? *(const float *)in[n->n_in - 1] : c.lr;
+    if (t < 1) return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "step is %d; it counts from 1", t);
+    if (!(lr >= 0)) return dfg_cpu_fail(ctx, n, DFG_ERR_RANGE, "lr is %g; it must be >= 0", lr);
+    double bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t);
+    float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2), decay = 1.0f - lr * c.weight_decay;
     for (int i = 0; i < np; i++) {
         float *p = out[3 * i], *m = out[3 * i + 1], *v = out[3 * i + 2];
         const float *g = in[2 + 4 * i];

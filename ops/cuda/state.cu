@@ -356,33 +356,37 @@ struct AdamHyper {
 
 // torch.optim.AdamW's update of one element, in the CPU kernel's order of operations
 __device__ __forceinline__ void adam_elem(float &p, float g, float &m, float &v, const AdamHyper &h, float step_size,
-                                          float bc2_sqrt) {
+                                          float bc2_sqrt, float decay) {
     m = h.beta1 * m + (1.0f - h.beta1) * g;
     v = h.beta2 * v + (1.0f - h.beta2) * g * g;
-    p = p * h.decay - step_size * m / (sqrtf(v) / bc2_sqrt + h.eps);
+    p = p * decay - step_size * m / (sqrtf(v) / bc2_sqrt + h.eps);
 }
 
 // One block per chunk of kChunk elements of one parameter. The bias corrections come from the
-// step on the device. Nothing is written when the step is below 1 (the flag is raised, as the
-// CPU fails) or when the flag is already up: an earlier kernel of the stage found a bad value
-// (clip_grad_norm's non-finite norm), where the CPU would have stopped before this update.
+// step on the device, and so does a scheduled rate (lr, else h.lr). Nothing is written when the
+// step is below 1 or the rate below 0 or NaN (the flag is raised, as the CPU fails) or when the
+// flag is already up: an earlier kernel of the stage found a bad value (clip_grad_norm's
+// non-finite norm), where the CPU would have stopped before this update.
 __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ TensorTable t,
-                                                    const int32_t *step /* () */, int *flags, AdamHyper h,
-                                                    int64_t chunks) {
-    __shared__ float sh_step, sh_bc2;
+                                                    const int32_t *step /* () */, const float *lr /* () or null */,
+                                                    int *flags, AdamHyper h, float weight_decay, int64_t chunks) {
+    __shared__ float sh_step, sh_bc2, sh_decay;
     __shared__ int sh_ok;
     if (threadIdx.x == 0) {
         const int32_t s = *step;
-        int ok = s >= 1 && !(flags && *flags);
-        if (s < 1) raise_flag(flags);
+        const float rate = lr ? *lr : h.lr;
+        const bool bad = s < 1 || !(rate >= 0.0f);
+        if (bad) raise_flag(flags);
         const double bc1 = 1.0 - pow((double)h.beta1, (double)s), bc2 = 1.0 - pow((double)h.beta2, (double)s);
-        sh_step = (float)((double)h.lr / bc1);
+        sh_step = (float)((double)rate / bc1);
         sh_bc2 = (float)sqrt(bc2);
-        sh_ok = ok;
+        // 1 - lr wd as the CPU rounds it (two roundings, never one FMA); without lr, the host's
+        sh_decay = lr ? __fsub_rn(1.0f, __fmul_rn(rate, weight_decay)) : h.decay;
+        sh_ok = !bad && !(flags && *flags);
     }
     __syncthreads();
     if (!sh_ok) return; // the whole block
-    const float step_size = sh_step, bc2_sqrt = sh_bc2;
+    const float step_size = sh_step, bc2_sqrt = sh_bc2, decay = sh_decay;
     for (int64_t u = blockIdx.x; u < chunks; u += gridDim.x) {
         const Chunk ch(t, t.first[0] + u);
         const int k = ch.k;
@@ -396,10 +400,10 @@ __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ Tens
                 float4 p = *reinterpret_cast<float4 *>((float *)P + j), m = *reinterpret_cast<float4 *>((float *)M + j);
                 float4 v = *reinterpret_cast<float4 *>((float *)V + j);
                 const float4 g = *reinterpret_cast<const float4 *>((const float *)G + j);
-                adam_elem(p.x, g.x, m.x, v.x, h, step_size, bc2_sqrt);
-                adam_elem(p.y, g.y, m.y, v.y, h, step_size, bc2_sqrt);
-                adam_elem(p.z, g.z, m.z, v.z, h, step_size, bc2_sqrt);
-                adam_elem(p.w, g.w, m.w, v.w, h, step_size, bc2_sqrt);
+                adam_elem(p.x, g.x, m.x, v.x, h, step_size, bc2_sqrt, decay);
+                adam_elem(p.y, g.y, m.y, v.y, h, step_size, bc2_sqrt, decay);
+                adam_elem(p.z, g.z, m.z, v.z, h, step_size, bc2_sqrt, decay);
+                adam_elem(p.w, g.w, m.w, v.w, h, step_size, bc2_sqrt, decay);
                 *reinterpret_cast<float4 *>((float *)P + j) = p;
                 *reinterpret_cast<float4 *>((float *)M + j) = m;
                 *reinterpret_cast<float4 *>((float *)V + j) = v;
@@ -408,7 +412,7 @@ __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ Tens
         }
         for (; i < i1; i += kThreads) {
             float p = ldx(P, dt_of(dts, 0), i), m = ldx(M, dt_of(dts, 2), i), v = ldx(V, dt_of(dts, 3), i);
-            adam_elem(p, ldx(G, dt_of(dts, 1), i), m, v, h, step_size, bc2_sqrt);
+            adam_elem(p, ldx(G, dt_of(dts, 1), i), m, v, h, step_size, bc2_sqrt, decay);
             stx(P, dt_of(dts, 0), i, p);
             stx(M, dt_of(dts, 2), i, m);
             stx(V, dt_of(dts, 3), i, v);
@@ -418,11 +422,13 @@ __global__ __launch_bounds__(kThreads) void adamw_k(const __grid_constant__ Tens
 
 } // namespace
 
-// inputs: step, (param, grad, m, v) x np; outputs (param, m, v) x np, each over its input
+// inputs: step, (param, grad, m, v) x np, an optional f32 scalar lr; outputs (param, m, v) x np,
+// each over its input
 DFG_CUDA_LAUNCHER(adamw) {
     const int np = (n->n_in - 1) / 4;
-    if (n->n_in < 5 || (n->n_in - 1) % 4 || n->n_out != 3 * np)
-        return dfg_cuda_fail(ctx, n, DFG_ERR_ARG, "needs step and (param, grad, m, v) per parameter");
+    const bool has_lr = (n->n_in - 1) % 4 == 1;
+    if (n->n_in < 5 || ((n->n_in - 1) % 4 && !has_lr) || n->n_out != 3 * np)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_ARG, "needs step, (param, grad, m, v) per parameter and an optional lr");
     for (int i = 0; i < np; i++) {
         for (int j = 0; j < 3; j++)
             if (out[3 * i + j] != in[(j == 0 ? 1 : 2 + j) + 4 * i])
@@ -440,7 +446,8 @@ DFG_CUDA_LAUNCHER(adamw) {
     auto numel = [&](int i) { return dfg_shape_numel(n->in[1 + 4 * i]->shape); };
     return for_tables(np, numel, 4, ptr, dt, [&](const TensorTable &t, int64_t chunks) {
         cudaError_t e = DFG_LAUNCH(adamw_k, dfg_grid_units(chunks, ctx), kThreads, 0, (cudaStream_t)ctx->stream, t,
-                                   (const int32_t *)in[0], ctx->flags, h, chunks);
+                                   (const int32_t *)in[0], has_lr ? (const float *)in[n->n_in - 1] : nullptr,
+                                   ctx->flags, h, c.weight_decay, chunks);
         return dfg_cuda_launched(ctx, n, e, "adamw");
     });
 }
