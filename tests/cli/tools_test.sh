@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# tools_test.sh - multi-turn GRPO episodes with tools (issue 39), as a user runs them: the built-in
+# calculator task, whose policy calls '@a*b$' and reads the tool's answer '=P=' before its final
+# answer 'P$' (docs/agents.md).
+#   usage: tools_test.sh /path/to/dfg /path/to/source-tree cpu|emu
+# A supervised warm-up (sft_steps) teaches the call format, so that the policy calls the tool
+# (seed 7: 9 to 14 of 16 rows call at the first GRPO step, whatever seed was tried: 1, 2, 3, 7, 11);
+# then one GRPO step from those weights is dumped and tools_check.py reads its episodes: every
+# call the tools answered carries exactly its product, tool_mask 0 exactly on the tool's tokens,
+# their sampling log-probs 0 and the loss mask 0 there, each row one contiguous completion, and
+# the step's metrics (tools/call_frequency, the completions/ lengths) what the episodes hold.
+#   cpu: that step on the CPU (and rules broken on purpose in a copy of its dump, which the checker
+#        must refuse); the dump replayed with --rollouts (the tools stage skipped, the same loss
+#        and gradient norm; tool_mask all 1 trains differently, and equals a file without it);
+#        max_tool_calling_iterations=0; the settings the loop refuses, and a tools plan run without
+#        its environment program.
+#   emu: the same plan compiled for cuda, run on the emulated GPU (--emulate-gpu), in its default
+#        bfloat16 and in float32; the float32 plan's sampler log-probs equal the training
+#        forward's (the tool's tokens went into the KV cache as training reads them) and every
+#        row's first turn is the CPU's, token for token.
+# Each check holds whatever the policy samples, except that some row must call the tool.
+set -u
+DFG=$1
+SRC=$2
+MODE=${3:-cpu}
+. "$(dirname "$0")/testlib.sh"
+testlib_begin tools-test
+CHK=(python3 "$SRC/tests/cli/tools_check.py")
+GRPO=$SRC/examples/grpo/grpo.c
+check() { local what=$1; shift; if "$@" >check.txt 2>&1; then ok "$what: $(tail -1 check.txt)"; else cat check.txt; fail "$what"; fi; }
+fails() { local what=$1; shift; if "$@" >check.txt 2>&1; then fail "$what: it passed"; else ok "$what: $(tail -1 check.txt)"; fi; }
+metric() { python3 -c "import json, sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])[sys.argv[2]])" "$1" "$2"; }
+
+# prompts 'ab*cd=' (6 columns), completions of 19: T = 25; rounds of calls: at most 19 (TRL's default)
+SET=(--set task=calculator --set digits=2 --set prompts_per_step=4 --set num_generations=4)
+LP=6
+ROUNDS=19
+SFT=150
+RUN=(--seed 7 --threads 1)
+
+run "$DFG" compile "$GRPO" "${SET[@]}" --set sft_steps=$SFT -o sft.dfg
+expect_rc 0 "compile the calculator's warm-up"
+run "$DFG" run sft.dfg --steps $SFT "${RUN[@]}" --quiet --save w.safetensors
+expect_rc 0 "$SFT supervised steps on the call format"
+run "$DFG" compile "$GRPO" "${SET[@]}" -o rl.dfg
+expect_rc 0 "compile the calculator's GRPO plan"
+run "$DFG" run rl.dfg --weights w.safetensors --steps 1 "${RUN[@]}" --metrics m.jsonl --dump d.safetensors
+expect_rc 0 "one GRPO step with tools on the CPU"
+if [ ! -s d.safetensors ]; then fail "no dump of a GRPO step with tools: nothing more to check"; testlib_end; fi
+check "the CPU's episodes keep the loop's rules" "${CHK[@]}" episodes d.safetensors m.jsonl $LP $ROUNDS
+check "the sampler's log-probs are the training forward's (the tool's tokens in the KV cache as training sees them)" \
+  python3 -c "import sys; v = float(sys.argv[1]); print('max difference %g' % v); sys.exit(v > 1e-4)" \
+  "$(metric m.jsonl sampling/sampling_logp_difference/max)"
+
+if [ "$MODE" = emu ]; then
+  # ---------------------------------------------------------------- the emulated GPU
+  for dt in bfloat16 float32; do
+    run "$DFG" compile "$GRPO" "${SET[@]}" --target cuda --set torch_dtype=$dt -o rl_$dt.dfg
+    expect_rc 0 "compile the calculator for cuda ($dt)"
+    run "$DFG" run rl_$dt.dfg --emulate-gpu --weights w.safetensors --steps 1 "${RUN[@]}" --metrics m_$dt.jsonl \
+      --dump d_$dt.safetensors
+    expect_rc 0 "one GRPO step with tools on the emulated GPU ($dt)"
+    check "the emulated GPU's episodes keep the loop's rules ($dt)" "${CHK[@]}" episodes d_$dt.safetensors m_$dt.jsonl $LP $ROUNDS
+  done
+  check "float32 on the emulated GPU: the sampler's log-probs are the training forward's" \
+    python3 -c "import sys; v = float(sys.argv[1]); print('max difference %g' % v); sys.exit(v > 1e-4)" \
+    "$(metric m_float32.jsonl sampling/sampling_logp_difference/max)"
+  check "float32 on the emulated GPU: every row's first turn is the CPU's" \
+    "${CHK[@]}" first-turns d.safetensors d_float32.safetensors $LP
+  testlib_end
+fi
+
+# ---------------------------------------------------------------- the checker can fail
+for rule in answer tool_mask logp; do
+  "${CHK[@]}" break d.safetensors broken_$rule.safetensors $rule || { fail "breaking $rule in a copy of the dump"; continue; }
+  fails "the checker refuses a dump with a broken $rule" "${CHK[@]}" episodes broken_$rule.safetensors m.jsonl $LP $ROUNDS
+done
+fails "the checker refuses metrics that are not the dump's step's" "${CHK[@]}" episodes d.safetensors <(sed 's/"tools\/call_frequency": *[0-9.e+-]*/"tools\/call_frequency": 0.001/' m.jsonl) $LP $ROUNDS
+
+# ---------------------------------------------------------------- a fixed multi-turn rollout replays
+loss0=$(python3 "$SRC/tests/cli/st_tool.py" get d.safetensors loss)
+gn0=$(python3 "$SRC/tests/cli/st_tool.py" get d.safetensors grad_norm)
+for m in as-dumped trl ones none; do
+  "${CHK[@]}" rollout d.safetensors r_$m.safetensors $m >/dev/null
+done
+same_loss() { # LOSS LOSS0 GN GN0: a finite loss within 1e-6 of LOSS0, the gradient norm within 1e-5 of GN0
+  python3 -c "
+import math, sys
+a, b, c, d = map(float, sys.argv[1:])
+print('loss %r (dumped %r), grad_norm %r (dumped %r)' % (a, b, c, d))
+sys.exit(not (math.isfinite(a) and abs(a - b) <= 1e-6 * max(1, abs(b)) and abs(c - d) <= 1e-5 * d))" "$@"
+}
+replay() { # FILE WHAT: one step from w.safetensors on FILE's rollout; $loss, $gn its loss and gradient norm
+  run "$DFG" run rl.dfg --weights w.safetensors --rollouts "$1" --steps 1 "${RUN[@]}" --metrics "$1.jsonl"
+  expect_rc 0 "$2"
+  loss=$(metric "$1.jsonl" loss) gn=$(metric "$1.jsonl" grad_norm)
+}
+replay r_as-dumped.safetensors "the dump's tokens, completion_mask, rewards, sampling_logps and tool_mask as a --rollouts file"
+expect_in out.txt "stages data, prefill, decode, tools, reward skipped" "the rollout skips the tools stage"
+check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
+replay r_trl.safetensors "the same with TRL's completion_mask (1 on the tool's tokens too)"
+check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
+loss_dump=$loss
+replay r_ones.safetensors "the rollout with tool_mask all 1"
+loss_ones=$loss gn_ones=$gn
+check "tool_mask's zeros change the training" \
+  python3 -c "import sys; a, b = map(float, sys.argv[1:]); print('loss %g with them, %g without' % (a, b)); sys.exit(abs(a - b) <= 1e-4 * max(abs(a), abs(b)))" \
+  "$loss_dump" "$loss_ones"
+replay r_none.safetensors "the rollout without a tool_mask"
+check "a file without tool_mask trains as tool_mask all 1 (the same floats)" \
+  python3 -c "import math, sys; a, b, c, d = sys.argv[1:]; print('loss %s = %s, grad_norm %s = %s' % (a, b, c, d)); sys.exit(a != b or c != d or not all(math.isfinite(float(x)) for x in (a, c)))" \
+  "$loss" "$loss_ones" "$gn" "$gn_ones"
+
+# ---------------------------------------------------------------- max_tool_calling_iterations=0
+run "$DFG" compile "$GRPO" "${SET[@]}" --set max_tool_calling_iterations=0 -o r0.dfg
+expect_rc 0 "compile with max_tool_calling_iterations=0"
+run "$DFG" run r0.dfg --weights w.safetensors --steps 1 "${RUN[@]}" --metrics m0.jsonl --dump d0.safetensors
+expect_rc 0 "one step with max_tool_calling_iterations=0"
+check "no call runs, every row ends at its first turn, tools/call_frequency 0" \
+  "${CHK[@]}" episodes d0.safetensors m0.jsonl $LP 0
+
+# ---------------------------------------------------------------- refusals: one line, exit 2
+run "$DFG" compile "$GRPO" "${SET[@]}" --set rollout_sub_batches=2 -o x.dfg
+expect_rc 2 "the calculator with rollout_sub_batches=2"
+expect_one_line "rollout_sub_batches=2 with tools"
+expect_in err.txt "needs rollout_sub_batches=1" "... saying what it needs"
+run "$DFG" compile "$GRPO" "${SET[@]}" --set decode_tail=4 -o x.dfg
+expect_rc 2 "the calculator with decode_tail=4"
+expect_one_line "decode_tail=4 with tools"
+expect_in err.txt "no tools (a multi-turn rollout)" "... saying why"
+python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 3 --rows 16 --seed 5 -o rev.jsonl >/dev/null 2>&1
+run "$DFG" compile "$GRPO" --set dataset=rev.jsonl --set tools=a,b --set reward_funcs=digits,short \
+  --set prompts_per_step=4 --set num_generations=4 --set max_completion_length=8 -o env.dfg
+expect_rc 0 "compile a dataset plan with tools=a,b"
+run "$DFG" run env.dfg --steps 1 --threads 1 --reward-cmd "python3 $SRC/tests/cli/toy_reward.py"
+expect_rc 2 "run it without --env-cmd"
+expect_one_line "a tools plan without its environment program"
+expect_in err.txt "give --env-cmd CMD" "... naming --env-cmd"
+
+testlib_end
