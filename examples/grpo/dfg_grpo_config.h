@@ -81,6 +81,8 @@ typedef struct {
     dfg_grpo_loss_config loss;
     dfg_grpo_scale scale;
     dfg_adamw_config adamw;
+    int64_t max_steps;            /* the run's total steps (dfg run --max-steps); -1: not set */
+    dfg_lr_schedule lr_schedule; /* the GRPO updates' rates (the sft warm-up's: adamw.lr) */
 } dfg_grpo_config;
 
 /* Reads every setting of p (recording each default in the plan), checks the ranges and opens

@@ -555,9 +555,11 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     memcpy(grads, s->grads, sizeof(*grads) * (size_t)n); /* averaged over the ranks in train.k already, */
     if (c->chunks) dfg_nn_allreduce_grads(g, grads, n, c->W, c->bucket_bytes); /* or here after the chunks */
     dfg_tensor *norm = dfg_clip_grad_norm(g, grads, n, c->max_grad_norm); /* in place on the buffers */
-    dfg_status st = dfg_nn_adamw_step(p, g, s->policy->params, grads, n, c->adamw, "");
+    dfg_tensor *lr = NULL; /* this update's rate; logged for the first, as loss and grad_norm are */
+    dfg_status st = dfg_nn_adamw_step_scheduled(p, g, s->policy->params, grads, n, c->adamw, &c->lr_schedule, "", &lr);
     if (st) return st;
     for (int i = 0; i < n; i++) dfg_assign_fill(g, s->grads[i], 0.0f);
+    if (k == 0 && c->lr_schedule.log) dfg_metric(g, "learning_rate", lr);
     if (k == 0) { /* over the ranks: the loss their mean (each is its share), kl per token of the batch */
         dfg_metric(g, "loss", dfg_grpo_world_reduce(g, s->acc_loss, DFG_COLL_MEAN, c->W));
         if (c->beta != 0.0f) /* TRL logs it with beta */

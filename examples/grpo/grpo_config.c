@@ -299,6 +299,22 @@ static dfg_status check_sampling_config(dfg_program *p, const dfg_grpo_loss_conf
     return DFG_OK;
 }
 
+/* max_steps and the learning-rate schedule. A dfg step is a rollout batch and its num_iterations
+ * updates, each an optimizer step (TRL's global step), so the schedule spans (max_steps -
+ * sft_steps) x num_iterations of them; the sft warm-up's steps, counted in max_steps, run at
+ * learning_rate before it. */
+static dfg_status read_schedule(dfg_program *p, dfg_grpo_config *c, double lr) {
+    c->max_steps = dfg_setting_int(p, "max_steps", -1);
+    if (dfg_program_status(p)) return dfg_program_status(p);
+    if (c->max_steps == 0)
+        return dfg_program_fail(p, DFG_ERR_ARG, "max_steps must be >= 1, or -1 (not set)");
+    if (c->max_steps > 0 && c->max_steps <= c->sft_steps)
+        return dfg_program_fail(p, DFG_ERR_ARG, "max_steps %lld must exceed sft_steps %lld (the warm-up's steps "
+                                "count in it)", (long long)c->max_steps, (long long)c->sft_steps);
+    int64_t total = c->max_steps > 0 ? (c->max_steps - c->sft_steps) * c->iterations : 0;
+    return dfg_lr_schedule_from_settings(p, lr, total, c->sft_steps, &c->lr_schedule);
+}
+
 /* Reads every setting (recording its default in the plan) and checks the ranges. */
 dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     dfg_status st = read_data_config(p, c);
@@ -420,6 +436,8 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
         return dfg_program_fail(p, DFG_ERR_ARG, "out of range: delta >= 0 (0: none), sapo_temperature_pos and _neg > 0, "
                                 "0 <= top_entropy_quantile <= 1 and a finite entropy_coef are required");
     if ((st = check_sampling_config(p, l))) return st;
+    double lr = lr_given ? dfg_program_float(p, "learning_rate") : pretrained ? 1e-6 : 1e-3;
+    if ((st = read_schedule(p, c, lr))) return st;
     c->n_micro = c->N / c->GA;
     bool whole_groups = c->n_micro % c->G == 0;
     if (share == DFG_GRPO_YES && !whole_groups)

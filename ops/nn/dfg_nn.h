@@ -399,6 +399,43 @@ DFG_API dfg_status dfg_nn_allreduce_grads(dfg_graph *g, dfg_tensor **grads, int 
 DFG_API dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix);
 
+/* ---------------------------------------------------------------- learning-rate schedules (ops/nn/nn_schedule.c)
+ * transformers' schedules (optimization.py), TRL's lr_scheduler_type: the rate of 0-based
+ * optimizer step k is learning_rate x lambda(k) over `total` steps with `warmup` steps of warm-up:
+ *   linear                k / max(1, warmup) while k < warmup, then max(0, (total - k) / max(1, total - warmup))
+ *   cosine                the warm-up, then max(0, (1 + cos(pi progress)) / 2),
+ *                         progress = (k - warmup) / max(1, total - warmup) (num_cycles 0.5)
+ *   constant              1 (no warm-up, as get_scheduler builds it)
+ *   constant_with_warmup  the warm-up, then 1 */
+typedef enum { DFG_LR_LINEAR, DFG_LR_COSINE, DFG_LR_CONSTANT, DFG_LR_CONSTANT_WITH_WARMUP } dfg_lr_scheduler;
+typedef struct {
+    dfg_lr_scheduler type;
+    int64_t total;  /* num_training_steps: the optimizer steps the schedule spans (0: not known) */
+    int64_t warmup; /* num_warmup_steps */
+    int64_t offset; /* optimizer steps before the schedule's first (a warm-up of another kind, at lr) */
+    double lr;      /* the base rate, in double as transformers multiplies it */
+    bool on;        /* the rate changes: AdamW reads it each step (dfg_nn_lr); else lr throughout */
+    bool log;       /* log it as the metric learning_rate (on, or a schedule asked for by name) */
+} dfg_lr_schedule;
+DFG_API double dfg_lr_lambda(const dfg_lr_schedule *s, int64_t k);
+DFG_API const char *dfg_lr_scheduler_name(dfg_lr_scheduler t);
+/* Reads "lr_scheduler_type" (default linear when total > 0, else constant), "warmup_steps" and
+ * "warmup_ratio" (transformers' get_warmup_steps: warmup_steps when > 0, else ceil(warmup_ratio x
+ * total)). total: the optimizer steps max_steps makes (0: max_steps not set); a schedule that
+ * needs it without it is a program error that says to set max_steps. */
+DFG_API dfg_status dfg_lr_schedule_from_settings(dfg_program *p, double lr, int64_t total, int64_t offset,
+                                                 dfg_lr_schedule *out);
+/* () f32, the rate of the optimizer step whose 1-based count `step` holds (offset steps before
+ * the schedule's first): a lookup in the program's const table "<prefix>adamw.lr_schedule" of
+ * each step's rate, rounded to f32 once; past its end the last rate holds (0 for linear and
+ * cosine, transformers' linear's value there). NULL when the schedule is not on. */
+DFG_API dfg_tensor *dfg_nn_lr(dfg_program *p, dfg_graph *g, const dfg_lr_schedule *s, dfg_tensor *step, const char *prefix);
+/* dfg_nn_adamw_step with the schedule's rate (sched NULL or not on: dfg_nn_adamw_step itself);
+ * *lr_out (may be NULL): the rate this step used, () f32, for the metric learning_rate. */
+DFG_API dfg_status dfg_nn_adamw_step_scheduled(dfg_program *p, dfg_graph *g, dfg_tensor *const *params,
+                                               dfg_tensor *const *grads, int n, dfg_adamw_config cfg,
+                                               const dfg_lr_schedule *sched, const char *prefix, dfg_tensor **lr_out);
+
 /* ---------------------------------------------------------------- GRPO (ops/nn/nn_grpo.c) */
 /* Per-token log-probs of tokens (n, T) under the model: entry t of the result (n, T-1) is
  * log p(tokens[:, t+1] | tokens[:, <= t]) at the given sampling temperature, computed in f32. The

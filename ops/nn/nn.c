@@ -47,6 +47,19 @@ dfg_status dfg_nn_init_copy(dfg_program *p, dfg_tensor *const *dst, dfg_tensor *
 
 dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *params, dfg_tensor *const *grads, int n,
                              dfg_adamw_config cfg, const char *prefix) {
+    return dfg_nn_adamw_step_scheduled(p, g, params, grads, n, cfg, NULL, prefix, NULL);
+}
+
+/* One update of a parameter (or its master): the schedule's rate when there is one. */
+static void adamw_one(dfg_graph *g, dfg_tensor *param, dfg_tensor *grad, dfg_tensor *m, dfg_tensor *v, dfg_tensor *step,
+                      dfg_tensor *lr, dfg_adamw_config c) {
+    if (lr) dfg_adamw_lr(g, &param, &grad, &m, &v, 1, step, lr, c);
+    else dfg_adamw(g, &param, &grad, &m, &v, 1, step, c);
+}
+
+dfg_status dfg_nn_adamw_step_scheduled(dfg_program *p, dfg_graph *g, dfg_tensor *const *params,
+                                       dfg_tensor *const *grads, int n, dfg_adamw_config cfg,
+                                       const dfg_lr_schedule *sched, const char *prefix, dfg_tensor **lr_out) {
     if (!p || !g || n < 1 || !params || !grads) return DFG_ERR_ARG;
     if (dfg_program_status(p)) return dfg_program_status(p);
     const char *pre = prefix ? prefix : "";
@@ -56,6 +69,9 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
     if (!step) return dfg_program_status(p);
     /* += 1 before the update: the bias correction counts steps from 1 */
     dfg_assign(g, step, dfg_add(g, step, dfg_fill(g, DFG_I32, DFG_SCALAR, 1.0f)));
+    dfg_tensor *lr = sched && sched->on ? dfg_nn_lr(p, g, sched, step, pre) : NULL;
+    if (sched && sched->on && !lr) return dfg_program_status(p) ? dfg_program_status(p) : dfg_graph_status(g);
+    if (lr_out) *lr_out = lr ? lr : dfg_fill(g, DFG_F32, DFG_SCALAR, cfg.lr);
     for (int i = 0; i < n; i++) {
         dfg_tensor *param = params[i], *grad = grads[i];
         dfg_tensor *m = optim_state(p, pre, "adamw.m.", param, NULL), *v = optim_state(p, pre, "adamw.v.", param, NULL);
@@ -64,7 +80,7 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
         dfg_adamw_config c = cfg;
         if (dfg_tensor_shape(param).rank < 2) c.weight_decay = 0.0f; /* biases, LayerNorm */
         if (dt == DFG_F32) { /* full precision: the parameter is its own master */
-            dfg_adamw(g, &param, &grad, &m, &v, 1, step, c);
+            adamw_one(g, param, grad, m, v, step, lr, c);
             continue;
         }
         bool made = false;
@@ -74,7 +90,7 @@ dfg_status dfg_nn_adamw_step(dfg_program *p, dfg_graph *g, dfg_tensor *const *pa
         /* the update in f32: a bf16 step of lr * m / sqrt(v) would round away against the weight.
          * The 16-bit gradient goes in as it is; the AdamW kernel widens it element by element,
          * so no f32 copy of a parameter-sized gradient is ever stored. */
-        dfg_adamw(g, &master, &grad, &m, &v, 1, step, c);
+        adamw_one(g, master, grad, m, v, step, lr, c);
         dfg_assign(g, param, master); /* rounds to the parameter's dtype, no temporary */
     }
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_program_status(p);
