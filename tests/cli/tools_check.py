@@ -18,6 +18,8 @@
       and tool_mask as they are (as-dumped: completion_mask is the loss mask, 0 on the tool's
       tokens); or with TRL's completion_mask (1 on every column of the episode, the tool's
       tokens too) and the dump's tool_mask (trl), tool_mask all 1 (ones), or no tool_mask (none)
+  tools_check.py scalar DUMP NAME
+      the dumped scalar NAME (loss, grad_norm), to 9 significant digits
   tools_check.py first-turns A B LP
       the dumps A and B sampled the same first turn in every row (up to its EOS)
   tools_check.py break DUMP OUT answer|tool_mask|logp
@@ -231,6 +233,9 @@ def main(argv):
         return episodes(argv[1], argv[2], int(argv[3]), int(argv[4]))
     if len(argv) == 4 and argv[0] == "rollout" and argv[3] in ("as-dumped", "trl", "ones", "none"):
         return rollout(argv[1], argv[2], argv[3])
+    if len(argv) == 3 and argv[0] == "scalar":  # a dumped scalar, every digit of its float32
+        print("%.9g" % st_tool.values(st_tool.read(argv[1])[0][argv[2]])[0])
+        return 0
     if len(argv) == 4 and argv[0] == "first-turns":
         return first_turns(argv[1], argv[2], int(argv[3]))
     if len(argv) == 4 and argv[0] == "break" and argv[3] in ("answer", "tool_mask", "logp"):
