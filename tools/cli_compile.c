@@ -1,4 +1,4 @@
-/* cli_compile.c - `dfg compile PIPELINE.c [--set k=v ...] [--target cpu|cuda]
+/* cli_compile.c - `dfg compile PIPELINE.c [--config TRL.yaml] [--set k=v ...] [--target cpu|cuda]
  * [--memory-budget 6GiB] [--no-fuse] [-o P.dfg]`: builds the pipeline and saves its plan
  * (tools/cli_pipeline.c does the building; the file holds the program as built plus the compile
  * options). */
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "cli_config.h"
 
 #define CMD "compile"
 
@@ -21,7 +22,7 @@ typedef struct {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dfg compile PIPELINE.c [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
+            "usage: dfg compile PIPELINE.c [--config FILE] [--set key=value ...] [--target cpu|cuda] [-o P.dfg]\n"
             "                   [--memory-budget BYTES] [--no-fuse] [--align N] [--no-reuse] [--keep-order]\n"
             "                   [--time-passes]\n"
             "\n"
@@ -35,6 +36,10 @@ static void usage(FILE *f) {
             "                    --set model=DIR: a Hugging Face model directory; its config.json\n"
             "                    (GPT-2, Llama, Qwen2, Qwen3) gives the model's settings (model_type,\n"
             "                    n_layer, hidden_size, ...), which other --set values override.\n"
+            "  --config FILE     a TRL GRPOConfig as JSON or YAML (trl grpo --config's file): each field\n"
+            "                    becomes dfg's setting, is converted, or is refused by name when dfg\n"
+            "                    does not support it (docs/cli.md); a --set after it overrides it\n"
+            "  --config-fields   print the table of TRL's fields and what each becomes, and exit\n"
             "  --target T        cpu (default) or cuda; the pipeline sees it as the setting 'target'.\n"
             "                    Planning needs no GPU: a cuda plan is made and inspected anywhere.\n"
             "  -o, --output P    where to write the plan\n"
@@ -55,7 +60,8 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, compile_args *c) {
-    static const cli_option opts[] = {{"--set", true},       {"--target", true},    {"-o", true},
+    static const cli_option opts[] = {{"--set", true},       {"--config", true},    {"--config-fields", false},
+                                      {"--target", true},    {"-o", true},
                                       {"--output", true},    {"--align", true},     {"--no-reuse", false},
                                       {"--keep-order", false}, {"--memory-budget", true}, {"--no-fuse", false},
                                       {"--time-passes", false}, {"--help", false},     {"-h", false},         {NULL, false}};
@@ -71,6 +77,9 @@ static int parse_args(int argc, char **argv, compile_args *c) {
             if (rc) return rc;
         } else if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             usage(stdout);
+            return -1;
+        } else if (!strcmp(opt, "--config-fields")) {
+            cli_config_print_fields(stdout);
             return -1;
         } else if (!strcmp(opt, "--align")) {
             if (!cli_parse_i64(CMD, "--align", val, 1, 1 << 20, &c->align)) return CLI_USAGE;

@@ -19,6 +19,7 @@
 
 #include "../graph/ir.h"
 #include "cli.h"
+#include "cli_config.h"
 
 extern char **environ;
 
@@ -89,6 +90,8 @@ int cli_build_option(const char *cmd, cli_arg_kind k, const char *opt, const cha
         if (!strncmp(val, "target=", 7)) return cli_error(cmd, CLI_USAGE, "use --target to choose the target, not --set target=");
         if (b->n_sets == CLI_MAX_SETS) return cli_error(cmd, CLI_USAGE, "more than %d --set options", CLI_MAX_SETS);
         b->sets[b->n_sets++] = val;
+    } else if (!strcmp(opt, "--config")) { /* a TRL GRPOConfig file: its fields as --set values, here */
+        return cli_config_apply(cmd, val, b->sets, &b->n_sets, CLI_MAX_SETS);
     } else if (!strcmp(opt, "--target")) {
         if (strcmp(val, "cpu") && strcmp(val, "cuda")) return cli_error(cmd, CLI_USAGE, "unknown target '%s' (valid: cpu, cuda)", val);
         b->target_name = val;

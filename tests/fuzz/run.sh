@@ -5,7 +5,7 @@
 #   HARNESS: safetensors (the safetensors reader), weights_index (the index of a sharded model
 #   directory), model_config (a model directory's config.json as settings), plan (the plan
 #   loader and the compiler), dataset (a JSONL prompt dataset), reward_answer (a reward program's
-#   answer line); default all six.
+#   answer line), config (a TRL config file, dfg compile --config); default all seven.
 #   env: CC (default clang), DFG_FUZZ_BUILD (default build-fuzz).
 # New interesting inputs go to BUILD/fuzz-HARNESS/corpus (the committed seeds in
 # tests/fuzz/corpus/HARNESS stay small); each run's output is in BUILD/fuzz-HARNESS/log. A crash,
@@ -16,12 +16,12 @@ set -euo pipefail
 secs="${1:-60}"
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index model_config plan dataset reward_answer)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors weights_index model_config plan dataset reward_answer config)
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${DFG_FUZZ_BUILD:-$root/build-fuzz}"
 targets=()
 for h in "${harnesses[@]}"; do
-    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, model_config, plan, dataset, reward_answer)" >&2; exit 2; }
+    [ -d "$root/tests/fuzz/corpus/$h" ] || { echo "run.sh: unknown harness '$h' (safetensors, weights_index, model_config, plan, dataset, reward_answer, config)" >&2; exit 2; }
     targets+=("fuzz_$h")
 done
 
@@ -35,6 +35,7 @@ extra_model_config=(-dict="$root/tests/fuzz/model_config.dict")
 extra_safetensors=(-dict="$root/tests/fuzz/safetensors.dict")
 extra_dataset=(-dict="$root/tests/fuzz/dataset.dict")
 extra_reward_answer=()
+extra_config=()
 pids=()
 for h in "${harnesses[@]}"; do
     work="$build/fuzz-$h"
