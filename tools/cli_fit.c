@@ -102,7 +102,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dfg fit PIPELINE.c (--memory-budget BYTES | --min) [--target cpu|cuda] [--set key=value ...]\n"
-            "               [--no-fuse] [-o P.dfg]\n"
+            "               [--config FILE] [--no-fuse] [-o P.dfg]\n"
             "\n"
             "Finds the plan of a pipeline that fits a memory budget with the math unchanged, writes it\n"
             "(like dfg compile) and prints every candidate it compiled. It varies the settings the\n"
@@ -118,6 +118,7 @@ static void usage(FILE *f) {
             "  --min             the smallest arena reachable with the math unchanged, and its plan\n"
             "  --target T        cpu (default) or cuda; planning needs no GPU\n"
             "  --set key=value   a pipeline setting (repeatable), as for dfg compile\n"
+            "  --config FILE     a TRL GRPOConfig (JSON or YAML) as settings, as for dfg compile\n"
             "  --no-fuse         plan the ops as written (no fused log-prob head)\n"
             "  -o, --output P    where to write the plan (default: PIPELINE.dfg here)\n"
             "\n"
@@ -129,7 +130,7 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, fit_args *a) {
-    static const cli_option opts[] = {{"--set", true},  {"--target", true},        {"-o", true},      {"--output", true},
+    static const cli_option opts[] = {{"--set", true},  {"--config", true}, {"--target", true}, {"-o", true}, {"--output", true},
                                       {"--min", false}, {"--memory-budget", true}, {"--no-fuse", false},
                                       {"--help", false}, {"-h", false},            {NULL, false}};
     cli_args c = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
