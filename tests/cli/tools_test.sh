@@ -101,6 +101,14 @@ check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
 replay r_trl.safetensors "the same with TRL's completion_mask (1 on the tool's tokens too)"
 check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
 loss_dump=$loss
+check "... and logs the dumped step's reward, loss and completions/ metrics (lengths, clipped_ratio)" \
+  python3 -c "
+import json, sys
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:])
+keys = [k for k in a if k.startswith('completions/')] + ['reward', 'reward_std', 'loss', 'grad_norm']
+bad = ['%s %r, replayed %r' % (k, a[k], b.get(k)) for k in keys if b.get(k) != a[k]]
+print('; '.join(bad) or '%d metrics equal (clipped_ratio %g)' % (len(keys), a['completions/clipped_ratio']))
+sys.exit(len(bad) > 0)" m.jsonl r_trl.safetensors.jsonl
 replay r_ones.safetensors "the rollout with tool_mask all 1"
 loss_ones=$loss gn_ones=$gn
 check "tool_mask's zeros change the training" \
