@@ -421,6 +421,11 @@ static int64_t this_runs_steps(const run_state *s, int64_t first) {
 static int run_steps(run_state *s) {
     const run_args *a = s->a;
     int64_t first = dfg_runtime_steps_done(s->rt), done = 0, steps = this_runs_steps(s, first);
+    if (a->plan_max_steps && first + steps > a->plan_max_steps) /* the schedule's rate is 0 or stays past its end */
+        return cli_error(CMD, CLI_USAGE, "%s: %" PRId64 " steps from step %" PRId64 " pass the plan's max_steps %" PRId64
+                         " (its learning-rate schedule's length): give --steps %" PRId64 " at most, or compile with a "
+                         "larger max_steps", a->plan, steps, first, a->plan_max_steps,
+                         a->plan_max_steps > first ? a->plan_max_steps - first : 0);
     int width = snprintf(NULL, 0, "%" PRId64, first + steps);
     double start = now_s();
     s->first = s->params_step = first;
@@ -763,6 +768,7 @@ int cli_run(int argc, char **argv) {
     if (r.emulate_gpu && info.target != DFG_TARGET_CUDA)
         rc = cli_error(CMD, CLI_USAGE, "%s: --emulate-gpu runs plans compiled for cuda; this one is for %s", r.plan,
                        dfg_target_name(info.target));
+    if (!rc) rc = cli_run_plan_steps(&r, p);
     if (!rc) rc = cli_run_check_plan(&r, p);
     if (!rc) rc = open_host_lib(&r, &info, &lib);
     if (!rc) rc = execute(&r, p, lib);

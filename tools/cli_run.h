@@ -13,6 +13,8 @@ typedef struct {
     double reward_timeout, env_timeout;
     int64_t steps;     /* --steps: this run's steps */
     int64_t max_steps; /* --max-steps: run until the step counter is this; -1: not given */
+    bool steps_given;  /* --steps N was given (else 1 step, or the plan's max_steps) */
+    int64_t plan_max_steps; /* the plan's max_steps (its learning-rate schedule's length); 0: none */
     int64_t seed, threads, every, save_every;
     int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
@@ -40,6 +42,9 @@ int cli_run_open_reward(const run_args *r, const dfg_program *p, dfg_reward_sour
  * setting tools: what the host stages reach as the service DFG_ENV_SERVICE. An exit code after
  * one line. */
 int cli_run_open_env(const run_args *r, const dfg_program *p, dfg_env_source **out);
+/* A plan compiled with max_steps (a learning-rate schedule's length): dfg run runs to it unless
+ * --steps says otherwise, refuses another --max-steps, and (run_steps) a --steps past it. */
+int cli_run_plan_steps(run_args *r, const dfg_program *p);
 /* The plan's reward_funcs against the reward source's functions and the environment program's
  * episode reward (its last, when it scores episodes); also refuses a plan with no reward at all. */
 int cli_run_check_sources(const run_args *r, const dfg_program *p, const dfg_reward_source *reward,

@@ -220,6 +220,7 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         usage(stderr);
         return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
     }
+    r->steps_given = steps_given;
     if (steps_given && r->max_steps >= 0)
         return cli_error(CMD, CLI_USAGE, "--steps N runs N steps, --max-steps N runs until the step counter is N; give one");
     int rc = check_save(r);

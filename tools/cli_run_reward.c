@@ -3,6 +3,7 @@
  * service DFG_REWARD_SERVICE: the runtime knows nothing of rewards), the environment program of
  * a plan with tools (the service DFG_ENV_SERVICE), rollout files, and the weights a LoRA plan's
  * frozen base comes from. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,6 +63,18 @@ static int check_lora(const run_args *r, const dfg_program *p) {
     if (lora && r->resume && !r->weights)
         return cli_error(CMD, CLI_USAGE, "%s: a LoRA checkpoint holds the adapters and their optimizer state, not the "
                          "base model: give it with --weights DIR as the run that wrote the checkpoint did", r->plan);
+    return CLI_OK;
+}
+
+int cli_run_plan_steps(run_args *r, const dfg_program *p) {
+    int64_t m = dfg_program_has(p, "max_steps") ? dfg_program_int(p, "max_steps") : 0;
+    r->plan_max_steps = m > 0 ? m : 0;
+    if (!r->plan_max_steps) return CLI_OK;
+    if (r->max_steps >= 0 && r->max_steps != m)
+        return cli_error(CMD, CLI_USAGE, "%s: --max-steps %" PRId64 " differs from the plan's max_steps %" PRId64 " (its "
+                         "learning-rate schedule's length): give --max-steps %" PRId64 ", or compile with --set "
+                         "max_steps=%" PRId64, r->plan, r->max_steps, m, m, r->max_steps);
+    if (!r->steps_given && r->max_steps < 0) r->max_steps = m; /* the plan's whole schedule */
     return CLI_OK;
 }
 
