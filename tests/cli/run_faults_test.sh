@@ -90,6 +90,18 @@ expect_in out.txt "the step counter is at 5, at or past --max-steps 4: no steps 
 check "... the checkpoint is still step 5" [ "$(ckpt_step ms/checkpoint.safetensors)" = 5 ]
 run "$DFG" run fine.dfg --steps 2 --max-steps 4
 expect_rc 2 "--steps and --max-steps together"
+# a plan whose learning-rate schedule is max_steps long runs to its end, and never past it
+run "$DFG" compile "$SRC/examples/grpo/grpo.c" --set max_steps=3 --set lr_scheduler_type=linear \
+  --set prompts_per_step=2 --set num_generations=2 -o sched.dfg
+run "$DFG" run sched.dfg --threads 1
+expect_rc 0 "a max_steps=3 plan without --steps"
+check "... runs its 3 steps" steps_were 3 3
+run "$DFG" run sched.dfg --max-steps 5
+expect_rc 2 "--max-steps 5 for a max_steps=3 plan"
+expect_in err.txt "differs from the plan's max_steps 3" "... names the plan's"
+run "$DFG" run sched.dfg --steps 4
+expect_rc 2 "--steps 4 past a max_steps=3 plan's schedule"
+expect_in err.txt "give --steps 3 at most" "... says how many it may run"
 
 # ---------------------------------------------------------------- the continue command of a LoRA run works as given
 # a base written by dfg, a LoRA plan scored by a reward program; SIGINT lands inside step 2
