@@ -108,6 +108,16 @@ void dfg_grpo_sampling_metrics(dfg_graph *g, const dfg_grpo_sampling *s, int wor
 /* dfg_declare_dump of the completions/ and sampling/ metrics the program has, under their names */
 void dfg_grpo_declare_metric_dumps(dfg_program *p);
 
+/* The per-micro-batch metrics of sorted chunks (grpo_chunks.c): acc_stats (S) summed over the
+ * step's chunks and passes, each chunk's values weighted by its tokens, the row mean at at[2] by its
+ * rows; acc_ext (4) the passes' sums of their least (at[0]) and largest (at[1]) value. Gives (S):
+ * token means, the row mean over `rows` (every pass's), and the extremes' mean over the passes, as
+ * TRL logs them with one micro-batch (nanmin, nanmax and a mean over the sequences). */
+dfg_tensor *dfg_grpo_chunk_stats(dfg_graph *g, dfg_tensor *acc_stats, dfg_tensor *acc_tokens, dfg_tensor *acc_ext,
+                                 int64_t rows, int64_t passes, const int at[3]);
+/* (2) f32: where a pass's least and largest values start (1e30 and -1e30) */
+dfg_tensor *dfg_grpo_extremes_start(dfg_graph *g);
+
 /* Length-sorted chunks (grpo_chunks.c, length_chunks): the batch's `groups` groups of G rows in
  * `chunks` chunks of groups / chunks groups, processed narrowest first. _state makes the order
  * (chunks.order: the groups in processing order) and each width's chunk count (chunks.runs[w],

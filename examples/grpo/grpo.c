@@ -80,6 +80,8 @@ typedef struct {
     dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
     dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
     dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
+    /* (4) sorted chunks: the pass's least low_min and largest high_max so far, and their sums over the passes */
+    dfg_tensor *acc_ext;
     /* the sampler's log-probs against the training forward's (the first pass's, before any update) */
     dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it, or a rollout file's */
     dfg_tensor *is_ratio, *off_policy; /* (N, T), (N): the correction's ratios and the off-policy mask (--dump) or NULL */
@@ -168,6 +170,7 @@ static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s
     s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     s->acc_stats = state(p, "train.stats", DFG_F32, DFG_SHAPE(GRPO_STATS), DFG_ROLE_NONE);
+    if (c->chunks && c->regroup) s->acc_ext = state(p, "train.stats_ext", DFG_F32, DFG_SHAPE(4), DFG_ROLE_NONE);
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
@@ -330,6 +333,8 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     dfg_tensor *adv = dfg_grpo_advantages(g, rewards, c->G, c->scale);
     dfg_assign(g, s->advantages, row0 ? dfg_slice_at(g, adv, 0, row0, c->N) : adv);
     if (s->ref_micro) dfg_assign_fill(g, s->ref_micro, 0.0f); /* the micro-batch loops that follow */
+    if (s->acc_ext)
+        dfg_assign(g, s->acc_ext, dfg_concat(g, (dfg_tensor *[]){dfg_grpo_extremes_start(g), dfg_fill(g, DFG_F32, DFG_SHAPE(2), 0.0f)}, 2, 0));
     if (s->old_micro) dfg_assign_fill(g, s->old_micro, 0.0f);
     dfg_tensor *scored = dfg_slice(g, s->mask, 1, c->Lp, c->max_new); /* the prompt's columns never count */
     dfg_tensor *len = dfg_sum(g, scored, 1);                           /* (N) */
@@ -512,8 +517,19 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
         stats[i] = stats[i] ? dfg_reshape(g, stats[i], DFG_SHAPE(1)) : dfg_fill(g, DFG_F32, DFG_SHAPE(1), 0.0f);
     dfg_tensor *per = dfg_concat(g, stats, GRPO_STATS, 0); /* (GRPO_STATS) this micro-batch's means */
     /* sorted chunks are no micro-batches of TRL's: their token means weighted by their tokens give
-     * the batch's token means, TRL's values for gradient_accumulation_steps 1 */
-    dfg_accumulate(g, s->acc_stats, c->chunks && c->regroup ? dfg_mul(g, per, dfg_reshape(g, t.tokens, DFG_SHAPE(1))) : per);
+     * the batch's token means, TRL's values for gradient_accumulation_steps 1; phi's sequence mean
+     * weighs by rows, and the per-sequence extremes are the chunks' extremes (acc_ext) */
+    if (c->chunks && c->regroup) {
+        int64_t rows = dfg_tensor_shape(logp).d[0];
+        dfg_tensor *w[GRPO_STATS];
+        for (int i = 0; i < GRPO_STATS; i++)
+            w[i] = i == GRPO_STATS - 1 ? dfg_fill(g, DFG_F32, DFG_SHAPE(1), (float)rows) : dfg_reshape(g, t.tokens, DFG_SHAPE(1));
+        per = dfg_mul(g, per, dfg_concat(g, w, GRPO_STATS, 0));
+        dfg_tensor *ext[4] = {dfg_minimum(g, dfg_slice(g, s->acc_ext, 0, 0, 1), stats[2]),
+                              dfg_maximum(g, dfg_slice(g, s->acc_ext, 0, 1, 1), stats[4]), dfg_slice(g, s->acc_ext, 0, 2, 2)};
+        dfg_assign(g, s->acc_ext, dfg_concat(g, ext, 3, 0));
+    }
+    dfg_accumulate(g, s->acc_stats, per);
     dfg_accumulate(g, s->acc_tokens, t.tokens);
     if (k == 0) { /* the policy's log-probs before this step's update, for `dfg run --dump` */
         pass_write(g, c, s, s->logp, padded(g, c, dfg_detach(g, logp), mask), s->micro);
@@ -568,9 +584,14 @@ static dfg_status build_update(dfg_program *p, const grpo_config *c, grpo_state 
     }
     /* the loss's statistics, averaged over micro-batches and passes, then over the ranks as TRL's
      * gather does: the mean of the means, the least of the minima, the largest of the maxima */
+    if (s->acc_ext) { /* the pass's extremes join the sums; the next pass starts afresh */
+        dfg_tensor *run = dfg_slice(g, s->acc_ext, 0, 0, 2), *sum = dfg_add(g, dfg_slice(g, s->acc_ext, 0, 2, 2), run);
+        dfg_assign(g, s->acc_ext, dfg_concat(g, (dfg_tensor *[]){dfg_grpo_extremes_start(g), sum}, 2, 0));
+    }
     dfg_tensor *avg = !last ? NULL
-                      : c->chunks && c->regroup ? per_token(g, s->acc_stats, s->acc_tokens) /* every pass's tokens */
-                                                : dfg_scale(g, s->acc_stats, 1.0f / (float)(c->GA * c->iterations));
+                      : s->acc_ext ? dfg_grpo_chunk_stats(g, s->acc_stats, s->acc_tokens, s->acc_ext, c->N * c->iterations,
+                                                          c->iterations, (int[]){2, 4, GRPO_STATS - 1})
+                                   : dfg_scale(g, s->acc_stats, 1.0f / (float)(c->GA * c->iterations));
     dfg_tensor *by[3] = {dfg_grpo_world_reduce(g, avg, DFG_COLL_MEAN, c->W), NULL, NULL};
     if (last && c->W > 1) by[1] = dfg_allreduce(g, avg, DFG_COLL_MIN, c->W), by[2] = dfg_allreduce(g, avg, DFG_COLL_MAX, c->W);
     for (int i = 0; last && i < GRPO_STATS; i++) {

@@ -106,3 +106,22 @@ void dfg_grpo_chunk_write(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *d
     for (int64_t j = 0; j < per; j++)
         dfg_slice_assign_at(g, dst, per == 1 ? src : dfg_slice(g, src, 0, j * ck->G, ck->G), 0, group_row0(g, ck, chunk, j));
 }
+
+dfg_tensor *dfg_grpo_extremes_start(dfg_graph *g) {
+    return dfg_concat(g, (dfg_tensor *[]){dfg_fill(g, DFG_F32, DFG_SHAPE(1), 1e30f), dfg_fill(g, DFG_F32, DFG_SHAPE(1), -1e30f)},
+                      2, 0);
+}
+
+dfg_tensor *dfg_grpo_chunk_stats(dfg_graph *g, dfg_tensor *acc_stats, dfg_tensor *acc_tokens, dfg_tensor *acc_ext,
+                                 int64_t rows, int64_t passes, const int at[3]) {
+    int64_t S = dfg_tensor_shape(acc_stats).d[0];
+    dfg_tensor *means = dfg_div(g, acc_stats, dfg_maximum(g, acc_tokens, dfg_fill(g, DFG_F32, DFG_SCALAR, 1.0f)));
+    dfg_tensor *parts[64];
+    for (int64_t i = 0; i < S && i < 64; i++) {
+        dfg_tensor *v = dfg_slice(g, means, 0, i, 1); /* (1) */
+        if (i == at[0] || i == at[1]) v = dfg_scale(g, dfg_slice(g, acc_ext, 0, 2 + (i == at[1]), 1), 1.0f / (float)passes);
+        if (i == at[2]) v = dfg_scale(g, dfg_slice(g, acc_stats, 0, i, 1), 1.0f / (float)rows);
+        parts[i] = v;
+    }
+    return dfg_concat(g, parts, (int)(S < 64 ? S : 64), 0);
+}

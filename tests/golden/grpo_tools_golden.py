@@ -52,16 +52,9 @@ IS_MODES = gg.IS_MODES
 # several micro-batches and sortable chunks therefore take length_chunks=1 (TRL's micro-batches);
 # those with one micro-batch keep the chunks, whose sorting then runs on multi-turn rows. There the
 # metrics that are no token means (a row's max and min of the clip ratios, VESPO's row mean of phi)
-# are not TRL's: dfg weights each chunk's by its tokens (seen without tools too: reverse task,
-# 16 columns, dapo clip_ratio/high_max 0.33 against dfg's with rel. error 0.43, vespo/phi_seq_mean
-# 1.8e-2). They are left out of the comparison where chunks run, and say so.
-CHUNK_METRICS = ("clip_ratio/low_min", "clip_ratio/high_max", "vespo/phi_seq_mean")
-
-
-def sorted_chunks(s):
-    """Does the plan sort the batch's groups into chunks (docs/pipeline.md: length_chunks)?"""
-    return (s.get("length_chunks", "auto") != 1 and s["loss_type"] != "bnpo" and s["top_entropy_quantile"] >= 1
-            and s["entropy_coef"] == 0)
+# are the chunks' extremes and the row mean, as TRL's nanmin, nanmax and sequence mean (they were
+# token-weighted once: dapo clip_ratio/high_max off by 0.43, vespo/phi_seq_mean by 1.8e-2); all
+# are compared.
 
 
 def tools_configs():
@@ -267,10 +260,6 @@ def run_config(cfg, dfg, source, workdir, seed):
         print(f"[{cfg['name']}] FAIL: {e}")
         return False
     t_dfg = time.time() - t0
-    if sorted_chunks(s):
-        left = [k for k in CHUNK_METRICS if want.pop(k, None) is not None]
-        if left:
-            print(f"  not compared (sorted chunks: CHUNK_METRICS): {', '.join(left)}")
     ok, errs = gg.compare_step(want, got, w, gg.GPU_MODE["mode"], cfg.get("clips", False))
     worst = max((e for e, _ in errs.values()), default=math.nan)
     worst_update = max((u for _, u in errs.values() if u is not None), default=math.nan)
