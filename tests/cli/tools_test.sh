@@ -17,7 +17,10 @@
 #   emu: the same plan compiled for cuda, run on the emulated GPU (--emulate-gpu), in its default
 #        bfloat16 and in float32; the float32 plan's sampler log-probs equal the training
 #        forward's (the tool's tokens went into the KV cache as training reads them) and every
-#        row's first turn is the CPU's, token for token.
+#        row's first turn is the CPU's, token for token. (Not the turns after a tool's answer: a
+#        round's draws start where the previous round's decode runs left the stream, and the
+#        GPU's chunks of runs overshoot the CPU's exact end; decode_early_exit=false moves them
+#        too. Reported on issue 39's loop, 2026-11-28.)
 # Each check holds whatever the policy samples, except that some row must call the tool.
 set -u
 DFG=$1
