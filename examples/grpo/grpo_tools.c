@@ -102,6 +102,7 @@ struct dfg_grpo_turns {
     int64_t n;           /* N rows */
     int64_t step;        /* the step the episodes are of (-1: none yet) */
     int64_t rounds;      /* rounds of tool calls answered this step */
+    int64_t passes;      /* the tools stage's runs this step: decode's next round is this one */
     int64_t *turn_start; /* (N) the first column of each row's current turn */
     bool *told;          /* (N) the environment program has the row's last turn */
     dfg_env_turn *turns; /* (N) the ended turns of a round */
@@ -223,6 +224,23 @@ dfg_status dfg_grpo_tools_reset(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     return DFG_OK;
 }
 
+/* Each round of decode draws from its own part of the step's stream: round j from the rollout's
+ * start + j max_new (prefill reserved (max_tool_rounds + 1) max_new draws, and a round runs at most
+ * max_new times), so what a row samples after a tool's answer does not depend on how many runs the
+ * earlier rounds took (an early end, or a device's chunks of runs). The rollout's start is the
+ * step's stream ("rng", already moved past the reserve) less the reserve. */
+static dfg_status next_round_draws(dfg_host_ctx *ctx, const dfg_grpo_config *c, int64_t round) {
+    dfg_buffer step_rng, gen_rng;
+    if (dfg_host_buffer(ctx, "rng", &step_rng) || dfg_host_buffer(ctx, "gen.rng", &gen_rng))
+        return dfg_host_fail(ctx, "tools: the plan has no 'rng' or 'gen.rng'");
+    const uint32_t *s = step_rng.data;
+    uint32_t *g = gen_rng.data;
+    uint64_t reserve = (uint64_t)c->max_new * (uint64_t)(c->max_tool_rounds + 1);
+    uint64_t at = ((uint64_t)s[2] | (uint64_t)s[3] << 32) - reserve + (uint64_t)round * (uint64_t)c->max_new;
+    g[0] = s[0], g[1] = s[1], g[2] = (uint32_t)at, g[3] = (uint32_t)(at >> 32);
+    return DFG_OK;
+}
+
 /* The round's answers from the task's built-in tool (an answer past the row's room ends it). */
 static void builtin_answers(dfg_grpo_config *c, dfg_grpo_turns *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -271,7 +289,7 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     float *tm = tmask.data, *w = wait.data, *d = done.data, *f = forced.data;
     int64_t N = c->N, T = c->T, step = dfg_host_step(ctx);
     if (h->step != step) { /* a new step: every row's first turn starts after the prompt */
-        h->step = step, h->rounds = 0;
+        h->step = step, h->rounds = h->passes = 0;
         for (int64_t r = 0; r < N; r++) h->turn_start[r] = c->Lp, h->told[r] = false;
     }
     /* past the rounds TRL allows, a turn is the episode's last: the program records it, runs nothing */
@@ -311,5 +329,6 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     for (int64_t r = 0; r < N; r++) all = all && d[r] != 0.0f;
     if (all && program_serves && (st = program_answers(ctx, c, h, 0, true))) return st;
     ((float *)over.data)[0] = all ? 1.0f : 0.0f;
-    return DFG_OK;
+    h->passes++;
+    return all ? DFG_OK : next_round_draws(ctx, c, h->passes);
 }

@@ -21,6 +21,7 @@
   tools_check.py scalar DUMP NAME
       the dumped scalar NAME (loss, grad_norm), to 9 significant digits
   tools_check.py first-turns A B LP
+  tools_check.py episodes-equal A B LP   (every turn of every row, the tools' answers included)
       the dumps A and B sampled the same first turn in every row (up to its EOS)
   tools_check.py break DUMP OUT answer|tool_mask|logp
       DUMP with one rule broken at its first tool token (a wrong digit in the tool's answer; a
@@ -196,14 +197,15 @@ def rollout(dump, out, mode):
     return 0
 
 
-def first_turns(a, b, lp):
-    """The rows of dumps a and b sample the same first turn (up to its EOS, or the whole row)."""
+def first_turns(a, b, lp, whole=False):
+    """The rows of dumps a and b sample the same first turn (up to its EOS, or the whole row), or
+    with whole the same episode, every turn."""
     ta, tb = load(a)["tokens"], load(b)["tokens"]
 
     def first(row):
         turn = row[lp:]
         return turn[:turn.index(EOS) + 1] if EOS in turn else turn
-    differ = [r for r, (x, y) in enumerate(zip(ta, tb)) if first(x) != first(y)]
+    differ = [r for r, (x, y) in enumerate(zip(ta, tb)) if (x != y if whole else first(x) != first(y))]
     for r in differ[:4]:
         print("row %d: %r vs %r" % (r, text(ta[r]), text(tb[r])))
     print("%d of %d rows sample the same first turn; %d the same whole episode" % (
@@ -236,8 +238,8 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "scalar":  # a dumped scalar, every digit of its float32
         print("%.9g" % st_tool.values(st_tool.read(argv[1])[0][argv[2]])[0])
         return 0
-    if len(argv) == 4 and argv[0] == "first-turns":
-        return first_turns(argv[1], argv[2], int(argv[3]))
+    if len(argv) == 4 and argv[0] in ("first-turns", "episodes-equal"):
+        return first_turns(argv[1], argv[2], int(argv[3]), argv[0] == "episodes-equal")
     if len(argv) == 4 and argv[0] == "break" and argv[3] in ("answer", "tool_mask", "logp"):
         return break_rule(argv[1], argv[2], argv[3])
     print(__doc__, file=sys.stderr)

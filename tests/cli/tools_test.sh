@@ -17,10 +17,9 @@
 #   emu: the same plan compiled for cuda, run on the emulated GPU (--emulate-gpu), in its default
 #        bfloat16 and in float32; the float32 plan's sampler log-probs equal the training
 #        forward's (the tool's tokens went into the KV cache as training reads them) and every
-#        row's first turn is the CPU's, token for token. (Not the turns after a tool's answer: a
-#        round's draws start where the previous round's decode runs left the stream, and the
-#        GPU's chunks of runs overshoot the CPU's exact end; decode_early_exit=false moves them
-#        too. Reported on issue 39's loop, 2026-11-28.)
+#        row's episode is the CPU's, token for token, every turn: each round of decode draws from
+#        its own part of the step's stream, so the GPU's chunks of runs, which overshoot the CPU's
+#        exact end, change nothing sampled after a tool's answer.
 # Each check holds whatever the policy samples, except that some row must call the tool.
 set -u
 DFG=$1
@@ -51,6 +50,12 @@ run "$DFG" run rl.dfg --weights w.safetensors --steps 1 "${RUN[@]}" --metrics m.
 expect_rc 0 "one GRPO step with tools on the CPU"
 if [ ! -s d.safetensors ]; then fail "no dump of a GRPO step with tools: nothing more to check"; testlib_end; fi
 check "the CPU's episodes keep the loop's rules" "${CHK[@]}" episodes d.safetensors m.jsonl $LP $ROUNDS
+if [ "$MODE" = cpu ]; then # what a row samples after a tool's answer does not depend on how long decode ran
+  run "$DFG" compile "$GRPO" "${SET[@]}" --set decode_early_exit=false -o full.dfg
+  run "$DFG" run full.dfg --weights w.safetensors --steps 1 "${RUN[@]}" --metrics m_full.jsonl --dump d_full.safetensors
+  expect_rc 0 "the same step with decode_early_exit=false (every round runs max_completion_length times)"
+  check "... samples the same episodes, every turn" "${CHK[@]}" episodes-equal d.safetensors d_full.safetensors $LP
+fi
 check "the sampler's log-probs are the training forward's (the tool's tokens in the KV cache as training sees them)" \
   python3 -c "import sys; v = float(sys.argv[1]); print('max difference %g' % v); sys.exit(v > 1e-4)" \
   "$(metric m.jsonl sampling/sampling_logp_difference/max)"
@@ -68,8 +73,8 @@ if [ "$MODE" = emu ]; then
   check "float32 on the emulated GPU: the sampler's log-probs are the training forward's" \
     python3 -c "import sys; v = float(sys.argv[1]); print('max difference %g' % v); sys.exit(v > 1e-4)" \
     "$(metric m_float32.jsonl sampling/sampling_logp_difference/max)"
-  check "float32 on the emulated GPU: every row's first turn is the CPU's" \
-    "${CHK[@]}" first-turns d.safetensors d_float32.safetensors $LP
+  check "float32 on the emulated GPU: every row's episode is the CPU's, every turn" \
+    "${CHK[@]}" episodes-equal d.safetensors d_float32.safetensors $LP
   testlib_end
 fi
 
