@@ -32,6 +32,7 @@ struct cli_rollouts {
     const char *path;
     bool unpadded;  /* a plan with prompt_start got neither it nor an attention_mask: no padding */
     bool unsampled; /* a plan with sampling_logps did not get them: no correction */
+    bool untooled;  /* a plan with tool_mask did not get one: no tools' tokens */
     int n;
     const dfg_tensor *t[MAX_ROLLOUT_TENSORS];
     void *data[MAX_ROLLOUT_TENSORS]; /* the file's bytes, aligned, written before every step */
@@ -228,6 +229,7 @@ static int take_tensors(const dfg_program *p, const char *path, const dfg_safete
             if (!v) return cli_error(CMD, CLI_FAILED, "%s: out of memory", path);
             for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
             r->data[k] = v;
+            r->untooled = true;
             continue;
         }
         if (!f) return cli_error(CMD, CLI_USAGE, "%s: tensor '%s' is missing (a rollout holds: %s)", path, t->name, want);
@@ -286,7 +288,9 @@ int cli_rollouts_apply(dfg_runtime *rt, const cli_rollouts *r) {
     for (int k = 1; k < r->n; k++) {
         const char *name = r->t[k]->name;
         cli_say(", %s%s", name, r->unpadded && !strcmp(name, "prompt_start") ? " (none in the file: no padding)"
-                                : r->unsampled && !strcmp(name, SAMPLING_LOGPS) ? " (none in the file: no correction)" : "");
+                                : r->unsampled && !strcmp(name, SAMPLING_LOGPS) ? " (none in the file: no correction)"
+                                : r->untooled && !strcmp(name, TOOL_MASK)       ? " (none in the file: no tools' tokens)"
+                                                                                : "");
     }
     cli_say("; stages %s skipped\n", skipped[0] ? skipped : "(none)");
     return CLI_OK;

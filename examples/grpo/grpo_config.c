@@ -134,6 +134,10 @@ static dfg_status read_padding(dfg_program *p, dfg_grpo_config *c, int padded) {
                  "max_prompt_length %lld%s", c->task.name, c->task.digits, (long long)task_len,
                  c->Lp < task_len ? "more than" : "fewer than", (long long)c->Lp,
                  c->Lp < task_len ? "" : ", and padded_prompts=false leaves no room for left padding");
+    else if (!c->ds && c->max_new < c->task.max_completion_len) /* its batches hold its longest completion */
+        snprintf(c->rollouts_only, sizeof(c->rollouts_only), "task '%s' (digits %d) has completions of up to %d "
+                 "tokens, more than max_completion_length %lld", c->task.name, c->task.digits,
+                 c->task.max_completion_len, (long long)c->max_new);
     return DFG_OK;
 }
 

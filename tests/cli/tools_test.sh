@@ -136,6 +136,10 @@ check "no call runs, every row ends at its first turn, tools/call_frequency 0" \
   "${CHK[@]}" episodes d0.safetensors m0.jsonl $LP 0
 
 # ---------------------------------------------------------------- refusals: one line, exit 2
+run "$DFG" compile "$GRPO" "${SET[@]}" --set max_completion_length=12 -o short.dfg
+run "$DFG" run short.dfg --steps 1
+expect_rc 2 "max_completion_length 12 under the calculator's longest episode (18): refused before a step"
+expect_in err.txt "has completions of up to 18 tokens, more than max_completion_length 12" "... saying so"
 run "$DFG" compile "$GRPO" "${SET[@]}" --set rollout_sub_batches=2 -o x.dfg
 expect_rc 2 "the calculator with rollout_sub_batches=2"
 expect_one_line "rollout_sub_batches=2 with tools"
