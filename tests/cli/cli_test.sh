@@ -244,7 +244,7 @@ run "$DFG" compile "$SRC/examples/gpt2_train.c" --set n_layer
 expect_rc 2 "--set without a value"
 run "$DFG" compile "$SRC/examples/gpt2_train.c" --frobnicate
 expect_rc 2 "unknown compile option"
-expect_in err.txt "valid: --set, --target" "unknown option names the valid ones"
+expect_in err.txt "valid: --set, --config, --config-fields, --target" "unknown option names the valid ones"
 run "$DFG" compile "$SRC/examples/gpt2_train.c" --target tpu
 expect_rc 2 "unknown target"
 expect_in err.txt "valid: cpu, cuda" "unknown target names the valid ones"

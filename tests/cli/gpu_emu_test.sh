@@ -134,9 +134,10 @@ run "$DFG" run g32.dfg --steps 2 "${DEV[@]}" --threads 1 --save g32.safetensors
 expect_rc 0 "GRPO (prefill, decode with sampling, reward, train, update) float32 $ON"
 steps_of out.txt >g32_steps.txt
 logp_noise_ok out.txt "GRPO $ON"
-if [ "$REAL" = 1 ]; then
-  # the printed numbers within 1e-5 relative + one unit of their last printed digit
-  if python3 - gcpu_steps.txt g32_steps.txt >check.txt 2>&1 <<'PY'
+# the printed numbers within 1e-5 relative + one unit of their last printed digit, on the GPU and
+# under the emulator too: the sampler's correction (on by default, TRL's) reads decode's log-probs,
+# which the two backends round apart (1e-7), so the metrics are no longer the CPU's bit for bit
+if python3 - gcpu_steps.txt g32_steps.txt >check.txt 2>&1 <<'PY'
 import sys
 def unit(t):
     m, _, e = t.lower().partition("e")
@@ -150,15 +151,15 @@ for la, lb in zip(a, b):
         except ValueError:
             if x != y: bad.append((x, y))
             continue
-        if abs(fx - fy) > 1e-5 * max(abs(fx), abs(fy)) + max(unit(x), unit(y)): bad.append((x, y))
+        # + 1e-7: a sum whose terms cancel (step 1's loss, ~1e-8: the sampler's correction's
+        # rounding) is its rounding on either device, not a value to compare relatively
+        if abs(fx - fy) > 1e-5 * max(abs(fx), abs(fy)) + max(unit(x), unit(y)) + 1e-7: bad.append((x, y))
 if len(a) != len(b) or [len(l.split()) for l in a] != [len(l.split()) for l in b] or bad:
     print("differ:", bad or "the lines' shapes"); sys.exit(1)
 print("%d lines within 1e-5 + one printed unit" % sum(1 for l in a if l))
 PY
-  then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them: $(tail -1 check.txt)"
-  else cat check.txt; diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
-elif cmp -s gcpu_steps.txt g32_steps.txt; then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them"
-else diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
+then ok "GRPO metrics (reward, loss, kl, grad_norm) as the CPU prints them: $(tail -1 check.txt)"
+else cat check.txt; diff gcpu_steps.txt g32_steps.txt; fail "GRPO metrics differ from the CPU's"; fi
 check "GRPO weights after 2 steps = the CPU's (1e-5)" "${ST[@]}" close gcpu.safetensors g32.safetensors 1e-5
 # prompts of 2 to 4 digits from a dataset, left-padded (the padded attention kernels: prefill,
 # decode, the grouped and full forwards and their backward), a reward plugin, mask_truncated
