@@ -39,7 +39,8 @@ COMMON=(--set max_completion_length=24 --set adam_epsilon=1e-3)
 FIXED=(--set decode_early_exit=false --set length_buckets=1)
 # the dumps hold the weights too: compared on their own, at 1e-5 (three AdamW updates turn the
 # gradient sums' other order over chunks into relative differences of ~1e-6 in small updates)
-WEIGHTS=(--except h. --except wte --except wpe --except ln_f --except model. --except lm_head)
+WEIGHTS=(--except h. --except wte --except wpe --except ln_f --except model. --except lm_head
+         --except sampling/sampling_logp_difference) # |logp - sampler's|: rounding itself, ~1e-7, no value to compare
 
 # stage_runs over the steps of a metrics file: did decode stop early / the narrow bucket train?
 runs_check() { # FILE EXPECT(early|fixed)
@@ -62,10 +63,13 @@ else:
 PY
 }
 
-# compare A B WHAT: two plans' 3 steps from the same weights: dumps within 1e-6, weights 1e-5
+# compare A B WHAT: two plans' 3 steps from the same weights: dumps within 1e-5, weights 1e-5. Not
+# 1e-6 (before TRL 1.10's settings): the sampler's correction (TRL's default, on) multiplies the loss
+# by exp of a sequence's summed log-prob differences, which turns the two plans' rounding of the
+# log-probs (1e-7 a token, up to 24 tokens) into up to 3.6e-6 of the ratios and the loss (measured)
 compare() {
-  check "$3: the same dumps (log-probs, sampler's, advantages, loss, grad norm, metrics; 1e-6)" \
-    "${ST[@]}" close "$1.safetensors" "$2.safetensors" 1e-6 "${WEIGHTS[@]}"
+  check "$3: the same dumps (log-probs, sampler's, advantages, loss, grad norm, metrics; 1e-5)" \
+    "${ST[@]}" close "$1.safetensors" "$2.safetensors" 1e-5 "${WEIGHTS[@]}"
   check "$3: the same weights after 3 steps (1e-5)" "${ST[@]}" close "$1_w.safetensors" "$2_w.safetensors" 1e-5
 }
 steps3() { # PLAN WEIGHTS [--emulate-gpu]: 3 steps, metrics, dump and weights as PLAN.*
