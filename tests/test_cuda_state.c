@@ -344,10 +344,12 @@ int main(void) {
                             .dt = any[a], .axis = 1, .start = -1, .pos = 5},
                   dfg_dtype_name(any[a]), 0, 0, false, false, 0);
     }
-    for (int a = 0; a < 4; a++) /* a start a row: other dtypes, misaligned */
+    /* a start a row: other dtypes, misaligned by 4 bytes (the i32 pos stays an i32's alignment, as
+     * the arena gives it: 2 made its loads misaligned, which UBSan refuses) */
+    for (int a = 0; a < 4; a++)
         raw_check((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = DFG_SHAPE(3, 8, 5), .src = DFG_SHAPE(3, 2, 5),
                             .dt = any[a], .axis = 1, .start = -1, .pos = kAnyPos, .rows = true},
-                  dfg_dtype_name(any[a]), a & 1 ? 2 : 0, 0, false, false, 0);
+                  dfg_dtype_name(any[a]), a & 1 ? 4 : 0, 0, false, false, 0);
     const int64_t bad_pos[] = {6, -1, 100};
     for (int i = 0; i < 3; i++) {
         raw_check((st_case){.op = DFG_OP_SLICE_ASSIGN, .dst = DFG_SHAPE(2, 8, 8), .src = DFG_SHAPE(2, 3, 8),
