@@ -123,6 +123,9 @@ typedef struct {
 void cli_stem_of(const char *path, char *out, size_t len);
 /* "The compiler is cc (override with $DFG_CC); headers come from ...": for usage texts. */
 void cli_pipeline_usage_note(FILE *f);
+/* Edit distance of two short strings (64 characters or longer count as far apart): the nearest
+ * known name in a refusal. */
+int cli_edit_distance(const char *a, const char *b);
 /* The arguments dfg compile and dfg fit share: the pipeline, --set (repeatable), --target,
  * --memory-budget, --no-fuse, -o/--output. */
 #define CLI_MAX_SETS 256

@@ -342,31 +342,10 @@ static int run_options(config_ctx *c) {
     return CLI_OK;
 }
 
-/* Edit distance of two short names, for the nearest known field. */
-static int distance(const char *a, const char *b) {
-    enum { MAX = 64 };
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= MAX || lb >= MAX) return MAX;
-    int row[MAX + 1];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
 static int refuse_unknown(const config_ctx *c, const cfg_field *f) {
     int best = 0;
     for (int r = 1; r < N_ROWS; r++)
-        if (distance(f->key, rows[r].name) < distance(f->key, rows[best].name)) best = r;
+        if (cli_edit_distance(f->key, rows[r].name) < cli_edit_distance(f->key, rows[best].name)) best = r;
     return refuse(c, f, "'%s' is not a field of TRL's GRPOConfig (the nearest is '%s'; dfg compile --config-fields lists them)",
                   f->key, rows[best].name);
 }

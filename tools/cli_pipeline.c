@@ -183,7 +183,7 @@ static void absolute_dataset(dfg_program *p) {
 }
 
 /* Edit distance of two short strings (longer ones count as far apart). */
-static int distance(const char *a, const char *b) {
+int cli_edit_distance(const char *a, const char *b) {
     enum { MAX = 64 };
     size_t la = strlen(a), lb = strlen(b);
     if (la >= MAX || lb >= MAX) return MAX;
@@ -209,7 +209,7 @@ static const char *closest_key(const dfg_program *p, const char *key) {
     int best_d = 3; /* up to two edits */
     for (int k = 0; k < dfg_program_setting_count(p); k++) {
         const char *name = dfg_program_setting_key(p, k);
-        int d = dfg_program_setting_used(p, name) ? distance(key, name) : best_d;
+        int d = dfg_program_setting_used(p, name) ? cli_edit_distance(key, name) : best_d;
         if (d < best_d) best = name, best_d = d;
     }
     return best;
