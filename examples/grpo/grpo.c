@@ -42,274 +42,19 @@
 #include "dfg_grpo_config.h"
 #include "dfg_grpo_data.h"
 #include "dfg_grpo_tools.h"
+#include "dfg_grpo_state.h"
 #include "dfg_tasks.h"
 
 typedef dfg_grpo_config grpo_config;
+typedef dfg_grpo_state grpo_state;
 
 /* The loss's per-micro-batch metrics (dfg_grpo_terms), summed in train.stats over the step's
  * micro-batches and passes and logged as their mean: TRL's _compute_loss logs one value per
  * micro-batch and its log() averages them. */
-#define GRPO_STATS 8
+#define GRPO_STATS DFG_GRPO_STATS
 static const char *const grpo_stats[GRPO_STATS] = {"entropy",         "clip_ratio/low_mean",    "clip_ratio/low_min",
                                                    "clip_ratio/high_mean", "clip_ratio/high_max", "clip_ratio/region_mean",
                                                    "cispo_clip_ratio", "vespo/phi_seq_mean"};
-
-/* The program's persistent tensors, by their roles in the step. */
-typedef struct {
-    dfg_model *policy, *ref;
-    dfg_model_kv kv;
-    dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
-    dfg_tensor *start;        /* (N) i32 each row's first prompt column (a dataset's left-padded prompts); else NULL */
-    dfg_tensor *reward_values; /* (N, F) each row's value per reward function, NaN for None (external rewards) */
-    dfg_tensor *truncated_prompts;
-    dfg_tensor *logp, *ref_logp, *old_logp;                    /* (N, T) per-token log-probs */
-    dfg_tensor *width;   /* () the batch's longest completion (length buckets: which width runs); or NULL */
-    dfg_tensor *columns; /* (max_new) 1 .. max_new: a completion column's count */
-    dfg_tensor *sft_tokens, *sft_mask;                         /* the warm-up's data */
-    dfg_tensor *cur_tok, *pos, *done, *rng;                    /* generation */
-    dfg_tensor *gen_rng;   /* (4) the rollout's draws: the state where it starts, for every sub-batch */
-    dfg_tensor *finished;  /* () 1 once every row of the sub-batch is done: decode ends (decode_early_exit) */
-    /* batch_invariant with num_iterations > 1: 1 from prefill to the last update when this step
-     * sampled its rollout (the old log-probs are the sampler's, no old stage), 0 with --rollouts */
-    dfg_tensor *sampled;
-    dfg_tensor *prompt_width; /* () prompt buckets: the batch's longest prompt, which prefill copy runs */
-    /* () the value the scoring and training copies' when-rules read (NULL: none needs one): with
-     * chunks the batch's prompt bucket pb, else pb * DFG_GRPO_PASS_KEY + the completion width; old_key
-     * for the old stage, -2 (no copy's range) when the step sampled its rollout */
-    dfg_tensor *pass_key, *old_key;
-    dfg_tensor *ref_micro, *old_micro; /* the ref and old stages' micro-batch loops */
-    dfg_tensor *micro, *acc_loss, *acc_kl, *acc_tokens; /* micro-batch loop */
-    dfg_tensor *acc_stats; /* (GRPO_STATS) per micro-batch metrics, summed over the step's micro-batches */
-    /* (4) sorted chunks: the pass's least low_min and largest high_max so far, and their sums over the passes */
-    dfg_tensor *acc_ext;
-    /* the sampler's log-probs against the training forward's (the first pass's, before any update) */
-    dfg_tensor *sampling_logp; /* (N, T) each generated token's log-prob as decode sampled it, or a rollout file's */
-    dfg_tensor *is_ratio, *off_policy; /* (N, T), (N): the correction's ratios and the off-policy mask (--dump) or NULL */
-    dfg_grpo_sampling sampling;
-    dfg_grpo_chunks chunks; /* length_chunks: the passes' order of chunks and each width's count */
-    dfg_grpo_tail tail;     /* decode_tail: the loop's end on the live rows alone */
-    dfg_grpo_tools tools;   /* multi-turn episodes (c->tools): one column a row, the tools stage's state */
-    dfg_tensor *grads[DFG_MODEL_MAX_PARAMS];
-} grpo_state;
-
-static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s, dfg_role role) {
-    return dfg_state(p, name, dt, s, role, dfg_init_zeros());
-}
-
-static dfg_status make_state(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    int64_t N = c->N, T = c->T;
-    dfg_status st = dfg_model_params(p, "", c->model, s->policy);
-    if (!st && c->beta != 0.0f && c->model.lora.r > 0) dfg_model_adapter_off(s->policy, s->ref); /* the base: no copy */
-    else if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
-        st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
-    if (!st) st = dfg_model_kv_cache(p, "", s->policy, c->n_gen, T, &s->kv);
-    if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
-    if (st) return st;
-    s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    s->mask = state(p, "completion_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    s->rewards = state(p, "rewards", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
-    s->advantages = state(p, "advantages", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
-    s->active = state(p, "active_tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-    if (c->padded) { /* each row's first prompt column: left padding is never attended */
-        s->start = state(p, "prompt_start", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
-        s->kv.start = s->start;
-    }
-    if (c->ds) {
-        /* [epoch, rows drawn in it]: a stream position like the RNG's, kept in checkpoints */
-        state(p, "dataset.position", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG);
-        state(p, "dataset.hash", DFG_I32, DFG_SHAPE(2), DFG_ROLE_RNG); /* to notice an edited file on resume */
-        s->truncated_prompts = state(p, "prompts_truncated", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    } else {
-        state(p, "answers", DFG_I32, DFG_SHAPE(N, c->task.max_answer_len), DFG_ROLE_ROLLOUT);
-        state(p, "answer_len", DFG_I32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
-    }
-    if (!strcmp(c->reward, "external"))
-        s->reward_values = state(p, "reward_values", DFG_F32, DFG_SHAPE(c->N, c->n_funcs), DFG_ROLE_NONE);
-    s->logp = state(p, "logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    s->sampling_logp = state(p, "sampling_logps", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->loss.sampling_correction) s->is_ratio = state(p, "importance_sampling_ratio", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->loss.off_policy_mask) s->off_policy = state(p, "off_policy_mask", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
-    dfg_grpo_sampling_state(p, &s->sampling);
-    if (c->chunks) {
-        s->chunks = (dfg_grpo_chunks){.groups = c->P, .G = c->G, .chunks = c->chunks, .regroup = c->regroup,
-                                      .n_widths = c->n_widths, .widths = c->widths};
-        if ((st = dfg_grpo_chunk_state(p, &s->chunks))) return st;
-    }
-    if (c->n_widths > 1) {
-        if (!c->chunks) s->width = state(p, "rollout.width", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-        float *cols = malloc(sizeof(float) * (size_t)c->max_new);
-        if (!cols) return dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-        for (int64_t i = 0; i < c->max_new; i++) cols[i] = (float)(i + 1);
-        s->columns = dfg_const(p, "rollout.columns", DFG_F32, DFG_SHAPE(c->max_new), cols);
-        free(cols);
-    }
-    s->ref_logp = state(p, "ref_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->iterations > 1) s->old_logp = state(p, "old_logp", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    if (c->iterations > 1 && c->invariant) s->sampled = state(p, "rollout.sampled", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    if (c->n_pwidths > 1) s->prompt_width = state(p, "prompt.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    if ((!c->chunks && c->n_widths > 1) || c->n_pwidths > 1 || s->sampled) {
-        s->pass_key = state(p, "pass.key", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-        if (s->sampled) s->old_key = state(p, "old.key", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    }
-    if (c->sft_steps > 0) {
-        s->sft_tokens = state(p, "sft_tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-        s->sft_mask = state(p, "sft_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
-    }
-    s->cur_tok = state(p, "gen.token", DFG_I32, DFG_SHAPE(c->n_gen, 1), DFG_ROLE_ROLLOUT);
-    if (c->tools && (st = dfg_grpo_tools_state(p, c, &s->tools))) return st;
-    /* one column for every row, or with tools one a row (a row waits for its tool while others decode) */
-    s->pos = c->tools ? s->tools.pos : state(p, "gen.pos", DFG_I32, DFG_SCALAR, DFG_ROLE_ROLLOUT);
-    s->done = state(p, "gen.done", DFG_F32, DFG_SHAPE(c->n_gen), DFG_ROLE_ROLLOUT);
-    s->rng = state(p, "rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_RNG);
-    s->gen_rng = state(p, "gen.rng", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE);
-    if (c->early_exit) s->finished = state(p, "gen.finished", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    bool loops = c->GA > 1 || c->chunks; /* the scoring passes run in micro-batches or chunks */
-    if (loops && c->beta != 0.0f) s->ref_micro = state(p, "ref.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
-    if (loops && c->iterations > 1) s->old_micro = state(p, "old.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
-    s->micro = state(p, "train.micro", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE);
-    s->acc_loss = state(p, "train.loss", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    s->acc_kl = state(p, "train.kl", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    s->acc_stats = state(p, "train.stats", DFG_F32, DFG_SHAPE(GRPO_STATS), DFG_ROLE_NONE);
-    if (c->chunks && c->regroup) s->acc_ext = state(p, "train.stats_ext", DFG_F32, DFG_SHAPE(4), DFG_ROLE_NONE);
-    s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
-    /* the KV cache and the decode loop's own state live only while the rollout is made: their
-     * bytes go to the training activations afterwards */
-    char first[48], last[32];
-    dfg_grpo_prefill_stage(first, sizeof(first), c, 0, 0);
-    dfg_grpo_rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
-    const char *kv_last = c->tail ? "decode.compact" : c->tools ? "tools" : last;
-    const char *gen_last = c->tail ? "decode.merge" : c->tools ? "tools" : last;
-    for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
-        dfg_set_scope(p, s->kv.k[l], first, kv_last);
-        dfg_set_scope(p, s->kv.v[l], first, kv_last);
-        if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", "decode.tail");
-        if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", "decode.tail");
-    }
-    dfg_tensor *gen[5] = {s->cur_tok, s->pos, s->done, s->gen_rng, s->finished};
-    for (int i = 0; i < 5; i++)
-        if (gen[i]) dfg_set_scope(p, gen[i], first, gen_last);
-    if (c->tail) {
-        const dfg_grpo_tail *t = &s->tail;
-        dfg_tensor *rows[10] = {t->rows, t->back, t->tokens, t->mask, t->logp, t->done, t->token, t->kv.start, t->finished};
-        for (int i = 0; i < 10; i++)
-            if (rows[i]) dfg_set_scope(p, rows[i], "decode.compact", "decode.merge");
-        dfg_set_scope(p, t->go, "decode", "decode.merge");
-        dfg_set_scope(p, t->stop, "decode", "decode");
-    }
-    return dfg_program_status(p);
-}
-
-/* ---------------------------------------------------------------- the rollout */
-/* The first len tokens of the first row of every group of G rows: tokens (n, T) -> (n/G, len). */
-static dfg_tensor *group_prompts(dfg_graph *g, dfg_tensor *tokens, int64_t G, int64_t len) {
-    dfg_shape s = dfg_tensor_shape(tokens);
-    dfg_tensor *groups = dfg_reshape(g, tokens, DFG_SHAPE(s.d[0] / G, G, s.d[1]));
-    return dfg_reshape(g, dfg_slice(g, dfg_slice(g, groups, 1, 0, 1), 2, 0, len), DFG_SHAPE(s.d[0] / G, len));
-}
-
-/* Sub-batch k's rows of x (rows k n_gen .. k n_gen + n_gen - 1), or x itself in one batch. */
-static dfg_tensor *gen_rows(dfg_graph *g, const grpo_config *c, dfg_tensor *x, int k) {
-    return c->R == 1 || !x ? x : dfg_slice(g, x, 0, (int64_t)k * c->n_gen, c->n_gen);
-}
-
-/* The KV cache as sub-batch k's graphs see it: its rows' prompt starts (left padding). */
-static dfg_model_kv sub_batch_kv(dfg_graph *g, const grpo_config *c, const grpo_state *s, int k) {
-    dfg_model_kv kv = s->kv;
-    kv.start = gen_rows(g, c, s->start, k);
-    return kv;
-}
-
-/* prompt buckets: the rank's longest prompt (its pad columns left out), for prefill's copies */
-static dfg_status build_prompt_width(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    dfg_graph *g = dfg_graph_new(p, "prompts");
-    dfg_assign(g, s->prompt_width, dfg_grpo_longest_prompt(g, c, s->start, 1));
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-}
-
-/* Prefill of sub-batch k, over the prompt's last pwidths[pb] columns (prompt bucket pb). */
-static dfg_status build_prefill(dfg_program *p, const grpo_config *c, grpo_state *s, int k, int pb) {
-    char name[48];
-    dfg_grpo_prefill_stage(name, sizeof(name), c, k, pb);
-    dfg_graph *g = dfg_graph_new(p, name);
-    dfg_tensor *tokens = gen_rows(g, c, s->tokens, k); /* (n_gen, T) */
-    dfg_model_kv kv = sub_batch_kv(g, c, s, k);
-    int64_t Wp = c->pwidths[pb]; /* the prompt columns Lp - Wp .. Lp - 1: every row's real ones */
-    kv.col0 = c->Lp - Wp;
-    /* every prompt token but the last goes into the cache; the last one starts the decoding */
-    dfg_tensor *prompts = c->share_prompts /* (n_gen/G, Wp-1) or (n_gen, Wp-1) */
-                              ? group_prompts(g, kv.col0 ? dfg_slice(g, tokens, 1, kv.col0, Wp - 1) : tokens, c->G, Wp - 1)
-                              : dfg_slice(g, tokens, 1, kv.col0, Wp - 1);
-    dfg_model_prefill(g, s->policy, &kv, prompts);
-    dfg_assign(g, s->cur_tok, dfg_slice(g, tokens, 1, c->Lp - 1, 1));
-    dfg_assign_fill(g, s->pos, (float)(c->Lp - 1));
-    dfg_assign_fill(g, s->done, 0.0f);
-    if (s->finished) dfg_assign_fill(g, s->finished, 0.0f);
-    if (k == 0) { /* what decode writes, as no column written yet */
-        dfg_assign_fill(g, s->mask, 0.0f), dfg_assign_fill(g, s->sampling_logp, 0.0f);
-        if (c->tools) dfg_grpo_tools_start(g, c, &s->tools);
-        dfg_grpo_sampling_start(g, &s->sampling);
-        if (s->sampled) dfg_assign_fill(g, s->sampled, 1.0f);
-    }
-    /* every sub-batch draws from where the rollout starts (the row index tells the rows apart);
-     * the step's stream moves on by the whole loop's draws, however early decode ends */
-    dfg_assign(g, s->gen_rng, s->rng);
-    if (k == c->R - 1) /* with tools every round of calls may run decode again: as many runs */
-        dfg_rng_advance(g, s->rng, c->max_new * (c->tools ? c->max_tool_rounds + 1 : 1));
-    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    if (st || c->n_pwidths == 1) return st;
-    return dfg_stage_when(p, name, s->prompt_width, pb == 0 ? 0.0 : (double)c->pwidths[pb - 1], (double)Wp);
-}
-
-static dfg_status build_decode(dfg_program *p, const grpo_config *c, grpo_state *s, int k) {
-    char name[32];
-    dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
-    dfg_graph *g = dfg_graph_new(p, name);
-    dfg_model_kv kv = sub_batch_kv(g, c, s, k);
-    dfg_tensor *h = dfg_model_decode(g, s->policy, &kv, s->cur_tok, s->pos); /* (n_gen, 1, C) */
-    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);                  /* (n_gen, 1, V) */
-    if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {.tokens = s->tokens, .mask = s->mask, .done = s->done, .token = s->cur_tok, .pos = s->pos,
-                          .rng = s->gen_rng, .row0 = (int64_t)k * c->n_gen, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
-                          .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
-    if (c->tools) dfg_grpo_tools_step(g, c, &s->tools, &r, logits);
-    else dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
-    dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, s->pos, s->finished) : s->finished;
-    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
-    return st || !end ? st : dfg_stage_until(p, name, end);
-}
-
-/* decode_tail: once few rows are live, they move to an n-row batch (decode.compact), decode
- * there until they end (decode.tail: each draws as its batch row), and go back (decode.merge).
- * The three run only in a step whose batch loop ended that way (tail.go). */
-static dfg_status build_decode_tail(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    const dfg_grpo_tail *t = &s->tail;
-    dfg_grpo_tail_from batch = {.tokens = s->tokens, .mask = s->mask, .logp = s->sampling_logp, .done = s->done,
-                                .token = s->cur_tok};
-    dfg_graph *g = dfg_graph_new(p, "decode.compact");
-    dfg_grpo_tail_gather(g, t, &s->kv, &batch);
-    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    g = dfg_graph_new(p, "decode.tail");
-    /* a run past the last column (the loop's chunks overshoot) writes nothing: its cache row is
-     * the last one's, never read again */
-    dfg_tensor *pos = dfg_cast(g, dfg_minimum(g, dfg_cast(g, s->pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR,
-                                                                                      (float)(c->T - 2))), DFG_I32);
-    dfg_tensor *h = dfg_model_decode(g, s->policy, &t->kv, t->token, pos);
-    dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);
-    if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token, .pos = s->pos,
-                          .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N), .draw_rows = t->rows,
-                          .pad = c->pad_id, .finished = t->finished, .logp = t->logp, .last_col = c->T - 1};
-    dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
-    if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
-    if (!st) st = dfg_stage_until(p, "decode.tail", t->finished);
-    g = dfg_graph_new(p, "decode.merge");
-    dfg_grpo_tail_scatter(g, t, &batch);
-    if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    for (int i = 0; i < 3 && !st; i++)
-        st = dfg_stage_when(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", t->go, 0.5, 1.5);
-    return st;
-}
 
 /* ---------------------------------------------------------------- scoring */
 /* (N) 1 for a row whose completion has no EOS by max_completion_length: it filled every column
@@ -404,7 +149,7 @@ static dfg_tensor *completion_logp(dfg_graph *g, const grpo_config *c, const dfg
             group_start = dfg_reshape(g, dfg_slice(g, dfg_reshape(g, start, DFG_SHAPE(n / c->G, c->G)), 1, 0, 1),
                                       DFG_SHAPE(n / c->G));
         }
-        return dfg_grpo_completion_logp_entropy(g, m, group_prompts(g, tok, c->G, Lp), dfg_slice(g, tok, 1, Lp, W),
+        return dfg_grpo_completion_logp_entropy(g, m, dfg_grpo_group_prompts(g, tok, c->G, Lp), dfg_slice(g, tok, 1, Lp, W),
                                                 c->temperature, group_start, entropy);
     }
     dfg_tensor *lp = dfg_grpo_token_logp_entropy(g, m, tok, c->temperature, start, entropy);
@@ -635,15 +380,15 @@ static dfg_status build_sft(dfg_program *p, const grpo_config *c, grpo_state *s)
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s);
 
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
-    dfg_status st = make_state(p, c, s);
+    dfg_status st = dfg_grpo_make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
-    if (!st && c->n_pwidths > 1) st = build_prompt_width(p, c, s);
+    if (!st && c->n_pwidths > 1) st = dfg_grpo_build_prompt_width(p, c, s);
     if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
     for (int k = 0; k < c->R && !st; k++) {
-        for (int pb = 0; pb < c->n_pwidths && !st; pb++) st = build_prefill(p, c, s, k, pb);
-        if (!st) st = build_decode(p, c, s, k);
+        for (int pb = 0; pb < c->n_pwidths && !st; pb++) st = dfg_grpo_build_prefill(p, c, s, k, pb);
+        if (!st) st = dfg_grpo_build_decode(p, c, s, k);
     }
-    if (!st && c->tail) st = build_decode_tail(p, c, s);
+    if (!st && c->tail) st = dfg_grpo_build_decode_tail(p, c, s);
     if (!st && c->tools) st = dfg_grpo_tools_loop(p, c, &s->tools, "decode");
     if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
