@@ -39,7 +39,7 @@
 
 #include "../graph/ir.h"
 #include "../ops/op.h"
-#include "cli.h"
+#include "cli_fit.h"
 
 #define CMD "fit"
 #define MAX_CANDIDATES 512
@@ -60,14 +60,6 @@ typedef struct {
 /* MODE_GIVEN: #1, compiled as dfg compile does (no budget); MODE_PROBE: under the budget
  * without recompute; MODE_REMAT: remat to the budget; MODE_MIN: remat to the least. */
 typedef enum { MODE_GIVEN, MODE_PROBE, MODE_REMAT, MODE_MIN } fit_mode;
-
-/* The persistent bytes of a plan (report.c's persistent_bytes) by what they hold: the model's
- * state (weights, their gradients, the optimizer's state, a reference model), which no setting
- * fit knows of changes, and the rest (inputs, rollout buffers, RNG and metric state). */
-typedef struct {
-    int64_t weights, grads, optim, ref, base, other, total; /* base: a LoRA plan's frozen base model */
-    int64_t n_params; /* the trained parameters (values) */
-} persistent_parts;
 
 typedef struct {
     int idx[DFG_MAX_FIT_KNOBS]; /* value index per searched knob; -1: as the program has it */
@@ -200,81 +192,14 @@ static dfg_options options_of(const fit_ctx *f, const candidate *c) {
     o.no_remat = c->mode == MODE_PROBE;
     return o;
 }
-
-/* The persistent bytes of a compiled program by what they hold: the buffers the planner makes
- * persistent (passes/liveness.c: a storage owner that is not a temporary nor scoped, and not
- * removed), each at its aligned size, as report.c sums them. */
-static persistent_parts persistent_of(const dfg_program *p) {
-    persistent_parts s = {0};
-    const dfg_report *r = dfg_program_report(p);
-    size_t align = r && r->align ? r->align : 1;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const dfg_tensor *t = p->tensors[i];
-        if (t->storage != t || (t->flags & DFG_TF_DEAD) || t->kind == DFG_TEMP || t->scope_first) continue;
-        int64_t b = (int64_t)((dfg_tensor_bytes(t) + align - 1) / align * align);
-        switch (t->role) {
-        case DFG_ROLE_PARAM: s.weights += b; break;
-        case DFG_ROLE_GRAD: s.grads += b; break;
-        case DFG_ROLE_OPTIM: s.optim += b; break;
-        case DFG_ROLE_REF_MODEL: s.ref += b; break;
-        case DFG_ROLE_BASE_MODEL: s.base += b; break;
-        default:
-            if (t->kind == DFG_PARAM) s.weights += b;
-            else s.other += b;
-        }
-        if (t->kind == DFG_PARAM && t->role != DFG_ROLE_REF_MODEL) s.n_params += dfg_shape_numel(t->shape);
-    }
-    s.total = s.weights + s.grads + s.optim + s.ref + s.base + s.other;
-    if (r && s.total != (int64_t)r->persistent_bytes) { /* the report's sum is the plan's: keep it, the rest as "other" */
-        s.other += (int64_t)r->persistent_bytes - s.total;
-        s.total = (int64_t)r->persistent_bytes;
-    }
-    return s;
-}
-
-/* The model's state: what no setting of batch, length, micro-batches, rollout sub-batches or
- * remat shrinks (a knob that keeps the math, or a batch or length, does not change which weights
- * are trained nor how: their gradients and optimizer state stay; the reference model too). */
-static int64_t model_state(const persistent_parts *s) { return s->weights + s->grads + s->optim + s->ref + s->base; }
-
-/* On cuda the budget is the device's: the arena and the workspace that follows it in the same
- * allocation (this build's GPU device layer sizes it; without one, the emulated device's, which
- * lacks the GEMM library's). Not the CUDA context, which the driver takes before any plan. */
-static int64_t workspace_of(const dfg_program *p, dfg_target target) {
-    dfg_device_workspace w;
-    if (target != DFG_TARGET_CUDA) return 0;
-    if (!dfg_runtime_device_workspace(p, false, &w) || !dfg_runtime_device_workspace(p, true, &w)) return (int64_t)w.total_bytes;
-    return 0;
-}
-
-/* Why remat found no plan within the budget, from its result: "the smallest plan found needs
- * 1.91 GiB (persistent tensors 1.20 GiB, 14 activations recomputed); at its peak: params ...,
- * activations ..." (the three largest categories at that plan's peak). */
-static void remat_note(const dfg_remat_result *r, char *buf, size_t len) {
-    char need[32], per[32], b[32];
-    size_t at = (size_t)snprintf(buf, len, "the smallest plan found needs %s (persistent tensors %s, %d activations "
-                                 "recomputed); at its peak:", dfg_bytes_str((double)r->arena_bytes, need, sizeof(need)),
-                                 dfg_bytes_str((double)r->persistent_bytes, per, sizeof(per)), r->recomputed);
-    bool used[DFG_CAT_COUNT] = {0};
-    for (int k = 0; k < 3; k++) {
-        int top = -1;
-        for (int cat = 0; cat < DFG_CAT_COUNT; cat++)
-            if (!used[cat] && r->peak[cat] && (top < 0 || r->peak[cat] > r->peak[top])) top = cat;
-        if (top < 0) break;
-        used[top] = true;
-        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s %s %s", k ? "," : "",
-                               dfg_category_name((dfg_category)top), dfg_bytes_str((double)r->peak[top], b, sizeof(b)));
-    }
-}
-
 /* What the compiled program p of candidate c needs and costs. */
 static void record(const fit_ctx *f, candidate *c, const dfg_program *p) {
     const dfg_report *r = dfg_program_report(p);
     c->compiled = true;
     c->arena = (int64_t)r->arena_bytes;
     c->persistent = (int64_t)r->persistent_bytes;
-    c->parts = persistent_of(p);
-    c->workspace = workspace_of(p, f->a->b.target);
+    c->parts = cli_fit_persistent_of(p);
+    c->workspace = cli_fit_workspace_of(p, f->a->b.target);
     c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
     cli_step_cost sc = cli_fit_step_cost(p, f->a->b.target);
     c->flops = sc.flops;
@@ -293,7 +218,7 @@ static int evaluate(fit_ctx *f, candidate *c) {
         dfg_options o = options_of(f, c);
         if (dfg_compile(p, &o)) {
             const dfg_remat_result *rm = dfg_program_remat(p);
-            if (rm && rm->ran && !rm->fits) remat_note(rm, c->note, sizeof(c->note));
+            if (rm && rm->ran && !rm->fits) cli_fit_remat_note(rm, c->note, sizeof(c->note));
             else snprintf(c->note, sizeof(c->note), "%s", dfg_program_error(p));
             if (dfg_program_status(p) == DFG_ERR_NOMEM) rc = cli_error(CMD, CLI_FAILED, "out of memory compiling a candidate");
         } else {
@@ -562,22 +487,6 @@ static int state_knobs_that_fit(fit_ctx *f) {
     return rc ? rc : CLI_NO_FIT;
 }
 
-/* "weights 1.84 GiB, gradients 1.84 GiB, optimizer state 3.68 GiB, inputs and rollout buffers
- * 12.2 KiB": the parts there are. */
-static void parts_str(const persistent_parts *s, char *buf, size_t len) {
-    const char *name[] = {"weights", "gradients", "optimizer state", "the reference model", "the frozen base model",
-                          "inputs and rollout buffers"};
-    const int64_t v[] = {s->weights, s->grads, s->optim, s->ref, s->base, s->other};
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < 6; i++) {
-        char b[32];
-        if (v[i] > 0)
-            at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s %s", at ? ", " : "", name[i],
-                                   dfg_bytes_str((double)v[i], b, sizeof(b)));
-    }
-}
-
 /* What would shrink the model's state, of what this program has: the reference model (GRPO:
  * beta=0, no KL term) when there is one, and fewer parameters. Nothing else dfg has does:
  * micro-batches, rollout sub-batches, remat, the batch and the lengths change activations,
@@ -585,7 +494,7 @@ static void parts_str(const persistent_parts *s, char *buf, size_t len) {
  * gradients with f32 masters, or f32 weights and gradients; AdamW's two f32 moments: measured
  * on Qwen2.5-0.5B for cpu, and for cuda in both dtypes). */
 static void print_shrinkers(const fit_ctx *f, const persistent_parts *s) {
-    int64_t budget = f->a->b.memory_budget, state = model_state(s);
+    int64_t budget = f->a->b.memory_budget, state = cli_fit_model_state(s);
     char b[32], c[32], line[600] = "";
     size_t at = 0;
     if (s->ref > 0) {
@@ -618,10 +527,10 @@ static int persistent_over(fit_ctx *f, const candidate *c) {
         if (!is_state_knob(f->math[i].setting)) at += (size_t)snprintf(knobs + at, sizeof(knobs) - at, "%s, ", f->math[i].setting);
     print_table(f, NULL);
     fflush(stdout); /* the table, then the message */
-    parts_str(&c->parts, parts, sizeof(parts));
+    cli_fit_parts_str(&c->parts, parts, sizeof(parts));
     dfg_bytes_str((double)f->a->b.memory_budget, b, sizeof(b));
     dfg_bytes_str((double)c->parts.total, per, sizeof(per));
-    dfg_bytes_str((double)model_state(&c->parts), st, sizeof(st));
+    dfg_bytes_str((double)cli_fit_model_state(&c->parts), st, sizeof(st));
     fprintf(stderr, "dfg fit: nothing fits %s: the persistent tensors alone are over the budget: %s live all step (%s)\n"
                     "dfg fit: the model's state, %s of them, is the same under every setting fit varies or names (%sremat), "
                     "so nothing was searched\n",
@@ -655,7 +564,7 @@ static int nothing_fits(fit_ctx *f, candidate *c) {
         snprintf(ws, sizeof(ws), ", the device workspace's %s included", dfg_bytes_str((double)c->workspace, w, sizeof(w)));
     }
     char parts[400];
-    parts_str(&c->parts, parts, sizeof(parts));
+    cli_fit_parts_str(&c->parts, parts, sizeof(parts));
     fprintf(stderr, "dfg fit: nothing fits %s: with the math unchanged this pipeline needs at least %s (%s, remat to the "
                     "least%s), of which %s are persistent, what lives all step (%s)\n",
             b, m, set, ws, per, parts);
@@ -747,7 +656,7 @@ static int fit(fit_ctx *f, const char *so, const char *out) {
         /* a roomy budget still compares: another micro-batching may be faster than the one given
          * (the search's bisection then stops at each knob's first value, and best() ranks) */
         if (f->n_knobs > 0 && (rc = search(f))) return rc;
-    } else if (model_state(&given->parts) > f->a->b.memory_budget) {
+    } else if (cli_fit_model_state(&given->parts) > f->a->b.memory_budget) {
         return persistent_over(f, given); /* no knob, math-changing ones included, shrinks these */
     } else {
         candidate want = at(f, f->given_idx, MODE_PROBE); /* the settings as given, the head's chunk for the budget */
