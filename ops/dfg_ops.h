@@ -104,6 +104,16 @@ DFG_API dfg_tensor *dfg_attention_prefix_padded(dfg_graph *g, dfg_tensor *qkv, d
                                                 int n_head);
 DFG_API dfg_tensor *dfg_attention_cached_padded(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_cache, dfg_tensor *v_cache,
                                                 dfg_tensor *pos, dfg_tensor *start, int n_head);
+/* Decoding against a KV cache that holds each group's prompt once: the prompts' keys and values
+ * k_prompt, v_prompt (P, Tp, Hkv * D) hold columns 0 .. Tp-1 of every row of their prompt, the
+ * rows' own k_rows, v_rows (N, Tc, Hkv * D) columns Tp .. Tp+Tc-1. Row b's prompt is b / (N / P),
+ * or prompt_of[b] ((N) i32; NULL: the groups of N / P neighbouring rows). Otherwise exactly
+ * dfg_attention_cached_padded on caches (N, Tp+Tc) holding row b's prompt then its own columns
+ * (pos, start (N) and the result the same; a column pos .. pos+Tq-1 >= Tp is written at pos - Tp
+ * of k_rows): the prompt's keys are stored once, and read once for all the rows of a group. */
+DFG_API dfg_tensor *dfg_attention_shared_cached(dfg_graph *g, dfg_tensor *q, dfg_tensor *k_prompt, dfg_tensor *v_prompt,
+                                                dfg_tensor *k_rows, dfg_tensor *v_rows, dfg_tensor *pos,
+                                                dfg_tensor *start, dfg_tensor *prompt_of, int n_head);
 DFG_API dfg_tensor *dfg_embed(dfg_graph *g, dfg_tensor *table, dfg_tensor *ids); /* (V, C), i32 (...) -> (..., C) */
 DFG_API dfg_tensor *dfg_take(dfg_graph *g, dfg_tensor *x, dfg_tensor *idx);     /* x (..., V), i32 (...) -> (...) */
 /* Rotary position embeddings as Llama and Qwen2 apply them (transformers' rotate_half form):

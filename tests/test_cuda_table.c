@@ -24,7 +24,8 @@ static bool compared(const char *dir, const char *name) {
                                         "test_cuda_norm",        "test_cuda_state",  "test_cuda_index",
                                         "test_cuda_logprob",     "test_cuda_sample", "test_cuda_attention",
                                         "test_cuda_matmul",      "test_cuda_rope",   "test_cuda_entropy",
-                                        "test_cuda_collective",  "test_cuda_nf4",    NULL};
+                                        "test_cuda_collective",  "test_cuda_nf4",    "test_cuda_attention_shared",
+                                        NULL};
     char path[1024], line[128];
     for (int t = 0; tests[t]; t++) {
         snprintf(path, sizeof(path), "%s/%s.txt", dir, tests[t]);
