@@ -7,6 +7,13 @@
 #
 #   tools/gpu-check.sh [--build-dir DIR] [--reuse-build] [--skip c,d,e,f,g,h,i] [--python PY]
 #                      [--bench-modes full,fixed] [--out DIR]
+#   tools/gpu-check.sh --quick [--rehearse] ...   (tools/gpu-check-quick.sh: its header)
+#
+# --quick runs tools/gpu-check-quick.sh instead: under 10 minutes of GPU time with its build
+# (LoRA/QLoRA GRPO steps at Qwen2.5-0.5B and 1.5B shape against transformers + peft, decode
+# against the bandwidth floor, batch_invariant's cost, shared-prompt decode, predicted vs
+# measured stage times); --quick --rehearse runs every step of it on the CPU, here. The steps
+# below are the full check.
 #
 # Each step prints PASS, FAIL or SKIP with what it saw; a failed step does not stop the later
 # ones (except a failed build). Exit 0: nothing failed (SKIPs allowed, each with its reason);
@@ -72,7 +79,14 @@ BENCH_MODES=full,fixed
 OUT=$ROOT/tools/bench/results
 MIB=1048576
 
-usage() { sed -n '8,9p' "$0" | sed 's/^# *//'; }
+usage() { sed -n '8,10p' "$0" | sed 's/^# *//'; }
+for a in "$@"; do # --quick: the 10-minute check is its own script (tools/gpu-check-quick.sh)
+  if [ "$a" = --quick ]; then
+    args=()
+    for b in "$@"; do [ "$b" != --quick ] && args+=("$b"); done
+    exec "$ROOT/tools/gpu-check-quick.sh" "${args[@]}"
+  fi
+done
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) BUILD=$(realpath -m "$2"); shift 2 ;;
@@ -89,82 +103,25 @@ skipped() { [[ ",$SKIP," == *",$1,"* ]]; }
 
 DATE=$(date +%F)
 HOST=$(hostname 2>/dev/null || uname -n)
-ROWS=()
-n_fail=0 n_skip=0
-
-# verdict STEP PASS|FAIL|SKIP TEXT [LOG]: prints the line, records it, and for a FAIL the log's tail
-verdict() {
-  local step=$1 v=$2 text=$3 log=${4:-}
-  printf '%-4s  %s: %s\n' "$v" "$step" "$text"
-  ROWS+=("| $step | **$v** | ${text//|/\\|} |")
-  case $v in FAIL) n_fail=$((n_fail + 1)) ;; SKIP) n_skip=$((n_skip + 1)) ;; esac
-  if [ "$v" = FAIL ] && [ -n "$log" ] && [ -s "$log" ]; then
-    echo "      (log: $log; its last lines:)"
-    tail -15 "$log" | sed 's/^/      | /'
-    { echo "### $step: FAIL, the last 60 lines of $(basename "$log")"; echo; echo '```'; tail -60 "$log"; echo '```'; echo; } >>"$DETAILS"
-  fi
-}
-detail() { printf '%s\n' "$@" >>"$DETAILS"; }
-# sub_fail WHAT TEXT LOG: one failed part of a step (the step's own verdict counts it)
-sub_fail() {
-  echo "FAIL    $1: $2"
-  echo "      (log: $3; its last lines:)"
-  tail -15 "$3" | sed 's/^/      | /'
-  { echo "### $1: FAIL, the last 60 lines of $(basename "$3")"; echo; echo '```'; tail -60 "$3"; echo '```'; echo; } >>"$DETAILS"
-}
-header() { echo; echo "==> $1"; }
+# verdict, detail, sub_fail, header, gpu_detect, gpu_build, gpu_copy_bandwidth
+# shellcheck source=gpu/common.sh
+. "$ROOT/tools/gpu/common.sh"
+# decode_vs_floor (step h; the quick check's step 2)
+# shellcheck source=gpu/decode.sh
+. "$ROOT/tools/gpu/decode.sh"
 
 # h_decode: step h (its header above says what it measures)
 h_decode() {
-  local plan=$LOGS/qwen05.dfg log=$LOGS/qwen05_run.log bw
-  local q=(--set model_type=qwen2 --set hidden_size=896 --set num_hidden_layers=24 --set num_attention_heads=14
+  local bw
+  if ! bw=$(gpu_copy_bandwidth); then
+    verdict "h. decode" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
+  fi
+  DEC_SET=(--set model_type=qwen2 --set hidden_size=896 --set num_hidden_layers=24 --set num_attention_heads=14
            --set num_key_value_heads=2 --set intermediate_size=4864 --set vocab_size=151936 --set tie_word_embeddings=true
            --set rope_theta=1000000 --set max_position_embeddings=32768 --set digits=60
            --set max_completion_length=256 --set prompts_per_step=8 --set num_generations=8)
-  cat >"$LOGS/bw.cu" <<'CU'
-#include <cstdio>
-#include <cuda_runtime.h>
-int main() { /* device-to-device copy bandwidth (read + write) of 1 GiB, best of 10 */
-    size_t n = (size_t)1 << 30; void *a, *b; cudaEvent_t s, e; float ms, best = 1e30f;
-    if (cudaMalloc(&a, n) || cudaMalloc(&b, n)) return 1;
-    cudaEventCreate(&s); cudaEventCreate(&e);
-    for (int i = 0; i < 11; i++) {
-        cudaEventRecord(s); cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice); cudaEventRecord(e); cudaEventSynchronize(e);
-        cudaEventElapsedTime(&ms, s, e); if (i && ms < best) best = ms;
-    }
-    printf("%.1f\n", 2.0 * n / (best * 1e-3) * 1e-9); return 0;
-}
-CU
-  if ! nvcc -O2 -o "$LOGS/bw" "$LOGS/bw.cu" >"$LOGS/bw.log" 2>&1 || ! bw=$("$LOGS/bw" 2>>"$LOGS/bw.log"); then
-    verdict "h. decode" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
-  fi
-  if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda "${q[@]}" -o "$plan" >"$LOGS/qwen05_compile.log" 2>&1; then
-    verdict "h. decode" FAIL "dfg compile of the Qwen2.5-0.5B-shape plan failed" "$LOGS/qwen05_compile.log"; return
-  fi
-  if ! "$DFG" run "$plan" --steps 3 --metrics "$LOGS/qwen05.jsonl" --every 1 >"$log" 2>&1; then
-    verdict "h. decode" FAIL "the Qwen2.5-0.5B-shape run failed" "$log"; return
-  fi
-  local text
-  if ! text=$(python3 - "$LOGS/qwen05.jsonl" "$bw" <<'PY' 2>&1
-import json, sys
-steps = [json.loads(l) for l in open(sys.argv[1])][1:]  # step 1 captures the graphs
-bw = float(sys.argv[2]) * 1e9
-L, C, H, Hkv, D, I, V, N, Lp = 24, 896, 14, 2, 64, 4864, 151936, 64, 61
-weights = 2 * (V * C + L * (C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * I + 2 * C + H * D + 2 * Hkv * D) + C)
-runs = sum(s["stage_runs"].get("decode", 0) for s in steps)
-ms = sum(s["stage_ms"].get("decode", 0.0) for s in steps)
-per = runs // len(steps)
-kv = sum(N * L * 2 * Hkv * D * 2 * (Lp + i + 1) for i in range(per)) * len(steps)  # bf16 keys and values read
-floor_ms = (weights * runs + kv) / bw * 1e3
-print(f"{runs} decode runs of {N} rows in {ms:.0f} ms: {N * runs / (ms * 1e-3):.0f} tokens/s, {ms / runs:.3f} ms a run; "
-      f"floor {floor_ms / runs:.3f} ms a run (bf16 weights {weights / 2**20:.0f} MiB + KV caches, at {bw * 1e-9:.0f} GB/s "
-      f"copy bandwidth): {100 * floor_ms / ms:.0f}% of it; step {sum(s['ms'] for s in steps) / len(steps):.0f} ms")
-PY
-  ); then
-    verdict "h. decode" FAIL "reading the run's metrics failed: $text" "$log"; return
-  fi
-  verdict "h. decode" PASS "$text"
-  { echo "### h. decode at Qwen2.5-0.5B shape"; echo; echo '```'; grep -E "^(device memory|step |[0-9]+ steps in)" "$log"; echo '```'; echo; } >>"$DETAILS"
+  DEC_DIMS="24 896 14 2 64 4864 151936 64 61" DEC_STEPS=3 RUN_FLAGS=()
+  decode_vs_floor "h. decode" "$bw" "a cudaMemcpy of 1 GiB device to device"
 }
 
 i_lora() {
@@ -223,37 +180,7 @@ print("%.0f ms a step" % (sum(x["ms"] for x in s) / len(s)))' "$LOGS/$tag.jsonl"
 
 # ---------------------------------------------------------------- a. a GPU is here
 header "a. GPU present"
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  echo "gpu-check: REFUSED: nvidia-smi is not installed, so this machine has no NVIDIA driver and no usable GPU." >&2
-  echo "gpu-check: it checks dfg on real hardware; without a GPU use tools/test.sh and 'dfg run P.dfg --emulate-gpu'. Nothing was run." >&2
-  exit 2
-fi
-smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader,nounits 2>&1)
-rc=$?
-if [ $rc -ne 0 ] || ! grep -q , <<<"$smi"; then # older drivers know no compute_cap
-  smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits 2>&1)
-  rc=$?
-fi
-if [ $rc -ne 0 ] || ! grep -q , <<<"$smi"; then
-  echo "gpu-check: REFUSED: nvidia-smi lists no GPU (exit $rc): $(head -1 <<<"$smi")" >&2
-  echo "gpu-check: it checks dfg on real hardware; nothing was run." >&2
-  exit 2
-fi
-n_gpus=$(grep -c , <<<"$smi")
-# (not CC: that is the C compiler CMake reads from the environment)
-IFS=, read -r GPU_NAME DRIVER GPU_MIB GPU_CAP <<<"$(head -1 <<<"$smi")"
-GPU_NAME=$(xargs <<<"$GPU_NAME") DRIVER=$(xargs <<<"$DRIVER") GPU_MIB=$(xargs <<<"$GPU_MIB") GPU_CAP=$(xargs <<<"${GPU_CAP:-}")
-CUDA_DRIVER=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
-if [[ $GPU_CAP =~ ^([0-9]+)\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt 8 ]; then
-  echo "gpu-check: REFUSED: $GPU_NAME has compute capability $GPU_CAP; dfg's kernels need 8.0 or newer (bf16, built for sm_80 and sm_90). Nothing was run." >&2
-  exit 2
-fi
-case $GPU_CAP in
-  8.*) ARCH_NOTE="runs the sm_80 kernels" ;;
-  9.0) ARCH_NOTE="runs the sm_90 kernels" ;;
-  "" | "[N/A]") ARCH_NOTE="compute capability not reported by this driver" ;;
-  *) ARCH_NOTE="has no SASS in the build (sm_80, sm_90): the driver JIT-compiles the compute_90 PTX" ;;
-esac
+gpu_detect || exit 2
 # a usable GPU: from here on everything is logged and recorded
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/dfg-gpu-check-XXXXXX")
 DETAILS=$LOGS/details.md
@@ -270,64 +197,14 @@ echo "      dfg $COMMIT; logs in $LOGS"
 
 # ---------------------------------------------------------------- b. deps and a fresh build
 header "b. dependencies and a fresh build in $BUILD"
-NVCC=""
-for c in "$(command -v nvcc 2>/dev/null)" /usr/local/cuda/bin/nvcc "${CUDA_HOME:-/nonexistent}/bin/nvcc"; do
-  if [ -n "$c" ] && [ -x "$c" ]; then NVCC=$c; break; fi
-done
-NVCC_VERSION=$([ -n "$NVCC" ] && "$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
-ARCHS="" BUILD_OK=0
-if [ "$REUSE" = 1 ]; then
-  if [ -x "$BUILD/dfg" ] && [ -d "$BUILD/CMakeFiles/dfg_cuda_kernels.dir" ]; then
-    verdict "b. build" SKIP "--reuse-build: $BUILD as it is (not rebuilt, deps not checked)"
-    BUILD_OK=1
-  else
-    verdict "b. build" FAIL "--reuse-build, but $BUILD has no dfg built with CUDA (no $BUILD/dfg or CMakeFiles/dfg_cuda_kernels.dir)"
-  fi
-else
+if [ "$REUSE" != 1 ]; then
   if "$ROOT/tools/deps.sh" --test >"$LOGS/deps.log" 2>&1; then
     verdict "b. deps" PASS "$(tail -1 "$LOGS/deps.log")"
   else
     verdict "b. deps" FAIL "tools/deps.sh --test failed (the build goes on; PyTorch is only needed by the golden tests)" "$LOGS/deps.log"
   fi
-  if [ -z "$NVCC" ]; then
-    verdict "b. build" FAIL "no nvcc (PATH, /usr/local/cuda/bin, \$CUDA_HOME/bin): install the CUDA toolkit (nvcc, cudart, cuBLASLt; https://developer.nvidia.com/cuda-downloads); without it dfg builds with no GPU backend"
-  elif [ -e "$BUILD" ] && [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    verdict "b. build" FAIL "$BUILD exists and is not a CMake build directory: not removing it (pass --build-dir)"
-  else
-    rm -rf "$BUILD"
-    cmver=$(cmake --version | sed -n 's/^cmake version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
-    read -r cmaj cmin <<<"$cmver"
-    if [ "${cmaj:-0}" -gt 3 ] || { [ "${cmaj:-0}" -eq 3 ] && [ "${cmin:-0}" -ge 24 ]; }; then ARCHS=native; else ARCHS="80;90"; fi
-    configure() {
-      cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" \
-        -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_FLAGS=-lineinfo -DDFG_WERROR=OFF >"$LOGS/configure.log" 2>&1
-    }
-    if ! configure && [ "$ARCHS" = native ]; then
-      cp "$LOGS/configure.log" "$LOGS/configure-native.log"
-      echo "      CMAKE_CUDA_ARCHITECTURES=native failed (see configure-native.log); trying 80;90"
-      rm -rf "$BUILD"
-      ARCHS="80;90"
-      configure
-    fi
-    cfg_rc=$?
-    if [ $cfg_rc -ne 0 ]; then
-      verdict "b. build" FAIL "cmake configure failed" "$LOGS/configure.log"
-    elif ! grep -qE "dfg: CUDA [0-9.]+ found; the CUDA kernels build" "$LOGS/configure.log"; then
-      verdict "b. build" FAIL "CMake did not enable CUDA with $NVCC: this build would have no GPU backend" "$LOGS/configure.log"
-    elif ! cmake --build "$BUILD" -j"$(nproc)" >"$LOGS/build.log" 2>&1; then
-      verdict "b. build" FAIL "the build failed" "$LOGS/build.log"
-    elif [ ! -x "$BUILD/dfg" ]; then
-      verdict "b. build" FAIL "the build has no $BUILD/dfg" "$LOGS/build.log"
-    else
-      warnings=$(grep -c "warning" "$LOGS/build.log")
-      verdict "b. build" PASS "nvcc $NVCC_VERSION, CMAKE_CUDA_ARCHITECTURES=$ARCHS (the kernels: sm_80 and sm_90 + PTX; this GPU $ARCH_NOTE), $warnings line(s) with 'warning' in the build log"
-      BUILD_OK=1
-      if [ "$warnings" -gt 0 ]; then
-        { echo "### b. build warnings (the first 40)"; echo; echo '```'; grep -m 40 "warning" "$LOGS/build.log"; echo '```'; echo; } >>"$DETAILS"
-      fi
-    fi
-  fi
 fi
+gpu_build
 DFG=$BUILD/dfg
 
 if [ "$BUILD_OK" != 1 ]; then
