@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "dfg_grpo_config.h"
+#include "dfg_grpo_async.h"
+#include "dfg_grpo_eval.h"
 #include "dfg_runtime.h"
 
 
@@ -348,7 +350,6 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     /* batch-invariant kernels: a token's log-prob is the same float when decode samples it and
      * when training scores it, so num_iterations > 1 takes the old log-probs from the sampler */
     c->invariant = dfg_setting_bool(p, "batch_invariant", false);
-    bool cuda = dfg_setting_enum(p, "target", "cpu") == 1;
     int share = dfg_setting_enum(p, "share_prompts", "auto"); /* auto: when groups fit micro-batches */
     int padded = dfg_setting_enum(p, "padded_prompts", "auto");
     c->temperature = (float)dfg_setting_float(p, "temperature", 1.0);
@@ -374,9 +375,6 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     dfg_setting_int(p, "seed", 1234); /* dfg run's default --seed */
     if (dfg_program_status(p)) return dfg_program_status(p);
     if ((st = read_padding(p, c, padded))) return st;
-    if (c->invariant && cuda)
-        return dfg_program_fail(p, DFG_ERR_ARG, "batch_invariant=true needs --target cpu: the CPU kernels have the "
-                                "batch-invariant forms; cuBLASLt and cuDNN pick kernels by the shapes they are given");
     c->loss.loss_type = (dfg_grpo_loss_type)lt;
     c->loss.is_level = (dfg_grpo_is_level)lv;
     c->scale = (dfg_grpo_scale)sc;
@@ -457,6 +455,10 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->loss.world = c->W;
     dfg_status st2 = read_chunks(p, c, chunks);
     if (!st2 && c->chunks) c->loss.micro_batches = (int)c->chunks; /* a chunk is a micro-batch of the loss */
+    c->async_rollouts = dfg_setting_int(p, "async_rollouts", 0); /* one-step-off rollouts (grpo_async.c) */
+    c->max_staleness = dfg_setting_int(p, "max_staleness", 1);
+    if (!st2) st2 = dfg_program_status(p) ? dfg_program_status(p) : dfg_grpo_async_check(p, c);
+    if (!st2) st2 = dfg_grpo_read_eval(p, c); /* multi_objective_aggregation, eval_dataset (grpo_eval.c) */
     return st2;
 }
 

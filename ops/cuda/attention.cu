@@ -28,6 +28,7 @@
 //
 // attention_cached (decoding against KV caches) is attention_decode.cu's.
 #include "attention_common.cuh"
+#include "invariant.cuh"
 
 namespace {
 
@@ -606,6 +607,7 @@ static bool att_via_sdpa(const dfg_node *n, void *const *in, void *const *out, d
 }
 
 DFG_CUDA_LAUNCHER(attention) {
+    if (ctx->invariant) return DFG_CUDA_FN(inv_attention)(n, in, out, ctx); // one query at a time (invariant.cu)
     dfg_status st;
     if (att_via_sdpa(n, in, out, ctx, &st)) return st;
     const att_geom g = att_geometry(n, in, 0, -1, 1, ctx);

@@ -12,6 +12,7 @@
 // cache rows start .. c, one at a pad column rows 0 .. c. The start is the lower end of the
 // blocks' key range: the splits wholly before it return at once and the combine skips them.
 #include "attention_common.cuh"
+#include "invariant.cuh"
 
 namespace {
 
@@ -283,6 +284,7 @@ DFG_CUDA_SCRATCH(attention_cached) {
 
 // inputs q (B, Tq, C), k_cache, v_cache (B, Tmax, Ckv), pos (i32: one, or (B)) [, start (B)] -> y (B, Tq, C)
 DFG_CUDA_LAUNCHER(attention_cached) {
+    if (ctx->invariant) return DFG_CUDA_FN(inv_attention)(n, in, out, ctx); // the training forward's order (invariant.cu)
     att_dec a = att_decoding(n);
     const int32_t *start = n->n_in == 5 ? (const int32_t *)in[4] : nullptr;
     long long B = n->in[0]->shape.d[0];

@@ -14,6 +14,7 @@
 
 // inputs qkv (n, Tc, 3C), prefix (P, Tp, 3C) [, start (P)] -> y (n, Tc, C), lse (n, H, Tc)
 DFG_CUDA_LAUNCHER(attention_prefix) {
+    if (ctx->invariant) return DFG_CUDA_FN(inv_attention)(n, in, out, ctx); // one query at a time (invariant.cu)
     const att_geom g = att_geometry(n, in, 0, 1, 2, ctx);
     DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T,
                             return att_forward<T>(n, ctx, (T *)out[0], (float *)out[1], (const T *)in[0],

@@ -55,6 +55,9 @@ struct dfg_cuda_ctx {
     /* The data-parallel run's communicator on device memory (ops/comm.h: NCCL on a GPU, MPI as a
      * stream node under emulation), its calls ordered on `stream`; NULL: one process. */
     struct dfg_comm *comm;
+    /* The plan is batch-invariant (dfg_declare_batch_invariant): the forward matmuls, attention
+     * and the fused log-prob's logits run invariant.cu's kernels, in one order per element. */
+    bool invariant;
 };
 
 typedef dfg_status (*dfg_cuda_fn)(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx);

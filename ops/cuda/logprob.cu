@@ -21,7 +21,14 @@
 // The entropy H = log l - a / l rides along: a = sum exp(x - m)(x - m) is taken per block with its
 // (max, sum) and folded with the same rescaling (ops/cpu/cpu.h's dfg_row_stats), its running value
 // in the scratch beside the sum.
+//
+// In a batch-invariant plan (ctx->invariant) the chunks' logits come from invariant.cu's GEMM
+// (decode's lm_head order, rounded as the lm_head's output), and logprob runs the same chunk
+// kernel over its whole row of logits: decode's sampled log-probs and training's are the same
+// float. The block statistics and folds round every product and sum explicitly (no contraction),
+// so that kernel's two instantiations (f32 and bf16 logits) round alike.
 #include "common.cuh"
+#include "invariant.cuh"
 
 namespace {
 
@@ -131,19 +138,20 @@ static __global__ void __launch_bounds__(kThreads)
 // owns entries 8l .. 8l+7 (two 16-byte loads when the row is aligned; the same values either way),
 // reduced by fixed butterflies: the same bits whatever chunk the block came in. An all -inf block
 // gives (-inf, 0, 0).
-static __device__ __forceinline__ void vblock_stats(const float *row, // (vc) one chunk row's logits
+template <class L>
+static __device__ __forceinline__ void vblock_stats(const L *row, // (vc) one chunk row's logits
                                                     int64_t j0, int64_t vc, bool vec, float s, float &mb,
                                                     float &lb, float &ab) {
     const int64_t j = j0 + (int64_t)(threadIdx.x & 31) * 8;
     float x[8];
     if (vec && j + 8 <= vc) {
-        dfg_ld16(row + j, x);
-        dfg_ld16(row + j + 4, x + 4);
+        dfg_ld16(row + j, x); // 4 f32 or 8 bf16
+        if constexpr (sizeof(L) == 4) dfg_ld16(row + j + 4, x + 4);
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] *= s;
+        for (int i = 0; i < 8; i++) x[i] = __fmul_rn(x[i], s);
     } else {
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = j + i < vc ? row[j + i] * s : -INFINITY;
+        for (int i = 0; i < 8; i++) x[i] = j + i < vc ? __fmul_rn(dfg_ld(row, j + i), s) : -INFINITY;
     }
     float m = x[0];
 #pragma unroll
@@ -153,9 +161,9 @@ static __device__ __forceinline__ void vblock_stats(const float *row, // (vc) on
     if (m != -INFINITY) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float d = x[i] - m, e = expf(d);
-            l += e;
-            if (x[i] != -INFINITY) a += e * d; // a -inf entry: 0 * -inf would be NaN
+            const float d = __fadd_rn(x[i], -m), e = expf(d);
+            l = __fadd_rn(l, e);
+            if (x[i] != -INFINITY) a = __fadd_rn(a, __fmul_rn(e, d)); // a -inf entry: 0 * -inf would be NaN
         }
     }
     mb = m;
@@ -172,15 +180,15 @@ static __device__ __forceinline__ void lse_fold(float &m, float &l, float &a, fl
         if (m == -INFINITY) { // nothing yet (l = a = 0): l * (m - mb) would be 0 * -inf
             a = ab;
         } else {
-            const float d = m - mb;
-            a = expf(d) * (a + l * d) + ab;
+            const float d = __fadd_rn(m, -mb);
+            a = __fadd_rn(__fmul_rn(expf(d), __fadd_rn(a, __fmul_rn(l, d))), ab);
         }
-        l = l * expf(m - mb) + lb;
+        l = __fadd_rn(__fmul_rn(l, expf(__fadd_rn(m, -mb))), lb);
         m = mb;
     } else {
-        const float d = mb - m, e = expf(d);
-        a = a + e * (ab + lb * d);
-        l = l + lb * e;
+        const float d = __fadd_rn(mb, -m), e = expf(d);
+        a = __fadd_rn(a, __fmul_rn(e, __fadd_rn(ab, __fmul_rn(lb, d))));
+        l = __fadd_rn(l, __fmul_rn(lb, e));
     }
 }
 
@@ -192,8 +200,9 @@ static __device__ __forceinline__ void lse_fold(float &m, float &l, float &a, fl
 // two buffers, so one barrier a round suffices: a warp writing round k+2's buffer has passed round
 // k+1's barrier, which thread 0 reaches only after folding round k.
 constexpr int kRound = 256;
+template <class L>
 static __global__ void __launch_bounds__(kThreads)
-    lse_chunk_kernel(const float *ws,      // (rc, vc) the chunk's logits, rows vc apart
+    lse_chunk_kernel(const L *ws,          // (rc, vc) the chunk's logits, rows vc apart
                      int64_t vc, bool vec, // vec: rows 16-byte aligned
                      const int32_t *t,     // (rc) the chunk rows' targets
                      int64_t v0, int64_t v, float s,
@@ -201,18 +210,18 @@ static __global__ void __launch_bounds__(kThreads)
                      float *run_l,         // (rc) running sum (scratch)
                      float *run_a,         // (rc) running entropy sum a (scratch)
                      float *logp,          // (rc)
-                     float *ent,           // (rc) the entropy output, written at the last chunk
+                     float *ent,           // (rc) the entropy output, written at the last chunk (or NULL)
                      bool first, bool last,
                      int *flags) {         // (1) set on a target outside [0, V)
     __shared__ float bm[2][kRound], bl[2][kRound], ba[2][kRound];
     const int64_t r = blockIdx.x;
-    const float *row = ws + r * vc;
+    const L *row = ws + r * vc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kThreads / 32;
     float m = -INFINITY, l = 0.0f, a = 0.0f; // thread 0's running state
     if (threadIdx.x == 0) {
         if (!first) m = run_m[r], l = run_l[r], a = run_a[r];
         const int64_t tj = (int64_t)t[r] - v0;
-        if (tj >= 0 && tj < vc) logp[r] = row[tj] * s;
+        if (tj >= 0 && tj < vc) logp[r] = __fmul_rn(dfg_ld(row, tj), s);
     }
     const int64_t nb = (vc + kVBlock - 1) / kVBlock;
     for (int64_t b0 = 0, k = 0; b0 < nb; b0 += kRound, k ^= 1) {
@@ -231,7 +240,7 @@ static __global__ void __launch_bounds__(kThreads)
             run_m[r] = m, run_l[r] = l, run_a[r] = a;
             return;
         }
-        ent[r] = l == 0.0f ? 0.0f : logf(l) - a / l;
+        if (ent) ent[r] = l == 0.0f ? 0.0f : logf(l) - a / l;
         row_logp(m, l, t + r, v, run_m + r, logp + r, flags, [&](int32_t) { return logp[r]; });
     }
 }
@@ -392,6 +401,8 @@ dfg_status rm_gemm(dfg_cuda_ctx *ctx, const dfg_node *n, int64_t M, int64_t N, i
 // batched GEMM over the chunk's full 256-entry blocks, one more for its tail (as the CPU's GEMMs).
 dfg_status chunk_logits(dfg_cuda_ctx *ctx, const dfg_node *n, const lin_dims &d, const void *h, const void *w,
                         int64_t r0, int64_t rc, int64_t v0, int64_t vc, float *ws) {
+    if (ctx->invariant) // decode's lm_head order (invariant.cu), the forward's and the backward's
+        return DFG_CUDA_FN(inv_chunk_logits)(ctx, n, h, w, d.ht, d.tb, d.c, d.v, r0, rc, v0, vc, ws);
     const size_t e = dfg_dtype_size(d.ht);
     const int64_t full = vc / kVBlock, tail = vc % kVBlock;
     const rm_operand hA = {at(h, r0 * d.c, e), d.c, 0};
@@ -423,6 +434,16 @@ DFG_CUDA_LAUNCHER(logprob) {
     const lp_rows p = lp_rows_of(n, n->in[0]);
     cudaError_t e = cudaSuccess;
     if (p.rows == 0) return DFG_OK;
+    if (ctx->invariant) { // linear_logprob's chunk kernel over the whole row: training's sums, in its order
+        DFG_CUDA_FLOAT_DISPATCH(ctx, n, n->in[0], T, {
+            const bool vec = (p.v * (int64_t)sizeof(T)) % 16 == 0 && dfg_aligned16(in[0]);
+            e = DFG_LAUNCH(lse_chunk_kernel<T>, (unsigned)p.rows, kThreads, 0, (cudaStream_t)ctx->stream,
+                           (const T *)in[0], p.v, vec, (const int32_t *)in[1], (int64_t)0, p.v, p.s, (float *)out[1],
+                           (float *)nullptr, (float *)nullptr, (float *)out[0], (float *)nullptr, true, true,
+                           ctx->flags);
+        });
+        return dfg_cuda_launched(ctx, n, e, "lse_chunk_kernel");
+    }
 #define DFG_LP_FWD(G)                                                                                              \
     e = DFG_LAUNCH((logprob_kernel<T, G>), p.grid, kThreads, 0, (cudaStream_t)ctx->stream, (const T *)in[0],       \
                    (const int32_t *)in[1], (float *)out[0], (float *)out[1], p.rows, p.v, p.s, ctx->flags)
@@ -472,7 +493,7 @@ DFG_CUDA_LAUNCHER(linear_logprob) {
         for (int64_t v0 = 0; v0 < d.v; v0 += d.vc) {
             const int64_t vc = d.v - v0 < d.vc ? d.v - v0 : d.vc;
             if ((st = chunk_logits(ctx, n, d, in[0], in[1], r0, rc, v0, vc, ws))) return st;
-            cudaError_t e = DFG_LAUNCH(lse_chunk_kernel, (unsigned)rc, kThreads, 0, (cudaStream_t)ctx->stream, ws, vc,
+            cudaError_t e = DFG_LAUNCH(lse_chunk_kernel<float>, (unsigned)rc, kThreads, 0, (cudaStream_t)ctx->stream, ws, vc,
                                        vc % 4 == 0 && dfg_aligned16(ws), t + r0, v0, d.v, d.s, lse + r0, run_l, run_a,
                                        logp + r0, ent + r0, v0 == 0, v0 + vc >= d.v, ctx->flags);
             if ((st = dfg_cuda_launched(ctx, n, e, "lse_chunk_kernel"))) return st;

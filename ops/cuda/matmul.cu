@@ -1,8 +1,11 @@
 // matmul.cu - matmul through the GEMM of the context (cuBLASLt on a GPU, the column-major
 // interpreter under emulation), from the node's pure descriptor (gemm.h); and bias_add.
 #include "common.cuh"
+#include "invariant.cuh"
 
 DFG_CUDA_LAUNCHER(matmul) {
+    // a batch-invariant plan: the forward products (A not transposed) in invariant.cu's order
+    if (ctx->invariant && !n->attr->matmul.trans_a) return DFG_CUDA_FN(inv_matmul)(n, in, out, ctx);
     dfg_gemm_desc d;
     const char *why = "";
     if (!dfg_gemm_matmul(n, &d, &why)) return dfg_cuda_fail(ctx, n, DFG_ERR_SHAPE, "%s", why);

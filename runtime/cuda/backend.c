@@ -2,7 +2,9 @@
  *
  * One device allocation holds the planned arena and, after it, the kernels' workspace (the
  * largest any node's launcher asks for), the GEMM library's workspace and the device flag word
- * kernels set on bad values: nothing is allocated after start-up. Nodes run through the launcher
+ * kernels set on bad values: nothing is allocated after start-up. A batch-invariant plan
+ * (dfg_declare_batch_invariant) sets the context's `invariant`: its forward matmuls, attention
+ * and log-prob logits then run ops/cuda/invariant.cu's kernels, not cuBLASLt's or cuDNN's. Nodes run through the launcher
  * table of ops/cuda; a stage's nodes (every repeat, unrolled) are captured once as a graph and
  * replayed after that. The orchestration is the same for both devices; only the device layer
  * differs. Built into each of the backend's modules (runtime/module.h): with DFG_BACKEND_EMU the
@@ -71,9 +73,6 @@ static dfg_status open_comm(cuda_state *st, const dfg_run_options *o, char *err,
 
 static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg_run_options *o, void **state, char *err,
                             size_t len) {
-    if (dfg_program_batch_invariant(p)) /* cuBLASLt picks its kernels and splits by the shapes it is given */
-        return snprintf(err, len, "cuda backend: this plan asks for batch-invariant kernels (batch_invariant), which "
-                        "only the cpu backend has; compile it for --target cpu"), DFG_ERR_UNSUPPORTED;
     cuda_state *st = calloc(1, sizeof(*st));
     if (!st) return snprintf(err, len, "cuda backend: out of memory"), DFG_ERR_NOMEM;
     st->d = d;
@@ -90,7 +89,7 @@ static dfg_status create_on(const dfg_device *d, const dfg_program *p, const dfg
         return s;
     }
     st->ctx = (dfg_cuda_ctx){.stream = d->stream(st->dev), .gemm = d->gemm, .gemm_state = d->gemm_state(st->dev),
-                             .sm_count = sm};
+                             .sm_count = sm, .invariant = dfg_program_batch_invariant(p)};
     if (d->sdpa) st->ctx.sdpa = d->sdpa(st->dev, &st->ctx.sdpa_state);
     *state = st;
     return open_comm(st, o, err, len); /* on failure the runtime destroys the state */
