@@ -39,6 +39,7 @@
 
 #include "../graph/ir.h"
 #include "../ops/op.h"
+#include "cli_device.h"
 #include "cli_fit.h"
 
 #define CMD "fit"
@@ -49,6 +50,7 @@
 typedef struct {
     cli_build_args b; /* the pipeline, --set, --target, --memory-budget (0 with --min), --no-fuse, -o */
     bool min;
+    cli_device device; /* --device, or the target's default: what est. step is predicted on */
 } fit_args;
 
 typedef struct {
@@ -113,20 +115,22 @@ static void usage(FILE *f) {
             "  --config FILE     a TRL GRPOConfig (JSON or YAML) as settings, as for dfg compile\n"
             "  --no-fuse         plan the ops as written (no fused log-prob head)\n"
             "  -o, --output P    where to write the plan (default: PIPELINE.dfg here)\n"
+            "  --device D        rank on D: h100, h200, a100, l40s or cpu (default: h100 for cuda, cpu for cpu;\n"
+            "                    cpu is this machine, measured once and cached: dfg inspect --help says how)\n"
             "\n"
-            "The estimated step time is a roofline of the op cost table on a nominal device of the\n"
-            "target, plus a cost per kernel launch: it ranks the plans of one program, it is not a\n"
-            "measurement. Exit status: 0 a plan was written; 3 nothing fits the budget (the message says\n"
+            "Candidates are ranked by their predicted step time on the device (dfg inspect --device: each\n"
+            "kernel run's roofline of the op cost table and a per-kernel time, in the worst case the plan is\n"
+            "sized for), shown in ms and relative to #1: a prediction, not a measurement. Exit status: 0 a plan was written; 3 nothing fits the budget (the message says\n"
             "the least the pipeline needs and what would fit); 2 bad input; 1 another failure.\n\n");
     cli_pipeline_usage_note(f);
 }
 
 static int parse_args(int argc, char **argv, fit_args *a) {
     static const cli_option opts[] = {{"--set", true},  {"--config", true}, {"--target", true}, {"-o", true}, {"--output", true},
-                                      {"--min", false}, {"--memory-budget", true}, {"--no-fuse", false},
+                                      {"--min", false}, {"--memory-budget", true}, {"--no-fuse", false}, {"--device", true},
                                       {"--help", false}, {"-h", false},            {NULL, false}};
     cli_args c = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
-    const char *opt, *val;
+    const char *opt, *val, *device = NULL;
     *a = (fit_args){0};
     cli_build_args_init(&a->b);
     for (cli_arg_kind k; (k = cli_next(&c, &opt, &val)) != CLI_ARG_END;) {
@@ -140,6 +144,8 @@ static int parse_args(int argc, char **argv, fit_args *a) {
             return -1;
         } else if (!strcmp(opt, "--min")) {
             a->min = true;
+        } else if (!strcmp(opt, "--device")) {
+            device = val;
         }
     }
     if (!a->b.pipeline) {
@@ -148,6 +154,7 @@ static int parse_args(int argc, char **argv, fit_args *a) {
     }
     if (a->min == (a->b.memory_budget > 0))
         return cli_error(CMD, CLI_USAGE, "give either --memory-budget BYTES (the plan that fits it) or --min (the smallest plan)");
+    if (!cli_device_named(CMD, device ? device : cli_device_default(a->b.target), &a->device)) return CLI_USAGE;
     return CLI_OK;
 }
 
@@ -201,7 +208,7 @@ static void record(const fit_ctx *f, candidate *c, const dfg_program *p) {
     c->parts = cli_fit_persistent_of(p);
     c->workspace = cli_fit_workspace_of(p, f->a->b.target);
     c->fits = c->mode == MODE_MIN || c->arena + c->workspace <= f->a->b.memory_budget;
-    cli_step_cost sc = cli_fit_step_cost(p, f->a->b.target);
+    cli_step_cost sc = cli_fit_step_cost_on(p, &f->a->device);
     c->flops = sc.flops;
     c->extra_flops = sc.extra_flops;
     c->recomputed = r->recomputed_nodes;
@@ -403,12 +410,12 @@ static void settings_str(const fit_ctx *f, const candidate *c, char *buf, size_t
 static void print_table(const fit_ctx *f, const candidate *chosen) {
     const candidate *base = &f->cand[0];
     bool cuda = f->a->b.target == DFG_TARGET_CUDA;
-    printf("  #  %-10s %s%-4s %-26s %-9s %-9s settings\n", "arena", cuda ? "+ workspace " : "", "fits",
-           "recomputed (extra FLOPs)", "FLOPs", "est. step");
+    printf("  #  %-10s %s%-4s %-26s %-9s %-9s %-10s settings\n", "arena", cuda ? "+ workspace " : "", "fits",
+           "recomputed (extra FLOPs)", "FLOPs", "est. step", "step ms");
     for (int i = 0; i < f->n_cand; i++) {
         const candidate *c = &f->cand[i];
         if (c->math_key) continue;
-        char arena[32], rem[64], set[600], fl[32], est[32];
+        char arena[32], rem[64], set[600], fl[32], est[32], ms[32];
         settings_str(f, c, set, sizeof(set));
         if (!c->compiled) {
             printf("%c%2d  %-10s %s%-4s %s; %s\n", c == chosen ? '*' : ' ', i + 1, "-", cuda ? "            " : "", "no", set,
@@ -423,16 +430,17 @@ static void print_table(const fit_ctx *f, const candidate *chosen) {
         double more = base->flops > 0 ? 100.0 * (c->flops + c->extra_flops - base->flops) / base->flops : 0.0;
         snprintf(fl, sizeof(fl), "%+.1f%%", fabs(more) < 0.05 ? 0.0 : more); /* no "-0.0%" */
         snprintf(est, sizeof(est), "x%.2f", base->est_s > 0 ? c->est_s / base->est_s : 1.0);
+        snprintf(ms, sizeof(ms), "%.4g", c->est_s * 1e3);
         char plus[40] = "";
         if (cuda) snprintf(plus, sizeof(plus), "+ %-9s ", ws);
-        printf("%c%2d  %-10s %s%-4s %-26s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena, plus,
-               c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, fl, est, set,
+        printf("%c%2d  %-10s %s%-4s %-26s %-9s %-9s %-10s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena, plus,
+               c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, fl, est, ms, set,
                c->mode == MODE_REMAT ? " + remat" : c->mode == MODE_MIN ? " + remat to the least" : "");
     }
     printf("(arena: the plan's, as dfg compile and dfg inspect print it; #1 is the plan dfg compile makes%s; FLOPs and est. "
-           "step relative to #1; est. step: the op cost table's roofline on a nominal %s device, a ranking, not a "
-           "measurement%s)\n", f->a->min ? "" : ", the others are compiled under the budget", f->a->b.target_name,
-           cuda ? "; fits: the arena and the device workspace after it within the budget" : "");
+           "step relative to #1; step ms: predicted on %s, %s, in the worst case the plan is sized for (dfg inspect "
+           "--device), a prediction, not a measurement%s)\n", f->a->min ? "" : ", the others are compiled under the budget",
+           f->a->device.name, f->a->device.label, cuda ? "; fits: the arena and the device workspace after it within the budget" : "");
 }
 
 /* The last value of every searched knob, and remat to the least: the smallest arena with the

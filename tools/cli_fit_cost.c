@@ -1,93 +1,40 @@
-/* cli_fit_cost.c - what dfg fit ranks its candidates by: a step's FLOPs, remat's extra FLOPs,
- * and an estimate of its seconds, a roofline of the op cost table (ops.def's cost column: FLOPs
- * and bytes of every kernel run, recomputed copies included) on a nominal device of the target,
- * plus a fixed cost per kernel launch: a ratio between plans of one program, not a prediction of
- * milliseconds. A step is counted as it runs: of the variants of a stage gated on one value (a
- * prompt-width or length bucket's copies, dfg_stage_when), one interval's run, not all. */
-#include <math.h>
-#include <stdbool.h>
-
-#include "../graph/ir.h"
+/* cli_fit_cost.c - what dfg fit ranks its candidates by: a step's FLOPs, remat's extra FLOPs, and
+ * its predicted seconds on the device fit was given (cli_device_predict.c: each kernel run's
+ * roofline of the op cost table and the device's per-kernel time, recomputed copies included).
+ * A step is counted in the worst case the plan is sized for: every stage at its most runs, of
+ * the variants of a stage (a prompt-width bucket's, a length bucket's copies) the dearest. */
 #include "../ops/op.h"
-#include "cli.h"
+#include "cli_device.h"
 
-/* A nominal device per target: tensor-core FLOP/s (the FLOPs of the ops ops.def flags GEMM: matmul,
- * attention, the fused head) and other FLOP/s,
- * memory bandwidth, and the cost of one kernel launch (a CUDA Graph node; a CPU kernel call).
- * The cuda figures are an H100's order of magnitude (798 TFLOP/s bf16 and 3.0 TB/s were
- * measured on one, tools/bench/results; kernels at these sizes reach about half), the cpu ones
- * a few cores'. */
-typedef struct {
-    double tensor_flops, flops, bandwidth, launch_s;
-} est_device;
-
-static est_device device_of(dfg_target t) {
-    if (t == DFG_TARGET_CUDA) return (est_device){400e12, 30e12, 2.5e12, 3e-6};
-    return (est_device){100e9, 20e9, 10e9, 2e-6};
-}
-
-/* What a step costs: FLOPs without recompute, remat's extra FLOPs, and the estimated seconds. */
-static void add_cost(cli_step_cost *to, cli_step_cost c) {
-    to->flops += c.flops, to->extra_flops += c.extra_flops, to->seconds += c.seconds;
-}
-
-/* One graph stage at all its runs (repeat: the most; a flag or a count may end it earlier). */
-static cli_step_cost stage_cost(const dfg_stage *st, est_device d) {
-    cli_step_cost s = {0};
+/* One run's FLOPs of a graph stage, without recompute and of the recomputed copies alone. */
+static void stage_flops(const dfg_stage *st, double *flops, double *extra) {
+    *flops = *extra = 0;
     for (int k = 0; k < st->graph->n_nodes; k++) {
         const dfg_node *n = st->graph->nodes[k];
-        dfg_cost c = dfg_ops[n->op].cost(n);
-        double compute = c.flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? d.tensor_flops : d.flops);
-        double memory = (c.bytes_read + c.bytes_written) / d.bandwidth;
-        if (n->flags & DFG_NF_RECOMPUTED) s.extra_flops += c.flops * st->repeat;
-        else s.flops += c.flops * st->repeat;
-        s.seconds += (fmax(compute, memory) + d.launch_s) * st->repeat;
+        double f = dfg_ops[n->op].cost(n).flops;
+        if (n->flags & DFG_NF_RECOMPUTED) *extra += f;
+        else *flops += f;
     }
-    return s;
 }
 
-static bool graph_stage(const dfg_stage *st) { return st->kind == DFG_STAGE_GRAPH; }
-
-/* The stages gated on one value (dfg_stage_when: a prompt-width or length bucket's variants) run
- * those of one interval in a step, the data choosing which: the group costs what its dearest
- * interval's stages cost together, not the sum of every variant. first: the group's first stage. */
-static cli_step_cost variants_cost(const dfg_program *p, int first, est_device d) {
-    const dfg_tensor *key = p->stages[first].when;
-    cli_step_cost worst = {0};
-    for (int i = first; i < p->n_stages; i++) {
-        const dfg_stage *a = &p->stages[i];
-        bool seen = false; /* this interval was costed with an earlier stage of the group */
-        for (int j = first; j < i && !seen; j++)
-            seen = graph_stage(&p->stages[j]) && p->stages[j].when == key && p->stages[j].when_lo == a->when_lo &&
-                   p->stages[j].when_hi == a->when_hi;
-        if (!graph_stage(a) || a->when != key || seen) continue;
-        cli_step_cost one = {0};
-        for (int k = i; k < p->n_stages; k++) {
-            const dfg_stage *b = &p->stages[k];
-            if (graph_stage(b) && b->when == key && b->when_lo == a->when_lo && b->when_hi == a->when_hi)
-                add_cost(&one, stage_cost(b, d));
-        }
-        if (one.seconds > worst.seconds) worst = one;
-    }
-    return worst;
-}
-
-/* A step as it runs: every graph stage at its runs, and of each group of variants gated on one
- * value only one interval's (the figure fit ranks by: the report's FLOPs count every variant). */
-cli_step_cost cli_fit_step_cost(const dfg_program *p, dfg_target target) {
-    est_device d = device_of(target);
+cli_step_cost cli_fit_step_cost_on(const dfg_program *p, const cli_device *d) {
     cli_step_cost s = {0};
+    cli_step_time t;
+    if (!cli_step_time_of(p, d, NULL, &t)) return s; /* out of memory: 0 s ranks it first; compile would have failed first */
     for (int i = 0; i < p->n_stages; i++) {
-        const dfg_stage *st = &p->stages[i];
-        if (!graph_stage(st)) continue;
-        if (!st->when) {
-            add_cost(&s, stage_cost(st, d));
-            continue;
-        }
-        bool later = false; /* not the group's first stage: the first one costed it */
-        for (int j = 0; j < i && !later; j++) later = graph_stage(&p->stages[j]) && p->stages[j].when == st->when;
-        if (!later) add_cost(&s, variants_cost(p, i, d));
+        if (!t.counted[i]) continue;
+        double f, x;
+        stage_flops(&p->stages[i], &f, &x);
+        s.flops += f * t.runs[i], s.extra_flops += x * t.runs[i];
     }
+    s.seconds = t.step_s;
+    cli_step_time_free(&t);
     return s;
 }
 
+/* cli.h's form: on the device a plan of the target is predicted on by default. */
+cli_step_cost cli_fit_step_cost(const dfg_program *p, dfg_target target) {
+    cli_device d;
+    if (!cli_device_named("fit", cli_device_default(target), &d)) return (cli_step_cost){0};
+    return cli_fit_step_cost_on(p, &d);
+}

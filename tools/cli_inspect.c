@@ -11,12 +11,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_device.h"
 #include "cli_inspect.h"
 
 #define CMD "inspect"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dfg inspect P.dfg [--json]\n"
+    fprintf(f, "usage: dfg inspect P.dfg [--json] [--device h100|h200|a100|l40s|cpu [--runs METRICS.jsonl]]\n"
                "\n"
                "Compiles a plan for its target with the options dfg compile recorded (as dfg run\n"
                "does; a cuda plan is inspected on any machine) and prints its memory report: arena,\n"
@@ -25,6 +26,15 @@ static void usage(FILE *f) {
                "and a line on what its bytes are and why they are there), the largest temporary,\n"
                "FLOPs, fused ops and recomputed nodes, node counts, the placement ordering that won,\n"
                "and the stages with their FLOPs, bytes moved and peak live bytes.\n"
+               "\n"
+               "  --device D  also predict the step's time on D: per stage and per step, each kernel run at\n"
+               "           max(FLOPs / peak, bytes / bandwidth) (ops.def's cost column), summed; bf16 GEMMs at the\n"
+               "           bf16 tensor-core peak, every other FLOP at the f32 one; no launch or host time (a\n"
+               "           floor). h100, h200, a100, l40s: NVIDIA's datasheet figures; cpu: this machine's, measured\n"
+               "           at first use (an sgemm and a memory copy, a fraction of a second) and cached in\n"
+               "           $XDG_CACHE_HOME/dfg or ~/.cache/dfg (DFG_CPU_ROOFLINE=F32_FLOPS,BYTES_PER_S fixes them).\n"
+               "           Runs per step: the worst case the plan is sized for (decode to max_completion_length, of\n"
+               "           the length buckets the dearest), or with --runs a dfg run --metrics file's mean stage_runs\n"
                "\n"
                "  --json   print one JSON object instead of the table. Keys (bytes are integers):\n"
                "           plan, program, target (\"cpu\"|\"cuda\"), align, no_reuse, keep_order,\n"
@@ -55,7 +65,13 @@ static void usage(FILE *f) {
                "           runs_by (the tensor that decides, when not fixed),\n"
                "           flops (without recompute), bytes_moved (read + written by its kernels, all\n"
                "           runs), peak_live_bytes (most live at one of its steps), first_step,\n"
-               "           last_step}]\n");
+               "           last_step}],\n"
+               "           prediction (null without --device) {device, device_label, peak_bf16_flops, peak_f32_flops,\n"
+               "           bandwidth_bytes_per_s, runs_from (\"worst_case\"|\"metrics\"), metrics (the --runs file or\n"
+               "           null), step_ms, stage_ms {stage name: predicted ms a step, the graph stages counted, keyed\n"
+               "           as dfg run --metrics' stage_ms}, stages [{name, kind, runs (a step's), counted (in step_ms),\n"
+               "           predicted_ms (a step's; null at a host stage), run_ms, bound (\"compute\"|\"memory\"),\n"
+               "           compute_ms, memory_ms, flops, bytes (one run's), kernels}]}\n");
 }
 
 /* ---------------------------------------------------------------- facts both outputs print */
@@ -69,6 +85,9 @@ typedef struct {
     const dfg_node *peak; /* the node at the peak step; NULL at a host stage */
     cli_category_facts cat[DFG_CAT_COUNT];
     cli_stage_facts *stage; /* [p->n_stages] */
+    const cli_device *device; /* --device, or NULL */
+    const cli_step_time *time; /* its prediction */
+    const char *metrics;      /* --runs */
 } inspection;
 
 static inspection inspect_of(const char *path, const dfg_program *p, const dfg_plan_info *info) {
@@ -436,6 +455,8 @@ static cJSON *json_report(const inspection *in) {
     cJSON_AddStringToObject(o, "placement", r->placement ? r->placement : "");
     cJSON_AddItemToObject(o, "stages", json_stages(in));
     cJSON_AddItemToObject(o, "data_parallel", json_data_parallel(in));
+    if (in->device) cJSON_AddItemToObject(o, "prediction", cli_prediction_json(in->p, in->device, in->time, in->metrics));
+    else cJSON_AddNullToObject(o, "prediction");
     return o;
 }
 
@@ -450,10 +471,28 @@ static int print_json(const inspection *in) {
 }
 
 /* ---------------------------------------------------------------- the command */
+/* --device [--runs]: the step's predicted time on the device, into *t (in points at it). */
+static int predict(inspection *in, const cli_device *d, const char *metrics, cli_step_time *t) {
+    double *runs = NULL;
+    if (metrics) {
+        if (!(runs = calloc((size_t)in->p->n_stages + 1, sizeof(double)))) return cli_error(CMD, CLI_FAILED, "out of memory");
+        if (!cli_step_runs_from_metrics(CMD, metrics, in->p, runs)) {
+            free(runs);
+            return CLI_USAGE;
+        }
+    }
+    bool ok = cli_step_time_of(in->p, d, runs, t);
+    free(runs);
+    if (!ok) return cli_error(CMD, CLI_FAILED, "out of memory");
+    in->device = d, in->time = t, in->metrics = metrics;
+    return CLI_OK;
+}
+
 int cli_inspect(int argc, char **argv) {
-    static const cli_option opts[] = {{"--json", false}, {"--help", false}, {"-h", false}, {NULL, false}};
+    static const cli_option opts[] = {{"--json", false}, {"--device", true}, {"--runs", true},
+                                      {"--help", false}, {"-h", false},    {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
-    const char *opt, *val, *path = NULL;
+    const char *opt, *val, *path = NULL, *device = NULL, *metrics = NULL;
     bool json = false;
     for (cli_arg_kind k; (k = cli_next(&a, &opt, &val)) != CLI_ARG_END;) {
         if (k == CLI_ARG_ERROR) return CLI_USAGE;
@@ -462,6 +501,10 @@ int cli_inspect(int argc, char **argv) {
             path = val;
         } else if (!strcmp(opt, "--json")) {
             json = true;
+        } else if (!strcmp(opt, "--device")) {
+            device = val;
+        } else if (!strcmp(opt, "--runs")) {
+            metrics = val;
         } else {
             usage(stdout);
             return CLI_OK;
@@ -471,22 +514,30 @@ int cli_inspect(int argc, char **argv) {
         usage(stderr);
         return cli_error(CMD, CLI_USAGE, "missing the plan file (P.dfg, made by dfg compile)");
     }
+    if (metrics && !device) return cli_error(CMD, CLI_USAGE, "--runs needs --device (the device to predict on)");
+    cli_device dev;
+    if (device && !cli_device_named(CMD, device, &dev)) return CLI_USAGE;
     dfg_program *p = NULL;
     dfg_plan_info info;
     int rc = cli_load_plan(CMD, path, &p, &info);
     if (rc) return rc;
     inspection in = inspect_of(path, p, &info);
+    cli_step_time time = {0};
     in.stage = calloc((size_t)p->n_stages + 1, sizeof(*in.stage));
     if (!in.stage || !cli_category_facts_of(p, in.cat) || !cli_stage_facts_of(p, in.stage))
         rc = cli_error(CMD, CLI_FAILED, "out of memory");
-    else if (json) {
+    else if (device && (rc = predict(&in, &dev, metrics, &time))) {
+        /* its message printed */
+    } else if (json) {
         rc = print_json(&in);
     } else {
         print_totals(&in);
         print_peak(&in);
         print_work(&in);
         print_stages(&in);
+        if (device) cli_print_prediction(p, &dev, &time, metrics);
     }
+    cli_step_time_free(&time);
     free(in.stage);
     dfg_program_free(p);
     dfg_plan_info_free(&info);

@@ -1,0 +1,82 @@
+/* cli_device.h - predicted step time before the run: a roofline of the op cost table (ops.def's
+ * cost column: FLOPs, bytes read, bytes written per kernel run) against a named device's peak
+ * FLOP/s and memory bandwidth (cli_device.c: the GPU table from NVIDIA's datasheets, the CPU
+ * measured), per stage and per step (cli_device_predict.c). dfg inspect --device prints it and
+ * dfg fit ranks its candidates with it. */
+#ifndef DFG_CLI_DEVICE_H
+#define DFG_CLI_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../graph/ir.h"
+#include "cli.h"
+
+typedef struct {
+    char name[16];       /* "h100", "cpu" */
+    char label[192];     /* "NVIDIA H100 SXM5 80GB (datasheet)", "AMD EPYC, 2 threads (measured: ...)" */
+    dfg_target target;   /* the plans it runs: cuda for the GPUs */
+    double bf16_flops;   /* dense tensor-core FLOP/s for bf16/f16 GEMMs (the CPU: its f32 figure) */
+    double f32_flops;    /* f32 FLOP/s without tensor cores (no TF32): f32 GEMMs and every other op */
+    double bandwidth;    /* memory bytes per second (read + written) */
+    double kernel_s;     /* a kernel run's time beyond its roofline: launch, dispatch, fork and join */
+} cli_device;
+
+/* The device called `name` ("h100", "h200", "a100", "l40s", "cpu"); false with one line on stderr
+ * naming the devices when there is none. `cpu` is measured at first use (a short sgemm through
+ * OpenBLAS and a memory copy, on OpenBLAS's threads), cached in $XDG_CACHE_HOME/dfg (or
+ * ~/.cache/dfg) per CPU model and thread count, with dfg's own time per kernel run (a chain of
+ * tiny ops run by the runtime); DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives
+ * fixed figures instead (no measurement, no cache). */
+bool cli_device_named(const char *cmd, const char *name, cli_device *out);
+/* The device a plan of `target` is predicted on when none is named: cuda h100, cpu cpu. */
+const char *cli_device_default(dfg_target target);
+/* "h100|h200|a100|l40s|cpu" */
+const char *cli_device_names(void);
+
+/* One graph stage's predicted run: each node's max(FLOPs / peak, bytes / bandwidth) and the
+ * device's time a kernel run, summed. */
+typedef struct {
+    double s;                 /* predicted seconds of one run: roofline_s + kernels x kernel_s */
+    double roofline_s;        /* the sum of each node's max(compute, memory) alone */
+    double compute_s, memory_s; /* the sums of each node's compute and memory time */
+    double compute_bound_s;   /* the share of s from nodes whose compute time is the larger */
+    double flops, bytes;      /* one run's, recomputed copies included */
+    int kernels;              /* nodes: kernel runs per run */
+} cli_stage_time;
+
+/* One run of a graph stage on device d (a host stage: zeros). */
+cli_stage_time cli_stage_time_of(const dfg_stage *st, const cli_device *d);
+/* "compute" or "memory": which bound holds for most of the stage's time. */
+const char *cli_stage_bound(const cli_stage_time *t);
+
+/* A step's prediction: each stage's runs (worst case, or a run's mean counts), and the step. */
+typedef struct {
+    cli_stage_time *stage;  /* [n_stages], one run each */
+    double *runs;           /* [n_stages]: runs per step the step figure counts */
+    bool *counted;          /* [n_stages]: in the step figure (of variants gated on one value, the dearest interval's) */
+    double step_s, roofline_step_s; /* the counted stages at their runs; the roofline alone */
+    bool from_metrics;      /* runs are a run's mean counts (cli_step_runs_from_metrics) */
+} cli_step_time;
+
+/* Worst case: every graph stage at its most runs (repeat), and of the stages gated on one value
+ * (dfg_stage_when: length buckets, the decode tail) one interval's, the dearest. runs_per_step
+ * (optional, [n_stages]) gives measured counts instead: every stage counted at them. false when
+ * out of memory. Free with cli_step_time_free. */
+bool cli_step_time_of(const dfg_program *p, const cli_device *d, const double *runs_per_step, cli_step_time *out);
+void cli_step_time_free(cli_step_time *t);
+/* The mean stage_runs per step over the lines of a `dfg run --metrics FILE` (0 for a stage a
+ * line lacks) into runs[n_stages]; false with a message naming the file. */
+bool cli_step_runs_from_metrics(const char *cmd, const char *path, const dfg_program *p, double *runs);
+
+
+/* dfg fit's ranking (cli_fit_cost.c): the worst case's FLOPs, remat's extra FLOPs and predicted seconds on d. */
+cli_step_cost cli_fit_step_cost_on(const dfg_program *p, const cli_device *d);
+
+/* dfg inspect --device (cli_device_report.c): the table, and the JSON report's "prediction" object
+ * (metrics: the --runs file the counts came from, or NULL). */
+struct cJSON;
+void cli_print_prediction(const dfg_program *p, const cli_device *d, const cli_step_time *t, const char *metrics);
+struct cJSON *cli_prediction_json(const dfg_program *p, const cli_device *d, const cli_step_time *t, const char *metrics);
+
+#endif
