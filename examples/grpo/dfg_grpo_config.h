@@ -80,6 +80,10 @@ typedef struct {
     float top_p, min_p, repetition_penalty; /* TRL's other generation settings (dfg_grpo_sample_settings) */
     dfg_grpo_loss_config loss;
     dfg_grpo_scale scale;
+    /* multi_objective_aggregation=normalize_then_sum: each reward function normalised in its group,
+     * weighted, summed, normalised over the batch (TRL's; grpo_objectives.c); false: sum first */
+    bool normalize_then_sum;
+    dfg_dataset *eval_ds; /* eval_dataset: the prompts `dfg run` evaluates on (grpo_eval.c), or NULL */
     dfg_adamw_config adamw;
     int64_t max_steps;            /* the run's total steps (dfg run --max-steps); -1: not set */
     dfg_lr_schedule lr_schedule; /* the GRPO updates' rates (the sft warm-up's: adamw.lr) */

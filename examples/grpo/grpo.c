@@ -43,6 +43,7 @@
 #include "dfg_grpo_data.h"
 #include "dfg_grpo_tools.h"
 #include "dfg_grpo_state.h"
+#include "dfg_grpo_eval.h"
 #include "dfg_tasks.h"
 
 typedef dfg_grpo_config grpo_config;
@@ -75,7 +76,8 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
      * so batch-scaled advantages and the metrics are the whole batch's; each keeps its rows */
     dfg_tensor *rewards = dfg_grpo_world_rows(g, s->rewards, c->W); /* (W N) */
     dfg_tensor *row0 = dfg_grpo_rank_row0(g, c->W, c->N);
-    dfg_tensor *adv = dfg_grpo_advantages(g, rewards, c->G, c->scale);
+    dfg_tensor *zero_std, *values = s->reward_values ? dfg_grpo_world_rows(g, s->reward_values, c->W) : NULL;
+    dfg_tensor *adv = dfg_grpo_aggregate(g, c, rewards, values, &zero_std); /* multi_objective_aggregation */
     dfg_assign(g, s->advantages, row0 ? dfg_slice_at(g, adv, 0, row0, c->N) : adv);
     if (s->ref_micro) dfg_assign_fill(g, s->ref_micro, 0.0f); /* the micro-batch loops that follow */
     if (s->acc_ext)
@@ -124,7 +126,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
                                                   1.0f / (float)(c->W * c->N - 1))));
     if (s->reward_values) /* TRL's rewards/<name>/mean and /std, over the whole batch */
         dfg_grpo_function_metrics(g, dfg_grpo_world_rows(g, s->reward_values, c->W), c->n_funcs, c->funcs);
-    dfg_metric(g, "frac_reward_zero_std", dfg_grpo_frac_zero_std(g, rewards, c->G));
+    dfg_metric(g, "frac_reward_zero_std", zero_std ? zero_std : dfg_grpo_frac_zero_std(g, rewards, c->G));
     dfg_grpo_completion_metrics(g, dfg_grpo_world_rows(g, gen_len, c->W), dfg_grpo_world_rows(g, truncated, c->W), c->max_new);
     if (c->tools) dfg_grpo_tools_metrics(g, c, &s->tools);
     if (s->truncated_prompts)
@@ -382,6 +384,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = dfg_grpo_make_state(p, c, s);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
+    if (!st && c->eval_ds) st = dfg_grpo_eval_state(p); /* dfg run's evaluation batches */
     if (!st && c->n_pwidths > 1) st = dfg_grpo_build_prompt_width(p, c, s);
     if (!st && c->sft_steps > 0) st = build_sft(p, c, s);
     for (int k = 0; k < c->R && !st; k++) {
@@ -444,7 +447,8 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
                                            {"off_policy_mask", "off_policy_mask"},
                                            {"completion_mask", "completion_mask"}, {"tool_mask", "tool_mask"},
                                            {"ref_logp", "ref_logp"},
-                                           {"advantages", "advantages"}, {"loss", "metric.loss"},
+                                           {"advantages", "advantages"}, {"reward_values", "reward_values"},
+                                           {"loss", "metric.loss"},
                                            {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
     for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
         if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
@@ -468,6 +472,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
     dfg_status st = dfg_grpo_read_config(p, &c);
     if (st) {
         dfg_dataset_free(c.ds);
+        dfg_dataset_free(c.eval_ds);
         return st;
     }
     grpo_state s = {0};
@@ -477,6 +482,7 @@ dfg_status dfg_pipeline(dfg_program *p) {
     free(s.policy);
     free(s.ref);
     dfg_dataset_free(c.ds); /* compiling only checks it; the run reads it again */
+    dfg_dataset_free(c.eval_ds);
     return st ? st : dfg_program_status(p);
 }
 
@@ -504,6 +510,7 @@ void grpo_host_release(void *user) {
     grpo_config *c = user;
     if (!c) return;
     dfg_dataset_free(c->ds);
+    dfg_dataset_free(c->eval_ds);
     free(c->ds_rows);
     dfg_grpo_turns_free(c->turns);
     free(c);
@@ -513,6 +520,7 @@ dfg_status grpo_data(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
     if (c->rollouts_only[0]) /* dfg run refuses such a plan without --rollouts; another caller may not */
         return dfg_host_fail(ctx, "this plan trains only on fixed rollouts: %s", c->rollouts_only);
+    if (c->eval_ds && dfg_grpo_eval_on(ctx)) return dfg_grpo_eval_data(ctx, c); /* dfg run's evaluation */
     dfg_status st;
     if (!c->ds) st = dfg_grpo_make_batch_padded(ctx, &c->task, (int)c->P, (int)c->G, (int)c->Lp);
     else {
@@ -533,7 +541,7 @@ dfg_status grpo_reward(dfg_host_ctx *ctx) {
     grpo_config *c = dfg_host_user(ctx);
     if (strcmp(c->reward, "external")) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
     dfg_grpo_reward_opts o = {.group = c->G, .prompt_len = c->Lp, .weights = c->weights, .eos = c->eos,
-                              .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps,
+                              .n_eos = c->n_eos, .ds = dfg_grpo_eval_on(ctx) ? c->eval_ds : c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps,
                               .messages = c->tools ? dfg_grpo_turns_messages(c->turns) : NULL,
                               .env_rewards = c->tools ? dfg_grpo_turns_rewards(c->turns) : NULL};
     return dfg_grpo_rewards_external(ctx, dfg_host_reward_source(ctx), &o);
