@@ -25,6 +25,7 @@
 #include "../graph/ir.h"
 #include "cli.h"
 #include "cli_run.h"
+#include "cli_run_eval.h"
 
 #define CMD "run"
 
@@ -113,6 +114,7 @@ typedef struct {
     double reward_ms;     /* the reward stage's time over the run, and the steps that ran it */
     int64_t n_reward;
     cli_progress progress;
+    cli_eval *eval;       /* the plan's evaluation on its eval_dataset (cli_run_eval.c), or NULL */
     int rank;             /* of a data-parallel run: rank 0 alone writes checkpoints, metrics and files */
     int agreed_stop;      /* data parallel: the signal every rank stops for, after the step the ranks agreed on */
     int64_t first;        /* the step counter when this run began (a resumed run's checkpoint step) */
@@ -431,6 +433,8 @@ static int run_steps(run_state *s) {
     s->first = s->params_step = first;
     s->params_doubt = "the last completed one";
     cli_progress_init(&s->progress, s->rt, first, steps, a->quiet);
+    int rc0 = steps ? cli_eval_maybe(s->eval, first, true, false, s->jsonl, &s->progress) : CLI_OK; /* eval_on_start */
+    if (rc0) return rc0;
     for (int64_t i = 1; i <= steps && !stop_signal(s); i++) {
         int64_t step = first + i;
         int rc = cli_rollouts_write(s->rt, s->rollouts);
@@ -468,6 +472,7 @@ static int run_steps(run_state *s) {
             cli_progress_clear(&s->progress);
             print_interval(s, step, width);
         }
+        if ((rc = cli_eval_maybe(s->eval, step, false, false, s->jsonl, &s->progress))) return rc;
         if (s->ckpt_dir && a->save_every && step % a->save_every == 0) {
             if (shown) cli_progress_clear(&s->progress);
             if (checkpoint(s, shown)) warn_unsaved(s, step, first + steps);
@@ -718,10 +723,12 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     if (!rc && s.ckpt_dir) rc = cli_guard_create(s.rt, &s.guard);
     if (!rc) {
         catch_interrupts(true, dfg_dist_size(a->dist) > 1);
-        rc = run_steps(&s);
+        int64_t at = dfg_runtime_steps_done(s.rt); /* --eval-only: evaluate the loaded state once */
+        if (!(rc = cli_eval_open(a, s.rt, s.seed, &s.eval)))
+            rc = a->eval_only ? cli_eval_maybe(s.eval, at, false, true, s.jsonl, NULL) : run_steps(&s);
         if (rc) save_after_failure(&s);
         if (!rc && rss) print_host_memory(&s, rss_before);
-        if (!rc) rc = finish(&s);
+        if (!rc && !a->eval_only) rc = finish(&s);
         catch_interrupts(false, dfg_dist_size(a->dist) > 1);
     }
     dfg_runtime_free(s.rt);
@@ -731,6 +738,7 @@ static int execute(const run_args *a, dfg_program *p, void *lib) {
     free(s.mask);
     free(s.sum);
     cli_guard_free(s.guard);
+    cli_eval_free(s.eval);
     free(s.n_sum);
     free(s.n_none);
     if (s.jsonl && fclose(s.jsonl) != 0 && !rc) rc = cli_error(CMD, CLI_FAILED, "cannot write %s", a->metrics);

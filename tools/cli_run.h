@@ -19,6 +19,7 @@ typedef struct {
     int64_t max_shard; /* --max-shard-size in bytes; 0: the 5 GB default */
     bool quiet, emulate_gpu, eager;
     bool merge; /* --merge: --save DIR/ writes a LoRA policy merged into its base */
+    bool eval_only; /* --eval-only: evaluate on the plan's eval_dataset, no training (cli_run_eval.c) */
     bool save_dir; /* --save names a directory (DIR/, or one that exists), not one .safetensors file */
     dfg_target target; /* the plan's */
     bool seed_given;

@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dfg run P.dfg [--steps N | --max-steps N] [--weights W.safetensors|DIR] [--adapter DIR]\n"
                "                     [--save OUT.safetensors|DIR/ [--merge]]\n"
                "                     [--seed S] [--threads N] [--every K] [--quiet] [--metrics FILE.jsonl]\n"
-               "                     [--checkpoint-dir D] [--save-every K] [--resume D]\n"
+               "                     [--checkpoint-dir D] [--save-every K] [--resume D] [--eval-only]\n"
                "                     [--rollouts R.safetensors] [--dump OUT.safetensors] [--emulate-gpu] [--eager]\n"
                "                     [--reward-cmd CMD [--reward-timeout S] | --reward-lib LIB.so]\n"
                "                     [--env-cmd CMD [--env-timeout S]]\n"
@@ -104,6 +104,11 @@ static void usage(FILE *f) {
                "  --dump OUT     after the last step, write the values the plan names (GRPO: logp,\n"
                "                 ref_logp, advantages, loss, grad_norm) and every parameter to OUT\n"
                "\n"
+               "evaluation (a plan compiled with eval_dataset; docs/cli.md): with eval_strategy=steps every\n"
+               "eval_steps steps the eval rows are rolled out without training and an \"eval N:\" line (and a\n"
+               "--metrics line) gives eval_reward, eval_rewards/NAME/mean, ... as TRL logs them\n"
+               "  --eval-only    evaluate once on the loaded state (--weights, --resume) and stop\n"
+               "\n"
                "NaN or Inf: gradients that are not finite stop the run in clip_grad_norm, before any\n"
                "update, naming the step and the gradient; with --checkpoint-dir the last good state is\n"
                "saved first (resume it with a lower learning rate, say). A metric that is not finite\n"
@@ -146,6 +151,7 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
         {"--reward-cmd", true},   {"--reward-lib", true}, {"--reward-timeout", true},
         {"--env-cmd", true},      {"--env-timeout", true},
         {"--collective-timeout", true}, {"--adapter", true}, {"--merge", false}, {"--max-steps", true},
+        {"--eval-only", false},
         {NULL, false}};
     cli_args a = {.cmd = CMD, .options = opts, .argc = argc, .argv = argv, .i = 1};
     const char *opt, *val;
@@ -168,6 +174,8 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
             r->eager = true;
         } else if (!strcmp(opt, "--merge")) {
             r->merge = true;
+        } else if (!strcmp(opt, "--eval-only")) {
+            r->eval_only = true;
         } else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) {
             r->quiet = true;
         } else if (!strcmp(opt, "--steps")) {
@@ -232,6 +240,9 @@ int cli_run_parse_args(int argc, char **argv, run_args *r) {
                          "needs --save DIR/ (ending in '/')");
     if (r->reward_cmd && r->reward_lib)
         return cli_error(CMD, CLI_USAGE, "--reward-cmd and --reward-lib both give the reward; give one");
+    if (r->eval_only && (steps_given || r->max_steps >= 0 || r->save || r->dump || r->rollouts || r->save_every))
+        return cli_error(CMD, CLI_USAGE, "--eval-only evaluates the loaded state without training: it takes no --steps, "
+                         "--max-steps, --save, --dump, --rollouts or --save-every");
     if (r->dump && r->steps == 0)
         return cli_error(CMD, CLI_USAGE, "--dump writes the values of the last step; it needs --steps 1 or more");
     return CLI_OK;
