@@ -87,6 +87,9 @@ typedef struct {
     dfg_adamw_config adamw;
     int64_t max_steps;            /* the run's total steps (dfg run --max-steps); -1: not set */
     dfg_lr_schedule lr_schedule; /* the GRPO updates' rates (the sft warm-up's: adamw.lr) */
+    /* async_rollouts: the step trains on the batch rolled out this many steps before (0 or 1;
+     * grpo_async.c), at most max_staleness updates old */
+    int64_t async_rollouts, max_staleness;
 } dfg_grpo_config;
 
 /* Reads every setting of p (recording each default in the plan), checks the ranges and opens

@@ -63,6 +63,11 @@ typedef struct {
  * row no function applied to (with a warning on stderr, as TRL warns). A source's failure fails
  * the stage with its one-line message. */
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
+/* The same in two halves (async_rollouts): submit sends the rollout's rows to src as the rows of
+ * step `step` (1-based); collect, in a later stage, waits for their values and writes "rewards"
+ * and "reward_values" as above. A reward source only (no environment's rewards). */
+dfg_status dfg_grpo_rewards_submit(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o, int64_t step);
+dfg_status dfg_grpo_rewards_collect(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
 
 /* ---------------------------------------------------------------- graph helpers (grpo_graph.c) */
 /* TRL's frac_reward_zero_std over rewards (n) in groups of G: the share of groups whose G rewards

@@ -43,6 +43,7 @@
 #include "dfg_grpo_data.h"
 #include "dfg_grpo_tools.h"
 #include "dfg_grpo_state.h"
+#include "dfg_grpo_async.h"
 #include "dfg_grpo_eval.h"
 #include "dfg_tasks.h"
 
@@ -393,7 +394,11 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     }
     if (!st && c->tail) st = dfg_grpo_build_decode_tail(p, c, s);
     if (!st && c->tools) st = dfg_grpo_tools_loop(p, c, &s->tools, "decode");
-    if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
+    grpo_state rolled = *s; /* async_rollouts: the training stages take the batch of the step before */
+    dfg_grpo_async async = {0};
+    if (!st && c->async_rollouts && !(st = dfg_grpo_async_state(p, c, &rolled, &async, s)))
+        st = dfg_grpo_async_after_rollout(p, c, &rolled, &async);
+    else if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
     if (!st && c->log_completions) st = dfg_stage_host(p, "completions", "grpo_completions");
     int copies = c->n_pwidths * c->n_widths; /* copy i: prompt bucket i / n_widths, completion width i % n_widths */
@@ -405,6 +410,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
         for (int i = 0; i < copies && !st; i++) st = build_train(p, c, s, k, i / c->n_widths, i % c->n_widths);
         if (!st) st = build_update(p, c, s, k);
     }
+    if (!st && c->async_rollouts) st = dfg_grpo_async_after_update(p, c, &rolled, &async);
     if (st) return st;
     if (c->sft_steps > 0) st = dfg_grpo_gate_after_sft(p, c);
     return st ? st : declare(p, c, s);
@@ -438,10 +444,12 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
     if (s->start) roll[n_roll++] = s->start;
     roll[n_roll++] = s->sampling_logp;
     if (c->tools) roll[n_roll++] = s->tools.tool_mask;
-    dfg_declare_rollout(p, stages, n, roll, n_roll);
-    if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
-    if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
-    dfg_declare_rollout_prompt(p, s->tokens, c->Lp); /* the prompt columns --rollouts checks a file's padding in */
+    if (!c->async_rollouts) { /* one step off, a rollout file has no step before it: none is declared */
+        dfg_declare_rollout(p, stages, n, roll, n_roll);
+        if (c->rollouts_only[0]) dfg_declare_rollouts_only(p, c->rollouts_only);
+        if (c->share_prompts) dfg_declare_shared_prompts(p, s->tokens, c->Lp, c->G); /* rollouts must keep a group's prompt */
+        dfg_declare_rollout_prompt(p, s->tokens, c->Lp); /* the prompt columns --rollouts checks a file's padding in */
+    }
     static const char *const dumps[][2] = {{"logp", "logp"}, {"sampling_logps", "sampling_logps"},
                                            {"importance_sampling_ratio", "importance_sampling_ratio"},
                                            {"off_policy_mask", "off_policy_mask"},
@@ -451,7 +459,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
                                            {"loss", "metric.loss"},
                                            {"grad_norm", "metric.grad_norm"}, {"kl", "metric.kl"}};
     for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++)
-        if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_find(p, dumps[i][1]));
+        if (dfg_find(p, dumps[i][1])) dfg_declare_dump(p, dumps[i][0], dfg_grpo_async_trained(p, dfg_find(p, dumps[i][1])));
     if (c->tools) /* a multi-turn rollout replays from its dump: the episodes' tokens and rewards too */
         dfg_declare_dump(p, "tokens", s->tokens), dfg_declare_dump(p, "rewards", s->rewards);
     dfg_grpo_declare_metric_dumps(p); /* completions/... and sampling/..., as TRL logs them */

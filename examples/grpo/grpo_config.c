@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dfg_grpo_config.h"
+#include "dfg_grpo_async.h"
 #include "dfg_grpo_eval.h"
 #include "dfg_grpo_async.h"
 #include "dfg_grpo_eval.h"
@@ -456,6 +457,9 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->loss.world = c->W;
     dfg_status st2 = read_chunks(p, c, chunks);
     if (!st2 && c->chunks) c->loss.micro_batches = (int)c->chunks; /* a chunk is a micro-batch of the loss */
+    c->async_rollouts = dfg_setting_int(p, "async_rollouts", 0); /* one-step-off rollouts (grpo_async.c) */
+    c->max_staleness = dfg_setting_int(p, "max_staleness", 1);
+    if (!st2) st2 = dfg_program_status(p) ? dfg_program_status(p) : dfg_grpo_async_check(p, c);
     c->async_rollouts = dfg_setting_int(p, "async_rollouts", 0); /* one-step-off rollouts (grpo_async.c) */
     c->max_staleness = dfg_setting_int(p, "max_staleness", 1);
     if (!st2) st2 = dfg_program_status(p) ? dfg_program_status(p) : dfg_grpo_async_check(p, c);

@@ -138,13 +138,12 @@ static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, re
 
 /* TRL warns when every reward function returned None for a row: its reward is then 0, which may
  * not be what the functions' author meant. Once per such step, for the first 3 of a run. */
-static void warn_all_null(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, const dfg_reward_row *rows, int64_t none,
-                          int64_t first, int64_t N) {
+static void warn_all_null(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, int64_t none, int64_t first, int64_t N) {
     int64_t seen = o->all_null_steps ? (*o->all_null_steps)++ : 0;
     if (seen >= 3) return;
     char line[64] = "";
-    if (rows[first].index >= 0 && o->ds)
-        snprintf(line, sizeof(line), ", dataset line %lld", (long long)dfg_dataset_line(o->ds, rows[first].index));
+    if (o->ds && o->rows)
+        snprintf(line, sizeof(line), ", dataset line %lld", (long long)dfg_dataset_line(o->ds, o->rows[first / o->group]));
     fprintf(stderr, "dfg run: warning: step %lld: no reward function applied (all answered null) to %lld of %lld rows "
                     "(the first: row %lld%s): their reward is 0, as TRL's nansum gives%s\n",
             (long long)dfg_host_step(ctx) + 1, (long long)none, (long long)N, (long long)first, line,
@@ -159,51 +158,102 @@ static const char *without_step(const char *m) {
     return (p[0] == ',' || p[0] == ':') && p[1] == ' ' ? p + 2 : m;
 }
 
-dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
-    if (!ctx) return DFG_ERR_ARG;
+static dfg_status check_opts(dfg_host_ctx *ctx, const dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
     if (!src && !(o && o->env_rewards))
         return dfg_host_fail(ctx, "this plan scores with an external reward (reward=external): run it with --reward-cmd "
                              "CMD or --reward-lib LIB");
     if (!o || o->group < 1 || !o->weights || !o->eos || o->n_eos < 1) return dfg_host_fail(ctx, "rewards_external: bad options");
-    dfg_buffer tok, rew, values;
+    return DFG_OK;
+}
+
+/* The rows as the source sees them, in s (freed by the caller); *N, *T the rollout's shape. */
+static dfg_status prepare_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, int F, reward_scratch *s, int64_t *N,
+                               int64_t *T) {
+    dfg_buffer tok;
+    dfg_status st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok);
+    if (st) return st;
+    *N = tok.shape.d[0], *T = tok.shape.d[1];
+    *s = (reward_scratch){calloc((size_t)*N, sizeof(dfg_reward_row)), malloc(sizeof(int32_t) * (size_t)(*N * *T)),
+                          malloc((size_t)*N * 128), malloc(sizeof(float) * (size_t)(*N * F))};
+    if (!s->rows || !s->completion || !s->fields || !s->values) return dfg_host_fail(ctx, "rewards: out of memory");
+    return make_rows(ctx, o, s, *N, *T);
+}
+
+/* values (N, F_src) the source's: with the environment's column after them, each row's nansum of
+ * weights[f] * reward_f into "rewards", and every value into "reward_values" when present. */
+static dfg_status apply_values(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, const float *src_values, int F_src,
+                               int64_t N) {
+    int F = F_src + (o->env_rewards ? 1 : 0);
+    dfg_buffer rew, values;
     dfg_status st;
-    int F_src = src ? dfg_reward_source_n_funcs(src) : 0, F = F_src + (o->env_rewards ? 1 : 0);
-    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok))) return st;
-    int64_t N = tok.shape.d[0], T = tok.shape.d[1];
     if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
         (st = dfg_task_tensor(ctx, "reward_values", DFG_F32, 2, (int64_t[]){N, F}, "NF", true, &values)))
         return st;
-    reward_scratch s = {calloc((size_t)N, sizeof(dfg_reward_row)), malloc(sizeof(int32_t) * (size_t)(N * T)),
-                        malloc((size_t)N * 128), malloc(sizeof(float) * (size_t)(N * F))};
-    if (!s.rows || !s.completion || !s.fields || !s.values) {
-        scratch_free(&s);
-        return dfg_host_fail(ctx, "rewards: out of memory");
+    float *all = malloc(sizeof(float) * (size_t)(N * F + 1));
+    if (!all) return dfg_host_fail(ctx, "rewards: out of memory");
+    for (int64_t r = 0; r < N; r++) { /* the source's columns, then the environment's */
+        for (int f = 0; f < F_src; f++) all[r * F + f] = src_values[r * F_src + f];
+        if (o->env_rewards) all[r * F + F_src] = o->env_rewards[r];
     }
+    int64_t none = 0, first = -1;
+    for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */
+        float sum = 0.0f;
+        int applied = 0;
+        for (int f = 0; f < F; f++)
+            if (!isnan(all[r * F + f])) sum += o->weights[f] * all[r * F + f], applied++;
+        ((float *)rew.data)[r] = sum;
+        if (!applied && none++ == 0) first = r;
+    }
+    if (none) warn_all_null(ctx, o, none, first, N);
+    if (values.data) memcpy(values.data, all, sizeof(float) * (size_t)(N * F));
+    free(all);
+    return DFG_OK;
+}
+
+dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
+    if (!ctx) return DFG_ERR_ARG;
+    dfg_status st = check_opts(ctx, src, o);
+    if (st) return st;
+    int F_src = src ? dfg_reward_source_n_funcs(src) : 0;
+    int64_t N = 0, T = 0;
+    reward_scratch s = {0};
     char err[1024];
-    float *src_values = s.values;
-    if (o->env_rewards && F_src && !(src_values = malloc(sizeof(float) * (size_t)(N * F_src)))) st = DFG_ERR_NOMEM;
-    else if (!(st = make_rows(ctx, o, &s, N, T)) && src &&
-             (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, src_values, err, sizeof(err))))
+    if (!(st = prepare_rows(ctx, o, F_src, &s, &N, &T)) && src &&
+        (st = dfg_reward_source_score(src, s.rows, N, dfg_host_step(ctx) + 1, s.values, err, sizeof(err))))
         dfg_host_fail(ctx, "%s", without_step(err));
-    for (int64_t r = 0; !st && o->env_rewards && r < N; r++) { /* the source's columns, then the environment's */
-        for (int f = 0; f < F_src; f++) s.values[r * F + f] = src_values[r * F_src + f];
-        s.values[r * F + F_src] = o->env_rewards[r];
-    }
-    if (src_values != s.values) free(src_values);
-    if (st == DFG_ERR_NOMEM) dfg_host_fail(ctx, "rewards: out of memory");
-    if (!st) {
-        int64_t none = 0, first = -1;
-        for (int64_t r = 0; r < N; r++) { /* TRL: (rewards_per_func * weights).nansum(dim=1) */
-            float sum = 0.0f;
-            int applied = 0;
-            for (int f = 0; f < F; f++)
-                if (!isnan(s.values[r * F + f])) sum += o->weights[f] * s.values[r * F + f], applied++;
-            ((float *)rew.data)[r] = sum;
-            if (!applied && none++ == 0) first = r;
-        }
-        if (none) warn_all_null(ctx, o, s.rows, none, first, N);
-        if (values.data) memcpy(values.data, s.values, sizeof(float) * (size_t)(N * F));
-    }
+    if (!st) st = apply_values(ctx, o, s.values, F_src, N);
     scratch_free(&s);
+    return st;
+}
+
+dfg_status dfg_grpo_rewards_submit(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o, int64_t step) {
+    if (!ctx) return DFG_ERR_ARG;
+    dfg_status st = check_opts(ctx, src, o);
+    if (st) return st;
+    if (!src || o->env_rewards) return dfg_host_fail(ctx, "rewards_submit: needs a reward source and no environment");
+    int64_t N = 0, T = 0;
+    reward_scratch s = {0};
+    char err[1024];
+    if (!(st = prepare_rows(ctx, o, dfg_reward_source_n_funcs(src), &s, &N, &T)) &&
+        (st = dfg_reward_source_submit(src, s.rows, N, step, err, sizeof(err))))
+        dfg_host_fail(ctx, "%s", without_step(err));
+    scratch_free(&s);
+    return st;
+}
+
+dfg_status dfg_grpo_rewards_collect(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o) {
+    if (!ctx) return DFG_ERR_ARG;
+    dfg_status st = check_opts(ctx, src, o);
+    if (st) return st;
+    dfg_buffer rew;
+    if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){-1}, "N", false, &rew))) return st;
+    int64_t N = rew.shape.d[0];
+    int F = dfg_reward_source_n_funcs(src);
+    float *values = malloc(sizeof(float) * (size_t)(N * F + 1));
+    char err[1024];
+    if (!values) return dfg_host_fail(ctx, "rewards: out of memory");
+    if ((st = dfg_reward_source_collect(src, N, values, err, sizeof(err)))) dfg_host_fail(ctx, "%s", without_step(err));
+    if (!st) st = apply_values(ctx, o, values, F, N);
+    free(values);
     return st;
 }

@@ -73,6 +73,16 @@ DFG_API const char *dfg_reward_source_desc(const dfg_reward_source *s);
 DFG_API dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                            float *out, char *err, size_t err_len);
 
+/* dfg_reward_source_score in two halves, so that the host works while a program scores
+ * (async_rollouts): submit sends the request (a plugin, called on the runtime's thread, scores at
+ * once and keeps the values), collect waits for the answer (within the program's timeout, counted
+ * from the call) and checks it as score does, writing out (n, F); n must be the submitted rows. One
+ * request at a time: a second submit before the collect, or a collect with none pending, is
+ * DFG_ERR_ARG. */
+DFG_API dfg_status dfg_reward_source_submit(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
+                                            char *err, size_t err_len);
+DFG_API dfg_status dfg_reward_source_collect(dfg_reward_source *s, int64_t n, float *out, char *err, size_t err_len);
+
 /* The source's functions must be the ones program p was built for (its setting reward_funcs, in
  * order, when it has one): DFG_ERR_ARG with one line naming both lists and the --set that fixes
  * it otherwise. */

@@ -232,6 +232,12 @@ dfg_status dfg_jsonl_read_line(dfg_jsonl_program *p, double timeout_s, const cha
     return next_line(p, now_s() + timeout_s, when, line, n, err, len);
 }
 
+dfg_status dfg_jsonl_send(dfg_jsonl_program *p, double timeout_s, const char *when, char *err, size_t len) {
+    if (p->dead || p->fd < 0) return dfg_jsonl_fail(err, len, DFG_ERR_IO, "%s: the program is no longer running", when);
+    p->wait_s = timeout_s;
+    return send_request(p, now_s() + timeout_s, when, err, len);
+}
+
 dfg_status dfg_jsonl_call(dfg_jsonl_program *p, double timeout_s, const char *when, char **line, size_t *n, char *err,
                           size_t len) {
     if (p->dead || p->fd < 0) return dfg_jsonl_fail(err, len, DFG_ERR_IO, "%s: the program is no longer running", when);

@@ -43,6 +43,10 @@ dfg_status dfg_jsonl_read_line(dfg_jsonl_program *p, double timeout_s, const cha
 dfg_status dfg_jsonl_call(dfg_jsonl_program *p, double timeout_s, const char *when, char **line, size_t *n, char *err,
                           size_t len);
 
+/* Sends the request built in p->out within timeout_s and returns without its answer, which a
+ * later dfg_jsonl_read_line takes (a reward scored while the host trains: async_rollouts). */
+dfg_status dfg_jsonl_send(dfg_jsonl_program *p, double timeout_s, const char *when, char *err, size_t len);
+
 /* Building p->out: false when out of memory. */
 void dfg_jsonl_clear(dfg_jsonl_program *p);
 bool dfg_jsonl_put(dfg_jsonl_program *p, const char *text, size_t n);

@@ -21,6 +21,11 @@ struct dfg_reward_source {
     /* a plugin */
     void *lib;
     dfg_reward_score_fn score;
+    /* a request submitted and not yet collected (dfg_reward_source_submit): its rows, its step,
+     * and a plugin's values, scored at once */
+    bool pending;
+    int64_t pending_n, pending_step;
+    float *held;
 };
 
 /* Takes the function names of a hello line or a plugin: 1 .. DFG_REWARD_MAX_FUNCS distinct names
@@ -32,6 +37,9 @@ dfg_status dfg_reward_set_names(dfg_reward_source *s, const char *const *names, 
 dfg_status dfg_reward_program_start(dfg_reward_source *s, const char *cmd, char *err, size_t err_len);
 dfg_status dfg_reward_program_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                     float *out, char *err, size_t err_len);
+dfg_status dfg_reward_program_submit(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step, char *err,
+                                     size_t err_len);
+dfg_status dfg_reward_program_collect(dfg_reward_source *s, int64_t n, int64_t step, float *out, char *err, size_t err_len);
 void dfg_reward_program_stop(dfg_reward_source *s);
 /* One answer line (n_line bytes, no '\n') for n rows into out (n, F): the checks of docs/rewards.md,
  * each failure one line in err naming the step and the row. The program's untrusted input:

@@ -137,6 +137,24 @@ dfg_status dfg_reward_parse_answer(const dfg_reward_source *s, const char *line,
     return st;
 }
 
+/* The request goes out now; dfg_reward_program_collect reads its answer (async_rollouts: the
+ * program scores while the host trains). */
+dfg_status dfg_reward_program_submit(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step, char *err,
+                                     size_t err_len) {
+    char when[400];
+    snprintf(when, sizeof(when), "step %lld, %s", (long long)step, s->desc);
+    if (!build_request(&s->prog, rows, n, step)) return failf(err, err_len, DFG_ERR_NOMEM, "%s: out of memory", when);
+    return dfg_jsonl_send(&s->prog, s->timeout_s, when, err, err_len);
+}
+
+dfg_status dfg_reward_program_collect(dfg_reward_source *s, int64_t n, int64_t step, float *out, char *err, size_t err_len) {
+    char when[400], *line = NULL;
+    size_t n_line = 0;
+    snprintf(when, sizeof(when), "step %lld, %s", (long long)step, s->desc);
+    dfg_status st = dfg_jsonl_read_line(&s->prog, s->timeout_s, when, &line, &n_line, err, err_len);
+    return st ? st : dfg_reward_parse_answer(s, line, n_line, n, step, out, err, err_len);
+}
+
 dfg_status dfg_reward_program_score(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                     float *out, char *err, size_t err_len) {
     char when[400];

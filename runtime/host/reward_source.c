@@ -97,6 +97,7 @@ void dfg_reward_source_free(dfg_reward_source *s) {
     if (!s) return;
     if (s->kind == DFG_REWARD_PROGRAM) dfg_reward_program_stop(s);
     if (s->lib) dlclose(s->lib);
+    free(s->held);
     for (int i = 0; i < s->n_funcs; i++) free(s->names[i]);
     free(s);
 }
@@ -137,6 +138,52 @@ dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_reward_row *r
     }
     return s->kind == DFG_REWARD_PLUGIN ? plugin_score(s, rows, n, step, out, err, err_len)
                                         : dfg_reward_program_score(s, rows, n, step, out, err, err_len);
+}
+
+dfg_status dfg_reward_source_submit(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step, char *err,
+                                    size_t err_len) {
+    if (!s || (!rows && n) || n < 0) {
+        snprintf(err, err_len, "dfg_reward_source_submit: bad arguments");
+        return DFG_ERR_ARG;
+    }
+    if (s->pending) {
+        snprintf(err, err_len, "step %lld: %s still has step %lld's request unanswered (one request at a time)",
+                 (long long)step, s->desc, (long long)s->pending_step);
+        return DFG_ERR_ARG;
+    }
+    dfg_status st = DFG_OK;
+    if (s->kind == DFG_REWARD_PLUGIN) { /* called on the runtime's thread: it scores now, the values wait */
+        free(s->held);
+        s->held = malloc(sizeof(float) * (size_t)(n * s->n_funcs + 1));
+        if (!s->held) {
+            snprintf(err, err_len, "out of memory");
+            return DFG_ERR_NOMEM;
+        }
+        st = plugin_score(s, rows, n, step, s->held, err, err_len);
+    } else st = dfg_reward_program_submit(s, rows, n, step, err, err_len);
+    if (!st) s->pending = true, s->pending_n = n, s->pending_step = step;
+    return st;
+}
+
+dfg_status dfg_reward_source_collect(dfg_reward_source *s, int64_t n, float *out, char *err, size_t err_len) {
+    if (!s || !out) {
+        snprintf(err, err_len, "dfg_reward_source_collect: bad arguments");
+        return DFG_ERR_ARG;
+    }
+    if (!s->pending) {
+        snprintf(err, err_len, "%s: no request to collect an answer for", s->desc);
+        return DFG_ERR_ARG;
+    }
+    if (n != s->pending_n) {
+        snprintf(err, err_len, "%s: %lld rows were submitted, not %lld", s->desc, (long long)s->pending_n, (long long)n);
+        return DFG_ERR_ARG;
+    }
+    s->pending = false;
+    if (s->kind == DFG_REWARD_PLUGIN) {
+        memcpy(out, s->held, sizeof(float) * (size_t)(s->pending_n * s->n_funcs));
+        return DFG_OK;
+    }
+    return dfg_reward_program_collect(s, s->pending_n, s->pending_step, out, err, err_len);
 }
 
 /* ---------------------------------------------------------------- a run's reward source */

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# async_test.sh - one-step-off rollouts (async_rollouts=1, examples/grpo/grpo_async.c; ctest
+# "async_cli"):
+#   - the first step rolls out twice and trains on the first batch: with batch_invariant (the
+#     sampler's log-probs equal training's bit for bit) its metrics and weights are the
+#     synchronous plan's first step's exactly; its staleness is 0, every later step's 1, and
+#     the later steps differ from the synchronous ones (they train on the batch before);
+#   - the reward program is asked for the batches in order, each numbered by the step that trains
+#     it (1 and 2 in the first step, then one a step);
+#   - a checkpoint keeps the pending batch: 2 steps, then --resume for 2, equals 4 steps bit for
+#     bit, with an external reward program;
+#   - the plan holds both batches' buffers (dfg inspect's persistent bytes grow);
+#   - what it cannot run is refused at compile time with one line (num_iterations > 1, tools,
+#     sft_steps, log_completions, max_staleness 0) and --rollouts files at run time.
+#   usage: async_test.sh /path/to/dfg /path/to/source-tree
+set -u
+DFG=$1
+SRC=$2
+. "$SRC/tests/cli/testlib.sh"
+testlib_begin async
+GRPO="$SRC/examples/grpo/grpo.c"
+ST="python3 $SRC/tests/cli/st_tool.py"
+TOY="python3 $SRC/tests/cli/toy_reward.py ok"
+SMALL=(--set prompts_per_step=4 --set num_generations=4)
+check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
+
+# ---------------------------------------------------------------- the first step
+run "$DFG" compile "$GRPO" -o sync.dfg "${SMALL[@]}" --set batch_invariant=true
+expect_rc 0 "compile the synchronous plan (batch_invariant)"
+run "$DFG" compile "$GRPO" -o async.dfg "${SMALL[@]}" --set batch_invariant=true --set async_rollouts=1
+expect_rc 0 "compile the async plan (batch_invariant)"
+run "$DFG" run sync.dfg --steps 1 --threads 1 --seed 7 --quiet --metrics sync.jsonl --save sync1.safetensors
+expect_rc 0 "synchronous: 1 step"
+run "$DFG" run async.dfg --steps 1 --threads 1 --seed 7 --quiet --metrics async1.jsonl --save async1.safetensors
+expect_rc 0 "async: 1 step"
+check "the first async step trains the synchronous first batch: the same weights, bit for bit" \
+  $ST same sync1.safetensors async1.safetensors
+python3 - sync.jsonl async1.jsonl >cmp.txt 2>&1 <<'PY'
+import json, sys
+s, a = (json.loads(open(f).readline()) for f in sys.argv[1:])
+for k in ("reward", "loss", "grad_norm", "completions/mean_length"):
+    assert s[k] == a[k], (k, s[k], a[k])
+assert a["staleness"] == 0, a["staleness"]
+assert "staleness" not in s, "a synchronous plan logs no staleness"
+PY
+if [ $? -eq 0 ]; then ok "... and the same reward, loss and grad_norm, with staleness 0"; else fail "first step"; cat cmp.txt; fi
+run "$DFG" run sync.dfg --steps 3 --threads 1 --seed 7 --quiet --metrics sync3.jsonl
+run "$DFG" run async.dfg --steps 3 --threads 1 --seed 7 --quiet --metrics async3.jsonl
+expect_rc 0 "async: 3 steps"
+python3 - sync3.jsonl async3.jsonl >cmp.txt 2>&1 <<'PY'
+import json, sys
+s, a = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert [r["staleness"] for r in a] == [0, 1, 1], [r["staleness"] for r in a]
+assert a[0]["loss"] == s[0]["loss"]
+assert a[1]["loss"] != s[1]["loss"], "step 2 trains the batch rolled out before step 1's update"
+# the stale batch's sampler log-probs are the policy's before the last update: they differ now
+assert a[1]["sampling/sampling_logp_difference/mean"] > 1e-4, a[1]["sampling/sampling_logp_difference/mean"]
+assert a[0]["sampling/sampling_logp_difference/max"] == 0
+PY
+if [ $? -eq 0 ]; then ok "staleness 0, 1, 1; the later steps train the batch before"; else fail "staleness"; cat cmp.txt; fi
+
+# ---------------------------------------------------------------- the reward program's requests
+run "$DFG" compile "$GRPO" -o toy_async.dfg "${SMALL[@]}" --set reward=external --set reward_funcs=digits,short \
+  --set async_rollouts=1
+expect_rc 0 "compile the async plan with an external reward"
+TOY_REWARD_LOG=$WORK/requests.log run "$DFG" run toy_async.dfg --steps 3 --threads 1 --quiet --reward-cmd "$TOY"
+expect_rc 0 "async with a reward program: 3 steps"
+check "the requests name the steps that train them: 1 2 (the first step), 3, 4 (the last step's, never trained)" \
+  test "$(cut -d' ' -f1 requests.log | tr '\n' ' ')" = "1 2 3 4 "
+
+# ---------------------------------------------------------------- checkpoints keep the pending batch
+run "$DFG" run toy_async.dfg --steps 4 --threads 1 --quiet --checkpoint-dir ref --reward-cmd "$TOY"
+expect_rc 0 "4 steps uninterrupted"
+run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --checkpoint-dir half --reward-cmd "$TOY"
+expect_rc 0 "2 steps, checkpointed"
+run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --resume half --checkpoint-dir half --reward-cmd "$TOY"
+expect_rc 0 "--resume for 2 more"
+check "resumed = uninterrupted, bit for bit (the pending batch and its rewards are in the checkpoint)" \
+  cmp -s half/checkpoint.safetensors ref/checkpoint.safetensors
+
+# ---------------------------------------------------------------- the cost: both batches' buffers
+run "$DFG" compile "$GRPO" -o toy_sync.dfg "${SMALL[@]}" --set reward=external --set reward_funcs=digits,short
+persistent() { "$DFG" inspect "$1" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['persistent_bytes'])"; }
+# the second batch: tokens, completion_mask and sampling_logps (16 x 9 each), rewards, reward_values
+check "dfg inspect: the async plan's persistent bytes hold a second batch" \
+  test $(( $(persistent toy_async.dfg) - $(persistent toy_sync.dfg) )) -ge $(( 3 * 16 * 9 * 4 + 16 * 4 * 3 ))
+
+# ---------------------------------------------------------------- refusals
+refused() { # refused WHAT TEXT SETTINGS...
+  local what=$1 text=$2; shift 2
+  run "$DFG" compile "$GRPO" -o bad.dfg "${SMALL[@]}" --set async_rollouts=1 "$@"
+  expect_rc 2 "refused: $what"
+  expect_in err.txt "$text" "refused: $what: says why"
+}
+refused "num_iterations 2" "async_rollouts=1 cannot run with num_iterations > 1" --set num_iterations=2
+refused "tools" "async_rollouts=1 cannot run with multi-turn episodes" --set task=calculator --set digits=2
+refused "sft_steps" "async_rollouts=1 cannot run with sft_steps > 0" --set sft_steps=2
+refused "log_completions" "async_rollouts=1 cannot run with log_completions" --set log_completions=true
+refused "max_staleness 0" "max_staleness 0 must be at least that" --set max_staleness=0
+$ST rollouts r.safetensors 16 9 15 1 --group 4 --prompt-len 4 >/dev/null 2>&1
+run "$DFG" run async.dfg --steps 1 --threads 1 --rollouts r.safetensors
+expect_rc 2 "--rollouts with an async plan is refused"
+expect_in err.txt "cannot train on fixed rollouts" "--rollouts: says why"
+testlib_end
