@@ -12,9 +12,9 @@ static const char *runs_note(const cli_step_time *t, const char *metrics) {
     if (t->from_metrics)
         snprintf(buf, sizeof(buf), "each stage at its mean runs per step in %s", metrics);
     else
-        snprintf(buf, sizeof(buf), "the worst case the plan is sized for: every stage at its most runs (decode to "
-                                   "max_completion_length), of the stages gated on one value (length buckets, the "
-                                   "decode tail) the dearest interval's");
+        snprintf(buf, sizeof(buf), "the worst case the plan is sized for, the longest completions: every stage at its "
+                                   "most runs (decode to max_completion_length), of a pass's prompt- or length-bucket "
+                                   "copies the dearest, the decode tail not run");
     return buf;
 }
 
