@@ -183,6 +183,12 @@ static int make_buffers(cli_eval *e, const dfg_program *p) {
 int cli_eval_open(const run_args *a, dfg_runtime *rt, uint64_t seed, cli_eval **out) {
     const dfg_program *p = dfg_runtime_program(rt);
     *out = NULL;
+    /* normalize_then_sum normalises each function's values, which a rollout file does not hold */
+    if (a->rollouts && dfg_find(p, "reward_values") && dfg_program_has(p, "multi_objective_aggregation") &&
+        !strcmp(dfg_program_str(p, "multi_objective_aggregation"), "normalize_then_sum"))
+        return cli_error(CMD, CLI_USAGE, "%s: multi_objective_aggregation=normalize_then_sum normalises each reward "
+                         "function's values, and a --rollouts file holds only their weighted sum: compile with "
+                         "sum_then_normalize to train on rollout files", a->plan);
     const char *path = dfg_program_has(p, "eval_dataset") ? dfg_program_str(p, "eval_dataset") : "";
     if (!*path) return a->eval_only ? cli_error(CMD, CLI_USAGE, "--eval-only: %s has no eval_dataset (compile it with "
                                                 "--set eval_dataset=FILE.jsonl)", a->plan) : CLI_OK;

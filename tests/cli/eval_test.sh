@@ -98,4 +98,9 @@ run "$DFG" run plain.dfg --eval-only --reward-cmd "$REWARD"
 expect_rc 2 "--eval-only on a plan without eval_dataset"
 expect_in err.txt "has no eval_dataset" "... says so"
 
+run "${ST[@]}" rollouts r.safetensors 16 9 15 3 --group 4 --prompt-len 4
+run "$DFG" run normalize_then_sum.dfg --steps 1 --rollouts r.safetensors
+expect_rc 2 "normalize_then_sum on a rollout file (it holds no per-function values)"
+expect_in err.txt "normalize_then_sum normalises each reward function's values" "... says why"
+
 testlib_end
