@@ -41,6 +41,8 @@ static dfg_status check_eval(dfg_program *p, const dfg_grpo_config *c, int64_t b
     if (c->tools)
         return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset: dfg does not evaluate plans with tools (multi-turn "
                                 "episodes) yet");
+    if (c->async_rollouts) /* its stages roll out the next step's batch: an evaluation would take its place */
+        return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset: dfg does not evaluate plans with async_rollouts=1 yet");
     if (c->W > 1)
         return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset: dfg does not evaluate data-parallel plans (world_size "
                                 "%d) yet", c->W);
