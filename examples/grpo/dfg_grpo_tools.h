@@ -1,12 +1,13 @@
 /* dfg_grpo_tools.h - multi-turn episodes with tools in the GRPO pipeline (grpo_tools.c), TRL's
  * `tools=` semantics: a row that ends its turn with a tool call waits while the other rows decode;
  * the host stage `tools` hands every waiting row's turn to the environment (the task's built-in
- * tool, or the program of dfg run --env-cmd), writes the tool's answer (TRL's tool suffix) into the
- * row's next columns, and the row decodes again, reading those tokens instead of sampling (their
- * keys and values go into the cache as it reads them). Decode and tools loop (dfg_stage_loop)
- * until every episode is over. Each row keeps its own column, so its tokens stay one contiguous
- * sequence for training. tool_mask is 0 on the tools' tokens: the loss, KL, entropy and the
- * token counts leave them out (TRL's loss_mask = completion_mask * tool_mask). */
+ * tool, or the program of dfg run --env-cmd) and writes the tool's answer (TRL's tool suffix) into
+ * the row's next columns; the stage `extend` puts every answered row's new tokens into the KV
+ * cache in one forward pass (a prefill of the appended tokens only), and the row samples again at
+ * decode's next run. Extend, decode and tools loop (dfg_stage_loop) until every episode is over.
+ * Each row keeps its own column, so its tokens stay one contiguous sequence for training.
+ * tool_mask is 0 on the tools' tokens: the loss, KL, entropy and the token counts leave them out
+ * (TRL's loss_mask = completion_mask * tool_mask). */
 #ifndef DFG_GRPO_TOOLS_H
 #define DFG_GRPO_TOOLS_H
 
@@ -19,7 +20,10 @@ extern "C" {
 typedef struct {
     dfg_tensor *pos;       /* (N) i32 each row's column: where its last token is */
     dfg_tensor *waiting;   /* (N) f32 1: the row ended its turn and waits for the tools stage */
-    dfg_tensor *forced_to; /* (N) f32 the last column of tool tokens the row reads instead of sampling (-1: none) */
+    /* (N) f32 the last column of the row's latest tool answer (-1: none yet); past the row's column
+     * after the tools stage wrote an answer, at it once extend has put the answer in the cache */
+    dfg_tensor *answer_to;
+    dfg_tensor *width;     /* () f32 the round's longest answer (0: none): which copy of extend runs */
     dfg_tensor *tool_mask; /* (N, T) f32 1 on the policy's tokens, 0 on the tools' */
     dfg_tensor *over;      /* () f32 1 once every episode of the step is over: the loop's end */
     dfg_tensor *calls, *failures; /* () f32 the step's tool calls, and those that failed (the host adds) */
@@ -30,13 +34,34 @@ dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_gr
 /* In prefill: every row at the prompt's last column, nothing waiting, tool_mask 1, no calls. */
 void dfg_grpo_tools_start(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t);
 /* One decode step of the multi-turn loop given the next-token logits (N, 1, V) f32: each row not
- * done and not waiting writes its next token at its own next column (the tool's token there when
- * the column is one, else a sampled one: its sampling log-prob, 0 for a tool's token as TRL's),
+ * done and not waiting writes a sampled token at its own next column, with its sampling log-prob;
  * a sampled EOS makes the row wait for the tools stage, a row that fills its last column is done
  * (truncated), and r->finished is set once every row is done or waiting. r->pos is t->pos. */
 dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t,
                                const dfg_grpo_rollout *r, dfg_tensor *logits);
-/* Adds the loop: decode .. tools until every episode is over (at most max_tool_rounds returns). */
+/* What the extend stage reads and writes of the rollout's state: the policy, its KV cache (the
+ * copied form: every column of every row), tokens (N, T), each row's last token (N, 1) and
+ * whether its episode is over (N). */
+typedef struct {
+    const dfg_model *policy;
+    const dfg_model_kv *kv;
+    dfg_tensor *tokens, *token, *done;
+} dfg_grpo_extend_io;
+/* The extend stage, added before decode (the loop's first stage): one copy a width of
+ * dfg_grpo_tools_extend_width, the narrowest that holds the round's longest answer running
+ * (none before the first round). Every answered row's cache gets the keys and values of its
+ * columns pos .. answer_to-1 (its last token before the answer, then the answer but its last
+ * token), and the row stands at answer_to with the answer's last token as its next input (an
+ * answer that ends in the last column ends the episode: nothing is left to sample). */
+dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
+                                 const dfg_grpo_extend_io *io);
+/* The widths of extend's copies, narrowest first (at most DFG_GRPO_MAX_EXTEND): doubling from 4 up
+ * to the longest answer a row can take (max_completion_length - 1: a turn has one token at least). */
+#define DFG_GRPO_MAX_EXTEND 24
+int dfg_grpo_tools_extend_widths(const dfg_grpo_config *c, int64_t *widths);
+/* Adds the tools stage and the loop: extend .. decode .. tools until every episode is over (at
+ * most max_tool_rounds returns). decode: the decode stage's name, which extend's copies come
+ * before: the narrowest of them starts the loop. */
 dfg_status dfg_grpo_tools_loop(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t, const char *decode);
 /* TRL's tools/call_frequency (the step's calls a row) and tools/failure_frequency (failed calls
  * per call, 0 without calls), over every rank's rows. */

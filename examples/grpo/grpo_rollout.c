@@ -176,6 +176,12 @@ dfg_status dfg_grpo_build_prefill(dfg_program *p, const dfg_grpo_config *c, dfg_
 }
 
 dfg_status dfg_grpo_build_decode(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s, int k) {
+    if (c->tools) { /* the tools' answers go into the cache before decode: extend starts the loop */
+        dfg_grpo_extend_io io = {.policy = s->policy, .kv = &s->kv, .tokens = s->tokens, .token = s->cur_tok,
+                                  .done = s->done};
+        dfg_status st = dfg_grpo_tools_extend(p, c, &s->tools, &io);
+        if (st) return st;
+    }
     char name[32];
     dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
     dfg_graph *g = dfg_graph_new(p, name);

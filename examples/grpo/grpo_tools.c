@@ -1,6 +1,7 @@
 /* grpo_tools.c - multi-turn episodes with tools (dfg_grpo_tools.h): the decode step that keeps one
- * column a row, the loop of decode and the tools stage, the tools' metrics, and the host stage
- * that answers the turns. */
+ * column a row, the extend stage that puts the tools' answers into the KV cache, the loop of
+ * extend, decode and the tools stage, the tools' metrics, and the host stage that answers the
+ * turns. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@ static dfg_tensor *rollout_state(dfg_program *p, const char *name, dfg_dtype dt,
 dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_tools *t) {
     t->pos = rollout_state(p, "gen.row_pos", DFG_I32, DFG_SHAPE(c->N));
     t->waiting = rollout_state(p, "tools.waiting", DFG_F32, DFG_SHAPE(c->N));
-    t->forced_to = rollout_state(p, "tools.forced_to", DFG_F32, DFG_SHAPE(c->N));
+    t->answer_to = rollout_state(p, "tools.answer_to", DFG_F32, DFG_SHAPE(c->N));
+    t->width = dfg_state(p, "tools.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     t->tool_mask = rollout_state(p, "tool_mask", DFG_F32, DFG_SHAPE(c->N, c->T));
     t->over = dfg_state(p, "tools.over", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     t->calls = dfg_state(p, "tools.calls", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
@@ -26,7 +28,8 @@ dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_gr
 void dfg_grpo_tools_start(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t) {
     dfg_assign_fill(g, t->pos, (float)(c->Lp - 1));
     dfg_assign_fill(g, t->waiting, 0.0f);
-    dfg_assign_fill(g, t->forced_to, -1.0f);
+    dfg_assign_fill(g, t->answer_to, -1.0f);
+    dfg_assign_fill(g, t->width, 0.0f); /* no answer yet: extend's copies wait for the first round */
     dfg_assign_fill(g, t->tool_mask, 1.0f);
     dfg_assign_fill(g, t->over, 0.0f);
     dfg_assign_fill(g, t->calls, 0.0f);
@@ -53,21 +56,17 @@ dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg
     dfg_tensor *active = dfg_mul(g, dfg_mul(g, dfg_affine(g, r->done, -1.0f, 1.0f), dfg_affine(g, t->waiting, -1.0f, 1.0f)), room);
     dfg_tensor *next_f = dfg_minimum(g, dfg_add_scalar(g, pos, 1.0f), scalar_f32(g, (float)(c->T - 1)));
     dfg_tensor *next = dfg_cast(g, next_f, DFG_I32); /* (N) */
-    /* a column the tools stage wrote: forced_to >= next */
-    dfg_tensor *forced = dfg_equal(g, dfg_maximum(g, t->forced_to, next_f), t->forced_to); /* (N) */
-    dfg_tensor *tok = dfg_where(g, dfg_reshape(g, forced, col1), dfg_slice_at(g, r->tokens, 1, next, 1), drawn);
-    dfg_tensor *act = dfg_reshape(g, active, col1);
+    dfg_tensor *tok = drawn, *act = dfg_reshape(g, active, col1);
     write_at(g, r->tokens, tok, next, act);
     write_at(g, r->mask, dfg_fill(g, DFG_F32, col1, 1.0f), next, act);
-    if (r->logp) /* TRL's logprobs hold 0.0 on the tools' tokens */
-        write_at(g, r->logp, dfg_reshape(g, dfg_mul(g, lp, dfg_affine(g, forced, -1.0f, 1.0f)), col1), next, act);
+    if (r->logp) write_at(g, r->logp, dfg_reshape(g, lp, col1), next, act);
     dfg_tensor *is_eos = NULL; /* (N) */
     for (int i = 0; i < c->n_eos; i++) {
         dfg_tensor *hit = dfg_equal(g, dfg_reshape(g, tok, DFG_SHAPE(N)), dfg_fill(g, DFG_I32, DFG_SCALAR, (float)c->eos[i]));
         is_eos = is_eos ? dfg_maximum(g, is_eos, hit) : hit;
     }
-    /* a sampled EOS ends the turn: the tools stage decides whether the episode goes on */
-    dfg_tensor *ends = dfg_mul(g, dfg_mul(g, active, dfg_affine(g, forced, -1.0f, 1.0f)), is_eos);
+    /* an EOS ends the turn: the tools stage decides whether the episode goes on */
+    dfg_tensor *ends = dfg_mul(g, active, is_eos);
     dfg_tensor *waiting = dfg_maximum(g, t->waiting, ends);
     /* a row that fills its last column without ending its turn is truncated: done */
     dfg_tensor *filled = dfg_mul(g, dfg_mul(g, active, dfg_equal(g, next_f, scalar_f32(g, (float)(c->T - 1)))),
@@ -84,9 +83,83 @@ dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg
     return dfg_graph_status(g);
 }
 
+int dfg_grpo_tools_extend_widths(const dfg_grpo_config *c, int64_t *widths) {
+    int64_t most = c->max_new > 1 ? c->max_new - 1 : 1;
+    int n = 0;
+    for (int64_t w = 4; w < most && n < DFG_GRPO_MAX_EXTEND - 1; w *= 2) widths[n++] = w;
+    widths[n++] = most;
+    return n;
+}
+
+/* extend's copy of width w: "extend" the widest, "extend[w]" the others (the length buckets' names) */
+static void extend_stage(char *buf, size_t len, int64_t w, bool widest) {
+    if (widest) snprintf(buf, len, "extend");
+    else snprintf(buf, len, "extend[%lld]", (long long)w);
+}
+
+/* The copy of width E. Why the rows without an answer this round are left as they were: the
+ * window starts at or before the row's column pos (col = min(pos, T - E)), and dfg_model_extend
+ * writes only its columns from pos on. The cache's columns before pos, the row's context, keep
+ * their keys and values exactly; column pos and after are columns decode has not read yet this
+ * turn: it writes a column's keys and values before it attends to it, moving one column a run
+ * (and a later extend writes them again from its row's column), so nothing reads what this pass
+ * left there. An answered row's columns pos .. answer_to-1 are its context from now on: its last
+ * token before the answer (decode's next input until now) and the answer but its last token,
+ * which becomes the next input, so decode samples at its next run. */
+static dfg_status build_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
+                               const dfg_grpo_extend_io *io, int64_t E, bool widest) {
+    char name[32];
+    extend_stage(name, sizeof(name), E, widest);
+    dfg_graph *g = dfg_graph_new(p, name);
+    int64_t N = c->N;
+    dfg_tensor *pos = dfg_cast(g, t->pos, DFG_F32); /* (N) */
+    dfg_tensor *col_f = dfg_minimum(g, pos, scalar_f32(g, (float)(c->T - E)));
+    dfg_tensor *col = dfg_cast(g, col_f, DFG_I32);
+    /* the row's last known column: its answer's end, or its own column (a row answered in an
+     * earlier round has answer_to <= pos) */
+    dfg_tensor *last = dfg_maximum(g, t->answer_to, pos);
+    dfg_tensor *cols = dfg_add(g, dfg_reshape(g, col_f, DFG_SHAPE(N, 1)), dfg_cast(g, dfg_nn_positions(g, 1, 0, E), DFG_F32));
+    /* past it a column holds what an earlier step left there (any id): pad, so the embedding reads
+     * a token of the vocabulary; nothing reads what those columns make */
+    dfg_tensor *known = dfg_clamp(g, dfg_add_scalar(g, dfg_sub(g, dfg_reshape(g, last, DFG_SHAPE(N, 1)), cols), 1.0f), 0.0f, 1.0f);
+    dfg_tensor *window = dfg_slice_at(g, io->tokens, 1, col, E); /* (N, E) */
+    dfg_tensor *tok = dfg_where(g, known, window, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)c->pad_id));
+    dfg_model_extend(g, io->policy, io->kv, tok, col, t->pos);
+    /* an answered row stands at its answer's last column, that token its next input */
+    dfg_tensor *to = dfg_cast(g, last, DFG_I32);
+    dfg_tensor *answered = dfg_reshape(g, dfg_clamp(g, dfg_sub(g, t->answer_to, pos), 0.0f, 1.0f), DFG_SHAPE(N, 1));
+    dfg_assign(g, io->token, dfg_where(g, answered, dfg_slice_at(g, io->tokens, 1, to, 1), io->token));
+    dfg_assign(g, t->pos, to);
+    /* an answer that fills the row's last column leaves nothing to sample: the row is done
+     * (truncated), as decode makes a row that writes its last column without ending its turn */
+    dfg_tensor *full = dfg_mul(g, dfg_reshape(g, answered, DFG_SHAPE(N)), dfg_equal(g, last, scalar_f32(g, (float)(c->T - 1))));
+    dfg_assign(g, io->done, dfg_maximum(g, io->done, full));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+}
+
+dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
+                                 const dfg_grpo_extend_io *io) {
+    int64_t w[DFG_GRPO_MAX_EXTEND];
+    int n = dfg_grpo_tools_extend_widths(c, w);
+    dfg_status st = DFG_OK;
+    for (int i = 0; i < n && !st; i++) {
+        char name[32];
+        extend_stage(name, sizeof(name), w[i], i == n - 1);
+        st = build_extend(p, c, t, io, w[i], i == n - 1);
+        /* the narrowest copy that holds the round's longest answer; none while width is 0 */
+        if (!st) st = dfg_stage_when(p, name, t->width, i == 0 ? 0.0 : (double)w[i - 1], (double)w[i]);
+    }
+    return st;
+}
+
 dfg_status dfg_grpo_tools_loop(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t, const char *decode) {
+    (void)decode; /* extend's narrowest copy comes before it and starts the loop */
+    int64_t w[DFG_GRPO_MAX_EXTEND];
+    char first[32];
+    int n = dfg_grpo_tools_extend_widths(c, w);
+    extend_stage(first, sizeof(first), w[0], n == 1);
     dfg_status st = dfg_stage_host(p, "tools", "grpo_tools");
-    if (!st) st = dfg_stage_loop(p, decode, "tools", t->over, (int)(c->max_tool_rounds > 0 ? c->max_tool_rounds : 1));
+    if (!st) st = dfg_stage_loop(p, first, "tools", t->over, (int)(c->max_tool_rounds > 0 ? c->max_tool_rounds : 1));
     return st;
 }
 
@@ -279,14 +352,15 @@ static dfg_status program_answers(dfg_host_ctx *ctx, dfg_grpo_config *c, dfg_grp
 
 dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     dfg_grpo_turns *h = c->turns;
-    dfg_buffer tok, tmask, wait, done, pos, forced, over, calls, fails;
-    const char *names[9] = {"tokens", "tool_mask", "tools.waiting", "gen.done", "gen.row_pos", "tools.forced_to",
-                            "tools.over", "tools.calls", "tools.failures"};
-    dfg_buffer *bufs[9] = {&tok, &tmask, &wait, &done, &pos, &forced, &over, &calls, &fails};
-    for (int i = 0; i < 9; i++)
+    dfg_buffer tok, cmask, tmask, wait, done, pos, answer_to, width, over, calls, fails;
+    const char *names[11] = {"tokens", "completion_mask", "tool_mask", "tools.waiting", "gen.done", "gen.row_pos",
+                             "tools.answer_to", "tools.width", "tools.over", "tools.calls", "tools.failures"};
+    dfg_buffer *bufs[11] = {&tok, &cmask, &tmask, &wait, &done, &pos, &answer_to, &width, &over, &calls, &fails};
+    for (int i = 0; i < 11; i++)
         if (dfg_host_buffer(ctx, names[i], bufs[i])) return dfg_host_fail(ctx, "tools: the plan has no tensor '%s'", names[i]);
     int32_t *tokens = tok.data, *col = pos.data;
-    float *tm = tmask.data, *w = wait.data, *d = done.data, *f = forced.data;
+    float *cm = cmask.data, *tm = tmask.data, *w = wait.data, *d = done.data, *to = answer_to.data;
+    int64_t longest = 0; /* the round's longest answer: extend's width */
     int64_t N = c->N, T = c->T, step = dfg_host_step(ctx);
     if (h->step != step) { /* a new step: every row's first turn starts after the prompt */
         h->step = step, h->rounds = h->passes = 0;
@@ -318,17 +392,20 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
             d[r] = 1.0f;
             continue;
         }
-        for (int64_t k = 0; k < a->n_suffix; k++) {
+        for (int64_t k = 0; k < a->n_suffix; k++) { /* TRL's completion_mask covers the tool's tokens */
             tokens[r * T + col[r] + 1 + k] = a->suffix_ids[k];
+            cm[r * T + col[r] + 1 + k] = 1.0f;
             tm[r * T + col[r] + 1 + k] = 0.0f;
         }
-        f[r] = (float)(col[r] + a->n_suffix);
+        to[r] = (float)(col[r] + a->n_suffix);
+        if (a->n_suffix > longest) longest = a->n_suffix;
         h->turn_start[r] = col[r] + a->n_suffix + 1;
         h->told[r] = false;
     }
     for (int64_t r = 0; r < N; r++) all = all && d[r] != 0.0f;
     if (all && program_serves && (st = program_answers(ctx, c, h, 0, true))) return st;
     ((float *)over.data)[0] = all ? 1.0f : 0.0f;
+    ((float *)width.data)[0] = all ? 0.0f : (float)longest; /* 0: no extend runs (a replayed rollout's steps too) */
     h->passes++;
     return all ? DFG_OK : next_round_draws(ctx, c, h->passes);
 }

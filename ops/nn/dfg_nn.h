@@ -342,6 +342,15 @@ DFG_API dfg_tensor *dfg_model_prefill(dfg_graph *g, const dfg_model *m, const df
  * position max(pos[b] - start[b], 0), attending to cache rows start[b] .. pos[b]. A column outside
  * the caches fails the step. With pos (N) all equal the results are the scalar form's, bit for bit. */
 DFG_API dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tok, dfg_tensor *pos);
+/* Several known tokens a row at once (ops/nn/nn_extend.c): tokens (N, E) i32, row b's in the
+ * columns col[b] .. col[b]+E-1 (col (N) i32, read at run time). Their keys and values go into
+ * the caches at those columns from from[b] on ((N) i32); the window's columns before from[b] keep
+ * what the caches hold, exactly. Query i of row b attends to cache rows 0 .. col[b]+i (with
+ * kv->start: start[b] ..), after the writes, as dfg_model_decode's one; returns the hidden
+ * states after ln_f (N, E, C). A window outside the caches fails the step. A multi-turn rollout
+ * puts a tool's answer into its rows' context with it, in one pass instead of a decode run a token. */
+DFG_API dfg_tensor *dfg_model_extend(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens,
+                                     dfg_tensor *col, dfg_tensor *from);
 /* tokens (B, T) i32 -> hidden states after ln_f (B, T, C). Positions are 0 .. T-1. */
 DFG_API dfg_tensor *dfg_model_hidden(dfg_graph *g, const dfg_model *m, dfg_tensor *tokens);
 /* The same for left-padded rows: start (B) i32 each row's first real column (NULL: none). Row b's
