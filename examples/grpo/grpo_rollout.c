@@ -10,13 +10,48 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
     return dfg_state(p, name, dt, s, role, dfg_init_zeros());
 }
 
+/* The decode KV cache. With share_prompts each group's prompt is stored once: the prompt part
+ * holds the columns prefill writes (0 .. Lp-2), each row's own part the rest (the prompt's last
+ * token, which decode feeds, then the completion and any tool tokens: the columns of per-row
+ * positions too). The copied cache stays where a reader of it does not know the shared form yet:
+ * the tools' extend stage (ops/nn/nn_extend.c), and the CUDA kernels' batch-invariant forms. */
+static dfg_status make_kv_cache(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
+    bool cuda = dfg_setting_enum(p, "target", "cpu") == 1;
+    if (!c->share_prompts || c->tools || (c->invariant && cuda))
+        return dfg_model_kv_cache(p, "", s->policy, c->n_gen, c->T, &s->kv);
+    return dfg_model_kv_cache_shared(p, "", s->policy, c->n_gen, c->G, c->Lp - 1, c->T - (c->Lp - 1), &s->kv);
+}
+
+/* decode_tail's rows come from any group: the tail's cache is the gathered rows' own parts (as
+ * the copied cache's rows) and the batch's prompt part (dfg_grpo_build_decode_tail finds each tail
+ * row's prompt through the batch row it came from). */
+static void share_tail_prompts(dfg_grpo_state *s) {
+    for (int l = 0; s->kv.k_prompt[0] && l < s->kv.n_layer; l++)
+        s->tail.kv.k_prompt[l] = s->kv.k_prompt[l], s->tail.kv.v_prompt[l] = s->kv.v_prompt[l];
+}
+
+/* The tail rows' prompts, (n) i32: tail row j's batch row rows[j] is of group rows[j] / G, read
+ * from the constant "tail.group_of_row" (N, 1) of each batch row's group. */
+static dfg_tensor *tail_prompt_of(dfg_graph *g, const dfg_grpo_config *c, dfg_tensor *rows) {
+    dfg_program *p = dfg_graph_program(g);
+    float *group = malloc(sizeof(float) * (size_t)c->N);
+    if (!group) {
+        dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (int64_t r = 0; r < c->N; r++) group[r] = (float)(r / c->G);
+    dfg_tensor *table = dfg_const(p, "tail.group_of_row", DFG_F32, DFG_SHAPE(c->N, 1), group);
+    free(group);
+    return dfg_cast(g, dfg_reshape(g, dfg_embed(g, table, rows), DFG_SHAPE(c->tail)), DFG_I32);
+}
+
 dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
     int64_t N = c->N, T = c->T;
     dfg_status st = dfg_model_params(p, "", c->model, s->policy);
     if (!st && c->beta != 0.0f && c->model.lora.r > 0) dfg_model_adapter_off(s->policy, s->ref); /* the base: no copy */
     else if (!st && c->beta != 0.0f && !(st = dfg_model_frozen(p, "ref.", c->model, s->ref)))
         st = dfg_nn_init_copy(p, s->ref->params, s->policy->params, s->ref->n_params); /* ref starts as the policy */
-    if (!st) st = dfg_model_kv_cache(p, "", s->policy, c->n_gen, T, &s->kv);
+    if (!st) st = make_kv_cache(p, c, s);
     if (!st) st = dfg_nn_grad_buffers(p, s->policy->params, s->policy->n_params, "", s->grads);
     if (st) return st;
     s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
@@ -87,6 +122,7 @@ dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grp
     if (c->chunks && c->regroup) s->acc_ext = state(p, "train.stats_ext", DFG_F32, DFG_SHAPE(4), DFG_ROLE_NONE);
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
     if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
+    if (c->tail) share_tail_prompts(s);
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
     char first[48], last[32];
@@ -97,6 +133,10 @@ dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grp
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
         dfg_set_scope(p, s->kv.k[l], first, kv_last);
         dfg_set_scope(p, s->kv.v[l], first, kv_last);
+        if (s->kv.k_prompt[l]) { /* decode_tail's rows read the batch's prompts */
+            dfg_set_scope(p, s->kv.k_prompt[l], first, c->tail ? "decode.tail" : kv_last);
+            dfg_set_scope(p, s->kv.v_prompt[l], first, c->tail ? "decode.tail" : kv_last);
+        }
         if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", "decode.tail");
         if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", "decode.tail");
     }
@@ -214,7 +254,9 @@ dfg_status dfg_grpo_build_decode_tail(dfg_program *p, const dfg_grpo_config *c, 
      * the last one's, never read again */
     dfg_tensor *pos = dfg_cast(g, dfg_minimum(g, dfg_cast(g, s->pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR,
                                                                                       (float)(c->T - 2))), DFG_I32);
-    dfg_tensor *h = dfg_model_decode(g, s->policy, &t->kv, t->token, pos);
+    dfg_model_kv tail_kv = t->kv;
+    if (tail_kv.k_prompt[0]) tail_kv.prompt_of = tail_prompt_of(g, c, t->rows);
+    dfg_tensor *h = dfg_model_decode(g, s->policy, &tail_kv, t->token, pos);
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
     dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token, .pos = s->pos,

@@ -321,6 +321,12 @@ typedef struct {
      * bucket narrower than the prompt columns leaves out the leading pads: the caches' rows
      * stay the columns, and start stays the row's column (>= col0 for every row). */
     int64_t col0;
+    /* The shared form (dfg_model_kv_cache_shared): each group's prompt once, columns 0 .. Tp-1,
+     * (P, Tp, Hkv*D) each, and k, v the rows' own columns from Tp on, (N, Tc, Hkv*D); NULL: k
+     * and v hold every column of every row. prompt_of (N) i32 or NULL: each row's prompt (NULL:
+     * row b's is b / (N / P)). */
+    dfg_tensor *k_prompt[DFG_MODEL_MAX_LAYERS], *v_prompt[DFG_MODEL_MAX_LAYERS];
+    dfg_tensor *prompt_of;
 } dfg_model_kv;
 
 /* The caches of N sequences of up to Tmax positions: STATEs "<prefix>kv.<l>.k" / ".v" of the
@@ -328,6 +334,13 @@ typedef struct {
  * training stages reuse their bytes. */
 DFG_API dfg_status dfg_model_kv_cache(dfg_program *p, const char *prefix, const dfg_model *m, int64_t N, int64_t Tmax,
                              dfg_model_kv *out);
+/* The caches of N sequences in groups of G that share a prompt of Tp columns, each prompt's keys
+ * and values stored once: "<prefix>kv.<l>.k_prompt" / ".v_prompt" (N / G, Tp, Hkv*D) and the rows'
+ * own columns Tp .. Tp+Tc-1, "<prefix>kv.<l>.k" / ".v" (N, Tc, Hkv*D); role KV_CACHE. Prefill
+ * writes the prompt part once per group, decode writes the own part and attends to both
+ * (dfg_attention_shared_cached). The copied cache of Tp + Tc columns a row holds G copies. */
+DFG_API dfg_status dfg_model_kv_cache_shared(dfg_program *p, const char *prefix, const dfg_model *m, int64_t N,
+                                             int64_t G, int64_t Tp, int64_t Tc, dfg_model_kv *out);
 /* tokens (P, Tp) at positions 0 .. Tp-1: writes their keys and values into rows 0 .. Tp-1 of the
  * caches and returns the hidden states after ln_f (P, Tp, C). P is the caches' N, or N / G for
  * groups of G sequences that share a prompt: prompt i then fills cache rows i*G .. i*G+G-1, and
