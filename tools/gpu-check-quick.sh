@@ -5,7 +5,7 @@
 # and .json (each step's verdict, figures, seconds taken and estimated).
 #
 #   tools/gpu-check.sh --quick [--rehearse] [--build-dir DIR] [--reuse-build] [--only 1,2,3,4,5]
-#                      [--python PY] [--rounds N] [--threads N] [--host NAME] [--out DIR]
+#                      [--python PY] [--rounds N] [--budget S] [--threads N] [--host NAME] [--out DIR]
 #
 #   a. GPU present (gpu-check.sh's step a); --rehearse: none needed.
 #   b. build: configure with CUDA (gpu-check.sh's step b) and build only dfg_cli and what it needs
@@ -30,8 +30,9 @@
 #      comparison). SKIP while dfg refuses the setting for cuda (the rehearsal then uses the cpu target).
 #   4. shared-prompt decode: `--set share_prompts=0` against `=1` on 2048-token prompts (a dataset
 #      of random ids, 8 prompts x 8 generations, 64-token completions): decode ms and the planned KV
-#      cache of each. SKIP while both plan the same KV cache (decode does not share the prompt yet).
-#   5. predicted vs measured per stage: `dfg inspect P --device h200|h100|a100|l40s --json`'s per-stage
+#      cache of each (2 steps: with share_prompts=0 the training pass over 64 x 2112 tokens is dear).
+#      SKIP while both plan the same KV cache (decode does not share the prompt yet).
+#   5. (run before 4: it only reads) predicted vs measured per stage: `dfg inspect P --device h200|h100|a100|l40s --json`'s per-stage
 #      predicted ms against the stage_ms of steps 1 and 2's runs. SKIP while inspect refuses --device.
 #
 # --rehearse: every step on this CPU, no GPU: cuda plans under --emulate-gpu (step 3 on the cpu
@@ -40,12 +41,16 @@
 # host's; the results (figures of nothing real) go to the log directory unless --out says otherwise.
 # It checks the commands, the parsing and the report; tests/cli/gpu_check_quick_test.sh runs it.
 # --only: the steps to run (a and b always); --rounds: alternated LoRA runs (2; rehearsal 1);
+# --budget S: a step whose estimate would end past S seconds from the start is not run (a SKIP that
+# says so; default 480 on a GPU, so that a machine's start and a partial rerun fit a 15-minute lease;
+# 0: no limit, the rehearsal's default). The results files are rewritten after every step, so a run
+# stopped by its lease still leaves them.
 # --python PY: the Python of the PyTorch side (default python3; rehearsal: Debian's /usr/bin/python3
 # when python3 has no torch; `none`: no PyTorch side, its half of step 1 SKIPs).
 # Exit 0: nothing failed; 1: a step failed; 2: refused (no GPU without --rehearse, bad argument).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD="" REUSE=0 REHEARSE=0 ONLY=1,2,3,4,5 PY="" ROUNDS="" THREADS=2 OUT="" HOST=""
+BUILD="" REUSE=0 REHEARSE=0 ONLY=1,2,3,4,5 PY="" ROUNDS="" THREADS=2 OUT="" HOST="" BUDGET=""
 usage() { sed -n '7,8p' "$0" | sed 's/^# *//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -55,6 +60,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --host) HOST=$2; shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
@@ -64,6 +70,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $ONLY =~ ^[1-5](,[1-5])*$ ]] || { echo "gpu-check --quick: --only takes steps 1..5 separated by commas, got '$ONLY'" >&2; exit 2; }
 [ -z "$ROUNDS" ] || [[ $ROUNDS =~ ^[1-9]$ ]] || { echo "gpu-check --quick: --rounds takes 1..9, got '$ROUNDS'" >&2; exit 2; }
+[ -z "$BUDGET" ] || [[ $BUDGET =~ ^[0-9]+$ ]] || { echo "gpu-check --quick: --budget takes seconds, got '$BUDGET'" >&2; exit 2; }
 wanted() { [[ ",$ONLY," == *",$1,"* ]]; }
 DATE=$(date +%F)
 HOST=${HOST:-$(hostname 2>/dev/null || uname -n)}
@@ -76,11 +83,11 @@ T_START=$(date +%s)
 . "$ROOT/tools/gpu/quick_steps.sh"
 
 if [ "$REHEARSE" = 1 ]; then
-  BUILD=${BUILD:-$ROOT/build} REUSE=1 ROUNDS=${ROUNDS:-1}
+  BUILD=${BUILD:-$ROOT/build} REUSE=1 ROUNDS=${ROUNDS:-1} BUDGET=${BUDGET:-0}
   GPU_NAME="none (rehearsal on the CPU: cuda plans under --emulate-gpu)" DRIVER=- GPU_MIB=0 GPU_CAP="" CUDA_DRIVER=-
   DEVICE_KIND=cpu RUN_FLAGS=(--emulate-gpu --threads "$THREADS") TORCH_DEV=cpu
 else
-  BUILD=${BUILD:-$ROOT/build-gpu} ROUNDS=${ROUNDS:-2}
+  BUILD=${BUILD:-$ROOT/build-gpu} ROUNDS=${ROUNDS:-2} BUDGET=${BUDGET:-480}
   header "a. GPU present"
   gpu_detect || exit 2
   case $GPU_NAME in
@@ -94,6 +101,16 @@ DETAILS=$LOGS/details.md ROWS_TSV=$LOGS/rows.tsv DATA_DIR=$LOGS/data
 mkdir -p "$DATA_DIR"
 : >"$DETAILS"
 : >"$ROWS_TSV"
+[ -n "$OUT" ] || { if [ "$REHEARSE" = 1 ]; then OUT=$LOGS; else OUT=$ROOT/tools/bench/results; fi; }
+tag=gpu-check-quick; [ "$REHEARSE" = 1 ] && tag=gpu-check-quick-rehearsal
+RESULT=$OUT/$DATE-$tag-$HOST
+# write_results: the .md and .json as they stand (after every step: a lease that ends mid-run keeps them)
+write_results() {
+  WALL=$(( $(date +%s) - T_START ))
+  mkdir -p "$OUT"
+  quick_meta "$WALL" >"$LOGS/meta.json"
+  overall=$(python3 "$ROOT/tools/gpu/quick.py" report "$ROWS_TSV" "$DETAILS" "$LOGS/meta.json" "$DATA_DIR" "$RESULT.md" "$RESULT.json")
+}
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT-dirty"
 quick_shapes
@@ -123,22 +140,22 @@ DFG=$BUILD/dfg
 
 if [ "$BUILD_OK" = 1 ]; then
   quick_torch_env
-  for s in 1 2 3 4 5; do
+  write_results
+  for s in 1 2 3 5 4; do # 5 reads what 1 and 2 ran; 4 last: the dearest per second of what it shows
     wanted $s || continue
     header "$s. ${STEP_NAME[$s]} (estimate ${EST[$s]} s on a GPU)"
     STEP_T0=$(date +%s) STEP_EST=${EST[$s]}
-    "quick_step$s"
+    if [ "$BUDGET" -gt 0 ] && [ $((STEP_T0 - T_START + EST[$s])) -gt "$BUDGET" ]; then
+      verdict "${STEP_ROW[$s]}" SKIP "not run: $((STEP_T0 - T_START)) s gone and its estimate ${EST[$s]} s would pass --budget $BUDGET"
+    else
+      "quick_step$s"
+    fi
+    write_results
   done
 fi
 
 # ---------------------------------------------------------------- the results files
-WALL=$(( $(date +%s) - T_START ))
-[ -n "$OUT" ] || { if [ "$REHEARSE" = 1 ]; then OUT=$LOGS; else OUT=$ROOT/tools/bench/results; fi; }
-mkdir -p "$OUT"
-tag=gpu-check-quick; [ "$REHEARSE" = 1 ] && tag=gpu-check-quick-rehearsal
-RESULT=$OUT/$DATE-$tag-$HOST
-quick_meta "$WALL" >"$LOGS/meta.json"
-overall=$(python3 "$ROOT/tools/gpu/quick.py" report "$ROWS_TSV" "$DETAILS" "$LOGS/meta.json" "$DATA_DIR" "$RESULT.md" "$RESULT.json")
+write_results
 echo
 echo "gpu-check --quick: ${overall:-FAIL} ($n_fail failed, $n_skip skipped) in $WALL s; results in $RESULT.{md,json}; logs in $LOGS"
 [ "$n_fail" -eq 0 ] && [ "$overall" = PASS ]

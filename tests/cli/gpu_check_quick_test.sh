@@ -24,6 +24,7 @@ check "the rehearsal exits 0 (exit $rc)" '[ $rc -eq 0 ]'
 MD=$(ls "$WORK"/out/*-gpu-check-quick-rehearsal-test.md 2>/dev/null | head -1)
 JSON=${MD%.md}.json
 check "it writes the results' .md and .json" '[ -s "$MD" ] && [ -s "$JSON" ]'
+[ -s "$MD" ] && grep -E "^\| [ab1-5]\. " "$MD" | awk -F' \\| ' '{print "  " $1 " " $2 ": took " $(NF-1) " s"}'
 # row_re STEP VERDICTS REGEX: the row of STEP has one of VERDICTS (a|b) and its text matches REGEX
 row_re() { grep -E "^\| $1 \| \*\*($2)\*\* \| " "$MD" | grep -qE -- "$3"; }
 check "row a: SKIP (no GPU in a rehearsal)" 'row_re "a. GPU present" SKIP "rehearsal: no GPU"'

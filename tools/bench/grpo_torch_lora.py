@@ -144,10 +144,11 @@ def build_model(a, T):
               intermediate_size=a.intermediate_size, vocab_size=a.vocab_size,
               max_position_embeddings=a.max_position_embeddings or T, rope_theta=a.rope_theta,
               rms_norm_eps=a.rms_norm_eps, tie_word_embeddings=a.tie_word_embeddings == "true",
-              attention_dropout=0.0, use_cache=False, attn_implementation="sdpa" if sdpa else "eager")
+              attention_dropout=0.0, use_cache=False)
     if a.head_dim:
         kw["head_dim"] = a.head_dim  # transformers 4.40's Qwen2 derives it (hidden / heads) and ignores this
     cfg = Qwen2Config(**kw)
+    cfg._attn_implementation = "sdpa" if sdpa else "eager"  # a settable property in 4.40 and 5.x
     torch.manual_seed(a.seed)
     if a.device == "cuda" and not a.load_in_4bit:
         with torch.device("cuda"):  # initialised on the GPU: minutes faster at 1.5B than on the host

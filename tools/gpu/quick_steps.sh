@@ -5,7 +5,10 @@ QUICK=$ROOT/tools/gpu/quick.py
 declare -A EST STEP_NAME SHAPE_KV
 # Seconds each step is expected to take on an H200 (a guess before the first run there, from the
 # H100's 106 s build of everything with 16 cores; the results file puts the seconds taken beside it)
-EST=([a]=2 [b]=100 [1]=150 [2]=25 [3]=35 [4]=35 [5]=5)
+EST=([a]=2 [b]=100 [1]=170 [2]=25 [3]=35 [4]=60 [5]=5)
+# the rows' names (a step the budget leaves out gets its row too)
+declare -A STEP_ROW=([1]="1. LoRA/QLoRA vs peft" [2]="2. decode" [3]="3. batch_invariant" [4]="4. share_prompts"
+                     [5]="5. predicted vs measured")
 STEP_NAME=([1]="LoRA and QLoRA GRPO steps, dfg against transformers + peft"
            [2]="decode tokens/s against the bandwidth floor"
            [3]="batch_invariant: its cost and the sampling/training log-prob difference"
@@ -20,13 +23,15 @@ quick_shapes() {
     SHAPE_KV[tiny-0.5b-role]="hidden_size=64 num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 intermediate_size=128 vocab_size=512"
     SHAPE_KV[tiny-1.5b-role]="hidden_size=64 num_hidden_layers=3 num_attention_heads=4 num_key_value_heads=2 intermediate_size=96 vocab_size=512"
     V=512 P=1 G=4 LP=8 LC=8 DFG_STEPS=2 TORCH_WARMUP=1 TORCH_STEPS=1
-    DEC_DIMS="2 64 4 2 16 128 512 4 8" DEC_STEPS=2 BI_LC=6 SH_LP=48 SH_LC=4
+    DEC_DIMS="2 64 4 2 16 128 512 4 8" DEC_STEPS=2 BI_LC=8 SH_LP=48 SH_LC=4 SH_STEPS=2
   else
     SHAPES=(qwen2.5-0.5b qwen2.5-1.5b)
     SHAPE_KV[qwen2.5-0.5b]="hidden_size=896 num_hidden_layers=24 num_attention_heads=14 num_key_value_heads=2 intermediate_size=4864 vocab_size=151936"
     SHAPE_KV[qwen2.5-1.5b]="hidden_size=1536 num_hidden_layers=28 num_attention_heads=12 num_key_value_heads=2 intermediate_size=8960 vocab_size=151936"
     V=151936 P=8 G=8 LP=64 LC=256 DFG_STEPS=3 TORCH_WARMUP=1 TORCH_STEPS=2
-    DEC_DIMS="24 896 14 2 64 4864 151936 64 61" DEC_STEPS=3 BI_LC=64 SH_LP=2048 SH_LC=64
+    # step 4: 2 steps (the first captures the graphs): with share_prompts=0 the training pass over
+    # 64 rows of 2112 tokens alone is predicted at 9 s a step on an H200 (dfg inspect --device h200)
+    DEC_DIMS="24 896 14 2 64 4864 151936 64 61" DEC_STEPS=3 BI_LC=64 SH_LP=2048 SH_LC=64 SH_STEPS=2
   fi
 }
 # shape_set SHAPE: the dfg --set pairs of a shape (into the array SET)
@@ -42,7 +47,8 @@ quick_print_estimates() {
   for s in a b 1 2 3 4 5; do
     if [[ $s =~ [ab] ]] || wanted "$s"; then printf '  %s. %4s s\n' "$s" "${EST[$s]}"; total=$((total + EST[$s])); fi
   done
-  echo "  in all about $total s ($((total / 60)) min $((total % 60)) s) of the lease, plus the machine's start"
+  echo "  in all about $total s ($((total / 60)) min $((total % 60)) s) of the lease, plus the machine's start;" \
+       "$([ "$BUDGET" -gt 0 ] && echo "a step that would end past --budget $BUDGET s is not run" || echo "no --budget")"
 }
 
 # quick_torch_env: the Python of the PyTorch side (TORCH_PY, TORCH_SITES) or why there is none
@@ -112,7 +118,7 @@ q1_torch() {
 }
 
 quick_step1() {
-  local step="1. LoRA/QLoRA vs peft" shape variant r text qlora=(--set load_in_4bit=true --set bnb_4bit_use_double_quant=true)
+  local step=${STEP_ROW[1]} shape variant r text qlora=(--set load_in_4bit=true --set bnb_4bit_use_double_quant=true)
   Q1_FAILS=() Q1_PLAN="" Q1_JSONL=""
   : >"$LOGS/lora.manifest"
   if ! python3 "$ROOT/tests/cli/st_tool.py" rollouts "$LOGS/rollouts.st" $((P * G)) $((LP + LC)) "$V" 7 --group "$G" \
@@ -164,19 +170,19 @@ quick_step2() {
   if [ "$REHEARSE" = 1 ]; then
     bw=$(python3 "$QUICK" copy-bandwidth) what="rehearsal: the host's copy bandwidth, emulated decode"
   elif ! bw=$(gpu_copy_bandwidth); then
-    verdict "2. decode" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
+    verdict "${STEP_ROW[2]}" FAIL "the bandwidth probe did not build or run" "$LOGS/bw.log"; return
   else
     what="a cudaMemcpy of 1 GiB device to device"
   fi
   shape_set "${SHAPES[0]}"
   DEC_SET=("${SET[@]}" --set digits=$((${DEC_DIMS##* } - 1)) --set max_completion_length="$LC"
            --set prompts_per_step="$P" --set num_generations="$G")
-  decode_vs_floor "2. decode" "$bw" "$what"
+  decode_vs_floor "${STEP_ROW[2]}" "$bw" "$what"
 }
 
 # ---------------------------------------------------------------- 3. batch_invariant
 quick_step3() {
-  local step="3. batch_invariant" tgt=cuda flags=("${RUN_FLAGS[@]}") note="" p
+  local step=${STEP_ROW[3]} tgt=cuda flags=("${RUN_FLAGS[@]}") note="" p
   if ! "$DFG" info --settings 2>/dev/null | grep -qE '^  batch_invariant '; then
     verdict "$step" SKIP "this dfg has no setting batch_invariant (dfg info --settings)"; return
   fi
@@ -224,7 +230,7 @@ print("step %.1f ms against the default plan%s %.1f ms: x%.2f; max |sampling_log
 
 # ---------------------------------------------------------------- 4. share_prompts in decode
 quick_step4() {
-  local step="4. share_prompts" s kv0 kv1 skip="" ms0 ms1
+  local step=${STEP_ROW[4]} s kv0 kv1 skip="" ms0 ms1
   if ! "$DFG" info --settings 2>/dev/null | grep -qE '^  share_prompts '; then
     verdict "$step" SKIP "this dfg has no setting share_prompts (dfg info --settings)"; return
   fi
@@ -249,7 +255,7 @@ for _ in range(int(sys.argv[1])):
     [ "$REHEARSE" = 1 ] || { verdict "$step" SKIP "$skip"; return; }
   fi
   for s in 0 1; do
-    if ! "$DFG" run "$LOGS/share$s.dfg" "${RUN_FLAGS[@]}" --steps "$DEC_STEPS" --metrics "$LOGS/share$s.jsonl" \
+    if ! "$DFG" run "$LOGS/share$s.dfg" "${RUN_FLAGS[@]}" --steps "$SH_STEPS" --metrics "$LOGS/share$s.jsonl" \
          --reward-cmd "python3 $QUICK reward-server" >"$LOGS/share$s.log" 2>&1; then
       verdict "$step" FAIL "the share_prompts=$s run failed" "$LOGS/share$s.log"; return
     fi
@@ -265,7 +271,7 @@ print(json.dumps({"kv_cache_bytes_0": a[0], "kv_cache_bytes_1": a[1], "decode_ms
 
 # ---------------------------------------------------------------- 5. predicted against measured
 quick_step5() {
-  local step="5. predicted vs measured" pairs=() pr name plan jsonl out rc texts=()
+  local step=${STEP_ROW[5]} pairs=() pr name plan jsonl out rc texts=()
   [ -n "$DEVICE_KIND" ] || { verdict "$step" SKIP "dfg inspect --device has no name for '$GPU_NAME'"; return; }
   [ -n "${DEC_PLAN:-}" ] && pairs+=("decode:$DEC_PLAN:$DEC_JSONL")
   [ -n "${Q1_PLAN:-}" ] && pairs+=("lora-${SHAPES[0]}:$Q1_PLAN:$Q1_JSONL")
