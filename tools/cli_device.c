@@ -1,7 +1,6 @@
 /* cli_device.c - the devices dfg inspect --device and dfg fit predict a step on: peak FLOP/s and
  * memory bandwidth. The GPUs' figures are NVIDIA's datasheets'; the CPU's are measured on this
  * machine at first use and cached. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,16 +160,16 @@ static void cpu_model(char *buf, size_t len) {
     if (f) fclose(f);
 }
 
-/* $XDG_CACHE_HOME/dfg/cpu-roofline, else ~/.cache/dfg/cpu-roofline; the directory made. false: no home. */
+/* $XDG_CACHE_HOME/dfg/cpu-roofline, else ~/.cache/dfg/cpu-roofline, its directories made (a
+ * failure shows as a cache that is not written: measured again next time). false: no home. */
 static bool cache_path(char *buf, size_t len) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[4096];
-    if (xdg && xdg[0]) snprintf(dir, sizeof(dir), "%s/dfg", xdg);
-    else if (home && home[0]) snprintf(dir, sizeof(dir), "%s/.cache", home), mkdir(dir, 0755),
-        snprintf(dir, sizeof(dir), "%s/.cache/dfg", home);
+    char base[4096], dir[4200];
+    if (xdg && xdg[0]) snprintf(base, sizeof(base), "%s", xdg);
+    else if (home && home[0]) snprintf(base, sizeof(base), "%s/.cache", home);
     else return false;
-    if (xdg && xdg[0]) mkdir(xdg, 0755);
-    mkdir(dir, 0755);
+    snprintf(dir, sizeof(dir), "%s/dfg", base);
+    mkdir(base, 0755), mkdir(dir, 0755);
     return snprintf(buf, len, "%s/cpu-roofline", dir) < (int)len;
 }
 
