@@ -24,6 +24,7 @@ typedef struct {
      * after the tools stage wrote an answer, at it once extend has put the answer in the cache */
     dfg_tensor *answer_to;
     dfg_tensor *width;     /* () f32 the round's longest answer (0: none): which copy of extend runs */
+    dfg_tensor *extended;  /* () f32 1 once every answer is in the cache: the widest copy's passes end */
     dfg_tensor *tool_mask; /* (N, T) f32 1 on the policy's tokens, 0 on the tools' */
     dfg_tensor *over;      /* () f32 1 once every episode of the step is over: the loop's end */
     dfg_tensor *calls, *failures; /* () f32 the step's tool calls, and those that failed (the host adds) */
@@ -48,15 +49,18 @@ typedef struct {
     dfg_tensor *tokens, *token, *done;
 } dfg_grpo_extend_io;
 /* The extend stage, added before decode (the loop's first stage): one copy a width of
- * dfg_grpo_tools_extend_width, the narrowest that holds the round's longest answer running
- * (none before the first round). Every answered row's cache gets the keys and values of its
+ * dfg_grpo_tools_extend_widths, the narrowest that holds the round's longest answer running
+ * (none before the first round); the widest runs again until every answer is in (a longer
+ * answer takes a pass a width). Every answered row's cache gets the keys and values of its
  * columns pos .. answer_to-1 (its last token before the answer, then the answer but its last
  * token), and the row stands at answer_to with the answer's last token as its next input (an
  * answer that ends in the last column ends the episode: nothing is left to sample). */
 dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
                                  const dfg_grpo_extend_io *io);
 /* The widths of extend's copies, narrowest first (at most DFG_GRPO_MAX_EXTEND): doubling from 4 up
- * to the longest answer a row can take (max_completion_length - 1: a turn has one token at least). */
+ * to half of max_completion_length, so that a pass of every row never needs more memory than a
+ * forward of half the rollout (with a budget under 8, one copy of max_completion_length - 1: the
+ * longest answer a row can take, a turn having one token at least). */
 #define DFG_GRPO_MAX_EXTEND 24
 int dfg_grpo_tools_extend_widths(const dfg_grpo_config *c, int64_t *widths);
 /* Adds the tools stage and the loop: extend .. decode .. tools until every episode is over (at

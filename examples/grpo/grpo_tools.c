@@ -18,6 +18,7 @@ dfg_status dfg_grpo_tools_state(dfg_program *p, const dfg_grpo_config *c, dfg_gr
     t->waiting = rollout_state(p, "tools.waiting", DFG_F32, DFG_SHAPE(c->N));
     t->answer_to = rollout_state(p, "tools.answer_to", DFG_F32, DFG_SHAPE(c->N));
     t->width = dfg_state(p, "tools.width", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    t->extended = dfg_state(p, "tools.extended", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     t->tool_mask = rollout_state(p, "tool_mask", DFG_F32, DFG_SHAPE(c->N, c->T));
     t->over = dfg_state(p, "tools.over", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
     t->calls = dfg_state(p, "tools.calls", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
@@ -84,10 +85,9 @@ dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg
 }
 
 int dfg_grpo_tools_extend_widths(const dfg_grpo_config *c, int64_t *widths) {
-    int64_t most = c->max_new > 1 ? c->max_new - 1 : 1;
     int n = 0;
-    for (int64_t w = 4; w < most && n < DFG_GRPO_MAX_EXTEND - 1; w *= 2) widths[n++] = w;
-    widths[n++] = most;
+    for (int64_t w = 4; 2 * w <= c->max_new && n < DFG_GRPO_MAX_EXTEND; w *= 2) widths[n++] = w;
+    if (!n) widths[n++] = c->max_new > 1 ? c->max_new - 1 : 1; /* a short budget: one copy holds any answer */
     return n;
 }
 
@@ -97,15 +97,17 @@ static void extend_stage(char *buf, size_t len, int64_t w, bool widest) {
     else snprintf(buf, len, "extend[%lld]", (long long)w);
 }
 
-/* The copy of width E. Why the rows without an answer this round are left as they were: the
- * window starts at or before the row's column pos (col = min(pos, T - E)), and dfg_model_extend
- * writes only its columns from pos on. The cache's columns before pos, the row's context, keep
- * their keys and values exactly; column pos and after are columns decode has not read yet this
- * turn: it writes a column's keys and values before it attends to it, moving one column a run
- * (and a later extend writes them again from its row's column), so nothing reads what this pass
- * left there. An answered row's columns pos .. answer_to-1 are its context from now on: its last
- * token before the answer (decode's next input until now) and the answer but its last token,
- * which becomes the next input, so decode samples at its next run. */
+/* One pass of the copy of width E. Why the rows without an answer this round are left as they
+ * were: the window starts at or before the row's column pos (col = min(pos, T - E)), and
+ * dfg_model_extend writes only its columns from pos on. The cache's columns before pos, the row's
+ * context, keep their keys and values exactly; column pos and after are columns decode has not
+ * read yet this turn: it writes a column's keys and values before it attends to it, moving one
+ * column a run (and a later extend writes them again from its row's column), so nothing reads
+ * what this pass left there. An answered row's columns pos .. answer_to-1 are its context from
+ * now on: its last token before the answer (decode's next input until now) and the answer but its
+ * last token, which becomes the next input, so decode samples at its next run. A pass takes the
+ * columns its window holds and leaves the row at the first one past them (its answer's last
+ * column once it holds the rest): an answer longer than the widest copy takes several passes. */
 static dfg_status build_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
                                const dfg_grpo_extend_io *io, int64_t E, bool widest) {
     char name[32];
@@ -125,16 +127,22 @@ static dfg_status build_extend(dfg_program *p, const dfg_grpo_config *c, const d
     dfg_tensor *window = dfg_slice_at(g, io->tokens, 1, col, E); /* (N, E) */
     dfg_tensor *tok = dfg_where(g, known, window, dfg_fill(g, DFG_I32, DFG_SCALAR, (float)c->pad_id));
     dfg_model_extend(g, io->policy, io->kv, tok, col, t->pos);
-    /* an answered row stands at its answer's last column, that token its next input */
-    dfg_tensor *to = dfg_cast(g, last, DFG_I32);
-    dfg_tensor *answered = dfg_reshape(g, dfg_clamp(g, dfg_sub(g, t->answer_to, pos), 0.0f, 1.0f), DFG_SHAPE(N, 1));
-    dfg_assign(g, io->token, dfg_where(g, answered, dfg_slice_at(g, io->tokens, 1, to, 1), io->token));
+    /* the row moves to its answer's end, or to the first column past the window: max(pos, min(answer_to, col + E)) */
+    dfg_tensor *to_f = dfg_maximum(g, pos, dfg_minimum(g, t->answer_to, dfg_add_scalar(g, col_f, (float)E)));
+    dfg_tensor *to = dfg_cast(g, to_f, DFG_I32);
+    dfg_tensor *moved = dfg_clamp(g, dfg_sub(g, to_f, pos), 0.0f, 1.0f); /* (N) */
+    dfg_assign(g, io->token, dfg_where(g, dfg_reshape(g, moved, DFG_SHAPE(N, 1)), dfg_slice_at(g, io->tokens, 1, to, 1), io->token));
     dfg_assign(g, t->pos, to);
     /* an answer that fills the row's last column leaves nothing to sample: the row is done
      * (truncated), as decode makes a row that writes its last column without ending its turn */
-    dfg_tensor *full = dfg_mul(g, dfg_reshape(g, answered, DFG_SHAPE(N)), dfg_equal(g, last, scalar_f32(g, (float)(c->T - 1))));
+    dfg_tensor *full = dfg_mul(g, moved, dfg_equal(g, to_f, scalar_f32(g, (float)(c->T - 1))));
     dfg_assign(g, io->done, dfg_maximum(g, io->done, full));
-    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
+    /* every answer in the cache: the widest copy's passes end (the sum of N ones or zeros, exact) */
+    dfg_tensor *left = dfg_sum(g, dfg_clamp(g, dfg_sub(g, t->answer_to, to_f), 0.0f, 1.0f), 0);
+    dfg_assign(g, t->extended, dfg_equal(g, left, scalar_f32(g, 0.0f)));
+    int64_t passes = widest ? (c->max_new - 1 + E - 1) / E : 1; /* the longest answer: max_new - 1 */
+    dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)(passes > 1 ? passes : 1));
+    return st || passes <= 1 ? st : dfg_stage_until(p, name, t->extended);
 }
 
 dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_tools *t,
@@ -144,10 +152,13 @@ dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const
     dfg_status st = DFG_OK;
     for (int i = 0; i < n && !st; i++) {
         char name[32];
-        extend_stage(name, sizeof(name), w[i], i == n - 1);
-        st = build_extend(p, c, t, io, w[i], i == n - 1);
-        /* the narrowest copy that holds the round's longest answer; none while width is 0 */
-        if (!st) st = dfg_stage_when(p, name, t->width, i == 0 ? 0.0 : (double)w[i - 1], (double)w[i]);
+        bool widest = i == n - 1;
+        extend_stage(name, sizeof(name), w[i], widest);
+        st = build_extend(p, c, t, io, w[i], widest);
+        /* the narrowest copy that holds the round's longest answer, the widest for any longer
+         * one; none while width is 0 */
+        double lo = i == 0 ? 0.0 : (double)w[i - 1], hi = widest ? (double)c->max_new : (double)w[i];
+        if (!st) st = dfg_stage_when(p, name, t->width, lo, hi);
     }
     return st;
 }
