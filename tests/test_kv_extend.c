@@ -191,11 +191,31 @@ static void check_out_of_range(void) {
     dfg_program_free(p);
 }
 
+/* The caches that hold each group's prompt once are refused when the graph is built, one line. */
+static void check_shared_refused(void) {
+    dfg_program *p;
+    dfg_model *m = NULL;
+    dfg_model_kv shared;
+    dfg_test_model_program("kv_extend_shared", dfg_test_model_config(DFG_ARCH_GPT2, 9, 12), 4, 8, &p, &m, &shared);
+    dfg_model_kv_cache_shared(p, "shared.", m, 4, 2, 3, 5, &shared);
+    dfg_tensor *w = dfg_state(p, "window", DFG_I32, DFG_SHAPE(4, 2), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_tensor *col = dfg_state(p, "col", DFG_I32, DFG_SHAPE(4), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_graph *g = dfg_graph_new(p, "extend");
+    dfg_model_extend(g, m, &shared, w, col, col);
+    const char *err = dfg_program_error(p);
+    printf("a shared-prompt cache: %s\n", err ? err : "(accepted)");
+    CHECK(dfg_program_status(p) && err && strstr(err, "dfg_model_kv_cache_shared") && !strchr(err, '\n'),
+          "extend over a shared-prompt cache was not refused in one line");
+    free(m);
+    dfg_program_free(p);
+}
+
 int main(void) {
     dfg_test_init("test_kv_extend");
     for (int a = 0; a < DFG_ARCH_COUNT; a++)
         for (int k = 0; k < 4; k++)
             for (int rep = 0; rep < 2; rep++) check_extend((dfg_arch)a, k & 1, k & 2);
     check_out_of_range();
+    check_shared_refused();
     return dfg_test_finish();
 }

@@ -41,8 +41,14 @@ static dfg_tensor *extend_attention(dfg_graph *g, dfg_tensor *x, dfg_tensor *pos
     return dfg_nn_attention_out(g, y, blk);
 }
 
-static bool extend_args_ok(dfg_graph *g, dfg_tensor *tokens, dfg_tensor *col, dfg_tensor *from) {
+static bool extend_args_ok(dfg_graph *g, const dfg_model_kv *kv, dfg_tensor *tokens, dfg_tensor *col, dfg_tensor *from) {
     if (dfg_graph_status(g)) return true; /* an earlier error: the graph's poison carries it */
+    if (kv->k_prompt[0]) { /* its columns before Tp are the group's, stored once: not a row's to write */
+        dfg_program_fail(dfg_graph_program(g), DFG_ERR_ARG,
+                         "dfg_model_extend: the caches hold each group's prompt once (dfg_model_kv_cache_shared); "
+                         "extend writes the copied form (dfg_model_kv_cache) only");
+        return false;
+    }
     dfg_shape ts = dfg_tensor_shape(tokens);
     int64_t N = ts.rank == 2 ? ts.d[0] : -1;
     bool rows_ok = ts.rank == 2 && dfg_tensor_dtype(tokens) == DFG_I32;
@@ -62,7 +68,7 @@ static bool extend_args_ok(dfg_graph *g, dfg_tensor *tokens, dfg_tensor *col, df
 
 dfg_tensor *dfg_model_extend(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens,
                              dfg_tensor *col, dfg_tensor *from) {
-    if (!extend_args_ok(g, tokens, col, from)) return NULL;
+    if (!extend_args_ok(g, kv, tokens, col, from)) return NULL;
     dfg_shape ts = dfg_tensor_shape(tokens);
     int64_t N = ts.d[0], E = ts.d[1];
     /* the window's columns (N, E) in f32 (columns < 2^24): col[b] + i */
