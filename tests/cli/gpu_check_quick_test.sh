@@ -50,8 +50,8 @@ printf 'device memory: 2147483648 bytes allocated (2.00 GiB) = ...\n' >d.log
 printf '{"step":1,"ms":999,"stage_ms":{"decode":99,"train.0":99},"stage_runs":{}}\n{"step":2,"ms":100,"stage_ms":{"decode":15,"train.0":200},"stage_runs":{}}\n{"step":3,"ms":120,"stage_ms":{"decode":15,"train.0":200},"stage_runs":{}}\n' >d.jsonl
 printf '{"step": 2, "ms": 200}\n{"summary": true, "median_ms": 220.0, "max_memory_allocated": 4294967296, "device_used_bytes": 5368709120}\n' >t.out
 printf '{"skip": "no bitsandbytes here"}\n' >tq.out
-printf 'm dfg lora d.log d.jsonl\nm torch lora t.out\nm dfg qlora d.log d.jsonl\nm torch qlora tq.out\n' >man
-out=$(python3 "$QUICK" lora man lora.json)
+printf 'm dfg lora d.log d.jsonl\nm torch lora t.out\nm dfg qlora d.log d.jsonl\nm torch qlora tq.out\n' >runs.manifest
+out=$(python3 "$QUICK" lora runs.manifest lora.json)
 check "lora: dfg's median of steps 2.. (110 ms), torch/dfg x2.00, memory 0.50" \
   'grep -F "| m | lora | 110.0 (110.0) | 220.0 (220.0) | x2.00 | 2.00 GiB | 4.00 GiB (5.00 GiB) | 0.50 |" <<<"$out" >/dev/null'
 check "lora: a torch SKIP names its reason" 'grep -F "SKIP: no bitsandbytes here" <<<"$out" >/dev/null'

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tools/gpu/common.sh - what tools/gpu-check.sh and tools/gpu-check-quick.sh share (sourced, bash):
 # the verdict lines, finding the GPU (step a), the build (step b) and the copy-bandwidth probe.
 # The caller sets ROOT, BUILD, REUSE, LOGS (a directory) and DETAILS (a file) before using them;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tools/gpu/decode.sh - decode tokens/s against the bandwidth floor (gpu-check step h, quick step 2;
 # sourced after common.sh). The GRPO plan of DEC_SET (--set pairs: the shape, rows and lengths) is
 # compiled for cuda and run DEC_STEPS steps with RUN_FLAGS (empty on a GPU; --emulate-gpu in a

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tools/gpu/quick_steps.sh - steps 1-5 of tools/gpu-check-quick.sh (sourced after common.sh and
 # decode.sh; that script's header says what each measures). Each step records one verdict; a feature
 # dfg does not have yet (a setting, an inspect flag) is a SKIP that names what is missing.
