@@ -20,6 +20,10 @@ typedef struct {
     dfg_model *policy, *ref;
     dfg_model_kv kv;
     dfg_tensor *tokens, *mask, *rewards, *advantages, *active; /* the rollout */
+    /* (N, T) what the loss, KL, entropy and token counts read: TRL's loss_mask = completion_mask *
+     * tool_mask with tools (its own tensor, so completion_mask stays the episode's: a dump of it
+     * replays with the same truncation), else completion_mask itself */
+    dfg_tensor *loss_mask;
     dfg_tensor *start;        /* (N) i32 each row's first prompt column (a dataset's left-padded prompts); else NULL */
     dfg_tensor *reward_values; /* (N, F) each row's value per reward function, NaN for None (external rewards) */
     dfg_tensor *truncated_prompts;

@@ -105,18 +105,19 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
      * completion_mask * tool_mask: the loss, KL, entropy and token counts leave the tools' out */
     dfg_tensor *gen_len = c->tools ? dfg_sum(g, dfg_slice(g, dfg_mul(g, s->mask, s->tools.tool_mask), 1, c->Lp, c->max_new), 1)
                                    : len; /* (N) */
-    if (c->tools) dfg_assign(g, s->mask, dfg_mul(g, s->mask, s->tools.tool_mask));
+    if (c->tools) dfg_assign(g, s->loss_mask, dfg_mul(g, s->mask, s->tools.tool_mask));
     dfg_tensor *generated = dfg_sum(g, gen_len, 0);
     dfg_tensor *active = generated;
     if (c->mask_truncated) { /* TRL's mask_truncated_completions: such a row leaves the loss */
         dfg_tensor *keep = dfg_reshape(g, dfg_affine(g, truncated, -1.0f, 1.0f), DFG_SHAPE(c->N, 1));
         dfg_assign(g, s->mask, dfg_mul(g, s->mask, keep));
+        if (c->tools) dfg_assign(g, s->loss_mask, dfg_mul(g, s->loss_mask, keep));
         active = dfg_sum(g, dfg_mul(g, gen_len, dfg_reshape(g, keep, DFG_SHAPE(c->N))), 0);
     }
     /* batch_invariant: the sampler's log-probs are the policy's before this step's update, bit
      * for bit, laid out as the old stage writes them (0 where the mask is); the old stage runs
      * instead only on a rollout that was not sampled here (--rollouts) */
-    if (c->invariant && s->old_logp) dfg_assign(g, s->old_logp, dfg_mul(g, s->sampling_logp, s->mask));
+    if (c->invariant && s->old_logp) dfg_assign(g, s->old_logp, dfg_mul(g, s->sampling_logp, s->loss_mask));
     /* dapo and cispo divide by the whole batch's active tokens; each rank's loss is its share of
      * the mean the gradient all-reduce takes, so it divides by their mean over the ranks */
     dfg_assign(g, s->active, c->W > 1 ? dfg_allreduce(g, active, DFG_COLL_MEAN, c->W) : active);
@@ -213,7 +214,7 @@ static dfg_status build_logp_stage(dfg_program *p, const grpo_config *c, grpo_st
     int64_t W = c->widths[b];
     dfg_grpo_bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
-    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, micro, 0), *mask = pass_rows(g, c, s, s->mask, micro, W);
+    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, micro, 0), *mask = pass_rows(g, c, s, s->loss_mask, micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, micro, 0) : NULL;
     pass_write(g, c, s, dst, padded(g, c, completion_logp(g, c, m, tok, start, pb, W, NULL), mask), micro);
     if (micro) dfg_assign(g, micro, dfg_add_scalar(g, micro, 1.0f));
@@ -229,7 +230,7 @@ static dfg_status build_train(dfg_program *p, const grpo_config *c, grpo_state *
     snprintf(base, sizeof(base), "train.%d", k);
     dfg_grpo_bucket_stage(name, sizeof(name), base, c, pb, b);
     dfg_graph *g = dfg_graph_new(p, name);
-    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, s->micro, 0), *mask = pass_rows(g, c, s, s->mask, s->micro, W);
+    dfg_tensor *tok = pass_rows(g, c, s, s->tokens, s->micro, 0), *mask = pass_rows(g, c, s, s->loss_mask, s->micro, W);
     dfg_tensor *start = s->start ? pass_rows(g, c, s, s->start, s->micro, 0) : NULL; /* (n) */
     dfg_tensor *entropy = NULL;                                                   /* (n, W) */
     dfg_tensor *logp = completion_logp(g, c, s->policy, tok, start, pb, W, &entropy); /* (n, W) */

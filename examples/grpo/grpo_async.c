@@ -58,6 +58,7 @@ dfg_status dfg_grpo_async_state(dfg_program *p, const dfg_grpo_config *c, const 
     };
     *train = *s;
     train->tokens = a->tokens, train->mask = a->mask, train->start = a->start, train->rewards = a->rewards;
+    if (s->loss_mask == s->mask) train->loss_mask = a->mask; /* no tools: the loss reads completion_mask */
     train->reward_values = a->reward_values, train->sampling_logp = a->sampling_logp;
     train->truncated_prompts = a->truncated_prompts;
     train->old_logp = a->sampling_logp; /* 0 past each row's end: the loss masks those columns */

@@ -56,6 +56,7 @@ dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grp
     if (st) return st;
     s->tokens = state(p, "tokens", DFG_I32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
     s->mask = state(p, "completion_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_ROLLOUT);
+    s->loss_mask = c->tools ? state(p, "loss_mask", DFG_F32, DFG_SHAPE(N, T), DFG_ROLE_NONE) : s->mask;
     s->rewards = state(p, "rewards", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->advantages = state(p, "advantages", DFG_F32, DFG_SHAPE(N), DFG_ROLE_ROLLOUT);
     s->active = state(p, "active_tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_ROLLOUT);

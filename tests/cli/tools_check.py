@@ -8,16 +8,17 @@
       a call '@a*b$' followed by exactly '=' + str(a*b) + '=' ('==' when an operand has more than
       9 digits: the tool's failure), tool_mask 0 exactly there and 1 everywhere else;
       sampling_logps 0 on the tool's tokens and off the completion, < 0 on the policy's;
-      completion_mask (the loss mask) 0 on the tool's tokens; every turn ends at its first EOS;
+      completion_mask (TRL's) 1 on the tool's tokens too (the loss mask, completion_mask *
+      tool_mask, is 0 there); every turn ends at its first EOS;
       a final turn that is a call was not answered only because its answer did not fit or ROUNDS
       calls were made. The metrics of the dumped step (the last line of METRICS) agree with the
       counts: tools/call_frequency, tools/failure_frequency and the completions/ lengths (policy
       tokens only). Prints the counts; exit 1 on the first row that breaks a rule.
   tools_check.py rollout DUMP OUT as-dumped|trl|ones|none
       a --rollouts file of DUMP's episodes: its tokens, rewards, sampling_logps, completion_mask
-      and tool_mask as they are (as-dumped: completion_mask is the loss mask, 0 on the tool's
-      tokens); or with TRL's completion_mask (1 on every column of the episode, the tool's
-      tokens too) and the dump's tool_mask (trl), tool_mask all 1 (ones), or no tool_mask (none)
+      and tool_mask as they are (as-dumped: completion_mask is TRL's, 1 on the tool's tokens
+      too); or that completion_mask made again from the episode's columns with the dump's
+      tool_mask (trl), tool_mask all 1 (ones), or no tool_mask (none)
   tools_check.py scalar DUMP NAME
       the dumped scalar NAME (loss, grad_norm), to 9 significant digits
   tools_check.py first-turns A B LP
@@ -86,8 +87,8 @@ def episode(r, row, lp, rounds):
 
     need(all(x in (0.0, 1.0) for x in cm + tm), "masks hold values other than 0 and 1")
     need(all(cm[c] == 0 and tm[c] == 1 and sl[c] == 0 for c in range(lp)), "the prompt columns are not prompt")
-    need(all(cm[c] * (1 - tm[c]) == 0 for c in range(T)), "the loss mask is 1 on a tool token")
-    full = [cm[c] == 1 or tm[c] == 0 for c in range(T)]
+    need(all(cm[c] == 1 for c in range(T) if tm[c] == 0), "completion_mask is 0 on a tool token (TRL's covers them)")
+    full = [cm[c] == 1 for c in range(T)]
     end = lp
     while end < T and full[end]:
         end += 1
@@ -130,7 +131,7 @@ def episode(r, row, lp, rounds):
             calls, failures = calls + 1, failures + failed
         elif call is not None:
             left += 1
-    policy_tokens = int(sum(cm[lp:end]))
+    policy_tokens = int(sum(cm[c] * tm[c] for c in range(lp, end)))  # the loss mask's
     need(policy_tokens == sum(1 for c in range(lp, end) if tm[c] == 1), "the loss mask misses policy tokens")
     return calls, failures, left, policy_tokens, end == T and tok[T - 1] != EOS
 
@@ -183,7 +184,7 @@ def rollout(dump, out, mode):
     d = load(dump)
     n, T = len(d["tokens"]), len(d["tokens"][0])
     outp = {k: tensors[k] for k in ("tokens", "completion_mask", "rewards", "sampling_logps", "tool_mask")}
-    if mode != "as-dumped":  # TRL's completion_mask: 1 on the tool's tokens too
+    if mode != "as-dumped":  # TRL's completion_mask made again: 1 on every column of the episode
         full = [1.0 if (cm == 1 or tm == 0) else 0.0
                 for a, b in zip(d["completion_mask"], d["tool_mask"]) for cm, tm in zip(a, b)]
         outp["completion_mask"] = ("F32", (n, T), struct.pack("<%df" % (n * T), *full))

@@ -118,6 +118,14 @@ keys = [k for k in a if k.startswith('completions/')] + ['reward', 'reward_std',
 bad = ['%s %r, replayed %r' % (k, a[k], b.get(k)) for k in keys if b.get(k) != a[k]]
 print('; '.join(bad) or '%d metrics equal (clipped_ratio %g)' % (len(keys), a['completions/clipped_ratio']))
 sys.exit(len(bad) > 0)" m.jsonl r_trl.safetensors.jsonl
+check "... and so does the dump as it is (its completion_mask is TRL's, not the loss mask)" \
+  python3 -c "
+import json, sys
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:])
+keys = [k for k in a if k.startswith('completions/')] + ['reward', 'loss', 'grad_norm']
+bad = ['%s %r, replayed %r' % (k, a[k], b.get(k)) for k in keys if b.get(k) != a[k]]
+print('; '.join(bad) or '%d metrics equal' % len(keys))
+sys.exit(len(bad) > 0)" m.jsonl r_as-dumped.safetensors.jsonl
 replay r_ones.safetensors "the rollout with tool_mask all 1"
 loss_ones=$loss gn_ones=$gn
 check "tool_mask's zeros change the training" \
