@@ -24,9 +24,9 @@ typedef struct {
 
 /* The device called `name` ("h100", "h200", "a100", "l40s", "cpu"); false with one line on stderr
  * naming the devices when there is none. `cpu` is measured at first use (a short sgemm through
- * OpenBLAS and a memory copy, on OpenBLAS's threads), cached in $XDG_CACHE_HOME/dfg (or
- * ~/.cache/dfg) per CPU model and thread count, with dfg's own time per kernel run (a chain of
- * tiny ops run by the runtime); DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives
+ * OpenBLAS, a memory copy and dfg's own time a kernel run on a chain of tiny ops, on OpenBLAS's
+ * threads) and cached in $XDG_CACHE_HOME/dfg (or ~/.cache/dfg), one entry: another CPU model or
+ * thread count measures again. DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives
  * fixed figures instead (no measurement, no cache). */
 bool cli_device_named(const char *cmd, const char *name, cli_device *out);
 /* The device a plan of `target` is predicted on when none is named: cuda h100, cpu cpu. */
