@@ -21,6 +21,10 @@ static const char *runs_note(const cli_step_time *t, const char *metrics) {
 void cli_print_prediction(const dfg_program *p, const cli_device *d, const cli_step_time *t, const char *metrics) {
     printf("device        %s: %s: %.4g TFLOP/s bf16 GEMMs, %.4g TFLOP/s f32, %.4g GB/s, %.3g us a kernel run\n", d->name,
            d->label, d->bf16_flops * 1e-12, d->f32_flops * 1e-12, d->bandwidth * 1e-9, d->kernel_s * 1e6);
+    dfg_target plan = dfg_program_report(p)->target;
+    if (plan != d->target) /* the plan's kernels, dtypes and fusions are its target's, not the device's */
+        printf("              a %s plan predicted on a %s device: compile with --target %s for the plan that device runs\n",
+               dfg_target_name(plan), dfg_target_name(d->target), dfg_target_name(d->target));
     printf("predicted     %-3s %-16s %7s %11s %11s %-8s %11s %11s %11s %8s\n", "#", "name", "runs", "ms a run", "ms a step",
            "bound", "roofline ms", "compute ms", "memory ms", "kernels");
     for (int s = 0; s < p->n_stages; s++) {
