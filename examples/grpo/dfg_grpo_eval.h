@@ -36,11 +36,27 @@ dfg_status dfg_grpo_eval_data(dfg_host_ctx *ctx, dfg_grpo_config *c);
  * frac_reward_zero_std: 1 when that batch std is 0 (<= 1e-8, torch.isclose), else 0. */
 dfg_tensor *dfg_grpo_normalize_then_sum(dfg_graph *g, dfg_tensor *values, const float *weights, int64_t G,
                                         dfg_tensor **zero_std);
+/* TRL's sum_then_normalize over rewards (M), the weighted nansums, where some rows may be
+ * unscorable (every function gave None; scorable (M) 0 there): each group's nanmean and nanstd (and
+ * with scale batch the batch's) over its scorable rows, the advantage (r - mean) / (std + 1e-4), 0
+ * on an unscorable row (TRL sets its reward NaN, leaves it out of the baseline and zeroes its
+ * advantage). Where every row is scorable the floats are dfg_grpo_advantages' bit for bit: the
+ * counts enter only as factors that are then exactly 1. *zero_std, () f32, frac_reward_zero_std:
+ * the share of rows whose std (the group's, or the batch's with scale batch) is 0 over at least
+ * two scorable values (all of them equal; TRL's torch.isclose(std, 0), whose NaN std is not). */
+dfg_tensor *dfg_grpo_sum_then_normalize(dfg_graph *g, dfg_tensor *rewards, dfg_tensor *scorable, int64_t G,
+                                        dfg_grpo_scale scale, dfg_tensor **zero_std);
+/* (M) 1 where some function gave the row a value (values (M, F), NaN for None) */
+dfg_tensor *dfg_grpo_scorable(dfg_graph *g, dfg_tensor *values);
 /* The advantages of rewards (M), the weighted sums, or with normalize_then_sum of values (M, F)
  * (NULL: a built-in reward, its one function the rewards): multi_objective_aggregation's. *zero_std:
- * normalize_then_sum's frac_reward_zero_std, NULL with sum_then_normalize (dfg_grpo_frac_zero_std's). */
+ * the step's frac_reward_zero_std where values are given, else NULL (dfg_grpo_frac_zero_std's). */
 dfg_tensor *dfg_grpo_aggregate(dfg_graph *g, const dfg_grpo_config *c, dfg_tensor *rewards, dfg_tensor *values,
                                dfg_tensor **zero_std);
+/* TRL's reward and reward_std metrics: the mean and Bessel-corrected std of rewards (M) over the
+ * scorable rows (NULL: every row), as TRL's nanmean and nanstd over the rewards with NaN on the
+ * unscorable ones; the same floats as over every row where all are scorable. */
+void dfg_grpo_reward_metrics(dfg_graph *g, dfg_tensor *rewards, dfg_tensor *scorable);
 
 #ifdef __cplusplus
 }

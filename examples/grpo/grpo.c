@@ -121,11 +121,7 @@ static dfg_status build_advantages(dfg_program *p, const grpo_config *c, grpo_st
     /* dapo and cispo divide by the whole batch's active tokens; each rank's loss is its share of
      * the mean the gradient all-reduce takes, so it divides by their mean over the ranks */
     dfg_assign(g, s->active, c->W > 1 ? dfg_allreduce(g, active, DFG_COLL_MEAN, c->W) : active);
-    dfg_tensor *r = dfg_reshape(g, rewards, DFG_SHAPE(1, -1));
-    dfg_tensor *dev = dfg_sub(g, r, dfg_mean(g, r, 1));
-    dfg_metric(g, "reward", dfg_mean(g, rewards, 0));
-    dfg_metric(g, "reward_std", dfg_sqrt(g, dfg_scale(g, dfg_sum(g, dfg_reshape(g, dfg_mul(g, dev, dev), DFG_SHAPE(-1)), 0),
-                                                  1.0f / (float)(c->W * c->N - 1))));
+    dfg_grpo_reward_metrics(g, rewards, values ? dfg_grpo_scorable(g, values) : NULL); /* over the scorable rows */ /* over the scorable rows */
     if (s->reward_values) /* TRL's rewards/<name>/mean and /std, over the whole batch */
         dfg_grpo_function_metrics(g, dfg_grpo_world_rows(g, s->reward_values, c->W), c->n_funcs, c->funcs);
     dfg_metric(g, "frac_reward_zero_std", zero_std ? zero_std : dfg_grpo_frac_zero_std(g, rewards, c->G));

@@ -2,20 +2,18 @@
 """Golden test: GRPO's advantages from several reward functions against TRL's formulas, in float64.
 
 For each configuration (multi_objective_aggregation sum_then_normalize with scale_rewards group,
-batch and none; normalize_then_sum, whose completions of 5 tokens get no value from any function:
-TRL's unscorable rows) this script compiles examples/grpo/grpo.c on a reverse-task dataset with two
+batch and none, and normalize_then_sum, at max_completion_length 5, where a completion of 5 tokens
+gets no value from any function: TRL's unscorable rows; and sum_then_normalize at 4, where every row
+has one) this script compiles examples/grpo/grpo.c on a reverse-task dataset with two
 reward functions weighted 0.7 and -0.4 (tests/cli/eval_reward.py: "digits", None at 5 tokens, and
 "short", None past 3), trains two steps with that reward program (dfg run --reward-cmd --dump), and
 recomputes the last step's advantages from the dumped reward_values with TRL's code
 (GRPOTrainer._generate_and_score_completions: nansum of the weighted values, nanmean and nanstd per
 group or over the batch, + 1e-4, unscorable rows NaN then 0) written out below in float64:
-max|dfg - TRL| <= 1e-4 (times max(1, |TRL|)); also frac_reward_zero_std for normalize_then_sum
-(TRL's is_std_zero over the batch's std). A step with no unscorable row under normalize_then_sum
-would not exercise it: the test says so and fails.
-
-dfg differs from TRL on purpose in one place, not compared here: with sum_then_normalize a row no
-function scored counts as reward 0 in its group (TRL leaves it out); sum_then_normalize's runs use
-max_completion_length 4, where every row has a value.
+max|dfg - TRL| <= 1e-4 (times max(1, |TRL|)); also the logged frac_reward_zero_std (TRL's
+is_std_zero: the group's std, or the batch's with scale batch or normalize_then_sum), reward and
+reward_std (nanmean and nanstd of the weighted sums over the scorable rows). A configuration at 5
+tokens whose step has no unscorable row would not exercise them: the test says so and fails.
 Exit codes: 0 all agree, 1 a mismatch or an error, 77 numpy not importable (ctest: skipped)."""
 import argparse
 import json
@@ -38,9 +36,10 @@ import st_tool  # noqa: E402
 
 WEIGHTS = [0.7, -0.4]
 CONFIGS = [
-    dict(name="sum_group", agg="sum_then_normalize", scale="group", max_new=4),
-    dict(name="sum_batch", agg="sum_then_normalize", scale="batch", max_new=4),
-    dict(name="sum_none", agg="sum_then_normalize", scale="none", max_new=4),
+    dict(name="sum_group", agg="sum_then_normalize", scale="group", max_new=5),
+    dict(name="sum_batch", agg="sum_then_normalize", scale="batch", max_new=5),
+    dict(name="sum_none", agg="sum_then_normalize", scale="none", max_new=5),
+    dict(name="sum_group_scorable", agg="sum_then_normalize", scale="group", max_new=4),
     dict(name="normalize_then_sum", agg="normalize_then_sum", scale="group", max_new=5),
 ]
 
@@ -85,7 +84,9 @@ def trl_advantages(values, G, agg, scale):
         std = np.broadcast_to(nanstd(rewards), rewards.shape)
         adv = (rewards - nanmean(rewards)) / (std + 1e-4)
     zero = np.isclose(std, 0.0, rtol=1e-5, atol=1e-8)
-    return np.nan_to_num(adv, nan=0.0), zero, unscorable
+    raw = np.nansum(values * w[None, :], axis=1)  # the logged reward stats: TRL's, unscorable rows NaN
+    raw[unscorable] = np.nan
+    return np.nan_to_num(adv, nan=0.0), zero, unscorable, (float(nanmean(raw)), float(nanstd(raw)))
 
 
 def sh(cmd, what, env=None):
@@ -111,15 +112,19 @@ def run_config(cfg, dfg, workdir, seed):
     t, _ = st_tool.read(dump)
     vals = np.array(st_tool.values(t["reward_values"]), dtype=np.float64).reshape(-1, 2)
     adv = np.array(st_tool.values(t["advantages"]), dtype=np.float64)
-    want, zero, unscorable = trl_advantages(vals, G, cfg["agg"], cfg["scale"])
+    want, zero, unscorable, (r_mean, r_std) = trl_advantages(vals, G, cfg["agg"], cfg["scale"])
     err = float(np.max(np.abs(adv - want) / np.maximum(1.0, np.abs(want))))
     ok = err <= 1e-4
     line = "%-20s advantages max rel err %.2e over %d rows (%d unscorable)" % (cfg["name"], err, len(adv), unscorable.sum())
-    if cfg["agg"] == "normalize_then_sum":
-        last = [json.loads(l) for l in open(metrics)][-1]
-        frac = float(zero.mean())
-        ok = ok and abs(last["frac_reward_zero_std"] - frac) <= 1e-6
-        line += ", frac_reward_zero_std %g (TRL %g)" % (last["frac_reward_zero_std"], frac)
+    last = [json.loads(l) for l in open(metrics)][-1]
+    frac = float(zero.mean())
+    ok = ok and abs(last["frac_reward_zero_std"] - frac) <= 1e-6
+    line += ", frac_reward_zero_std %g (TRL %g)" % (last["frac_reward_zero_std"], frac)
+    for name, want_v in (("reward", r_mean), ("reward_std", r_std)):
+        e = abs(last[name] - want_v) / max(1.0, abs(want_v))
+        ok = ok and e <= 1e-5
+        line += ", %s %.6g (TRL %.6g)" % (name, last[name], want_v)
+    if cfg["max_new"] == 5:
         if not unscorable.any():
             ok = False
             line += ": no unscorable row, the case is not exercised"
