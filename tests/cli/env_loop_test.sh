@@ -140,4 +140,38 @@ run "$DFG" run env.dfg --steps 1 --reward-cmd "$PY $HERE/messages_reward.py" --e
 expect_rc 2 "a scoring environment for a plan whose reward_funcs lack it"
 expect_in err.txt "reward_funcs=turns,FakeEnv" "the refusal names the setting that fixes it"
 
+# ---------------------------------------------------------------- where a step goes on and where it stops
+# A tool that raised (its message {'error': ...}, as env_server.py writes it): the step goes on,
+# every row's episode ends and is scored, and the call counts as a failure (TRL's loop).
+FAKE_ENV_LOG=raising.log run "$DFG" run env.dfg --steps 1 --seed 5 --reward-cmd "$PY $HERE/messages_reward.py" \
+  --env-cmd "$PY $HERE/fake_env.py --raising" --metrics mr.jsonl
+expect_rc 0 "tools that raise: the step goes on"
+"$PY" - >check3.txt 2>&1 <<'PYEOF'
+import json
+m = [json.loads(l) for l in open("mr.jsonl")][-1]
+reqs = [json.loads(l) for l in open("raising.log")]
+assert reqs[-1]["type"] == "finish" and reqs[-1]["n"] == 8, reqs[-1]
+assert m["tools/call_frequency"] > 0 and m["tools/failure_frequency"] == 1.0, m
+assert 1.0 <= m["reward"] <= 2.0, m["reward"]
+print("call frequency %.3f, failure frequency %.1f, every row finished and scored" % (
+    m["tools/call_frequency"], m["tools/failure_frequency"]))
+PYEOF
+if [ $? -eq 0 ]; then ok "$(tail -1 check3.txt)"; else fail "raising tools: $(tail -3 check3.txt)"; fi
+# An environment whose reset raised: TRL's step stops there too; here the run stops with one line
+# naming the step, the request and the program's reason, before any weight moves.
+run "$DFG" run env.dfg --steps 2 --reward-cmd "$PY $HERE/messages_reward.py" --env-cmd "$PY $HERE/fake_env.py --reset-error"
+if [ "$rc" -ne 0 ]; then ok "reset raising: the run stops (exit $rc)"; else fail "reset raising: the run went on"; fi
+expect_one_line "reset raising"
+expect_in err.txt "step 0" "... naming the step"
+expect_in err.txt "FakeEnv.reset: RuntimeError: cannot start" "... and the environment's reason"
+# A program stuck on a turn past --env-timeout (TRL's loop would wait for ever): one line naming
+# the step and the request; the program's process group is killed.
+run "$DFG" run env.dfg --steps 1 --reward-cmd "$PY $HERE/messages_reward.py" --env-timeout 1 \
+  --env-cmd "$PY $HERE/fake_env.py --hang-turns"
+if [ "$rc" -ne 0 ]; then ok "a program hanging past --env-timeout: the run stops (exit $rc)"; else fail "a hanging program: the run went on"; fi
+expect_one_line "the hang"
+expect_in err.txt "step 0" "... naming the step"
+expect_in err.txt "turns" "... and the request"
+if pgrep -f "fake_env.py --hang-turns" >/dev/null; then fail "the hanging program is still running"; else ok "... and the program is gone"; fi
+
 testlib_end

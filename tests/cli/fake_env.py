@@ -9,7 +9,13 @@ last, ends the episode. finish gives each row's conversation: one assistant mess
 tool message per answer. Each request is appended to $FAKE_ENV_LOG (one JSON line) when set.
 With --reward it scores episodes as an environment class with get_reward does (the hello's
 "reward": "FakeEnv"): 0.25 per tool call of the row, and null for row 0 (TRL's None).
+Failures, one flag each (docs/agents.md, "Where a step goes on and where it stops"):
+  --raising      every call raised: the answer is the same suffix, with failures 1 (env_server.py
+                 turns a raising tool into a tool message {'error': ...} and goes on)
+  --reset-error  reset answers {"error": ...}, as env_server.py does when a reset(**row) raised
+  --hang-turns   the first turns request is never answered (a program stuck past --env-timeout)
 """
+import time
 import json
 import os
 import sys
@@ -29,6 +35,9 @@ def text(ids):
 
 
 scores = "--reward" in sys.argv[1:]
+raising = "--raising" in sys.argv[1:]
+reset_error = "--reset-error" in sys.argv[1:]
+hang_turns = "--hang-turns" in sys.argv[1:]
 say({"tools": ["multiply"], "reward": "FakeEnv" if scores else None})
 turns_seen, messages = {}, {}
 for line in sys.stdin:
@@ -37,7 +46,11 @@ for line in sys.stdin:
         with open(log, "a") as f:
             f.write(line if line.endswith("\n") else line + "\n")
     kind = req.get("type")
-    if kind == "reset":
+    if kind == "reset" and reset_error:
+        say({"error": "row 0: FakeEnv.reset: RuntimeError: cannot start"})
+    elif kind == "turns" and hang_turns:
+        time.sleep(3600)
+    elif kind == "reset":
         turns_seen, messages = {}, {i: [] for i in range(len(req["rows"]))}
         say({"prompts": [None for _ in req["rows"]]})
     elif kind == "turns":
@@ -52,7 +65,7 @@ for line in sys.stdin:
                 suffix = [14] + [2 + int(c) for c in product] + [14]
                 if len(suffix) <= t["room"]:
                     messages[row].append({"role": "tool", "name": "multiply", "content": product})
-                    answers.append({"done": False, "suffix_ids": suffix, "calls": 1, "failures": 0})
+                    answers.append({"done": False, "suffix_ids": suffix, "calls": 1, "failures": int(raising)})
                     continue
             answers.append({"done": True, "calls": 0, "failures": 0})
         say({"turns": answers})
