@@ -135,7 +135,7 @@ static void print_declarations(const dfg_program *p) {
     }
     if (d->batch_invariant)
         printf("numerics  batch-invariant: each row's forward matmul, attention and log-prob in one order of its own "
-               "(the CPU's kernels; decode's log-probs equal training's bit for bit)\n");
+               "(ops/cpu/invariant.c, ops/cuda/invariant.cu; decode's log-probs equal training's bit for bit)\n");
     if (d->shared_tokens)
         printf("          groups of %lld rows of %s share their first %lld tokens (one prompt per group)\n",
                (long long)d->shared_group, d->shared_tokens->name, (long long)d->shared_len);

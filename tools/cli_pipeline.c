@@ -173,13 +173,15 @@ static int apply_model_dir(dfg_program *p, const char *cmd) {
     return CLI_OK;
 }
 
-/* --set dataset=PATH is recorded as an absolute path: the run reads it from wherever it starts. A
+/* --set dataset=PATH (and eval_dataset) is recorded as an absolute path: the run reads it from wherever it starts. A
  * path that does not resolve stays as given, for the pipeline to refuse with the reader's message. */
 static void absolute_dataset(dfg_program *p) {
-    const char *path = dfg_program_str(p, "dataset");
-    char *abs = *path ? realpath(path, NULL) : NULL;
-    if (abs) dfg_program_set(p, "dataset", abs);
-    free(abs);
+    for (int i = 0; i < 2; i++) { /* the training and the evaluation files */
+        const char *key = i ? "eval_dataset" : "dataset", *path = dfg_program_str(p, key);
+        char *abs = *path ? realpath(path, NULL) : NULL;
+        if (abs) dfg_program_set(p, key, abs);
+        free(abs);
+    }
 }
 
 /* Edit distance of two short strings (longer ones count as far apart). */
