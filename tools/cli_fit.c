@@ -410,8 +410,8 @@ static void settings_str(const fit_ctx *f, const candidate *c, char *buf, size_t
 static void print_table(const fit_ctx *f, const candidate *chosen) {
     const candidate *base = &f->cand[0];
     bool cuda = f->a->b.target == DFG_TARGET_CUDA;
-    printf("  #  %-10s %s%-4s %-26s %-9s %-9s %-10s settings\n", "arena", cuda ? "+ workspace " : "", "fits",
-           "recomputed (extra FLOPs)", "FLOPs", "est. step", "step ms");
+    printf("  #  %-10s %s%-4s %-26s %-10s %-9s %-9s settings\n", "arena", cuda ? "+ workspace " : "", "fits",
+           "recomputed (extra FLOPs)", "step ms", "FLOPs", "est. step");
     for (int i = 0; i < f->n_cand; i++) {
         const candidate *c = &f->cand[i];
         if (c->math_key) continue;
@@ -433,8 +433,8 @@ static void print_table(const fit_ctx *f, const candidate *chosen) {
         snprintf(ms, sizeof(ms), "%.4g", c->est_s * 1e3);
         char plus[40] = "";
         if (cuda) snprintf(plus, sizeof(plus), "+ %-9s ", ws);
-        printf("%c%2d  %-10s %s%-4s %-26s %-9s %-9s %-10s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena, plus,
-               c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, fl, est, ms, set,
+        printf("%c%2d  %-10s %s%-4s %-26s %-10s %-9s %-9s %s%s\n", c == chosen ? '*' : ' ', i + 1, arena, plus,
+               c->mode == MODE_MIN ? "min" : f->a->min ? "-" : c->fits ? "yes" : "no", rem, ms, fl, est, set,
                c->mode == MODE_REMAT ? " + remat" : c->mode == MODE_MIN ? " + remat to the least" : "");
     }
     printf("(arena: the plan's, as dfg compile and dfg inspect print it; #1 is the plan dfg compile makes%s; FLOPs and est. "
