@@ -360,8 +360,9 @@ DFG_API dfg_tensor *dfg_model_decode(dfg_graph *g, const dfg_model *m, const dfg
  * the caches at those columns from from[b] on ((N) i32); the window's columns before from[b] keep
  * what the caches hold, exactly. Query i of row b attends to cache rows 0 .. col[b]+i (with
  * kv->start: start[b] ..), after the writes, as dfg_model_decode's one; returns the hidden
- * states after ln_f (N, E, C). A window outside the caches fails the step; the shared form
- * (dfg_model_kv_cache_shared) is refused. A multi-turn rollout
+ * states after ln_f (N, E, C). A window outside the caches fails the step. With the shared form
+ * (dfg_model_kv_cache_shared) the window must lie in the rows' own part (col[b] >= Tp, E at most
+ * its columns): the prompt part is read, never written. A multi-turn rollout
  * puts a tool's answer into its rows' context with it, in one pass instead of a decode run a token. */
 DFG_API dfg_tensor *dfg_model_extend(dfg_graph *g, const dfg_model *m, const dfg_model_kv *kv, dfg_tensor *tokens,
                                      dfg_tensor *col, dfg_tensor *from);
