@@ -53,18 +53,20 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sft-steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--weights", help="a warm start saved before (skips the SFT steps)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--note", default="")
     a = ap.parse_args()
     cfg = bench.CONFIGS["varlen"]
     base = dict(cfg["settings"])
     d = tempfile.mkdtemp(prefix="dfg-async-")
-    weights = os.path.join(d, "weights.safetensors")
-    compile_plan(a.dfg, os.path.join(d, "sft.dfg"), dict(base, sft_steps=a.sft_steps,
-                                                          learning_rate=cfg["varlen"]["sft_learning_rate"]))
-    print(f"warm start: {a.sft_steps} SFT steps ...", flush=True)
-    run(a.dfg, os.path.join(d, "sft.dfg"), ["--steps", str(a.sft_steps), "--threads", str(a.threads), "--seed",
-                                            str(a.seed), "--save", weights], os.path.join(d, "sft.jsonl"))
+    weights = a.weights or os.path.join(d, "weights.safetensors")
+    if not a.weights:
+        compile_plan(a.dfg, os.path.join(d, "sft.dfg"), dict(base, sft_steps=a.sft_steps,
+                                                              learning_rate=cfg["varlen"]["sft_learning_rate"]))
+        print(f"warm start: {a.sft_steps} SFT steps ...", flush=True)
+        run(a.dfg, os.path.join(d, "sft.dfg"), ["--steps", str(a.sft_steps), "--threads", str(a.threads), "--seed",
+                                                str(a.seed), "--save", weights], os.path.join(d, "sft.jsonl"))
     plans = {"sync": dict(base, reward="external"), "async": dict(base, reward="external", async_rollouts=1)}
     for name, s in plans.items():
         compile_plan(a.dfg, os.path.join(d, name + ".dfg"), s)
