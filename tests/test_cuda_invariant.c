@@ -9,6 +9,8 @@
  *     padded) has the bits of the KV-cache form asked for that query alone (decode), and of the
  *     CPU's dfg_cpu_attend_invariant; the prefix form (the prompt's keys, then the row's own)
  *     against the cache form over a cache that holds the prompt then the row;
+ *   - decode over the shared-prompt cache (attention_shared_cached: each group's prompt once, each
+ *     row's own part) has the bits of decode over the copied cache, per-row positions and padding;
  *   - the fused log-prob: linear_logprob's log-probs and log-sum-exps, for two vocabulary chunk
  *     sizes, equal logprob's over the invariant matmul's logits (decode's path), row by row;
  *   - every schedule seed of the emulator gives the bits of in-order execution. */
@@ -207,6 +209,83 @@ static void test_attention(att_case c, dfg_dtype dt, const char *label) {
     dfg_program_free(pa), dfg_program_free(p1);
 }
 
+/* ---------------------------------------------------------------- the shared-prompt cache */
+typedef struct {
+    int64_t P, G, Tp, Tc, Tq, H, Hkv, D; /* prompts, rows a prompt, the parts' columns, queries, heads */
+    bool prompt_of;                      /* rows' prompts permuted (decode_tail's gathered rows) */
+} sh_case;
+
+static int64_t sh_prompt(const sh_case *c, int64_t b) { return c->prompt_of ? (b * 5 + 3) % c->P : b / c->G; }
+
+static dfg_node *build_shared(dfg_graph *g, dfg_dtype dt, void *user) {
+    const sh_case *c = user;
+    int64_t N = c->P * c->G, C = c->H * c->D, W = c->Hkv * c->D;
+    dfg_tensor *y = dfg_attention_shared_cached(
+        g, dfg_input(g, "q", dt, DFG_SHAPE(N, c->Tq, C)), dfg_input(g, "kp", dt, DFG_SHAPE(c->P, c->Tp, W)),
+        dfg_input(g, "vp", dt, DFG_SHAPE(c->P, c->Tp, W)), dfg_input(g, "k", dt, DFG_SHAPE(N, c->Tc, W)),
+        dfg_input(g, "v", dt, DFG_SHAPE(N, c->Tc, W)), dfg_input(g, "pos", DFG_I32, DFG_SHAPE(N)),
+        dfg_input(g, "start", DFG_I32, DFG_SHAPE(N)), c->prompt_of ? dfg_input(g, "prompt_of", DFG_I32, DFG_SHAPE(N)) : NULL,
+        (int)c->H);
+    return dfg_graph_status(g) ? NULL : y->producer;
+}
+/* the copied cache (N, Tp + Tc, W): each row its prompt's columns, then its own */
+static dfg_node *build_copied(dfg_graph *g, dfg_dtype dt, void *user) {
+    const sh_case *c = user;
+    int64_t N = c->P * c->G, C = c->H * c->D, W = c->Hkv * c->D, T = c->Tp + c->Tc;
+    dfg_tensor *y = dfg_attention_cached_padded(g, dfg_input(g, "q", dt, DFG_SHAPE(N, c->Tq, C)),
+                                                dfg_input(g, "k_cache", dt, DFG_SHAPE(N, T, W)),
+                                                dfg_input(g, "v_cache", dt, DFG_SHAPE(N, T, W)),
+                                                dfg_input(g, "pos", DFG_I32, DFG_SHAPE(N)),
+                                                dfg_input(g, "start", DFG_I32, DFG_SHAPE(N)), (int)c->H);
+    return dfg_graph_status(g) ? NULL : y->producer;
+}
+
+/* Decode over the shared-prompt cache against decode over the copied cache, both batch-invariant:
+ * every row's y the same bits, with per-row positions (some inside the prompt) and per-row left
+ * padding (some queries at pad columns). */
+static void test_shared(sh_case c, dfg_dtype dt) {
+    char label[128];
+    snprintf(label, sizeof(label), "attention_shared_cached P%lld G%lld Tp%lld Tc%lld Tq%lld H%lld Hkv%lld%s %s",
+             (long long)c.P, (long long)c.G, (long long)c.Tp, (long long)c.Tc, (long long)c.Tq, (long long)c.H,
+             (long long)c.Hkv, c.prompt_of ? " prompt_of" : "", dfg_dtype_name(dt));
+    dfg_program *ps, *pc;
+    dfg_node *ns = cuda_node_alone(build_shared, &c, dt, label, &ps), *nc = cuda_node_alone(build_copied, &c, dt, label, &pc);
+    if (!ns || !nc) return;
+    const int64_t N = c.P * c.G, C = c.H * c.D, W = c.Hkv * c.D, T = c.Tp + c.Tc;
+    const size_t e = dfg_dtype_size(dt), ybytes = (size_t)(N * c.Tq * C) * e;
+    void *q = rand_buf(dt, N * c.Tq * C, -2, 2), *kp = rand_buf(dt, c.P * c.Tp * W, -2, 2),
+         *vp = rand_buf(dt, c.P * c.Tp * W, -2, 2), *kr = rand_buf(dt, N * c.Tc * W, -2, 2),
+         *vr = rand_buf(dt, N * c.Tc * W, -2, 2);
+    char *kc = malloc((size_t)(N * T * W) * e), *vc = malloc((size_t)(N * T * W) * e);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)N), *start = malloc(sizeof(int32_t) * (size_t)N),
+            *of = malloc(sizeof(int32_t) * (size_t)N);
+    for (int64_t b = 0; b < N; b++) {
+        of[b] = (int32_t)sh_prompt(&c, b);
+        pos[b] = (int32_t)dfg_test_int((int)c.Tp - 2, (int)(T - c.Tq));
+        start[b] = (int32_t)dfg_test_int(0, (int)c.Tp - 1);
+        for (int64_t j = 0; j < T; j++) {
+            size_t to = (size_t)((b * T + j) * W) * e, row = (size_t)W * e;
+            size_t from = (size_t)((j < c.Tp ? of[b] * c.Tp + j : b * c.Tc + j - c.Tp) * W) * e;
+            memcpy(kc + to, (const char *)(j < c.Tp ? kp : kr) + from, row);
+            memcpy(vc + to, (const char *)(j < c.Tp ? vp : vr) + from, row);
+        }
+    }
+    void *ys = malloc(ybytes), *ys2 = malloc(ybytes), *yc = malloc(ybytes);
+    void *in_s[8] = {q, kp, vp, kr, vr, pos, start, of}, *in_c[5] = {q, kc, vc, pos, start};
+    bool ok = run_inv(label, ns, in_s, (void *[]){ys}, 0) && run_inv(label, ns, in_s, (void *[]){ys2}, 5) &&
+              run_inv(label, nc, in_c, (void *[]){yc}, 0);
+    CHECK(!ok || same_bits(ys, ys2, ybytes), "%s: schedule seed 5 changed the bits", label);
+    int64_t bad = 0;
+    for (int64_t r = 0; ok && r < N * c.Tq; r++)
+        bad += !same_bits((char *)ys + (size_t)(r * C) * e, (char *)yc + (size_t)(r * C) * e, (size_t)C * e);
+    CHECK(bad == 0, "%s: %lld of %lld queries differ from the copied cache's", label, (long long)bad,
+          (long long)(N * c.Tq));
+    if (ok && bad == 0) printf("%s: = attention_cached on the copied cache, bit for bit\n", label);
+    free(q), free(kp), free(vp), free(kr), free(vr), free(kc), free(vc), free(pos), free(start), free(of);
+    free(ys), free(ys2), free(yc);
+    dfg_program_free(ps), dfg_program_free(pc);
+}
+
 /* ---------------------------------------------------------------- log-probs */
 typedef struct {
     int64_t rows, c, v, rc, vc;
@@ -284,6 +363,9 @@ int main(void) {
         test_attention((att_case){.n = 1, .T = 70, .H = 1, .D = 16}, dt, d ? "attention, 70 keys bf16" : "attention, 70 keys f32");
         test_attention((att_case){.n = 4, .T = 5, .H = 2, .D = 16, .Tp = 6, .P = 2, .start = true}, dt,
                        d ? "attention_prefix (padded prompts) bf16" : "attention_prefix (padded prompts) f32");
+        /* grouped-query heads, positions inside the prompt, 140 keys; decode_tail's permuted prompts */
+        test_shared((sh_case){.P = 2, .G = 3, .Tp = 7, .Tc = 6, .Tq = 1, .H = 4, .Hkv = 2, .D = 20}, dt);
+        test_shared((sh_case){.P = 3, .G = 2, .Tp = 90, .Tc = 50, .Tq = 2, .H = 2, .Hkv = 1, .D = 16, .prompt_of = true}, dt);
         test_logprob(dt);
     }
 #endif

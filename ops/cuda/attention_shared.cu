@@ -17,6 +17,7 @@
 // With prompt_of (decode_tail's gathered rows, whose groups are not neighbours) a block of the
 // prompt kernel serves one row.
 #include "attention_common.cuh"
+#include "invariant.cuh"
 
 namespace {
 
@@ -228,9 +229,9 @@ DFG_CUDA_SCRATCH(attention_shared_cached) {
 // inputs q (N, Tq, C), k_prompt, v_prompt (P, Tp, Ckv), k_rows, v_rows (N, Tc, Ckv), pos (i32: one,
 // or (N)) [, start (N)] [, prompt_of (N)] -> y (N, Tq, C)
 DFG_CUDA_LAUNCHER(attention_shared_cached) {
-    if (ctx->invariant) // the batch-invariant order of the cached forms lives in invariant.cu
-        return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "has no batch-invariant CUDA form: compile with "
-                             "share_prompts=0 for batch_invariant on cuda");
+    // a batch-invariant plan: one query a block, the prompt part's keys then its own, the copied
+    // cache's order (invariant.cu), so decode's bits are the training forward's
+    if (ctx->invariant) return DFG_CUDA_FN(inv_attention)(n, in, out, ctx);
     const sh_geom a = sh_geometry(n);
     size_t need = DFG_CUDA_FN(scratch_attention_shared_cached)(n);
     if (!ctx->scratch || ctx->scratch_bytes < need)

@@ -1,5 +1,5 @@
 // invariant.cu - batch-invariant CUDA kernels: in a plan declared batch-invariant (the GRPO
-// pipeline's batch_invariant setting; ctx->invariant) the forward matmuls, attention's three forms
+// pipeline's batch_invariant setting; ctx->invariant) the forward matmuls, attention's four forms
 // and the fused log-prob's logits run here instead of through cuBLASLt, cuDNN and the tiled
 // attention kernels. Each output element is computed in one order that depends on its own row and
 // column alone, never on how many rows the call holds, where the row sits among them, the tile it
@@ -13,7 +13,8 @@
 //     8 threads (k = lane mod 8 of each 32-wide K step), the sum their xor butterfly 4, 2, 1.
 //   NN element (B given as (K, N)): one accumulator over k = 0 .. K-1, times alpha.
 //   Attention, one query against its keys in order (the prefix's, then its own, as the KV cache
-//     holds them): scores scale * (the NT element of q and k); their max; p = exp(s - max) by
+//     holds them; with a shared-prompt cache the group's prompt part, then the row's own part: the
+//     same keys in the same order as the copied cache's one run): scores scale * (the NT element of q and k); their max; p = exp(s - max) by
 //     fastmath.h's polynomial (ported below), summed in 8 lanes as above; y = sum_j (p_j / sum)
 //     v_j one key at a time; lse = max + log(sum).
 // Every product and sum is an explicit __fmaf_rn / __fmul_rn / __fadd_rn, which nvcc never
@@ -190,16 +191,26 @@ static cudaError_t inv_gemm(cudaStream_t stream, const inv_gemm_args &g, const T
 }
 
 // ---------------------------------------------------------------- attention, one query a block
-enum { INV_PLAIN, INV_PREFIX, INV_CACHED };
+enum { INV_PLAIN, INV_PREFIX, INV_CACHED, INV_SHARED };
 
 struct inv_att {
     int kind;
     int H, D, G;     // heads, head dim, query heads per KV head (cached)
-    int Tc, Tp, Gp;  // plain / prefix: rows a sequence, prefix rows, sequences per prefix
-    int Tq, Tmax;    // cached: queries a row, cache rows
-    int pos_rows;    // cached: one position a row
-    long long C, Ckv; // q / y row width; the caches' (cached)
+    int Tc, Tp, Gp;  // plain / prefix: rows a sequence, prefix rows, sequences per prefix;
+                     // shared: each row's own columns, the prompt part's, rows per prompt
+    int Tq, Tmax;    // cached, shared: queries a row; cached: cache rows
+    int P;           // shared: prompts
+    int pos_rows;    // cached, shared: one position a row
+    long long C, Ckv; // q / y row width; the caches' (cached, shared)
     float scale;
+};
+
+// An attention node's inputs: the queries (or qkv), then the key sources of its form.
+template <class T> struct inv_src {
+    const T *src, *pre;      // q or qkv; the prefix's qkv (prefix)
+    const T *kc, *vc;        // the cache (cached); the prompt part (shared)
+    const T *kr, *vr;        // the rows' own part (shared)
+    const int32_t *pos, *start, *prompt_of;
 };
 
 // A query's keys: run 0 (the prefix's, or the cache's, or the sequence's own), then run 1.
@@ -220,13 +231,35 @@ static __device__ __forceinline__ int inv_clamp(int x, int hi, int *flags, bool 
 }
 
 // Block (query row r, head h) of `a`: its query, keys, output row and lse slot (-1: none).
+// Shared: row b's prompt keys from its first (start, or 0 for a pad column) to its column, then
+// its own part's: the copied cache's run lo .. col in two pieces, the same keys in the same order.
 template <class T>
-static __device__ __forceinline__ void inv_query(const inv_att &a, const T *src, const T *pre, const T *kc,
-                                                 const T *vc, const int32_t *pos, const int32_t *start, int *flags,
-                                                 long long r, int h, const T **q, inv_keys<T> &keys, long long *yoff,
-                                                 long long *lse_at) {
+static __device__ __forceinline__ void inv_shared_keys(const inv_att &a, const inv_src<T> &in, int *flags, long long r,
+                                                       int h, inv_keys<T> &keys, bool report) {
+    const long long b = r / a.Tq, i = r % a.Tq, hk = (long long)(h / a.G) * a.D;
+    const int cols = a.Tp + a.Tc;
+    const int col = inv_clamp(in.pos[a.pos_rows ? b : 0], cols - a.Tq, flags, report) + (int)i;
+    const int s = in.start ? inv_clamp(in.start[b], cols - 1, flags, report) : 0, lo = col >= s ? s : 0;
+    const long long p = in.prompt_of ? inv_clamp(in.prompt_of[b], a.P - 1, flags, report) : b / a.Gp;
+    const int plo = min(lo, a.Tp), phi = min(col + 1, a.Tp), olo = max(lo - a.Tp, 0), ohi = max(col + 1 - a.Tp, 0);
+    const long long at_p = (p * a.Tp + plo) * a.Ckv + hk, at_o = (b * a.Tc + olo) * a.Ckv + hk;
+    keys.k[0] = in.kc + at_p, keys.v[0] = in.vc + at_p, keys.n[0] = phi - plo;
+    keys.k[1] = in.kr + at_o, keys.v[1] = in.vr + at_o, keys.n[1] = ohi - olo;
+    keys.stride = a.Ckv;
+}
+
+template <class T>
+static __device__ __forceinline__ void inv_query(const inv_att &a, const inv_src<T> &in, int *flags, long long r, int h,
+                                                 const T **q, inv_keys<T> &keys, long long *yoff, long long *lse_at) {
     const bool report = threadIdx.x == 0;
+    const T *src = in.src, *pre = in.pre, *kc = in.kc, *vc = in.vc;
+    const int32_t *pos = in.pos, *start = in.start;
     keys.n[1] = 0, keys.k[1] = keys.v[1] = nullptr;
+    if (a.kind == INV_SHARED) {
+        *q = src + r * a.C + (long long)h * a.D, *yoff = r * a.C + (long long)h * a.D, *lse_at = -1;
+        inv_shared_keys(a, in, flags, r, h, keys, report);
+        return;
+    }
     if (a.kind == INV_CACHED) {
         const long long b = r / a.Tq, i = r % a.Tq;
         const int col = inv_clamp(pos[a.pos_rows ? b : 0], a.Tmax - a.Tq, flags, report) + (int)i;
@@ -270,15 +303,14 @@ template <class T> static __device__ __forceinline__ float inv_dot8(const float 
 // Block (query row, head): shared memory q (D), then the scores / weights of its keys (nk).
 template <class T>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    inv_att_kernel(T *y, float *lse, const T *src, const T *pre, const T *kc, const T *vc, const int32_t *pos,
-                   const int32_t *start, int *flags, inv_att a) {
+    inv_att_kernel(T *y, float *lse, inv_src<T> in, int *flags, inv_att a) {
     DFG_SHARED_DYNAMIC(float, sm);
     __shared__ float red[32], lanes[8];
     const int tid = threadIdx.x, h = blockIdx.y;
     const T *q;
     inv_keys<T> keys;
     long long yoff, lse_at;
-    inv_query(a, src, pre, kc, vc, pos, start, flags, (long long)blockIdx.x, h, &q, keys, &yoff, &lse_at);
+    inv_query(a, in, flags, (long long)blockIdx.x, h, &q, keys, &yoff, &lse_at);
     float *qs = sm, *p = sm + a.D;
     for (int d = tid; d < a.D; d += ATT_THREADS) qs[d] = dfg_ld(q, d);
     __syncthreads();
@@ -319,8 +351,17 @@ constexpr int INV_MAX_KEYS = 40960; // the scores in shared memory: 160 KiB
 // The geometry of an attention node of any of the three forms.
 static inv_att inv_geometry(const dfg_node *n) {
     inv_att a = {};
-    a.H = n->attr->attention.n_head;
     const dfg_shape s0 = n->in[0]->shape;
+    if (n->op == DFG_OP_ATTENTION_SHARED_CACHED) {
+        a.kind = INV_SHARED, a.H = n->attr->attention_shared.n_head;
+        a.Tq = (int)s0.d[1], a.C = s0.d[2], a.D = (int)(a.C / a.H);
+        a.P = (int)n->in[1]->shape.d[0], a.Tp = (int)n->in[1]->shape.d[1], a.Ckv = n->in[1]->shape.d[2];
+        a.Tc = (int)n->in[3]->shape.d[1], a.Gp = (int)(s0.d[0] / a.P), a.G = a.H / (int)(a.Ckv / a.D);
+        a.pos_rows = dfg_shape_numel(n->in[5]->shape) == 1 ? 0 : 1;
+        a.scale = 1.0f / sqrtf((float)a.D);
+        return a;
+    }
+    a.H = n->attr->attention.n_head;
     if (n->op == DFG_OP_ATTENTION_CACHED) {
         a.kind = INV_CACHED;
         a.Tq = (int)s0.d[1], a.C = s0.d[2], a.D = (int)(a.C / a.H);
@@ -339,27 +380,33 @@ static inv_att inv_geometry(const dfg_node *n) {
 template <class T>
 static dfg_status inv_attention_t(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx) {
     const inv_att a = inv_geometry(n);
-    const long long rows = n->in[0]->shape.d[0] * (long long)(a.kind == INV_CACHED ? a.Tq : a.Tc);
+    const bool decode = a.kind == INV_CACHED || a.kind == INV_SHARED;
+    const long long rows = n->in[0]->shape.d[0] * (long long)(decode ? a.Tq : a.Tc);
     const int keys = a.kind == INV_CACHED ? a.Tmax : a.Tp + a.Tc;
     if (keys > INV_MAX_KEYS)
         return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "%d keys: the batch-invariant attention takes up to %d", keys,
                              INV_MAX_KEYS);
     if (rows < 1) return DFG_OK;
-    const T *src = (const T *)in[0], *pre = nullptr, *kc = nullptr, *vc = nullptr;
-    const int32_t *pos = nullptr, *start = nullptr;
+    inv_src<T> s = {};
+    s.src = (const T *)in[0];
     float *lse = nullptr;
-    if (a.kind == INV_CACHED) {
-        kc = (const T *)in[1], vc = (const T *)in[2], pos = (const int32_t *)in[3];
-        start = n->n_in > 4 ? (const int32_t *)in[4] : nullptr;
+    if (a.kind == INV_SHARED) { // q, k_prompt, v_prompt, k_rows, v_rows, pos [, start] [, prompt_of]
+        const dfg_attrs_attention_shared *at = &n->attr->attention_shared;
+        s.kc = (const T *)in[1], s.vc = (const T *)in[2], s.kr = (const T *)in[3], s.vr = (const T *)in[4];
+        s.pos = (const int32_t *)in[5], s.start = at->start ? (const int32_t *)in[6] : nullptr;
+        s.prompt_of = at->prompt_of ? (const int32_t *)in[n->n_in - 1] : nullptr;
+    } else if (a.kind == INV_CACHED) {
+        s.kc = (const T *)in[1], s.vc = (const T *)in[2], s.pos = (const int32_t *)in[3];
+        s.start = n->n_in > 4 ? (const int32_t *)in[4] : nullptr;
     } else {
         const int plain = a.kind == INV_PREFIX ? 2 : 1; // the start's input
-        if (a.kind == INV_PREFIX) pre = (const T *)in[1];
-        start = n->n_in > plain ? (const int32_t *)in[plain] : nullptr;
+        if (a.kind == INV_PREFIX) s.pre = (const T *)in[1];
+        s.start = n->n_in > plain ? (const int32_t *)in[plain] : nullptr;
         lse = (float *)out[1];
     }
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
     ATT_LAUNCH((inv_att_kernel<T>), dim3((unsigned)rows, (unsigned)a.H), (size_t)a.D + (size_t)keys, (T *)out[0], lse,
-               src, pre, kc, vc, pos, start, ctx->flags, a);
+               s, ctx->flags, a);
     return DFG_OK;
 }
 
