@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # roofline_test.sh - dfg inspect --device (predicted step time, tools/cli_device*.c) on a plan whose
 # roofline is computed here by hand: an f32 matmul once a step, a scale three times, a bf16 matmul
-# once. Each stage is max(FLOPs / peak, bytes / bandwidth) + the device's time a kernel run, at its
+# once, a KV-cache-like append of 8 columns into a 256 x 1024 state (its kernel copies the slice
+# alone: counted at the slice's bytes, not the whole state's). Each stage is max(FLOPs / peak, bytes / bandwidth) + the device's time a kernel run, at its
 # runs; bf16 GEMMs at the bf16 tensor-core peak. The GPUs' figures are the datasheets' (h100, l40s
 # here); the CPU's are fixed by DFG_CPU_ROOFLINE, so nothing depends on this machine or wall time.
 # Also: --runs takes a dfg run --metrics file's counts, an unknown device is refused in one line
@@ -30,24 +31,29 @@ dfg_status dfg_pipeline(dfg_program *p) {
     dfg_tensor *a = dfg_input(k, "a", DFG_BF16, DFG_SHAPE(1024, 1024));
     dfg_tensor *b = dfg_input(k, "b", DFG_BF16, DFG_SHAPE(1024, 1024));
     dfg_output(k, dfg_matmul(k, a, b, false, false), "ab");
-    return st ? st : dfg_stage_graph(p, k, 1);
+    st = st ? st : dfg_stage_graph(p, k, 1);
+    dfg_graph *c = dfg_graph_new(p, "append");
+    dfg_tensor *cache = dfg_state(p, "cache", DFG_F32, DFG_SHAPE(256, 1024), DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_slice_assign(c, cache, dfg_input(c, "src", DFG_F32, DFG_SHAPE(256, 8)), 1, 5);
+    return st ? st : dfg_stage_graph(p, c, 1);
 }
 C
 run "$DFG" compile roof.c --target cuda -o roof.dfg
-expect_rc 0 "compile the three-stage plan for cuda (planning needs no GPU)"
+expect_rc 0 "compile the four-stage plan for cuda (planning needs no GPU)"
 
-# expect DEVICE BF16 F32 BW KERNEL_S [RUNS_MM RUNS_SCALE RUNS_MM16]: the prediction in roof.json
+# expect DEVICE BF16 F32 BW KERNEL_S [RUNS_MM RUNS_SCALE RUNS_MM16 RUNS_APPEND]: the prediction in roof.json
 # against the hand computation (relative error under 1e-9)
 expect() {
   python3 - "$@" <<'PY'
 import json, sys
 dev, bf16, f32, bw, ks = sys.argv[1], *map(float, sys.argv[2:6])
-runs = list(map(float, sys.argv[6:9])) if len(sys.argv) > 6 else [1, 3, 1]
+runs = list(map(float, sys.argv[6:10])) if len(sys.argv) > 6 else [1, 3, 1, 1]
 # stage: (flops, bytes, peak): ops.def's matmul is 2 M N K FLOPs, reading A and B and writing C;
-# scale (affine) one FLOP an element, reading and writing it
+# scale (affine) one FLOP an element, reading and writing it; the append reads and writes its slice
 stages = {"mm": (2 * 64 * 128 * 256, 4 * (64 * 128 + 128 * 256 + 64 * 256), f32),
           "scale": (1024 * 1024, 2 * 4 * 1024 * 1024, f32),
-          "mm16": (2 * 1024 ** 3, 2 * 3 * 1024 * 1024, bf16)}
+          "mm16": (2 * 1024 ** 3, 2 * 3 * 1024 * 1024, bf16),
+          "append": (0, 2 * 4 * 256 * 8, f32)}
 d = json.load(open("roof.json"))["prediction"]
 bad = []
 def near(a, b): return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-12)
@@ -89,11 +95,11 @@ expect_rc 0 "inspect --device cpu with DFG_CPU_ROOFLINE"
 cp out.txt roof.json
 check "cpu: DFG_CPU_ROOFLINE's figures (its f32 peak for bf16 too)" expect cpu 1e11 1e11 2e10 1e-6
 # a run's counts instead of the worst case: two metrics lines, their mean runs
-printf '%s\n' '{"step":1,"stage_runs":{"mm":1,"scale":2,"mm16":1}}' '{"step":2,"stage_runs":{"mm":1,"scale":1}}' >m.jsonl
+printf '%s\n' '{"step":1,"stage_runs":{"mm":1,"scale":2,"mm16":1,"append":1}}' '{"step":2,"stage_runs":{"mm":1,"scale":1}}' >m.jsonl
 run "$DFG" inspect roof.dfg --device cpu --runs m.jsonl --json
 expect_rc 0 "inspect --device cpu --runs m.jsonl"
 cp out.txt roof.json
-check "--runs: each stage at its mean runs per step in the metrics file (1, 1.5, 0.5)" expect cpu 1e11 1e11 2e10 1e-6 1 1.5 0.5
+check "--runs: each stage at its mean runs per step in the metrics file (1, 1.5, 0.5, 0.5)" expect cpu 1e11 1e11 2e10 1e-6 1 1.5 0.5 0.5
 check "--json says where the runs came from" test "$(jget roof.json 'd["prediction"]["runs_from"]')" = metrics
 DFG_CPU_ROOFLINE=fast run "$DFG" inspect roof.dfg --device cpu
 expect_rc 2 "a malformed DFG_CPU_ROOFLINE"
