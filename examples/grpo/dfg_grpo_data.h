@@ -163,11 +163,14 @@ void dfg_grpo_stable_sort(dfg_graph *g, dfg_tensor *key, dfg_tensor *before, dfg
  * (its own stage, when go) takes the live rows first, then finished ones up to n, into the tail
  * with their caches; _scatter (after the tail's loop) writes the tail's rows of tokens, mask and
  * logp back. The tail's loop draws with tail.rows (each row's batch index) and ends on
- * tail.finished. */
+ * tail.finished. With tools (a multi-turn rollout) a live row is one neither done nor waiting
+ * for its tool, each row has its column (pos), and _scatter writes back all the tail's rows hold
+ * (done, waiting, pos, token and the caches' rows too): the next round goes on from them. */
 typedef struct {
     dfg_tensor *tokens, *mask, *logp; /* (N, T): logp NULL without sampling log-probs */
     dfg_tensor *done;                 /* (N) f32 */
     dfg_tensor *token;                /* (N, 1) i32 */
+    dfg_tensor *waiting, *pos;        /* with tools: (N) f32, (N) i32; else NULL */
 } dfg_grpo_tail_from;
 typedef struct {
     int64_t N, n, T;
@@ -175,15 +178,20 @@ typedef struct {
     dfg_tensor *rows;          /* (n) i32 each tail row's batch row */
     dfg_tensor *back;          /* (N) i32 each batch row's source in concat(tail rows, batch rows) */
     dfg_tensor *tokens, *mask, *logp, *done, *token; /* the tail's rollout, as dfg_grpo_tail_from's at n rows */
+    dfg_tensor *waiting, *pos; /* with tools: (n) f32, (n) i32; else NULL */
     dfg_tensor *finished, *go, *stop; /* () f32 */
     dfg_tensor *before, *index; /* constants: (N, N) 1 where j < i; (N) 0 .. N-1 */
 } dfg_grpo_tail;
 dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
-                               int64_t T, bool logp, dfg_grpo_tail *t);
-dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *pos,
-                                 dfg_tensor *finished);
+                               int64_t T, bool logp, bool tools, dfg_grpo_tail *t);
+/* waiting: with tools (N) f32, else NULL (pos is then the scalar column) */
+dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting,
+                                 dfg_tensor *pos, dfg_tensor *finished);
+/* With tools, the stage "decode.live" before each round's decode: tail.go from the rows' state
+ * as the round starts, so that a round with few live rows runs the tail alone (no batch run). */
+dfg_status dfg_grpo_tail_live(dfg_program *p, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting);
 void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from);
-void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_grpo_tail_from *to);
+void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *to);
 
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank

@@ -37,7 +37,8 @@ void dfg_grpo_tools_start(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo
 /* One decode step of the multi-turn loop given the next-token logits (N, 1, V) f32: each row not
  * done and not waiting writes a sampled token at its own next column, with its sampling log-prob;
  * a sampled EOS makes the row wait for the tools stage, a row that fills its last column is done
- * (truncated), and r->finished is set once every row is done or waiting. r->pos is t->pos. */
+ * (truncated), and r->finished is set once every row is done or waiting. r->pos is t->pos. The
+ * rows are r->done's: the batch, or decode_tail's (t's pos and waiting then the tail's). */
 dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t,
                                const dfg_grpo_rollout *r, dfg_tensor *logits);
 /* What the extend stage reads and writes of the rollout's state: the policy, its KV cache (the

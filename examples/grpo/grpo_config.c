@@ -170,10 +170,10 @@ static dfg_status read_tail(dfg_program *p, dfg_grpo_config *c, int64_t tail) {
     if (!automatic && n >= c->N)
         return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail must be auto or 0 .. %lld (below the %lld rows a rank "
                                 "decodes), got %ld", (long long)(c->N - 1), (long long)c->N, n);
-    if (n > 0 && (!c->early_exit || c->R > 1 || c->tools)) {
+    if (n > 0 && (!c->early_exit || c->R > 1)) {
         if (!automatic)
-            return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true, "
-                                    "rollout_sub_batches=1 and no tools (a multi-turn rollout)", n);
+            return dfg_program_fail(p, DFG_ERR_ARG, "decode_tail=%ld needs decode_early_exit=true and "
+                                    "rollout_sub_batches=1", n);
         n = 0;
     }
     c->tail = n;

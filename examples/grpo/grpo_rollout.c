@@ -122,34 +122,37 @@ dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grp
     s->acc_stats = state(p, "train.stats", DFG_F32, DFG_SHAPE(DFG_GRPO_STATS), DFG_ROLE_NONE);
     if (c->chunks && c->regroup) s->acc_ext = state(p, "train.stats_ext", DFG_F32, DFG_SHAPE(4), DFG_ROLE_NONE);
     s->acc_tokens = state(p, "train.tokens", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE);
-    if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, &s->tail))) return st;
+    if (c->tail && (st = dfg_grpo_tail_state(p, s->policy, &s->kv, N, c->tail, T, true, c->tools, &s->tail))) return st;
     if (c->tail) share_tail_prompts(s);
     /* the KV cache and the decode loop's own state live only while the rollout is made: their
      * bytes go to the training activations afterwards */
     char first[48], last[32];
     dfg_grpo_prefill_stage(first, sizeof(first), c, 0, 0);
     dfg_grpo_rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
-    const char *kv_last = c->tail ? "decode.compact" : c->tools ? "tools" : last;
-    const char *gen_last = c->tail ? "decode.merge" : c->tools ? "tools" : last;
+    /* with tools every round reads the caches again: they live through the loop */
+    const char *kv_last = c->tools ? "tools" : c->tail ? "decode.compact" : last;
+    const char *gen_last = c->tools ? "tools" : c->tail ? "decode.merge" : last;
+    const char *tail_kv_last = c->tools ? "decode.merge" : "decode.tail"; /* with tools merge writes them back */
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
         dfg_set_scope(p, s->kv.k[l], first, kv_last);
         dfg_set_scope(p, s->kv.v[l], first, kv_last);
         if (s->kv.k_prompt[l]) { /* decode_tail's rows read the batch's prompts */
-            dfg_set_scope(p, s->kv.k_prompt[l], first, c->tail ? "decode.tail" : kv_last);
-            dfg_set_scope(p, s->kv.v_prompt[l], first, c->tail ? "decode.tail" : kv_last);
+            dfg_set_scope(p, s->kv.k_prompt[l], first, c->tail && !c->tools ? "decode.tail" : kv_last);
+            dfg_set_scope(p, s->kv.v_prompt[l], first, c->tail && !c->tools ? "decode.tail" : kv_last);
         }
-        if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", "decode.tail");
-        if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", "decode.tail");
+        if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", tail_kv_last);
+        if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", tail_kv_last);
     }
     dfg_tensor *gen[5] = {s->cur_tok, s->pos, s->done, s->gen_rng, s->finished};
     for (int i = 0; i < 5; i++)
         if (gen[i]) dfg_set_scope(p, gen[i], first, gen_last);
     if (c->tail) {
         const dfg_grpo_tail *t = &s->tail;
-        dfg_tensor *rows[10] = {t->rows, t->back, t->tokens, t->mask, t->logp, t->done, t->token, t->kv.start, t->finished};
-        for (int i = 0; i < 10; i++)
+        dfg_tensor *rows[12] = {t->rows,  t->back,    t->tokens,   t->mask,    t->logp, t->done,
+                                t->token, t->kv.start, t->finished, t->waiting, t->pos};
+        for (int i = 0; i < 12; i++)
             if (rows[i]) dfg_set_scope(p, rows[i], "decode.compact", "decode.merge");
-        dfg_set_scope(p, t->go, "decode", "decode.merge");
+        dfg_set_scope(p, t->go, c->tools ? "decode.live" : "decode", "decode.merge");
         dfg_set_scope(p, t->stop, "decode", "decode");
     }
     return dfg_program_status(p);
@@ -221,6 +224,7 @@ dfg_status dfg_grpo_build_decode(dfg_program *p, const dfg_grpo_config *c, dfg_g
         dfg_grpo_extend_io io = {.policy = s->policy, .kv = &s->kv, .tokens = s->tokens, .token = s->cur_tok,
                                   .done = s->done};
         dfg_status st = dfg_grpo_tools_extend(p, c, &s->tools, &io);
+        if (!st && c->tail) st = dfg_grpo_tail_live(p, &s->tail, s->done, s->tools.waiting); /* few live: no batch run */
         if (st) return st;
     }
     char name[32];
@@ -235,9 +239,11 @@ dfg_status dfg_grpo_build_decode(dfg_program *p, const dfg_grpo_config *c, dfg_g
                           .pad = c->pad_id, .finished = s->finished, .logp = s->sampling_logp};
     if (c->tools) dfg_grpo_tools_step(g, c, &s->tools, &r, logits);
     else dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
-    dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, s->pos, s->finished) : s->finished;
+    dfg_tensor *waiting = c->tools ? s->tools.waiting : NULL;
+    dfg_tensor *end = c->tail ? dfg_grpo_tail_switch(g, &s->tail, s->done, waiting, s->pos, s->finished) : s->finished;
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
-    return st || !end ? st : dfg_stage_until(p, name, end);
+    if (!st && end) st = dfg_stage_until(p, name, end);
+    return st || !(c->tools && c->tail) ? st : dfg_stage_when(p, name, s->tail.go, -0.5, 0.5);
 }
 
 /* decode_tail: once few rows are live, they move to an n-row batch (decode.compact), decode
@@ -246,28 +252,34 @@ dfg_status dfg_grpo_build_decode(dfg_program *p, const dfg_grpo_config *c, dfg_g
 dfg_status dfg_grpo_build_decode_tail(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
     const dfg_grpo_tail *t = &s->tail;
     dfg_grpo_tail_from batch = {.tokens = s->tokens, .mask = s->mask, .logp = s->sampling_logp, .done = s->done,
-                                .token = s->cur_tok};
+                                .token = s->cur_tok, .waiting = t->waiting ? s->tools.waiting : NULL,
+                                .pos = t->pos ? s->pos : NULL};
     dfg_graph *g = dfg_graph_new(p, "decode.compact");
     dfg_grpo_tail_gather(g, t, &s->kv, &batch);
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
     g = dfg_graph_new(p, "decode.tail");
     /* a run past the last column (the loop's chunks overshoot) writes nothing: its cache row is
      * the last one's, never read again */
-    dfg_tensor *pos = dfg_cast(g, dfg_minimum(g, dfg_cast(g, s->pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR,
-                                                                                      (float)(c->T - 2))), DFG_I32);
+    dfg_tensor *pos = t->pos ? t->pos /* with tools a row that has no column left is done: it writes nothing */
+                             : dfg_cast(g, dfg_minimum(g, dfg_cast(g, s->pos, DFG_F32),
+                                                       dfg_fill(g, DFG_F32, DFG_SCALAR, (float)(c->T - 2))), DFG_I32);
     dfg_model_kv tail_kv = t->kv;
     if (tail_kv.k_prompt[0]) tail_kv.prompt_of = tail_prompt_of(g, c, t->rows);
     dfg_tensor *h = dfg_model_decode(g, s->policy, &tail_kv, t->token, pos);
     dfg_tensor *logits = dfg_model_lm_head(g, s->policy, h);
     if (dfg_tensor_dtype(logits) != DFG_F32) logits = dfg_cast(g, logits, DFG_F32);
-    dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token, .pos = s->pos,
-                          .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N), .draw_rows = t->rows,
-                          .pad = c->pad_id, .finished = t->finished, .logp = t->logp, .last_col = c->T - 1};
-    dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
+    dfg_grpo_rollout r = {.tokens = t->tokens, .mask = t->mask, .done = t->done, .token = t->token,
+                          .pos = t->pos ? t->pos : s->pos, .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
+                          .draw_rows = t->rows, .pad = c->pad_id, .finished = t->finished, .logp = t->logp,
+                          .last_col = c->T - 1};
+    dfg_grpo_tools rows = c->tools ? s->tools : (dfg_grpo_tools){0}; /* the tail's rows' columns and waits */
+    rows.pos = t->pos, rows.waiting = t->waiting;
+    if (c->tools) dfg_grpo_tools_step(g, c, &rows, &r, logits);
+    else dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
     if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
     if (!st) st = dfg_stage_until(p, "decode.tail", t->finished);
     g = dfg_graph_new(p, "decode.merge");
-    dfg_grpo_tail_scatter(g, t, &batch);
+    dfg_grpo_tail_scatter(g, t, &s->kv, &batch);
     if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
     for (int i = 0; i < 3 && !st; i++)
         st = dfg_stage_when(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", t->go, 0.5, 1.5);

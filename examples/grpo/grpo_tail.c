@@ -5,7 +5,10 @@
  * built for n rows runs until those end, and their rows are written back
  * (dfg_grpo_tail_scatter). Each gathered row draws as its row of the whole batch (the sampler's
  * per-row indices), so the tokens are the full loop's: a rambling row costs n rows' decode, not
- * N. Written with dfg's public DSL only. */
+ * N. With tools (a multi-turn rollout) the tail runs in every round of calls that ends with few
+ * rows generating (or starts so: decode.live), and a row waiting for its tool costs nothing there;
+ * its rows go back whole (their columns, flags and caches), as the next round needs them.
+ * Written with dfg's public DSL only. */
 #include "dfg_grpo_data.h"
 #include "dfg_nn.h"
 
@@ -17,7 +20,7 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
 }
 
 dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
-                               int64_t T, bool logp, dfg_grpo_tail *t) {
+                               int64_t T, bool logp, bool tools, dfg_grpo_tail *t) {
     t->N = N, t->n = n, t->T = T;
     int64_t tkv = dfg_tensor_shape(kv->k[0]).d[1];
     dfg_status st = dfg_model_kv_cache(p, "tail.", m, n, tkv, &t->kv);
@@ -28,6 +31,8 @@ dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_mod
     t->mask = state(p, "tail.mask", DFG_F32, DFG_SHAPE(n, T));
     t->logp = logp ? state(p, "tail.sampling_logp", DFG_F32, DFG_SHAPE(n, T)) : NULL;
     t->done = state(p, "tail.done", DFG_F32, DFG_SHAPE(n));
+    t->waiting = tools ? state(p, "tail.waiting", DFG_F32, DFG_SHAPE(n)) : NULL;
+    t->pos = tools ? state(p, "tail.pos", DFG_I32, DFG_SHAPE(n)) : NULL;
     t->token = state(p, "tail.token", DFG_I32, DFG_SHAPE(n, 1));
     t->kv.start = kv->start ? state(p, "tail.prompt_start", DFG_I32, DFG_SHAPE(n)) : NULL;
     t->finished = state(p, "tail.finished", DFG_F32, DFG_SCALAR);
@@ -36,18 +41,31 @@ dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_mod
     return dfg_grpo_order_consts(p, "tail", N, &t->before, &t->index);
 }
 
-dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *pos,
-                                 dfg_tensor *finished) {
-    dfg_tensor *live = dfg_sum(g, dfg_affine(g, done, -1.0f, 1.0f), 0); /* rows not done: exact in f32 */
+/* () f32 1 when at most n rows are live (not done, and with tools not waiting), at least one */
+static dfg_tensor *few_live(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting) {
+    dfg_tensor *idle = waiting ? dfg_maximum(g, done, waiting) : done;
+    dfg_tensor *live = dfg_sum(g, dfg_affine(g, idle, -1.0f, 1.0f), 0); /* rows live: exact in f32 */
     dfg_tensor *few = dfg_equal(g, dfg_minimum(g, live, dfg_fill(g, DFG_F32, DFG_SCALAR, (float)t->n)), live);
     dfg_tensor *some = dfg_affine(g, dfg_equal(g, live, dfg_fill(g, DFG_F32, DFG_SCALAR, 0.0f)), -1.0f, 1.0f);
-    /* a column is left to write: pos (the last written) before T - 1 */
-    dfg_tensor *left = dfg_affine(g, dfg_equal(g, dfg_cast(g, pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)(t->T - 1))),
-                                  -1.0f, 1.0f);
-    dfg_tensor *go = dfg_mul(g, dfg_mul(g, few, some), left);
+    return dfg_mul(g, few, some);
+}
+
+dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting,
+                                 dfg_tensor *pos, dfg_tensor *finished) {
+    dfg_tensor *go = few_live(g, t, done, waiting);
+    if (!waiting) { /* a column is left to write: pos (the last written) before T - 1 (with tools a live row has one) */
+        dfg_tensor *at_end = dfg_equal(g, dfg_cast(g, pos, DFG_F32), dfg_fill(g, DFG_F32, DFG_SCALAR, (float)(t->T - 1)));
+        go = dfg_mul(g, go, dfg_affine(g, at_end, -1.0f, 1.0f));
+    }
     dfg_assign(g, t->go, go);
     dfg_assign(g, t->stop, dfg_maximum(g, finished, go));
     return t->stop;
+}
+
+dfg_status dfg_grpo_tail_live(dfg_program *p, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting) {
+    dfg_graph *g = dfg_graph_new(p, "decode.live");
+    dfg_assign(g, t->go, few_live(g, t, done, waiting));
+    return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
 /* x (N, ...) -> the rows `rows` (n) i32 of it, (n, ...) of x's dtype (i32 through f32: exact
@@ -66,9 +84,10 @@ static dfg_tensor *rows_of(dfg_graph *g, dfg_tensor *x, dfg_tensor *rows) {
 void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from) {
     int64_t N = t->N, n = t->n;
     /* the live rows first, in order, then the finished ones: a stable sort by done; the tail
-     * takes the first n places */
+     * takes the first n places (with tools, rows waiting for their tool count as finished) */
     dfg_tensor *slot, *at; /* (N) each row's place; (N, N) [place][row] */
-    dfg_grpo_stable_sort(g, from->done, t->before, t->index, &slot, &at);
+    dfg_tensor *idle = from->waiting ? dfg_maximum(g, from->done, from->waiting) : from->done;
+    dfg_grpo_stable_sort(g, idle, t->before, t->index, &slot, &at);
     dfg_tensor *order = dfg_sum(g, dfg_mul(g, at, dfg_reshape(g, t->index, DFG_SHAPE(1, N))), 1); /* (N) row at a place */
     dfg_tensor *rows = dfg_cast(g, dfg_slice(g, order, 0, 0, n), DFG_I32);
     dfg_assign(g, t->rows, rows);
@@ -86,6 +105,8 @@ void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_
     dfg_assign(g, t->mask, rows_of(g, from->mask, rows));
     if (t->logp) dfg_assign(g, t->logp, rows_of(g, from->logp, rows));
     dfg_assign(g, t->done, rows_of(g, from->done, rows));
+    if (t->waiting) dfg_assign(g, t->waiting, rows_of(g, from->waiting, rows));
+    if (t->pos) dfg_assign(g, t->pos, rows_of(g, from->pos, rows));
     dfg_assign(g, t->token, rows_of(g, from->token, rows));
     if (t->kv.start) dfg_assign(g, t->kv.start, rows_of(g, kv->start, rows));
     dfg_assign_fill(g, t->finished, 0.0f);
@@ -97,8 +118,26 @@ static void merge(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *dst, dfg_ten
     dfg_assign(g, dst, rows_of(g, both, t->back));
 }
 
-void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_grpo_tail_from *to) {
+/* The tail's rows of the caches back to their batch rows: row rows[j] of each cache, n copies of
+ * a row (the other rows' columns are not read or copied) */
+static void merge_caches(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv) {
+    for (int64_t j = 0; j < t->n; j++) {
+        dfg_tensor *row = dfg_slice(g, t->rows, 0, j, 1); /* (1) i32 */
+        for (int l = 0; l < kv->n_layer; l++) {
+            dfg_slice_assign_at(g, kv->k[l], dfg_slice(g, t->kv.k[l], 0, j, 1), 0, row);
+            dfg_slice_assign_at(g, kv->v[l], dfg_slice(g, t->kv.v[l], 0, j, 1), 0, row);
+        }
+    }
+}
+
+void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *to) {
     merge(g, t, to->tokens, t->tokens);
     merge(g, t, to->mask, t->mask);
     if (t->logp) merge(g, t, to->logp, t->logp);
+    if (!t->waiting) return; /* without tools nothing decodes after the tail */
+    merge(g, t, to->done, t->done);
+    merge(g, t, to->waiting, t->waiting);
+    merge(g, t, to->pos, t->pos);
+    merge(g, t, to->token, t->token);
+    merge_caches(g, t, kv);
 }

@@ -47,7 +47,7 @@ static dfg_tensor *scalar_f32(dfg_graph *g, float v) { return dfg_fill(g, DFG_F3
 
 dfg_status dfg_grpo_tools_step(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_tools *t,
                                const dfg_grpo_rollout *r, dfg_tensor *logits) {
-    int64_t N = c->N;
+    int64_t N = dfg_tensor_numel(r->done); /* the batch, or decode_tail's rows */
     dfg_shape col1 = DFG_SHAPE(N, 1);
     dfg_tensor *lp = NULL; /* (N) each drawn token's sampling log-prob */
     dfg_tensor *drawn = dfg_grpo_draw(g, r, logits, dfg_grpo_sample_settings(c), r->logp ? &lp : NULL); /* (N, 1) i32 */
