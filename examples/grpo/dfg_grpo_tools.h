@@ -64,6 +64,9 @@ dfg_status dfg_grpo_tools_extend(dfg_program *p, const dfg_grpo_config *c, const
  * longest answer a row can take, a turn having one token at least). */
 #define DFG_GRPO_MAX_EXTEND 24
 int dfg_grpo_tools_extend_widths(const dfg_grpo_config *c, int64_t *widths);
+/* The names of extend's copies, in the widths' order ("extend[w]", the widest "extend"): a
+ * --rollouts run skips them with the rest of the rollout. Returns how many. */
+int dfg_grpo_tools_extend_stages(const dfg_grpo_config *c, char (*names)[32]);
 /* Adds the tools stage and the loop: extend .. decode .. tools until every episode is over (at
  * most max_tool_rounds returns). decode: the decode stage's name, which extend's copies come
  * before: the narrowest of them starts the loop. */

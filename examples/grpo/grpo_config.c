@@ -484,7 +484,8 @@ void dfg_grpo_declare_fit_knobs(dfg_program *p, const dfg_grpo_config *c) {
     int n;
     if (dfg_grpo_split_free(c)) /* micro-batches of whole groups only, when share_prompts=1 asks for it */
         dfg_declare_fit_knob(p, "gradient_accumulation_steps", v, divisors(c->N, c->N, c->share_forced ? c->G : 1, v), true);
-    dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, DFG_GRPO_MAX_SUB_BATCHES, 1, v), true);
+    if (!c->tools) /* a multi-turn rollout decodes every row at once (read_tools) */
+        dfg_declare_fit_knob(p, "rollout_sub_batches", v, divisors(c->P, DFG_GRPO_MAX_SUB_BATCHES, 1, v), true);
     static const char *const math[] = {"prompts_per_step", "num_generations", "max_completion_length"};
     /* c->P is one rank's: prompts_per_step stays a multiple of world_size */
     const int64_t now[] = {c->P, c->G, c->max_new}, least[] = {1, 2, 1}, unit[] = {c->W, 1, 1};

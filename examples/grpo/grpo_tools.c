@@ -97,6 +97,13 @@ static void extend_stage(char *buf, size_t len, int64_t w, bool widest) {
     else snprintf(buf, len, "extend[%lld]", (long long)w);
 }
 
+int dfg_grpo_tools_extend_stages(const dfg_grpo_config *c, char (*names)[32]) {
+    int64_t w[DFG_GRPO_MAX_EXTEND];
+    int n = dfg_grpo_tools_extend_widths(c, w);
+    for (int i = 0; i < n; i++) extend_stage(names[i], sizeof(names[i]), w[i], i == n - 1);
+    return n;
+}
+
 /* One pass of the copy of width E. Why the rows without an answer this round are left as they
  * were: the window starts at or before the row's column pos (col = min(pos, T - E)), and
  * dfg_model_extend writes only its columns from pos on. The cache's columns before pos, the row's

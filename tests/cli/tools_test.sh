@@ -13,8 +13,8 @@
 #        must refuse); the dump replayed with --rollouts (the tools stage skipped, the same loss
 #        and gradient norm; tool_mask all 1 trains differently, and equals a file without it);
 #        max_tool_calling_iterations=0; answers wider than the extend stage's widest copy (several
-#        passes, the KV cache still what training computes); the settings the loop refuses, and a
-#        tools plan run without its environment program.
+#        passes, the KV cache still what training computes); dfg fit --min on the calculator's
+#        plan; the settings the loop refuses, and a tools plan run without its environment program.
 #   emu: the same plan compiled for cuda, run on the emulated GPU (--emulate-gpu), in its default
 #        bfloat16 and in float32; the float32 plan's sampler log-probs equal the training
 #        forward's (the tool's tokens went into the KV cache as training reads them) and every
@@ -139,6 +139,7 @@ replay() { # FILE WHAT: one step from w.safetensors on FILE's rollout; $loss, $g
 }
 replay r_as-dumped.safetensors "the dump's tokens, completion_mask, rewards, sampling_logps and tool_mask as a --rollouts file"
 check "the rollout skips the decode and tools stages" grep -oE "stages data, prefill, (.*, )?decode, (.*, )?tools, reward skipped" out.txt
+expect_in out.txt "prefill, extend[4], extend, decode" "... and extend's copies (the answers into the KV cache)"
 check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
 replay r_trl.safetensors "the same with TRL's completion_mask (1 on the tool's tokens too)"
 check "... and trains the dumped step" same_loss "$loss" "$loss0" "$gn" "$gn0"
@@ -178,36 +179,11 @@ check "no call runs, every row ends at its first turn, tools/call_frequency 0" \
   "${CHK[@]}" episodes d0.safetensors m0.jsonl $LP 0
 
 # ---------------------------------------------------------------- answers wider than extend's widest copy
-# With max_completion_length 16 extend's copies are 4 and 8 columns wide; long_env.py answers each
+# With max_completion_length 16 extend's copies are 4 and 8 columns wide; answer_env.py answers each
 # row's first turn (when it fits) with 10 tokens, so the widest copy takes two passes, and near a
 # row's last columns its second window starts before the row's column (the columns it keeps must
 # stay as they were). The sampler's log-probs after the answers are the training forward's only if
 # every answer's keys and values went into the KV cache as training computes them.
-cat >long_env.py <<'PYEOF'
-import json, sys
-def say(o):
-    sys.stdout.write(json.dumps(o) + "\n")
-    sys.stdout.flush()
-say({"tools": ["multiply"], "reward": None})
-seen = set()
-for line in sys.stdin:
-    req = json.loads(line)
-    if req["type"] == "reset":
-        seen = set()
-        say({"prompts": [None for _ in req["rows"]]})
-    elif req["type"] == "turns":
-        out = []
-        for t in req["turns"]:
-            answer = [14] + [2 + (t["row"] + i) % 10 for i in range(8)] + [14]  # '=' 8 digits '='
-            if t["row"] not in seen and not t["last"] and len(answer) <= t["room"]:
-                out.append({"done": False, "suffix_ids": answer, "calls": 1, "failures": 0})
-            else:
-                out.append({"done": True, "calls": 0, "failures": 0})
-            seen.add(t["row"])
-        say({"turns": out})
-    elif req["type"] == "finish":
-        say({"messages": [[{"role": "assistant", "content": "x"}] for _ in range(req["n"])], "rewards": [None] * req["n"]})
-PYEOF
 python3 -c "
 import json
 V = '_\$0123456789+-=*@'
@@ -217,7 +193,7 @@ run "$DFG" compile "$GRPO" --set dataset=calc.jsonl --set tools=multiply --set r
   --set prompts_per_step=4 --set num_generations=4 --set max_completion_length=16 -o long.dfg
 expect_rc 0 "compile a plan whose answers can be wider than extend's widest copy"
 run "$DFG" run long.dfg --steps 3 --seed 3 --threads 1 --reward-cmd "python3 $SRC/tests/cli/messages_reward.py" \
-  --env-cmd "python3 long_env.py" --metrics m_long.jsonl
+  --env-cmd "python3 $SRC/tests/cli/answer_env.py" --metrics m_long.jsonl
 expect_rc 0 "three steps with 10-token answers"
 check "the widest copy ran twice for them, and the sampler's log-probs are the training forward's" python3 -c "
 import json, sys
@@ -227,6 +203,12 @@ worst = max(m['sampling/sampling_logp_difference/max'] for m in lines)
 calls = sum(m['tools/call_frequency'] for m in lines)
 print('extend passes a step %s, tools/call_frequency summed %g, sampling_logp_difference/max %g' % (passes, calls, worst))
 sys.exit(not (max(passes) == 2 and calls > 0 and worst <= 1e-4))" m_long.jsonl
+
+# ---------------------------------------------------------------- dfg fit
+# a tools plan declares no rollout_sub_batches knob (the loop decodes every row at once)
+run "$DFG" fit "$GRPO" --min "${SET[@]}" -o fit.dfg
+expect_rc 0 "dfg fit --min on the calculator's plan"
+expect_in out.txt "chose #" "... chooses a plan"
 
 # ---------------------------------------------------------------- refusals: one line, exit 2
 run "$DFG" compile "$GRPO" "${SET[@]}" --set max_completion_length=12 -o short.dfg
