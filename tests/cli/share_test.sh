@@ -15,7 +15,11 @@
 #   - with batch_invariant (CPU) both plans dump the same bits of the rollout and the forward (mask,
 #     log-probs, advantages, loss; the weights after the update differ in rounding: the training
 #     backward of a shared prompt sums its gradient in another order), and the sampler's log-probs
-#     equal the training forward's (sampling_logp_difference 0).
+#     equal the training forward's (sampling_logp_difference 0);
+#   - a tools plan (multi-turn episodes; the extend stage writes the tools' answers into the rows'
+#     own parts): its KV cache smaller with share_prompts, and share on and off give the same
+#     episodes (tokens, completion_mask, tool_mask, rewards) with log-probs within 1e-6, the same
+#     bits with batch_invariant.
 set -u
 DFG=$1
 SRC=$2
@@ -98,6 +102,56 @@ for s in 1 0; do step inv$s "${SHAPE[@]}" "${LOG[@]}" --set batch_invariant=true
 rollouts inv1 inv0 "batch_invariant, share_prompts on and off" 0
 check "batch_invariant: the sampler's log-probs are the training forward's" \
     python3 -c 'import json,sys; v=json.loads(open(sys.argv[1]).readline())["sampling/sampling_logp_difference/max"]; print("max difference", v); sys.exit(v != 0)' inv1.jsonl
+
+# ---------------------------------------------------------------- multi-turn episodes (tools)
+# The tools' answers go into the rows' own parts (the extend stage, ops/nn/nn_extend.c): a dataset
+# plan with left-padded prompts of 4 to 6 tokens, G 8, whose environment (answer_env.py) answers
+# each row's first turn with 10 tokens (extend's widest copy of 8 takes two passes). Share on and
+# off: the KV cache smaller on; the same episodes (tokens, both masks, rewards) with log-probs
+# within 1e-6, and batch-invariant the same bits.
+python3 -c "
+import json
+V = '_\$0123456789+-=*@'
+for a, b in [(12, 34), (5, 678), (9, 1), (23, 45)]:
+    print(json.dumps({'prompt_ids': [V.index(c) for c in '%d*%d=' % (a, b)]}))" >calc.jsonl
+TOOLS=(--set dataset=calc.jsonl --set tools=multiply --set reward_funcs=turns --set vocab_size=17 --set prompts_per_step=4
+       --set num_generations=8 --set max_prompt_length=8 --set max_completion_length=16)
+ENV=(--seed 3 --threads 1 --reward-cmd "python3 $SRC/tests/cli/messages_reward.py" --env-cmd "python3 $SRC/tests/cli/answer_env.py")
+for inv in false true; do
+    for s in 1 0; do
+        run "$DFG" compile "$GRPO" "${TOOLS[@]}" --set batch_invariant=$inv --set share_prompts=$s -o tools$inv$s.dfg
+        expect_rc 0 "compile the tools plan (batch_invariant=$inv, share_prompts=$s)"
+        run "$DFG" run tools$inv$s.dfg --steps 1 "${ENV[@]}" --dump tools$inv$s.st --metrics tools$inv$s.jsonl
+        expect_rc 0 "run it"
+    done
+done
+"$DFG" inspect toolsfalse1.dfg --json >tkv1.json
+"$DFG" inspect toolsfalse0.dfg --json >tkv0.json
+check "tools: the KV cache with share_prompts smaller" python3 - tkv1.json tkv0.json <<'PY'
+import json, sys
+on, off = (json.load(open(f))["categories"]["kv_cache"]["max_bytes"] for f in sys.argv[1:3])
+print("KV cache %d of %d bytes at most (ratio %.3f)" % (on, off, on / off))
+sys.exit(0 if on < off else 1)
+PY
+check "tools: share_prompts on and off, the same episodes" python3 - toolsfalse1.st toolsfalse0.st \
+    toolstrue1.st toolstrue0.st toolsfalse1.jsonl "$SRC/tests/cli" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[6])
+import st_tool
+m = json.loads(open(sys.argv[5]).readline())
+bad = [] if m["tools/call_frequency"] > 0 and m["stage_runs"].get("extend", 0) == 2 else \
+    ["the tools answered %g calls a row, extend ran %s times" % (m["tools/call_frequency"], m["stage_runs"].get("extend"))]
+a, _ = st_tool.read(sys.argv[1]); b, _ = st_tool.read(sys.argv[2])
+bad += [k for k in ("tokens", "completion_mask", "tool_mask", "rewards") if a[k] != b[k]]
+worst = max(max(abs(x - y) for x, y in zip(st_tool.values(a[k]), st_tool.values(b[k]))) for k in ("sampling_logps", "logp"))
+if worst > 1e-6: bad.append("log-probs %.3g apart" % worst)
+a, _ = st_tool.read(sys.argv[3]); b, _ = st_tool.read(sys.argv[4])
+keys = ("tokens", "completion_mask", "tool_mask", "rewards", "sampling_logps", "logp", "advantages", "loss")
+bad += ["batch-invariant " + k for k in keys if a[k] != b[k]]
+print("differ: " + ", ".join(bad) if bad else "%g calls a row, extend ran twice; tokens, masks, rewards equal, log-probs "
+      "within %.3g; batch-invariant the same bits" % (m["tools/call_frequency"], worst))
+sys.exit(1 if bad else 0)
+PY
 
 # ---------------------------------------------------------------- the emulated GPU
 SMALL=(--target cuda --set max_prompt_length=12 --set max_completion_length=6 --set num_generations=4
