@@ -27,16 +27,18 @@
 #   3. batch_invariant: the plan with `--set batch_invariant=true` against the default plan (0.5B
 #      shape, 64-token completions, 3 steps each): step ms ratio, and the max |sampling_logps - logp|
 #      of `dfg run --dump` over the completion tokens, which must be 0 (the default plan's too, for
-#      comparison). SKIP while dfg refuses the setting for cuda (the rehearsal then uses the cpu target).
+#      comparison). dfg plans it for cuda since 7dbd21f; a dfg that refuses it there SKIPs (the rehearsal
+#      then uses the cpu target).
 #   4. shared-prompt decode: `--set share_prompts=0` against `=1` on 2048-token prompts (a dataset
 #      of random ids, 8 prompts x 8 generations, 64-token completions): decode ms and the planned KV
 #      cache of each (2 steps: with share_prompts=0 the training pass over 64 x 2112 tokens is dear).
-#      SKIP while both plan the same KV cache (decode does not share the prompt yet).
+#      Decode's cache holds each group's prompt once since e70df66 (a build where both plan the same
+#      KV cache SKIPs).
 #   5. (run before 4: it only reads) predicted vs measured per stage: `dfg inspect P --device h200|h100|a100|l40s --json`'s per-stage
-#      predicted ms against the stage_ms of steps 1 and 2's runs. SKIP while inspect refuses --device.
+#      predicted ms against the stage_ms of steps 1 and 2's runs (a dfg whose inspect refuses --device SKIPs).
 #
-# --rehearse: every step on this CPU, no GPU: cuda plans under --emulate-gpu (step 3 on the cpu
-# target while cuda refuses batch_invariant), tiny shapes, the PyTorch side on the CPU (transformers
+# --rehearse: every step on this CPU, no GPU: cuda plans under --emulate-gpu (step 3 too, on the
+# cpu target only where cuda refuses batch_invariant), tiny shapes, the PyTorch side on the CPU (transformers
 # 4.40.2 and peft 0.11.1 from .deps, as tools/deps.sh --test installs them), the copy bandwidth the
 # host's; the results (figures of nothing real) go to the log directory unless --out says otherwise.
 # It checks the commands, the parsing and the report; tests/cli/gpu_check_quick_test.sh runs it.
