@@ -13,11 +13,9 @@ static dfg_tensor *state(dfg_program *p, const char *name, dfg_dtype dt, dfg_sha
 /* The decode KV cache. With share_prompts each group's prompt is stored once: the prompt part
  * holds the columns prefill writes (0 .. Lp-2), each row's own part the rest (the prompt's last
  * token, which decode feeds, then the completion and any tool tokens: the columns of per-row
- * positions and of the tools' extend stage too). The copied cache stays where a reader of it does
- * not know the shared form yet: the CUDA kernels' batch-invariant forms. */
+ * positions and of the tools' extend stage too). */
 static dfg_status make_kv_cache(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
-    bool cuda = dfg_setting_enum(p, "target", "cpu") == 1;
-    if (!c->share_prompts || (c->invariant && cuda))
+    if (!c->share_prompts)
         return dfg_model_kv_cache(p, "", s->policy, c->n_gen, c->T, &s->kv);
     return dfg_model_kv_cache_shared(p, "", s->policy, c->n_gen, c->G, c->Lp - 1, c->T - (c->Lp - 1), &s->kv);
 }
