@@ -11,6 +11,8 @@
  *     against the cache form over a cache that holds the prompt then the row;
  *   - decode over the shared-prompt cache (attention_shared_cached: each group's prompt once, each
  *     row's own part) has the bits of decode over the copied cache, per-row positions and padding;
+ *   - decode with grouped-query heads (a block a KV head) has the bits of the same caches with each
+ *     KV head repeated per query head (a block a head);
  *   - the fused log-prob: linear_logprob's log-probs and log-sum-exps, for two vocabulary chunk
  *     sizes, equal logprob's over the invariant matmul's logits (decode's path), row by row;
  *   - every schedule seed of the emulator gives the bits of in-order execution. */
@@ -286,6 +288,55 @@ static void test_shared(sh_case c, dfg_dtype dt) {
     dfg_program_free(ps), dfg_program_free(pc);
 }
 
+/* ---------------------------------------------------------------- grouped-query heads */
+typedef struct {
+    int64_t N, Tmax, H, Hkv, D;
+} gqa_case;
+
+static dfg_node *build_gqa(dfg_graph *g, dfg_dtype dt, void *user) { /* W = 0: caches of H heads */
+    const gqa_case *c = user;
+    int64_t W = c->Hkv * c->D;
+    dfg_tensor *y = dfg_attention_cached_padded(g, dfg_input(g, "q", dt, DFG_SHAPE(c->N, 1, c->H * c->D)),
+                                                dfg_input(g, "k_cache", dt, DFG_SHAPE(c->N, c->Tmax, W)),
+                                                dfg_input(g, "v_cache", dt, DFG_SHAPE(c->N, c->Tmax, W)),
+                                                dfg_input(g, "pos", DFG_I32, DFG_SHAPE(c->N)),
+                                                dfg_input(g, "start", DFG_I32, DFG_SHAPE(c->N)), (int)c->H);
+    return dfg_graph_status(g) ? NULL : y->producer;
+}
+
+/* Decode with grouped-query heads (a block a KV head, its query heads together; past the shared
+ * memory's room a block a head) against the same caches with each KV head repeated for its query
+ * heads (no groups: a block a head): the same bits. */
+static void test_gqa(gqa_case c, dfg_dtype dt) {
+    char label[96];
+    snprintf(label, sizeof(label), "attention_cached GQA H%lld Hkv%lld, %lld keys %s", (long long)c.H, (long long)c.Hkv,
+             (long long)c.Tmax, dfg_dtype_name(dt));
+    gqa_case wide = c;
+    wide.Hkv = c.H;
+    dfg_program *pg, *pw;
+    dfg_node *ng = cuda_node_alone(build_gqa, &c, dt, label, &pg), *nw = cuda_node_alone(build_gqa, &wide, dt, label, &pw);
+    if (!ng || !nw) return;
+    const int64_t C = c.H * c.D, W = c.Hkv * c.D, G = c.H / c.Hkv;
+    const size_t e = dfg_dtype_size(dt), ybytes = (size_t)(c.N * C) * e;
+    void *q = rand_buf(dt, c.N * C, -2, 2), *k = rand_buf(dt, c.N * c.Tmax * W, -2, 2), *v = rand_buf(dt, c.N * c.Tmax * W, -2, 2);
+    char *kw = malloc((size_t)(c.N * c.Tmax * C) * e), *vw = malloc((size_t)(c.N * c.Tmax * C) * e);
+    for (int64_t r = 0; r < c.N * c.Tmax; r++) /* cache row r, head h: KV head h / G */
+        for (int64_t h = 0; h < c.H; h++) {
+            size_t to = (size_t)(r * C + h * c.D) * e, from = (size_t)(r * W + h / G * c.D) * e;
+            memcpy(kw + to, (char *)k + from, (size_t)c.D * e), memcpy(vw + to, (char *)v + from, (size_t)c.D * e);
+        }
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)c.N), *start = malloc(sizeof(int32_t) * (size_t)c.N);
+    for (int64_t b = 0; b < c.N; b++)
+        pos[b] = (int32_t)dfg_test_int(0, (int)c.Tmax - 1), start[b] = (int32_t)dfg_test_int(0, (int)c.Tmax / 2);
+    void *yg = malloc(ybytes), *yw = malloc(ybytes);
+    bool ok = run_inv(label, ng, (void *[]){q, k, v, pos, start}, (void *[]){yg}, 0) &&
+              run_inv(label, nw, (void *[]){q, kw, vw, pos, start}, (void *[]){yw}, 0);
+    CHECK(!ok || same_bits(yg, yw, ybytes), "%s: grouped heads differ from the same keys repeated per head", label);
+    if (ok && same_bits(yg, yw, ybytes)) printf("%s: = the KV heads repeated per query head, bit for bit\n", label);
+    free(q), free(k), free(v), free(kw), free(vw), free(pos), free(start), free(yg), free(yw);
+    dfg_program_free(pg), dfg_program_free(pw);
+}
+
 /* ---------------------------------------------------------------- log-probs */
 typedef struct {
     int64_t rows, c, v, rc, vc;
@@ -366,6 +417,11 @@ int main(void) {
         /* grouped-query heads, positions inside the prompt, 140 keys; decode_tail's permuted prompts */
         test_shared((sh_case){.P = 2, .G = 3, .Tp = 7, .Tc = 6, .Tq = 1, .H = 4, .Hkv = 2, .D = 20}, dt);
         test_shared((sh_case){.P = 3, .G = 2, .Tp = 90, .Tc = 50, .Tq = 2, .H = 2, .Hkv = 1, .D = 16, .prompt_of = true}, dt);
+        /* a block a KV head: 2 and 10 query heads (more than a thread's 8 accumulators); 4500 keys
+         * of 10 heads are past the shared memory's room: a block a head */
+        test_gqa((gqa_case){.N = 3, .Tmax = 40, .H = 4, .Hkv = 2, .D = 20}, dt);
+        test_gqa((gqa_case){.N = 2, .Tmax = 150, .H = 20, .Hkv = 2, .D = 16}, dt);
+        test_gqa((gqa_case){.N = 1, .Tmax = 4500, .H = 10, .Hkv = 1, .D = 8}, dt);
         test_logprob(dt);
     }
 #endif

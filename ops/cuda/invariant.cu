@@ -26,7 +26,10 @@
 // Cost: these are CUDA-core f32 kernels. Against cuBLASLt's tensor-core GEMMs (bf16) and cuDNN's
 // fused attention they are slower, the GEMMs by up to an order of magnitude where a GEMM is
 // compute-bound; decoding, bound by reading the weights and the cache, loses less. A query's
-// scores are kept in shared memory: up to 40960 keys.
+// scores are kept in shared memory: up to 40960 keys. Decoding with grouped-query heads, one block
+// serves the G query heads of a KV head (while their G score rows fit), so the cache's key and
+// value rows are read once a KV head, not once a query head. A block still serves one query row:
+// the shared-prompt cache's prompt part is stored once but read by each row of the group.
 #include "attention_common.cuh"
 #include "invariant.cuh"
 
@@ -195,7 +198,8 @@ enum { INV_PLAIN, INV_PREFIX, INV_CACHED, INV_SHARED };
 
 struct inv_att {
     int kind;
-    int H, D, G;     // heads, head dim, query heads per KV head (cached)
+    int H, D, G;     // heads, head dim, query heads per KV head (cached, shared)
+    int HB;          // heads a block: G or 1 (inv_att_kernel)
     int Tc, Tp, Gp;  // plain / prefix: rows a sequence, prefix rows, sequences per prefix;
                      // shared: each row's own columns, the prompt part's, rows per prompt
     int Tq, Tmax;    // cached, shared: queries a row; cached: cache rows
@@ -300,55 +304,83 @@ template <class T> static __device__ __forceinline__ float inv_dot8(const float 
                      __fadd_rn(__fadd_rn(l[1], l[5]), __fadd_rn(l[3], l[7])));
 }
 
-// Block (query row, head): shared memory q (D), then the scores / weights of its keys (nk).
+// Block (query row, heads h0 .. h0+HB-1): HB > 1 only where the heads share one KV head (the
+// cached forms with grouped-query heads), so the block reads each key and value row once for all
+// of them; each head's arithmetic is the one-head block's, in the same order. Shared memory: the
+// queries (HB, D), the 8 lanes' sums (HB, 8), each head's max and sum (HB, 2), then its scores /
+// weights (HB, nk).
+constexpr int INV_HB_MAX = 8; // heads a thread accumulates outputs for at once
+
 template <class T>
 static __global__ void __launch_bounds__(ATT_THREADS)
     inv_att_kernel(T *y, float *lse, inv_src<T> in, int *flags, inv_att a) {
     DFG_SHARED_DYNAMIC(float, sm);
-    __shared__ float red[32], lanes[8];
-    const int tid = threadIdx.x, h = blockIdx.y;
+    __shared__ float red[32];
+    const int tid = threadIdx.x, HB = a.HB, D = a.D;
     const T *q;
     inv_keys<T> keys;
     long long yoff, lse_at;
-    inv_query(a, in, flags, (long long)blockIdx.x, h, &q, keys, &yoff, &lse_at);
-    float *qs = sm, *p = sm + a.D;
-    for (int d = tid; d < a.D; d += ATT_THREADS) qs[d] = dfg_ld(q, d);
-    __syncthreads();
+    inv_query(a, in, flags, (long long)blockIdx.x, (int)blockIdx.y * HB, &q, keys, &yoff, &lse_at);
     const int nk = keys.n[0] + keys.n[1];
-    float mx = -INFINITY;
+    float *qs = sm, *lanes = qs + HB * D, *ms = lanes + 8 * HB, *sums = ms + HB, *p = sums + HB;
+    for (int e = tid; e < HB * D; e += ATT_THREADS) qs[e] = dfg_ld(q, e); // head h0 + t's query at t * D
+    __syncthreads();
     for (int j = tid; j < nk; j += ATT_THREADS) {
         const int run = j < keys.n[0] ? 0 : 1, jr = run ? j - keys.n[0] : j;
-        const float s = __fmul_rn(a.scale, inv_dot8(qs, keys.k[run] + jr * keys.stride, a.D));
-        p[j] = s;
-        mx = s > mx ? s : mx;
+        const T *k = keys.k[run] + jr * keys.stride;
+        for (int t = 0; t < HB; t++) p[t * nk + j] = __fmul_rn(a.scale, inv_dot8(qs + t * D, k, D));
     }
-    const float m = dfg_block_reduce<ATT_THREADS / 32>(mx, red, -INFINITY, DfgMax());
-    for (int j = tid; j < nk; j += ATT_THREADS) p[j] = inv_exp(__fadd_rn(p[j], -m));
+    for (int t = 0; t < HB; t++) { // a thread reads back only the scores it wrote
+        float *pt = p + t * nk, mx = -INFINITY;
+        for (int j = tid; j < nk; j += ATT_THREADS) mx = pt[j] > mx ? pt[j] : mx;
+        const float m = dfg_block_reduce<ATT_THREADS / 32>(mx, red, -INFINITY, DfgMax());
+        for (int j = tid; j < nk; j += ATT_THREADS) pt[j] = inv_exp(__fadd_rn(pt[j], -m));
+        if (tid == 0) ms[t] = m;
+    }
     __syncthreads();
-    if (tid < 8) { // lane tid: keys tid, tid+8, ... in order
+    for (int e = tid; e < 8 * HB; e += ATT_THREADS) { // head e / 8, lane e % 8: keys lane, lane+8, ... in order
+        const float *pt = p + (e / 8) * nk;
         float l = 0.0f;
-        for (int j = tid; j < nk; j += 8) l = __fadd_rn(l, p[j]);
-        lanes[tid] = l;
+        for (int j = e % 8; j < nk; j += 8) l = __fadd_rn(l, pt[j]);
+        lanes[e] = l;
     }
     __syncthreads();
-    const float sum = __fadd_rn(__fadd_rn(__fadd_rn(lanes[0], lanes[4]), __fadd_rn(lanes[2], lanes[6])),
-                                __fadd_rn(__fadd_rn(lanes[1], lanes[5]), __fadd_rn(lanes[3], lanes[7])));
-    const float inv = __fdiv_rn(1.0f, sum);
-    for (int d = tid; d < a.D; d += ATT_THREADS) {
-        float o = 0.0f;
-        for (int run = 0; run < 2; run++) {
-            const T *v = keys.v[run] + d;
-            const int j0 = run ? keys.n[0] : 0;
-            for (int j = 0; j < keys.n[run]; j++) o = __fmaf_rn(__fmul_rn(p[j0 + j], inv), dfg_ld(v, j * keys.stride), o);
-        }
-        dfg_st(y, yoff + d, o);
+    for (int t = tid; t < HB; t += ATT_THREADS) {
+        const float *l = lanes + 8 * t;
+        sums[t] = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[4]), __fadd_rn(l[2], l[6])),
+                            __fadd_rn(__fadd_rn(l[1], l[5]), __fadd_rn(l[3], l[7])));
     }
-    if (lse && tid == 0) lse[lse_at] = __fadd_rn(m, logf(sum));
+    __syncthreads();
+    for (int d = tid; d < D; d += ATT_THREADS)
+        for (int t0 = 0; t0 < HB; t0 += INV_HB_MAX) { // each value read once for up to 8 heads
+            const int w = min(INV_HB_MAX, HB - t0);
+            float o[INV_HB_MAX], inv[INV_HB_MAX];
+#pragma unroll
+            for (int u = 0; u < INV_HB_MAX; u++) o[u] = 0.0f, inv[u] = u < w ? __fdiv_rn(1.0f, sums[t0 + u]) : 0.0f;
+            for (int run = 0; run < 2; run++) {
+                const T *v = keys.v[run] + d;
+                const int j0 = run ? keys.n[0] : 0;
+                for (int j = 0; j < keys.n[run]; j++) {
+                    const float x = dfg_ld(v, j * keys.stride);
+#pragma unroll
+                    for (int u = 0; u < INV_HB_MAX; u++)
+                        if (u < w) o[u] = __fmaf_rn(__fmul_rn(p[(t0 + u) * nk + j0 + j], inv[u]), x, o[u]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < INV_HB_MAX; u++)
+                if (u < w) dfg_st(y, yoff + (long long)(t0 + u) * D + d, o[u]);
+        }
+    if (lse && tid == 0) lse[lse_at] = __fadd_rn(ms[0], logf(sums[0])); // one head a block (plain, prefix)
 }
 
-constexpr int INV_MAX_KEYS = 40960; // the scores in shared memory: 160 KiB
+constexpr int INV_MAX_KEYS = 40960;     // the scores in shared memory: 160 KiB
+constexpr size_t INV_SMEM_FLOATS = 41472; // a block's shared memory, 162 KiB: under A100's 163
 
-// The geometry of an attention node of any of the three forms.
+// inv_att_kernel's shared memory, in floats, for blocks of hb heads over `keys` keys
+static size_t inv_floats(const inv_att &a, int hb, int keys) { return (size_t)hb * ((size_t)a.D + 10 + (size_t)keys); }
+
+// The geometry of an attention node of any of the four forms.
 static inv_att inv_geometry(const dfg_node *n) {
     inv_att a = {};
     const dfg_shape s0 = n->in[0]->shape;
@@ -379,7 +411,7 @@ static inv_att inv_geometry(const dfg_node *n) {
 
 template <class T>
 static dfg_status inv_attention_t(const dfg_node *n, void *const *in, void *const *out, dfg_cuda_ctx *ctx) {
-    const inv_att a = inv_geometry(n);
+    inv_att a = inv_geometry(n);
     const bool decode = a.kind == INV_CACHED || a.kind == INV_SHARED;
     const long long rows = n->in[0]->shape.d[0] * (long long)(decode ? a.Tq : a.Tc);
     const int keys = a.kind == INV_CACHED ? a.Tmax : a.Tp + a.Tc;
@@ -387,6 +419,11 @@ static dfg_status inv_attention_t(const dfg_node *n, void *const *in, void *cons
         return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "%d keys: the batch-invariant attention takes up to %d", keys,
                              INV_MAX_KEYS);
     if (rows < 1) return DFG_OK;
+    // the heads of one KV head in one block when their scores fit: the same bits either way
+    a.HB = decode && a.G > 1 && inv_floats(a, a.G, keys) <= INV_SMEM_FLOATS ? a.G : 1;
+    if (inv_floats(a, a.HB, keys) > INV_SMEM_FLOATS)
+        return dfg_cuda_fail(ctx, n, DFG_ERR_UNSUPPORTED, "head dim %d and %d keys: over the batch-invariant "
+                             "attention's shared memory", a.D, keys);
     inv_src<T> s = {};
     s.src = (const T *)in[0];
     float *lse = nullptr;
@@ -405,8 +442,8 @@ static dfg_status inv_attention_t(const dfg_node *n, void *const *in, void *cons
         lse = (float *)out[1];
     }
     const cudaStream_t stream = (cudaStream_t)ctx->stream;
-    ATT_LAUNCH((inv_att_kernel<T>), dim3((unsigned)rows, (unsigned)a.H), (size_t)a.D + (size_t)keys, (T *)out[0], lse,
-               s, ctx->flags, a);
+    ATT_LAUNCH((inv_att_kernel<T>), dim3((unsigned)rows, (unsigned)(a.H / a.HB)), inv_floats(a, a.HB, keys), (T *)out[0],
+               lse, s, ctx->flags, a);
     return DFG_OK;
 }
 
