@@ -62,37 +62,54 @@ check "the sampler's log-probs are the training forward's (the tool's tokens in 
   "$(metric m.jsonl sampling/sampling_logp_difference/max)"
 
 # ---------------------------------------------------------------- decode_tail: a waiting row costs nothing
-# With decode_tail=4 a round decodes on the 4-row tail once at most 4 rows generate (a row that
-# waits for its tool, or is done, is not among them, or the tail's fillers); two steps (the second
-# ends its rounds with few rows) give the episodes of decode_tail=0: the same tokens, masks and
-# rewards, and the sampler's log-probs within 1e-6 (n rows' matmuls round apart from N rows'),
-# in fewer decode row-runs.
+# With decode_tail=n a round goes on with the n-row tail once at most n rows generate (a row that
+# waits for its tool, or is done, is not among them, or only as a filler), and the tail's rows go
+# back with their KV rows for the next round. Each plan against decode_tail=0: the same tokens,
+# masks and rewards, and the sampler's log-probs within 1e-6 (n rows' matmuls round apart from N
+# rows'), in fewer decode row-runs. The calculator (trained: 2 steps, the second ends its rounds
+# with few rows) at n=4; answer_env.py's answers after long first turns (untrained, a budget of 32)
+# at n=8, where rows that were in the tail decode again after their answer: a KV row left behind
+# moves their log-probs by ~1e-2.
 if [ "$MODE" = emu ]; then TAIL=(--target cuda --set torch_dtype=float32) TAILRUN=(--emulate-gpu); else TAIL=() TAILRUN=(); fi
-for t in 0 4; do
-  run "$DFG" compile "$GRPO" "${SET[@]}" "${TAIL[@]}" --set decode_tail=$t -o tail$t.dfg
-  expect_rc 0 "compile the calculator with decode_tail=$t ($MODE)"
-  run "$DFG" run tail$t.dfg "${TAILRUN[@]}" --weights w.safetensors --steps 2 "${RUN[@]}" --metrics m_tail$t.jsonl \
-    --dump d_tail$t.safetensors
-  expect_rc 0 "two steps with decode_tail=$t ($MODE)"
-done
-check "decode_tail=4 and 0: the same episodes ($MODE)" python3 - d_tail4.safetensors d_tail0.safetensors \
-  m_tail4.jsonl m_tail0.jsonl "$SRC/tests/cli" <<'PY'
+python3 -c "
+import json
+V = '_\$0123456789+-=*@'
+for a, b in [(12, 34), (56, 78), (90, 11), (23, 45)]:
+    print(json.dumps({'prompt_ids': [V.index(c) for c in '%d*%d=' % (a, b)]}))" >tail_calc.jsonl
+ANSWERS=(--set dataset=tail_calc.jsonl --set tools=multiply --set reward_funcs=turns --set vocab_size=17
+  --set prompts_per_step=4 --set num_generations=4 --set max_completion_length=32)
+ANSWERS_RUN=(--steps 3 --seed 3 --threads 1 --reward-cmd "python3 $SRC/tests/cli/messages_reward.py"
+  --env-cmd "python3 $SRC/tests/cli/answer_env.py")
+tail_check() { # NAME N SETTINGS... -- RUN ARGS...: the plan with decode_tail=N and 0
+  local name=$1 n=$2 sets=() t; shift 2
+  while [ "$1" != -- ]; do sets+=("$1"); shift; done; shift
+  for t in 0 "$n"; do
+    run "$DFG" compile "$GRPO" "${sets[@]}" "${TAIL[@]}" --set decode_tail=$t -o ${name}_tail$t.dfg
+    expect_rc 0 "$name: compile with decode_tail=$t ($MODE)"
+    run "$DFG" run ${name}_tail$t.dfg "${TAILRUN[@]}" "$@" --metrics ${name}_tail$t.jsonl --dump ${name}_tail$t.st
+    expect_rc 0 "$name: run with decode_tail=$t ($MODE)"
+  done
+  check "$name: decode_tail=$n and 0 make the same episodes ($MODE)" python3 - ${name}_tail$n.st ${name}_tail0.st \
+    ${name}_tail$n.jsonl ${name}_tail0.jsonl "$n" "$SRC/tests/cli" <<'PY'
 import json, sys
-sys.path.insert(0, sys.argv[5])
+sys.path.insert(0, sys.argv[6])
 import st_tool
-a, _ = st_tool.read(sys.argv[1]); b, _ = st_tool.read(sys.argv[2])
+a, _ = st_tool.read(sys.argv[1]); b, _ = st_tool.read(sys.argv[2]); n = int(sys.argv[5])
 bad = [k for k in ("tokens", "completion_mask", "tool_mask", "rewards") if a[k] != b[k]]
 d = max(abs(x - y) for x, y in zip(st_tool.values(a["sampling_logps"]), st_tool.values(b["sampling_logps"])))
 if d > 1e-6: bad.append("sampling_logps %.3g" % d)
-def row_runs(f, n):  # the decode stages' runs times their rows
+def row_runs(f, n):  # the decode stages' runs times their rows (16 in the batch)
     runs = [json.loads(l)["stage_runs"] for l in open(f)]
     return sum(r.get("decode", 0) * 16 + r.get("decode.tail", 0) * n for r in runs), sum(r.get("decode.tail", 0) for r in runs)
-(on, tail), (off, _) = row_runs(sys.argv[3], 4), row_runs(sys.argv[4], 0)
+(on, tail), (off, _) = row_runs(sys.argv[3], n), row_runs(sys.argv[4], 0)
 if not tail or on >= off: bad.append("the tail ran %d times, %d decode row-runs against %d" % (tail, on, off))
 print("differ: " + ", ".join(bad) if bad else "tokens, masks, rewards equal, sampling log-probs within %.3g; "
       "the tail ran %d times: %d decode row-runs, %d without it" % (d, tail, on, off))
 sys.exit(1 if bad else 0)
 PY
+}
+tail_check calculator 4 "${SET[@]}" -- --weights w.safetensors --steps 2 "${RUN[@]}"
+tail_check answers 8 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
 
 if [ "$MODE" = emu ]; then
   # ---------------------------------------------------------------- the emulated GPU
