@@ -42,6 +42,9 @@ struct dfg_check {
     int *root;                /* [tensor id] buffer after in-place merges, or -1 */
     ck_buf *b;                /* [buffer]; only roots are used */
     bool *temp;               /* [buffer] owned by a TEMP (dies inside each run of its stage) */
+    /* [buffer] its lifetime ends with a loop of stages (dfg_stage_loop; the planner spans it over
+     * the whole loop): it dies when the loop ends, not after the last stage of each pass */
+    bool *held;
     int *birth_start, *birth; /* by step: scoped persistent buffers whose lifetime starts there */
     int *death_start, *death; /* by step: buffers whose lifetime ends there, before the last step */
     unsigned char *scratch;   /* staging for arenas the host cannot address */
@@ -126,7 +129,7 @@ static bool by_step(const dfg_check *c, int n_steps, int n_bufs, bool births, in
             if (!is_root(plan, b)) continue;
             /* births: scoped STATE/INPUT (their value starts with the scope); deaths: all but
              * what lives to the end of the step (persistent tensors, outputs) */
-            bool want = births ? !x->persistent && !c->temp[b] : x->life.last < n_steps - 1;
+            bool want = births ? !x->persistent && !c->temp[b] : x->life.last < n_steps - 1 && !c->held[b];
             int s = births ? x->life.first : x->life.last;
             if (!want) continue;
             if (pass == 0) (*start)[s + 1]++;
@@ -200,10 +203,17 @@ dfg_status dfg_check_create(dfg_runtime *rt) {
     c->root = malloc(sizeof(int) * (size_t)(nt ? nt : 1));
     c->b = calloc((size_t)(nb ? nb : 1), sizeof(*c->b));
     c->temp = calloc((size_t)(nb ? nb : 1), sizeof(*c->temp));
+    c->held = calloc((size_t)(nb ? nb : 1), sizeof(*c->held));
     if (!host_addressable(rt)) c->scratch = malloc(CK_CHUNK);
-    if (!c->root || !c->b || !c->temp || (!host_addressable(rt) && !c->scratch))
+    if (!c->root || !c->b || !c->temp || !c->held || (!host_addressable(rt) && !c->scratch))
         return dfg_rt_fail(rt, DFG_ERR_NOMEM, true, "DFG_CHECK: out of memory");
     for (int b = 0; b < nb; b++) c->temp[b] = p->tensors[plan->bufs[b].owner]->kind == DFG_TEMP;
+    for (int s = 0; s < p->n_stages; s++) /* loops: what the planner kept for the whole loop */
+        if (p->stages[s].loop_to >= 0)
+            for (int b = 0; b < nb; b++)
+                c->held[b] |= !c->temp[b] && !plan->bufs[b].persistent && plan->bufs[b].life.last < plan->n_steps - 1 &&
+                              plan->bufs[b].life.first <= plan->stage_step[p->stages[s].loop_to] &&
+                              plan->bufs[b].life.last == plan->stage_step[s + 1] - 1;
     for (int i = 0; i < nt; i++) {
         int b = plan->buf_of[i];
         for (int hops = 0; b >= 0 && plan->bufs[b].merged_into >= 0 && hops < nb; hops++) b = plan->bufs[b].merged_into;
@@ -217,7 +227,7 @@ dfg_status dfg_check_create(dfg_runtime *rt) {
 
 void dfg_check_free(dfg_check *c) {
     if (!c) return;
-    free(c->root), free(c->b), free(c->temp);
+    free(c->root), free(c->b), free(c->temp), free(c->held);
     free(c->birth_start), free(c->birth), free(c->death_start), free(c->death);
     free(c->scratch);
     free(c);
@@ -354,6 +364,28 @@ void dfg_check_stage_end(dfg_runtime *rt, int si, bool ran) {
         if (!ran) births(rt, step);
         for (int k = c->death_start[step]; k < c->death_start[step + 1]; k++)
             if (c->b[c->death[k]].live) ck_kill(rt, c->death[k], step);
+    }
+}
+
+/* After a loop's last stage si when the step goes back: the temporaries of the pass are dead (a
+ * temporary of the program's last stage is otherwise left live to the step's end). */
+void dfg_check_loop_back(dfg_runtime *rt, int si) {
+    const dfg_check *c = rt->check;
+    int first = c->plan->stage_step[rt->p->stages[si].loop_to], last = c->plan->stage_step[si + 1] - 1;
+    for (int b = 0; b < c->plan->n_bufs; b++) {
+        dfg_span l = c->plan->bufs[b].life;
+        if (c->temp[b] && is_root(c->plan, b) && c->b[b].live && l.first >= first && l.last <= last) ck_kill(rt, b, l.last);
+    }
+}
+
+/* After a loop's last stage si when the step does not go back: what lived through the loop dies. */
+void dfg_check_loop_end(dfg_runtime *rt, int si) {
+    const dfg_check *c = rt->check;
+    for (int b = 0; b < c->plan->n_bufs; b++) {
+        int last = c->plan->bufs[b].life.last;
+        if (c->held[b] && is_root(c->plan, b) && c->b[b].live && last >= c->plan->stage_step[si] &&
+            last < c->plan->stage_step[si + 1])
+            ck_kill(rt, b, last);
     }
 }
 

@@ -74,6 +74,8 @@ dfg_status dfg_check_before(dfg_runtime *rt, int stage, int run, int index); /* 
 dfg_status dfg_check_after(dfg_runtime *rt, int stage, int run, int index);
 dfg_status dfg_check_step_end(dfg_runtime *rt);
 void dfg_check_stage_end(dfg_runtime *rt, int stage, bool ran); /* after its runs, or in its place when it did not run */
+void dfg_check_loop_end(dfg_runtime *rt, int stage); /* after a loop's last stage, when the step goes on past it */
+void dfg_check_loop_back(dfg_runtime *rt, int stage); /* after a loop's last stage, when the step goes back */
 
 /* Staging (staging.c): the pinned host memory host stages read and write persistent tensors in on
  * a backend whose arena is device memory; create sizes it, buffer downloads a tensor into it

@@ -244,7 +244,10 @@ dfg_status dfg_runtime_step(dfg_runtime *rt) {
                 rt->stage_runs[s] = rt->p->stages[s].kind == DFG_STAGE_GRAPH ? rt->p->stages[s].repeat : 1;
             rt->stage_runs[s] += before;
         } else if (rt->check) dfg_check_stage_end(rt, s, false);
+        int at = s;
         if (runs && (st = loop_back(rt, s, &loops, &s))) return st; /* a skipped last stage: no loop this step */
+        if (rt->check && rt->p->stages[at].loop_to >= 0) /* the checker's lifetimes of the loop */
+            s == at ? dfg_check_loop_end(rt, at) : dfg_check_loop_back(rt, at);
     }
     double t_sync = now_s();
     dfg_status st = rt->be->sync(rt->be_state);

@@ -3,7 +3,8 @@
  * returns), the runs each stage reports over all passes, that a loop stage's rules (until) hold
  * on every pass, that memory is planned for the loop (a tensor that lives in the loop's first
  * stage only keeps its bytes while the other stage's temporary is live: without the loop's
- * lifetimes they share bytes and the count comes out wrong), that a step skipping the loop's last
+ * lifetimes they share bytes and the count comes out wrong; and the checking mode keeps those
+ * bytes alive until the loop ends), that a step skipping the loop's last
  * stage does not loop, that a saved plan loops the same, and the refusals. */
 #include <stdio.h>
 #include <string.h>
@@ -72,6 +73,16 @@ static dfg_program *build(int max_loops, bool loop) {
     return p;
 }
 
+/* build(), then a stage "c" after the loop: the loop's lifetimes end before the step's last stage */
+static dfg_program *build_then_c(int max_loops) {
+    dfg_program *p = build(max_loops, true);
+    dfg_tensor *after = dfg_state(p, "after", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros());
+    dfg_graph *g = dfg_graph_new(p, "c");
+    dfg_assign(g, after, dfg_add_scalar(g, after, 1.0f));
+    dfg_stage_graph(p, g, 1);
+    return p;
+}
+
 static float read_f32(dfg_runtime *rt, const char *name) {
     float v = -1;
     CHECK(dfg_runtime_read(rt, name, &v, sizeof(v)) == DFG_OK, "read %s: %s", name, dfg_runtime_error(rt));
@@ -84,10 +95,15 @@ static int stage_index(const dfg_runtime *rt, const char *name) {
     return -1;
 }
 
-/* One step of p; the passes, a's runs and the kept tensor's sum as the loop left them. */
-static void run_step(dfg_program *p, const char *what, float want_passes) {
+/* One step of p; the passes, a's runs and the kept tensor's sum as the loop left them. check:
+ * under DFG_CHECK's checking mode (dfg_run_options.check), which poisons each buffer when its
+ * planned lifetime ends: `kept`, planned over the whole loop, must not die after a pass's last
+ * stage while the step goes back to read it. */
+static void run_step_with(dfg_program *p, const char *what, float want_passes, bool check) {
     dfg_runtime *rt = NULL;
-    dfg_status st = dfg_runtime_create(p, NULL, &rt);
+    dfg_run_options o = dfg_run_options_default();
+    o.check = check;
+    dfg_status st = dfg_runtime_create(p, &o, &rt);
     CHECK(st == DFG_OK, "%s: create: %s", what, dfg_runtime_error(rt));
     if (st == DFG_OK) st = dfg_runtime_step(rt);
     CHECK(st == DFG_OK, "%s: step: %s", what, dfg_runtime_error(rt));
@@ -110,12 +126,20 @@ static void run_step(dfg_program *p, const char *what, float want_passes) {
     dfg_runtime_free(rt);
 }
 
+static void run_step(dfg_program *p, const char *what, float want_passes) { run_step_with(p, what, want_passes, false); }
+
 int main(void) {
     dfg_test_init("test_stage_loop");
 
     dfg_program *p = build(10, true);
     CHECK(!dfg_program_status(p), "build: %s", dfg_program_error(p));
     run_step(p, "loop until the flag", 3.0f);
+    dfg_program_free(p);
+    p = build(10, true); /* the loop ends the step: the pass's temporaries die before it goes back */
+    run_step_with(p, "loop until the flag, checked", 3.0f, true);
+    dfg_program_free(p);
+    p = build_then_c(10); /* a stage after the loop: kept's bytes held until the loop ends */
+    run_step_with(p, "loop until the flag, a stage after it, checked", 3.0f, true);
     dfg_program_free(p);
 
     p = build(1, true); /* one return: two passes, the flag still 0 */
