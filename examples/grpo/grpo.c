@@ -416,7 +416,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[7 + DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES + DFG_GRPO_MAX_EXTEND];
+    const char *stages[8 + DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES + DFG_GRPO_MAX_EXTEND];
     char names[DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES][48], extend[DFG_GRPO_MAX_EXTEND][32];
     int n = 0, used = 0;
     stages[n++] = "data";
@@ -429,6 +429,7 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         }
         for (int i = 0, ne = c->tools ? dfg_grpo_tools_extend_stages(c, extend) : 0; i < ne; i++)
             stages[n++] = extend[i]; /* the tools' answers into the KV cache (R is 1 with tools) */
+        if (c->tools && c->tail) stages[n++] = "decode.live"; /* each round: whether the batch or the tail decodes */
         dfg_grpo_rollout_stage(names[used], sizeof(names[0]), "decode", c, k);
         stages[n++] = names[used++];
     }

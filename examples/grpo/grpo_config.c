@@ -8,8 +8,6 @@
 #include "dfg_grpo_config.h"
 #include "dfg_grpo_async.h"
 #include "dfg_grpo_eval.h"
-#include "dfg_grpo_async.h"
-#include "dfg_grpo_eval.h"
 #include "dfg_runtime.h"
 
 
@@ -460,10 +458,6 @@ dfg_status dfg_grpo_read_config(dfg_program *p, dfg_grpo_config *c) {
     c->async_rollouts = dfg_setting_int(p, "async_rollouts", 0); /* one-step-off rollouts (grpo_async.c) */
     c->max_staleness = dfg_setting_int(p, "max_staleness", 1);
     if (!st2) st2 = dfg_program_status(p) ? dfg_program_status(p) : dfg_grpo_async_check(p, c);
-    c->async_rollouts = dfg_setting_int(p, "async_rollouts", 0); /* one-step-off rollouts (grpo_async.c) */
-    c->max_staleness = dfg_setting_int(p, "max_staleness", 1);
-    if (!st2) st2 = dfg_program_status(p) ? dfg_program_status(p) : dfg_grpo_async_check(p, c);
-    if (!st2) st2 = dfg_grpo_read_eval(p, c); /* multi_objective_aggregation, eval_dataset (grpo_eval.c) */
     if (!st2) st2 = dfg_grpo_read_eval(p, c); /* multi_objective_aggregation, eval_dataset (grpo_eval.c) */
     return st2;
 }
