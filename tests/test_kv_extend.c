@@ -195,7 +195,7 @@ static void check_out_of_range(void) {
  * the copied one: G rows a prompt, the same prefill, a decode step at column Tp-1, then row b's
  * k[b] tokens from column Tp-1+u[b] (u 0 or 1: a row that overwrites the decoded column, or
  * keeps it), and a decode step after; both must leave the same keys and values and give the same
- * logits (within 1e-6, the same bits in a batch-invariant plan). The window lies in the own part
+ * logits (within 1e-5, the same bits in a batch-invariant plan). The window lies in the own part
  * (E <= its K + 2 columns) and may start before the row's tokens. */
 typedef struct {
     extend_case e;
@@ -314,7 +314,9 @@ static void check_shared_extend(dfg_arch arch, bool invariant, bool padded) {
 
     int64_t W = (int64_t)(m->cfg.n_kv_head ? m->cfg.n_kv_head : m->cfg.n_head) *
                 (m->cfg.head_dim ? m->cfg.head_dim : m->cfg.n_embd / m->cfg.n_head);
-    double cache_err = 0, tol = invariant ? 1e-300 : 1e-6;
+    /* 1e-5 as for extend against decode above: the merge of the prompt's and the row's softmax
+     * parts rounds differently from one softmax; 957 draws measured up to 1.3e-6, one 1.9e-6 */
+    double cache_err = 0, tol = invariant ? 1e-300 : 1e-5;
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int kv = 0; kv < 2; kv++) {
             double err = compare_shared_caches(rt, &s, l, kv ? 'v' : 'k', invariant, W);
