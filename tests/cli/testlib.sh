@@ -52,7 +52,9 @@ for x, y in zip(a, b):
             if max(abs(v), abs(y[k])) > 1e-5: bad.append("step %s %s: %r vs %r (over 1e-5)" % (x["step"], k, v, y[k]))
             continue
         exact = k.startswith("reward") or k.startswith("completions/") or k == "frac_reward_zero_std"
-        err = abs(v - y[k]) / max(abs(v), 1e-3)
+        # the loss is a mean of terms of size ~|advantage| that can cancel to ~1e-4: its floor is
+        # 1e-2 (a 2-rank step's loss 2.07995e-4 against 2.07882e-4, Debug build: 1.1e-7 apart)
+        err = abs(v - y[k]) / max(abs(v), 1e-2 if k == "loss" else 1e-3)
         worst = max(worst, 0 if exact else err)
         if (exact and v != y[k]) or err > 1e-4: bad.append("step %s %s: %r vs %r" % (x["step"], k, v, y[k]))
 print("worst relative difference %.2g over %d metrics x %d steps" % (worst, len([k for k in a[0] if k not in skip]), len(a)))
