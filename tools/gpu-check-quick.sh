@@ -4,7 +4,7 @@
 # transformers + peft on the same GPU, and written to tools/bench/results/<date>-gpu-check-quick-<host>.md
 # and .json (each step's verdict, figures, seconds taken and estimated).
 #
-#   tools/gpu-check.sh --quick [--rehearse] [--build-dir DIR] [--reuse-build] [--only 1,2,3,4,5]
+#   tools/gpu-check.sh --quick [--rehearse] [--build-dir DIR] [--reuse-build] [--only 1,2,3,4,5,6]
 #                      [--python PY] [--rounds N] [--budget S] [--threads N] [--host NAME] [--out DIR]
 #
 #   a. GPU present (gpu-check.sh's step a); --rehearse: none needed.
@@ -36,6 +36,9 @@
 #      KV cache SKIPs).
 #   5. (run before 4: it only reads) predicted vs measured per stage: `dfg inspect P --device h200|h100|a100|l40s --json`'s per-stage
 #      predicted ms against the stage_ms of steps 1 and 2's runs (a dfg whose inspect refuses --device SKIPs).
+#   6. the tool loop (issue 39): docs/agents.md's calculator plan (task=calculator, 8 x 8 rows, 300
+#      supervised warm-up steps, then 40 GRPO steps) compiled for cuda and run there: ms a GRPO step,
+#      tools/call_frequency and reward over the last 20 steps, device memory against the plan.
 #
 # --rehearse: every step on this CPU, no GPU: cuda plans under --emulate-gpu (step 3 too, on the
 # cpu target only where cuda refuses batch_invariant), tiny shapes, the PyTorch side on the CPU (transformers
@@ -52,7 +55,7 @@
 # Exit 0: nothing failed; 1: a step failed; 2: refused (no GPU without --rehearse, bad argument).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD="" REUSE=0 REHEARSE=0 ONLY=1,2,3,4,5 PY="" ROUNDS="" THREADS=2 OUT="" HOST="" BUDGET=""
+BUILD="" REUSE=0 REHEARSE=0 ONLY=1,2,3,4,5,6 PY="" ROUNDS="" THREADS=2 OUT="" HOST="" BUDGET=""
 usage() { sed -n '7,8p' "$0" | sed 's/^# *//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -70,7 +73,7 @@ while [ $# -gt 0 ]; do
     *) echo "gpu-check --quick: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
-[[ $ONLY =~ ^[1-5](,[1-5])*$ ]] || { echo "gpu-check --quick: --only takes steps 1..5 separated by commas, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[1-6](,[1-6])*$ ]] || { echo "gpu-check --quick: --only takes steps 1..6 separated by commas, got '$ONLY'" >&2; exit 2; }
 [ -z "$ROUNDS" ] || [[ $ROUNDS =~ ^[1-9]$ ]] || { echo "gpu-check --quick: --rounds takes 1..9, got '$ROUNDS'" >&2; exit 2; }
 [ -z "$BUDGET" ] || [[ $BUDGET =~ ^[0-9]+$ ]] || { echo "gpu-check --quick: --budget takes seconds, got '$BUDGET'" >&2; exit 2; }
 wanted() { [[ ",$ONLY," == *",$1,"* ]]; }
@@ -143,7 +146,7 @@ DFG=$BUILD/dfg
 if [ "$BUILD_OK" = 1 ]; then
   quick_torch_env
   write_results
-  for s in 1 2 3 5 4; do # 5 reads what 1 and 2 ran; 4 last: the dearest per second of what it shows
+  for s in 1 2 3 5 6 4; do # 5 reads what 1 and 2 ran; 4 last: the dearest per second of what it shows
     wanted $s || continue
     header "$s. ${STEP_NAME[$s]} (estimate ${EST[$s]} s on a GPU)"
     STEP_T0=$(date +%s) STEP_EST=${EST[$s]}

@@ -24,7 +24,7 @@ check "the rehearsal exits 0 (exit $rc)" '[ $rc -eq 0 ]'
 MD=$(ls "$WORK"/out/*-gpu-check-quick-rehearsal-test.md 2>/dev/null | head -1)
 JSON=${MD%.md}.json
 check "it writes the results' .md and .json" '[ -s "$MD" ] && [ -s "$JSON" ]'
-[ -s "$MD" ] && grep -E "^\| [ab1-5]\. " "$MD" | awk -F' \\| ' '{print "  " $1 " " $2 ": took " $(NF-1) " s"}'
+[ -s "$MD" ] && grep -E "^\| [ab1-6]\. " "$MD" | awk -F' \\| ' '{print "  " $1 " " $2 ": took " $(NF-1) " s"}'
 # row_re STEP VERDICTS REGEX: the row of STEP has one of VERDICTS (a|b) and its text matches REGEX
 row_re() { grep -E "^\| $1 \| \*\*($2)\*\* \| " "$MD" | grep -qE -- "$3"; }
 check "row a: SKIP (no GPU in a rehearsal)" 'row_re "a. GPU present" SKIP "rehearsal: no GPU"'
@@ -38,10 +38,12 @@ check "row 4: decode ms with share_prompts 0 and 1 (SKIP rehearsed anyway, or PA
 check "row 5: PASS, or a SKIP naming what is missing" \
   'row_re "5. predicted vs measured" "PASS|SKIP" "(decode: [0-9]+ of [0-9]+ stages.*lora-tiny-0.5b-role: [0-9]+ of|dfg inspect refuses --device)"'
 check "every row has seconds taken and estimated" \
-  '[ "$(grep -cE "^\| [ab1-5]\. .* \| [0-9]+ \| [0-9]+ \|$" "$MD")" = 7 ]'
-check "the JSON: 7 steps, 0 failed, the data of steps 1-3" \
-  'python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert len(d[\"steps\"]) == 7 and d[\"failed\"] == 0 and d[\"rehearsal\"]
-assert {\"1-lora\", \"2-decode\", \"3-batch-invariant\"} <= set(d[\"data\"]), d[\"data\"].keys()
+  '[ "$(grep -cE "^\| [ab1-6]\. .* \| [0-9]+ \| [0-9]+ \|$" "$MD")" = 8 ]'
+check "row 6: PASS, the GRPO steps with their call frequency and the device memory" \
+  'row_re "6. tools loop" PASS "2 GRPO steps after 2 warm-up steps: [0-9.]+ ms a step.*tools/call_frequency [0-9.]+, reward [0-9.]+"'
+check "the JSON: 8 steps, 0 failed, the data of steps 1-3 and 6" \
+  'python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert len(d[\"steps\"]) == 8 and d[\"failed\"] == 0 and d[\"rehearsal\"]
+assert {\"1-lora\", \"2-decode\", \"3-batch-invariant\", \"6-tools-loop\"} <= set(d[\"data\"]), d[\"data\"].keys()
 assert d[\"data\"][\"3-batch-invariant\"][\"batch_invariant_logp_diff\"][\"max_abs_diff\"] == 0" "$JSON"'
 
 # ---------------------------------------------------------------- quick.py on known inputs

@@ -21,6 +21,13 @@ the same file runs under the GPU machine's python3 and this machine's).
   quick.py roofline INSPECT.json JSONL  per stage: inspect --device's predicted ms against the
                                         measured stage_ms (steps 2..); exit 4 when the JSON has
                                         no predicted times
+  quick.py tools-loop JSONL LOG INSPECT.json SFT OUT.json
+                                        step 6: the GRPO steps (those after SFT warm-up steps)
+                                        of the calculator's --metrics: median ms, and
+                                        tools/call_frequency and reward over the last 20; the
+                                        'device memory:' line of LOG against the plan's arena;
+                                        one line, the data into OUT.json; exit 3 when no GRPO
+                                        step logged tools/call_frequency
   quick.py reward-server                a reward program (docs/rewards.md) declaring 'reward':
                                         rewards 0, 0.5, 1 by row (varied, so advantages are not 0)
   quick.py copy-bandwidth               the host's copy bandwidth in GB/s (read + write), for
@@ -258,6 +265,27 @@ def roofline(inspect_path, jsonl):
     print(json.dumps(out))
 
 
+def tools_loop(jsonl, log, inspect_path, sft, out):
+    with open(jsonl) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    grpo = [r for r in rows if r.get("step", 0) > int(sft)]
+    if not grpo or any(r.get("tools/call_frequency") is None for r in grpo):
+        fail(f"{jsonl}: {len(grpo)} GRPO steps after {sft} warm-up steps, not all with tools/call_frequency")
+    last = grpo[-20:]
+    timed = grpo[1:] if len(grpo) > 1 else grpo  # the first GRPO step captures its graphs
+    arena = json.load(open(inspect_path)).get("arena_bytes")
+    dev = device_bytes(log)
+    d = {"grpo_steps": len(grpo), "median_ms": statistics.median(r["ms"] for r in timed),
+         "call_frequency_last": statistics.mean(r["tools/call_frequency"] for r in last),
+         "reward_last": statistics.mean(r["reward"] for r in last), "last_n": len(last),
+         "arena_bytes": arena, "device_bytes": dev}
+    with open(out, "w") as f:
+        json.dump(d, f)
+    print(f"{d['grpo_steps']} GRPO steps after {sft} warm-up steps: {d['median_ms']:.1f} ms a step (median); "
+          f"over the last {d['last_n']}: tools/call_frequency {d['call_frequency_last']:.3f}, reward "
+          f"{d['reward_last']:.3f}; device memory {gib(dev)} against the plan's arena {gib(arena)}")
+
+
 def reward_server():
     print(json.dumps({"reward_funcs": ["reward"]}), flush=True)
     for line in sys.stdin:
@@ -314,7 +342,7 @@ def main(argv):
             "stage-ms": lambda a: print(f"{statistics.median(s['stage_ms'].get(a[1], 0.0) for s in metrics(a[0])):.3f}"),
             "device-bytes": lambda a: print(device_bytes(a[0]) or ""),
             "lora": lambda a: lora(*a), "decode": lambda a: decode(*a), "logp-diff": lambda a: logp_diff(*a),
-            "kv-bytes": lambda a: kv_bytes(*a), "roofline": lambda a: roofline(*a),
+            "kv-bytes": lambda a: kv_bytes(*a), "roofline": lambda a: roofline(*a), "tools-loop": lambda a: tools_loop(*a),
             "reward-server": lambda a: reward_server(), "copy-bandwidth": lambda a: copy_bandwidth(),
             "report": lambda a: report(*a)}
     if len(argv) < 2 or argv[1] not in cmds:

@@ -1,20 +1,21 @@
 # shellcheck shell=bash disable=SC2034
-# tools/gpu/quick_steps.sh - steps 1-5 of tools/gpu-check-quick.sh (sourced after common.sh and
+# tools/gpu/quick_steps.sh - steps 1-6 of tools/gpu-check-quick.sh (sourced after common.sh and
 # decode.sh; that script's header says what each measures). Each step records one verdict; a feature
 # dfg does not have yet (a setting, an inspect flag) is a SKIP that names what is missing.
 QUICK=$ROOT/tools/gpu/quick.py
 declare -A EST STEP_NAME SHAPE_KV
 # Seconds each step is expected to take on an H200 (a guess before the first run there, from the
 # H100's 106 s build of everything with 16 cores; the results file puts the seconds taken beside it)
-EST=([a]=2 [b]=100 [1]=170 [2]=25 [3]=35 [4]=60 [5]=5)
+EST=([a]=2 [b]=100 [1]=170 [2]=25 [3]=35 [4]=60 [5]=5 [6]=30)
 # the rows' names (a step the budget leaves out gets its row too)
 declare -A STEP_ROW=([1]="1. LoRA/QLoRA vs peft" [2]="2. decode" [3]="3. batch_invariant" [4]="4. share_prompts"
-                     [5]="5. predicted vs measured")
+                     [5]="5. predicted vs measured" [6]="6. tools loop")
 STEP_NAME=([1]="LoRA and QLoRA GRPO steps, dfg against transformers + peft"
            [2]="decode tokens/s against the bandwidth floor"
            [3]="batch_invariant: its cost and the sampling/training log-prob difference"
            [4]="shared-prompt decode (share_prompts) on and off"
-           [5]="predicted (dfg inspect --device) against measured stage times")
+           [5]="predicted (dfg inspect --device) against measured stage times"
+           [6]="the calculator's multi-turn tool loop on the device")
 
 # quick_shapes: the models and batches of each step, a GPU's or the rehearsal's tiny ones
 quick_shapes() {
@@ -24,7 +25,7 @@ quick_shapes() {
     SHAPE_KV[tiny-0.5b-role]="hidden_size=64 num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 intermediate_size=128 vocab_size=512"
     SHAPE_KV[tiny-1.5b-role]="hidden_size=64 num_hidden_layers=3 num_attention_heads=4 num_key_value_heads=2 intermediate_size=96 vocab_size=512"
     V=512 P=1 G=4 LP=8 LC=8 DFG_STEPS=2 TORCH_WARMUP=1 TORCH_STEPS=1
-    DEC_DIMS="2 64 4 2 16 128 512 4 8" DEC_STEPS=2 BI_LC=8 SH_LP=48 SH_LC=4 SH_STEPS=2
+    DEC_DIMS="2 64 4 2 16 128 512 4 8" DEC_STEPS=2 BI_LC=8 SH_LP=48 SH_LC=4 SH_STEPS=2 CALC_SFT=2 CALC_STEPS=4
   else
     SHAPES=(qwen2.5-0.5b qwen2.5-1.5b)
     SHAPE_KV[qwen2.5-0.5b]="hidden_size=896 num_hidden_layers=24 num_attention_heads=14 num_key_value_heads=2 intermediate_size=4864 vocab_size=151936"
@@ -33,6 +34,8 @@ quick_shapes() {
     # step 4: 2 steps (the first captures the graphs): with share_prompts=0 the training pass over
     # 64 rows of 2112 tokens alone is predicted at 9 s a step on an H200 (dfg inspect --device h200)
     DEC_DIMS="24 896 14 2 64 4864 151936 64 61" DEC_STEPS=3 BI_LC=64 SH_LP=2048 SH_LC=64 SH_STEPS=2
+    # step 6: docs/agents.md's calculator demo (300 supervised warm-up steps, then GRPO) on the device
+    CALC_SFT=300 CALC_STEPS=340
   fi
 }
 # shape_set SHAPE: the dfg --set pairs of a shape (into the array SET)
@@ -45,7 +48,7 @@ shape_set() {
 quick_print_estimates() {
   local s total=0
   echo "gpu-check --quick: estimated GPU seconds per step (a guess until the first run; the report gives the seconds taken):"
-  for s in a b 1 2 3 4 5; do
+  for s in a b 1 2 3 4 5 6; do
     if [[ $s =~ [ab] ]] || wanted "$s"; then printf '  %s. %4s s\n' "$s" "${EST[$s]}"; total=$((total + EST[$s])); fi
   done
   echo "  in all about $total s ($((total / 60)) min $((total % 60)) s) of the lease, plus the machine's start;" \
@@ -299,6 +302,30 @@ print("%d of %d stages within 2x of the prediction; those stages predicted %.1f 
   verdict "$step" PASS "$(printf '%s; ' "${texts[@]}")"
 }
 
+# ---------------------------------------------------------------- 6. the tool loop on the device
+# Issue 39's GPU goal: the calculator plan (task=calculator: extend, decode and the built-in tool in a
+# loop of rounds, docs/agents.md) compiled for cuda runs there: CALC_SFT warm-up steps, then GRPO
+# steps; the figures of the GRPO steps (ms, call frequency, reward) and the device memory against
+# the plan. PASS: it ran every step and logged tools/call_frequency (it measures, it asserts no rate).
+quick_step6() {
+  local step=${STEP_ROW[6]} text
+  if ! "$DFG" compile "$ROOT/examples/grpo/grpo.c" --target cuda --set task=calculator --set digits=2 \
+       --set prompts_per_step=8 --set num_generations=8 --set sft_steps="$CALC_SFT" -o "$LOGS/calc.dfg" \
+       >"$LOGS/calc-compile.log" 2>&1 ||
+     ! "$DFG" inspect "$LOGS/calc.dfg" --json >"$LOGS/calc-inspect.json" 2>>"$LOGS/calc-compile.log"; then
+    verdict "$step" FAIL "dfg compile or inspect of the calculator plan for cuda failed" "$LOGS/calc-compile.log"; return
+  fi
+  if ! "$DFG" run "$LOGS/calc.dfg" "${RUN_FLAGS[@]}" --steps "$CALC_STEPS" --seed 1 --quiet --metrics "$LOGS/calc.jsonl" \
+       >"$LOGS/calc.log" 2>&1; then
+    verdict "$step" FAIL "the calculator run failed" "$LOGS/calc.log"; return
+  fi
+  if ! text=$(python3 "$QUICK" tools-loop "$LOGS/calc.jsonl" "$LOGS/calc.log" "$LOGS/calc-inspect.json" "$CALC_SFT" \
+              "$DATA_DIR/6-tools-loop.json" 2>&1); then
+    verdict "$step" FAIL "$(tail -1 <<<"$text")" "$LOGS/calc.log"; return
+  fi
+  verdict "$step" PASS "$text"
+}
+
 # quick_meta WALL_S: the results file's header as JSON (the values through the environment: any text)
 quick_meta() {
   local os cmd="tools/gpu-check.sh --quick"
@@ -308,7 +335,7 @@ quick_meta() {
   Q_COMMIT=$COMMIT Q_GPU=$GPU_NAME Q_CAP=${GPU_CAP:-?} Q_MIB=$GPU_MIB Q_DRIVER=$DRIVER Q_CUDA=$CUDA_DRIVER \
   Q_NVCC=${NVCC_VERSION:-none} Q_TORCH=${TORCH_VERSIONS:-none} Q_TORCH_WHY=$TORCH_WHY Q_CORES=$(nproc) Q_OS="$os, $(uname -r)" \
   Q_CMD="$cmd --only $ONLY --rounds $ROUNDS" Q_DATE=$DATE Q_HOST=$HOST Q_REHEARSE=$REHEARSE Q_ROUNDS=$ROUNDS Q_ONLY=$ONLY \
-  Q_EST="${EST[a]} ${EST[b]} ${EST[1]} ${EST[2]} ${EST[3]} ${EST[4]} ${EST[5]}" python3 - "$1" <<'PY'
+  Q_EST="${EST[a]} ${EST[b]} ${EST[1]} ${EST[2]} ${EST[3]} ${EST[4]} ${EST[5]} ${EST[6]}" python3 - "$1" <<'PY'
 import json, os, sys
 e = os.environ
 hdr = [f"dfg {e['Q_COMMIT']}; GPU: {e['Q_GPU']}, compute capability {e['Q_CAP']}, {e['Q_MIB']} MiB; driver {e['Q_DRIVER']}, "
@@ -321,6 +348,6 @@ if e["Q_REHEARSE"] == "1":
 print(json.dumps({"date": e["Q_DATE"], "host": e["Q_HOST"], "rehearsal": e["Q_REHEARSE"] == "1", "commit": e["Q_COMMIT"],
                   "gpu": e["Q_GPU"], "driver": e["Q_DRIVER"], "cuda_driver": e["Q_CUDA"], "nvcc": e["Q_NVCC"],
                   "torch_side": e["Q_TORCH"], "rounds": int(e["Q_ROUNDS"]), "only": e["Q_ONLY"], "wall_s": float(sys.argv[1]),
-                  "header": hdr, "estimates_s": dict(zip("a b 1 2 3 4 5".split(), map(float, e["Q_EST"].split())))}))
+                  "header": hdr, "estimates_s": dict(zip("a b 1 2 3 4 5 6".split(), map(float, e["Q_EST"].split())))}))
 PY
 }
