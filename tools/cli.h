@@ -30,13 +30,12 @@ int cli_plot(int argc, char **argv);
  * printing why it cannot be (cli_dot.c). */
 const dfg_dot_api *cli_dot_module(const char *cmd);
 int cli_fit(int argc, char **argv);
-/* What dfg fit ranks by (cli_fit_cost.c): a step's FLOPs without recompute, remat's extra FLOPs,
- * and its estimated seconds on a nominal device of the target, each stage at its runs and, of
- * the variants gated on one value (dfg_stage_when), one interval's: the dearest. */
+/* What dfg fit ranks by (cli_fit_cost.c's cli_fit_step_cost_on, cli_device.h): a step's FLOPs
+ * without recompute, remat's extra FLOPs, and its estimated seconds on a device, each stage at its
+ * runs and, of the variants gated on one value (dfg_stage_when), one interval's: the dearest. */
 typedef struct {
     double flops, extra_flops, seconds;
 } cli_step_cost;
-cli_step_cost cli_fit_step_cost(const dfg_program *p, dfg_target target);
 
 /* "dfg <cmd>: <message>" on stderr; returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

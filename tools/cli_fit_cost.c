@@ -31,10 +31,3 @@ cli_step_cost cli_fit_step_cost_on(const dfg_program *p, const cli_device *d) {
     cli_step_time_free(&t);
     return s;
 }
-
-/* cli.h's form: on the device a plan of the target is predicted on by default. */
-cli_step_cost cli_fit_step_cost(const dfg_program *p, dfg_target target) {
-    cli_device d;
-    if (!cli_device_named("fit", cli_device_default(target), &d)) return (cli_step_cost){0};
-    return cli_fit_step_cost_on(p, &d);
-}
