@@ -8,7 +8,10 @@
  * states a step advances (the RNG, the dataset's position, the loop counters) are put back, and
  * every other tensor the rollout wrote is rewritten by the next training step before it is read,
  * so a run trains bit for bit the same with or without evaluations. The evaluation samples from
- * its own stream (the same one at every evaluation), not the training's. */
+ * its own stream (the same one at every evaluation), not the training's. A plan with tools rolls
+ * out whole episodes (the loop of extend, decode and tools, each row's environment reset with its
+ * eval row's fields): the lengths count the policy's tokens (tool_mask 1), and each row's calls
+ * ("eval.tool_calls") give TRL's tools/call_frequency and tools/failure_frequency. */
 #include "cli_run_eval.h"
 
 #include <inttypes.h>
@@ -33,11 +36,14 @@ static const char *const fixed_metrics[] = {"reward", "reward_std", "frac_reward
                                             "completions/mean_terminated_length", "completions/min_terminated_length",
                                             "completions/max_terminated_length"};
 enum { N_FIXED = sizeof(fixed_metrics) / sizeof(fixed_metrics[0]) };
+/* with tools, after the fixed ones (as TRL appends them after the completions' lengths) */
+static const char *const tool_metrics[] = {"tools/call_frequency", "tools/failure_frequency"};
+enum { N_TOOLS = sizeof(tool_metrics) / sizeof(tool_metrics[0]), N_METRICS = N_FIXED + N_TOOLS + 2 * EVAL_MAX_FUNCS };
 
 struct cli_eval {
     dfg_runtime *rt;
     const char *plan;
-    bool steps, on_start, quiet, normalize_then_sum, scale_batch, scale_group;
+    bool steps, on_start, quiet, normalize_then_sum, scale_batch, scale_group, tools;
     uint64_t seed;
     int64_t every, sft_steps, P, G, Ge, N, T, Lp, rows, batch_prompts;
     int F, n_eos;
@@ -49,8 +55,9 @@ struct cli_eval {
     int n_small;
     bool *rollout; /* [stage]: a rollout stage, which an evaluation runs */
     int32_t *tok;
-    float *mask, *rew, *vals;
+    float *mask, *tmask, *rew, *vals, *row_calls;
     double *reward, *values, *len; /* per eval row (rows x Ge): reward NaN when unscorable, values NaN for None */
+    double *calls, *fails;         /* per eval row, with tools */
     unsigned char *trunc;
 };
 
@@ -108,7 +115,25 @@ static double frac_zero_std(const cli_eval *e, const double *reward, const doubl
     return zero / (double)n;
 }
 
-/* One TRL eval batch's metrics (rows i0 .. i0 + n - 1 of the eval rows) into out[N_FIXED + 2F]. */
+/* TRL's tools metrics of a batch: its calls a row, and failed calls per call (0 without calls). */
+static void tool_batch_metrics(const cli_eval *e, int64_t i0, int64_t n, double *out) {
+    double calls = 0, fails = 0;
+    for (int64_t i = i0; i < i0 + n; i++) calls += e->calls[i], fails += e->fails[i];
+    out[0] = calls / (double)n, out[1] = calls > 0 ? fails / calls : 0.0;
+}
+
+/* How many metrics an evaluation logs: the fixed ones, the tools' (with tools), two a function. */
+static int metric_count(const cli_eval *e) { return N_FIXED + (e->tools ? N_TOOLS : 0) + 2 * e->F; }
+
+/* Metric m's name in TRL's eval log (the Trainer's eval_ prefix). */
+static void metric_name(const cli_eval *e, int m, char *key, size_t len) {
+    int tools = e->tools ? N_TOOLS : 0;
+    if (m < N_FIXED) snprintf(key, len, "eval_%s", fixed_metrics[m]);
+    else if (m < N_FIXED + tools) snprintf(key, len, "eval_%s", tool_metrics[m - N_FIXED]);
+    else snprintf(key, len, "eval_rewards/%s/%s", e->names[(m - N_FIXED - tools) / 2], (m - N_FIXED - tools) % 2 ? "std" : "mean");
+}
+
+/* One TRL eval batch's metrics (rows i0 .. i0 + n - 1 of the eval rows) into out[metric_count]. */
 static void batch_metrics(const cli_eval *e, int64_t i0, int64_t n, double *out) {
     const double *reward = e->reward + i0, *values = e->values + i0 * e->F, *len = e->len + i0;
     const unsigned char *trunc = e->trunc + i0;
@@ -122,6 +147,7 @@ static void batch_metrics(const cli_eval *e, int64_t i0, int64_t n, double *out)
                              sum / (double)n, lo, hi, clipped / (double)n,
                              terminated ? tsum / (double)terminated : 0.0, terminated ? tlo : 0.0, terminated ? thi : 0.0};
     memcpy(out, fixed, sizeof(fixed));
+    if (e->tools) tool_batch_metrics(e, i0, n, out + N_FIXED), out += N_TOOLS;
     for (int f = 0; f < e->F; f++) out[N_FIXED + 2 * f] = nanmean(values + f, n, e->F), out[N_FIXED + 2 * f + 1] = nanstd(values + f, n, e->F);
 }
 
@@ -152,6 +178,10 @@ static int read_settings(cli_eval *e, const dfg_program *p) {
         e->weights[f] = n_w == e->F ? dfg_program_list_number(p, "reward_weights", f) : 1.0;
     }
     e->N = tok->shape.d[0], e->T = tok->shape.d[1];
+    const dfg_tensor *calls = dfg_find(p, "eval.tool_calls");
+    e->tools = dfg_find(p, "tool_mask") != NULL;
+    if (e->tools && (!calls || calls->shape.d[0] != e->N)) /* a plan of a dfg that did not evaluate tools */
+        return cli_error(CMD, CLI_USAGE, "%s: the plan's tools do not fit its evaluation (recompile it)", e->plan);
     return CLI_OK;
 }
 
@@ -161,11 +191,13 @@ static int make_buffers(cli_eval *e, const dfg_program *p) {
     e->saved = malloc((size_t)(p->n_tensors + 1) * SMALL_STATE * 8);
     e->rollout = calloc((size_t)p->n_stages + 1, sizeof(bool));
     e->tok = malloc(sizeof(int32_t) * (size_t)NT), e->mask = malloc(sizeof(float) * (size_t)NT);
+    e->tmask = malloc(sizeof(float) * (size_t)NT), e->row_calls = malloc(sizeof(float) * (size_t)(2 * e->N));
+    e->calls = calloc((size_t)R, sizeof(double)), e->fails = calloc((size_t)R, sizeof(double));
     e->rew = malloc(sizeof(float) * (size_t)e->N), e->vals = malloc(sizeof(float) * (size_t)(e->N * F));
     e->reward = malloc(sizeof(double) * (size_t)R), e->values = malloc(sizeof(double) * (size_t)(R * F));
     e->len = malloc(sizeof(double) * (size_t)R), e->trunc = malloc((size_t)R);
     if (!e->small || !e->saved || !e->rollout || !e->tok || !e->mask || !e->rew || !e->vals || !e->reward || !e->values ||
-        !e->len || !e->trunc)
+        !e->len || !e->trunc || !e->tmask || !e->row_calls || !e->calls || !e->fails)
         return cli_error(CMD, CLI_FAILED, "out of memory");
     for (int i = 0; i < p->n_tensors; i++) {
         const dfg_tensor *t = p->tensors[i];
@@ -216,6 +248,7 @@ void cli_eval_free(cli_eval *e) {
     if (!e) return;
     free(e->small), free(e->saved), free(e->rollout), free(e->tok), free(e->mask), free(e->rew), free(e->vals);
     free(e->reward), free(e->values), free(e->len), free(e->trunc);
+    free(e->tmask), free(e->row_calls), free(e->calls), free(e->fails);
     free(e);
 }
 
@@ -267,14 +300,21 @@ static int collect(cli_eval *e, int64_t b) {
     if (dfg_runtime_read(rt, "tokens", e->tok, sizeof(int32_t) * NT) ||
         dfg_runtime_read(rt, "completion_mask", e->mask, sizeof(float) * NT) ||
         dfg_runtime_read(rt, "rewards", e->rew, sizeof(float) * (size_t)e->N) ||
-        (e->F && dfg_runtime_read(rt, "reward_values", e->vals, sizeof(float) * (size_t)(e->N * e->F))))
+        (e->F && dfg_runtime_read(rt, "reward_values", e->vals, sizeof(float) * (size_t)(e->N * e->F))) ||
+        (e->tools && (dfg_runtime_read(rt, "tool_mask", e->tmask, sizeof(float) * NT) ||
+                      dfg_runtime_read(rt, "eval.tool_calls", e->row_calls, sizeof(float) * (size_t)(2 * e->N)))))
         return cli_error(CMD, CLI_FAILED, "%s", dfg_runtime_error(rt));
     for (int64_t p = 0; p < e->P && b * e->P + p < e->rows; p++)
         for (int64_t j = 0; j < e->Ge; j++) {
-            int64_t r = p * e->G + j, i = (b * e->P + p) * e->Ge + j, n = 0;
-            for (int64_t c = e->Lp; c < e->T; c++) n += e->mask[r * e->T + c] != 0.0f;
-            e->len[i] = (double)n;
+            int64_t r = p * e->G + j, i = (b * e->P + p) * e->Ge + j, n = 0, own = 0;
+            for (int64_t c = e->Lp; c < e->T; c++) { /* TRL's lengths count the policy's tokens (tool_mask 1) */
+                bool in = e->mask[r * e->T + c] != 0.0f;
+                n += in, own += in && (!e->tools || e->tmask[r * e->T + c] != 0.0f);
+            }
+            e->len[i] = (double)own;
+            /* the completion's last token, a tool's answer's too (TRL's ids[-1]) */
             e->trunc[i] = !(n > 0 && is_eos(e, e->tok[r * e->T + e->Lp + n - 1]));
+            if (e->tools) e->calls[i] = e->row_calls[2 * r], e->fails[i] = e->row_calls[2 * r + 1];
             double sum = 0; /* TRL: (rewards_per_func * weights).nansum, NaN where every function gave None */
             bool any = !e->F;
             for (int f = 0; f < e->F; f++) {
@@ -307,9 +347,9 @@ static int roll_out(cli_eval *e, int64_t step) {
 
 /* ---------------------------------------------------------------- the metrics */
 static int report(cli_eval *e, int64_t step, double seconds, FILE *jsonl, cli_progress *pr) {
-    int n_metrics = N_FIXED + 2 * e->F, n_batches = 0;
-    double sum[N_FIXED + 2 * EVAL_MAX_FUNCS] = {0}, out[N_FIXED + 2 * EVAL_MAX_FUNCS];
-    int count[N_FIXED + 2 * EVAL_MAX_FUNCS] = {0};
+    int n_metrics = metric_count(e), n_batches = 0;
+    double sum[N_METRICS] = {0}, out[N_METRICS];
+    int count[N_METRICS] = {0};
     for (int64_t q = 0; q < e->rows; q += e->batch_prompts, n_batches++) { /* TRL: a value a batch, their mean */
         int64_t prompts = e->rows - q < e->batch_prompts ? e->rows - q : e->batch_prompts;
         batch_metrics(e, q * e->Ge, prompts * e->Ge, out);
@@ -322,8 +362,7 @@ static int report(cli_eval *e, int64_t step, double seconds, FILE *jsonl, cli_pr
     if (!e->quiet) printf("eval %" PRId64 ":", step);
     for (int m = 0; m < n_metrics; m++) {
         char key[128], num[32];
-        if (m < N_FIXED) snprintf(key, sizeof(key), "eval_%s", fixed_metrics[m]);
-        else snprintf(key, sizeof(key), "eval_rewards/%s/%s", e->names[(m - N_FIXED) / 2], (m - N_FIXED) % 2 ? "std" : "mean");
+        metric_name(e, m, key, sizeof(key));
         double v = count[m] ? sum[m] / count[m] : NAN; /* none: TRL's None, JSON null */
         if (!e->quiet && isnan(v)) printf("  %s n/a", key);
         else if (!e->quiet) printf("  %s %.5g", key, v);

@@ -4,8 +4,11 @@
  * Evaluation runs the plan's own rollout stages (data .. reward) on eval_dataset's prompts, with
  * no training: `dfg run` (tools/cli_run_eval.c) switches the other stages off, writes the state
  * tensor "eval.batch" i32 (2) = [1, first row] before each batch of prompts_per_step rows of the
- * file, reads back tokens, completion_mask, rewards and reward_values, and restores everything a
- * step advanced (the RNG, the dataset's position), so a run trains the same with or without it. */
+ * file, reads back tokens, completion_mask, rewards and reward_values (with tools also tool_mask
+ * and "eval.tool_calls"), and restores everything a step advanced (the RNG, the dataset's
+ * position), so a run trains the same with or without it. With tools the batch's episodes run
+ * the whole loop (extend, decode, tools) as in training, each row's environment reset with its
+ * eval row's fields. */
 #ifndef DFG_GRPO_EVAL_H
 #define DFG_GRPO_EVAL_H
 
@@ -20,12 +23,19 @@ extern "C" {
  * c->eval_ds and checks them against the plan, TRL's checks included. The caller frees
  * c->eval_ds with dfg_dataset_free. Called by dfg_grpo_read_config, last. */
 dfg_status dfg_grpo_read_eval(dfg_program *p, dfg_grpo_config *c);
-/* The state "eval.batch" (a plan with eval_dataset): [0, 0] while training. */
+/* The state "eval.batch" (a plan with eval_dataset): [0, 0] while training. With tools (after
+ * dfg_grpo_tools_state) also "eval.tool_calls" f32 (N, 2): each row's tool calls and failed calls
+ * in an evaluation batch. */
 dfg_status dfg_grpo_eval_state(dfg_program *p);
+/* The tools stage's hook: adds a turn's calls and failures to row's counts in "eval.tool_calls"
+ * during an evaluation batch; nothing while training or without that state. */
+void dfg_grpo_eval_count_calls(dfg_host_ctx *ctx, int64_t row, int calls, int failures);
 /* Whether this step is an evaluation batch ("eval.batch"[0] != 0). */
 bool dfg_grpo_eval_on(dfg_host_ctx *ctx);
 /* The data stage of an evaluation batch: eval rows first .. first + P - 1 (the last row again past
- * the file's end: rows dfg run does not count), each prompt in its G rows; the rows in c->ds_rows. */
+ * the file's end: rows dfg run does not count), each prompt in its G rows; the rows in c->ds_rows.
+ * With tools: "eval.tool_calls" zeroed and every row's episode reset (dfg_grpo_tools_reset) with
+ * the fields of its eval row. */
 dfg_status dfg_grpo_eval_data(dfg_host_ctx *ctx, dfg_grpo_config *c);
 
 /* TRL's multi_objective_aggregation=normalize_then_sum over values (M, F), NaN where a function

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dfg_grpo_tools.h"
 #include "task_tensor.h"
 
 /* The eval file's prompts against the plan: ids in the vocabulary, lengths within
@@ -38,9 +39,6 @@ static dfg_status check_eval(dfg_program *p, const dfg_grpo_config *c, int64_t b
     if (!c->ds)
         return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset needs the training prompts from a dataset too (dataset=FILE."
                                 "jsonl): a built-in task's prompts are not a file's");
-    if (c->tools)
-        return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset: dfg does not evaluate plans with tools (multi-turn "
-                                "episodes) yet");
     if (c->async_rollouts) /* its stages roll out the next step's batch: an evaluation would take its place */
         return dfg_program_fail(p, DFG_ERR_ARG, "eval_dataset: dfg does not evaluate plans with async_rollouts=1 yet");
     if (c->W > 1)
@@ -85,7 +83,34 @@ dfg_status dfg_grpo_read_eval(dfg_program *p, dfg_grpo_config *c) {
 
 dfg_status dfg_grpo_eval_state(dfg_program *p) {
     dfg_state(p, "eval.batch", DFG_I32, DFG_SHAPE(2), DFG_ROLE_NONE, dfg_init_zeros());
+    /* with tools, each row's calls: TRL counts them over its eval batch, and dfg's batch holds
+     * rows that do not count (num_generations_eval, the filler past the file's end), so the
+     * step's total ("tools.calls") is not enough */
+    const dfg_tensor *tok = dfg_find(p, "tokens");
+    if (dfg_find(p, "tools.calls") && tok)
+        dfg_state(p, "eval.tool_calls", DFG_F32, DFG_SHAPE(dfg_tensor_shape(tok).d[0], 2), DFG_ROLE_NONE, dfg_init_zeros());
     return dfg_program_status(p);
+}
+
+void dfg_grpo_eval_count_calls(dfg_host_ctx *ctx, int64_t row, int calls, int failures) {
+    dfg_buffer b;
+    if (!dfg_grpo_eval_on(ctx) || dfg_host_buffer(ctx, "eval.tool_calls", &b) || b.dtype != DFG_F32 || !b.data ||
+        b.shape.rank != 2 || row < 0 || row >= b.shape.d[0])
+        return;
+    ((float *)b.data)[row * 2] += (float)calls, ((float *)b.data)[row * 2 + 1] += (float)failures;
+}
+
+/* New episodes for the eval batch's rows, reset with the eval rows' fields (TRL's reset(**row)):
+ * the tools' reset reads the fields of c->ds at c->ds_rows, here the eval file's. */
+static dfg_status reset_episodes(dfg_host_ctx *ctx, dfg_grpo_config *c) {
+    dfg_buffer calls;
+    if (!dfg_host_buffer(ctx, "eval.tool_calls", &calls) && calls.data)
+        memset(calls.data, 0, sizeof(float) * (size_t)dfg_shape_numel(calls.shape));
+    dfg_dataset *train = c->ds;
+    c->ds = c->eval_ds;
+    dfg_status st = dfg_grpo_tools_reset(ctx, c);
+    c->ds = train;
+    return st;
 }
 
 bool dfg_grpo_eval_on(dfg_host_ctx *ctx) {
@@ -116,5 +141,5 @@ dfg_status dfg_grpo_eval_data(dfg_host_ctx *ctx, dfg_grpo_config *c) {
             ((int32_t *)start.data)[r] = (int32_t)(Lp - len);
         }
     }
-    return DFG_OK;
+    return c->tools ? reset_episodes(ctx, c) : DFG_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dfg_env.h"
+#include "dfg_grpo_eval.h"
 #include "dfg_grpo_tools.h"
 
 static dfg_tensor *rollout_state(dfg_program *p, const char *name, dfg_dtype dt, dfg_shape s) {
@@ -281,6 +282,7 @@ static dfg_status place_prompt(dfg_host_ctx *ctx, const dfg_grpo_config *c, int6
 dfg_status dfg_grpo_tools_reset(dfg_host_ctx *ctx, dfg_grpo_config *c) {
     dfg_grpo_turns *h = c->turns;
     forget_messages(h);
+    h->step = -1; /* new episodes: the next tools stage starts their rounds (an eval batch has its step's number) */
     if (!uses_program(c)) return DFG_OK;
     dfg_env_source *env = program(ctx);
     if (!env) return DFG_ERR_ARG;
@@ -404,6 +406,7 @@ dfg_status dfg_grpo_tools_answer(dfg_host_ctx *ctx, dfg_grpo_config *c) {
         const dfg_env_answer *a = &h->answers[i];
         int64_t r = q->row;
         ((float *)calls.data)[0] += (float)a->calls, ((float *)fails.data)[0] += (float)a->failures;
+        dfg_grpo_eval_count_calls(ctx, r, a->calls, a->failures); /* an evaluation counts each row's */
         w[r] = 0.0f;
         h->told[r] = true;
         if (a->done || a->n_suffix < 1 || a->n_suffix > q->room) { /* TRL drops a tool answer past the budget */
