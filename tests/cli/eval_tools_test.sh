@@ -6,7 +6,8 @@
 # eval_tools/failure_frequency among them) equal TRL's recomputed from the program's own log of the
 # episodes (eval_tools_check.py), with num_generations_eval below num_generations and a partial last
 # eval batch; an evaluation inside a run equals --eval-only of the same weights; and a run trains bit
-# for bit the same with evaluations as without (checkpoint and every training metric).
+# for bit the same with evaluations as without (checkpoint and every training metric), on the CPU
+# and on the emulated GPU (--target cuda, --emulate-gpu).
 #   usage: eval_tools_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -87,6 +88,24 @@ raise SystemExit(1 if bad or len(a) != len(b) else 0)
 PY
 if [ $? -eq 0 ]; then ok "eval_on_start = --eval-only of the same seed ($(cat cmp.txt))"
 else fail "eval_on_start and --eval-only differ: $(cat cmp.txt)"; fi
+
+# ---------------------------------------------------------------- the same on the emulated GPU
+CUDA=(--target cuda --set torch_dtype=float32)
+run "$DFG" compile "$GRPO" -o gw.dfg "${BASE[@]}" "${CUDA[@]}" --set eval_strategy=steps --set eval_steps=2 \
+  --set eval_on_start=true
+expect_rc 0 "compile the tools plan with evaluations for cuda"
+run "$DFG" compile "$GRPO" -o gwo.dfg "${BASE[@]}" "${CUDA[@]}"
+rm -f gw.log
+EVAL_ENV_LOG=gw.log run "$DFG" run gw.dfg --emulate-gpu --steps 3 --threads 1 --seed 3 --reward-cmd "$REWARD" \
+  --env-cmd "$ENV" --checkpoint-dir gcw --metrics gw.jsonl
+expect_rc 0 "--emulate-gpu: 3 steps evaluating before step 1 and after step 2"
+run "$DFG" run gwo.dfg --emulate-gpu --steps 3 --threads 1 --seed 3 --reward-cmd "$REWARD" --env-cmd "$ENV" \
+  --checkpoint-dir gco --metrics gwo.jsonl
+run "${ST[@]}" same gcw/checkpoint.safetensors gco/checkpoint.safetensors
+expect_rc 0 "--emulate-gpu: the checkpoint is bit for bit the one without evaluations"
+run "$PY" "$HERE/eval_tools_check.py" gw.jsonl gw.log eval.jsonl P=2 G=4 GE=2 E=4 NTH=1
+if [ "$rc" -eq 0 ]; then ok "--emulate-gpu: the evaluation after step 2 equals TRL's over its episodes ($(tail -1 out.txt))"
+else fail "--emulate-gpu: the evaluation differs from TRL's recomputed: $(tail -1 out.txt)"; fi
 
 # ---------------------------------------------------------------- what is still refused
 run "$DFG" compile "$GRPO" -o x.dfg "${BASE[@]}" --set async_rollouts=1
