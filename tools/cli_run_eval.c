@@ -327,6 +327,13 @@ static int collect(cli_eval *e, int64_t b) {
     return CLI_OK;
 }
 
+/* "eval.tool_calls" back to zeros. */
+static int clear_calls(cli_eval *e) {
+    memset(e->row_calls, 0, sizeof(float) * (size_t)(2 * e->N));
+    return dfg_runtime_write(e->rt, "eval.tool_calls", e->row_calls, sizeof(float) * (size_t)(2 * e->N))
+               ? cli_error(CMD, CLI_FAILED, "eval.tool_calls: %s", dfg_runtime_error(e->rt)) : CLI_OK;
+}
+
 /* Every eval row through the rollout stages, the state put back after. */
 static int roll_out(cli_eval *e, int64_t step) {
     int rc = keep_states(e, false);
@@ -341,6 +348,7 @@ static int roll_out(cli_eval *e, int64_t step) {
     }
     int back = switch_stages(e, false); /* put back even after a failure: the run stops, but says why once */
     if (!back) back = keep_states(e, true);
+    if (!back && e->tools) back = clear_calls(e); /* as training leaves it (it never counts), a checkpoint too */
     if (!rc && dfg_runtime_set_steps_done(e->rt, step)) rc = runtime_fail(e, step, "");
     return rc ? rc : back;
 }

@@ -37,7 +37,7 @@ with open("eval.jsonl", "w") as f:
                             "split": "eval"}) + "\n")
 PYEOF
 BASE=(--set dataset=train.jsonl --set tools=multiply --set reward=external --set reward_funcs=turns,EvalEnv
-      --set vocab_size=17 --set prompts_per_step=2 --set num_generations=4 --set max_completion_length=16
+      --set vocab_size=17 --set prompts_per_step=3 --set num_generations=4 --set max_completion_length=16
       --set eval_dataset=eval.jsonl --set num_generations_eval=2 --set per_device_eval_batch_size=4)
 
 # ---------------------------------------------------------------- --eval-only: metrics = TRL's, recomputed
@@ -48,7 +48,7 @@ EVAL_ENV_LOG=only.log run "$DFG" run only.dfg --eval-only --threads 1 --seed 3 -
   --metrics only.jsonl
 expect_rc 0 "--eval-only on a tools plan"
 expect_in out.txt "eval_tools/call_frequency" "... prints the tools' eval metrics"
-run "$PY" "$HERE/eval_tools_check.py" only.jsonl only.log eval.jsonl P=2 G=4 GE=2 E=4
+run "$PY" "$HERE/eval_tools_check.py" only.jsonl only.log eval.jsonl P=3 G=4 GE=2 E=4
 if [ "$rc" -eq 0 ]; then ok "eval metrics equal TRL's over the program's episodes ($(tail -1 out.txt))"
 else fail "eval metrics differ from TRL's recomputed: $(tail -1 out.txt)"; fi
 calls=$(jget only.jsonl 'd["eval_tools/call_frequency"]')
@@ -73,7 +73,7 @@ run "${ST[@]}" same cw/checkpoint.safetensors co/checkpoint.safetensors
 expect_rc 0 "the checkpoint after 3 steps is bit for bit the one without evaluations"
 grep -v '"eval_reward"' with.jsonl >train_only.jsonl
 same_step train_only.jsonl without.jsonl "a tools run with evaluations" exact
-run "$PY" "$HERE/eval_tools_check.py" with.jsonl with.log eval.jsonl P=2 G=4 GE=2 E=4 NTH=1
+run "$PY" "$HERE/eval_tools_check.py" with.jsonl with.log eval.jsonl P=3 G=4 GE=2 E=4 NTH=1
 if [ "$rc" -eq 0 ]; then ok "the evaluation after step 2 equals TRL's over its episodes ($(tail -1 out.txt))"
 else fail "the evaluation after step 2 differs from TRL's recomputed: $(tail -1 out.txt)"; fi
 
@@ -103,7 +103,7 @@ run "$DFG" run gwo.dfg --emulate-gpu --steps 3 --threads 1 --seed 3 --reward-cmd
   --checkpoint-dir gco --metrics gwo.jsonl
 run "${ST[@]}" same gcw/checkpoint.safetensors gco/checkpoint.safetensors
 expect_rc 0 "--emulate-gpu: the checkpoint is bit for bit the one without evaluations"
-run "$PY" "$HERE/eval_tools_check.py" gw.jsonl gw.log eval.jsonl P=2 G=4 GE=2 E=4 NTH=1
+run "$PY" "$HERE/eval_tools_check.py" gw.jsonl gw.log eval.jsonl P=3 G=4 GE=2 E=4 NTH=1
 if [ "$rc" -eq 0 ]; then ok "--emulate-gpu: the evaluation after step 2 equals TRL's over its episodes ($(tail -1 out.txt))"
 else fail "--emulate-gpu: the evaluation differs from TRL's recomputed: $(tail -1 out.txt)"; fi
 
