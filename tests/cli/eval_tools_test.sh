@@ -7,7 +7,7 @@
 # episodes (eval_tools_check.py), with num_generations_eval below num_generations and a partial last
 # eval batch; an evaluation inside a run equals --eval-only of the same weights; and a run trains bit
 # for bit the same with evaluations as without (checkpoint and every training metric), on the CPU
-# and on the emulated GPU (--target cuda, --emulate-gpu).
+# and on the emulated GPU (--target cuda, --emulate-gpu) with a decode tail (decode_tail=3).
 #   usage: eval_tools_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -89,8 +89,8 @@ PY
 if [ $? -eq 0 ]; then ok "eval_on_start = --eval-only of the same seed ($(cat cmp.txt))"
 else fail "eval_on_start and --eval-only differ: $(cat cmp.txt)"; fi
 
-# ---------------------------------------------------------------- the same on the emulated GPU
-CUDA=(--target cuda --set torch_dtype=float32)
+# ---------------------------------------------------------------- the same on the emulated GPU, with the decode tail
+CUDA=(--target cuda --set torch_dtype=float32 --set decode_tail=3) # and the decode tail
 run "$DFG" compile "$GRPO" -o gw.dfg "${BASE[@]}" "${CUDA[@]}" --set eval_strategy=steps --set eval_steps=2 \
   --set eval_on_start=true
 expect_rc 0 "compile the tools plan with evaluations for cuda"
