@@ -156,42 +156,67 @@ void dfg_grpo_chunk_write(dfg_graph *g, const dfg_grpo_chunks *ck, dfg_tensor *d
 void dfg_grpo_stable_sort(dfg_graph *g, dfg_tensor *key, dfg_tensor *before, dfg_tensor *index, dfg_tensor **rank,
                           dfg_tensor **at);
 
-/* The decode loop's tail on the live rows (grpo_tail.c, decode_tail). _state makes the n-row
- * copies of the rollout (tail.*, caches "tail.kv.<l>.k/v" like kv's) and gen.stop; _switch, in
- * the batch decode graph after its step, sets tail.go (1: at most n rows are live, at least one,
- * and a column is left) and gen.stop = max(finished, go), the batch loop's end flag; _gather
- * (its own stage, when go) takes the live rows first, then finished ones up to n, into the tail
- * with their caches; _scatter (after the tail's loop) writes the tail's rows of tokens, mask and
- * logp back. The tail's loop draws with tail.rows (each row's batch index) and ends on
- * tail.finished. With tools (a multi-turn rollout) a live row is one neither done nor waiting
- * for its tool, each row has its column (pos), and _scatter writes back all the tail's rows hold
- * (done, waiting, pos, token and the caches' rows too): the next round goes on from them. */
+/* The decode loop's tail on the live rows (grpo_tail.c, decode_tail). _state makes, for each
+ * width w of the ladder (dfg_grpo_tail_widths), the w-row copies of the rollout (tail.* for the
+ * narrowest, decode_tail's n; tail<w>.* for the wider; caches "tail.kv.<l>.k/v" like kv's) and
+ * gen.stop; _switch, in the batch decode graph after its step, sets tail.go (the count of live
+ * rows once at most the widest width are live, at least one, and a column is left; else 0) and
+ * gen.stop = max(finished, go != 0), the batch loop's end flag; _gather (stage decode.compact[w],
+ * when go is in (the next narrower width, w]) takes the live rows first, then finished ones up
+ * to w, into that width with their caches; _scatter (decode.merge[w], after its loop) writes the
+ * rows back. A width's loop draws with its rows' batch indices and ends on its finished flag, or
+ * (with tools, a wider width) once the next narrower width holds the live rows: its rows go back
+ * and that width gathers them (the round goes on in the narrowest width that holds them). With
+ * tools (a multi-turn rollout) a live row is one neither done nor waiting for its tool, each row
+ * has its column (pos), and _scatter writes back all a width's rows hold (done, waiting, pos,
+ * token and the caches' rows too): the next round goes on from them. */
 typedef struct {
     dfg_tensor *tokens, *mask, *logp; /* (N, T): logp NULL without sampling log-probs */
     dfg_tensor *done;                 /* (N) f32 */
     dfg_tensor *token;                /* (N, 1) i32 */
     dfg_tensor *waiting, *pos;        /* with tools: (N) f32, (N) i32; else NULL */
 } dfg_grpo_tail_from;
-typedef struct {
-    int64_t N, n, T;
+#define DFG_GRPO_MAX_TAILS 6
+typedef struct { /* one width of the ladder */
+    int64_t n;                 /* its rows */
+    int64_t next;              /* the next narrower width (0: none): the loop ends when it holds the live rows */
     dfg_model_kv kv;           /* (n, Tkv, Ckv) caches, start (n) when the prompts are left-padded */
-    dfg_tensor *rows;          /* (n) i32 each tail row's batch row */
-    dfg_tensor *back;          /* (N) i32 each batch row's source in concat(tail rows, batch rows) */
-    dfg_tensor *tokens, *mask, *logp, *done, *token; /* the tail's rollout, as dfg_grpo_tail_from's at n rows */
+    dfg_tensor *rows;          /* (n) i32 each of its rows' batch row */
+    dfg_tensor *back;          /* (N) i32 each batch row's source in concat(its rows, batch rows) */
+    dfg_tensor *tokens, *mask, *logp, *done, *token; /* its rollout, as dfg_grpo_tail_from's at n rows */
     dfg_tensor *waiting, *pos; /* with tools: (n) f32, (n) i32; else NULL */
-    dfg_tensor *finished, *go, *stop; /* () f32 */
+    dfg_tensor *finished, *stop; /* () f32: every row idle; the loop's end flag (finished alone for the narrowest) */
+} dfg_grpo_tail_width;
+typedef struct {
+    int64_t N, T;
+    int n_widths;                              /* widest first; the last is decode_tail's n */
+    dfg_grpo_tail_width w[DFG_GRPO_MAX_TAILS];
+    dfg_tensor *go;       /* () f32 the live rows once a width holds them, else 0 */
+    dfg_tensor *entered;  /* () f32 the width gathered last this round (its merge runs), 0: none */
+    dfg_tensor *stop;     /* () f32 gen.stop: the batch loop's end flag */
     dfg_tensor *before, *index; /* constants: (N, N) 1 where j < i; (N) 0 .. N-1 */
 } dfg_grpo_tail;
+/* The ladder's widths, widest first: with tools (ladder) N/2, N/4, ... while wider than n, then
+ * n; else n alone. Returns their count (at most DFG_GRPO_MAX_TAILS). */
+int dfg_grpo_tail_widths(int64_t N, int64_t n, bool ladder, int64_t *widths);
+/* Stage names of width i: "decode.compact", "decode.tail", "decode.merge" for the narrowest,
+ * with "[w]" after them for a wider one (the length buckets' names). */
+void dfg_grpo_tail_stage(char *buf, size_t len, const char *base, const dfg_grpo_tail *t, int i);
+/* The ladder's stages in their order (compact, tail, merge of each width, widest first) into
+ * names; returns their count (3 a width). */
+int dfg_grpo_tail_stages(int64_t N, int64_t n, bool ladder, char (*names)[32]);
 dfg_status dfg_grpo_tail_state(dfg_program *p, const dfg_model *m, const dfg_model_kv *kv, int64_t N, int64_t n,
                                int64_t T, bool logp, bool tools, dfg_grpo_tail *t);
 /* waiting: with tools (N) f32, else NULL (pos is then the scalar column) */
 dfg_tensor *dfg_grpo_tail_switch(dfg_graph *g, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting,
                                  dfg_tensor *pos, dfg_tensor *finished);
+/* In width i's loop graph after its step (tools): go from its rows, and its end flag. */
+void dfg_grpo_tail_width_switch(dfg_graph *g, const dfg_grpo_tail *t, int i);
 /* With tools, the stage "decode.live" before each round's decode: tail.go from the rows' state
- * as the round starts, so that a round with few live rows runs the tail alone (no batch run). */
+ * as the round starts, so that a round with few live rows runs a width alone (no batch run). */
 dfg_status dfg_grpo_tail_live(dfg_program *p, const dfg_grpo_tail *t, dfg_tensor *done, dfg_tensor *waiting);
-void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *from);
-void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, const dfg_model_kv *kv, const dfg_grpo_tail_from *to);
+void dfg_grpo_tail_gather(dfg_graph *g, const dfg_grpo_tail *t, int i, const dfg_model_kv *kv, const dfg_grpo_tail_from *from);
+void dfg_grpo_tail_scatter(dfg_graph *g, const dfg_grpo_tail *t, int i, const dfg_model_kv *kv, const dfg_grpo_tail_from *to);
 
 /* Data parallel over `world` ranks, each holding `rows` rows of the whole batch (whole groups):
  * this rank's first row in the batch (i32 scalar; NULL for world 1), x (rows, ...) of every rank

@@ -416,8 +416,9 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
 /* What `dfg run --rollouts R --dump OUT` needs to know about this program, and the host state
  * its host stages read (the typed config, validated once per run). */
 static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state *s) {
-    const char *stages[8 + DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES + DFG_GRPO_MAX_EXTEND];
+    const char *stages[8 + DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES + DFG_GRPO_MAX_EXTEND + 3 * DFG_GRPO_MAX_TAILS];
     char names[DFG_GRPO_MAX_PWIDTHS + 2 * DFG_GRPO_MAX_SUB_BATCHES][48], extend[DFG_GRPO_MAX_EXTEND][32];
+    char tail[3 * DFG_GRPO_MAX_TAILS][32]; /* decode_tail's ladder: each width's compact, tail, merge */
     int n = 0, used = 0;
     stages[n++] = "data";
     if (c->n_pwidths > 1) stages[n++] = "prompts";
@@ -433,7 +434,8 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
         dfg_grpo_rollout_stage(names[used], sizeof(names[0]), "decode", c, k);
         stages[n++] = names[used++];
     }
-    if (c->tail) stages[n++] = "decode.compact", stages[n++] = "decode.tail", stages[n++] = "decode.merge";
+    for (int i = 0, nt = c->tail ? dfg_grpo_tail_stages(c->N, c->tail, c->tools, tail) : 0; i < nt; i++)
+        stages[n++] = tail[i];
     if (c->tools) stages[n++] = "tools";
     stages[n++] = "reward";
     /* left-padded prompts (padded_prompts): a rollout says where each row's prompt starts

@@ -67,8 +67,9 @@ dfg_status dfg_grpo_gate_after_sft(dfg_program *p, const dfg_grpo_config *c) {
         dfg_grpo_rollout_stage(name, sizeof(name), "decode", c, k);
         if (!st) st = dfg_stage_steps(p, name, c->sft_steps, -1);
     }
-    for (int i = 0; i < 3 && !st && c->tail; i++)
-        st = dfg_stage_steps(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", c->sft_steps, -1);
+    char tail[3 * DFG_GRPO_MAX_TAILS][32];
+    for (int i = 0, n = c->tail ? dfg_grpo_tail_stages(c->N, c->tail, c->tools, tail) : 0; i < n && !st; i++)
+        st = dfg_stage_steps(p, tail[i], c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "reward", c->sft_steps, -1);
     if (!st) st = dfg_stage_steps(p, "advantages", c->sft_steps, -1);
     if (!st && c->tools) st = dfg_stage_steps(p, "tools", c->sft_steps, -1);

@@ -20,27 +20,57 @@ static dfg_status make_kv_cache(dfg_program *p, const dfg_grpo_config *c, dfg_gr
     return dfg_model_kv_cache_shared(p, "", s->policy, c->n_gen, c->G, c->Lp - 1, c->T - (c->Lp - 1), &s->kv);
 }
 
-/* decode_tail's rows come from any group: the tail's cache is the gathered rows' own parts (as
- * the copied cache's rows) and the batch's prompt part (dfg_grpo_build_decode_tail finds each tail
+/* decode_tail's rows come from any group: each width's cache is the gathered rows' own parts (as
+ * the copied cache's rows) and the batch's prompt part (dfg_grpo_build_decode_tail finds each
  * row's prompt through the batch row it came from). */
 static void share_tail_prompts(dfg_grpo_state *s) {
-    for (int l = 0; s->kv.k_prompt[0] && l < s->kv.n_layer; l++)
-        s->tail.kv.k_prompt[l] = s->kv.k_prompt[l], s->tail.kv.v_prompt[l] = s->kv.v_prompt[l];
+    for (int i = 0; i < s->tail.n_widths; i++)
+        for (int l = 0; s->kv.k_prompt[0] && l < s->kv.n_layer; l++)
+            s->tail.w[i].kv.k_prompt[l] = s->kv.k_prompt[l], s->tail.w[i].kv.v_prompt[l] = s->kv.v_prompt[l];
 }
 
-/* The tail rows' prompts, (n) i32: tail row j's batch row rows[j] is of group rows[j] / G, read
- * from the constant "tail.group_of_row" (N, 1) of each batch row's group. */
+/* A width's rows' prompts, (n) i32: its row j's batch row rows[j] is of group rows[j] / G, read
+ * from the constant "tail.group_of_row" (N, 1) of each batch row's group (made once, shared). */
 static dfg_tensor *tail_prompt_of(dfg_graph *g, const dfg_grpo_config *c, dfg_tensor *rows) {
     dfg_program *p = dfg_graph_program(g);
-    float *group = malloc(sizeof(float) * (size_t)c->N);
-    if (!group) {
-        dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
-        return NULL;
+    dfg_tensor *table = dfg_find(p, "tail.group_of_row");
+    if (!table) {
+        float *group = malloc(sizeof(float) * (size_t)c->N);
+        if (!group) {
+            dfg_program_fail(p, DFG_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        for (int64_t r = 0; r < c->N; r++) group[r] = (float)(r / c->G);
+        table = dfg_const(p, "tail.group_of_row", DFG_F32, DFG_SHAPE(c->N, 1), group);
+        free(group);
     }
-    for (int64_t r = 0; r < c->N; r++) group[r] = (float)(r / c->G);
-    dfg_tensor *table = dfg_const(p, "tail.group_of_row", DFG_F32, DFG_SHAPE(c->N, 1), group);
-    free(group);
-    return dfg_cast(g, dfg_reshape(g, dfg_embed(g, table, rows), DFG_SHAPE(c->tail)), DFG_I32);
+    return dfg_cast(g, dfg_reshape(g, dfg_embed(g, table, rows), DFG_SHAPE(dfg_tensor_shape(rows).d[0])), DFG_I32);
+}
+
+/* Each width's tensors live from its gather to its merge; go and entered through the ladder's
+ * stages (with tools from decode.live); gen.stop in the batch decode alone. */
+static void scope_tail(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
+    const dfg_grpo_tail *t = &s->tail;
+    char compact[48], loop[48], merge[48], last[48];
+    dfg_grpo_tail_stage(last, sizeof(last), "decode.merge", t, t->n_widths - 1);
+    for (int i = 0; i < t->n_widths; i++) {
+        const dfg_grpo_tail_width *w = &t->w[i];
+        dfg_grpo_tail_stage(compact, sizeof(compact), "decode.compact", t, i);
+        dfg_grpo_tail_stage(loop, sizeof(loop), "decode.tail", t, i);
+        dfg_grpo_tail_stage(merge, sizeof(merge), "decode.merge", t, i);
+        const char *kv_last = c->tools ? merge : loop; /* with tools merge writes them back */
+        for (int l = 0; l < c->model.n_layer; l++) {
+            dfg_set_scope(p, w->kv.k[l], compact, kv_last);
+            dfg_set_scope(p, w->kv.v[l], compact, kv_last);
+        }
+        dfg_tensor *rows[12] = {w->rows,  w->back,     w->tokens,   w->mask,    w->logp, w->done,
+                                w->token, w->kv.start, w->finished, w->waiting, w->pos,  w->stop};
+        for (int k = 0; k < 12; k++)
+            if (rows[k]) dfg_set_scope(p, rows[k], compact, merge);
+    }
+    dfg_set_scope(p, t->go, c->tools ? "decode.live" : "decode", last);
+    dfg_set_scope(p, t->entered, c->tools ? "decode.live" : "decode", last);
+    dfg_set_scope(p, t->stop, "decode", "decode");
 }
 
 dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
@@ -128,31 +158,26 @@ dfg_status dfg_grpo_make_state(dfg_program *p, const dfg_grpo_config *c, dfg_grp
     dfg_grpo_prefill_stage(first, sizeof(first), c, 0, 0);
     dfg_grpo_rollout_stage(last, sizeof(last), "decode", c, (int)c->R - 1);
     /* with tools every round reads the caches again: they live through the loop */
-    const char *kv_last = c->tools ? "tools" : c->tail ? "decode.compact" : last;
-    const char *gen_last = c->tools ? "tools" : c->tail ? "decode.merge" : last;
-    const char *tail_kv_last = c->tools ? "decode.merge" : "decode.tail"; /* with tools merge writes them back */
+    const char *kv_last = c->tools ? "tools" : last;
+    const char *gen_last = c->tools ? "tools" : last;
+    char tail_first[48], tail_last[48]; /* without tools the batch caches' last readers: the gather, the loop */
+    if (c->tail) {
+        dfg_grpo_tail_stage(tail_first, sizeof(tail_first), "decode.compact", &s->tail, 0);
+        dfg_grpo_tail_stage(tail_last, sizeof(tail_last), "decode.tail", &s->tail, s->tail.n_widths - 1);
+        if (!c->tools) kv_last = tail_first, gen_last = "decode.merge";
+    }
     for (int l = 0; l < c->model.n_layer && !dfg_program_status(p); l++) {
         dfg_set_scope(p, s->kv.k[l], first, kv_last);
         dfg_set_scope(p, s->kv.v[l], first, kv_last);
         if (s->kv.k_prompt[l]) { /* decode_tail's rows read the batch's prompts */
-            dfg_set_scope(p, s->kv.k_prompt[l], first, c->tail && !c->tools ? "decode.tail" : kv_last);
-            dfg_set_scope(p, s->kv.v_prompt[l], first, c->tail && !c->tools ? "decode.tail" : kv_last);
+            dfg_set_scope(p, s->kv.k_prompt[l], first, c->tail && !c->tools ? tail_last : kv_last);
+            dfg_set_scope(p, s->kv.v_prompt[l], first, c->tail && !c->tools ? tail_last : kv_last);
         }
-        if (c->tail) dfg_set_scope(p, s->tail.kv.k[l], "decode.compact", tail_kv_last);
-        if (c->tail) dfg_set_scope(p, s->tail.kv.v[l], "decode.compact", tail_kv_last);
     }
     dfg_tensor *gen[5] = {s->cur_tok, s->pos, s->done, s->gen_rng, s->finished};
     for (int i = 0; i < 5; i++)
         if (gen[i]) dfg_set_scope(p, gen[i], first, gen_last);
-    if (c->tail) {
-        const dfg_grpo_tail *t = &s->tail;
-        dfg_tensor *rows[12] = {t->rows,  t->back,    t->tokens,   t->mask,    t->logp, t->done,
-                                t->token, t->kv.start, t->finished, t->waiting, t->pos};
-        for (int i = 0; i < 12; i++)
-            if (rows[i]) dfg_set_scope(p, rows[i], "decode.compact", "decode.merge");
-        dfg_set_scope(p, t->go, c->tools ? "decode.live" : "decode", "decode.merge");
-        dfg_set_scope(p, t->stop, "decode", "decode");
-    }
+    if (c->tail) scope_tail(p, c, s);
     return dfg_program_status(p);
 }
 
@@ -244,18 +269,24 @@ dfg_status dfg_grpo_build_decode(dfg_program *p, const dfg_grpo_config *c, dfg_g
     return st || !(c->tools && c->tail) ? st : dfg_stage_when(p, name, s->tail.go, -0.5, 0.5);
 }
 
-/* decode_tail: once few rows are live, they move to an n-row batch (decode.compact), decode
- * there until they end (decode.tail: each draws as its batch row), and go back (decode.merge).
- * The three run only in a step whose batch loop ended that way (tail.go). */
-dfg_status dfg_grpo_build_decode_tail(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
-    const dfg_grpo_tail *t = &s->tail;
+/* Width i of decode_tail's ladder: its rows gathered (decode.compact[w]), decoded until they
+ * end or (a wider width, with tools) the next narrower width holds the live ones
+ * (decode.tail[w]: each draws as its batch row), and written back (decode.merge[w]). The first
+ * two run when go is in (next width, w]; the merge when this width gathered last. */
+static dfg_status build_tail_width(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s, int i) {
+    const dfg_grpo_tail *ladder = &s->tail;
+    const dfg_grpo_tail_width *t = &ladder->w[i];
+    char compact[48], loop[48], merge[48];
+    dfg_grpo_tail_stage(compact, sizeof(compact), "decode.compact", ladder, i);
+    dfg_grpo_tail_stage(loop, sizeof(loop), "decode.tail", ladder, i);
+    dfg_grpo_tail_stage(merge, sizeof(merge), "decode.merge", ladder, i);
     dfg_grpo_tail_from batch = {.tokens = s->tokens, .mask = s->mask, .logp = s->sampling_logp, .done = s->done,
                                 .token = s->cur_tok, .waiting = t->waiting ? s->tools.waiting : NULL,
                                 .pos = t->pos ? s->pos : NULL};
-    dfg_graph *g = dfg_graph_new(p, "decode.compact");
-    dfg_grpo_tail_gather(g, t, &s->kv, &batch);
+    dfg_graph *g = dfg_graph_new(p, compact);
+    dfg_grpo_tail_gather(g, ladder, i, &s->kv, &batch);
     dfg_status st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    g = dfg_graph_new(p, "decode.tail");
+    g = dfg_graph_new(p, loop);
     /* a run past the last column (the loop's chunks overshoot) writes nothing: its cache row is
      * the last one's, never read again */
     dfg_tensor *pos = t->pos ? t->pos /* with tools a row that has no column left is done: it writes nothing */
@@ -270,17 +301,27 @@ dfg_status dfg_grpo_build_decode_tail(dfg_program *p, const dfg_grpo_config *c, 
                           .pos = t->pos ? t->pos : s->pos, .rng = s->gen_rng, .draw_row0 = dfg_grpo_rank_row0(g, c->W, c->N),
                           .draw_rows = t->rows, .pad = c->pad_id, .finished = t->finished, .logp = t->logp,
                           .last_col = c->T - 1};
-    dfg_grpo_tools rows = c->tools ? s->tools : (dfg_grpo_tools){0}; /* the tail's rows' columns and waits */
+    dfg_grpo_tools rows = c->tools ? s->tools : (dfg_grpo_tools){0}; /* the width's rows' columns and waits */
     rows.pos = t->pos, rows.waiting = t->waiting;
     if (c->tools) dfg_grpo_tools_step(g, c, &rows, &r, logits);
     else dfg_grpo_sample_step(g, &r, logits, dfg_grpo_sample_settings(c), c->eos, c->n_eos);
+    if (c->tools) dfg_grpo_tail_width_switch(g, ladder, i);
     if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, (int)c->max_new);
-    if (!st) st = dfg_stage_until(p, "decode.tail", t->finished);
-    g = dfg_graph_new(p, "decode.merge");
-    dfg_grpo_tail_scatter(g, t, &s->kv, &batch);
+    if (!st) st = dfg_stage_until(p, loop, t->stop);
+    g = dfg_graph_new(p, merge);
+    dfg_grpo_tail_scatter(g, ladder, i, &s->kv, &batch);
     if (!st) st = dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
-    for (int i = 0; i < 3 && !st; i++)
-        st = dfg_stage_when(p, i == 0 ? "decode.compact" : i == 1 ? "decode.tail" : "decode.merge", t->go, 0.5, 1.5);
+    double lo = (double)t->next + 0.5, hi = (double)t->n + 0.5; /* go counts rows: integers */
+    if (!st) st = dfg_stage_when(p, compact, ladder->go, lo, hi);
+    if (!st) st = dfg_stage_when(p, loop, ladder->go, lo, hi);
+    if (!st) st = dfg_stage_when(p, merge, ladder->entered, (double)t->n - 0.5, (double)t->n + 0.5);
     return st;
 }
 
+/* decode_tail: once few rows are live, they move to the narrowest width of the ladder that holds
+ * them, decode there, and go back (build_tail_width); the widths' stages widest first. */
+dfg_status dfg_grpo_build_decode_tail(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_state *s) {
+    dfg_status st = DFG_OK;
+    for (int i = 0; i < s->tail.n_widths && !st; i++) st = build_tail_width(p, c, s, i);
+    return st;
+}

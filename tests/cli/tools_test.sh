@@ -62,13 +62,16 @@ check "the sampler's log-probs are the training forward's (the tool's tokens in 
   "$(metric m.jsonl sampling/sampling_logp_difference/max)"
 
 # ---------------------------------------------------------------- decode_tail: a waiting row costs nothing
-# With decode_tail=n a round goes on with the n-row tail once at most n rows generate (a row that
-# waits for its tool, or is done, is not among them, or only as a filler), and the tail's rows go
-# back with their KV rows for the next round. Each plan against decode_tail=0: the same tokens,
-# masks and rewards, and the sampler's log-probs within 1e-6 (n rows' matmuls round apart from N
-# rows'), in fewer decode row-runs. The calculator (trained: 2 steps, the second ends its rounds
-# with few rows) at n=4; answer_env.py's answers after long first turns (untrained, a budget of 32)
-# at n=8, where rows that were in the tail decode again after their answer: a KV row left behind
+# With decode_tail=n a round goes on with the live rows alone once few rows generate (a row that
+# waits for its tool, or is done, is not among them, or only as a filler), in the narrowest width
+# of the ladder N/2, N/4, ... n that holds them, moving to a narrower one when it holds them; a
+# width's rows go back with their KV rows (for the next width, or the next round). Each plan
+# against decode_tail=0: the same tokens, masks and rewards, and the sampler's log-probs within
+# 1e-6 (w rows' matmuls round apart from N rows'), in fewer decode row-runs, only the plan's
+# widths run (more than one of a ladder), and each gather is merged back. The calculator
+# (trained: 2 steps, the second ends its rounds with few rows) at n=2 (widths 8, 4, 2);
+# answer_env.py's answers after long first turns (untrained, a budget of 32) at n=8 (one width)
+# and n=2, where rows that were in a width decode again after their answer: a KV row left behind
 # moves their log-probs by ~1e-2.
 if [ "$MODE" = emu ]; then TAIL=(--target cuda --set torch_dtype=float32) TAILRUN=(--emulate-gpu); else TAIL=() TAILRUN=(); fi
 python3 -c "
@@ -80,8 +83,8 @@ ANSWERS=(--set dataset=tail_calc.jsonl --set tools=multiply --set reward_funcs=t
   --set prompts_per_step=4 --set num_generations=4 --set max_completion_length=32)
 ANSWERS_RUN=(--steps 3 --seed 3 --threads 1 --reward-cmd "python3 $SRC/tests/cli/messages_reward.py"
   --env-cmd "python3 $SRC/tests/cli/answer_env.py")
-tail_check() { # NAME N SETTINGS... -- RUN ARGS...: the plan with decode_tail=N and 0
-  local name=$1 n=$2 sets=() t; shift 2
+tail_check() { # NAME N LADDER SETTINGS... -- RUN ARGS...: the plan with decode_tail=N (its widths LADDER) and 0
+  local name=$1 n=$2 ladder=$3 sets=() t; shift 3
   while [ "$1" != -- ]; do sets+=("$1"); shift; done; shift
   for t in 0 "$n"; do
     run "$DFG" compile "$GRPO" "${sets[@]}" "${TAIL[@]}" --set decode_tail=$t -o ${name}_tail$t.dfg
@@ -90,7 +93,7 @@ tail_check() { # NAME N SETTINGS... -- RUN ARGS...: the plan with decode_tail=N 
     expect_rc 0 "$name: run with decode_tail=$t ($MODE)"
   done
   check "$name: decode_tail=$n and 0 make the same episodes ($MODE)" python3 - ${name}_tail$n.st ${name}_tail0.st \
-    ${name}_tail$n.jsonl ${name}_tail0.jsonl "$n" "$SRC/tests/cli" <<'PY'
+    ${name}_tail$n.jsonl ${name}_tail0.jsonl "$n" "$SRC/tests/cli" "$ladder" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[6])
 import st_tool
@@ -98,18 +101,32 @@ a, _ = st_tool.read(sys.argv[1]); b, _ = st_tool.read(sys.argv[2]); n = int(sys.
 bad = [k for k in ("tokens", "completion_mask", "tool_mask", "rewards") if a[k] != b[k]]
 d = max(abs(x - y) for x, y in zip(st_tool.values(a["sampling_logps"]), st_tool.values(b["sampling_logps"])))
 if d > 1e-6: bad.append("sampling_logps %.3g" % d)
-def row_runs(f, n):  # the decode stages' runs times their rows (16 in the batch)
+def rows_of(stage):  # decode's rows: 16 in the batch, n in decode.tail, w in decode.tail[w]
+    if stage == "decode": return 16
+    if stage == "decode.tail": return n
+    return int(stage[len("decode.tail["):-1]) if stage.startswith("decode.tail[") else 0
+def row_runs(f):  # the decode stages' runs times their rows, and each width's runs
     runs = [json.loads(l)["stage_runs"] for l in open(f)]
-    return sum(r.get("decode", 0) * 16 + r.get("decode.tail", 0) * n for r in runs), sum(r.get("decode.tail", 0) for r in runs)
-(on, tail), (off, _) = row_runs(sys.argv[3], n), row_runs(sys.argv[4], 0)
-if not tail or on >= off: bad.append("the tail ran %d times, %d decode row-runs against %d" % (tail, on, off))
+    widths = {}
+    for r in runs:
+        for k, v in r.items():
+            if k.startswith("decode.tail") and v: widths[rows_of(k)] = widths.get(rows_of(k), 0) + v
+        for k, v in r.items():  # a width that gathers merges back, as often
+            if k.startswith("decode.compact") and v != r.get(k.replace("compact", "merge"), 0):
+                bad.append("%s ran %d times, its merge %d" % (k, v, r.get(k.replace("compact", "merge"), 0)))
+    return sum(v * rows_of(k) for r in runs for k, v in r.items()), widths
+(on, widths), (off, _) = row_runs(sys.argv[3]), row_runs(sys.argv[4])
+ladder = [int(w) for w in sys.argv[7].split(",")]  # the plan's widths: some of them ran, no other
+if set(widths) - set(ladder) or len(widths) < min(2, len(ladder)) or on >= off:
+    bad.append("the widths ran %s (the ladder %s), %d decode row-runs against %d" % (widths, ladder, on, off))
 print("differ: " + ", ".join(bad) if bad else "tokens, masks, rewards equal, sampling log-probs within %.3g; "
-      "the tail ran %d times: %d decode row-runs, %d without it" % (d, tail, on, off))
+      "runs of each width %s: %d decode row-runs, %d without them" % (d, widths, on, off))
 sys.exit(1 if bad else 0)
 PY
 }
-tail_check calculator 4 "${SET[@]}" -- --weights w.safetensors --steps 2 "${RUN[@]}"
-tail_check answers 8 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
+tail_check calculator 2 8,4,2 "${SET[@]}" -- --weights w.safetensors --steps 2 "${RUN[@]}"
+tail_check answers 8 8 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
+tail_check answers 2 8,4,2 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
 
 if [ "$MODE" = emu ]; then
   # ---------------------------------------------------------------- the emulated GPU
