@@ -1,7 +1,6 @@
 /* cli_device.c - the devices dfg inspect --device and dfg fit predict a step on: peak FLOP/s and
  * memory bandwidth. The GPUs' figures are NVIDIA's datasheets'; the CPU's are measured on this
- * machine at first use and cached. */
-#include <pthread.h>
+ * machine at first use, by shape and size (cli_cpu_rates), and cached. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cblas.h>
+#include <omp.h>
 
 #include "../ops/dfg_ops.h"
 #include "cli_device.h"
@@ -31,10 +30,10 @@
  * its `fixed` mode, 20.8 ms against 12.2 ms over 1,744 kernel runs, 4.9 us (docs/benchmarks.md). */
 #define GPU_KERNEL_S 3e-6
 static const cli_device gpus[] = {
-    {"h100", "NVIDIA H100 SXM5 80GB (datasheet)", DFG_TARGET_CUDA, 989.5e12, 67e12, 3.35e12, GPU_KERNEL_S},
-    {"h200", "NVIDIA H200 SXM 141GB (datasheet)", DFG_TARGET_CUDA, 989.5e12, 67e12, 4.8e12, GPU_KERNEL_S},
-    {"a100", "NVIDIA A100 80GB SXM (datasheet)", DFG_TARGET_CUDA, 312e12, 19.5e12, 2.039e12, GPU_KERNEL_S},
-    {"l40s", "NVIDIA L40S (datasheet)", DFG_TARGET_CUDA, 362.05e12, 91.6e12, 864e9, GPU_KERNEL_S},
+    {"h100", "NVIDIA H100 SXM5 80GB (datasheet)", DFG_TARGET_CUDA, 989.5e12, 67e12, 3.35e12, GPU_KERNEL_S, false, {0}},
+    {"h200", "NVIDIA H200 SXM 141GB (datasheet)", DFG_TARGET_CUDA, 989.5e12, 67e12, 4.8e12, GPU_KERNEL_S, false, {0}},
+    {"a100", "NVIDIA A100 80GB SXM (datasheet)", DFG_TARGET_CUDA, 312e12, 19.5e12, 2.039e12, GPU_KERNEL_S, false, {0}},
+    {"l40s", "NVIDIA L40S (datasheet)", DFG_TARGET_CUDA, 362.05e12, 91.6e12, 864e9, GPU_KERNEL_S, false, {0}},
 };
 #define N_GPUS (sizeof(gpus) / sizeof(gpus[0]))
 
@@ -43,8 +42,11 @@ const char *cli_device_names(void) { return "h100|h200|a100|l40s|cpu"; }
 const char *cli_device_default(dfg_target target) { return target == DFG_TARGET_CUDA ? "h100" : "cpu"; }
 
 /* ---------------------------------------------------------------- the CPU, measured */
-#define GEMM_N 1024                   /* 2.1 GFLOP a call: tens of ms on a few cores */
-#define COPY_BYTES ((size_t)64 << 20) /* over any last-level cache */
+/* Each measurement repeats its run for at least this long, the best of a few such repeats: long
+ * enough that the clock's resolution and one preempted run do not count, short enough that the
+ * whole grid takes seconds. */
+#define TIME_EACH_S 3e-3
+#define REPEATS 3
 
 static double now_s(void) {
     struct timespec t;
@@ -52,96 +54,102 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The best of a few sgemm calls on OpenBLAS's threads (the first one warms it up, untimed). */
-static double measure_sgemm(void) {
-    size_t n = GEMM_N;
-    float *a = malloc(n * n * sizeof(float)), *b = malloc(n * n * sizeof(float)), *c = malloc(n * n * sizeof(float));
+/* Seconds one step of rt takes: a warm-up step, then the best of REPEATS repeats of at least
+ * TIME_EACH_S each. 0 when a step fails. */
+static double seconds_a_step(dfg_runtime *rt) {
+    if (dfg_runtime_step(rt)) return 0;
     double best = 0;
-    if (a && b && c) {
-        for (size_t i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f;
-        for (int k = 0; k < 4; k++) {
-            double t0 = now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n, 0.0f,
-                        c, (int)n);
-            double f = 2.0 * (double)n * (double)n * (double)n / (now_s() - t0);
-            if (k > 0 && f > best) best = f;
-        }
+    for (int rep = 0; rep < REPEATS; rep++) {
+        int runs = 0;
+        double t0 = now_s(), spent;
+        do {
+            if (dfg_runtime_step(rt)) return 0;
+            runs++;
+            spent = now_s() - t0;
+        } while (spent < TIME_EACH_S);
+        if (best == 0 || spent / runs < best) best = spent / runs;
     }
-    free(a), free(b), free(c);
     return best;
 }
 
-typedef struct {
-    char *dst;
-    const char *src;
-    size_t n;
-} copy_part;
-
-static void *copy_thread(void *arg) {
-    copy_part *c = arg;
-    memcpy(c->dst, c->src, c->n);
-    return NULL;
-}
-
-/* Bytes read + written per second by a copy split over `threads` threads (as dfg's OpenMP
- * kernels split theirs), the best of a few. */
-static double measure_copy(int threads) {
-    char *src = malloc(COPY_BYTES), *dst = malloc(COPY_BYTES);
-    double best = 0;
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
-    if (src && dst) {
-        memset(src, 1, COPY_BYTES), memset(dst, 0, COPY_BYTES); /* pages mapped before timing */
-        for (int k = 0; k < 5; k++) {
-            pthread_t tid[64];
-            bool started[64] = {false};
-            copy_part part[64];
-            size_t each = COPY_BYTES / (size_t)threads;
-            double t0 = now_s();
-            for (int i = 0; i < threads; i++) {
-                size_t at = (size_t)i * each;
-                part[i] = (copy_part){dst + at, src + at, i == threads - 1 ? COPY_BYTES - at : each};
-            }
-            for (int i = 1; i < threads; i++) started[i] = !pthread_create(&tid[i], NULL, copy_thread, &part[i]);
-            copy_thread(&part[0]);
-            for (int i = 1; i < threads; i++) {
-                if (started[i]) pthread_join(tid[i], NULL);
-                else copy_thread(&part[i]); /* no thread: this one copies its part */
-            }
-            double bw = 2.0 * (double)COPY_BYTES / (now_s() - t0);
-            if (k > 0 && bw > best) best = bw;
-        }
-    }
-    free(src), free(dst);
-    return best;
-}
-
-/* dfg's own time per kernel run beyond its work on this CPU: a compiled program of a chain of
- * affine ops on 16 floats, run on `threads` threads (dfg's dispatch, OpenMP's fork and join). */
-#define CHAIN 256
-static double measure_kernel_time(int threads) {
-    dfg_program *p = dfg_program_new("kernel_time");
-    dfg_graph *g = p ? dfg_graph_new(p, "chain") : NULL;
-    dfg_tensor *x = g ? dfg_input(g, "x", DFG_F32, DFG_SHAPE(16)) : NULL;
-    for (int i = 0; x && i < CHAIN; i++) x = dfg_scale(g, x, i % 2 ? 0.5f : 2.0f);
+/* A one-stage program's step time on `threads` threads: the graph `build` makes, compiled for
+ * the CPU as a plan is, its states (constants: no denormals) made by the runtime. 0 on failure. */
+typedef dfg_tensor *(*graph_builder)(dfg_program *p, dfg_graph *g, const int64_t *dims);
+static double time_graph(graph_builder build, const int64_t *dims, int threads, int *nodes) {
+    dfg_program *p = dfg_program_new("cpu_rates");
+    dfg_graph *g = p ? dfg_graph_new(p, "g") : NULL;
+    dfg_tensor *y = g ? build(p, g, dims) : NULL;
     dfg_runtime *rt = NULL;
-    double best = 0;
     dfg_options o = dfg_options_default(DFG_TARGET_CPU);
     dfg_run_options ro = dfg_run_options_default();
     ro.n_threads = threads;
-    if (x && dfg_output(g, x, "y") && !dfg_stage_graph(p, g, 1) && !dfg_compile(p, &o) && !dfg_runtime_create(p, &ro, &rt)) {
-        float v[16] = {0};
-        int nodes = p->stages[0].graph->n_nodes;
-        for (int k = 0; k < 8 && !dfg_runtime_write(rt, "x", v, sizeof(v)); k++) {
-            double t0 = now_s();
-            if (dfg_runtime_step(rt)) break;
-            double each = (now_s() - t0) / (nodes > 0 ? nodes : 1);
-            if (k > 0 && (best == 0 || each < best)) best = each; /* the first run warms up */
-        }
+    double s = 0;
+    if (y && dfg_output(g, y, "y") && !dfg_stage_graph(p, g, 1) && !dfg_compile(p, &o) && !dfg_runtime_create(p, &ro, &rt)) {
+        s = seconds_a_step(rt);
+        if (nodes) *nodes = p->stages[0].graph->n_nodes;
     }
     dfg_runtime_free(rt);
     dfg_program_free(p);
-    return best;
+    return s;
+}
+
+static dfg_tensor *matmul_graph(dfg_program *p, dfg_graph *g, const int64_t *mnk) {
+    dfg_tensor *a = dfg_state(p, "a", DFG_F32, DFG_SHAPE(mnk[0], mnk[2]), DFG_ROLE_NONE, dfg_init_constant(0.5f));
+    dfg_tensor *b = dfg_state(p, "b", DFG_F32, DFG_SHAPE(mnk[2], mnk[1]), DFG_ROLE_NONE, dfg_init_constant(0.25f));
+    return a && b ? dfg_matmul(g, a, b, false, false) : NULL;
+}
+
+static dfg_tensor *scale_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
+    dfg_tensor *x = dfg_state(p, "x", DFG_F32, DFG_SHAPE(n[0]), DFG_ROLE_NONE, dfg_init_constant(0.5f));
+    return x ? dfg_scale(g, x, 2.0f) : NULL;
+}
+
+/* dfg's own time a kernel run beyond its work: a chain of affine ops on 16 floats (dispatch,
+ * OpenMP's fork and join). */
+#define CHAIN 256
+static dfg_tensor *chain_graph(dfg_program *p, dfg_graph *g, const int64_t *len) {
+    dfg_tensor *x = dfg_state(p, "x", DFG_F32, DFG_SHAPE(16), DFG_ROLE_NONE, dfg_init_constant(0.5f));
+    for (int64_t i = 0; x && i < len[0]; i++) x = dfg_scale(g, x, i % 2 ? 0.5f : 2.0f);
+    return x;
+}
+
+static double measure_kernel_time(int threads) {
+    int nodes = 0;
+    double s = time_graph(chain_graph, (const int64_t[]){CHAIN}, threads, &nodes);
+    return nodes > 0 ? s / nodes : 0;
+}
+
+/* A kernel's own time: the step's less the time a kernel run, at least a quarter of the step (a
+ * noisy overhead subtracted from a tiny kernel never makes its rate unbounded). */
+static double work_seconds(double step_s, double kernel_s) {
+    return step_s - kernel_s > 0.25 * step_s ? step_s - kernel_s : 0.25 * step_s;
+}
+
+/* The grid of cli_cpu_rates on the run's threads and on one (kernel_s[t]: the time a kernel run
+ * on each); false when a measurement failed. */
+static bool measure_rates(cli_cpu_rates *r, const double kernel_s[2]) {
+    for (int t = 0; t < 2; t++) {
+        int threads = t ? 1 : r->threads;
+        for (int i = 0; i < CLI_GRID_M; i++)
+            for (int j = 0; j < CLI_GRID_NK; j++)
+                for (int k = 0; k < CLI_GRID_NK; k++) {
+                    int64_t mnk[3] = {(int64_t)cli_grid_m[i], (int64_t)cli_grid_nk[j], (int64_t)cli_grid_nk[k]};
+                    double s = time_graph(matmul_graph, mnk, threads, NULL);
+                    if (!(s > 0)) return false;
+                    r->gemm[t][i][j][k] = 2.0 * (double)mnk[0] * (double)mnk[1] * (double)mnk[2] / work_seconds(s, kernel_s[t]);
+                }
+        for (int c = 0; c < 2; c++) {
+            int64_t n = (int64_t)(cli_copy_bytes[c] / 8); /* f32 elements read and written */
+            double s = time_graph(scale_graph, &n, threads, NULL);
+            if (!(s > 0)) return false;
+            r->copy[t][c] = cli_copy_bytes[c] / work_seconds(s, kernel_s[t]);
+        }
+        if (r->threads == 1) { /* one thread is the run's: measured once */
+            memcpy(r->gemm[1], r->gemm[0], sizeof(r->gemm[0])), memcpy(r->copy[1], r->copy[0], sizeof(r->copy[0]));
+            break;
+        }
+    }
+    return true;
 }
 
 /* This CPU's model name (/proc/cpuinfo), for the cache's key. */
@@ -160,8 +168,9 @@ static void cpu_model(char *buf, size_t len) {
     if (f) fclose(f);
 }
 
-/* $XDG_CACHE_HOME/dfg/cpu-roofline, else ~/.cache/dfg/cpu-roofline, its directories made (a
- * failure shows as a cache that is not written: measured again next time). false: no home. */
+/* $XDG_CACHE_HOME/dfg/cpu-rates, else ~/.cache/dfg/cpu-rates, its directories made (a failure
+ * shows as a cache that is not written: measured again next time). false: no home. The name is
+ * not the earlier single-figure cache's (cpu-roofline), which is left alone. */
 static bool cache_path(char *buf, size_t len) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char base[4096], dir[4200];
@@ -170,66 +179,92 @@ static bool cache_path(char *buf, size_t len) {
     else return false;
     snprintf(dir, sizeof(dir), "%s/dfg", base);
     mkdir(base, 0755), mkdir(dir, 0755);
-    return snprintf(buf, len, "%s/cpu-roofline", dir) < (int)len;
+    return snprintf(buf, len, "%s/cpu-rates", dir) < (int)len;
 }
 
-/* The cache holds one line: "<threads>\t<f32 FLOP/s>\t<bytes/s>\t<s a kernel>\t<model>". */
+#define N_RATES (2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK + 4)
+
+/* The rates as one flat array (the cache's order): the GEMM grid, then the copies. */
+static double *rate_slot(cli_device *d, int i) {
+    int grid = 2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK;
+    return i < grid ? &d->rates.gemm[0][0][0][0] + i : &d->rates.copy[0][0] + (i - grid);
+}
+
+/* The cache holds one line: "<threads>\t<s a kernel>\t<N_RATES rates>\t<model>". */
 static bool read_cache(const char *path, const char *model, int threads, cli_device *d) {
     FILE *f = fopen(path, "r");
-    char line[512], name[400];
-    int t = 0;
-    bool ok = f && fgets(line, sizeof(line), f) &&
-              sscanf(line, "%d\t%lf\t%lf\t%lf\t%399[^\n]", &t, &d->f32_flops, &d->bandwidth, &d->kernel_s, name) == 5 &&
-              t == threads && !strcmp(name, model) && d->f32_flops > 0 && d->bandwidth > 0 && d->kernel_s >= 0;
+    char line[8192];
+    bool ok = f && fgets(line, sizeof(line), f);
     if (f) fclose(f);
-    return ok;
+    char *at = line, *end = line;
+    ok = ok && strtol(at, &end, 10) == threads && *end == '\t';
+    if (ok) d->kernel_s = strtod(end + 1, &end), ok = *end == '\t' && d->kernel_s >= 0;
+    for (int i = 0; ok && i < N_RATES; i++) *rate_slot(d, i) = strtod(end + 1, &end), ok = *end == '\t' && *rate_slot(d, i) > 0;
+    at = end + 1;
+    if (ok) at[strcspn(at, "\n")] = '\0';
+    return ok && !strcmp(at, model);
 }
 
-static void write_cache(const char *path, const char *model, int threads, const cli_device *d) {
+static void write_cache(const char *path, const char *model, int threads, cli_device *d) {
     char tmp[4500];
     snprintf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return; /* no cache: measured again next time */
-    bool ok = fprintf(f, "%d\t%.6g\t%.6g\t%.6g\t%s\n", threads, d->f32_flops, d->bandwidth, d->kernel_s, model) > 0;
+    bool ok = fprintf(f, "%d\t%.6g", threads, d->kernel_s) > 0;
+    for (int i = 0; i < N_RATES; i++) ok = ok && fprintf(f, "\t%.6g", *rate_slot(d, i)) > 0;
+    ok = ok && fprintf(f, "\t%s\n", model) > 0;
     if (fclose(f) || !ok || rename(tmp, path)) remove(tmp);
+}
+
+/* DFG_CPU_ROOFLINE's fixed peaks (tests, or a machine measured elsewhere): no shapes. */
+static bool fixed_cpu(const char *cmd, const char *fixed, cli_device *d) {
+    char *end;
+    d->f32_flops = strtod(fixed, &end);
+    d->bandwidth = *end == ',' ? strtod(end + 1, &end) : 0;
+    d->kernel_s = *end == ',' ? strtod(end + 1, &end) : 0;
+    if (*end || !(d->f32_flops > 0) || !(d->bandwidth > 0) || !(d->kernel_s >= 0)) {
+        fprintf(stderr, "dfg %s: DFG_CPU_ROOFLINE='%s' is not F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL] (positive "
+                        "numbers, e.g. 1e11,2e10,4e-6)\n", cmd, fixed);
+        return false;
+    }
+    d->bf16_flops = d->f32_flops;
+    snprintf(d->label, sizeof(d->label), "this CPU (figures from DFG_CPU_ROOFLINE)");
+    return true;
 }
 
 static bool cpu_device(const char *cmd, cli_device *d) {
     *d = (cli_device){.name = "cpu", .target = DFG_TARGET_CPU};
     const char *fixed = getenv("DFG_CPU_ROOFLINE");
-    if (fixed && fixed[0]) { /* fixed figures: tests, or a machine measured elsewhere */
-        char *end;
-        d->f32_flops = strtod(fixed, &end);
-        d->bandwidth = *end == ',' ? strtod(end + 1, &end) : 0;
-        d->kernel_s = *end == ',' ? strtod(end + 1, &end) : 0;
-        if (*end || !(d->f32_flops > 0) || !(d->bandwidth > 0) || !(d->kernel_s >= 0)) {
-            fprintf(stderr, "dfg %s: DFG_CPU_ROOFLINE='%s' is not F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL] (positive "
-                            "numbers, e.g. 1e11,2e10,4e-6)\n", cmd, fixed);
-            return false;
-        }
-        d->bf16_flops = d->f32_flops;
-        snprintf(d->label, sizeof(d->label), "this CPU (figures from DFG_CPU_ROOFLINE)");
-        return true;
-    }
+    if (fixed && fixed[0]) return fixed_cpu(cmd, fixed, d);
     char model[400], path[4400];
-    int threads = openblas_get_num_threads();
+    int threads = omp_get_max_threads(); /* what dfg run's runtime takes without --threads */
     cpu_model(model, sizeof(model));
     path[0] = '\0';
     bool cached = cache_path(path, sizeof(path)) && read_cache(path, model, threads, d);
+    d->rates.threads = threads;
     if (!cached) {
-        d->f32_flops = measure_sgemm();
-        d->bandwidth = measure_copy(threads);
-        d->kernel_s = measure_kernel_time(threads);
-        if (!(d->f32_flops > 0) || !(d->bandwidth > 0) || !(d->kernel_s > 0)) {
-            fprintf(stderr, "dfg %s: measuring this CPU failed (out of memory for its %zu MiB buffers)\n", cmd,
-                    (size_t)(2 * COPY_BYTES >> 20));
+        double kernel_s[2] = {measure_kernel_time(threads), threads > 1 ? measure_kernel_time(1) : 0};
+        kernel_s[1] = threads > 1 ? kernel_s[1] : kernel_s[0];
+        d->kernel_s = kernel_s[0];
+        if (!(d->kernel_s > 0) || !measure_rates(&d->rates, kernel_s)) {
+            fprintf(stderr, "dfg %s: measuring this CPU failed (out of memory for its %d MiB buffers?)\n", cmd,
+                    (int)(cli_copy_bytes[1] / (1 << 20)));
             return false;
         }
         if (path[0]) write_cache(path, model, threads, d);
     }
-    d->bf16_flops = d->f32_flops; /* the CPU kernels compute in f32 */
-    snprintf(d->label, sizeof(d->label), "%.60s, %d thread%s (measured: sgemm %d^3, %d MiB copy, %d-op chain%s)", model,
-             threads, threads == 1 ? "" : "s", GEMM_N, (int)(COPY_BYTES >> 20), CHAIN, cached ? ", cached" : "");
+    double lo = 0, hi = 0; /* the grid's range on the run's threads: the peak is its largest */
+    for (int i = 0; i < CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK; i++) {
+        double f = (&d->rates.gemm[0][0][0][0])[i];
+        lo = i == 0 || f < lo ? f : lo, hi = f > hi ? f : hi;
+    }
+    d->shaped = true;
+    d->f32_flops = d->bf16_flops = hi; /* the CPU kernels compute in f32 */
+    d->bandwidth = d->rates.copy[0][1];
+    snprintf(d->label, sizeof(d->label), "%.60s, %d thread%s (measured through dfg's kernels: matmul %.3g-%.3g GFLOP/s "
+             "over %d shapes, elementwise %.3g GB/s in cache, %.3g GB/s out%s)", model, threads, threads == 1 ? "" : "s",
+             lo * 1e-9, hi * 1e-9, CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK, d->rates.copy[0][0] * 1e-9,
+             d->rates.copy[0][1] * 1e-9, cached ? ", cached" : "");
     return true;
 }
 

@@ -12,22 +12,53 @@
 #include "../graph/ir.h"
 #include "cli.h"
 
+/* The CPU's rates by shape and size, measured through dfg's own kernels (cli_device.c): a GEMM's
+ * FLOP/s depends on its M, N and K (OpenBLAS runs a 64 x 64 product far below a 1024^3 one), an
+ * elementwise kernel's bytes per second on whether its bytes fit in cache and whether it runs on
+ * one thread (dfg's kernels split work over the threads above a size). Between the points the
+ * rates are interpolated in log space; outside the grid they are the nearest edge's. */
+#define CLI_GRID_M 4  /* GEMM rows: 1, 8, 64, 512 */
+#define CLI_GRID_NK 3 /* GEMM columns and depth: 64, 256, 1024 */
+extern const double cli_grid_m[CLI_GRID_M], cli_grid_nk[CLI_GRID_NK];
+/* bytes one elementwise kernel run moves (read + written) at the two bandwidth points: in a
+ * core's cache, and far over any last-level cache */
+extern const double cli_copy_bytes[2];
+/* dfg's elementwise kernels run on one thread below this many bytes moved (ops/cpu/elementwise.c:
+ * 32768 f32 elements read and written) */
+#define CLI_ONE_THREAD_BYTES (2.0 * 4.0 * 32768.0)
+typedef struct {
+    int threads;                                           /* the run's threads they were measured on */
+    double gemm[2][CLI_GRID_M][CLI_GRID_NK][CLI_GRID_NK]; /* FLOP/s [threads: the run's, one][m][n][k] */
+    double copy[2][2];                                     /* bytes/s [threads: the run's, one][in cache, not] */
+} cli_cpu_rates;
+
+/* FLOP/s of an (M, N, K) GEMM on the run's threads (one_thread: on one, as attention's per-head
+ * GEMMs inside a parallel loop run), log-space interpolation of the grid, clamped to its edges. */
+double cli_gemm_rate(const cli_cpu_rates *r, bool one_thread, double M, double N, double K);
+/* bytes/s of an elementwise kernel run moving `bytes`: one thread's below CLI_ONE_THREAD_BYTES,
+ * the run's threads' above, interpolated in log(bytes) between the two copy points, clamped. */
+double cli_copy_rate(const cli_cpu_rates *r, double bytes);
+
 typedef struct {
     char name[16];       /* "h100", "cpu" */
-    char label[192];     /* "NVIDIA H100 SXM5 80GB (datasheet)", "AMD EPYC, 2 threads (measured: ...)" */
+    char label[256];     /* "NVIDIA H100 SXM5 80GB (datasheet)", "AMD EPYC, 2 threads (measured: ...)" */
     dfg_target target;   /* the plans it runs: cuda for the GPUs */
     double bf16_flops;   /* dense tensor-core FLOP/s for bf16/f16 GEMMs (the CPU: its f32 figure) */
     double f32_flops;    /* f32 FLOP/s without tensor cores (no TF32): f32 GEMMs and every other op */
     double bandwidth;    /* memory bytes per second (read + written) */
     double kernel_s;     /* a kernel run's time beyond its roofline: launch, dispatch, fork and join */
+    bool shaped;         /* the measured CPU: GEMMs at `rates` by shape, bytes by size (else the peaks above) */
+    cli_cpu_rates rates; /* with shaped */
 } cli_device;
 
 /* The device called `name` ("h100", "h200", "a100", "l40s", "cpu"); false with one line on stderr
- * naming the devices when there is none. `cpu` is measured at first use (a short sgemm through
- * OpenBLAS, a memory copy and dfg's own time a kernel run on a chain of tiny ops, on OpenBLAS's
- * threads) and cached in $XDG_CACHE_HOME/dfg (or ~/.cache/dfg), one entry: another CPU model or
- * thread count measures again. DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives
- * fixed figures instead (no measurement, no cache). */
+ * naming the devices when there is none. `cpu` is measured at first use on the threads dfg run
+ * would use (OMP_NUM_THREADS, else every core), through dfg's own kernels: a matmul at each
+ * point of the grid above on those threads and on one, an elementwise op at the two sizes on
+ * both, and the time a kernel run on a chain of tiny ops; a few seconds, cached in
+ * $XDG_CACHE_HOME/dfg (or ~/.cache/dfg), one entry: another CPU model or thread count measures
+ * again. DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives fixed peaks instead
+ * (no measurement, no cache, not shaped). */
 bool cli_device_named(const char *cmd, const char *name, cli_device *out);
 /* The device a plan of `target` is predicted on when none is named: cuda h100, cpu cpu. */
 const char *cli_device_default(dfg_target target);

@@ -2,8 +2,9 @@
  * max(FLOPs / peak, bytes / bandwidth) from ops.def's cost column, summed per stage run, and
  * the stages' runs per step. The peak is the device's bf16 tensor-core one for the GEMMs (ops.def's
  * GEMM flag: matmul, attention, the fused head) whose first input is bf16 or f16, its f32 one for
- * every other FLOP; each kernel run also costs the device's kernel_s (launch, dispatch). Host
- * stages are not predicted. */
+ * every other FLOP; each kernel run also costs the device's kernel_s (launch, dispatch). On the
+ * measured CPU a GEMM-like node's FLOPs run at the rate measured for its GEMM shape and its bytes
+ * at the bandwidth measured for their size (cli_cpu_rates). Host stages are not predicted. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +28,88 @@ static double moved_bytes(const dfg_node *n, dfg_cost c) {
     return c.bytes_read + c.bytes_written;
 }
 
+/* The GEMM shape a GEMM-like node's CPU kernel runs, and whether it runs it on one thread inside
+ * a loop over `jobs` split over the threads (attention: one batch row and head a job, its
+ * products too small to split) or on all the run's threads (matmul, the fused head's vocabulary
+ * blocks). Attention's two products, Q K^T (T x keys x D) and P V (T x D x keys), do equal FLOPs:
+ * shape2 is the second. false: not a GEMM the CPU model knows (its peak is used). */
+typedef struct {
+    double m, n, k, m2, n2, k2; /* the two products (equal when there is one) */
+    bool one_thread;
+    double jobs;
+} gemm_shape;
+
+static bool attention_shape(const dfg_node *n, gemm_shape *g) {
+    bool bwd = n->op == DFG_OP_ATTENTION_BWD || n->op == DFG_OP_ATTENTION_PREFIX_BWD;
+    const dfg_tensor *x = n->in[bwd ? 1 : 0]; /* (B, T, 3C) or q (B, T, C) */
+    double B = (double)x->shape.d[0], T = (double)x->shape.d[1], C = (double)n->out[0]->shape.d[2], keys = T;
+    if (n->op == DFG_OP_ATTENTION || bwd) C = (double)x->shape.d[2] / 3.0; /* qkv packed */
+    if (n->op == DFG_OP_ATTENTION_CACHED) C = (double)x->shape.d[2], keys = (double)n->in[1]->shape.d[1];
+    if (n->op == DFG_OP_ATTENTION_PREFIX || n->op == DFG_OP_ATTENTION_PREFIX_BWD)
+        keys = T + (double)n->in[bwd ? 2 : 1]->shape.d[1];
+    double H = n->attr->attention.n_head > 0 ? n->attr->attention.n_head : 1, D = C / H;
+    *g = (gemm_shape){T, keys, D, T, D, keys, true, B * H};
+    return true;
+}
+
+static bool gemm_shape_of(const dfg_node *n, gemm_shape *g) {
+    switch (n->op) {
+    case DFG_OP_MATMUL: {
+        dfg_mm_dims d;
+        const char *why;
+        if (!dfg_matmul_dims(n, &d, &why)) return false;
+        bool fold = n->in[0]->shape.rank > 2 && n->in[1]->shape.rank <= 2; /* a shared B: the batch is rows */
+        double m = (double)d.M * (fold ? (double)d.batch : 1.0);
+        *g = (gemm_shape){m, (double)d.N, (double)d.K, m, (double)d.N, (double)d.K, false, 1};
+        return true;
+    }
+    case DFG_OP_ATTENTION:
+    case DFG_OP_ATTENTION_BWD:
+    case DFG_OP_ATTENTION_CACHED:
+    case DFG_OP_ATTENTION_PREFIX:
+    case DFG_OP_ATTENTION_PREFIX_BWD: return attention_shape(n, g);
+    case DFG_OP_LINEAR_LOGPROB:
+    case DFG_OP_LINEAR_LOGPROB_BWD: { /* a row chunk against DFG_LOGPROB_V_BLOCK vocabulary entries a GEMM */
+        const dfg_tensor *h = n->in[n->op == DFG_OP_LINEAR_LOGPROB_BWD ? 1 : 0];
+        double c = (double)h->shape.d[h->shape.rank - 1], rows = (double)dfg_shape_numel(h->shape) / c;
+        double rc = n->attr->logprob.rows_chunk > 0 && n->attr->logprob.rows_chunk < rows ? (double)n->attr->logprob.rows_chunk : rows;
+        *g = (gemm_shape){rc, DFG_LOGPROB_V_BLOCK, c, rc, DFG_LOGPROB_V_BLOCK, c, false, 1};
+        return true;
+    }
+    default: return false;
+    }
+}
+
+/* A GEMM-like node's FLOP/s on the measured CPU: the grid's rate at its shape (the harmonic mean
+ * of its two products'), times the threads its one-thread jobs keep busy. */
+static double shaped_gemm_rate(const dfg_node *n, const cli_device *d) {
+    gemm_shape g;
+    if (!gemm_shape_of(n, &g)) return d->f32_flops;
+    double r1 = cli_gemm_rate(&d->rates, g.one_thread, g.m, g.n, g.k);
+    double r2 = cli_gemm_rate(&d->rates, g.one_thread, g.m2, g.n2, g.k2);
+    double busy = g.one_thread ? fmin((double)d->rates.threads, fmax(g.jobs, 1.0)) : 1.0;
+    return busy * 2.0 / (1.0 / r1 + 1.0 / r2);
+}
+
+/* A node's compute and memory seconds: on the measured CPU its GEMMs at their shape's rate and its
+ * bytes at their size's bandwidth (the other FLOPs at the grid's best rate); else the device's peaks. */
+static void node_seconds(const dfg_node *n, const cli_device *d, double flops, double bytes, double *compute, double *memory) {
+    if (d->shaped) {
+        *compute = flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? shaped_gemm_rate(n, d) : d->f32_flops);
+        *memory = bytes / cli_copy_rate(&d->rates, bytes);
+        return;
+    }
+    *compute = flops / (half_gemm(n) ? d->bf16_flops : d->f32_flops), *memory = bytes / d->bandwidth;
+}
+
 cli_stage_time cli_stage_time_of(const dfg_stage *st, const cli_device *d) {
     cli_stage_time t = {0};
     if (st->kind != DFG_STAGE_GRAPH) return t;
     for (int k = 0; k < st->graph->n_nodes; k++) {
         const dfg_node *n = st->graph->nodes[k];
         dfg_cost c = dfg_ops[n->op].cost(n);
-        double bytes = moved_bytes(n, c);
-        double compute = c.flops / (half_gemm(n) ? d->bf16_flops : d->f32_flops), memory = bytes / d->bandwidth;
+        double bytes = moved_bytes(n, c), compute, memory;
+        node_seconds(n, d, c.flops, bytes, &compute, &memory);
         t.roofline_s += fmax(compute, memory);
         t.compute_s += compute, t.memory_s += memory;
         if (compute > memory) t.compute_bound_s += compute;
