@@ -13,7 +13,7 @@
  *                          char *err, size_t err_len);
  *         writes out[i * F + f], the reward of row i by function f (NaN: "does not apply", TRL's
  *         None), and returns 0; nonzero with a message in err stops the run.
- * It is called on the runtime's thread, one step at a time. */
+ * It is called on the runtime's thread, one request at a time. */
 #ifndef DFG_REWARD_H
 #define DFG_REWARD_H
 
@@ -76,12 +76,15 @@ DFG_API dfg_status dfg_reward_source_score(dfg_reward_source *s, const dfg_rewar
 /* dfg_reward_source_score in two halves, so that the host works while a program scores
  * (async_rollouts): submit sends the request (a plugin, called on the runtime's thread, scores at
  * once and keeps the values), collect waits for the answer (within the program's timeout, counted
- * from the call) and checks it as score does, writing out (n, F); n must be the submitted rows. One
- * request at a time: a second submit before the collect, or a collect with none pending, is
- * DFG_ERR_ARG. */
+ * from the call) and checks it as score does, writing out (n, F). Up to DFG_REWARD_MAX_PENDING
+ * requests may wait, answered in the order they were submitted (a program answers its requests in
+ * order): collect takes the oldest, and n must be its rows. A submit past that many, or a collect
+ * with none pending, is DFG_ERR_ARG. pending: how many wait. */
+#define DFG_REWARD_MAX_PENDING 2
 DFG_API dfg_status dfg_reward_source_submit(dfg_reward_source *s, const dfg_reward_row *rows, int64_t n, int64_t step,
                                             char *err, size_t err_len);
 DFG_API dfg_status dfg_reward_source_collect(dfg_reward_source *s, int64_t n, float *out, char *err, size_t err_len);
+DFG_API int dfg_reward_source_pending(const dfg_reward_source *s);
 
 /* The source's functions must be the ones program p was built for (its setting reward_funcs, in
  * order, when it has one): DFG_ERR_ARG with one line naming both lists and the --set that fixes

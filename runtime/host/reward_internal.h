@@ -21,11 +21,13 @@ struct dfg_reward_source {
     /* a plugin */
     void *lib;
     dfg_reward_score_fn score;
-    /* a request submitted and not yet collected (dfg_reward_source_submit): its rows, its step,
-     * and a plugin's values, scored at once */
-    bool pending;
-    int64_t pending_n, pending_step;
-    float *held;
+    /* the requests submitted and not yet collected (dfg_reward_source_submit), oldest first: their
+     * rows, their step, and a plugin's values, scored at once */
+    struct {
+        int64_t n, step;
+        float *held;
+    } pending[DFG_REWARD_MAX_PENDING];
+    int n_pending;
 };
 
 /* Takes the function names of a hello line or a plugin: 1 .. DFG_REWARD_MAX_FUNCS distinct names

@@ -97,7 +97,7 @@ void dfg_reward_source_free(dfg_reward_source *s) {
     if (!s) return;
     if (s->kind == DFG_REWARD_PROGRAM) dfg_reward_program_stop(s);
     if (s->lib) dlclose(s->lib);
-    free(s->held);
+    for (int i = 0; i < DFG_REWARD_MAX_PENDING; i++) free(s->pending[i].held);
     for (int i = 0; i < s->n_funcs; i++) free(s->names[i]);
     free(s);
 }
@@ -146,45 +146,57 @@ dfg_status dfg_reward_source_submit(dfg_reward_source *s, const dfg_reward_row *
         snprintf(err, err_len, "dfg_reward_source_submit: bad arguments");
         return DFG_ERR_ARG;
     }
-    if (s->pending) {
-        snprintf(err, err_len, "step %lld: %s still has step %lld's request unanswered (one request at a time)",
-                 (long long)step, s->desc, (long long)s->pending_step);
+    if (s->n_pending == DFG_REWARD_MAX_PENDING) {
+        snprintf(err, err_len, "step %lld: %s still has %d requests unanswered (steps %lld and %lld; %d at a time)",
+                 (long long)step, s->desc, s->n_pending, (long long)s->pending[0].step,
+                 (long long)s->pending[s->n_pending - 1].step, DFG_REWARD_MAX_PENDING);
         return DFG_ERR_ARG;
     }
     dfg_status st = DFG_OK;
+    float *held = NULL;
     if (s->kind == DFG_REWARD_PLUGIN) { /* called on the runtime's thread: it scores now, the values wait */
-        free(s->held);
-        s->held = malloc(sizeof(float) * (size_t)(n * s->n_funcs + 1));
-        if (!s->held) {
+        if (!(held = malloc(sizeof(float) * (size_t)(n * s->n_funcs + 1)))) {
             snprintf(err, err_len, "out of memory");
             return DFG_ERR_NOMEM;
         }
-        st = plugin_score(s, rows, n, step, s->held, err, err_len);
+        st = plugin_score(s, rows, n, step, held, err, err_len);
     } else st = dfg_reward_program_submit(s, rows, n, step, err, err_len);
-    if (!st) s->pending = true, s->pending_n = n, s->pending_step = step;
-    return st;
+    if (st) {
+        free(held);
+        return st;
+    }
+    int at = s->n_pending++;
+    s->pending[at].n = n, s->pending[at].step = step, s->pending[at].held = held;
+    return DFG_OK;
 }
 
+/* The oldest request's answer: a program answers its requests in the order it got them. */
 dfg_status dfg_reward_source_collect(dfg_reward_source *s, int64_t n, float *out, char *err, size_t err_len) {
     if (!s || !out) {
         snprintf(err, err_len, "dfg_reward_source_collect: bad arguments");
         return DFG_ERR_ARG;
     }
-    if (!s->pending) {
+    if (!s->n_pending) {
         snprintf(err, err_len, "%s: no request to collect an answer for", s->desc);
         return DFG_ERR_ARG;
     }
-    if (n != s->pending_n) {
-        snprintf(err, err_len, "%s: %lld rows were submitted, not %lld", s->desc, (long long)s->pending_n, (long long)n);
+    int64_t want = s->pending[0].n, step = s->pending[0].step;
+    if (n != want) {
+        snprintf(err, err_len, "step %lld: %s: %lld rows were submitted, not %lld", (long long)step, s->desc,
+                 (long long)want, (long long)n);
         return DFG_ERR_ARG;
     }
-    s->pending = false;
-    if (s->kind == DFG_REWARD_PLUGIN) {
-        memcpy(out, s->held, sizeof(float) * (size_t)(s->pending_n * s->n_funcs));
-        return DFG_OK;
-    }
-    return dfg_reward_program_collect(s, s->pending_n, s->pending_step, out, err, err_len);
+    float *held = s->pending[0].held;
+    memmove(&s->pending[0], &s->pending[1], sizeof(s->pending[0]) * (size_t)(DFG_REWARD_MAX_PENDING - 1));
+    s->pending[--s->n_pending].held = NULL;
+    dfg_status st = DFG_OK;
+    if (held) memcpy(out, held, sizeof(float) * (size_t)(want * s->n_funcs));
+    else st = dfg_reward_program_collect(s, want, step, out, err, err_len);
+    free(held);
+    return st;
 }
+
+int dfg_reward_source_pending(const dfg_reward_source *s) { return s ? s->n_pending : 0; }
 
 /* ---------------------------------------------------------------- a run's reward source */
 dfg_status dfg_reward_source_check(const dfg_reward_source *s, const dfg_program *p, char *err, size_t err_len) {
