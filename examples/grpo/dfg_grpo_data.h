@@ -41,7 +41,9 @@ typedef struct {
 
 /* Draws the next P rows of ds (dfg_dataset_order with the run's seed), writes each prompt
  * left-padded into its G rows of "tokens" (columns Lp .. T-1 zeroed) and "prompt_start", advances
- * "dataset.position", and stores the rows drawn in rows_out (P) for the reward. */
+ * "dataset.position", and stores the rows drawn in rows_out (P) for the reward, and in
+ * "dataset.rows" (P, i32) when the plan has it (a one-step-off plan resends a batch's request
+ * after --resume: grpo_async.c). */
 dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_grpo_data_opts *o, int64_t *rows_out);
 
 typedef struct {
@@ -56,6 +58,8 @@ typedef struct {
     const char *const *messages; /* (N) each row's conversation from the environment program (JSON), or NULL */
     const float *env_rewards;    /* (N) the environment program's episode rewards (NaN: none), the last reward
                                   * function after the source's; or NULL */
+    const char *prefix;          /* NULL or "": the rollout tensors ("tokens", "rewards", ...); "async.": the
+                                  * copies of the batch a one-step-off plan trains next (grpo_async.c) */
 } dfg_grpo_reward_opts;
 
 /* Scores the rollout with src and writes "rewards" (and "reward_values" when present): each row's
@@ -64,8 +68,9 @@ typedef struct {
  * the stage with its one-line message. */
 dfg_status dfg_grpo_rewards_external(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
 /* The same in two halves (async_rollouts): submit sends the rollout's rows to src as the rows of
- * step `step` (1-based); collect, in a later stage, waits for their values and writes "rewards"
- * and "reward_values" as above. A reward source only (no environment's rewards). */
+ * step `step` (1-based); collect, in a later stage, waits for the oldest request's values and
+ * writes "rewards" and "reward_values" as above. Both name the tensors with o->prefix. A reward
+ * source only (no environment's rewards). */
 dfg_status dfg_grpo_rewards_submit(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o, int64_t step);
 dfg_status dfg_grpo_rewards_collect(dfg_host_ctx *ctx, dfg_reward_source *src, const dfg_grpo_reward_opts *o);
 

@@ -381,6 +381,8 @@ static dfg_status declare(dfg_program *p, const grpo_config *c, const grpo_state
 
 static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     dfg_status st = dfg_grpo_make_state(p, c, s);
+    dfg_grpo_async async = {0}; /* async_rollouts: the training stages take the batch of the step before */
+    if (!st && c->async_rollouts) st = dfg_grpo_async_before_rollout(p, c, s, &async);
     if (!st) st = dfg_stage_host(p, "data", "grpo_data");
     if (!st && c->eval_ds) st = dfg_grpo_eval_state(p); /* dfg run's evaluation batches */
     if (!st && c->n_pwidths > 1) st = dfg_grpo_build_prompt_width(p, c, s);
@@ -391,10 +393,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
     }
     if (!st && c->tail) st = dfg_grpo_build_decode_tail(p, c, s);
     if (!st && c->tools) st = dfg_grpo_tools_loop(p, c, &s->tools, "decode");
-    grpo_state rolled = *s; /* async_rollouts: the training stages take the batch of the step before */
-    dfg_grpo_async async = {0};
-    if (!st && c->async_rollouts && !(st = dfg_grpo_async_state(p, c, &rolled, &async, s)))
-        st = dfg_grpo_async_after_rollout(p, c, &rolled, &async);
+    if (!st && c->async_rollouts) st = dfg_grpo_async_after_rollout(p, c, &async, s);
     else if (!st) st = dfg_stage_host(p, "reward", "grpo_reward");
     if (!st) st = build_advantages(p, c, s);
     if (!st && c->log_completions) st = dfg_stage_host(p, "completions", "grpo_completions");
@@ -407,7 +406,7 @@ static dfg_status build(dfg_program *p, const grpo_config *c, grpo_state *s) {
         for (int i = 0; i < copies && !st; i++) st = build_train(p, c, s, k, i / c->n_widths, i % c->n_widths);
         if (!st) st = build_update(p, c, s, k);
     }
-    if (!st && c->async_rollouts) st = dfg_grpo_async_after_update(p, c, &rolled, &async);
+    if (!st && c->async_rollouts) st = dfg_grpo_async_after_update(p, &async);
     if (st) return st;
     if (c->sft_steps > 0) st = dfg_grpo_gate_after_sft(p, c);
     return st ? st : declare(p, c, s);

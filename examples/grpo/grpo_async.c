@@ -1,16 +1,24 @@
-/* grpo_async.c - one-step-off rollouts (async_rollouts=1; dfg_grpo_async.h). A step runs:
- *   data, prefill, decode       the next batch, into the rollout tensors
- *   reward.submit               host: its rows go to the reward program, no wait
- *   reward.first, async.first   (the first step only) its rewards, its copy; back to data once
- *   advantages .. update.k      train on the batch in the async.* buffers
- *   reward                      host: the next batch's rewards, scored meanwhile by the program
- *   async.next                  the staleness metric; the next batch into the async.* buffers
- * One device alternates its work; what overlaps is the reward program's (its own process: an LLM
- * judge, a sandbox) with the training stages. The old log-probs are the sampler's, as TRL's
+/* grpo_async.c - one-step-off rollouts (async_rollouts=1; dfg_grpo_async.h). Step k+1 runs:
+ *   async.take                  batch k+1, rolled out in step k, into the async.* buffers
+ *   data, prefill, decode       batch k+2, into the rollout tensors
+ *   reward.submit               host: its rows go to the reward program, no wait (after a resume,
+ *                               first batch k+1's again: the stopped process had sent them)
+ *   async.first                 (the first step only, instead of async.take) batch 1 into the
+ *                               async.* buffers; back to data once, for batch 2
+ *   reward                      host: batch k+1's rewards, into async.rewards
+ *   advantages .. update.k      train on batch k+1, in the async.* buffers
+ *   async.metrics               the staleness of the batch trained
+ * Two requests are in flight after the submit: the program scores batch k+1 while batch k
+ * trains and batch k+2 rolls out (one device alternates its work; what overlaps is the reward
+ * program's, its own process: an LLM judge, a sandbox). A built-in reward scores at the submit,
+ * and its rewards travel with the batch. The old log-probs are the sampler's, as TRL's
  * AsyncGRPOTrainer's old_log_probs, so the importance-sampling correction's ratio is 1 and the
- * clipped ratio pi / pi_sampler carries the staleness. Checkpoints hold the async.* buffers: a
- * resumed run trains on the batch the stopped one had rolled out. */
+ * clipped ratio pi / pi_sampler carries the staleness. After a step the async.* buffers hold the
+ * batch it trained (what --dump writes) and the rollout tensors the next one; checkpoints hold
+ * both, and what a request needs (the dataset rows, a built-in task's answers): a resumed run
+ * trains on the batch the stopped one had rolled out, asking for its rewards again. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dfg_grpo_async.h"
@@ -41,9 +49,14 @@ static dfg_tensor *trained_copy(dfg_program *p, dfg_tensor *t, dfg_role role) {
     return dfg_state(p, name, dfg_tensor_dtype(t), dfg_tensor_shape(t), role, dfg_init_zeros());
 }
 
-dfg_status dfg_grpo_async_state(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_state *s, dfg_grpo_async *a,
-                                dfg_grpo_state *train) {
-    (void)c;
+static bool external(const dfg_grpo_config *c) { return !strcmp(c->reward, "external"); }
+
+static void make_buffers(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_state *s, dfg_grpo_async *a) {
+    /* what a request for the trained batch needs besides its tokens, kept for a resumed run's
+     * resend: the dataset rows the data stage drew (grpo_data.c writes "dataset.rows"), or a
+     * built-in task's answers */
+    dfg_tensor *rows = c->ds ? dfg_state(p, "dataset.rows", DFG_I32, DFG_SHAPE(c->P), DFG_ROLE_NONE, dfg_init_zeros()) : NULL;
+    bool answers = external(c) && !c->ds;
     *a = (dfg_grpo_async){
         .tokens = trained_copy(p, s->tokens, DFG_ROLE_ROLLOUT),
         .mask = trained_copy(p, s->mask, DFG_ROLE_ROLLOUT),
@@ -52,57 +65,72 @@ dfg_status dfg_grpo_async_state(dfg_program *p, const dfg_grpo_config *c, const 
         .reward_values = trained_copy(p, s->reward_values, DFG_ROLE_NONE),
         .sampling_logp = trained_copy(p, s->sampling_logp, DFG_ROLE_ROLLOUT),
         .truncated_prompts = trained_copy(p, s->truncated_prompts, DFG_ROLE_NONE),
+        .rows = trained_copy(p, rows, DFG_ROLE_NONE),
+        .answers = answers ? trained_copy(p, dfg_find(p, "answers"), DFG_ROLE_NONE) : NULL,
+        .answer_len = answers ? trained_copy(p, dfg_find(p, "answer_len"), DFG_ROLE_NONE) : NULL,
         .staleness = dfg_state(p, "async.staleness", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros()),
         .primed = dfg_state(p, "async.primed", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros()),
         .again = dfg_state(p, "async.again", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros()),
+        .pending = dfg_state(p, "async.pending", DFG_F32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_zeros()),
     };
-    *train = *s;
-    train->tokens = a->tokens, train->mask = a->mask, train->start = a->start, train->rewards = a->rewards;
-    if (s->loss_mask == s->mask) train->loss_mask = a->mask; /* no tools: the loss reads completion_mask */
-    train->reward_values = a->reward_values, train->sampling_logp = a->sampling_logp;
-    train->truncated_prompts = a->truncated_prompts;
-    train->old_logp = a->sampling_logp; /* 0 past each row's end: the loss masks those columns */
-    return dfg_program_status(p);
 }
 
-/* The rollout tensors into the trained buffers. */
-static void copy_batch(dfg_graph *g, const dfg_grpo_async *a, const dfg_grpo_state *s) {
-    dfg_tensor *from[7] = {s->tokens, s->mask, s->start, s->rewards, s->reward_values, s->sampling_logp, s->truncated_prompts};
-    dfg_tensor *to[7] = {a->tokens, a->mask, a->start, a->rewards, a->reward_values, a->sampling_logp, a->truncated_prompts};
-    for (int i = 0; i < 7; i++)
+/* The rollout tensors into the trained buffers; the rewards too when they are known (a built-in
+ * reward scored them at the submit; an external one's arrive later, into the copies). */
+static void copy_batch(dfg_graph *g, const dfg_grpo_config *c, const dfg_grpo_async *a, const dfg_grpo_state *s) {
+    dfg_program *p = dfg_graph_program(g);
+    dfg_tensor *from[10] = {s->tokens, s->mask, s->start, s->sampling_logp, s->truncated_prompts, dfg_find(p, "dataset.rows"),
+                            dfg_find(p, "answers"), dfg_find(p, "answer_len"), s->rewards, s->reward_values};
+    dfg_tensor *to[10] = {a->tokens, a->mask, a->start, a->sampling_logp, a->truncated_prompts, a->rows,
+                          a->answers, a->answer_len, a->rewards, a->reward_values};
+    int n = external(c) ? 8 : 10;
+    for (int i = 0; i < n; i++)
         if (to[i]) dfg_assign(g, to[i], from[i]);
+    dfg_assign_fill(g, a->pending, external(c) ? 1.0f : 0.0f); /* its rewards: the program's to give */
 }
 
 static dfg_status staged(dfg_program *p, dfg_graph *g) {
     return dfg_graph_status(g) ? dfg_graph_status(g) : dfg_stage_graph(p, g, 1);
 }
 
-dfg_status dfg_grpo_async_after_rollout(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_state *s,
-                                        dfg_grpo_async *a) {
-    (void)c;
+dfg_status dfg_grpo_async_before_rollout(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_state *s,
+                                         dfg_grpo_async *a) {
+    make_buffers(p, c, s, a);
+    dfg_status st = dfg_program_status(p);
+    if (st) return st;
+    dfg_graph *g = dfg_graph_new(p, "async.take");
+    copy_batch(g, c, a, s);
+    dfg_assign_fill(g, a->staleness, 1.0f); /* the last step's update came between its rollout and now */
+    /* from the second step on: the first has no batch rolled out before it */
+    return (st = staged(p, g)) ? st : dfg_stage_when(p, "async.take", a->primed, 0.5, 2.0);
+}
+
+dfg_status dfg_grpo_async_after_rollout(dfg_program *p, const dfg_grpo_config *c, dfg_grpo_async *a, dfg_grpo_state *s) {
     dfg_status st = dfg_stage_host(p, "reward.submit", "grpo_reward_submit");
-    if (!st) st = dfg_stage_host(p, "reward.first", "grpo_reward_collect");
     if (st) return st;
     dfg_graph *g = dfg_graph_new(p, "async.first");
-    copy_batch(g, a, s);
+    copy_batch(g, c, a, s);
     dfg_assign_fill(g, a->staleness, 0.0f); /* rolled out by the policy it trains */
     dfg_assign_fill(g, a->primed, 1.0f);
     if ((st = staged(p, g))) return st;
-    /* both run only while the buffers hold no batch; the loop goes back to data once */
-    if (!st) st = dfg_stage_when(p, "reward.first", a->primed, -1.0, 0.5);
+    /* it runs only while the buffers hold no batch; the loop goes back to data once */
     if (!st) st = dfg_stage_when(p, "async.first", a->primed, -1.0, 0.5);
-    return st ? st : dfg_stage_loop(p, "data", "async.first", a->again, 1);
+    if (!st) st = dfg_stage_loop(p, "data", "async.first", a->again, 1);
+    /* the trained batch's rewards: requested a step ago, scored while this step rolled out */
+    if (!st) st = dfg_stage_host(p, "reward", "grpo_reward_collect");
+    if (st) return st;
+    /* the training stages' view: the rollout tensors replaced by the trained batch's */
+    s->tokens = a->tokens, s->start = a->start, s->rewards = a->rewards;
+    if (s->loss_mask == s->mask) s->loss_mask = a->mask; /* no tools: the loss reads completion_mask */
+    s->mask = a->mask, s->reward_values = a->reward_values, s->sampling_logp = a->sampling_logp;
+    s->truncated_prompts = a->truncated_prompts;
+    s->old_logp = a->sampling_logp; /* 0 past each row's end: the loss masks those columns */
+    return dfg_program_status(p);
 }
 
-dfg_status dfg_grpo_async_after_update(dfg_program *p, const dfg_grpo_config *c, const dfg_grpo_state *s,
-                                       dfg_grpo_async *a) {
-    (void)c;
-    dfg_status st = dfg_stage_host(p, "reward", "grpo_reward_collect");
-    if (st) return st;
-    dfg_graph *g = dfg_graph_new(p, "async.next");
+dfg_status dfg_grpo_async_after_update(dfg_program *p, const dfg_grpo_async *a) {
+    dfg_graph *g = dfg_graph_new(p, "async.metrics");
     dfg_metric(g, "staleness", a->staleness); /* the batch this step trained */
-    copy_batch(g, a, s);
-    dfg_assign_fill(g, a->staleness, 1.0f); /* this step's update comes between its rollout and its training */
     return staged(p, g);
 }
 
@@ -120,24 +148,58 @@ static dfg_grpo_reward_opts reward_opts(dfg_grpo_config *c) {
                                   .n_eos = c->n_eos, .ds = c->ds, .rows = c->ds_rows, .all_null_steps = &c->all_null_steps};
 }
 
+/* A scalar state's value (async.primed, async.pending). */
+static dfg_status flag(dfg_host_ctx *ctx, const char *name, bool *out) {
+    dfg_buffer b;
+    dfg_status st = dfg_task_tensor(ctx, name, DFG_F32, 0, NULL, "", false, &b);
+    if (!st) *out = *(const float *)b.data != 0.0f;
+    return st;
+}
+
+/* After --resume: the trained batch's request went to the stopped process's program, which this
+ * one never saw; it goes again, numbered by this step, the one that trains it. */
+static dfg_status resend_trained(dfg_host_ctx *ctx, dfg_grpo_config *c, dfg_reward_source *src) {
+    dfg_grpo_reward_opts o = reward_opts(c);
+    o.prefix = "async.";
+    int64_t *rows = NULL;
+    if (c->ds) { /* the rows the trained batch was drawn from, not the ones just drawn */
+        dfg_buffer drawn;
+        dfg_status st = dfg_task_tensor(ctx, "async.dataset.rows", DFG_I32, 1, (int64_t[]){c->P}, "P", false, &drawn);
+        if (st) return st;
+        if (!(rows = malloc(sizeof(int64_t) * (size_t)c->P))) return dfg_host_fail(ctx, "reward.submit: out of memory");
+        for (int64_t i = 0; i < c->P; i++) rows[i] = ((const int32_t *)drawn.data)[i];
+        o.rows = rows;
+    }
+    dfg_status st = dfg_grpo_rewards_submit(ctx, src, &o, dfg_host_step(ctx) + 1);
+    free(rows);
+    return st;
+}
+
 /* The rows of the batch just rolled out go to the reward program, numbered by the step that will
  * train them (the next one; this one in the first step's first pass). A built-in reward scores
  * here and now. */
 dfg_status grpo_reward_submit(dfg_host_ctx *ctx) {
     dfg_grpo_config *c = dfg_host_user(ctx);
-    if (strcmp(c->reward, "external")) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
-    dfg_buffer primed;
-    dfg_status st = dfg_task_tensor(ctx, "async.primed", DFG_F32, 0, NULL, "", false, &primed);
+    if (!external(c)) return dfg_grpo_rewards_task(ctx, &c->task, (int)c->Lp, c->reward);
+    dfg_reward_source *src = dfg_host_reward_source(ctx);
+    bool primed = false, pending = false;
+    dfg_status st = flag(ctx, "async.primed", &primed);
+    if (!st) st = flag(ctx, "async.pending", &pending);
+    if (!st && pending && src && dfg_reward_source_pending(src) == 0) st = resend_trained(ctx, c, src);
     if (st) return st;
     dfg_grpo_reward_opts o = reward_opts(c);
-    int64_t step = dfg_host_step(ctx) + (*(const float *)primed.data != 0.0f ? 1 : 0);
-    return dfg_grpo_rewards_submit(ctx, dfg_host_reward_source(ctx), &o, step + 1);
+    return dfg_grpo_rewards_submit(ctx, src, &o, dfg_host_step(ctx) + (primed ? 1 : 0) + 1);
 }
 
-/* Waits for the submitted batch's rewards (a built-in reward has them already). */
+/* Waits for the trained batch's rewards, into its copies (a built-in reward's came with it). */
 dfg_status grpo_reward_collect(dfg_host_ctx *ctx) {
     dfg_grpo_config *c = dfg_host_user(ctx);
-    if (strcmp(c->reward, "external")) return DFG_OK;
+    if (!external(c)) return DFG_OK;
     dfg_grpo_reward_opts o = reward_opts(c);
-    return dfg_grpo_rewards_collect(ctx, dfg_host_reward_source(ctx), &o);
+    o.prefix = "async.";
+    dfg_buffer pending;
+    dfg_status st = dfg_grpo_rewards_collect(ctx, dfg_host_reward_source(ctx), &o);
+    if (!st) st = dfg_task_tensor(ctx, "async.pending", DFG_F32, 0, NULL, "", false, &pending);
+    if (!st) *(float *)pending.data = 0.0f;
+    return st;
 }

@@ -30,13 +30,14 @@ dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_
     if (!ds || !o || !rows_out || o->prompts < 1 || o->group < 1 || o->prompt_len < 1)
         return dfg_host_fail(ctx, "dataset_batch: no dataset or bad options");
     int64_t P = o->prompts, G = o->group, N = P * G, Lp = o->prompt_len, rows = dfg_dataset_rows(ds);
-    dfg_buffer tok, start, pos, trunc, hash;
+    dfg_buffer tok, start, pos, trunc, hash, drawn;
     dfg_status st;
     if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, -1}, "NT", false, &tok)) ||
         (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", false, &start)) ||
         (st = dfg_task_tensor(ctx, "dataset.position", DFG_I32, 1, (int64_t[]){2}, "2", false, &pos)) ||
         (st = dfg_task_tensor(ctx, "prompts_truncated", DFG_F32, 0, NULL, "", true, &trunc)) ||
-        (st = dfg_task_tensor(ctx, "dataset.hash", DFG_I32, 1, (int64_t[]){2}, "2", true, &hash)))
+        (st = dfg_task_tensor(ctx, "dataset.hash", DFG_I32, 1, (int64_t[]){2}, "2", true, &hash)) ||
+        (st = dfg_task_tensor(ctx, "dataset.rows", DFG_I32, 1, (int64_t[]){P}, "P", true, &drawn)))
         return st;
     if (hash.data) note_changed_dataset(ctx, ds, hash.data);
     int64_t T = tok.shape.d[1];
@@ -61,6 +62,7 @@ dfg_status dfg_grpo_dataset_batch(dfg_host_ctx *ctx, dfg_dataset *ds, const dfg_
                                  "(truncate_prompts=error)", (long long)dfg_dataset_line(ds, row), (long long)len, (long long)Lp);
         if (len > Lp) ids += len - Lp, len = Lp, cut++; /* keep the end: what the completion follows */
         rows_out[p] = row;
+        if (drawn.data) ((int32_t *)drawn.data)[p] = (int32_t)row;
         for (int64_t r = p * G; r < (p + 1) * G; r++) {
             int32_t *t = (int32_t *)tok.data + r * T;
             for (int64_t i = 0; i < Lp - len; i++) t[i] = o->pad_id;
@@ -93,6 +95,13 @@ static void scratch_free(reward_scratch *s) {
     free(s->values);
 }
 
+/* name with the opts' prefix: the batch's copy a reward reads or writes ("async.tokens") */
+static const char *named(const dfg_grpo_reward_opts *o, const char *name, char *buf, size_t cap) {
+    if (!o->prefix || !*o->prefix) return name;
+    snprintf(buf, cap, "%s%s", o->prefix, name);
+    return buf;
+}
+
 static bool is_eos(int32_t id, const dfg_grpo_reward_opts *o) {
     for (int i = 0; i < o->n_eos; i++)
         if (id == o->eos[i]) return true;
@@ -103,11 +112,12 @@ static bool is_eos(int32_t id, const dfg_grpo_reward_opts *o) {
 static dfg_status make_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, reward_scratch *s, int64_t N, int64_t T) {
     dfg_buffer tok, mask, start, ans, alen;
     dfg_status st;
-    if ((st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){N, T}, "NT", false, &tok)) ||
-        (st = dfg_task_tensor(ctx, "completion_mask", DFG_F32, 2, (int64_t[]){N, T}, "NT", false, &mask)) ||
-        (st = dfg_task_tensor(ctx, "prompt_start", DFG_I32, 1, (int64_t[]){N}, "N", true, &start)) ||
-        (st = dfg_task_tensor(ctx, "answers", DFG_I32, 2, (int64_t[]){N, -1}, "NA", true, &ans)) ||
-        (st = dfg_task_tensor(ctx, "answer_len", DFG_I32, 1, (int64_t[]){N}, "N", true, &alen)))
+    char b[5][64];
+    if ((st = dfg_task_tensor(ctx, named(o, "tokens", b[0], 64), DFG_I32, 2, (int64_t[]){N, T}, "NT", false, &tok)) ||
+        (st = dfg_task_tensor(ctx, named(o, "completion_mask", b[1], 64), DFG_F32, 2, (int64_t[]){N, T}, "NT", false, &mask)) ||
+        (st = dfg_task_tensor(ctx, named(o, "prompt_start", b[2], 64), DFG_I32, 1, (int64_t[]){N}, "N", true, &start)) ||
+        (st = dfg_task_tensor(ctx, named(o, "answers", b[3], 64), DFG_I32, 2, (int64_t[]){N, -1}, "NA", true, &ans)) ||
+        (st = dfg_task_tensor(ctx, named(o, "answer_len", b[4], 64), DFG_I32, 1, (int64_t[]){N}, "N", true, &alen)))
         return st;
     int64_t Lp = o->prompt_len;
     for (int64_t r = 0; r < N; r++) {
@@ -170,7 +180,8 @@ static dfg_status check_opts(dfg_host_ctx *ctx, const dfg_reward_source *src, co
 static dfg_status prepare_rows(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o, int F, reward_scratch *s, int64_t *N,
                                int64_t *T) {
     dfg_buffer tok;
-    dfg_status st = dfg_task_tensor(ctx, "tokens", DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok);
+    char b[64];
+    dfg_status st = dfg_task_tensor(ctx, named(o, "tokens", b, sizeof(b)), DFG_I32, 2, (int64_t[]){-1, -1}, "NT", false, &tok);
     if (st) return st;
     *N = tok.shape.d[0], *T = tok.shape.d[1];
     *s = (reward_scratch){calloc((size_t)*N, sizeof(dfg_reward_row)), malloc(sizeof(int32_t) * (size_t)(*N * *T)),
@@ -186,8 +197,9 @@ static dfg_status apply_values(dfg_host_ctx *ctx, const dfg_grpo_reward_opts *o,
     int F = F_src + (o->env_rewards ? 1 : 0);
     dfg_buffer rew, values;
     dfg_status st;
-    if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
-        (st = dfg_task_tensor(ctx, "reward_values", DFG_F32, 2, (int64_t[]){N, F}, "NF", true, &values)))
+    char b[2][64];
+    if ((st = dfg_task_tensor(ctx, named(o, "rewards", b[0], 64), DFG_F32, 1, (int64_t[]){N}, "N", false, &rew)) ||
+        (st = dfg_task_tensor(ctx, named(o, "reward_values", b[1], 64), DFG_F32, 2, (int64_t[]){N, F}, "NF", true, &values)))
         return st;
     float *all = malloc(sizeof(float) * (size_t)(N * F + 1));
     if (!all) return dfg_host_fail(ctx, "rewards: out of memory");
@@ -246,7 +258,8 @@ dfg_status dfg_grpo_rewards_collect(dfg_host_ctx *ctx, dfg_reward_source *src, c
     dfg_status st = check_opts(ctx, src, o);
     if (st) return st;
     dfg_buffer rew;
-    if ((st = dfg_task_tensor(ctx, "rewards", DFG_F32, 1, (int64_t[]){-1}, "N", false, &rew))) return st;
+    char b[64];
+    if ((st = dfg_task_tensor(ctx, named(o, "rewards", b, sizeof(b)), DFG_F32, 1, (int64_t[]){-1}, "N", false, &rew))) return st;
     int64_t N = rew.shape.d[0];
     int F = dfg_reward_source_n_funcs(src);
     float *values = malloc(sizeof(float) * (size_t)(N * F + 1));

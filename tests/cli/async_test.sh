@@ -6,9 +6,12 @@
 #     synchronous plan's first step's exactly; its staleness is 0, every later step's 1, and
 #     the later steps differ from the synchronous ones (they train on the batch before);
 #   - the reward program is asked for the batches in order, each numbered by the step that trains
-#     it (1 and 2 in the first step, then one a step);
+#     it (1 and 2 in the first step, then one a step); two requests are in flight from the second
+#     pass of the first step on (batch k+2's goes out before batch k+1's answer is read), so the
+#     program scores while the next batch rolls out;
 #   - a checkpoint keeps the pending batch: 2 steps, then --resume for 2, equals 4 steps bit for
-#     bit, with an external reward program;
+#     bit, with an external reward program; the resumed process sends the trained batch's request
+#     again (the stopped one's program had it), the same request byte for byte;
 #   - the plan holds both batches' buffers (dfg inspect's persistent bytes grow);
 #   - what it cannot run is refused at compile time with one line (num_iterations > 1, tools,
 #     sft_steps, log_completions, max_staleness 0) and --rollouts files at run time.
@@ -67,16 +70,40 @@ TOY_REWARD_LOG=$WORK/requests.log run "$DFG" run toy_async.dfg --steps 3 --threa
 expect_rc 0 "async with a reward program: 3 steps"
 check "the requests name the steps that train them: 1 2 (the first step), 3, 4 (the last step's, never trained)" \
   test "$(cut -d' ' -f1 requests.log | tr '\n' ' ')" = "1 2 3 4 "
+# every request as sent (tee keeps them), the toy program answering
+TEE_TOY() { echo "tee -a $WORK/$1 | $TOY"; }
 
 # ---------------------------------------------------------------- checkpoints keep the pending batch
-run "$DFG" run toy_async.dfg --steps 4 --threads 1 --quiet --checkpoint-dir ref --reward-cmd "$TOY"
+run "$DFG" run toy_async.dfg --steps 4 --threads 1 --quiet --checkpoint-dir ref --reward-cmd "$(TEE_TOY ref.jsonl)"
 expect_rc 0 "4 steps uninterrupted"
-run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --checkpoint-dir half --reward-cmd "$TOY"
+run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --checkpoint-dir half --reward-cmd "$(TEE_TOY first.jsonl)"
 expect_rc 0 "2 steps, checkpointed"
-run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --resume half --checkpoint-dir half --reward-cmd "$TOY"
+run "$DFG" run toy_async.dfg --steps 2 --threads 1 --quiet --resume half --checkpoint-dir half \
+  --reward-cmd "$(TEE_TOY resumed.jsonl)"
 expect_rc 0 "--resume for 2 more"
-check "resumed = uninterrupted, bit for bit (the pending batch and its rewards are in the checkpoint)" \
+check "resumed = uninterrupted, bit for bit (the pending batch is in the checkpoint, its rewards asked again)" \
   cmp -s half/checkpoint.safetensors ref/checkpoint.safetensors
+steps() { python3 -c "import json, sys; print(*[json.loads(l)['step'] for l in open(sys.argv[1])])" "$1"; }
+check "the stopped run sent 1 2 3 (3: the batch its checkpoint holds, unanswered): $(steps first.jsonl)" \
+  test "$(steps first.jsonl)" = "1 2 3"
+check "the resumed run sends 3 again before its own 4 and 5: $(steps resumed.jsonl)" \
+  test "$(steps resumed.jsonl)" = "3 4 5"
+check "... the same request as the uninterrupted run's third, byte for byte (tokens, answers)" \
+  test "$(sed -n 1p resumed.jsonl)" = "$(sed -n 3p ref.jsonl)"
+# ... and with a dataset: the resent request names the trained batch's rows, not the ones drawn
+# since (the checkpoint keeps them: async.dataset.rows)
+python3 "$SRC/examples/tasks/digits/make_dataset.py" --task reverse --digits 3 --rows 40 --seed 5 -o rows.jsonl >/dev/null
+run "$DFG" compile "$GRPO" -o ds_async.dfg "${SMALL[@]}" --set dataset=rows.jsonl --set reward_funcs=digits,short \
+  --set async_rollouts=1
+expect_rc 0 "compile the async plan with a dataset"
+run "$DFG" run ds_async.dfg --steps 3 --threads 1 --quiet --checkpoint-dir dsref --reward-cmd "$(TEE_TOY dsref.jsonl)"
+run "$DFG" run ds_async.dfg --steps 2 --threads 1 --quiet --checkpoint-dir dshalf --reward-cmd "$TOY"
+run "$DFG" run ds_async.dfg --steps 1 --threads 1 --quiet --resume dshalf --checkpoint-dir dshalf \
+  --reward-cmd "$(TEE_TOY dsresumed.jsonl)"
+expect_rc 0 "a dataset plan: --resume for 1 more"
+check "a dataset plan: resumed = uninterrupted, bit for bit" cmp -s dshalf/checkpoint.safetensors dsref/checkpoint.safetensors
+check "a dataset plan: the resent request is the uninterrupted run's third, byte for byte (its rows' index and fields)" \
+  test "$(sed -n 1p dsresumed.jsonl)" = "$(sed -n 3p dsref.jsonl)"
 
 # ---------------------------------------------------------------- the cost: both batches' buffers
 run "$DFG" compile "$GRPO" -o toy_sync.dfg "${SMALL[@]}" --set reward=external --set reward_funcs=digits,short

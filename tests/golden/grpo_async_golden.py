@@ -6,9 +6,11 @@ batch's tokens), checked in float64.
 
   1. compiles the pipeline with async_rollouts=1 (a small GPT-2, reverse 3 digits, loss dapo, beta 0);
   2. runs one step with a checkpoint: the checkpoint holds the weights after it (W1) and the batch
-     rolled out during it by W0 (async.tokens, async.completion_mask, async.sampling_logps,
-     async.rewards);
-  3. resumes for one step with --dump: that step trains the checkpointed batch with W1;
+     rolled out during it by W0 for the next step (the rollout tensors tokens, completion_mask,
+     sampling_logps, rewards; the async.* buffers hold the batch the step trained);
+  3. resumes for one step with --dump: that step trains the checkpointed batch with W1, and the
+     dump's completion_mask and sampling_logps are that batch's, bit for bit (a dump replays
+     what trained);
   4. computes the step in float64 from W1 and the checkpointed batch (gpt2_golden.py's GPT-2) and
      compares loss, grad_norm and the policy's log-probs: max|dfg - float64| / scale <= 1e-4.
 It also asserts the test is not vacuous: the batch's sampler log-probs differ from W1's (the
@@ -96,9 +98,10 @@ def attempt(a, plan, ck, dump, seed):
     d = st_read(dump)[0]
     Lp, G = S["digits"] + 1, S["num_generations"]
     w = {k: v for k, v in c.items() if k.startswith(("wte.", "wpe.", "h.", "ln_f."))}
-    tok, mask, samp, rew = (c["async." + n] for n in ("tokens", "completion_mask", "sampling_logps", "rewards"))
+    tok, mask, samp, rew = (c[n] for n in ("tokens", "completion_mask", "sampling_logps", "rewards"))
     loss, gnorm, logp, scale = reference(w, tok, mask, samp, rew, S, Lp, G)
-    fails = []
+    fails = [f"the dump's {n} is not the trained batch's" for n, v in (("completion_mask", mask), ("sampling_logps", samp))
+             if not np.array_equal(d[n], v)]
     got_logp = d["logp"][:, Lp:] * mask[:, Lp:]
     stale = float(np.abs((logp - samp[:, Lp:] * mask[:, Lp:])).max())
     checks = [("logp", rel_err(got_logp, logp)), ("loss", abs(float(d["loss"].reshape(-1)[0]) - loss) / max(abs(loss), scale)),
