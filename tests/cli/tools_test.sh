@@ -68,11 +68,12 @@ check "the sampler's log-probs are the training forward's (the tool's tokens in 
 # width's rows go back with their KV rows (for the next width, or the next round). Each plan
 # against decode_tail=0: the same tokens, masks and rewards, and the sampler's log-probs within
 # 1e-6 (w rows' matmuls round apart from N rows'), in fewer decode row-runs, only the plan's
-# widths run (more than one of a ladder), and each gather is merged back. The calculator
-# (trained: 2 steps, the second ends its rounds with few rows) at n=2 (widths 8, 4, 2);
-# answer_env.py's answers after long first turns (untrained, a budget of 32) at n=8 (one width)
-# and n=2, where rows that were in a width decode again after their answer: a KV row left behind
-# moves their log-probs by ~1e-2.
+# widths run, and each gather is merged back. The calculator (trained: 2 steps, the second ends
+# its rounds with few rows) at n=2 (widths 8, 4, 2; a device's chunks of runs, which overshoot
+# the switch, may leave only the narrowest to run); answer_env.py's answers after long first turns
+# (untrained, a budget of 32) at n=8 (one width) and n=2, where every width runs and rows that
+# were in a width decode again after their answer: a KV row left behind moves their log-probs by
+# ~1e-2.
 if [ "$MODE" = emu ]; then TAIL=(--target cuda --set torch_dtype=float32) TAILRUN=(--emulate-gpu); else TAIL=() TAILRUN=(); fi
 python3 -c "
 import json
@@ -83,8 +84,8 @@ ANSWERS=(--set dataset=tail_calc.jsonl --set tools=multiply --set reward_funcs=t
   --set prompts_per_step=4 --set num_generations=4 --set max_completion_length=32)
 ANSWERS_RUN=(--steps 3 --seed 3 --threads 1 --reward-cmd "python3 $SRC/tests/cli/messages_reward.py"
   --env-cmd "python3 $SRC/tests/cli/answer_env.py")
-tail_check() { # NAME N LADDER SETTINGS... -- RUN ARGS...: the plan with decode_tail=N (its widths LADDER) and 0
-  local name=$1 n=$2 ladder=$3 sets=() t; shift 3
+tail_check() { # NAME N LADDER USED SETTINGS... -- RUN ARGS...: the plan with decode_tail=N (its widths
+  local name=$1 n=$2 ladder=$3 used=$4 sets=() t; shift 4 # LADDER, at least USED of them run) and 0
   while [ "$1" != -- ]; do sets+=("$1"); shift; done; shift
   for t in 0 "$n"; do
     run "$DFG" compile "$GRPO" "${sets[@]}" "${TAIL[@]}" --set decode_tail=$t -o ${name}_tail$t.dfg
@@ -93,7 +94,7 @@ tail_check() { # NAME N LADDER SETTINGS... -- RUN ARGS...: the plan with decode_
     expect_rc 0 "$name: run with decode_tail=$t ($MODE)"
   done
   check "$name: decode_tail=$n and 0 make the same episodes ($MODE)" python3 - ${name}_tail$n.st ${name}_tail0.st \
-    ${name}_tail$n.jsonl ${name}_tail0.jsonl "$n" "$SRC/tests/cli" "$ladder" <<'PY'
+    ${name}_tail$n.jsonl ${name}_tail0.jsonl "$n" "$SRC/tests/cli" "$ladder" "$used" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[6])
 import st_tool
@@ -117,16 +118,16 @@ def row_runs(f):  # the decode stages' runs times their rows, and each width's r
     return sum(v * rows_of(k) for r in runs for k, v in r.items()), widths
 (on, widths), (off, _) = row_runs(sys.argv[3]), row_runs(sys.argv[4])
 ladder = [int(w) for w in sys.argv[7].split(",")]  # the plan's widths: some of them ran, no other
-if set(widths) - set(ladder) or len(widths) < min(2, len(ladder)) or on >= off:
+if set(widths) - set(ladder) or len(widths) < int(sys.argv[8]) or on >= off:
     bad.append("the widths ran %s (the ladder %s), %d decode row-runs against %d" % (widths, ladder, on, off))
 print("differ: " + ", ".join(bad) if bad else "tokens, masks, rewards equal, sampling log-probs within %.3g; "
       "runs of each width %s: %d decode row-runs, %d without them" % (d, widths, on, off))
 sys.exit(1 if bad else 0)
 PY
 }
-tail_check calculator 2 8,4,2 "${SET[@]}" -- --weights w.safetensors --steps 2 "${RUN[@]}"
-tail_check answers 8 8 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
-tail_check answers 2 8,4,2 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
+tail_check calculator 2 8,4,2 1 "${SET[@]}" -- --weights w.safetensors --steps 2 "${RUN[@]}"
+tail_check answers 8 8 1 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
+tail_check answers 2 8,4,2 3 "${ANSWERS[@]}" -- "${ANSWERS_RUN[@]}"
 
 if [ "$MODE" = emu ]; then
   # ---------------------------------------------------------------- the emulated GPU
