@@ -2,7 +2,8 @@
  * on made-up grids whose answers are known, no measurement and no wall time: a grid that is a
  * power law in M, N and K is linear in log space, so its interpolation is exact between the
  * points; a shape outside the grid takes the nearest edge's rate; the copy's rate takes one
- * thread's column below the size dfg's kernels split, and interpolates in log(bytes). */
+ * thread's column below the size dfg's kernels split, and interpolates in log(bytes); the other
+ * kernels' FLOP rate is their class's, one thread's below that size. */
 #include <math.h>
 
 #include "../tools/cli_device.h"
@@ -21,6 +22,8 @@ static cli_cpu_rates power_law_grid(void) {
             }
     r.copy[0][0] = 40e9, r.copy[0][1] = 10e9; /* the run's threads: in cache, not */
     r.copy[1][0] = 20e9, r.copy[1][1] = 5e9;  /* one thread */
+    r.vector[0][0] = 3e9, r.vector[0][1] = 1e9; /* transcendental: the run's threads, one */
+    r.vector[1][0] = 8e9, r.vector[1][1] = 2e9; /* the rest */
     return r;
 }
 
@@ -55,9 +58,19 @@ static void test_copy_rate(void) {
     CHECK(near(cli_copy_rate(&r, 64), 20e9), "a few bytes: one thread's, clamped to the cache point");
 }
 
+static void test_vector_rate(void) {
+    cli_cpu_rates r = power_law_grid();
+    double big = CLI_ONE_THREAD_BYTES * 4, small = CLI_ONE_THREAD_BYTES / 4;
+    CHECK(cli_vector_rate(&r, true, big) == 3e9 && cli_vector_rate(&r, false, big) == 8e9,
+          "split over the threads: each class's rate on the run's threads");
+    CHECK(cli_vector_rate(&r, true, small) == 1e9 && cli_vector_rate(&r, false, small) == 2e9,
+          "below the split: each class's one-thread rate");
+}
+
 int main(void) {
     dfg_test_init("test_device_rates");
     test_gemm_rate();
     test_copy_rate();
+    test_vector_rate();
     return dfg_test_finish();
 }

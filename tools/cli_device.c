@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "../ops/dfg_ops.h"
+#include "../ops/op.h"
 #include "cli_device.h"
 
 /* Dense figures (the datasheets' tensor-core numbers marked "with sparsity" are twice these):
@@ -46,7 +47,7 @@ const char *cli_device_default(dfg_target target) { return target == DFG_TARGET_
  * enough that the clock's resolution and one preempted run do not count, short enough that the
  * whole grid takes seconds. */
 #define TIME_EACH_S 3e-3
-#define REPEATS 3
+#define REPEATS 5
 
 static double now_s(void) {
     struct timespec t;
@@ -75,7 +76,7 @@ static double seconds_a_step(dfg_runtime *rt) {
 /* A one-stage program's step time on `threads` threads: the graph `build` makes, compiled for
  * the CPU as a plan is, its states (constants: no denormals) made by the runtime. 0 on failure. */
 typedef dfg_tensor *(*graph_builder)(dfg_program *p, dfg_graph *g, const int64_t *dims);
-static double time_graph(graph_builder build, const int64_t *dims, int threads, int *nodes) {
+static double time_graph(graph_builder build, const int64_t *dims, int threads, int *nodes, double *flops) {
     dfg_program *p = dfg_program_new("cpu_rates");
     dfg_graph *g = p ? dfg_graph_new(p, "g") : NULL;
     dfg_tensor *y = g ? build(p, g, dims) : NULL;
@@ -86,7 +87,9 @@ static double time_graph(graph_builder build, const int64_t *dims, int threads, 
     double s = 0;
     if (y && dfg_output(g, y, "y") && !dfg_stage_graph(p, g, 1) && !dfg_compile(p, &o) && !dfg_runtime_create(p, &ro, &rt)) {
         s = seconds_a_step(rt);
-        if (nodes) *nodes = p->stages[0].graph->n_nodes;
+        const dfg_graph *c = p->stages[0].graph;
+        if (nodes) *nodes = c->n_nodes;
+        for (int k = 0; flops && k < c->n_nodes; k++) *flops += dfg_ops[c->nodes[k]->op].cost(c->nodes[k]).flops;
     }
     dfg_runtime_free(rt);
     dfg_program_free(p);
@@ -97,6 +100,19 @@ static dfg_tensor *matmul_graph(dfg_program *p, dfg_graph *g, const int64_t *mnk
     dfg_tensor *a = dfg_state(p, "a", DFG_F32, DFG_SHAPE(mnk[0], mnk[2]), DFG_ROLE_NONE, dfg_init_constant(0.5f));
     dfg_tensor *b = dfg_state(p, "b", DFG_F32, DFG_SHAPE(mnk[2], mnk[1]), DFG_ROLE_NONE, dfg_init_constant(0.25f));
     return a && b ? dfg_matmul(g, a, b, false, false) : NULL;
+}
+
+static dfg_tensor *gelu_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
+    dfg_tensor *x = dfg_state(p, "x", DFG_F32, DFG_SHAPE(n[0]), DFG_ROLE_NONE, dfg_init_constant(0.5f));
+    return x ? dfg_gelu(g, x) : NULL;
+}
+
+static dfg_tensor *layernorm_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
+    int64_t c = 1024;
+    dfg_tensor *x = dfg_state(p, "x", DFG_F32, DFG_SHAPE(n[0] / c, c), DFG_ROLE_NONE, dfg_init_constant(0.5f));
+    dfg_tensor *w = dfg_state(p, "w", DFG_F32, DFG_SHAPE(c), DFG_ROLE_NONE, dfg_init_constant(1.0f));
+    dfg_tensor *b = dfg_state(p, "b", DFG_F32, DFG_SHAPE(c), DFG_ROLE_NONE, dfg_init_constant(0.0f));
+    return x && w && b ? dfg_layernorm(g, x, w, b, 1e-5f) : NULL;
 }
 
 static dfg_tensor *scale_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
@@ -115,7 +131,7 @@ static dfg_tensor *chain_graph(dfg_program *p, dfg_graph *g, const int64_t *len)
 
 static double measure_kernel_time(int threads) {
     int nodes = 0;
-    double s = time_graph(chain_graph, (const int64_t[]){CHAIN}, threads, &nodes);
+    double s = time_graph(chain_graph, (const int64_t[]){CHAIN}, threads, &nodes, NULL);
     return nodes > 0 ? s / nodes : 0;
 }
 
@@ -134,18 +150,25 @@ static bool measure_rates(cli_cpu_rates *r, const double kernel_s[2]) {
             for (int j = 0; j < CLI_GRID_NK; j++)
                 for (int k = 0; k < CLI_GRID_NK; k++) {
                     int64_t mnk[3] = {(int64_t)cli_grid_m[i], (int64_t)cli_grid_nk[j], (int64_t)cli_grid_nk[k]};
-                    double s = time_graph(matmul_graph, mnk, threads, NULL);
+                    double s = time_graph(matmul_graph, mnk, threads, NULL, NULL);
                     if (!(s > 0)) return false;
                     r->gemm[t][i][j][k] = 2.0 * (double)mnk[0] * (double)mnk[1] * (double)mnk[2] / work_seconds(s, kernel_s[t]);
                 }
         for (int c = 0; c < 2; c++) {
             int64_t n = (int64_t)(cli_copy_bytes[c] / 8); /* f32 elements read and written */
-            double s = time_graph(scale_graph, &n, threads, NULL);
+            double s = time_graph(scale_graph, &n, threads, NULL, NULL);
             if (!(s > 0)) return false;
             r->copy[t][c] = cli_copy_bytes[c] / work_seconds(s, kernel_s[t]);
         }
+        int64_t n = (int64_t)(CLI_VECTOR_BYTES / 8);
+        for (int v = 0; v < 2; v++) {
+            double flops = 0, s = time_graph(v ? layernorm_graph : gelu_graph, &n, threads, NULL, &flops);
+            if (!(s > 0) || !(flops > 0)) return false;
+            r->vector[v][t] = flops / work_seconds(s, kernel_s[t]);
+        }
         if (r->threads == 1) { /* one thread is the run's: measured once */
             memcpy(r->gemm[1], r->gemm[0], sizeof(r->gemm[0])), memcpy(r->copy[1], r->copy[0], sizeof(r->copy[0]));
+            r->vector[0][1] = r->vector[0][0], r->vector[1][1] = r->vector[1][0];
             break;
         }
     }
@@ -182,12 +205,13 @@ static bool cache_path(char *buf, size_t len) {
     return snprintf(buf, len, "%s/cpu-rates", dir) < (int)len;
 }
 
-#define N_RATES (2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK + 4)
+#define N_RATES (2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK + 4 + 4)
 
-/* The rates as one flat array (the cache's order): the GEMM grid, then the copies. */
+/* The rates as one flat array (the cache's order): the GEMM grid, the copies, the vector rates. */
 static double *rate_slot(cli_device *d, int i) {
     int grid = 2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK;
-    return i < grid ? &d->rates.gemm[0][0][0][0] + i : &d->rates.copy[0][0] + (i - grid);
+    if (i < grid) return &d->rates.gemm[0][0][0][0] + i;
+    return i < grid + 4 ? &d->rates.copy[0][0] + (i - grid) : &d->rates.vector[0][0] + (i - grid - 4);
 }
 
 /* The cache holds one line: "<threads>\t<s a kernel>\t<N_RATES rates>\t<model>". */
@@ -262,9 +286,10 @@ static bool cpu_device(const char *cmd, cli_device *d) {
     d->f32_flops = d->bf16_flops = hi; /* the CPU kernels compute in f32 */
     d->bandwidth = d->rates.copy[0][1];
     snprintf(d->label, sizeof(d->label), "%.60s, %d thread%s (measured through dfg's kernels: matmul %.3g-%.3g GFLOP/s "
-             "over %d shapes, elementwise %.3g GB/s in cache, %.3g GB/s out%s)", model, threads, threads == 1 ? "" : "s",
-             lo * 1e-9, hi * 1e-9, CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK, d->rates.copy[0][0] * 1e-9,
-             d->rates.copy[0][1] * 1e-9, cached ? ", cached" : "");
+             "over %d shapes, elementwise %.3g GB/s in cache, %.3g GB/s out, gelu %.3g GFLOP/s, layernorm %.3g%s)", model, threads,
+             threads == 1 ? "" : "s", lo * 1e-9, hi * 1e-9, CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK,
+             d->rates.copy[0][0] * 1e-9, d->rates.copy[0][1] * 1e-9, d->rates.vector[0][0] * 1e-9, d->rates.vector[1][0] * 1e-9,
+             cached ? ", cached" : "");
     return true;
 }
 

@@ -30,6 +30,10 @@ typedef struct {
     int threads;                                           /* the run's threads they were measured on */
     double gemm[2][CLI_GRID_M][CLI_GRID_NK][CLI_GRID_NK]; /* FLOP/s [threads: the run's, one][m][n][k] */
     double copy[2][2];                                     /* bytes/s [threads: the run's, one][in cache, not] */
+    /* FLOP/s of the kernels that are not GEMMs, by the cost column's FLOPs: [transcendental (exp,
+     * tanh: dfg's gelu measured), the rest (arithmetic and row reductions: layernorm measured)]
+     * [threads: the run's, one] */
+    double vector[2][2];
 } cli_cpu_rates;
 
 /* FLOP/s of an (M, N, K) GEMM on the run's threads (one_thread: on one, as attention's per-head
@@ -38,10 +42,15 @@ double cli_gemm_rate(const cli_cpu_rates *r, bool one_thread, double M, double N
 /* bytes/s of an elementwise kernel run moving `bytes`: one thread's below CLI_ONE_THREAD_BYTES,
  * the run's threads' above, interpolated in log(bytes) between the two copy points, clamped. */
 double cli_copy_rate(const cli_cpu_rates *r, double bytes);
+/* FLOP/s of a kernel that is not a GEMM moving `bytes` (transcendental: its FLOPs are mostly
+ * exp, tanh, log): one thread's below CLI_ONE_THREAD_BYTES. */
+double cli_vector_rate(const cli_cpu_rates *r, bool transcendental, double bytes);
+/* bytes the gelu and layernorm that measure cli_cpu_rates.vector move: in cache, split over the threads */
+#define CLI_VECTOR_BYTES (1024.0 * 1024.0)
 
 typedef struct {
     char name[16];       /* "h100", "cpu" */
-    char label[256];     /* "NVIDIA H100 SXM5 80GB (datasheet)", "AMD EPYC, 2 threads (measured: ...)" */
+    char label[320];     /* "NVIDIA H100 SXM5 80GB (datasheet)", "AMD EPYC, 2 threads (measured: ...)" */
     dfg_target target;   /* the plans it runs: cuda for the GPUs */
     double bf16_flops;   /* dense tensor-core FLOP/s for bf16/f16 GEMMs (the CPU: its f32 figure) */
     double f32_flops;    /* f32 FLOP/s without tensor cores (no TF32): f32 GEMMs and every other op */

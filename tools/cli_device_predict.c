@@ -91,11 +91,20 @@ static double shaped_gemm_rate(const dfg_node *n, const cli_device *d) {
     return busy * 2.0 / (1.0 / r1 + 1.0 / r2);
 }
 
-/* A node's compute and memory seconds: on the measured CPU its GEMMs at their shape's rate and its
- * bytes at their size's bandwidth (the other FLOPs at the grid's best rate); else the device's peaks. */
+/* Whether a kernel's FLOPs (its cost column's) are mostly exp, tanh, log: the transcendental ops,
+ * softmax's and the log-probs' exp an element. */
+static bool transcendental(const dfg_node *n) {
+    dfg_cost (*f)(const dfg_node *) = dfg_ops[n->op].cost;
+    return f == dfg_cost_transcend || f == dfg_cost_softmax || f == dfg_cost_logprob;
+}
+
+/* A node's compute and memory seconds: on the measured CPU its GEMMs at their shape's rate, its
+ * other FLOPs at the rate dfg's gelu (transcendental) or layernorm (the rest) runs its cost
+ * column's (vector code, far below a GEMM's rate), its bytes at their size's bandwidth; else
+ * the device's peaks. */
 static void node_seconds(const dfg_node *n, const cli_device *d, double flops, double bytes, double *compute, double *memory) {
     if (d->shaped) {
-        *compute = flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? shaped_gemm_rate(n, d) : d->f32_flops);
+        *compute = flops / (dfg_op_flag(n->op, DFG_OPF_GEMM) ? shaped_gemm_rate(n, d) : cli_vector_rate(&d->rates, transcendental(n), bytes));
         *memory = bytes / cli_copy_rate(&d->rates, bytes);
         return;
     }

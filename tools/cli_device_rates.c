@@ -51,3 +51,7 @@ double cli_copy_rate(const cli_cpu_rates *r, double bytes) {
     locate(cli_copy_bytes, 2, bytes, &i, &f);
     return i == 1 ? bw[1] : exp((1 - f) * log(bw[0]) + f * log(bw[1]));
 }
+
+double cli_vector_rate(const cli_cpu_rates *r, bool transcendental, double bytes) {
+    return r->vector[!transcendental][bytes < CLI_ONE_THREAD_BYTES];
+}
