@@ -66,8 +66,9 @@ typedef struct {
  * point of the grid above on those threads and on one, an elementwise op at the two sizes on
  * both, and the time a kernel run on a chain of tiny ops; a few seconds, cached in
  * $XDG_CACHE_HOME/dfg (or ~/.cache/dfg), one entry: another CPU model or thread count measures
- * again. DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]" gives fixed peaks instead
- * (no measurement, no cache, not shaped). */
+ * again. DFG_CPU_RATES=FILE reads the rates from FILE (the cache's format, any CPU and thread
+ * count: tests, or a machine measured elsewhere). DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]"
+ * gives fixed peaks instead (no measurement, no cache, not shaped). */
 bool cli_device_named(const char *cmd, const char *name, cli_device *out);
 /* The device a plan of `target` is predicted on when none is named: cuda h100, cpu cpu. */
 const char *cli_device_default(dfg_target target);

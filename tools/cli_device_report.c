@@ -42,8 +42,34 @@ void cli_print_prediction(const dfg_program *p, const cli_device *d, const cli_s
                x->s * 1e3, step, cli_stage_bound(x), x->roofline_s * 1e3, x->compute_s * 1e3, x->memory_s * 1e3, x->kernels);
     }
     printf("              step: %.4g ms predicted, of which the roofline %.4g ms (the graph stages; %s; each kernel run "
-           "at max(FLOPs / peak, bytes / bandwidth) + %.3g us; host stages not counted)\n", t->step_s * 1e3,
-           t->roofline_step_s * 1e3, runs_note(t, metrics), d->kernel_s * 1e6);
+           "at max(FLOPs / %s, bytes / %s) + %.3g us; host stages not counted)\n", t->step_s * 1e3,
+           t->roofline_step_s * 1e3, runs_note(t, metrics),
+           d->shaped ? "the rate measured for its GEMM shape or kernel class" : "peak",
+           d->shaped ? "the bandwidth measured for its size" : "bandwidth", d->kernel_s * 1e6);
+}
+
+/* The measured CPU's rates: {threads, grid_m, grid_nk, gemm_flops [threads: the run's, one][m][n][k],
+ * copy_bytes, copy_bytes_per_s [threads][in cache, not], vector_flops [transcendental, other][threads]}. */
+static cJSON *rates_json(const cli_cpu_rates *r) {
+    cJSON *o = cJSON_CreateObject(), *g = cJSON_CreateArray();
+    cJSON_AddNumberToObject(o, "threads", r->threads);
+    cJSON_AddItemToObject(o, "grid_m", cJSON_CreateDoubleArray(cli_grid_m, CLI_GRID_M));
+    cJSON_AddItemToObject(o, "grid_nk", cJSON_CreateDoubleArray(cli_grid_nk, CLI_GRID_NK));
+    for (int t = 0; t < 2; t++) {
+        cJSON *by_m = cJSON_CreateArray();
+        for (int i = 0; i < CLI_GRID_M; i++) {
+            cJSON *by_n = cJSON_CreateArray();
+            for (int j = 0; j < CLI_GRID_NK; j++) cJSON_AddItemToArray(by_n, cJSON_CreateDoubleArray(r->gemm[t][i][j], CLI_GRID_NK));
+            cJSON_AddItemToArray(by_m, by_n);
+        }
+        cJSON_AddItemToArray(g, by_m);
+    }
+    cJSON_AddItemToObject(o, "gemm_flops", g);
+    cJSON_AddItemToObject(o, "copy_bytes", cJSON_CreateDoubleArray(cli_copy_bytes, 2));
+    cJSON *c = cJSON_AddArrayToObject(o, "copy_bytes_per_s"), *v = cJSON_AddArrayToObject(o, "vector_flops");
+    for (int t = 0; t < 2; t++) cJSON_AddItemToArray(c, cJSON_CreateDoubleArray(r->copy[t], 2));
+    for (int k = 0; k < 2; k++) cJSON_AddItemToArray(v, cJSON_CreateDoubleArray(r->vector[k], 2));
+    return o;
 }
 
 cJSON *cli_prediction_json(const dfg_program *p, const cli_device *d, const cli_step_time *t, const char *metrics) {
@@ -54,6 +80,8 @@ cJSON *cli_prediction_json(const dfg_program *p, const cli_device *d, const cli_
     cJSON_AddNumberToObject(o, "peak_f32_flops", d->f32_flops);
     cJSON_AddNumberToObject(o, "bandwidth_bytes_per_s", d->bandwidth);
     cJSON_AddNumberToObject(o, "kernel_s", d->kernel_s);
+    if (d->shaped) cJSON_AddItemToObject(o, "cpu_rates", rates_json(&d->rates));
+    else cJSON_AddNullToObject(o, "cpu_rates");
     cJSON_AddStringToObject(o, "runs_from", t->from_metrics ? "metrics" : "worst_case");
     if (t->from_metrics) cJSON_AddStringToObject(o, "metrics", metrics);
     else cJSON_AddNullToObject(o, "metrics");

@@ -105,6 +105,8 @@ def markdown(res):
     for c in res["configs"]:
         first = True
         for s in c["stages"]:
+            if not s["runs"] and not s["measured_ms"]:  # a variant this run did not take (in the JSON)
+                continue
             out.append(f"| {c['config'] if first else ''} | {s['stage']} | {fmt(s['runs'])} | {fmt(s['predicted_ms'])} | "
                        f"{fmt(s['measured_ms'])} | {fmt(s['ratio'], '{:.2f}')} | {s['bound']} |")
             first = False
