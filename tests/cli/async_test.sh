@@ -70,6 +70,20 @@ TOY_REWARD_LOG=$WORK/requests.log run "$DFG" run toy_async.dfg --steps 3 --threa
 expect_rc 0 "async with a reward program: 3 steps"
 check "the requests name the steps that train them: 1 2 (the first step), 3, 4 (the last step's, never trained)" \
   test "$(cut -d' ' -f1 requests.log | tr '\n' ' ')" = "1 2 3 4 "
+# two in flight: a program that answers a request only once the next one has come (or its stdin
+# ended) serves the run; one request at a time would wait for it until --reward-timeout
+cat >lag_reward.py <<'PY'
+import json, sys
+print(json.dumps({"reward_funcs": ["digits", "short"]}), flush=True)
+held = None
+for line in sys.stdin:
+    if held is not None:
+        print(json.dumps({"rewards": [[0.5, 1.0]] * len(held["rows"])}), flush=True)
+    held = json.loads(line)
+PY
+run "$DFG" run toy_async.dfg --steps 3 --threads 1 --quiet --reward-timeout 60 --reward-cmd "python3 $WORK/lag_reward.py"
+expect_rc 0 "a program that answers request k once request k+1 has come serves 3 steps"
+
 # every request as sent (tee keeps them), the toy program answering
 TEE_TOY() { echo "tee -a $WORK/$1 | $TOY"; }
 
