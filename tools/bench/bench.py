@@ -348,7 +348,7 @@ def bench_config(cfg_name, a, work):
 
     def compile_plan(path, overrides=None):
         """examples/grpo/grpo.c with the config's settings (updated by overrides) and --dfg-set."""
-        cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo.c"), "-o", path]
+        cmd = [a.dfg, "compile", os.path.join(ROOT, "examples", "grpo", "grpo.c"), "-o", path]
         for k, v in dict(s, **(overrides or {})).items():
             cmd += ["--set", f"{k}={v}"]
         for kv in a.dfg_set:  # dfg-only settings (e.g. share_prompts=0): torch's step does not change

@@ -49,7 +49,7 @@ GROUPS = ("prefill", "decode", "ref", "old", "train", "update", "host")
 
 
 def compile_plan(a, path, settings):
-    cmd = [a.dfg, "compile", os.path.join(bench.ROOT, "examples", "grpo.c"), "-o", path]
+    cmd = [a.dfg, "compile", os.path.join(bench.ROOT, "examples", "grpo", "grpo.c"), "-o", path]
     for k, v in settings.items():
         cmd += ["--set", f"{k}={v}"]
     r = bench.sh(cmd, cwd=bench.ROOT)
