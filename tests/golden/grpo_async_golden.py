@@ -16,7 +16,8 @@ batch's tokens), checked in float64.
 It also asserts the test is not vacuous: the batch's sampler log-probs differ from W1's (the
 update moved the policy), so old = sampling and old = the current log-probs give other losses.
 A seed whose first step moves nothing (every group's rewards equal: no advantage, no update) leaves
-no stale batch; the test then says so and tries a seed derived from it, four seeds at most.
+no stale batch, and one whose second batch has no advantage has no loss to compare; the test then
+says so and tries a seed derived from it, four seeds at most.
 Exit codes: 0 agree, 1 a mismatch or an error, 77 torch/numpy not importable (ctest: skipped).
 The seed is fresh each run and printed; DFG_TEST_SEED replays one."""
 import argparse
@@ -77,9 +78,10 @@ def main():
         fails, stale = attempt(a, plan, ck, dump, s)
         if stale or k == 3:
             break
-        print(f"  seed {s}: the first step did not move the policy, so its batch is not stale; seed {(seed + 7919 * (k + 1)) % 2**31} next")
+        print(f"  seed {s}: the first step did not move the policy or the second batch teaches nothing; seed "
+              f"{(seed + 7919 * (k + 1)) % 2**31} next")
     if not stale:
-        fails.append("the trained batch is not stale in 4 seeds: the test would not tell old = sampling from old = logp")
+        fails.append("no stale batch with an advantage in 4 seeds: the test would not tell old = sampling from old = logp")
     if fails:
         print(f"grpo_async_golden: FAIL (seed {s}): " + "; ".join(fails))
         return 1
@@ -100,6 +102,9 @@ def attempt(a, plan, ck, dump, seed):
     w = {k: v for k, v in c.items() if k.startswith(("wte.", "wpe.", "h.", "ln_f."))}
     tok, mask, samp, rew = (c[n] for n in ("tokens", "completion_mask", "sampling_logps", "rewards"))
     loss, gnorm, logp, scale = reference(w, tok, mask, samp, rew, S, Lp, G)
+    if scale == 0:  # every group of the trained batch scored alike: no advantage, a loss of 0 to compare
+        print("  the trained batch's groups each scored alike: nothing to compare")
+        return [], False
     fails = [f"the dump's {n} is not the trained batch's" for n, v in (("completion_mask", mask), ("sampling_logps", samp))
              if not np.array_equal(d[n], v)]
     got_logp = d["logp"][:, Lp:] * mask[:, Lp:]
