@@ -120,6 +120,20 @@ static dfg_tensor *scale_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
     return x ? dfg_scale(g, x, 2.0f) : NULL;
 }
 
+/* AdamW over one parameter of n[0] elements: the optimizer's update, its own stream count */
+static dfg_tensor *adamw_graph(dfg_program *p, dfg_graph *g, const int64_t *n) {
+    dfg_tensor *t[4];
+    const char *names[4] = {"param", "grad", "m", "v"};
+    for (int i = 0; i < 4; i++)
+        t[i] = dfg_state(p, names[i], DFG_F32, DFG_SHAPE(n[0]), DFG_ROLE_NONE, dfg_init_constant(i == 3 ? 0.01f : 0.5f));
+    dfg_tensor *step = dfg_state(p, "step", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_constant(1.0f));
+    dfg_tensor *one = dfg_state(p, "one", DFG_F32, DFG_SHAPE(1), DFG_ROLE_NONE, dfg_init_constant(1.0f));
+    if (!t[0] || !t[1] || !t[2] || !t[3] || !step || !one ||
+        dfg_adamw(g, &t[0], &t[1], &t[2], &t[3], 1, step, (dfg_adamw_config){1e-9f, 0.9f, 0.999f, 1e-8f, 0.0f}))
+        return NULL;
+    return dfg_scale(g, one, 1.0f); /* an output for the stage: the update itself writes states */
+}
+
 /* dfg's own time a kernel run beyond its work: a chain of affine ops on 16 floats (dispatch,
  * OpenMP's fork and join). */
 #define CHAIN 256
@@ -166,9 +180,13 @@ static bool measure_rates(cli_cpu_rates *r, const double kernel_s[2]) {
             if (!(s > 0) || !(flops > 0)) return false;
             r->vector[v][t] = flops / work_seconds(s, kernel_s[t]);
         }
+        int64_t ne = (int64_t)(cli_copy_bytes[1] / 28.0); /* elements: 4 floats read and 3 written each */
+        double su = time_graph(adamw_graph, &ne, threads, NULL, NULL);
+        if (!(su > 0)) return false;
+        r->update[t] = 28.0 * (double)ne / work_seconds(su, kernel_s[t]);
         if (r->threads == 1) { /* one thread is the run's: measured once */
             memcpy(r->gemm[1], r->gemm[0], sizeof(r->gemm[0])), memcpy(r->copy[1], r->copy[0], sizeof(r->copy[0]));
-            r->vector[0][1] = r->vector[0][0], r->vector[1][1] = r->vector[1][0];
+            r->vector[0][1] = r->vector[0][0], r->vector[1][1] = r->vector[1][0], r->update[1] = r->update[0];
             break;
         }
     }
@@ -205,13 +223,15 @@ static bool cache_path(char *buf, size_t len) {
     return snprintf(buf, len, "%s/cpu-rates", dir) < (int)len;
 }
 
-#define N_RATES (2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK + 4 + 4)
+#define N_RATES (2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK + 4 + 4 + 2)
 
-/* The rates as one flat array (the cache's order): the GEMM grid, the copies, the vector rates. */
+/* The rates as one flat array (the cache's order): the GEMM grid, the copies, the vector rates,
+ * AdamW's. A cache of the earlier layout (without AdamW's) reads as damaged: measured again. */
 static double *rate_slot(cli_device *d, int i) {
     int grid = 2 * CLI_GRID_M * CLI_GRID_NK * CLI_GRID_NK;
     if (i < grid) return &d->rates.gemm[0][0][0][0] + i;
-    return i < grid + 4 ? &d->rates.copy[0][0] + (i - grid) : &d->rates.vector[0][0] + (i - grid - 4);
+    if (i < grid + 4) return &d->rates.copy[0][0] + (i - grid);
+    return i < grid + 8 ? &d->rates.vector[0][0] + (i - grid - 4) : &d->rates.update[0] + (i - grid - 8);
 }
 
 /* The cache holds one line: "<threads>\t<s a kernel>\t<N_RATES rates>\t<model>". false when

@@ -34,6 +34,9 @@ typedef struct {
      * tanh: dfg's gelu measured), the rest (arithmetic and row reductions: layernorm measured)]
      * [threads: the run's, one] */
     double vector[2][2];
+    /* bytes/s of dfg's AdamW kernel (four arrays in, three out: the copy's one and one streams
+     * slower per byte) far over any cache [threads: the run's, one] */
+    double update[2];
 } cli_cpu_rates;
 
 /* FLOP/s of an (M, N, K) GEMM on the run's threads (one_thread: on one, as attention's per-head
@@ -45,6 +48,10 @@ double cli_copy_rate(const cli_cpu_rates *r, double bytes);
 /* FLOP/s of a kernel that is not a GEMM moving `bytes` (transcendental: its FLOPs are mostly
  * exp, tanh, log): one thread's below CLI_ONE_THREAD_BYTES. */
 double cli_vector_rate(const cli_cpu_rates *r, bool transcendental, double bytes);
+/* bytes/s of an AdamW update of one parameter of `elements` elements: one thread's up to
+ * CLI_ADAMW_ONE_THREAD (ops/cpu/state.c runs smaller parameters on one), the run's threads' above */
+double cli_update_rate(const cli_cpu_rates *r, double elements);
+#define CLI_ADAMW_ONE_THREAD 65536.0
 /* bytes the gelu and layernorm that measure cli_cpu_rates.vector move: in cache, split over the threads */
 #define CLI_VECTOR_BYTES (1024.0 * 1024.0)
 
@@ -64,7 +71,7 @@ typedef struct {
  * naming the devices when there is none. `cpu` is measured at first use on the threads dfg run
  * would use (OMP_NUM_THREADS, else every core), through dfg's own kernels: a matmul at each
  * point of the grid above on those threads and on one, an elementwise op at the two sizes on
- * both, and the time a kernel run on a chain of tiny ops; a few seconds, cached in
+ * both, gelu, layernorm and AdamW, and the time a kernel run on a chain of tiny ops; a few seconds, cached in
  * $XDG_CACHE_HOME/dfg (or ~/.cache/dfg), one entry: another CPU model or thread count measures
  * again. DFG_CPU_RATES=FILE reads the rates from FILE (the cache's format, any CPU and thread
  * count: tests, or a machine measured elsewhere). DFG_CPU_ROOFLINE="F32_FLOPS,BYTES_PER_S[,SECONDS_A_KERNEL]"

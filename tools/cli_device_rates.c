@@ -55,3 +55,5 @@ double cli_copy_rate(const cli_cpu_rates *r, double bytes) {
 double cli_vector_rate(const cli_cpu_rates *r, bool transcendental, double bytes) {
     return r->vector[!transcendental][bytes < CLI_ONE_THREAD_BYTES];
 }
+
+double cli_update_rate(const cli_cpu_rates *r, double elements) { return r->update[elements <= CLI_ADAMW_ONE_THREAD]; }

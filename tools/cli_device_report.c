@@ -49,7 +49,8 @@ void cli_print_prediction(const dfg_program *p, const cli_device *d, const cli_s
 }
 
 /* The measured CPU's rates: {threads, grid_m, grid_nk, gemm_flops [threads: the run's, one][m][n][k],
- * copy_bytes, copy_bytes_per_s [threads][in cache, not], vector_flops [transcendental, other][threads]}. */
+ * copy_bytes, copy_bytes_per_s [threads][in cache, not], vector_flops [transcendental, other][threads],
+ * adamw_bytes_per_s [threads]}. */
 static cJSON *rates_json(const cli_cpu_rates *r) {
     cJSON *o = cJSON_CreateObject(), *g = cJSON_CreateArray();
     cJSON_AddNumberToObject(o, "threads", r->threads);
@@ -69,6 +70,7 @@ static cJSON *rates_json(const cli_cpu_rates *r) {
     cJSON *c = cJSON_AddArrayToObject(o, "copy_bytes_per_s"), *v = cJSON_AddArrayToObject(o, "vector_flops");
     for (int t = 0; t < 2; t++) cJSON_AddItemToArray(c, cJSON_CreateDoubleArray(r->copy[t], 2));
     for (int k = 0; k < 2; k++) cJSON_AddItemToArray(v, cJSON_CreateDoubleArray(r->vector[k], 2));
+    cJSON_AddItemToObject(o, "adamw_bytes_per_s", cJSON_CreateDoubleArray(r->update, 2));
     return o;
 }
 

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
                "           NVIDIA's datasheet figures, 3 us a kernel (measured on an H100); cpu: this machine,\n"
                "           measured at first use through dfg's own kernels (matmuls at 36 shapes, M 1..512 by N, K\n"
                "           64..1024, each GEMM-like node at its shape's rate; copies at 256 KiB and 128 MiB; gelu and\n"
-               "           layernorm rates for the other FLOPs; a chain of tiny ops; 2-7 s) on the run's threads\n"
+               "           layernorm rates for the other FLOPs; AdamW's bandwidth; tiny ops; 2-7 s) on the run's threads\n"
                "           (OMP_NUM_THREADS) and on one, cached in $XDG_CACHE_HOME/dfg or ~/.cache/dfg (delete\n"
                "           cpu-rates there to measure again; DFG_CPU_RATES=FILE reads fixed rates in its format;\n"
                "           DFG_CPU_ROOFLINE=F32_FLOPS,BYTES_PER_S[,S] the plain roofline). Runs per step: the worst\n"

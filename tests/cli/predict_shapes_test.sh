@@ -11,6 +11,8 @@
 #           a job, 8 jobs on the 4 threads
 #   gelu    65536 elements (512 KiB moved: split over the threads), transcendental
 #   scale   1000 elements (8000 bytes: one thread), arithmetic
+#   adam    AdamW over two parameters, 1000 elements (one thread) and 100000 (the threads): each
+#           parameter's 28 bytes an element at AdamW's rate for its thread count
 #   usage: predict_shapes_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -49,20 +51,32 @@ dfg_status dfg_pipeline(dfg_program *p) {
     g = dfg_graph_new(p, "gelu");
     st = stage(p, g, "gelu", dfg_gelu(g, IN("gelu", "x", 64, 1024)), st);
     g = dfg_graph_new(p, "scale");
-    return stage(p, g, "scale", dfg_scale(g, IN("scale", "x", 1000), 3.0f), st);
+    st = stage(p, g, "scale", dfg_scale(g, IN("scale", "x", 1000), 3.0f), st);
+    g = dfg_graph_new(p, "adam");
+    dfg_tensor *t[4][2], *step = dfg_state(p, "adam.step", DFG_I32, DFG_SCALAR, DFG_ROLE_NONE, dfg_init_constant(1.0f));
+    const char *what[4] = {"p", "g", "m", "v"};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++) {
+            char name[32];
+            snprintf(name, sizeof(name), "%s%d", what[i], j);
+            t[i][j] = dfg_state(p, named("adam", name), DFG_F32, DFG_SHAPE(j ? 100000 : 1000), DFG_ROLE_NONE,
+                                dfg_init_constant(0.5f));
+        }
+    dfg_status sa = dfg_adamw(g, t[0], t[1], t[2], t[3], 2, step, (dfg_adamw_config){1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f});
+    return stage(p, g, "adam", dfg_scale(g, IN("adam", "x", 1), 1.0f), st ? st : sa);
 }
 C
 run "$DFG" compile shapes.c -o shapes.dfg --no-fuse
-expect_rc 0 "compile the six-stage plan for the cpu"
+expect_rc 0 "compile the seven-stage plan for the cpu"
 
 # the rates file: 4 threads, 1 us a kernel; GEMMs 1e9 M^0.5 N^0.25 K^0.125 FLOP/s on the run's
 # threads, a tenth of it on one; copies 40/10 GB/s (in cache, not) on the threads, 20/5 on one;
-# transcendental 3 (threads) / 1 (one) GFLOP/s, the rest 8 / 2
+# transcendental 3 (threads) / 1 (one) GFLOP/s, the rest 8 / 2; AdamW 6 / 3 GB/s
 python3 - <<'PY'
 law = lambda m, n, k: 1e9 * m ** 0.5 * n ** 0.25 * k ** 0.125
 M, NK = [1, 8, 64, 512], [64, 256, 1024]
 gemm = [law(m, n, k) * s for s in (1, 0.1) for m in M for n in NK for k in NK]
-rates = gemm + [40e9, 10e9, 20e9, 5e9] + [3e9, 1e9, 8e9, 2e9]
+rates = gemm + [40e9, 10e9, 20e9, 5e9] + [3e9, 1e9, 8e9, 2e9] + [6e9, 3e9]
 open("rates.txt", "w").write("\t".join(["4", "1e-06"] + [repr(x) for x in rates] + ["made-up CPU"]) + "\n")
 PY
 export DFG_CPU_RATES=$PWD/rates.txt
@@ -88,18 +102,25 @@ want = {  # stage: (FLOPs, bytes, compute rate)
     "att": (None, None, 4 * gemm(16, 16, 16, 0.1)),  # 8 head jobs on 4 threads, each at one thread's rate
     "gelu": (8 * 65536, f4 * 2 * 65536, 3e9),
     "scale": (1000, f4 * 2 * 1000, 2e9),
+    "adam": (12 * 101000, None, 8e9),  # bytes: the step and the arrays; the memory time by hand below
 }
+adam_memory_s = 28 * 1000 / 3e9 + 28 * 100000 / 6e9
 d = json.load(open("shapes.json"))["prediction"]
 bad = []
 for name, (fl, by, rate) in want.items():
     s = [x for x in d["stages"] if x["name"] == name][0]
-    if s["kernels"] != 1: bad.append(f"{name}: {s['kernels']} kernels, want 1")
+    kernels = 2 if name == "adam" else 1  # adam: the update and the stage's 1-element output
+    if s["kernels"] != kernels: bad.append(f"{name}: {s['kernels']} kernels, want {kernels}")
+    if name == "adam":
+        fl += 1  # the output's scale
+        ms = (max(12 * 101000 / rate, adam_memory_s) + max(1 / 2e9, 2 * f4 / bw(2 * f4)) + 2e-6) * 1e3
     fl = s["flops"] if fl is None else fl
     by = s["bytes"] if by is None else by
     if s["flops"] != fl or s["bytes"] != by: bad.append(f"{name}: flops {s['flops']} bytes {s['bytes']}, by hand {fl} {by}")
-    ms = (max(fl / rate, by / bw(by)) + 1e-6) * 1e3
+    if name != "adam":
+        ms = (max(fl / rate, by / bw(by)) + 1e-6) * 1e3
     if abs(s["predicted_ms"] - ms) > 1e-9 * ms: bad.append(f"{name}: {s['predicted_ms']} ms, by hand {ms}")
-print("; ".join(bad) or "all six by hand")
+print("; ".join(bad) or "all seven by hand")
 raise SystemExit(1 if bad else 0)
 PY
 
