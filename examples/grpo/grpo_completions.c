@@ -1,8 +1,9 @@
 /* grpo_completions.c - TRL's log_completions: every logging_steps steps, the host stage
  * "completions" (after the advantages) writes the step's rows to
- * <the run's folder>/completions/completions_STEP.jsonl, one JSON object a row, and prints them:
- * the prompt and completion ids (and their text for a built-in task's vocabulary), the reward and
- * the advantage, and with tools the tool_mask and the conversation the environment recorded. */
+ * <the run's folder>/completions/completions_STEP.jsonl, one JSON object a row: the prompt and
+ * completion ids (and their text for a built-in task's vocabulary), the reward and the advantage,
+ * and with tools the tool_mask and the conversation the environment recorded; and prints
+ * num_completions_to_print of them, a line each. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,12 +50,19 @@ static dfg_status read_rollout(dfg_host_ctx *ctx, rollout_bufs *b) {
 
 /* One row as a JSON object: its prompt (from its start), its completion (every column the
  * completion mask or tool_mask counts: the tools' tokens too), reward, advantage. */
+/* The column after row r's last one the policy or a tool wrote (c->Lp: none). */
+static int64_t completion_end(const dfg_grpo_config *c, const rollout_bufs *b, int64_t r) {
+    const float *m = (const float *)b->mask.data + r * c->T, *tm = b->tool.data ? (const float *)b->tool.data + r * c->T : NULL;
+    int64_t end = c->Lp;
+    for (int64_t i = c->Lp; i < c->T; i++)
+        if (m[i] != 0.0f || (tm && tm[i] == 0.0f)) end = i + 1;
+    return end;
+}
+
 static void write_row(FILE *f, const dfg_grpo_config *c, const rollout_bufs *b, int64_t r, int64_t step, const char *msgs) {
     const int32_t *row = (const int32_t *)b->tok.data + r * c->T;
-    const float *m = (const float *)b->mask.data + r * c->T, *tm = b->tool.data ? (const float *)b->tool.data + r * c->T : NULL;
-    int64_t s0 = b->start.data ? ((const int32_t *)b->start.data)[r] : 0, end = c->Lp;
-    for (int64_t i = c->Lp; i < c->T; i++) /* the last column the policy or a tool wrote */
-        if (m[i] != 0.0f || (tm && tm[i] == 0.0f)) end = i + 1;
+    const float *tm = b->tool.data ? (const float *)b->tool.data + r * c->T : NULL;
+    int64_t s0 = b->start.data ? ((const int32_t *)b->start.data)[r] : 0, end = completion_end(c, b, r);
     fprintf(f, "{\"step\":%lld,\"row\":%lld,\"prompt_ids\":", (long long)step, (long long)r);
     write_ids(f, row + s0, c->Lp - s0);
     fputs(",\"completion_ids\":", f);
@@ -72,6 +80,20 @@ static void write_row(FILE *f, const dfg_grpo_config *c, const rollout_bufs *b, 
     fprintf(f, ",\"reward\":%.9g,\"advantage\":%.9g}\n", ((const float *)b->rew.data)[r], ((const float *)b->adv.data)[r]);
 }
 
+/* One row on the progress output, TRL's table as a line: its reward and advantage, then what
+ * the policy wrote (the conversation with tools, a built-in task's text, else the completion's
+ * ids; the prompt is in the file). */
+static void print_row(const dfg_grpo_config *c, const rollout_bufs *b, int64_t r, int64_t step, const char *msgs) {
+    const int32_t *row = (const int32_t *)b->tok.data + r * c->T;
+    int64_t end = completion_end(c, b, r);
+    printf("completion step %lld row %lld: reward %.6g advantage %.6g: ", (long long)step, (long long)r,
+           ((const float *)b->rew.data)[r], ((const float *)b->adv.data)[r]);
+    if (msgs) fputs(msgs, stdout);
+    else if (!c->ds) write_text(stdout, row + c->Lp, end - c->Lp);
+    else write_ids(stdout, row + c->Lp, end - c->Lp);
+    fputc('\n', stdout);
+}
+
 dfg_status dfg_grpo_log_completions(dfg_host_ctx *ctx, const dfg_grpo_config *c) {
     int64_t step = dfg_host_step(ctx) + 1; /* TRL's global step: 1 after the first update */
     if (step % c->logging_steps) return DFG_OK;
@@ -87,10 +109,7 @@ dfg_status dfg_grpo_log_completions(dfg_host_ctx *ctx, const dfg_grpo_config *c)
     for (int64_t r = 0; r < c->N; r++) write_row(f, c, &b, r, step, msgs ? msgs[r] : NULL);
     if (fclose(f)) return dfg_host_fail(ctx, "log_completions: writing %s failed: %s", path, strerror(errno));
     int64_t show = c->n_print < 0 || c->n_print > c->N ? c->N : c->n_print;
-    for (int64_t r = 0; r < show; r++) { /* on the progress output, TRL's table as lines */
-        printf("completion step %lld row %lld: ", (long long)step, (long long)r);
-        write_row(stdout, c, &b, r, step, msgs ? msgs[r] : NULL);
-    }
+    for (int64_t r = 0; r < show; r++) print_row(c, &b, r, step, msgs ? msgs[r] : NULL);
     fflush(stdout);
     return DFG_OK;
 }
