@@ -34,7 +34,6 @@ dfg_status dfg_grpo_async_check(dfg_program *p, const dfg_grpo_config *c) {
     if (c->tools) why = "multi-turn episodes (tools): their tool stage and decode loop inside the step";
     else if (c->iterations > 1) why = "num_iterations > 1: a batch trains once, against the sampler's log-probs (TRL's AsyncGRPOTrainer)";
     else if (c->sft_steps > 0) why = "sft_steps > 0: set it to 0";
-    else if (c->log_completions) why = "log_completions: the rollout tensors hold the next batch when the trained one's advantages exist";
     else if (c->W > 1) why = "world_size > 1: the first step's rollout loop would hold the prompt widths' collective";
     else if (c->rollouts_only[0]) why = "a task whose rollouts this plan cannot make (it trains only on --rollouts files)";
     if (why) return dfg_program_fail(p, DFG_ERR_ARG, "async_rollouts=1 cannot run with %s", why);

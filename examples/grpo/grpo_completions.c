@@ -38,13 +38,20 @@ typedef struct {
     dfg_buffer tok, mask, start, rew, adv, tool;
 } rollout_bufs;
 
-static dfg_status read_rollout(dfg_host_ctx *ctx, rollout_bufs *b) {
+/* The trained batch's tensors: with async_rollouts its copies in the async.* buffers (the rollout
+ * tensors hold the next batch by then; grpo_async.c). */
+static dfg_status read_rollout(dfg_host_ctx *ctx, const dfg_grpo_config *c, rollout_bufs *b) {
+    const char *pre = c->async_rollouts ? "async." : "";
     const char *need[4] = {"tokens", "completion_mask", "rewards", "advantages"};
     dfg_buffer *into[4] = {&b->tok, &b->mask, &b->rew, &b->adv};
-    for (int i = 0; i < 4; i++)
-        if (dfg_host_buffer(ctx, need[i], into[i])) return dfg_host_fail(ctx, "log_completions: no tensor '%s'", need[i]);
-    if (dfg_host_buffer(ctx, "prompt_start", &b->start)) b->start.data = NULL;
-    if (dfg_host_buffer(ctx, "tool_mask", &b->tool)) b->tool.data = NULL;
+    char name[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof(name), "%s%s", i < 3 ? pre : "", need[i]); /* one advantages tensor: the trained batch's */
+        if (dfg_host_buffer(ctx, name, into[i])) return dfg_host_fail(ctx, "log_completions: no tensor '%s'", name);
+    }
+    snprintf(name, sizeof(name), "%sprompt_start", pre);
+    if (dfg_host_buffer(ctx, name, &b->start)) b->start.data = NULL;
+    if (dfg_host_buffer(ctx, "tool_mask", &b->tool)) b->tool.data = NULL; /* tools: never async */
     return DFG_OK;
 }
 
@@ -99,7 +106,7 @@ dfg_status dfg_grpo_log_completions(dfg_host_ctx *ctx, const dfg_grpo_config *c)
     if (step % c->logging_steps) return DFG_OK;
     rollout_bufs b;
     char dir[4096], path[4200];
-    dfg_status st = read_rollout(ctx, &b);
+    dfg_status st = read_rollout(ctx, c, &b);
     if (!st) st = folder(ctx, dir, sizeof(dir));
     if (st) return st;
     snprintf(path, sizeof(path), "%s/completions_%05lld.jsonl", dir, (long long)step);

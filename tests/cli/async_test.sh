@@ -14,7 +14,7 @@
 #     again (the stopped one's program had it), the same request byte for byte;
 #   - the plan holds both batches' buffers (dfg inspect's persistent bytes grow);
 #   - what it cannot run is refused at compile time with one line (num_iterations > 1, tools,
-#     sft_steps, log_completions, max_staleness 0) and --rollouts files at run time.
+#     sft_steps, max_staleness 0) and --rollouts files at run time (log_completions: completions_test.sh).
 #   usage: async_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -136,7 +136,6 @@ refused() { # refused WHAT TEXT SETTINGS...
 refused "num_iterations 2" "async_rollouts=1 cannot run with num_iterations > 1" --set num_iterations=2
 refused "tools" "async_rollouts=1 cannot run with multi-turn episodes" --set task=calculator --set digits=2
 refused "sft_steps" "async_rollouts=1 cannot run with sft_steps > 0" --set sft_steps=2
-refused "log_completions" "async_rollouts=1 cannot run with log_completions" --set log_completions=true
 refused "max_staleness 0" "max_staleness 0 must be at least that" --set max_staleness=0
 $ST rollouts r.safetensors 16 9 15 1 --group 4 --prompt-len 4 >/dev/null 2>&1
 run "$DFG" run async.dfg --steps 1 --threads 1 --rollouts r.safetensors

@@ -5,7 +5,8 @@
 #   - the rows are the step's: the advantages and completion lengths of the last step's --dump;
 #   - num_completions_to_print lines on the progress output, each the file's row: its reward,
 #     advantage and text;
-#   - with tools (task=calculator) each row carries its tool_mask, as long as its completion ids.
+#   - with tools (task=calculator) each row carries its tool_mask, as long as its completion ids;
+#   - with async_rollouts=1 the rows are the batch the step trained (the --dump's).
 #   usage: completions_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -74,4 +75,24 @@ for r in got:
 print("16 rows, each with a tool_mask as long as its completion")
 PY
 if [ $? -eq 0 ]; then ok "$(tail -1 check.txt)"; else fail "the tools plan's completions file"; cat check.txt; fi
+
+# one step off (async_rollouts=1): the rows are the batch the step trained, as --dump writes it
+run "$DFG" compile "$GRPO" -o async.dfg --set async_rollouts=1 "${LOG[@]}"
+expect_rc 0 "compile an async_rollouts=1 plan with log_completions"
+run "$DFG" run async.dfg --steps 2 --threads 1 --seed 3 --quiet --checkpoint-dir async --dump ad.st
+expect_rc 0 "2 steps one step off"
+python3 - "$SRC/tests/cli/st_tool.py" >check.txt 2>&1 <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import st_tool
+got = [json.loads(line) for line in open("async/completions/completions_00002.jsonl")]
+d, _ = st_tool.read("ad.st")
+adv, mask = st_tool.values(d["advantages"]), st_tool.values(d["completion_mask"])
+T = len(mask) // len(got)
+for i, r in enumerate(got):
+    assert abs(r["advantage"] - adv[i]) <= 1e-6 * max(1.0, abs(adv[i])), (i, r["advantage"], adv[i])
+    assert len(r["completion_ids"]) == sum(mask[i * T:(i + 1) * T]), (i, len(r["completion_ids"]))
+print("the trained batch's rows: the dump's advantages and completion lengths (%d rows)" % len(got))
+PY
+if [ $? -eq 0 ]; then ok "$(tail -1 check.txt)"; else fail "the async plan's completions file"; cat check.txt; fi
 testlib_end
