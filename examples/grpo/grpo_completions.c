@@ -55,8 +55,6 @@ static dfg_status read_rollout(dfg_host_ctx *ctx, const dfg_grpo_config *c, roll
     return DFG_OK;
 }
 
-/* One row as a JSON object: its prompt (from its start), its completion (every column the
- * completion mask or tool_mask counts: the tools' tokens too), reward, advantage. */
 /* The column after row r's last one the policy or a tool wrote (c->Lp: none). */
 static int64_t completion_end(const dfg_grpo_config *c, const rollout_bufs *b, int64_t r) {
     const float *m = (const float *)b->mask.data + r * c->T, *tm = b->tool.data ? (const float *)b->tool.data + r * c->T : NULL;
@@ -66,6 +64,8 @@ static int64_t completion_end(const dfg_grpo_config *c, const rollout_bufs *b, i
     return end;
 }
 
+/* One row as a JSON object: its prompt (from its start), its completion (every column the
+ * completion mask or tool_mask counts: the tools' tokens too), reward, advantage. */
 static void write_row(FILE *f, const dfg_grpo_config *c, const rollout_bufs *b, int64_t r, int64_t step, const char *msgs) {
     const int32_t *row = (const int32_t *)b->tok.data + r * c->T;
     const float *tm = b->tool.data ? (const float *)b->tool.data + r * c->T : NULL;
