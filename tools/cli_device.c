@@ -74,9 +74,10 @@ static double seconds_a_step(dfg_runtime *rt) {
 }
 
 /* A one-stage program's step time on `threads` threads: the graph `build` makes, compiled for
- * the CPU as a plan is, its states (constants: no denormals) made by the runtime. 0 on failure. */
+ * the CPU as a plan is, its states (constants: no denormals) made by the runtime. 0 on failure.
+ * cost (when not NULL): its nodes' cost columns summed, what a rate is measured against. */
 typedef dfg_tensor *(*graph_builder)(dfg_program *p, dfg_graph *g, const int64_t *dims);
-static double time_graph(graph_builder build, const int64_t *dims, int threads, int *nodes, double *flops) {
+static double time_graph(graph_builder build, const int64_t *dims, int threads, int *nodes, dfg_cost *cost) {
     dfg_program *p = dfg_program_new("cpu_rates");
     dfg_graph *g = p ? dfg_graph_new(p, "g") : NULL;
     dfg_tensor *y = g ? build(p, g, dims) : NULL;
@@ -89,7 +90,10 @@ static double time_graph(graph_builder build, const int64_t *dims, int threads, 
         s = seconds_a_step(rt);
         const dfg_graph *c = p->stages[0].graph;
         if (nodes) *nodes = c->n_nodes;
-        for (int k = 0; flops && k < c->n_nodes; k++) *flops += dfg_ops[c->nodes[k]->op].cost(c->nodes[k]).flops;
+        for (int k = 0; cost && k < c->n_nodes; k++) {
+            dfg_cost one = dfg_ops[c->nodes[k]->op].cost(c->nodes[k]);
+            cost->flops += one.flops, cost->bytes_read += one.bytes_read, cost->bytes_written += one.bytes_written;
+        }
     }
     dfg_runtime_free(rt);
     dfg_program_free(p);
@@ -176,14 +180,16 @@ static bool measure_rates(cli_cpu_rates *r, const double kernel_s[2]) {
         }
         int64_t n = (int64_t)(CLI_VECTOR_BYTES / 8);
         for (int v = 0; v < 2; v++) {
-            double flops = 0, s = time_graph(v ? layernorm_graph : gelu_graph, &n, threads, NULL, &flops);
-            if (!(s > 0) || !(flops > 0)) return false;
-            r->vector[v][t] = flops / work_seconds(s, kernel_s[t]);
+            dfg_cost c = {0};
+            double s = time_graph(v ? layernorm_graph : gelu_graph, &n, threads, NULL, &c);
+            if (!(s > 0) || !(c.flops > 0)) return false;
+            r->vector[v][t] = c.flops / work_seconds(s, kernel_s[t]);
         }
         int64_t ne = (int64_t)(cli_copy_bytes[1] / 28.0); /* elements: 4 floats read and 3 written each */
-        double su = time_graph(adamw_graph, &ne, threads, NULL, NULL);
+        dfg_cost cu = {0};
+        double su = time_graph(adamw_graph, &ne, threads, NULL, &cu);
         if (!(su > 0)) return false;
-        r->update[t] = 28.0 * (double)ne / work_seconds(su, kernel_s[t]);
+        r->update[t] = (cu.bytes_read + cu.bytes_written) / work_seconds(su, kernel_s[t]); /* the bytes the prediction counts */
         if (r->threads == 1) { /* one thread is the run's: measured once */
             memcpy(r->gemm[1], r->gemm[0], sizeof(r->gemm[0])), memcpy(r->copy[1], r->copy[0], sizeof(r->copy[0]));
             r->vector[0][1] = r->vector[0][0], r->vector[1][1] = r->vector[1][0], r->update[1] = r->update[0];

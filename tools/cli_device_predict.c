@@ -103,11 +103,13 @@ static bool transcendental(const dfg_node *n) {
  * column's (vector code, far below a GEMM's rate), its bytes at their size's bandwidth; else
  * the device's peaks. */
 static void node_seconds(const dfg_node *n, const cli_device *d, double flops, double bytes, double *compute, double *memory) {
-    if (d->shaped && n->op == DFG_OP_ADAMW) { /* its streams at AdamW's measured rate, each parameter at its threads' */
+    if (d->shaped && n->op == DFG_OP_ADAMW) { /* its bytes at AdamW's measured rate, each parameter's share at its threads' */
+        double total = 0;
+        for (int i = 1; i + 3 < n->n_in; i += 4) total += (double)dfg_shape_numel(n->in[i]->shape);
         *compute = flops / cli_vector_rate(&d->rates, false, bytes), *memory = 0;
-        for (int i = 1; i + 3 < n->n_in; i += 4) {
+        for (int i = 1; total > 0 && i + 3 < n->n_in; i += 4) {
             double el = (double)dfg_shape_numel(n->in[i]->shape);
-            *memory += 28.0 * el / cli_update_rate(&d->rates, el);
+            *memory += bytes * (el / total) / cli_update_rate(&d->rates, el);
         }
         return;
     }

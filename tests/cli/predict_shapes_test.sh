@@ -12,7 +12,7 @@
 #   gelu    65536 elements (512 KiB moved: split over the threads), transcendental
 #   scale   1000 elements (8000 bytes: one thread), arithmetic
 #   adam    AdamW over two parameters, 1000 elements (one thread) and 100000 (the threads): each
-#           parameter's 28 bytes an element at AdamW's rate for its thread count
+#           parameter's share of the node's bytes at AdamW's rate for its thread count
 #   usage: predict_shapes_test.sh /path/to/dfg /path/to/source-tree
 set -u
 DFG=$1
@@ -104,7 +104,8 @@ want = {  # stage: (FLOPs, bytes, compute rate)
     "scale": (1000, f4 * 2 * 1000, 2e9),
     "adam": (12 * 101000, None, 8e9),  # bytes: the step and the arrays; the memory time by hand below
 }
-adam_memory_s = 28 * 1000 / 3e9 + 28 * 100000 / 6e9
+adam_bytes = 4 + 4 * 28 * 101000 // 4  # the step (i32), then four arrays read and three written, f32
+adam_memory_s = adam_bytes * 1000 / 101000 / 3e9 + adam_bytes * 100000 / 101000 / 6e9
 d = json.load(open("shapes.json"))["prediction"]
 bad = []
 for name, (fl, by, rate) in want.items():
